@@ -1,0 +1,80 @@
+"""Quantities with units, as they are written in drill, scenario and stack files.
+
+Durations: ``"250ms"``, ``"2s"``, ``"1.5m"``, ``"1h"``, ``"90us"`` → seconds (float).
+Sizes: ``"512MiB"``, ``"20GiB"``, ``"4KB"`` → bytes (int).
+A bare number is rejected for durations: ``30`` could mean seconds or minutes, and a
+safety tool must not guess.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import BeforeValidator, PlainSerializer
+
+__all__ = ["Duration", "Size", "format_duration", "parse_duration", "parse_size"]
+
+_DURATION_UNITS = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+_SIZE_UNITS = {
+    "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3,
+    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
+}
+_NUMBER_UNIT = re.compile(r"^\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*([A-Za-zµ]*)\s*$")
+
+
+def parse_duration(text: object) -> float:
+    """Parse ``"250ms"``/``"2s"``/``"1m"`` into seconds.
+
+    Raises ``ValueError`` with the accepted units when the text has none or an unknown one.
+    """
+    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
+        raise ValueError(f"expected a duration such as '30s' or '500ms', got {text!r}")
+    match = _NUMBER_UNIT.match(str(text))
+    if match is None:
+        raise ValueError(f"expected a duration such as '30s' or '500ms', got {text!r}")
+    number, unit = float(match.group(1)), match.group(2)
+    if not unit:
+        raise ValueError(
+            f"duration {text!r} has no unit; write e.g. '{match.group(1)}s' (units: us, ms, s, m, h)"
+        )
+    factor = _DURATION_UNITS.get(unit)
+    if factor is None:
+        raise ValueError(f"unknown duration unit {unit!r} in {text!r}; use one of us, ms, s, m, h")
+    return number * factor
+
+
+def parse_size(text: object) -> int:
+    """Parse ``"20GiB"``/``"512MB"`` into bytes; a bare integer is bytes."""
+    if isinstance(text, bool):
+        raise ValueError(f"expected a size such as '20GiB', got {text!r}")
+    if isinstance(text, int):
+        return text
+    match = _NUMBER_UNIT.match(str(text))
+    if match is None:
+        raise ValueError(f"expected a size such as '20GiB' or '512MiB', got {text!r}")
+    number, unit = float(match.group(1)), match.group(2).lower() or "b"
+    factor = _SIZE_UNITS.get(unit)
+    if factor is None:
+        raise ValueError(f"unknown size unit {match.group(2)!r} in {text!r}; use B, KB, MB, GB, KiB, MiB, GiB")
+    return int(number * factor)
+
+
+def format_duration(seconds: float) -> str:
+    """Render seconds compactly with a unit: 0.25 -> '250ms', 90 -> '1.5m'."""
+    if seconds == 0:
+        return "0s"
+    if abs(seconds) < 1:
+        return f"{seconds * 1000:g}ms"
+    if abs(seconds) < 60 or seconds % 60:
+        return f"{seconds:g}s"
+    if seconds % 3600:
+        return f"{seconds / 60:g}m"
+    return f"{seconds / 3600:g}h"
+
+
+#: A pydantic field type: written with a unit in YAML, held as seconds (float).
+Duration = Annotated[float, BeforeValidator(parse_duration), PlainSerializer(format_duration, return_type=str, when_used="json")]
+
+#: A pydantic field type: written with a unit in YAML, held as bytes (int).
+Size = Annotated[int, BeforeValidator(parse_size)]

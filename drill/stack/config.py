@@ -1,0 +1,270 @@
+"""Configuration of the reference stack: the whole stack YAML (stack-contracts.md §1) as frozen models.
+
+Called by ``drill stack up --config stack.yaml`` (through :func:`load_stack_config`), by a drill's
+``target.config``, and by the replica process, which receives the whole :class:`StackConfig` inside
+its :class:`~drill.stack.replica_spec.ReplicaSpec`. vLLM's own option names are used wherever vLLM
+has one (llm-serving-facts.md §4). Durations are strings with units (``"2s"``), parsed by
+:mod:`drill.units` into seconds.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from drill.errors import InputError, SpecError
+from drill.stack.presets import GpuPreset, ModelPreset, gpu_names, gpu_preset, model_names, model_preset
+from drill.units import Duration
+
+__all__ = [
+    "EngineConfig",
+    "LinksConfig",
+    "RetryConfig",
+    "RetryOn",
+    "RouterConfig",
+    "RouterPolicy",
+    "Runtime",
+    "SchedulingPolicy",
+    "StackConfig",
+    "load_stack_config",
+    "parse_stack_config",
+]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class SchedulingPolicy(str, enum.Enum):
+    """vLLM's ``--scheduling-policy``: first come first served, or ``priority`` (lower value first)."""
+
+    FCFS = "fcfs"
+    PRIORITY = "priority"
+
+
+class RouterPolicy(str, enum.Enum):
+    """How the router picks a replica (topology side)."""
+
+    LEAST_OUTSTANDING = "least_outstanding"
+    ROUND_ROBIN = "round_robin"
+
+
+class RetryOn(str, enum.Enum):
+    """Which upstream failures the router retries."""
+
+    ERROR = "error"
+    TIMEOUT = "timeout"
+
+
+class Runtime(str, enum.Enum):
+    """Where replicas run: local processes, or one Docker container per replica."""
+
+    LOCAL = "local"
+    DOCKER = "docker"
+
+
+class EngineConfig(BaseModel):
+    """One replica's engine options, named as vLLM names them (llm-serving-facts.md §3.2, §4).
+
+    ``max_num_queued_reqs`` / ``max_num_queued_tokens`` are vLLM ≥ 0.29's opt-in admission flags;
+    ``None`` keeps vLLM's default unbounded waiting queue. ``max_queue_wait`` (seconds) refuses a
+    request with 503 once it has waited longer. ``weight_load_time`` is ``"auto"`` (modelled from
+    the weight bytes, see :func:`drill.stack.cost_model.weight_load_seconds`) or a duration.
+    """
+
+    model_config = _FROZEN
+
+    tensor_parallel_size: int = Field(1, ge=1, le=64)
+    pipeline_parallel_size: int = Field(1, ge=1, le=64)
+    max_model_len: int = Field(8192, ge=16)
+    max_num_seqs: int = Field(256, ge=1)
+    max_num_batched_tokens: int = Field(8192, ge=1)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    block_size: Literal[8, 16, 32, 64, 128] = 16
+    enable_prefix_caching: bool = False
+    scheduling_policy: SchedulingPolicy = SchedulingPolicy.FCFS
+    long_prefill_token_threshold: int = Field(0, ge=0, description="cap on one prefill chunk; 0 = off")
+    max_num_queued_reqs: int | None = Field(None, ge=1)
+    max_num_queued_tokens: int | None = Field(None, ge=1)
+    max_queue_wait: Duration | None = None
+    weight_load_time: Literal["auto"] | Duration = "auto"
+
+    @field_validator("max_queue_wait")
+    @classmethod
+    def _positive_wait(cls, value: float | None) -> float | None:
+        if value is not None and value <= 0:
+            raise ValueError(f"max_queue_wait must be positive, got {value}s")
+        return value
+
+    @field_validator("weight_load_time")
+    @classmethod
+    def _non_negative_load(cls, value: str | float) -> str | float:
+        if not isinstance(value, str) and value < 0:
+            raise ValueError(f"weight_load_time must be 'auto' or a non-negative duration, got {value}s")
+        return value
+
+    @model_validator(mode="after")
+    def _batch_fits(self) -> EngineConfig:
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be greater than or equal to "
+                f"max_num_seqs ({self.max_num_seqs})"
+            )
+        return self
+
+    @property
+    def world_size(self) -> int:
+        """GPUs per replica: tensor_parallel_size × pipeline_parallel_size."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+
+class RetryConfig(BaseModel):
+    """Router retries: ``attempts`` extra tries after the first, on the listed failures."""
+
+    model_config = _FROZEN
+
+    attempts: int = Field(0, ge=0, le=10)
+    on: tuple[RetryOn, ...] = (RetryOn.ERROR, RetryOn.TIMEOUT)
+    timeout: Duration = 30.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_on_key(cls, data: object) -> object:
+        """YAML 1.1 (PyYAML) reads the bare key ``on`` as ``True``; take it back as ``on``."""
+        if isinstance(data, dict) and True in data:
+            data = {("on" if key is True else key): value for key, value in data.items()}
+        return data
+
+
+class RouterConfig(BaseModel):
+    """The router's options (topology side; it may extend this model)."""
+
+    model_config = _FROZEN
+
+    policy: RouterPolicy = RouterPolicy.LEAST_OUTSTANDING
+    retries: RetryConfig = RetryConfig()
+    idempotency: bool = False
+    health_check_interval: Duration = 1.0
+
+
+class LinksConfig(BaseModel):
+    """Where the launcher puts Toxiproxy proxies (topology side)."""
+
+    model_config = _FROZEN
+
+    replica_proxies: bool = True
+    tp_proxies: bool = True
+    pp_proxies: bool = True
+
+
+class StackConfig(BaseModel):
+    """The whole stack YAML (stack-contracts.md §1).
+
+    ``model`` and ``gpu`` name presets (:mod:`drill.stack.presets`); an unknown name is an error
+    listing the known ones. ``max_model_len`` may not exceed the model's own context length.
+    """
+
+    model_config = _FROZEN
+
+    model: str = "llama-3-8b"
+    gpu: str = "h100"
+    served_model_name: str | None = None
+    replicas: int = Field(2, ge=1, le=64)
+    seed: int = 0
+    engine: EngineConfig = EngineConfig()
+    router: RouterConfig = RouterConfig()
+    links: LinksConfig = LinksConfig()
+    runtime: Runtime = Runtime.LOCAL
+    host: str = "127.0.0.1"
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, value: str) -> str:
+        if value not in model_names():
+            raise ValueError(f"unknown model preset {value!r}; expected one of: {', '.join(model_names())}")
+        return value
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, value: str) -> str:
+        if value not in gpu_names():
+            raise ValueError(f"unknown gpu preset {value!r}; expected one of: {', '.join(gpu_names())}")
+        return value
+
+    @model_validator(mode="after")
+    def _context_fits_model(self) -> StackConfig:
+        limit = model_preset(self.model).max_position
+        if self.engine.max_model_len > limit:
+            raise ValueError(
+                f"engine.max_model_len ({self.engine.max_model_len}) is larger than the maximum context "
+                f"length of {self.model} ({limit} tokens)"
+            )
+        return self
+
+    @property
+    def model_name(self) -> str:
+        """The name clients send and metrics carry: ``served_model_name`` or the preset name."""
+        return self.served_model_name or self.model
+
+    @property
+    def model_preset(self) -> ModelPreset:
+        return model_preset(self.model)
+
+    @property
+    def gpu_preset(self) -> GpuPreset:
+        return gpu_preset(self.gpu)
+
+
+@dataclass(frozen=True)
+class ConfigProblem:
+    """One problem in a stack file: where (file and key path) and what."""
+
+    source: str
+    location: str
+    message: str
+
+    def render(self) -> str:
+        """One line: ``stack.yaml: engine.max_num_seqs: <message>``."""
+        return f"{self.source}: {self.location or '(top level)'}: {self.message}"
+
+
+def parse_stack_config(data: object, *, source: str = "<stack config>") -> StackConfig:
+    """Validate already-loaded YAML data into a :class:`StackConfig`.
+
+    Raises :class:`SpecError` carrying every problem (a :class:`ConfigProblem` each), not just the first.
+    """
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise SpecError([ConfigProblem(source, "", f"expected a mapping, got {type(data).__name__}")])
+    try:
+        return StackConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = [_problem(source, err) for err in exc.errors()]
+        raise SpecError(problems, f"{len(problems)} error(s) in {source}; nothing was started.") from exc
+
+
+def load_stack_config(path: Path | str) -> StackConfig:
+    """Read and validate a stack YAML file.
+
+    Raises :class:`InputError` when the file cannot be read or is not YAML, :class:`SpecError` when invalid.
+    """
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"cannot read stack config {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise InputError(f"stack config {path} is not valid YAML: {exc}") from exc
+    return parse_stack_config(data, source=str(path))
+
+
+def _problem(source: str, error: dict) -> ConfigProblem:
+    location = ".".join(str(part) for part in error["loc"])
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        message = "unexpected key (check the spelling; stack-contracts.md §1 lists the keys)"
+    return ConfigProblem(source, location, message)

@@ -1,0 +1,406 @@
+"""The plugin SDK: everything a fault, target or check plugin may import from llm-drill.
+
+The fault library (:mod:`faults`) imports nothing else from ``drill``. Built-in
+faults are registered through the ``drill.faults`` entry point exactly like
+third-party ones.
+
+A **fault** is a class with a ``kind``, a frozen ``Params`` model (units in the
+names or the types), the capabilities it ``needs`` from a target, and three
+methods, modelled on Toxiproxy's toxics and NVIDIA Dynamo's fault verification:
+
+``inject(ctx)``
+    Put the condition in place. Called once, after the engine journaled (fsync)
+    how to revert it. Must not sleep for the fault's duration: the engine owns
+    the timeline.
+``verify(ctx) -> Evidence``
+    Prove the fault landed (a toxic is listed, a container is paused, the stack
+    reports the memory taken). Raise :class:`FaultNotLanded` otherwise: a fault
+    that silently does nothing is the worst failure of a chaos tool.
+``revert(ctx)``
+    Remove the condition. Idempotent, safe after a partial or failed inject,
+    safe when nothing is in place, bounded in time. It may run in another
+    process after a crash, rebuilt from the journal: everything it needs must
+    come from ``params``, ``ctx.targets`` and what ``prepare`` saved.
+
+``prepare(ctx) -> Saved`` (optional) captures prior state (e.g. the router's
+retry configuration) before injection; the engine journals it with the revert
+record.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import random
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from drill.errors import (
+    AdminApiError, BackendError, DockerError, FaultError, FaultNotLanded, InjectError,
+    ProcessControlError, RevertError, ToxiproxyError,
+)
+from drill.units import Duration, Size, format_duration, parse_duration, parse_size
+
+if TYPE_CHECKING:  # pragma: no cover
+    from drill.backends.docker import DockerControl
+    from drill.backends.process import ProcessControl
+    from drill.backends.stack_admin import RouterAdminClient, StackAdminClient
+    from drill.backends.toxiproxy import ToxiproxyClient
+
+__all__ = [
+    "AdminApiError", "BackendError", "Capability", "DockerError", "Duration", "Evidence", "Fault",
+    "FaultContext", "FaultError", "FaultNotLanded", "FaultParams", "FaultTargets", "InjectError",
+    "LinkKind", "LinkRef", "LoadControl", "ProcessControlError", "Realism", "ReplicaRef", "RevertError",
+    "Saved", "Selector", "Size", "TargetInfo", "ToxiproxyError", "format_duration", "parse_duration",
+    "parse_size",
+]
+
+
+class Capability(str, enum.Enum):
+    """What a target offers to faults. A fault's ``needs`` must be a subset."""
+
+    TOXIPROXY_REPLICA = "toxiproxy.replica"   # a Toxiproxy proxy between router and each replica
+    TOXIPROXY_TP_LINK = "toxiproxy.tp_link"   # a proxy on each TP rank link
+    TOXIPROXY_PP_LINK = "toxiproxy.pp_link"   # a proxy on each PP stage link
+    DOCKER = "docker"                         # replicas run in Docker containers
+    PROCESS = "process"                       # replicas are local processes (PID known)
+    SUPERVISOR = "supervisor"                 # something restarts a replica that exits
+    STACK_ADMIN = "stack.admin"               # the reference stack's admin API (simulated GPU conditions)
+    ROUTER_ADMIN = "router.admin"             # the router's configuration API
+    LOAD_CONTROL = "load.control"             # the drill's load driver (always present in a run)
+
+
+class Realism(str, enum.Enum):
+    REAL = "real mechanism here"
+    SIMULATED = "simulated"
+    HARDWARE_UNVERIFIED = "real hardware only, not verified"
+
+
+class LinkKind(str, enum.Enum):
+    TP = "tp"
+    PP = "pp"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LinkRef(_Frozen):
+    """One inter-GPU link of a replica: rank 0 <-> TP rank ``rank``, or PP stage ``rank``-1 -> ``rank``."""
+
+    name: str
+    kind: LinkKind
+    rank: int
+    proxy: str | None = None     # Toxiproxy proxy carrying this link
+
+
+class ReplicaRef(_Frozen):
+    """One serving replica, as the target describes it to faults."""
+
+    name: str
+    index: int
+    url: str                      # as the router (or client) reaches it
+    direct_url: str | None = None
+    admin_url: str | None = None
+    admin_token: str | None = None
+    container: str | None = None
+    pid: int | None = None
+    pid_file: str | None = None
+    process_name: str | None = None
+    proxy: str | None = None      # Toxiproxy proxy in front of it
+    links: list[LinkRef] = Field(default_factory=list)
+
+
+class TargetInfo(_Frozen):
+    """What a started (or attached) target exposes; journaled so a revert can run after a crash."""
+
+    kind: str
+    base_url: str
+    model: str | None = None
+    runtime: Literal["local", "docker", "external"] = "external"
+    replicas: list[ReplicaRef] = Field(default_factory=list)
+    toxiproxy_url: str | None = None
+    router_admin_url: str | None = None
+    admin_token: str | None = None
+    metrics_urls: dict[str, str] = Field(default_factory=dict)
+    capabilities: frozenset[Capability] = frozenset()
+
+
+class Selector(_Frozen):
+    """Which replicas, links and pools a fault hits.
+
+    ``replicas`` by index or name; or ``fraction`` of them; or ``count`` of them;
+    ``random: true`` picks at random with ``seed`` (default: the drill's seed),
+    otherwise the first ones in index order. ``links`` narrows link faults to
+    ``tp``/``pp`` kinds, rank numbers or link names. ``pools`` narrows
+    load-side faults to scenario pools.
+    """
+
+    replicas: list[int | str] | None = None
+    fraction: float | None = Field(None, gt=0, le=1)
+    count: int | None = Field(None, ge=1)
+    random: bool = False
+    seed: int | None = None
+    links: list[str | int] | None = None
+    pools: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _one_way(self) -> "Selector":
+        ways = [w for w in ("replicas", "fraction", "count") if getattr(self, w) is not None]
+        if len(ways) > 1:
+            raise ValueError(f"choose replicas one way only; got {' and '.join(ways)}")
+        return self
+
+    def pick_replicas(self, replicas: list[ReplicaRef], default_seed: int = 0) -> list[ReplicaRef]:
+        """Resolve against ``replicas``; raises ValueError naming what did not match."""
+        if self.replicas is not None:
+            return [self._lookup(replicas, ref) for ref in self.replicas]
+        n = len(replicas)
+        if self.fraction is not None:
+            n = max(1, round(self.fraction * len(replicas)))
+        elif self.count is not None:
+            if self.count > len(replicas):
+                raise ValueError(f"selector wants {self.count} replicas; the target has {len(replicas)}")
+            n = self.count
+        elif len(replicas) > 1:
+            n = 1   # a fault hits one replica unless told otherwise: the smallest blast radius
+        if self.random:
+            rng = random.Random(self.seed if self.seed is not None else default_seed)
+            return sorted(rng.sample(replicas, n), key=lambda r: r.index)
+        return list(replicas[:n])
+
+    def pick_links(self, replica: ReplicaRef) -> list[LinkRef]:
+        if not self.links:
+            return list(replica.links)
+        wanted = {str(w) for w in self.links}
+        return [ln for ln in replica.links if {ln.kind.value, str(ln.rank), ln.name} & wanted]
+
+    @staticmethod
+    def _lookup(replicas: list[ReplicaRef], ref: int | str) -> ReplicaRef:
+        for r in replicas:
+            if ref == r.index or ref == r.name:
+                return r
+        known = ", ".join(f"{r.index}/{r.name}" for r in replicas) or "(none)"
+        raise ValueError(f"no replica {ref!r}; the target has: {known}")
+
+
+class FaultTargets(_Frozen):
+    """The resolved blast radius of one fault: journaled before injection."""
+
+    replicas: list[ReplicaRef] = Field(default_factory=list)
+    links: list[LinkRef] = Field(default_factory=list)
+    pools: list[str] = Field(default_factory=list)
+
+
+class FaultParams(_Frozen):
+    """Base of every fault's ``Params``: frozen, unknown keys are errors."""
+
+
+class Saved(_Frozen):
+    """Base of what ``prepare`` captures for ``revert`` (empty by default)."""
+
+
+class Evidence(_Frozen):
+    """Proof that a fault landed: a sentence and the observations behind it."""
+
+    summary: str
+    observations: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+
+
+class LoadControl(abc.ABC):
+    """How a fault drives the drill's load driver (e.g. a queue flood)."""
+
+    @abc.abstractmethod
+    def start_burst(self, burst_id: str, *, rate_multiplier: float, prompt_multiplier: float,
+                    pools: list[str]) -> None: ...
+
+    @abc.abstractmethod
+    def end_burst(self, burst_id: str) -> None:
+        """Idempotent: ending an unknown or ended burst is a no-op."""
+
+    @abc.abstractmethod
+    def burst_status(self, burst_id: str) -> dict[str, float]:
+        """``{"active": 0|1, "sent": n, "offered_rate": r}`` as the driver reports it."""
+
+
+@dataclass
+class FaultContext:
+    """What a fault sees while it runs. Backends are built on first use from ``target``."""
+
+    fault_id: str
+    target: TargetInfo
+    targets: FaultTargets
+    saved: Saved | None = None
+    timeout_s: float = 10.0
+    load: LoadControl | None = None
+    note: Callable[[str], None] = field(default=lambda message: None)
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def toxiproxy(self) -> "ToxiproxyClient":
+        if self.target.toxiproxy_url is None:
+            raise ToxiproxyError("this target has no Toxiproxy server",
+                                 hint="use the embedded stack, or set target.config.toxiproxy_url")
+        return self._backend("toxiproxy", lambda: _toxiproxy(self.target.toxiproxy_url, self.timeout_s))
+
+    @property
+    def docker(self) -> "DockerControl":
+        return self._backend("docker", lambda: _docker(self.timeout_s))
+
+    @property
+    def processes(self) -> "ProcessControl":
+        return self._backend("process", lambda: _processes(self.timeout_s))
+
+    def stack_admin(self, replica: ReplicaRef) -> "StackAdminClient":
+        if not replica.admin_url:
+            raise AdminApiError(f"replica {replica.name} has no admin API",
+                                hint="GPU conditions are simulated only by the embedded reference stack")
+        from drill.backends.stack_admin import StackAdminClient
+        return StackAdminClient(replica.admin_url, replica.admin_token, timeout_s=self.timeout_s)
+
+    def router_admin(self) -> "RouterAdminClient":
+        if not self.target.router_admin_url:
+            raise AdminApiError("this target's router has no admin API",
+                                hint="router faults need the embedded reference stack's router")
+        from drill.backends.stack_admin import RouterAdminClient
+        return RouterAdminClient(self.target.router_admin_url, self.target.admin_token, timeout_s=self.timeout_s)
+
+    def _backend(self, name: str, factory: Callable[[], object]):
+        if name not in self._cache:
+            self._cache[name] = factory()
+        return self._cache[name]
+
+    def close(self) -> None:
+        for backend in self._cache.values():
+            closer = getattr(backend, "close", None)
+            if closer is not None:
+                closer()
+        self._cache.clear()
+
+
+def _toxiproxy(url: str, timeout_s: float) -> "ToxiproxyClient":
+    from drill.backends.toxiproxy import ToxiproxyClient
+    return ToxiproxyClient(url, timeout_s=timeout_s)
+
+
+def _docker(timeout_s: float) -> "DockerControl":
+    from drill.backends.docker import DockerControl
+    return DockerControl(timeout_s=timeout_s)
+
+
+def _processes(timeout_s: float) -> "ProcessControl":
+    from drill.backends.process import ProcessControl
+    return ProcessControl(timeout_s=timeout_s)
+
+
+class Fault(abc.ABC):
+    """Base class of every fault. See the module docstring for the contract."""
+
+    kind: ClassVar[str]
+    Params: ClassVar[type[FaultParams]] = FaultParams
+    Saved: ClassVar[type[Saved]] = Saved
+    needs: ClassVar[frozenset[Capability]] = frozenset()
+    #: Alternatives: the fault works with any one of these capability sets (e.g. method-dependent).
+    realism: ClassVar[Realism] = Realism.REAL
+    summary: ClassVar[str] = ""
+    revert_semantics: ClassVar[str] = ""
+    #: "replicas", "links", "pools" or "none": what the selector picks for this fault.
+    scope: ClassVar[Literal["replicas", "links", "pools", "none"]] = "replicas"
+
+    def __init__(self, params: FaultParams) -> None:
+        self.params = params
+
+    def needs_for(self, params: FaultParams) -> frozenset[Capability]:
+        """Capabilities needed with these params (override when a ``method`` param changes them)."""
+        return self.needs
+
+    def realism_for(self, params: FaultParams) -> Realism:
+        return self.realism
+
+    def prepare(self, ctx: FaultContext) -> Saved:
+        """Capture prior state that ``revert`` restores. Called before the revert record is journaled."""
+        return self.Saved()
+
+    @abc.abstractmethod
+    def inject(self, ctx: FaultContext) -> None:
+        """Put the condition in place (raise InjectError or a BackendError on failure)."""
+
+    @abc.abstractmethod
+    def verify(self, ctx: FaultContext) -> Evidence:
+        """Return proof the condition is in place, or raise FaultNotLanded."""
+
+    @abc.abstractmethod
+    def revert(self, ctx: FaultContext) -> None:
+        """Remove the condition: idempotent, safe after a partial inject, bounded in time."""
+
+    def describe_targets(self, ctx: FaultContext) -> list[str]:
+        """Human-readable list of what this fault touches (for ``drill plan``)."""
+        if self.scope == "links":
+            return [f"link {ln.name} (proxy {ln.proxy})" for ln in ctx.targets.links]
+        if self.scope == "pools":
+            return [f"load pool {p}" for p in ctx.targets.pools] or ["all load pools"]
+        if self.scope == "none":
+            return [f"target {ctx.target.base_url}"]
+        return [f"replica {r.name} ({r.url})" for r in ctx.targets.replicas]
+
+
+@dataclass(frozen=True)
+class TargetContext:
+    """What the runner tells a target when it starts it."""
+
+    run_id: str
+    run_dir: str
+    otlp_endpoint: str | None = None
+    seed: int = 0
+
+
+class Target(abc.ABC):
+    """Base class of ``drill.targets`` plugins: start (or attach to) a serving stack.
+
+    ``start`` returns once the target answers its health check; the runner then
+    measures the time to the first good response (cold start). ``teardown_data``
+    is journaled *before* ``start`` so that, if the runner dies, the watchdog or
+    ``drill cleanup`` can call the ``teardown`` classmethod with it. A target that
+    only attaches returns None and is never torn down.
+    """
+
+    kind: ClassVar[str]
+    Params: ClassVar[type[BaseModel]]
+
+    def __init__(self, params: BaseModel, ctx: TargetContext) -> None:
+        self.params = params
+        self.ctx = ctx
+
+    @classmethod
+    def static_capabilities(cls, params: BaseModel) -> frozenset[Capability]:
+        """Capabilities known from the configuration alone (checked at validation time)."""
+        return frozenset()
+
+    @classmethod
+    def hosts(cls, params: BaseModel) -> list[tuple[str, str]]:
+        """Every (host, where) the target would touch, for the loopback safety check."""
+        return []
+
+    def describe_plan(self) -> list[str]:
+        """What starting this target would touch (for ``drill plan``)."""
+        return []
+
+    def teardown_data(self) -> dict | None:
+        return None
+
+    @abc.abstractmethod
+    def start(self) -> TargetInfo:
+        """Start or attach; return when healthy. Raises TargetError."""
+
+    @abc.abstractmethod
+    def stop(self) -> None:
+        """Stop what ``start`` started (idempotent); leave alone what was only attached."""
+
+    @classmethod
+    def teardown(cls, data: dict) -> None:
+        """Stop a target a dead run started, from its journaled ``teardown_data``."""
+
+
+__all__ += ["Target", "TargetContext"]

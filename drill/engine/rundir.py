@@ -1,0 +1,101 @@
+"""The run directory: every raw input and output of one run, never overwritten.
+
+``reports/<drill>/<UTC timestamp>-<short id>/`` holds ``drill.yaml`` (as given),
+``resolved.json`` (the validated drill, scenario and plugin params after
+``--set`` and ``--time-scale``), ``env.json``, ``journal.jsonl``, and what the
+parts of a run write as it goes: ``requests.jsonl``, ``failing_samples.jsonl``,
+``spans.jsonl``, ``metrics.jsonl``, ``replay.jsonl``, ``verdicts.json``,
+reports. Files are appended and flushed as the run goes; a new run always gets
+a new directory (creation fails rather than reuse one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import secrets
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from drill import __version__
+
+__all__ = ["RunDir", "create_run_dir", "package_versions"]
+
+_PACKAGES = ("locust", "gevent", "geventhttpclient", "httpx", "docker", "opentelemetry-sdk", "opentelemetry-proto",
+             "prometheus-client", "pydantic", "pyyaml", "jinja2", "click", "rich")
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+    run_id: str
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    @property
+    def journal(self) -> Path:
+        return self.path / "journal.jsonl"
+
+    def write_json(self, name: str, data: object) -> Path:
+        """Write a whole JSON file once (refuses to overwrite)."""
+        target = self.path / name
+        with open(target, "x", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, sort_keys=False, default=str)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        return target
+
+    def write_text(self, name: str, text: str) -> Path:
+        target = self.path / name
+        with open(target, "x", encoding="utf-8") as fh:
+            fh.write(text)
+        return target
+
+
+def create_run_dir(base: Path, drill_name: str, *, now: float | None = None) -> RunDir:
+    """A fresh ``<base>/<drill>/<UTC timestamp>-<id>/``; never an existing one."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now if now is not None else time.time()))
+    for _ in range(20):
+        run_id = f"{stamp}-{secrets.token_hex(3)}"
+        path = base / drill_name / run_id
+        try:
+            path.mkdir(parents=True, exist_ok=False)
+        except FileExistsError:
+            continue
+        return RunDir(path, run_id)
+    raise RuntimeError(f"could not create a new run directory under {base / drill_name}")
+
+
+def package_versions() -> dict[str, str]:
+    found = {}
+    for name in _PACKAGES:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = "not installed"
+    return found
+
+
+def environment(run_id: str, argv: list[str], seeds: dict[str, int], extra: dict | None = None) -> dict:
+    """Facts for ``env.json``: versions, interpreter, host, seeds, command line."""
+    return {
+        "run_id": run_id,
+        "llm_drill": __version__,
+        "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "host": socket.gethostname(),
+        "cpu_count": os.cpu_count(),
+        "argv": argv,
+        "seeds": seeds,
+        "packages": package_versions(),
+        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **(extra or {}),
+    }

@@ -1,0 +1,119 @@
+"""Per-request raw records: one JSON line per attempt in ``requests.jsonl``.
+
+This module does not import Locust; the harness reads records with it.
+
+Times: ``intended_ts`` and ``sent_ts`` are wall-clock UNIX seconds (shared by
+every process on the host, so they line up with the journal and with spans).
+Every ``*_ms`` offset (headers, TTFT, chunks, E2E) is measured **from the
+intended start**, so a stalled server or a late client shows up in full (no
+coordinated omission). Subtract ``schedule_lag_ms`` to get the from-send values
+that vLLM's benchmark reports. TPOT follows vLLM's definition: it excludes the
+first token, ``(e2e - ttft) / (completion_tokens - 1)``
+(``llm-serving-facts.md`` §5.1); ITL is the list of gaps between content chunks.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Iterator
+
+__all__ = ["ErrorClass", "RequestRecord", "read_records", "classify_status"]
+
+
+class ErrorClass(str, enum.Enum):
+    REFUSED = "refused"                    # 429 / 503: admission control said no
+    CLIENT_ERROR = "client_error"          # other 4xx (e.g. 400 prompt too long)
+    SERVER_ERROR = "server_error"          # other 5xx (e.g. 500 engine dead)
+    TIMEOUT = "timeout"                    # the client's timeout expired
+    CONNECTION_RESET = "connection_reset"  # reset or closed mid-request
+    CONNECTION_ERROR = "connection_error"  # could not connect
+    MID_STREAM_ERROR = "mid_stream_error"  # HTTP 200, then an error event in the stream
+    CLIENT_DROP = "client_drop"            # never sent: the in-flight cap was reached
+
+
+def classify_status(status: int) -> ErrorClass | None:
+    if status < 400:
+        return None
+    if status in (429, 503):
+        return ErrorClass.REFUSED
+    return ErrorClass.CLIENT_ERROR if status < 500 else ErrorClass.SERVER_ERROR
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    request_id: str                 # unique per attempt (sent as X-Request-Id)
+    logical_id: str                 # shared by all attempts of one logical request
+    pool: str
+    attempt: int                    # 1-based
+    intended_ts: float              # UNIX s: when the arrival was scheduled
+    sent_ts: float | None           # UNIX s: when it was actually sent (None: never sent)
+    schedule_lag_ms: float | None   # sent - intended
+    status: int | None = None       # HTTP status (None: no response)
+    error: ErrorClass | None = None
+    error_detail: str | None = None
+    headers_ms: float | None = None  # from the intended start
+    ttft_ms: float | None = None     # first content chunk, from the intended start
+    e2e_ms: float | None = None      # last byte, from the intended start
+    chunk_offsets_ms: list[float] = field(default_factory=list)
+    prompt_tokens: int | None = None      # from the server's usage
+    completion_tokens: int | None = None
+    planned_input_tokens: int | None = None
+    planned_output_tokens: int | None = None
+    trace_id: str = ""
+    idempotency_key: str = ""
+    payload_digest: str = ""        # sha256 of the exact request body bytes
+    endpoint: str = "chat"
+    stream: bool = True
+    retry_after_s: float | None = None
+    burst: str | None = None        # the queue_flood burst that produced it, if any
+    worker: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.status is not None and self.status < 400
+
+    @property
+    def tpot_ms(self) -> float | None:
+        """vLLM bench TPOT: (E2E - TTFT) / (output tokens - 1); None with <= 1 token."""
+        n = self.completion_tokens
+        if not self.ok or self.ttft_ms is None or self.e2e_ms is None or not n or n <= 1:
+            return None
+        end = self.chunk_offsets_ms[-1] if self.chunk_offsets_ms else self.e2e_ms
+        return (end - self.ttft_ms) / (n - 1)
+
+    def itl_ms(self) -> list[float]:
+        """Gaps between successive content chunks (vLLM bench ITL)."""
+        offs = self.chunk_offsets_ms
+        return [b - a for a, b in zip(offs, offs[1:])]
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        if self.error is not None:
+            data["error"] = self.error.value
+        return json.dumps(data, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RequestRecord":
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        if values.get("error") is not None:
+            values["error"] = ErrorClass(values["error"])
+        return cls(**values)
+
+
+def read_records(path: Path) -> Iterator[RequestRecord]:
+    """Records of a ``requests.jsonl``; a torn last line (crash mid-write) is skipped."""
+    if not path.exists():
+        return
+    with path.open("r", encoding="utf-8") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                yield RequestRecord.from_dict(json.loads(line))
+            except (json.JSONDecodeError, TypeError, ValueError):
+                continue

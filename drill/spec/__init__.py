@@ -1,0 +1,1 @@
+"""Drill, scenario and plugin-parameter files: YAML to typed, validated, frozen models."""

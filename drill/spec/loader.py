@@ -1,0 +1,382 @@
+"""Load a drill file: every problem in it reported in one pass, nothing started.
+
+``load_drill(path)`` reads the YAML (keeping positions), applies ``--set``
+overrides, validates the envelope (:class:`~drill.spec.models.Drill`), loads
+the scenario (inline or from ``scenarios/``), then validates each plugin's
+``Params`` — the target's ``config``, every fault's and check's ``params`` —
+and finally the cross-field rules (faults inside the fault phase, selectors
+that name existing pools, the runbook file exists, target capabilities cover
+each fault's needs). All problems are raised together as one
+:class:`~drill.errors.SpecError`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel
+
+from drill import registry
+from drill.errors import DrillError, SpecError, UnknownPluginError
+from drill.spec.diagnostics import Diagnostic, KeyPath, Position, did_you_mean, format_path
+from drill.spec.models import Drill, FaultSpec
+from drill.spec.scenario import ArrivalProcess, Scenario
+from drill.spec.validation import validate_model
+from drill.spec.yamlio import Locations, load_located
+
+__all__ = ["LoadedDrill", "load_drill", "load_scenario", "resolve_drill_path", "parse_override"]
+
+MAX_FILE_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class LoadedDrill:
+    """A validated drill with its plugins' validated params, ready to plan or run."""
+
+    path: Path
+    text: str
+    drill: Drill
+    scenario: Scenario
+    scenario_path: Path | None
+    target_params: BaseModel | None
+    fault_params: tuple[BaseModel, ...]
+    check_params: tuple[BaseModel, ...]
+    overrides: tuple[str, ...] = ()
+    time_scale: float = 1.0
+    runbook_path: Path | None = None
+
+
+@dataclass
+class _Collector:
+    locations: Locations
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    def add(self, path: KeyPath, message: str, hint: str | None = None, *, key: bool = False) -> None:
+        self.diagnostics.append(Diagnostic(self.locations.of(path, key=key), path, message, hint=hint))
+
+    def extend(self, items: list[Diagnostic]) -> None:
+        self.diagnostics.extend(items)
+
+
+def resolve_drill_path(name: str | Path, drills_dir: Path = Path("drills")) -> Path:
+    """``unbounded-queue`` or ``unbounded-queue.yaml`` also resolve inside ``drills/``."""
+    path = Path(name)
+    if path.exists():
+        return path
+    if len(path.parts) == 1:
+        for candidate in (drills_dir / path, drills_dir / f"{path}.yaml", drills_dir / f"{path}.yml"):
+            if candidate.exists():
+                return candidate
+    return path
+
+
+def _read(path: Path) -> str:
+    """The file's text, or SpecError located at the file itself."""
+    where = Position(str(path), 1, 1)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise SpecError([Diagnostic(where, (), "file not found",
+                                    hint="a bare name is looked up in drills/ (e.g. 'drill run unbounded-queue')")]) from None
+    except OSError as exc:
+        raise SpecError([Diagnostic(where, (), f"cannot read file: {exc.strerror or exc}")]) from None
+    if len(data) > MAX_FILE_BYTES:
+        raise SpecError([Diagnostic(where, (), f"file is {len(data)} bytes; drill files are limited to {MAX_FILE_BYTES}")])
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError([Diagnostic(where, (), f"not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})")]) from None
+
+
+def load_drill(path: str | Path, *, overrides: list[str] | tuple[str, ...] = (), time_scale: float = 1.0) -> LoadedDrill:
+    """Validate the drill at ``path``; raises SpecError listing every problem."""
+    path = resolve_drill_path(path)
+    text = _read(path)
+    doc = load_located(text, str(path))
+    out = _Collector(doc.locations, list(doc.diagnostics))
+    if doc.data is None and not out.diagnostics:
+        out.add((), "the file is empty", hint="a drill needs at least 'name', 'target' and 'scenario'")
+    data = doc.data
+    if data is not None and not isinstance(data, dict):
+        out.add((), f"expected a mapping of drill keys at the top level, got {type(data).__name__}")
+        data = None
+    if data is not None:
+        data = _apply_overrides(data, overrides, out)
+    if out.diagnostics or data is None:
+        raise SpecError(sorted(out.diagnostics, key=Diagnostic.sort_key))
+    loaded = _validate(path, text, data, out, tuple(overrides))
+    if out.diagnostics or loaded is None:
+        raise SpecError(sorted(out.diagnostics, key=Diagnostic.sort_key))
+    if time_scale != 1.0:
+        from drill.spec.timescale import scale_timeline
+        loaded = scale_timeline(loaded, time_scale)
+    return loaded
+
+
+def _validate(path: Path, text: str, data: dict, out: _Collector, overrides: tuple[str, ...]) -> LoadedDrill | None:
+    drill, problems = validate_model(Drill, data, out.locations)
+    out.extend(problems)
+    scenario, scenario_path = _scenario(path, data.get("scenario"), out)
+    if drill is None:
+        _plugins_for_raw(data, out)   # still report plugin-level problems in the same pass
+        return None
+    target_params = _plugin_params(registry.targets, drill.target.kind, drill.target.config,
+                                   ("target", "kind"), ("target", "config"), out)
+    fault_params = [_plugin_params(registry.faults, f.kind, f.params, ("faults", i, "kind"),
+                                   ("faults", i, "params"), out) for i, f in enumerate(drill.faults)]
+    check_params = [_plugin_params(registry.checks, c.kind, c.params, ("checks", i, "kind"),
+                                   ("checks", i, "params"), out) for i, c in enumerate(drill.checks)]
+    runbook = _runbook(path, drill, out)
+    if scenario is not None:
+        _cross_checks(drill, scenario, fault_params, target_params, out)
+    if out.diagnostics or scenario is None:
+        return None
+    return LoadedDrill(path, text, drill, scenario, scenario_path, target_params, tuple(fault_params),
+                       tuple(check_params), overrides, 1.0, runbook)
+
+
+def _plugins_for_raw(data: dict, out: _Collector) -> None:
+    """When the envelope is invalid, still check plugin kinds and params where they are readable."""
+    target = data.get("target")
+    if isinstance(target, dict) and isinstance(target.get("kind", "embedded"), str):
+        _plugin_params(registry.targets, target.get("kind", "embedded"), target.get("config") or {},
+                       ("target", "kind"), ("target", "config"), out)
+    for group, key in ((registry.faults, "faults"), (registry.checks, "checks")):
+        items = data.get(key)
+        if not isinstance(items, list):
+            continue
+        for i, item in enumerate(items):
+            if isinstance(item, dict) and isinstance(item.get("kind"), str):
+                _plugin_params(group, item["kind"], item.get("params") or {}, (key, i, "kind"), (key, i, "params"), out)
+
+
+def _plugin_params(reg: registry.Registry, kind: str, params: object, kind_path: KeyPath,
+                   params_path: KeyPath, out: _Collector) -> BaseModel | None:
+    try:
+        plugin = reg.get(kind)
+    except UnknownPluginError as exc:
+        hint = exc.hint or (f"`drill faults list` shows the installed kinds" if reg.label == "fault" else None)
+        out.add(kind_path, exc.message, hint=hint)
+        return None
+    except DrillError as exc:
+        out.add(kind_path, str(exc))
+        return None
+    instance, problems = validate_model(plugin.Params, params if params is not None else {}, out.locations, params_path)
+    out.extend(problems)
+    return instance
+
+
+def load_scenario(path: Path) -> tuple[Scenario | None, list[Diagnostic]]:
+    """Load a scenario file on its own (``drill load``); problems are located in that file."""
+    try:
+        text = _read(path)
+    except SpecError as exc:
+        return None, exc.diagnostics
+    doc = load_located(text, str(path))
+    out = _Collector(doc.locations, list(doc.diagnostics))
+    if out.diagnostics:
+        return None, out.diagnostics
+    if not isinstance(doc.data, dict):
+        out.add((), "expected a mapping with 'pools' at the top level of a scenario file")
+        return None, out.diagnostics
+    scenario, problems = validate_model(Scenario, doc.data, out.locations)
+    out.extend(problems)
+    if scenario is not None:
+        scenario = _resolve_trace(scenario, path.parent, out, ())
+    return (scenario if not out.diagnostics else None), out.diagnostics
+
+
+def _scenario(drill_path: Path, value: object, out: _Collector) -> tuple[Scenario | None, Path | None]:
+    if value is None:
+        return None, None   # the envelope reports the missing key
+    if isinstance(value, dict):
+        scenario, problems = validate_model(Scenario, value, out.locations, ("scenario",))
+        out.extend(problems)
+        if scenario is not None:
+            scenario = _resolve_trace(scenario, drill_path.parent, out, ("scenario",))
+        return scenario, None
+    if not isinstance(value, str):
+        return None, None
+    found = _find_scenario(drill_path, value)
+    if found is None:
+        out.add(("scenario",), f"scenario file {value!r} not found",
+                hint=f"looked next to the drill and in scenarios/; available: {', '.join(_known_scenarios(drill_path)) or '(none)'}")
+        return None, None
+    scenario, problems = load_scenario(found)
+    out.extend(problems)
+    return scenario, found
+
+
+def _find_scenario(drill_path: Path, name: str) -> Path | None:
+    base = drill_path.parent
+    candidates = [base / name, Path(name), base.parent / "scenarios" / name, Path("scenarios") / name]
+    candidates += [c.with_suffix(".yaml") for c in candidates if not c.suffix]
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def _known_scenarios(drill_path: Path) -> list[str]:
+    dirs = {drill_path.parent.parent / "scenarios", Path("scenarios")}
+    return sorted({p.name for d in dirs if d.is_dir() for p in d.glob("*.yaml")})
+
+
+def _resolve_trace(scenario: Scenario, base: Path, out: _Collector, prefix: KeyPath) -> Scenario:
+    """Make trace file paths absolute (relative to the scenario file) and check they exist."""
+    arrivals = [(("arrival",), scenario.arrival)] + [(("pools", i, "arrival"), p.arrival) for i, p in enumerate(scenario.pools)]
+    replaced = scenario
+    for path, arrival in arrivals:
+        if arrival is None or arrival.process is not ArrivalProcess.TRACE or arrival.trace is None:
+            continue
+        file = Path(arrival.trace.file)
+        resolved = file if file.is_absolute() else (base / file)
+        if not resolved.is_file():
+            out.add(prefix + path + ("trace", "file"), f"trace file {arrival.trace.file!r} not found (looked at {resolved})",
+                    hint="paths are relative to the scenario file")
+            continue
+        new_arrival = arrival.model_copy(update={"trace": arrival.trace.model_copy(update={"file": str(resolved.resolve())})})
+        replaced = _replace_arrival(replaced, path, new_arrival)
+    return replaced
+
+
+def _replace_arrival(scenario: Scenario, path: KeyPath, arrival) -> Scenario:
+    if path == ("arrival",):
+        return scenario.model_copy(update={"arrival": arrival})
+    pools = list(scenario.pools)
+    pools[path[1]] = pools[path[1]].model_copy(update={"arrival": arrival})
+    return scenario.model_copy(update={"pools": pools})
+
+
+def _runbook(drill_path: Path, drill: Drill, out: _Collector) -> Path | None:
+    if not drill.runbook:
+        return None
+    candidates = [drill_path.parent / drill.runbook, Path(drill.runbook), drill_path.parent.parent / drill.runbook]
+    found = next((c for c in candidates if c.is_file()), None)
+    if found is None:
+        out.add(("runbook",), f"runbook {drill.runbook!r} not found", hint="paths are relative to the drill file or the project root")
+    return found
+
+
+def _cross_checks(drill: Drill, scenario: Scenario, fault_params: list, target_params: BaseModel | None,
+                  out: _Collector) -> None:
+    _check_fault_windows(drill, out)
+    _check_unique_names(drill, out)
+    pools = [p.name for p in scenario.pools]
+    for i, fault in enumerate(drill.faults):
+        for j, pool in enumerate(fault.selector.pools or []):
+            if pool not in pools:
+                suggestion = did_you_mean(pool, pools)
+                out.add(("faults", i, "selector", "pools", j), f"no pool {pool!r} in the scenario (pools: {', '.join(pools)})",
+                        hint=f"did you mean '{suggestion}'?" if suggestion else None)
+    if target_params is not None:
+        _check_capabilities(drill, fault_params, target_params, out)
+
+
+def _check_fault_windows(drill: Drill, out: _Collector) -> None:
+    length = drill.phases.fault
+    if drill.faults and length <= 0:
+        out.add(("phases", "fault"), "the drill has faults but its fault phase lasts 0s",
+                hint="set phases.fault to a duration such as 60s")
+        return
+    for i, fault in enumerate(drill.faults):
+        end = fault.start + (fault.duration if fault.duration is not None else length - fault.start)
+        if fault.start >= length or end > length + 1e-9:
+            key = "duration" if fault.start < length and fault.duration is not None else "start"
+            out.add(("faults", i, key),
+                    f"fault {drill.fault_names()[i]!r} runs from {fault.start:g}s to {end:g}s of the fault phase, "
+                    f"which lasts {length:g}s",
+                    hint="faults must start and end inside the fault phase; lengthen phases.fault or move the fault")
+
+
+def _check_unique_names(drill: Drill, out: _Collector) -> None:
+    names = drill.fault_names()
+    for i, name in enumerate(names):
+        if names.index(name) != i:
+            out.add(("faults", i, "name"), f"fault name {name!r} is used twice", hint="give each fault its own name")
+
+
+def _check_capabilities(drill: Drill, fault_params: list, target_params: BaseModel, out: _Collector) -> None:
+    target_cls = registry.targets.get(drill.target.kind)
+    static = getattr(target_cls, "static_capabilities", None)
+    if static is None:
+        return
+    offered = static(target_params)
+    for i, (fault, params) in enumerate(zip(drill.faults, fault_params)):
+        if params is None:
+            continue
+        fault_cls = registry.faults.get(fault.kind)
+        needed = fault_cls(params).needs_for(params)
+        missing = sorted(c.value for c in needed - offered)
+        if missing:
+            out.add(("faults", i, "kind"),
+                    f"fault {fault.kind!r} needs {', '.join(missing)}; target {drill.target.kind!r} as configured "
+                    f"provides: {', '.join(sorted(c.value for c in offered)) or '(nothing)'}",
+                    hint="change the fault's method or enable it on the target (e.g. target.config.links)")
+
+
+# --- --set overrides -------------------------------------------------------------------------------
+
+_KEY_PATH = re.compile(r"^[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*|\[\d+\])*$")
+_SEGMENT = re.compile(r"([A-Za-z_][\w-]*)|\[(\d+)\]")
+
+
+def parse_override(text: str) -> tuple[KeyPath, object]:
+    """``faults[0].params.latency_ms=50`` -> (("faults", 0, "params", "latency_ms"), 50).
+
+    The value is read as YAML, so ``30s`` is text, ``3`` an integer, ``[1, 2]`` a list.
+    """
+    if "=" not in text:
+        raise ValueError(f"expected KEY=VALUE, got {text!r}")
+    key, raw = (part.strip() for part in text.split("=", 1))
+    if not _KEY_PATH.match(key):
+        raise ValueError(f"bad key path {key!r}; write e.g. phases.fault or faults[0].params.latency_ms")
+    path = tuple(m.group(1) if m.group(1) is not None else int(m.group(2)) for m in _SEGMENT.finditer(key))
+    try:
+        value = yaml.safe_load(raw) if raw else ""
+    except yaml.YAMLError as exc:
+        raise ValueError(f"cannot read value {raw!r}: {exc}") from None
+    return path, value
+
+
+def _apply_overrides(data: dict, overrides: tuple[str, ...] | list[str], out: _Collector) -> dict:
+    for n, text in enumerate(overrides, start=1):
+        where = Position("<--set>", n, 1)
+        try:
+            path, value = parse_override(text)
+            _set_path(data, path, value)
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            out.diagnostics.append(Diagnostic(where, (), f"--set {text}: {exc}"))
+            continue
+        for sub in list(out.locations.values):
+            if sub[: len(path)] == path:
+                del out.locations.values[sub]
+        out.locations.values[path] = Position("<--set>", n, len(text.split("=", 1)[0]) + 2)
+    return data
+
+
+def _set_path(data: object, path: KeyPath, value: object) -> None:
+    node = data
+    for i, part in enumerate(path[:-1]):
+        node = _child(node, part, path[: i + 1], create=not isinstance(path[i + 1], int))
+    last = path[-1]
+    if isinstance(last, int):
+        if not isinstance(node, list) or last >= len(node):
+            raise IndexError(f"{format_path(path[:-1])} has no item [{last}]")
+        node[last] = value
+    elif isinstance(node, dict):
+        node[last] = value
+    else:
+        raise TypeError(f"{format_path(path[:-1])} is not a mapping")
+
+
+def _child(node: object, part: str | int, where: KeyPath, create: bool) -> object:
+    if isinstance(part, int):
+        if not isinstance(node, list) or part >= len(node):
+            raise IndexError(f"{format_path(where[:-1]) or 'the drill'} has no item [{part}]")
+        return node[part]
+    if not isinstance(node, dict):
+        raise TypeError(f"{format_path(where[:-1])} is not a mapping")
+    if part not in node or node[part] is None:
+        node[part] = {} if create else []
+    return node[part]

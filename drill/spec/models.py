@@ -1,0 +1,217 @@
+"""Drill files (``drills/*.yaml``) as typed, frozen models.
+
+A drill names its ``target``, its ``scenario`` (load), its ``phases``, the
+``faults`` it injects on a schedule, ``stop_conditions`` that end the fault
+phase early, ``checks`` with thresholds, a default ``slo``, its ``runbook``
+and the ``allowed_hosts`` beyond loopback. Validation is two-phase (after
+Toxiproxy's toxic decoding): the envelope here, then each plugin's own
+``Params`` (see :mod:`drill.spec.loader`). Unknown keys are errors everywhere.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from drill.api import Selector
+from drill.spec.scenario import Scenario, Slo
+from drill.spec.validation import SpecModel
+from drill.units import Duration
+
+__all__ = [
+    "CheckSpec", "ColdStart", "Drill", "FaultSpec", "MetricsSpec", "OtlpSpec", "Phase", "Phases",
+    "ReplayPhase", "StopCondition", "StopKind", "TargetSpec", "PHASE_ORDER",
+]
+
+
+class Phase(str, enum.Enum):
+    COLD_START = "cold_start"
+    WARMUP = "warmup"
+    BASELINE = "baseline"
+    FAULT = "fault"
+    RECOVERY = "recovery"
+    REPLAY = "replay"
+
+
+PHASE_ORDER = (Phase.COLD_START, Phase.WARMUP, Phase.BASELINE, Phase.FAULT, Phase.RECOVERY, Phase.REPLAY)
+#: Phases during which the scenario's load runs.
+LOADED_PHASES = (Phase.WARMUP, Phase.BASELINE, Phase.FAULT, Phase.RECOVERY)
+
+
+class TargetSpec(SpecModel):
+    """``kind`` picks a ``drill.targets`` plugin; ``config`` is validated by its Params."""
+
+    kind: str = "embedded"
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class ColdStart(SpecModel):
+    """The target is started (or restarted) and the time to the first good response is measured."""
+
+    enabled: bool = True
+    timeout: Duration = 300.0
+
+
+class ReplayPhase(SpecModel):
+    """After recovery, the original failing requests are sent again, byte for byte."""
+
+    enabled: bool = True
+    timeout: Duration = 120.0
+    max_samples: int = Field(200, ge=1)
+    concurrency: int = Field(8, ge=1)
+
+
+def _flag_or_model(value: object) -> object:
+    return {"enabled": value} if isinstance(value, bool) else value
+
+
+class Phases(SpecModel):
+    cold_start: ColdStart = ColdStart()
+    warmup: Duration = 0.0
+    baseline: Duration = 30.0
+    fault: Duration = 60.0
+    recovery: Duration = 30.0
+    replay: ReplayPhase = ReplayPhase()
+
+    @field_validator("cold_start", "replay", mode="before")
+    @classmethod
+    def _allow_bool(cls, value: object) -> object:
+        return _flag_or_model(value)
+
+    @field_validator("warmup", "baseline", "fault", "recovery")
+    @classmethod
+    def _not_negative(cls, value: float) -> float:
+        if value < 0:
+            raise ValueError(f"a phase cannot last a negative time, got {value:g}s")
+        return value
+
+    def loaded_length(self) -> float:
+        return self.warmup + self.baseline + self.fault + self.recovery
+
+
+class FaultSpec(SpecModel):
+    """One scheduled fault. ``start`` is an offset into the fault phase."""
+
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    kind: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    start: Duration = 0.0
+    duration: Duration | None = None   # default: to the end of the fault phase
+    selector: Selector = Selector()
+
+    @field_validator("start")
+    @classmethod
+    def _start_not_negative(cls, value: float) -> float:
+        if value < 0:
+            raise ValueError(f"start must not be negative, got {value:g}s")
+        return value
+
+    @field_validator("duration")
+    @classmethod
+    def _duration_positive(cls, value: float | None) -> float | None:
+        if value is not None and value <= 0:
+            raise ValueError(f"a fault must last a positive time, got {value:g}s")
+        return value
+
+
+class StopKind(str, enum.Enum):
+    ERROR_RATE = "error_rate"      # share of failed requests over the last `for`
+    LATENCY = "latency"            # client-side percentile of ttft/tpot/itl/e2e over the last `for`
+    METRIC = "metric"              # a scraped Prometheus sample (max over replicas) above a bound for `for`
+    MAX_DURATION = "max_duration"  # the whole drill may not run longer than `value`
+
+
+class StopCondition(SpecModel):
+    """Ends the fault phase early; the report says which condition fired and when."""
+
+    kind: StopKind
+    name: str | None = None
+    above: float | None = None
+    for_: Duration = Field(10.0, alias="for")
+    metric: Literal["ttft", "tpot", "itl", "e2e"] | str | None = None
+    percentile: float = Field(99.0, gt=0, lt=100.0001)
+    value: Duration | None = None
+    min_requests: int = Field(20, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _latency_bound_has_unit(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("kind") == "latency" and "above" in data:
+            from drill.units import parse_duration
+            data = {**data, "above": parse_duration(data["above"])}
+        return data
+
+    @model_validator(mode="after")
+    def _fields_for_kind(self) -> "StopCondition":
+        if self.kind is StopKind.MAX_DURATION:
+            if self.value is None:
+                raise ValueError("a max_duration stop condition needs 'value' (e.g. 15m)")
+            return self
+        if self.above is None:
+            raise ValueError(f"a {self.kind.value} stop condition needs 'above'")
+        if self.kind is StopKind.ERROR_RATE and not 0 <= float(self.above) <= 1:
+            raise ValueError(f"error_rate 'above' is a share between 0 and 1, got {self.above}")
+        if self.kind is StopKind.LATENCY and self.metric not in ("ttft", "tpot", "itl", "e2e"):
+            raise ValueError(f"a latency stop condition needs metric: ttft, tpot, itl or e2e (got {self.metric!r})")
+        if self.kind is StopKind.METRIC and not self.metric:
+            raise ValueError("a metric stop condition needs 'metric' (a Prometheus name, e.g. vllm:num_requests_waiting)")
+        return self
+
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        if self.kind is StopKind.MAX_DURATION:
+            return f"max_duration {self.value:g}s"
+        what = f"{self.metric} p{self.percentile:g}" if self.kind is StopKind.LATENCY else (self.metric or "error rate")
+        return f"{what} above {self.above} for {self.for_:g}s"
+
+
+class CheckSpec(SpecModel):
+    """``kind`` picks a ``drill.checks`` plugin; ``params`` (thresholds) are validated by its Params."""
+
+    kind: str
+    name: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class OtlpSpec(SpecModel):
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = Field(4318, ge=0, le=65535)   # 0 = any free port
+
+
+class MetricsSpec(SpecModel):
+    enabled: bool = True
+    interval: Duration = 1.0
+
+    @field_validator("interval")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError(f"the scrape interval must be positive, got {value:g}s")
+        return value
+
+
+class Drill(SpecModel):
+    schema_: Literal["drill/v1"] = Field("drill/v1", alias="schema")
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")
+    title: str | None = None
+    description: str | None = None
+    runbook: str | None = None
+    seed: int = 0
+    target: TargetSpec
+    scenario: Scenario | str
+    phases: Phases = Phases()
+    faults: list[FaultSpec] = Field(default_factory=list)
+    stop_conditions: list[StopCondition] = Field(default_factory=list)
+    checks: list[CheckSpec] = Field(default_factory=list)
+    slo: Slo = Field(default_factory=dict)
+    allowed_hosts: list[str] = Field(default_factory=list)
+    otlp: OtlpSpec = OtlpSpec()
+    metrics: MetricsSpec = MetricsSpec()
+
+    def fault_names(self) -> list[str]:
+        """Each fault's name, defaulting to ``<kind>-<index>``."""
+        return [f.name or f"{f.kind}-{i}" for i, f in enumerate(self.faults)]

@@ -1,0 +1,249 @@
+"""Scenario files (``scenarios/*.yaml``): the shape of production load.
+
+A scenario has one or more **pools** (e.g. ``interactive`` and ``batch``), each
+with its share of the arrivals or its own arrival process, a priority, an
+endpoint kind, streaming on/off, input and output token distributions, sampling
+parameters, a client timeout, a retry policy and its SLO. The arrival process
+is Poisson, gamma with a burstiness factor (vLLM bench's ``--burstiness``:
+1 = Poisson, < 1 burstier), constant, stages (ramp, step, spike), or the replay
+of a trace file in the Azure LLM inference format
+(``TIMESTAMP,ContextTokens,GeneratedTokens``). A seed makes the request set
+identical across runs.
+
+Distributions follow ``llm-serving-facts.md`` §7: production lengths are
+multimodal, so an empirical quantile table (inverse CDF with interpolation in
+log space) is the faithful choice; lognormal and gamma fits are available.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import Annotated, Literal
+
+from pydantic import BeforeValidator, Field, field_validator, model_validator
+
+from drill.spec.validation import SpecModel
+from drill.units import Duration
+
+__all__ = [
+    "Arrival", "ArrivalProcess", "Endpoint", "LengthDistribution", "Pool", "RetryPolicy", "Sampling",
+    "Scenario", "Slo", "Stage", "StageKind", "TraceReplay", "parse_rate", "SLO_METRICS",
+]
+
+
+def parse_rate(value: object) -> float:
+    """Requests per second: ``12``, ``12.5``, ``"12/s"``, ``"600/min"``."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a rate such as 10 or '600/min', got {value!r}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*/\s*(s|sec|min|m|h)\s*", str(value))
+    if not match:
+        raise ValueError(f"expected a rate in requests per second such as 10, '10/s' or '600/min', got {value!r}")
+    per = {"s": 1.0, "sec": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0}[match.group(2)]
+    return float(match.group(1)) / per
+
+
+Rate = Annotated[float, BeforeValidator(parse_rate), Field(ge=0)]
+
+
+class ArrivalProcess(str, enum.Enum):
+    POISSON = "poisson"
+    GAMMA = "gamma"
+    CONSTANT = "constant"
+    STAGES = "stages"
+    TRACE = "trace"
+
+
+class StageKind(str, enum.Enum):
+    RAMP = "ramp"     # linear from `from` to `to` over the stage
+    STEP = "step"     # constant `rate`
+    SPIKE = "spike"   # a short burst at `rate` (same as step; named for intent)
+
+
+class Stage(SpecModel):
+    kind: StageKind = StageKind.STEP
+    duration: Duration
+    rate: Rate | None = None
+    from_rate: Rate | None = Field(None, alias="from")
+    to_rate: Rate | None = Field(None, alias="to")
+
+    @model_validator(mode="after")
+    def _rates_for_kind(self) -> "Stage":
+        if self.duration <= 0:
+            raise ValueError(f"a stage needs a positive duration, got {self.duration:g}s")
+        if self.kind is StageKind.RAMP and (self.from_rate is None or self.to_rate is None):
+            raise ValueError("a ramp stage needs 'from' and 'to' rates")
+        if self.kind is not StageKind.RAMP and self.rate is None:
+            raise ValueError(f"a {self.kind.value} stage needs 'rate'")
+        return self
+
+
+class TraceReplay(SpecModel):
+    """Replay of an Azure-format CSV; ``file`` is relative to the scenario file."""
+
+    file: str
+    speedup: float = Field(1.0, gt=0)
+    start: Duration = 0.0          # offset into the trace
+    duration: Duration | None = None  # window length in trace time; None = to the end
+    use_lengths: bool = True       # take input/output tokens from the trace rows
+
+
+class Arrival(SpecModel):
+    process: ArrivalProcess = ArrivalProcess.POISSON
+    rate: Rate | None = None
+    burstiness: float = Field(1.0, gt=0)   # gamma shape; 1 = Poisson
+    stages: list[Stage] = Field(default_factory=list)
+    trace: TraceReplay | None = None
+
+    @model_validator(mode="after")
+    def _fields_for_process(self) -> "Arrival":
+        p = self.process
+        if p in (ArrivalProcess.POISSON, ArrivalProcess.GAMMA, ArrivalProcess.CONSTANT) and self.rate is None:
+            raise ValueError(f"a {p.value} arrival process needs 'rate' (requests per second)")
+        if p is ArrivalProcess.STAGES and not self.stages:
+            raise ValueError("a stages arrival process needs a non-empty 'stages' list")
+        if p is ArrivalProcess.TRACE and self.trace is None:
+            raise ValueError("a trace arrival process needs 'trace: {file: ...}'")
+        return self
+
+
+class DistributionKind(str, enum.Enum):
+    FIXED = "fixed"
+    UNIFORM = "uniform"
+    LOGNORMAL = "lognormal"
+    GAMMA = "gamma"
+    EMPIRICAL = "empirical"
+    TRACE = "trace"   # lengths come from the trace rows (trace arrivals only)
+
+
+class LengthDistribution(SpecModel):
+    """Token-length distribution. Samples are rounded and clipped to [min, max]."""
+
+    dist: DistributionKind
+    value: int | None = Field(None, ge=1)                 # fixed
+    mu: float | None = None                                # lognormal (of ln tokens)
+    sigma: float | None = Field(None, gt=0)
+    shape: float | None = Field(None, gt=0)                # gamma
+    scale: float | None = Field(None, gt=0)
+    quantiles: list[float] | None = None                   # empirical: equally spaced q0..q100
+    min: int = Field(1, ge=1)
+    max: int = Field(1_000_000, ge=1)
+
+    @model_validator(mode="after")
+    def _params_for_kind(self) -> "LengthDistribution":
+        needs = {
+            DistributionKind.FIXED: ("value",), DistributionKind.LOGNORMAL: ("mu", "sigma"),
+            DistributionKind.GAMMA: ("shape", "scale"), DistributionKind.EMPIRICAL: ("quantiles",),
+            DistributionKind.UNIFORM: (),
+        }.get(self.dist, ())
+        missing = [n for n in needs if getattr(self, n) is None]
+        if missing:
+            raise ValueError(f"a {self.dist.value} distribution needs {', '.join(missing)}")
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is greater than max ({self.max})")
+        q = self.quantiles
+        if q is not None and (len(q) < 2 or any(b < a for a, b in zip(q, q[1:])) or q[0] <= 0):
+            raise ValueError("quantiles must be at least 2 positive values in non-decreasing order")
+        return self
+
+
+class Endpoint(str, enum.Enum):
+    CHAT = "chat"
+    COMPLETIONS = "completions"
+
+
+class Sampling(SpecModel):
+    temperature: float = Field(0.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    seed: int | None = None
+    ignore_eos: bool = True   # generate exactly the sampled output length (vLLM extension)
+
+
+class RetryOn(str, enum.Enum):
+    REFUSED = "refused"            # 429 / 503
+    SERVER_ERROR = "server_error"  # other 5xx
+    TIMEOUT = "timeout"
+    CONNECTION = "connection"      # connect error / reset
+
+
+class RetryPolicy(SpecModel):
+    """Client retries: ``attempts`` counts extra tries after the first (0 = none)."""
+
+    attempts: int = Field(0, ge=0, le=20)
+    backoff: Duration = 0.2
+    multiplier: float = Field(2.0, ge=1)
+    max_backoff: Duration = 10.0
+    jitter: Literal["none", "full", "equal"] = "full"
+    on: list[RetryOn] = Field(default_factory=lambda: [RetryOn.REFUSED, RetryOn.SERVER_ERROR,
+                                                        RetryOn.TIMEOUT, RetryOn.CONNECTION])
+
+
+SLO_METRICS = ("ttft", "tpot", "itl", "e2e")
+_SLO_KEY = re.compile(r"^(ttft|tpot|itl|e2e)_p(50|90|95|99|99\.9|999)$")
+
+
+def _check_slo_keys(value: object) -> object:
+    if isinstance(value, dict):
+        for key in value:
+            if not isinstance(key, str) or not _SLO_KEY.match(key):
+                raise ValueError(
+                    f"unknown SLO {key!r}; write <metric>_p<percentile> with metric one of "
+                    f"{', '.join(SLO_METRICS)} and percentile 50, 90, 95, 99 or 99.9 (e.g. ttft_p95: 2s)"
+                )
+    return value
+
+
+#: ``{"ttft_p95": 2.0, "tpot_p99": 0.1}``: each a latency bound in seconds at a percentile.
+Slo = Annotated[dict[str, Duration], BeforeValidator(_check_slo_keys)]
+
+
+class Pool(SpecModel):
+    name: str = Field(pattern=r"^[a-z][a-z0-9_-]*$")
+    share: float | None = Field(None, gt=0, le=1)
+    arrival: Arrival | None = None
+    priority: int = 0
+    endpoint: Endpoint = Endpoint.CHAT
+    stream: bool = True
+    input_tokens: LengthDistribution
+    output_tokens: LengthDistribution
+    prefix_tokens: int = Field(0, ge=0)   # a shared prefix (system prompt) for prefix-cache hits
+    sampling: Sampling = Sampling()
+    timeout: Duration = 60.0
+    retry: RetryPolicy = RetryPolicy()
+    slo: Slo = Field(default_factory=dict)
+
+
+class Scenario(SpecModel):
+    name: str | None = None
+    description: str | None = None
+    seed: int = 0
+    duration: Duration | None = None        # default length for `drill load`
+    arrival: Arrival | None = None          # shared by pools that have a `share`
+    max_in_flight: int = Field(1000, ge=1)  # beyond it, arrivals are client-side drops
+    model: str | None = None                # default: the first model from /v1/models
+    pools: list[Pool] = Field(min_length=1)
+
+    @field_validator("pools")
+    @classmethod
+    def _unique_pool_names(cls, pools: list[Pool]) -> list[Pool]:
+        names = [p.name for p in pools]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"pool names must be unique; repeated: {', '.join(dupes)}")
+        return pools
+
+    @model_validator(mode="after")
+    def _shares_and_arrivals(self) -> "Scenario":
+        shared = [p for p in self.pools if p.arrival is None]
+        if shared and self.arrival is None:
+            names = ", ".join(p.name for p in shared)
+            raise ValueError(f"pools without their own 'arrival' ({names}) need a scenario-level 'arrival'")
+        if shared:
+            shares = [p.share if p.share is not None else (1.0 if len(shared) == 1 else None) for p in shared]
+            if any(s is None for s in shares):
+                raise ValueError("when several pools share the scenario's arrival process, each needs a 'share'")
+            if abs(sum(shares) - 1.0) > 1e-6:
+                raise ValueError(f"pool shares sum to {sum(shares):g}; they must sum to 1")
+        return self

@@ -1,0 +1,165 @@
+"""Validate located YAML data against pydantic models, collecting located diagnostics.
+
+Models are the single source of truth for what a file may contain; this module
+only translates pydantic's error list into :class:`Diagnostic` items that point
+at ``file:line:col`` with a key path, the bad value, what was expected and a
+did-you-mean hint.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import types
+import typing
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from drill.spec.diagnostics import Diagnostic, KeyPath, describe_value, did_you_mean, format_path
+from drill.spec.yamlio import Locations
+
+__all__ = ["SpecModel", "validate_model", "allowed_keys"]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class SpecModel(BaseModel):
+    """Base of every model read from a user's file: frozen, unknown keys are errors."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+def validate_model(model: type[M], data: object, locations: Locations, prefix: KeyPath = ()
+                   ) -> tuple[M | None, list[Diagnostic]]:
+    """Validate ``data`` (found at ``prefix`` of the document) as ``model``.
+
+    Returns the instance, or None and every problem found.
+    """
+    try:
+        return model.model_validate(data), []
+    except ValidationError as exc:
+        diagnostics = [_diagnostic(model, err, data, locations, prefix) for err in exc.errors(include_url=False)]
+        return None, diagnostics
+
+
+def _clean_loc(loc: tuple) -> KeyPath:
+    """Drop pydantic's internal loc parts (validator and union member names)."""
+    return tuple(p for p in loc if isinstance(p, int) or not _INTERNAL_LOC.match(str(p)))
+
+
+_INTERNAL_LOC = re.compile(r"^(function-|[a-z_]+\[|tagged-union|json-or-python|chain\[|lax-or-strict)")
+
+
+def _diagnostic(model: type[BaseModel], err: dict, data: object, locations: Locations,
+                prefix: KeyPath) -> Diagnostic:
+    loc = _clean_loc(tuple(err["loc"]))
+    path = prefix + loc
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return _unknown_key(model, loc, path, locations)
+    if kind == "missing":
+        parent_keys = allowed_keys(model, loc[:-1])
+        hint = f"add '{loc[-1]}:'" + (f" (keys here: {', '.join(sorted(parent_keys))})" if parent_keys else "")
+        return Diagnostic(locations.of(path[:-1]), path, f"missing required key '{loc[-1]}'", hint=hint)
+    message, hint = _explain(err, model, loc)
+    return Diagnostic(locations.of(path), path, message, hint=hint)
+
+
+def _unknown_key(model: type[BaseModel], loc: KeyPath, path: KeyPath, locations: Locations) -> Diagnostic:
+    known = sorted(allowed_keys(model, loc[:-1]))
+    suggestion = did_you_mean(loc[-1], known)
+    hint = f"did you mean '{suggestion}'?" if suggestion else None
+    if known and not suggestion:
+        hint = f"keys allowed here: {', '.join(known)}"
+    where = format_path(path[:-1]) or "the top level"
+    return Diagnostic(locations.of(path, key=True), path, f"unknown key '{loc[-1]}' in {where}", hint=hint)
+
+
+_EXPECTED = {
+    "int_type": "an integer", "int_parsing": "an integer", "int_from_float": "a whole number",
+    "float_type": "a number", "float_parsing": "a number", "bool_type": "true or false",
+    "bool_parsing": "true or false", "string_type": "text", "list_type": "a list",
+    "dict_type": "a mapping", "model_type": "a mapping", "model_attributes_type": "a mapping",
+    "tuple_type": "a list", "none_required": "nothing (null)",
+}
+
+
+def _explain(err: dict, model: type[BaseModel], loc: KeyPath) -> tuple[str, str | None]:
+    kind, value = err["type"], err.get("input")
+    ctx = err.get("ctx") or {}
+    got = describe_value(value)
+    if kind in _EXPECTED:
+        return f"expected {_EXPECTED[kind]}, got {got}", None
+    if kind in ("literal_error", "enum"):
+        expected = str(ctx.get("expected", ""))
+        options = re.findall(r"'([^']*)'", expected)
+        suggestion = did_you_mean(value, options)
+        hint = f"did you mean '{suggestion}'?" if suggestion else None
+        return f"expected one of {expected}, got {got}", hint
+    if kind == "value_error":
+        text = str(ctx.get("error", err["msg"]))
+        return f"{text} (got {got})" if "got" not in text else text, None
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "multiple_of"):
+        bound = err["msg"].replace("Input should be ", "")
+        return f"expected a value {bound}, got {got}", None
+    if kind in ("too_short", "too_long", "string_too_short", "string_too_long"):
+        return f"{err['msg'].replace('Input', 'value').replace('List', 'list')}, got {got}", None
+    if kind == "string_pattern_mismatch":
+        return f"expected text matching {ctx.get('pattern')}, got {got}", None
+    return f"{err['msg']} (got {got})", None
+
+
+def allowed_keys(model: type[BaseModel], loc: KeyPath) -> set[str]:
+    """The field names (and aliases) accepted at ``loc`` inside ``model``; empty if unknown."""
+    current: Any = model
+    for part in loc:
+        current = _descend(current, part)
+        if current is None:
+            return set()
+    current = _model_in(current)
+    if current is None:
+        return set()
+    names: set[str] = set()
+    for name, info in current.model_fields.items():
+        names.add(info.alias or name)
+    return names
+
+
+def _descend(annotation: Any, part: object) -> Any:
+    annotation = _unwrap(annotation)
+    if isinstance(part, int):
+        args = typing.get_args(annotation)
+        return args[0] if args else None
+    model = _model_in(annotation)
+    if model is not None:
+        for name, info in model.model_fields.items():
+            if part in (name, info.alias):
+                return info.annotation
+        return None
+    if typing.get_origin(annotation) is dict:
+        return typing.get_args(annotation)[1]
+    return None
+
+
+def _unwrap(annotation: Any) -> Any:
+    while typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    return annotation
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The BaseModel class in ``annotation`` (directly or inside Optional/Union)."""
+    annotation = _unwrap(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            found = _model_in(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def enum_values(enum_cls: type[enum.Enum]) -> list[str]:
+    return [str(m.value) for m in enum_cls]

@@ -1,0 +1,320 @@
+"""The stack's front door: ``python -m drill.stack.router --spec router.json``.
+
+An OpenAI-compatible router (stack-contracts.md §4) over the replicas: the same endpoints as a
+replica, requests spread by ``router.policy`` (least outstanding requests, or round robin) over
+the replicas that pass ``GET /health`` every ``health_check_interval``; a replica whose
+connection fails leaves rotation at once and returns after its next good check. Retries and the
+Idempotency-Key store are described in :mod:`drill.stack.router_proxy` and
+:mod:`drill.stack.routing`. ``/metrics`` and the tracer: :mod:`drill.stack.router_telemetry`.
+
+Admin API (contracts §5; loopback only, ``Authorization: Bearer <admin_token>``):
+``GET /admin/state``, ``GET /admin/config``, ``PATCH /admin/config`` with any of ``retries``
+(merged key by key), ``idempotency``, ``policy``, ``health_check_interval``; it answers
+``{"previous": <config>, "config": <config>}`` so a fault can PATCH ``previous`` back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hmac
+import ipaddress
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+import httpx
+from opentelemetry import propagate, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from drill.stack.config import RouterConfig
+from drill.stack.http import HttpError, HttpRequest, HttpResponse, HttpServer, ResponseStream, Router
+from drill.stack.router_proxy import Attempt, Outcome, Tee, forward_headers
+from drill.stack.router_telemetry import RouterMetrics, make_tracer
+from drill.stack.routing import CachedResponse, IdempotencyStore, KeyOutcome, ReplicaPool, ReplicaState, fingerprint
+
+__all__ = ["Gateway", "RouterSpec", "UpstreamSpec", "main"]
+
+log = logging.getLogger("drill.stack.router")
+_PROXIED = (("POST", "/v1/completions"), ("POST", "/v1/chat/completions"), ("GET", "/v1/models"),
+            ("GET", "/version"))
+
+
+class UpstreamSpec(BaseModel):
+    """One replica as the router reaches it (``url``: through its Toxiproxy proxy when there is one)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    index: int
+    url: str
+
+
+class RouterSpec(BaseModel):
+    """What the router process is told at start (written by the supervisor)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(0, ge=0, le=65535)
+    replicas: tuple[UpstreamSpec, ...]
+    router: RouterConfig = RouterConfig()
+    admin_token: str = Field(min_length=8)
+    otlp_endpoint: str | None = None
+    ready_file: Path | None = None
+
+
+class Gateway:
+    """The router's state and handlers; :meth:`start` binds, :meth:`close` stops."""
+
+    def __init__(self, spec: RouterSpec) -> None:
+        self.spec = spec
+        self.config = spec.router
+        self.pool = ReplicaPool([ReplicaState(u.name, u.index, u.url.rstrip("/")) for u in spec.replicas],
+                                spec.router.policy)
+        self.store = IdempotencyStore()
+        self.metrics = RouterMetrics()
+        self.tracer, self._provider = make_tracer(spec.otlp_endpoint)
+        limits = httpx.Limits(max_connections=2000, max_keepalive_connections=256)
+        self.client = httpx.AsyncClient(limits=limits, trust_env=False)
+        self.health_client = httpx.AsyncClient(trust_env=False)
+        self.server = HttpServer(self._routes(), host=spec.host, port=spec.port)
+        self._health_task: asyncio.Task | None = None
+        self._checks: set[asyncio.Task] = set()
+
+    def _routes(self) -> Router:
+        router = Router()
+        for method, path in _PROXIED:
+            router.add(method, path, self.handle_proxy)
+        router.add("GET", "/health", self.handle_health)
+        router.add("GET", "/metrics", self.handle_metrics)
+        router.add("GET", "/admin/state", self.handle_state)
+        router.add("GET", "/admin/config", self.handle_get_config)
+        router.add("PATCH", "/admin/config", self.handle_patch_config)
+        return router
+
+    async def start(self) -> None:
+        """Run the first health check, bind, and start the health loop."""
+        await self.check_all()
+        await self.server.start()
+        self._health_task = asyncio.create_task(self._health_loop())
+
+    async def close(self) -> None:
+        """Stop the health loop and the server, close clients, flush spans."""
+        if self._health_task is not None:
+            self._health_task.cancel()
+        await self.server.close(grace_s=1.0)
+        await self.client.aclose()
+        await self.health_client.aclose()
+        if self._provider is not None:
+            self._provider.shutdown()
+
+    # -- health ------------------------------------------------------------------------------
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.health_check_interval)
+            await self.check_all()
+
+    async def check_all(self) -> None:
+        """Check every replica once, concurrently."""
+        await asyncio.gather(*(self.check(r) for r in self.pool.replicas))
+
+    async def check(self, replica: ReplicaState) -> None:
+        """``GET /health`` of one replica: 200 keeps it in rotation, anything else takes it out."""
+        timeout = min(5.0, max(0.5, self.config.health_check_interval))
+        try:
+            response = await self.health_client.get(replica.url + "/health", timeout=timeout)
+            healthy, error = response.status_code == 200, f"HTTP {response.status_code}"
+        except httpx.HTTPError as exc:
+            healthy, error = False, type(exc).__name__
+        self._mark(replica, healthy, None if healthy else error)
+
+    def _mark(self, replica: ReplicaState, healthy: bool, error: str | None) -> None:
+        if self.pool.mark(replica, healthy, error):
+            log.log(logging.INFO if healthy else logging.WARNING, "replica %s is %s%s", replica.name,
+                    "healthy" if healthy else "unhealthy", f" ({error})" if error else "")
+        self.metrics.healthy.labels(replica.name).set(1 if healthy else 0)
+
+    def _check_soon(self, replica: ReplicaState) -> None:
+        task = asyncio.create_task(self.check(replica))
+        self._checks.add(task)
+        task.add_done_callback(self._checks.discard)
+
+    # -- proxying ----------------------------------------------------------------------------
+    async def handle_proxy(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse | None:
+        """An OpenAI endpoint: through the Idempotency-Key store (when on), then upstream."""
+        config = self.config
+        key = request.headers.get("idempotency-key")
+        with self.tracer.start_as_current_span(f"{request.method} {request.path}", kind=SpanKind.SERVER,
+                                               context=propagate.extract(request.headers)) as span:
+            span.set_attribute("http.route", request.path)
+            try:
+                if config.idempotency and key:
+                    span.set_attribute("drill.idempotency_key", key)
+                    response = await self._idempotent(request, stream, key, config)
+                else:
+                    response = await self._forward(request, stream, stream, config)
+            except HttpError as exc:
+                self.metrics.requests.labels(request.path, str(exc.status)).inc()
+                raise
+            status = response.status if response is not None else 200
+            span.set_attribute("http.response.status_code", status)
+            if status >= 500:
+                span.set_status(Status(StatusCode.ERROR, f"HTTP {status}"))
+            self.metrics.requests.labels(request.path, str(status)).inc()
+            return response
+
+    async def _idempotent(self, request: HttpRequest, stream: ResponseStream, key: str,
+                          config: RouterConfig) -> HttpResponse | None:
+        outcome, first = self.store.begin(key, fingerprint(request.method, request.path, request.body))
+        if outcome is KeyOutcome.MISMATCH:
+            self.metrics.conflicts.inc()
+            raise HttpError(422, f"Idempotency-Key {key!r} was already used with a different request body",
+                            type="UnprocessableEntityError")
+        if outcome is KeyOutcome.REPLAY:
+            cached = await asyncio.shield(first)
+            self.metrics.replays.inc()
+            return HttpResponse(cached.status, cached.body, cached.content_type, cached.headers)
+        tee = Tee(stream)
+        try:
+            response = await self._forward(request, stream, tee, config)
+        except BaseException:
+            self.store.finish(key, CachedResponse(502, "application/json", b'{"error":"router failed"}'))
+            raise
+        self.store.finish(key, tee.cached() if response is None else
+                          CachedResponse(response.status, response.content_type, response.body, response.headers))
+        return response
+
+    async def _forward(self, request: HttpRequest, stream: ResponseStream, out: ResponseStream | Tee,
+                       config: RouterConfig) -> HttpResponse | None:
+        headers = forward_headers(request.headers)
+        outcome = Outcome(done=False)
+        for number in range(1, config.retries.attempts + 2):
+            replica = self.pool.pick()
+            if replica is None:
+                return outcome.fallback or HttpError(503, "no healthy replica: every replica failed its "
+                                                          "health check", type="Service Unavailable").response()
+            if number > 1:
+                self.metrics.retries.labels(outcome.failure.value if outcome.failure else "none").inc()
+            outcome = await self._attempt(Attempt(self.client, self.tracer, config, request, headers, number,
+                                                  replica, out))
+            if outcome.done:
+                return outcome.response
+            if outcome.failure not in config.retries.on or stream.disconnected:
+                break
+        return outcome.fallback
+
+    async def _attempt(self, attempt: Attempt) -> Outcome:
+        replica = attempt.replica
+        self.pool.acquire(replica)
+        self.metrics.attempts.labels(replica.name).inc()
+        self.metrics.outstanding.labels(replica.name).set(replica.outstanding)
+        try:
+            outcome = await attempt.run()
+        finally:
+            self.pool.release(replica)
+            self.metrics.outstanding.labels(replica.name).set(replica.outstanding)
+        if outcome.error_kind:
+            self.metrics.upstream_errors.labels(replica.name, outcome.error_kind).inc()
+            if outcome.error_kind in ("connect", "read"):  # out until the next periodic check
+                self._mark(replica, False, f"{outcome.error_kind} error")
+            else:
+                self._check_soon(replica)
+        return outcome
+
+    # -- own endpoints -----------------------------------------------------------------------
+    async def handle_health(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse:
+        """200 while at least one replica is in rotation, else 503."""
+        if self.pool.healthy():
+            return HttpResponse(200, b"", "text/plain")
+        raise HttpError(503, "no healthy replica", type="Service Unavailable")
+
+    async def handle_metrics(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse:
+        """The router's own counters in Prometheus text format."""
+        return HttpResponse(200, self.metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
+
+    def _admin(self, request: HttpRequest) -> None:
+        if not _is_loopback(request.peer_host):
+            raise HttpError(403, "the admin API answers loopback clients only", type="Forbidden")
+        sent = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+        if not hmac.compare_digest(sent.encode(), self.spec.admin_token.encode()):
+            raise HttpError(401, "missing or wrong admin token (Authorization: Bearer <admin_token>)",
+                            type="Unauthorized")
+
+    async def handle_state(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse:
+        """Replicas with health and outstanding counts, and the current config."""
+        self._admin(request)
+        return HttpResponse.json({"pid": os.getpid(), "replicas": [r.as_json() for r in self.pool.replicas],
+                                  "idempotency_keys": len(self.store),
+                                  "config": self.config.model_dump(mode="json")})
+
+    async def handle_get_config(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse:
+        """The router config in force."""
+        self._admin(request)
+        return HttpResponse.json(self.config.model_dump(mode="json"))
+
+    async def handle_patch_config(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse:
+        """Change retries/idempotency/policy/interval; answers the previous and the new config."""
+        self._admin(request)
+        patch = request.json()
+        if not isinstance(patch, dict):
+            raise HttpError(400, "expected a JSON object with any of retries, idempotency, policy, "
+                                 "health_check_interval")
+        previous = self.config.model_dump(mode="json")
+        merged = {**previous, **patch}
+        if isinstance(patch.get("retries"), dict):
+            merged["retries"] = {**previous["retries"], **patch["retries"]}
+        try:
+            self.config = RouterConfig.model_validate(merged)
+        except ValidationError as exc:
+            raise HttpError(400, f"invalid router config: {_first_error(exc)}") from exc
+        self.pool.policy = self.config.policy
+        return HttpResponse.json({"previous": previous, "config": self.config.model_dump(mode="json")})
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    return f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
+
+
+def _is_loopback(host: str | None) -> bool:
+    try:
+        return host is not None and ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+async def serve(spec: RouterSpec) -> None:
+    """Run the router until SIGTERM/SIGINT. Writes ``ready_file`` (pid, port, url) once bound."""
+    gateway = Gateway(spec)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await gateway.start()
+    if spec.ready_file is not None:
+        ready = {"pid": os.getpid(), "port": gateway.server.port, "url": gateway.server.url}
+        spec.ready_file.write_text(json.dumps(ready), encoding="utf-8")
+    log.info("router listening on %s over %d replicas", gateway.server.url, len(spec.replicas))
+    await stop.wait()
+    await gateway.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; exit 0 on SIGTERM/SIGINT."""
+    parser = argparse.ArgumentParser(prog="python -m drill.stack.router")
+    parser.add_argument("--spec", required=True, type=Path, help="RouterSpec JSON file")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s router %(levelname)s %(message)s",
+                        stream=sys.stderr)
+    spec = RouterSpec.model_validate_json(args.spec.read_text(encoding="utf-8"))
+    asyncio.run(serve(spec))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""One request through the router: upstream attempts, retries as a naive gateway makes them,
+streaming passed through chunk by chunk, and the Idempotency-Key store in front.
+
+Retry rules (stack-contracts.md §1 ``router.retries``; off by default): an attempt *fails* with
+``error`` (connect/read failure, or a 5xx answer) or ``timeout`` (no answer, or no next chunk,
+within ``retries.timeout``). A failed attempt whose reason is listed in ``retries.on`` is re-sent
+unchanged — same body, same ``X-Request-Id`` and ``Idempotency-Key`` — to whichever replica the
+policy picks next, up to ``retries.attempts`` extra times. The abandoned attempt may already have
+been admitted by its replica: that is how duplicate side effects arise. A stream is retried only
+before its first byte reached the client; the router holds the status line back until the first
+upstream chunk so that a replica dying during prefill is still retryable. After that, an upstream
+failure ends the stream with a vLLM-style error event and ``data: [DONE]``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import httpx
+from opentelemetry import propagate, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from drill.stack.config import RetryOn, RouterConfig
+from drill.stack.http import HttpRequest, HttpResponse, ResponseStream, error_body
+from drill.stack.routing import CachedResponse, ReplicaState
+
+__all__ = ["Attempt", "Outcome", "Tee", "forward_headers", "sse_error"]
+
+_HOP_BY_HOP = frozenset({"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te",
+                         "upgrade", "expect", "proxy-authorization", "proxy-connection", "trailer"})
+_PASS_BACK = ("x-request-id",)
+
+
+def forward_headers(headers: dict[str, str]) -> dict[str, str]:
+    """The client's headers minus hop-by-hop ones (``traceparent`` is re-injected per attempt)."""
+    return {k: v for k, v in headers.items() if k not in _HOP_BY_HOP}
+
+
+def sse_error(message: str, status: int = 502) -> bytes:
+    """A mid-stream error event followed by ``[DONE]`` (llm-serving-facts.md §3.1)."""
+    body = json.dumps(error_body(message, "BadGateway", status), separators=(",", ":"))
+    return f"data: {body}\n\ndata: [DONE]\n\n".encode()
+
+
+@dataclass
+class Outcome:
+    """How one attempt ended: ``done`` (answered or streamed; nothing to retry) or ``failure``
+    with the answer to give if no retry follows (``fallback``)."""
+
+    done: bool
+    response: HttpResponse | None = None
+    failure: RetryOn | None = None
+    fallback: HttpResponse | None = None
+    error_kind: str | None = None
+
+
+class Tee:
+    """Wraps the client's stream and keeps a copy for the Idempotency-Key store.
+
+    While capturing it reports every write as delivered, so the router reads the upstream to
+    the end even after the client left: a retry with the same key then gets the whole answer.
+    """
+
+    def __init__(self, stream: ResponseStream) -> None:
+        self.stream = stream
+        self.status = 200
+        self.content_type = "text/event-stream; charset=utf-8"
+        self.chunks: list[bytes] = []
+
+    @property
+    def started(self) -> bool:
+        return self.stream.started
+
+    def start(self, status: int, content_type: str, headers: tuple[tuple[str, str], ...] = ()) -> None:
+        self.status, self.content_type = status, content_type
+        self.stream.start(status, content_type, headers)
+
+    def write(self, data: bytes) -> bool:
+        self.chunks.append(data)
+        self.stream.write(data)
+        return True
+
+    def end(self) -> None:
+        self.stream.end()
+
+    def cached(self) -> CachedResponse:
+        """The complete streamed answer."""
+        return CachedResponse(self.status, self.content_type, b"".join(self.chunks))
+
+
+@dataclass
+class Attempt:
+    """Sends one attempt of ``request`` to ``replica`` and relays its answer to ``out``."""
+
+    client: httpx.AsyncClient
+    tracer: trace.Tracer
+    config: RouterConfig
+    request: HttpRequest
+    headers: dict[str, str]
+    number: int
+    replica: ReplicaState
+    out: ResponseStream | Tee
+    span_attributes: dict[str, object] = field(default_factory=dict)
+
+    def _timeout(self) -> httpx.Timeout:
+        limit = self.config.retries.timeout
+        return httpx.Timeout(limit, connect=min(5.0, limit))
+
+    async def run(self) -> Outcome:
+        """Run the attempt under a CLIENT span carrying ``drill.attempt`` and ``drill.upstream``."""
+        attributes = {"drill.attempt": self.number, "drill.upstream": self.replica.name,
+                      "http.request.method": self.request.method, "url.full": self.replica.url + self.request.path}
+        with self.tracer.start_as_current_span(f"{self.request.method} upstream", kind=SpanKind.CLIENT,
+                                               attributes=attributes) as span:
+            headers = dict(self.headers)
+            propagate.inject(headers)
+            outcome = await self._send(headers)
+            if outcome.failure is not None:
+                span.set_status(Status(StatusCode.ERROR, f"{outcome.failure.value}: {outcome.error_kind}"))
+            return outcome
+
+    async def _send(self, headers: dict[str, str]) -> Outcome:
+        target = self.replica.url + self.request.path + (f"?{self.request.query}" if self.request.query else "")
+        upstream = self.client.build_request(self.request.method, target, content=self.request.body,
+                                             headers=headers, timeout=self._timeout())
+        try:
+            response = await self.client.send(upstream, stream=True)
+        except httpx.TimeoutException:
+            return self._failed(RetryOn.TIMEOUT, "timeout", 504)
+        except httpx.TransportError as exc:
+            return self._failed(RetryOn.ERROR, "connect" if isinstance(exc, httpx.ConnectError) else "read", 502)
+        try:
+            trace.get_current_span().set_attribute("http.response.status_code", response.status_code)
+            if response.status_code >= 500:
+                return await self._upstream_5xx(response)
+            if response.headers.get("content-type", "").startswith("text/event-stream"):
+                return await self._relay_stream(response)
+            return await self._relay_body(response)
+        finally:
+            await response.aclose()
+
+    def _failed(self, reason: RetryOn, kind: str, status: int, fallback: HttpResponse | None = None) -> Outcome:
+        message = f"upstream {self.replica.name} failed ({kind})"
+        fallback = fallback or HttpResponse.json(error_body(message, "BadGateway" if status == 502
+                                                            else "GatewayTimeout", status), status)
+        return Outcome(done=False, failure=reason, fallback=fallback, error_kind=kind)
+
+    async def _upstream_5xx(self, response: httpx.Response) -> Outcome:
+        try:
+            body = await response.aread()
+        except httpx.HTTPError:
+            body = b""
+        answer = HttpResponse(response.status_code, body, response.headers.get("content-type", "application/json"),
+                              self._pass_back(response))
+        return self._failed(RetryOn.ERROR, "status_5xx", response.status_code, answer)
+
+    async def _relay_body(self, response: httpx.Response) -> Outcome:
+        try:
+            body = await response.aread()
+        except httpx.TimeoutException:
+            return self._failed(RetryOn.TIMEOUT, "timeout", 504)
+        except httpx.TransportError:
+            return self._failed(RetryOn.ERROR, "read", 502)
+        content_type = response.headers.get("content-type", "application/json")
+        return Outcome(done=True, response=HttpResponse(response.status_code, body, content_type,
+                                                        self._pass_back(response)))
+
+    async def _relay_stream(self, response: httpx.Response) -> Outcome:
+        chunks = response.aiter_raw()
+        try:
+            first = await anext(chunks, b"")
+        except httpx.TimeoutException:
+            return self._failed(RetryOn.TIMEOUT, "timeout", 504)
+        except httpx.TransportError:
+            return self._failed(RetryOn.ERROR, "read", 502)
+        self.out.start(response.status_code, response.headers["content-type"], self._pass_back(response))
+        if self.out.write(first):
+            await self._pump(chunks)
+        self.out.end()
+        return Outcome(done=True)
+
+    async def _pump(self, chunks) -> None:
+        """Relay the rest of the stream; a failure now can only end it with an error event."""
+        try:
+            async for chunk in chunks:
+                if not self.out.write(chunk):
+                    return  # the client left: closing the upstream aborts the request there
+        except httpx.HTTPError as exc:
+            trace.get_current_span().set_status(Status(StatusCode.ERROR, f"mid-stream: {type(exc).__name__}"))
+            self.out.write(sse_error(f"upstream {self.replica.name} failed mid-stream ({type(exc).__name__})"))
+
+    @staticmethod
+    def _pass_back(response: httpx.Response) -> tuple[tuple[str, str], ...]:
+        return tuple((name, response.headers[name]) for name in _PASS_BACK if name in response.headers)

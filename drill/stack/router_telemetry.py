@@ -1,0 +1,73 @@
+"""The router's own ``/metrics`` counters and its OpenTelemetry tracer.
+
+Metrics (Prometheus text, one registry per router, nothing global)::
+
+    drill_router_requests_total{route,status}            requests answered, by final status
+    drill_router_attempts_total{replica}                 upstream attempts sent
+    drill_router_retries_total{reason}                   attempts after the first (error|timeout)
+    drill_router_upstream_errors_total{replica,kind}     connect|read|timeout|status_5xx
+    drill_router_idempotent_replays_total                answers served from the Idempotency-Key store
+    drill_router_idempotency_conflicts_total             same key, different body (422)
+    drill_router_replica_healthy{replica}                1 in rotation, 0 out
+    drill_router_outstanding_requests{replica}           attempts in flight
+
+Tracing (stack-contracts.md §7): service ``drill-router``; a SERVER span per request and a CLIENT
+child per upstream attempt with ``drill.attempt`` (1-based) and ``drill.upstream`` (replica name),
+exported over OTLP/HTTP protobuf with a BatchSpanProcessor when an endpoint is given. Without
+one the tracer is a no-op that still passes the caller's ``traceparent`` upstream.
+"""
+
+from __future__ import annotations
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+__all__ = ["RouterMetrics", "make_tracer"]
+
+SERVICE_NAME = "drill-router"
+
+
+class RouterMetrics:
+    """Counters and gauges of one router; :meth:`render` is the ``/metrics`` body."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter("drill_router_requests", "Requests answered by the router",
+                                ["route", "status"], registry=r)
+        self.attempts = Counter("drill_router_attempts", "Upstream attempts sent", ["replica"], registry=r)
+        self.retries = Counter("drill_router_retries", "Upstream attempts after the first", ["reason"],
+                               registry=r)
+        self.upstream_errors = Counter("drill_router_upstream_errors", "Failed upstream attempts",
+                                       ["replica", "kind"], registry=r)
+        self.replays = Counter("drill_router_idempotent_replays", "Answers replayed for a known Idempotency-Key",
+                               registry=r)
+        self.conflicts = Counter("drill_router_idempotency_conflicts",
+                                 "Requests refused: known Idempotency-Key with a different body", registry=r)
+        self.healthy = Gauge("drill_router_replica_healthy", "1 when the replica is in rotation",
+                             ["replica"], registry=r)
+        self.outstanding = Gauge("drill_router_outstanding_requests", "Upstream attempts in flight",
+                                 ["replica"], registry=r)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every metric."""
+        return generate_latest(self.registry)
+
+
+def make_tracer(otlp_endpoint: str | None) -> tuple[trace.Tracer, TracerProvider | None]:
+    """The router's tracer and, when exporting, its provider (the caller shuts it down).
+
+    ``otlp_endpoint`` is the collector's base URL or its ``…/v1/traces`` URL.
+    """
+    if not otlp_endpoint:
+        return trace.NoOpTracer(), None
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    endpoint = otlp_endpoint if otlp_endpoint.rstrip("/").endswith("/v1/traces") \
+        else otlp_endpoint.rstrip("/") + "/v1/traces"
+    provider = TracerProvider(resource=Resource.create({"service.name": SERVICE_NAME}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, timeout=5)))
+    return provider.get_tracer("drill.stack.router"), provider

@@ -1,0 +1,269 @@
+"""The OpenAI-compatible HTTP API of a replica (stack-contracts.md §4; formats: llm-serving-facts.md §3).
+
+:class:`OpenAIApi` registers ``POST /v1/completions``, ``POST /v1/chat/completions``,
+``GET /v1/models``, ``GET /health``, ``GET /metrics`` and ``GET /version`` on a
+:class:`~drill.stack.http.Router`. A generation request is validated, turned into an engine
+:class:`~drill.stack.request.Request` whose sink writes SSE events straight to the socket from the
+engine's step loop (or collects the text for a plain response), and aborted (finish reason
+``abort``) when the client disconnects.
+
+Answers as vLLM gives them: 400 for a prompt over the context length, 404 for an unknown model,
+503 + ``Retry-After`` when admission control refuses or ``max_queue_wait`` expires, 500 when the
+engine dies (for a stream whose 200 has gone out: an error event, then ``[DONE]``). Headers
+honoured: ``traceparent``/``tracestate``, ``X-Request-Id``, ``Idempotency-Key``, ``X-Drill-Priority``
+(lower = more urgent; ignored under ``scheduling_policy: fcfs``, where a non-zero body ``priority``
+is a 400 as in vLLM).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import random
+import time
+from dataclasses import dataclass, field
+
+from drill import __version__
+from drill.stack.config import SchedulingPolicy, StackConfig
+from drill.stack.engine import Engine
+from drill.stack.exceptions import AdmissionRefused, EngineDeadError
+from drill.stack.http import HttpError, HttpRequest, HttpResponse, ResponseStream, Router
+from drill.stack.metrics import CONTENT_TYPE, EngineMetrics
+from drill.stack.openai_protocol import (
+    DONE_EVENT,
+    ChatCompletionRequest,
+    ChunkTemplates,
+    CompletionRequest,
+    Endpoint,
+    chat_response,
+    check_context_length,
+    completion_response,
+    error_event,
+    parse_body,
+    token_json,
+    usage,
+)
+from drill.stack.request import Request
+from drill.stack.textgen import TokenSampler, prompt_seed, stable_seed, token_text
+from drill.stack.tokenizer import chat_tokens
+from drill.stack.tracing import Tracing, parse_traceparent
+
+__all__ = ["ApiContext", "OpenAIApi"]
+
+RETRY_AFTER_S = "1"
+
+
+@dataclass(slots=True, eq=False)
+class ApiContext:
+    """What the API layer keeps per request (``Request.context``)."""
+
+    endpoint: Endpoint
+    stream: bool
+    include_usage: bool
+    continuous_usage: bool
+    templates: ChunkTemplates
+    base_id: str
+    idempotency_key: str | None
+    trace_id: str | None
+    http_span: object
+    arrival_wall: float
+    clock_offset: float  # add to engine-loop seconds to get UNIX seconds
+    temperature: float | None
+    top_p: float | None
+    response: ResponseStream
+    done: asyncio.Future = field(default=None)  # type: ignore[assignment]
+    error: tuple[int, str, str] | None = None  # (status, message, type)
+    error_status: int | None = None
+
+    def resolve(self) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+class ApiSink:
+    """The engine's sink for API requests: streams SSE events or collects for a plain response."""
+
+    def on_tokens(self, request: Request, token_ids: list[int], finished: bool) -> None:
+        ctx: ApiContext = request.context  # type: ignore[assignment]
+        if not ctx.stream:
+            if finished:
+                ctx.resolve()
+            return
+        templates = ctx.templates
+        parts = []
+        if templates.role_event and request.num_output_tokens == len(token_ids):
+            parts.append(templates.role_event)
+        text = token_json(token_ids[0]) if len(token_ids) == 1 else _join_json(token_ids)
+        reason = request.finish_reason.value if finished else None
+        usage_json = _usage_json(request) if ctx.continuous_usage else None
+        parts.append(templates.token_event(text, reason, usage_json))
+        if finished:
+            if ctx.include_usage:
+                parts.append(templates.usage_event(request.num_prompt_tokens, request.num_output_tokens))
+            parts.append(DONE_EVENT)
+        ctx.response.write(b"".join(parts) if len(parts) > 1 else parts[0])
+        if finished:
+            ctx.resolve()
+
+    def on_error(self, request: Request, status: int, message: str, error_type: str) -> None:
+        ctx: ApiContext = request.context  # type: ignore[assignment]
+        ctx.error = (status, message, error_type)
+        ctx.error_status = status
+        if ctx.stream:
+            ctx.response.write(error_event(message, error_type, status))
+        ctx.resolve()
+
+
+def _join_json(token_ids: list[int]) -> bytes:
+    return json.dumps("".join(token_text(token) for token in token_ids)).encode()
+
+
+def _usage_json(request: Request) -> bytes:
+    return json.dumps(usage(request.num_prompt_tokens, request.num_output_tokens), separators=(",", ":")).encode()
+
+
+class OpenAIApi:
+    """The replica's OpenAI routes over one engine."""
+
+    def __init__(self, engine: Engine, config: StackConfig, metrics: EngineMetrics, tracing: Tracing, *,
+                 seed: int = 0) -> None:
+        self.engine = engine
+        self.config = config
+        self.metrics = metrics
+        self.tracing = tracing
+        self.model_name = config.model_name
+        self.max_model_len = config.engine.max_model_len
+        self.created = int(time.time())
+        self._sink = ApiSink()
+        self._ids = itertools.count(1)
+        self._unseeded = random.Random(stable_seed("replica", seed))
+        self._loop_offset: float | None = None
+
+    def register(self, router: Router) -> None:
+        """Add the OpenAI, health, metrics and version routes."""
+        router.add("POST", "/v1/completions", self.completions)
+        router.add("POST", "/v1/chat/completions", self.chat_completions)
+        router.add("GET", "/v1/models", self.models)
+        router.add("GET", "/health", self.health)
+        router.add("GET", "/metrics", self.metrics_route)
+        router.add("GET", "/version", self.version)
+
+    # simple routes ---------------------------------------------------------------------------------
+    async def models(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse:
+        card = {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "vllm",
+                "root": self.config.model_preset.hf_id, "parent": None, "max_model_len": self.max_model_len,
+                "permission": []}
+        return HttpResponse.json({"object": "list", "data": [card]})
+
+    async def health(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse:
+        """200 with an empty body, or 503 once the engine is dead (§4 "/health")."""
+        return HttpResponse(200 if self.engine.alive else 503, b"", "application/json")
+
+    async def metrics_route(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse:
+        return HttpResponse(200, self.metrics.render(), CONTENT_TYPE)
+
+    async def version(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse:
+        return HttpResponse.json({"version": __version__})
+
+    # generation ------------------------------------------------------------------------------------
+    async def completions(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse | None:
+        body = parse_body(CompletionRequest, request.json())
+        return await self._generate(request, stream, body, Endpoint.COMPLETIONS, body.prompt_tokens(),
+                                    body.max_tokens)
+
+    async def chat_completions(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse | None:
+        body = parse_body(ChatCompletionRequest, request.json())
+        try:
+            tokens = chat_tokens([message.model_dump() for message in body.messages])
+        except ValueError as exc:
+            raise HttpError(400, str(exc)) from exc
+        return await self._generate(request, stream, body, Endpoint.CHAT, tokens, body.requested_max_tokens)
+
+    async def _generate(self, http: HttpRequest, stream: ResponseStream, body, endpoint: Endpoint,
+                        tokens: list[object], max_tokens: int | None) -> HttpResponse | None:
+        arrival_wall = time.time()
+        span = self.tracing.start_http_span(http.method, http.path, http.headers, arrival_wall)
+        try:
+            request = self._build(http, stream, body, endpoint, tokens, max_tokens, arrival_wall, span)
+            self.engine.add_request(request)
+        except (HttpError, AdmissionRefused, EngineDeadError) as exc:
+            error = _as_http_error(exc)
+            self.tracing.end_http_span(span, error.status, time.time(), error.message)
+            raise error from None
+        ctx: ApiContext = request.context  # type: ignore[assignment]
+        stream.on_disconnect(lambda: (self.engine.abort_request(request), ctx.resolve()))
+        if ctx.stream:
+            stream.start(200, "text/event-stream; charset=utf-8")
+        await ctx.done
+        return self._finish(request, ctx, stream, span)
+
+    def _finish(self, request: Request, ctx: ApiContext, stream: ResponseStream, span: object) -> HttpResponse | None:
+        if ctx.stream:
+            stream.end()
+            self.tracing.end_http_span(span, 200, time.time(), ctx.error[1] if ctx.error else None)
+            return None
+        if ctx.error is not None:
+            status, message, error_type = ctx.error
+            headers = (("Retry-After", RETRY_AFTER_S),) if status == 503 else ()
+            self.tracing.end_http_span(span, status, time.time(), message)
+            raise HttpError(status, message, type=error_type, headers=headers)
+        text = "".join(token_text(token) for token in request.output_token_ids)
+        render = completion_response if ctx.endpoint is Endpoint.COMPLETIONS else chat_response
+        reason = request.finish_reason.value if request.finish_reason else "abort"
+        payload = render(ctx.templates.response_id, self.created, self.model_name, text, reason,
+                         request.num_prompt_tokens, request.num_output_tokens)
+        self.tracing.end_http_span(span, 200, time.time())
+        return HttpResponse.json(payload)
+
+    def _build(self, http: HttpRequest, stream: ResponseStream, body, endpoint: Endpoint, tokens: list[object],
+               max_tokens: int | None, arrival_wall: float, span: object) -> Request:
+        if body.model is not None and body.model != self.model_name:
+            raise HttpError(404, f"The model `{body.model}` does not exist.", type="NotFoundError")
+        limit = check_context_length(len(tokens), max_tokens, self.max_model_len)
+        priority = self._priority(http, body)
+        base_id = http.headers.get("x-request-id") or os.urandom(16).hex()
+        prefix = "cmpl-" if endpoint is Endpoint.COMPLETIONS else "chatcmpl-"
+        loop_now = asyncio.get_running_loop().time()
+        sampler = self._sampler(tokens, body.temperature, body.seed)
+        stop_after = None if body.ignore_eos else sampler.natural_length()
+        ctx = ApiContext(
+            endpoint, body.stream, body.include_usage, body.continuous_usage,
+            ChunkTemplates(endpoint, prefix + base_id, self.created, self.model_name), base_id,
+            http.headers.get("idempotency-key"),
+            Tracing.trace_id_of(span) or parse_traceparent(http.headers.get("traceparent")), span,
+            arrival_wall, arrival_wall - loop_now, body.temperature, body.top_p, stream,
+            asyncio.get_running_loop().create_future())
+        return Request(f"{base_id}#{next(self._ids)}", tokens, max_tokens=limit, arrival_time=loop_now,
+                       arrival_wall=arrival_wall, priority=priority, min_tokens=body.min_tokens,
+                       stop_after=stop_after, sink=self._sink, sampler=sampler, context=ctx)
+
+    def _priority(self, http: HttpRequest, body) -> int:
+        policy = self.config.engine.scheduling_policy
+        if policy is SchedulingPolicy.FCFS:
+            if body.priority != 0:
+                raise HttpError(400, f"Got priority {body.priority} but Priority scheduling is not enabled.")
+            return 0
+        header = http.headers.get("x-drill-priority")
+        if header is None:
+            return body.priority
+        try:
+            return int(header)
+        except ValueError as exc:
+            raise HttpError(400, f"X-Drill-Priority must be an integer, got {header!r}") from exc
+
+    def _sampler(self, tokens: list[object], temperature: float | None, seed: int | None) -> TokenSampler:
+        if temperature == 0:
+            return TokenSampler(prompt_seed(tokens))
+        if seed is not None:
+            return TokenSampler(stable_seed(prompt_seed(tokens), seed, temperature))
+        return TokenSampler(self._unseeded.getrandbits(64))
+
+
+def _as_http_error(exc: Exception) -> HttpError:
+    if isinstance(exc, HttpError):
+        return exc
+    if isinstance(exc, AdmissionRefused):
+        return HttpError(503, str(exc), type=exc.error_type, headers=(("Retry-After", RETRY_AFTER_S),))
+    return HttpError(500, EngineDeadError.CLIENT_MESSAGE, type="InternalServerError")

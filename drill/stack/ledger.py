@@ -1,0 +1,119 @@
+"""The side-effect ledger of a replica (stack-contracts.md §6): one JSON line per processed request.
+
+Every request the engine admitted appends one :class:`LedgerRecord` when it finishes, for any
+reason, to ``ledger_path`` (flushed per line, so a killed replica loses nothing written) and keeps
+it in memory for ``GET /admin/ledger?since=<seq>``. It is the side-effect truth for duplicate checks
+(a retried request billed twice shows as two records with the same idempotency key) and the
+server's own request log (arrival, first-token and finish times, UNIX seconds) for latency tests.
+``seq`` continues across restarts of the replica on the same file.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from drill.errors import StackError
+
+__all__ = ["Ledger", "LedgerRecord", "LedgerStatus"]
+
+log = logging.getLogger(__name__)
+
+
+class LedgerStatus(str, enum.Enum):
+    """How a processed request ended."""
+
+    OK = "ok"  # finished by stop or length
+    ABORTED = "aborted"  # the client went away
+    TIMEOUT = "timeout"  # waited longer than max_queue_wait (503)
+    ERROR = "error"  # the engine died (500)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRecord:
+    """One processed request. Times are UNIX seconds; token counts follow the stack's tokenizer."""
+
+    seq: int
+    ts: float
+    replica: str
+    request_id: str
+    idempotency_key: str | None
+    trace_id: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    billed_tokens: int
+    finish_reason: str
+    status: LedgerStatus
+    arrival_ts: float
+    first_token_ts: float | None
+    finish_ts: float
+    cached_tokens: int = 0
+    num_preemptions: int = 0
+    priority: int = 0
+
+    def to_json(self) -> dict:
+        """The record as a JSON-ready dict (``status`` as its string)."""
+        data = asdict(self)
+        data["status"] = self.status.value
+        return data
+
+
+class Ledger:
+    """Appends records to a JSON-lines file and keeps the last ``keep`` in memory."""
+
+    def __init__(self, path: Path, replica: str, *, keep: int = 100_000) -> None:
+        self.path = Path(path)
+        self.replica = replica
+        self._records: deque[dict] = deque(maxlen=keep)
+        self._seq = self._load_existing()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("a", encoding="utf-8")
+        except OSError as exc:
+            raise StackError(f"cannot open the ledger {self.path}: {exc.strerror}") from exc
+
+    def _load_existing(self) -> int:
+        """Read earlier records (a previous run of this replica); returns the last seq (0 if none)."""
+        last = 0
+        try:
+            with self.path.open(encoding="utf-8") as existing:
+                for line in existing:
+                    try:
+                        record = json.loads(line)
+                    except ValueError:
+                        log.warning("skipping a torn line in ledger %s", self.path)
+                        continue
+                    self._records.append(record)
+                    last = max(last, int(record.get("seq", 0)))
+        except FileNotFoundError:
+            pass
+        return last
+
+    def append(self, **fields: object) -> LedgerRecord:
+        """Write one record (``seq`` and ``ts`` are assigned here) and return it."""
+        self._seq += 1
+        record = LedgerRecord(seq=self._seq, ts=time.time(), replica=self.replica, **fields)  # type: ignore[arg-type]
+        data = record.to_json()
+        self._records.append(data)
+        self._file.write(json.dumps(data, separators=(",", ":")) + "\n")
+        self._file.flush()
+        return record
+
+    def since(self, seq: int, limit: int = 10_000) -> list[dict]:
+        """Records with ``seq`` greater than ``seq``, oldest first, at most ``limit``."""
+        out = [record for record in self._records if record["seq"] > seq]
+        return out[:limit]
+
+    @property
+    def last_seq(self) -> int:
+        return self._seq
+
+    def close(self) -> None:
+        """Flush and close the file; idempotent."""
+        if not self._file.closed:
+            self._file.close()

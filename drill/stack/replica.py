@@ -1,0 +1,224 @@
+"""One replica process of the reference stack: ``python -m drill.stack.replica --spec FILE.json``.
+
+Started by the supervisor (topology side) or by hand with tp = pp = 1 (stack-contracts.md §3).
+In order: read the :class:`~drill.stack.replica_spec.ReplicaSpec`; plan GPU memory (vLLM's
+start-up errors when the model does not fit); connect the TP/PP interconnect
+(``drill.stack.interconnect.connect(spec)``; a no-op one for a single GPU); load the weights
+(sleep the modelled weight-load time) *before* binding the port, as vLLM does; start the engine
+loop and the HTTP server; write ``ready_file`` if asked.
+
+Exit codes: 0 after SIGTERM/SIGINT (stop listening, let in-flight requests finish for up to
+:data:`SHUTDOWN_GRACE_S`, abort the rest, flush spans and the ledger); 1 when the engine died
+(simulated CUDA OOM, XID, broken link: every in-flight request has had its 500 or error event and
+``[DONE]``, ``/health`` answered 503, exit within ~1 s); 2 when the spec or configuration cannot
+start (nothing to restart); 3 on any other failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import inspect
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from drill.errors import DrillError, InputError, NotAvailableError, StackError
+from drill.stack.admin import AdminApi
+from drill.stack.api import OpenAIApi
+from drill.stack.cost_model import CostModel
+from drill.stack.engine import Engine
+from drill.stack.exchange import Interconnect, NoopInterconnect
+from drill.stack.executor import Executor
+from drill.stack.gpu import GpuState, plan_memory
+from drill.stack.http import HttpServer, Router
+from drill.stack.kv_cache import KVCacheManager
+from drill.stack.ledger import Ledger
+from drill.stack.metrics import EngineMetrics
+from drill.stack.recorder import RequestRecorder
+from drill.stack.replica_spec import PeerSpec, ReplicaSpec, read_replica_spec
+from drill.stack.scheduler import Scheduler
+from drill.stack.tracing import Tracing
+
+__all__ = ["EXIT_ENGINE_DEAD", "PeerSpec", "Replica", "ReplicaSpec", "SHUTDOWN_GRACE_S", "main"]
+
+log = logging.getLogger("drill.stack.replica")
+
+SHUTDOWN_GRACE_S = 2.0
+DEATH_FLUSH_S = 0.3
+EXIT_OK, EXIT_ENGINE_DEAD, EXIT_CONFIG, EXIT_FAILURE = 0, 1, 2, 3
+
+
+class Replica:
+    """The engine, its APIs and its HTTP server, built from a spec (nothing runs until :meth:`start`)."""
+
+    def __init__(self, spec: ReplicaSpec, *, span_processor: object = None) -> None:
+        self.spec = spec
+        config = spec.config
+        engine_config = config.engine
+        self.cost_model = CostModel(config.model_preset, config.gpu_preset, engine_config.tensor_parallel_size,
+                                    engine_config.pipeline_parallel_size)
+        plan = plan_memory(self.cost_model, engine_config, config.gpu_preset.memory)
+        kv = KVCacheManager(plan.num_blocks, engine_config.block_size, engine_config.enable_prefix_caching)
+        self.scheduler = Scheduler(engine_config, kv)
+        self.gpu = GpuState(plan, self.cost_model)
+        self.tracing = Tracing(spec.service_name, spec.otlp_endpoint, span_processor=span_processor,
+                               resource={"drill.replica": spec.name})
+        self.ledger = Ledger(spec.ledger_path, spec.name)
+        self.metrics = EngineMetrics(self.scheduler, model_name=config.model_name,
+                                     max_model_len=engine_config.max_model_len, gpu=self.gpu,
+                                     cache_info=_cache_info(engine_config))
+        self.recorder = RequestRecorder(self.ledger, self.tracing, spec.name)
+        self.engine = Engine(self.scheduler, Executor(self.cost_model, self.gpu),
+                             listeners=[self.metrics, self.recorder])
+        router = Router()
+        self.api = OpenAIApi(self.engine, config, self.metrics, self.tracing, seed=config.seed + spec.seed + spec.index)
+        self.api.register(router)
+        self.admin = AdminApi(self.engine, self.ledger, name=spec.name, index=spec.index, admin_token=spec.admin_token)
+        self.admin.register(router)
+        self.server = HttpServer(router, host=spec.host, port=spec.port)
+        self._engine_task: asyncio.Task | None = None
+        log.info("GPU KV cache size: %s tokens, Maximum concurrency for %s tokens per request: %.2fx",
+                 f"{plan.kv_tokens(engine_config.block_size):,}", f"{engine_config.max_model_len:,}",
+                 plan.num_blocks / -(-engine_config.max_model_len // engine_config.block_size))
+
+    @property
+    def weight_load_seconds(self) -> float:
+        """The configured weight-load time, or the cost model's for ``auto``."""
+        value = self.spec.config.engine.weight_load_time
+        return self.cost_model.weight_load_seconds() if value == "auto" else float(value)
+
+    async def start(self) -> None:
+        """Connect ranks, load weights (sleep), start the engine, bind the port, write the ready file."""
+        self.engine.set_interconnect(await connect_interconnect(self.spec))
+        log.info("loading weights: %.2f s (modelled)", self.weight_load_seconds)
+        await asyncio.sleep(self.weight_load_seconds)
+        self._engine_task = asyncio.create_task(self.engine.run(), name="engine-core")
+        await self.server.start()
+        log.info("replica %s listening on %s", self.spec.name, self.server.url)
+        if self.spec.ready_file is not None:
+            _write_ready(self.spec.ready_file, {"pid": os.getpid(), "port": self.server.port, "url": self.server.url,
+                                                "name": self.spec.name, "index": self.spec.index})
+
+    async def run_until_stopped(self, stop: asyncio.Event) -> int:
+        """Serve until ``stop`` is set (exit 0) or the engine dies (exit 1); then shut down cleanly."""
+        dead = asyncio.create_task(self.engine.dead_event.wait())
+        stopped = asyncio.create_task(stop.wait())
+        await asyncio.wait({dead, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        dead.cancel()
+        stopped.cancel()
+        if self.engine.dead is not None:
+            log.error("engine dead (%s); exiting", self.engine.dead.cause)
+            await self.close(grace_s=DEATH_FLUSH_S)
+            return EXIT_ENGINE_DEAD
+        await self.close(grace_s=SHUTDOWN_GRACE_S)
+        return EXIT_OK
+
+    async def close(self, grace_s: float = 0.0) -> None:
+        """Stop listening, let requests finish for ``grace_s``, abort the rest, flush spans and the ledger."""
+        await self.server.stop_listening()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        while self.server.in_flight and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        for request in list(self.scheduler.requests.values()):
+            self.engine.abort_request(request)
+            if request.context is not None:
+                request.context.resolve()
+        await self.server.close(grace_s=0.2)
+        if self._engine_task is not None:
+            self._engine_task.cancel()
+            await asyncio.gather(self._engine_task, return_exceptions=True)
+        await self.engine.interconnect.close()
+        await asyncio.to_thread(self.tracing.shutdown)
+        self.ledger.close()
+
+
+async def connect_interconnect(spec: ReplicaSpec) -> Interconnect:
+    """``drill.stack.interconnect.connect(spec)`` (topology side), awaited if it is a coroutine.
+
+    Falls back to :class:`NoopInterconnect` for a single-GPU replica when that module is absent;
+    raises :class:`NotAvailableError` when tp × pp > 1 needs it.
+    """
+    try:
+        from drill.stack import interconnect
+    except ModuleNotFoundError as exc:
+        if exc.name != "drill.stack.interconnect":
+            raise
+        if spec.config.engine.world_size == 1:
+            return NoopInterconnect()
+        raise NotAvailableError("tensor/pipeline parallelism needs drill.stack.interconnect, which is not built") from exc
+    result = interconnect.connect(spec)
+    return await result if inspect.isawaitable(result) else result
+
+
+def _cache_info(engine) -> dict[str, str]:
+    return {"block_size": str(engine.block_size), "cache_dtype": "auto",
+            "gpu_memory_utilization": str(engine.gpu_memory_utilization),
+            "enable_prefix_caching": str(engine.enable_prefix_caching)}
+
+
+def _write_ready(path: Path, payload: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload))
+    os.replace(tmp, path)
+
+
+def _setup_logging(spec: ReplicaSpec) -> None:
+    handler: logging.Handler
+    if spec.log_path is not None:
+        spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(spec.log_path)
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"%(asctime)s {spec.name} %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
+async def _amain(spec: ReplicaSpec) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    replica = Replica(spec)
+    starting = asyncio.create_task(replica.start())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():  # SIGTERM while loading weights
+        starting.cancel()
+        await asyncio.gather(starting, return_exceptions=True)
+        await replica.close()
+        return EXIT_OK
+    stopping.cancel()
+    starting.result()
+    return await replica.run_until_stopped(stop)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit code (see the module docstring)."""
+    parser = argparse.ArgumentParser(prog="python -m drill.stack.replica", description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", required=True, type=Path, help="ReplicaSpec JSON file")
+    args = parser.parse_args(argv)
+    try:
+        spec = read_replica_spec(args.spec)
+    except InputError as exc:
+        print(f"replica: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    _setup_logging(spec)
+    try:
+        return asyncio.run(_amain(spec))
+    except (InputError, StackError) as exc:
+        log.error("replica %s cannot start: %s", spec.name, exc)
+        return EXIT_CONFIG
+    except (DrillError, OSError) as exc:
+        log.error("replica %s failed: %s", spec.name, exc)
+        return EXIT_FAILURE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -44,7 +44,7 @@ from drill.errors import (
 from drill.units import Duration, Size, format_duration, parse_duration, parse_size
 
 if TYPE_CHECKING:  # pragma: no cover
-    from drill.backends.docker import DockerControl
+    from drill.backends.docker import DockerBackend
     from drill.backends.process import ProcessControl
     from drill.backends.stack_admin import RouterAdminClient, StackAdminClient
     from drill.backends.toxiproxy import ToxiproxyClient
@@ -246,7 +246,7 @@ class FaultContext:
         return self._backend("toxiproxy", lambda: _toxiproxy(self.target.toxiproxy_url, self.timeout_s))
 
     @property
-    def docker(self) -> "DockerControl":
+    def docker(self) -> "DockerBackend":
         return self._backend("docker", lambda: _docker(self.timeout_s))
 
     @property
@@ -285,9 +285,9 @@ def _toxiproxy(url: str, timeout_s: float) -> "ToxiproxyClient":
     return ToxiproxyClient(url, timeout_s=timeout_s)
 
 
-def _docker(timeout_s: float) -> "DockerControl":
-    from drill.backends.docker import DockerControl
-    return DockerControl(timeout_s=timeout_s)
+def _docker(timeout_s: float) -> "DockerBackend":
+    from drill.backends.docker import DockerBackend
+    return DockerBackend(timeout_s=timeout_s)
 
 
 def _processes(timeout_s: float) -> "ProcessControl":
@@ -388,6 +388,10 @@ class Target(abc.ABC):
         return []
 
     def teardown_data(self) -> dict | None:
+        return None
+
+    def planned_info(self) -> TargetInfo | None:
+        """The target as it will look once started, without any I/O (for ``drill plan``); None if unknown."""
         return None
 
     @abc.abstractmethod

@@ -113,11 +113,10 @@ class UnknownPluginError(InputError):
     """No plugin with that kind is installed in the group."""
 
     def __init__(self, group: str, kind: str, known: list[str], suggestion: str | None) -> None:
-        hint = f"did you mean {suggestion!r}?" if suggestion else None
-        super().__init__(
-            f"unknown {group} kind {kind!r}; expected one of: {', '.join(sorted(known)) or '(none installed)'}",
-            hint=hint,
-        )
+        listing = f"`drill {group}s list` shows" if group == "fault" else "installed:"
+        tail = f"{listing} {'every installed kind' if group == 'fault' else ', '.join(sorted(known)) or '(none)'}"
+        hint = f"did you mean {suggestion!r}? ({tail})" if suggestion else tail
+        super().__init__(f"unknown {group} kind {kind!r}", hint=hint)
         self.group = group
         self.kind = kind
         self.known = known

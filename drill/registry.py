@@ -11,6 +11,7 @@ names the plugin, where it was defined and the problem (after pluggy's
 from __future__ import annotations
 
 import inspect
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib.metadata import EntryPoint, entry_points
@@ -52,14 +53,14 @@ class Registry(Generic[T]):
         self._loaded: dict[str, type[T]] = {}
 
     def _entry_points(self) -> dict[str, EntryPoint]:
-        return _entry_points_of(self.group)
+        return _entry_points_of(self.group, os.environ.get(EXTRA_PLUGINS_ENV, ""))
 
     def kinds(self) -> list[str]:
         return sorted(self._entry_points())
 
     def info(self, kind: str) -> PluginInfo:
         ep = self._entry_points()[kind]
-        dist = ep.dist.name if ep.dist is not None else "?"
+        dist = ep.dist.name if getattr(ep, "dist", None) is not None else EXTRA_PLUGINS_ENV
         return PluginInfo(kind, ep.value, dist)
 
     def has(self, kind: str) -> bool:
@@ -109,10 +110,28 @@ def _verify(group: str, label: str, ep: EntryPoint, plugin: object) -> None:
         raise PluginError(f"{where}\nabstract methods not implemented: {abstract}")
 
 
+#: Extra plugins without packaging, for plugin development and tests:
+#: ``DRILL_EXTRA_PLUGINS="drill.faults:my_fault=my_module:MyFault;drill.checks:x=mod:X"``.
+EXTRA_PLUGINS_ENV = "DRILL_EXTRA_PLUGINS"
+
+
+def _extra_entry_points(group: str, spec: str) -> list[EntryPoint]:
+    found = []
+    for item in filter(None, (part.strip() for part in spec.replace("\n", ";").split(";"))):
+        head, _, value = item.partition("=")
+        item_group, _, name = head.rpartition(":")
+        if not value or not name or not item_group:
+            raise PluginError(f"{EXTRA_PLUGINS_ENV}: cannot read {item!r}",
+                              hint="write GROUP:KIND=MODULE:CLASS, e.g. drill.faults:my_fault=my_pkg.faults:MyFault")
+        if item_group == group:
+            found.append(EntryPoint(name=name, value=value, group=group))
+    return found
+
+
 @lru_cache(maxsize=None)
-def _entry_points_of(group: str) -> dict[str, EntryPoint]:
+def _entry_points_of(group: str, extra: str = "") -> dict[str, EntryPoint]:
     found: dict[str, EntryPoint] = {}
-    for ep in entry_points(group=group):
+    for ep in list(entry_points(group=group)) + _extra_entry_points(group, extra):
         if ep.name in found and found[ep.name].value != ep.value:
             raise PluginError(
                 f"two {group} plugins claim kind {ep.name!r}: {found[ep.name].value} and {ep.value}",
@@ -120,6 +139,29 @@ def _entry_points_of(group: str) -> dict[str, EntryPoint]:
             )
         found[ep.name] = ep
     return found
+
+
+#: Kinds the project plans but has not built yet, with the part that will provide them. A drill that
+#: names one is refused before anything starts, with this explanation instead of "unknown kind".
+PLANNED: dict[str, dict[str, str]] = {
+    "drill.targets": {"embedded": "the embedded reference serving stack (drill/stack, issue 3)"},
+    "drill.checks": {
+        "fast_failure": "the trace reader and verdicts (ROADMAP 1)",
+        "duplicate_side_effects": "the trace reader and verdicts (ROADMAP 1)",
+        "retry_budget": "the trace reader and verdicts (ROADMAP 1)",
+        "recovery_time": "the trace reader and verdicts (ROADMAP 1)",
+        "recovery_replay": "the trace reader and verdicts (ROADMAP 1)",
+        "first_abnormal_span": "the trace reader and verdicts (ROADMAP 1)",
+    },
+    "drill.faults": {k: "the fault library (faults/, issue 5)" for k in (
+        "queue_flood", "slow_replica", "nccl_degradation", "gpu_oom", "gpu_clock_cap", "replica_crash",
+        "replica_pause", "link_reset", "partition", "router_retry_storm")},
+}
+
+
+def planned(group: str, kind: str) -> str | None:
+    """What will provide ``kind`` if it is planned but not installed; None otherwise."""
+    return PLANNED.get(group, {}).get(kind)
 
 
 faults: Registry = Registry("drill.faults", "fault")

@@ -32,6 +32,7 @@ class ErrorClass(str, enum.Enum):
     CONNECTION_ERROR = "connection_error"  # could not connect
     MID_STREAM_ERROR = "mid_stream_error"  # HTTP 200, then an error event in the stream
     CLIENT_DROP = "client_drop"            # never sent: the in-flight cap was reached
+    CANCELLED = "cancelled"                # still in flight when the drain period at stop ran out
 
 
 def classify_status(status: int) -> ErrorClass | None:

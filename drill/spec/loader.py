@@ -158,8 +158,12 @@ def _plugin_params(reg: registry.Registry, kind: str, params: object, kind_path:
     try:
         plugin = reg.get(kind)
     except UnknownPluginError as exc:
-        hint = exc.hint or (f"`drill faults list` shows the installed kinds" if reg.label == "fault" else None)
-        out.add(kind_path, exc.message, hint=hint)
+        coming = registry.planned(reg.group, kind)
+        if coming is not None:
+            out.add(kind_path, f"{reg.label} kind {kind!r} is not built yet: it comes with {coming}",
+                    hint="nothing was started; remove it from the drill to run the rest now")
+            return None
+        out.add(kind_path, exc.message, hint=exc.hint)
         return None
     except DrillError as exc:
         out.add(kind_path, str(exc))
@@ -211,10 +215,18 @@ def _scenario(drill_path: Path, value: object, out: _Collector) -> tuple[Scenari
 
 
 def _find_scenario(drill_path: Path, name: str) -> Path | None:
+    if not name.strip() or "\x00" in name:
+        return None
     base = drill_path.parent
     candidates = [base / name, Path(name), base.parent / "scenarios" / name, Path("scenarios") / name]
-    candidates += [c.with_suffix(".yaml") for c in candidates if not c.suffix]
-    return next((c for c in candidates if c.is_file()), None)
+    candidates += [c.parent / f"{c.name}.yaml" for c in candidates if c.name and not c.suffix]
+    for candidate in candidates:
+        try:
+            if candidate.is_file():
+                return candidate
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def _known_scenarios(drill_path: Path) -> list[str]:
@@ -231,7 +243,7 @@ def _resolve_trace(scenario: Scenario, base: Path, out: _Collector, prefix: KeyP
             continue
         file = Path(arrival.trace.file)
         resolved = file if file.is_absolute() else (base / file)
-        if not resolved.is_file():
+        if not arrival.trace.file.strip() or not _is_file(resolved):
             out.add(prefix + path + ("trace", "file"), f"trace file {arrival.trace.file!r} not found (looked at {resolved})",
                     hint="paths are relative to the scenario file")
             continue
@@ -251,11 +263,20 @@ def _replace_arrival(scenario: Scenario, path: KeyPath, arrival) -> Scenario:
 def _runbook(drill_path: Path, drill: Drill, out: _Collector) -> Path | None:
     if not drill.runbook:
         return None
-    candidates = [drill_path.parent / drill.runbook, Path(drill.runbook), drill_path.parent.parent / drill.runbook]
-    found = next((c for c in candidates if c.is_file()), None)
+    found = None
+    if drill.runbook.strip() and "\x00" not in drill.runbook:
+        candidates = [drill_path.parent / drill.runbook, Path(drill.runbook), drill_path.parent.parent / drill.runbook]
+        found = next((c for c in candidates if _is_file(c)), None)
     if found is None:
         out.add(("runbook",), f"runbook {drill.runbook!r} not found", hint="paths are relative to the drill file or the project root")
     return found
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def _cross_checks(drill: Drill, scenario: Scenario, fault_params: list, target_params: BaseModel | None,
@@ -281,12 +302,14 @@ def _check_fault_windows(drill: Drill, out: _Collector) -> None:
         return
     for i, fault in enumerate(drill.faults):
         end = fault.start + (fault.duration if fault.duration is not None else length - fault.start)
-        if fault.start >= length or end > length + 1e-9:
-            key = "duration" if fault.start < length and fault.duration is not None else "start"
-            out.add(("faults", i, key),
-                    f"fault {drill.fault_names()[i]!r} runs from {fault.start:g}s to {end:g}s of the fault phase, "
-                    f"which lasts {length:g}s",
-                    hint="faults must start and end inside the fault phase; lengthen phases.fault or move the fault")
+        name = drill.fault_names()[i]
+        hint = "faults must start and end inside the fault phase; lengthen phases.fault or move the fault"
+        if fault.start >= length:
+            out.add(("faults", i, "start"), f"fault {name!r} starts at {fault.start:g}s, but the fault phase "
+                    f"ends at {length:g}s", hint=hint)
+        elif end > length + 1e-9:
+            out.add(("faults", i, "duration"), f"fault {name!r} runs from {fault.start:g}s to {end:g}s of the "
+                    f"fault phase, which lasts {length:g}s", hint=hint)
 
 
 def _check_unique_names(drill: Drill, out: _Collector) -> None:

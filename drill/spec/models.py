@@ -16,8 +16,8 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from drill.api import Selector
-from drill.spec.scenario import Scenario, Slo
-from drill.spec.validation import SpecModel
+from drill.spec.scenario import Slo
+from drill.spec.validation import SpecModel, at_key
 from drill.units import Duration
 
 __all__ = [
@@ -140,23 +140,26 @@ class StopCondition(SpecModel):
     def _latency_bound_has_unit(cls, data: object) -> object:
         if isinstance(data, dict) and data.get("kind") == "latency" and "above" in data:
             from drill.units import parse_duration
-            data = {**data, "above": parse_duration(data["above"])}
+            try:
+                data = {**data, "above": parse_duration(data["above"])}
+            except ValueError as exc:
+                raise at_key("above", str(exc)) from None
         return data
 
     @model_validator(mode="after")
     def _fields_for_kind(self) -> "StopCondition":
         if self.kind is StopKind.MAX_DURATION:
             if self.value is None:
-                raise ValueError("a max_duration stop condition needs 'value' (e.g. 15m)")
+                raise at_key("value", "a max_duration stop condition needs 'value' (e.g. 15m)")
             return self
         if self.above is None:
-            raise ValueError(f"a {self.kind.value} stop condition needs 'above'")
+            raise at_key("above", f"a {self.kind.value} stop condition needs 'above'")
         if self.kind is StopKind.ERROR_RATE and not 0 <= float(self.above) <= 1:
-            raise ValueError(f"error_rate 'above' is a share between 0 and 1, got {self.above}")
+            raise at_key("above", f"error_rate 'above' is a share between 0 and 1, got {self.above:g}")
         if self.kind is StopKind.LATENCY and self.metric not in ("ttft", "tpot", "itl", "e2e"):
-            raise ValueError(f"a latency stop condition needs metric: ttft, tpot, itl or e2e (got {self.metric!r})")
+            raise at_key("metric", f"a latency stop condition needs metric: ttft, tpot, itl or e2e (got {self.metric!r})")
         if self.kind is StopKind.METRIC and not self.metric:
-            raise ValueError("a metric stop condition needs 'metric' (a Prometheus name, e.g. vllm:num_requests_waiting)")
+            raise at_key("metric", "a metric stop condition needs 'metric' (a Prometheus name, e.g. vllm:num_requests_waiting)")
         return self
 
     def label(self) -> str:
@@ -202,7 +205,7 @@ class Drill(SpecModel):
     runbook: str | None = None
     seed: int = 0
     target: TargetSpec
-    scenario: Scenario | str
+    scenario: dict[str, Any] | str       # validated on its own (inline or from scenarios/) by the loader
     phases: Phases = Phases()
     faults: list[FaultSpec] = Field(default_factory=list)
     stop_conditions: list[StopCondition] = Field(default_factory=list)

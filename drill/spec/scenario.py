@@ -23,7 +23,7 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from drill.spec.validation import SpecModel
+from drill.spec.validation import SpecModel, at_key
 from drill.units import Duration
 
 __all__ = [
@@ -72,11 +72,11 @@ class Stage(SpecModel):
     @model_validator(mode="after")
     def _rates_for_kind(self) -> "Stage":
         if self.duration <= 0:
-            raise ValueError(f"a stage needs a positive duration, got {self.duration:g}s")
+            raise at_key("duration", f"a stage needs a positive duration, got {self.duration:g}s")
         if self.kind is StageKind.RAMP and (self.from_rate is None or self.to_rate is None):
-            raise ValueError("a ramp stage needs 'from' and 'to' rates")
+            raise at_key("from" if self.from_rate is None else "to", "a ramp stage needs 'from' and 'to' rates")
         if self.kind is not StageKind.RAMP and self.rate is None:
-            raise ValueError(f"a {self.kind.value} stage needs 'rate'")
+            raise at_key("rate", f"a {self.kind.value} stage needs 'rate'")
         return self
 
 
@@ -101,11 +101,11 @@ class Arrival(SpecModel):
     def _fields_for_process(self) -> "Arrival":
         p = self.process
         if p in (ArrivalProcess.POISSON, ArrivalProcess.GAMMA, ArrivalProcess.CONSTANT) and self.rate is None:
-            raise ValueError(f"a {p.value} arrival process needs 'rate' (requests per second)")
+            raise at_key("process", f"a {p.value} arrival process needs 'rate' (requests per second)")
         if p is ArrivalProcess.STAGES and not self.stages:
-            raise ValueError("a stages arrival process needs a non-empty 'stages' list")
+            raise at_key("process", "a stages arrival process needs a non-empty 'stages' list")
         if p is ArrivalProcess.TRACE and self.trace is None:
-            raise ValueError("a trace arrival process needs 'trace: {file: ...}'")
+            raise at_key("process", "a trace arrival process needs 'trace: {file: ...}'")
         return self
 
 
@@ -140,12 +140,12 @@ class LengthDistribution(SpecModel):
         }.get(self.dist, ())
         missing = [n for n in needs if getattr(self, n) is None]
         if missing:
-            raise ValueError(f"a {self.dist.value} distribution needs {', '.join(missing)}")
+            raise at_key("dist", f"a {self.dist.value} distribution needs {', '.join(missing)}")
         if self.min > self.max:
-            raise ValueError(f"min ({self.min}) is greater than max ({self.max})")
+            raise at_key("min", f"min ({self.min}) is greater than max ({self.max})")
         q = self.quantiles
         if q is not None and (len(q) < 2 or any(b < a for a, b in zip(q, q[1:])) or q[0] <= 0):
-            raise ValueError("quantiles must be at least 2 positive values in non-decreasing order")
+            raise at_key("quantiles", "quantiles must be at least 2 positive values in non-decreasing order")
         return self
 
 
@@ -239,11 +239,11 @@ class Scenario(SpecModel):
         shared = [p for p in self.pools if p.arrival is None]
         if shared and self.arrival is None:
             names = ", ".join(p.name for p in shared)
-            raise ValueError(f"pools without their own 'arrival' ({names}) need a scenario-level 'arrival'")
+            raise at_key("pools", f"pools without their own 'arrival' ({names}) need a scenario-level 'arrival'")
         if shared:
             shares = [p.share if p.share is not None else (1.0 if len(shared) == 1 else None) for p in shared]
             if any(s is None for s in shares):
-                raise ValueError("when several pools share the scenario's arrival process, each needs a 'share'")
+                raise at_key("pools", "when several pools share the scenario's arrival process, each needs a 'share'")
             if abs(sum(shares) - 1.0) > 1e-6:
-                raise ValueError(f"pool shares sum to {sum(shares):g}; they must sum to 1")
+                raise at_key("pools", f"pool shares sum to {sum(shares):g}; they must sum to 1")
         return self

@@ -19,9 +19,17 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from drill.spec.diagnostics import Diagnostic, KeyPath, describe_value, did_you_mean, format_path
 from drill.spec.yamlio import Locations
 
-__all__ = ["SpecModel", "validate_model", "allowed_keys"]
+__all__ = ["SpecModel", "at_key", "validate_model", "allowed_keys"]
 
 M = TypeVar("M", bound=BaseModel)
+
+
+def at_key(key: str, message: str) -> ValueError:
+    """A model validator's error that points at one key of the mapping (``@key: message``)."""
+    return ValueError(f"@{key}: {message}")
+
+
+_AT_KEY = re.compile(r"^@([A-Za-z_][\w-]*): ")
 
 
 class SpecModel(BaseModel):
@@ -40,30 +48,59 @@ def validate_model(model: type[M], data: object, locations: Locations, prefix: K
         return model.model_validate(data), []
     except ValidationError as exc:
         diagnostics = [_diagnostic(model, err, data, locations, prefix) for err in exc.errors(include_url=False)]
-        return None, diagnostics
+        return None, _unique(diagnostics)
 
 
-def _clean_loc(loc: tuple) -> KeyPath:
-    """Drop pydantic's internal loc parts (validator and union member names)."""
-    return tuple(p for p in loc if isinstance(p, int) or not _INTERNAL_LOC.match(str(p)))
+def _clean_loc(loc: tuple, data: object, keep_last: bool) -> KeyPath:
+    """Keep the parts of pydantic's loc that are real keys/indices of ``data``.
 
-
-_INTERNAL_LOC = re.compile(r"^(function-|[a-z_]+\[|tagged-union|json-or-python|chain\[|lax-or-strict)")
+    Pydantic adds parts of its own (validator and union member names such as
+    ``function-after[...]`` or ``str``); walking the data tells them apart from
+    user keys, whatever characters those contain. For a missing key the last
+    part is not in the data and is kept.
+    """
+    path: list = []
+    node = data
+    for i, part in enumerate(loc):
+        if isinstance(node, dict) and part in node:
+            path.append(part)
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            path.append(part)
+            node = node[part]
+        elif keep_last and i == len(loc) - 1:
+            path.append(part)
+    return tuple(path)
 
 
 def _diagnostic(model: type[BaseModel], err: dict, data: object, locations: Locations,
                 prefix: KeyPath) -> Diagnostic:
-    loc = _clean_loc(tuple(err["loc"]))
-    path = prefix + loc
     kind = err["type"]
-    if kind == "extra_forbidden":
+    loc = _clean_loc(tuple(err["loc"]), data, keep_last=kind == "missing")
+    path = prefix + loc
+    if kind == "extra_forbidden" and loc:
         return _unknown_key(model, loc, path, locations)
-    if kind == "missing":
+    if kind == "missing" and loc:
         parent_keys = allowed_keys(model, loc[:-1])
         hint = f"add '{loc[-1]}:'" + (f" (keys here: {', '.join(sorted(parent_keys))})" if parent_keys else "")
         return Diagnostic(locations.of(path[:-1]), path, f"missing required key '{loc[-1]}'", hint=hint)
     message, hint = _explain(err, model, loc)
+    pointed = _AT_KEY.match(message)
+    if pointed:
+        path = path + (pointed.group(1),)
+        message = message[pointed.end():]
     return Diagnostic(locations.of(path), path, message, hint=hint)
+
+
+def _unique(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    """Union members can report the same problem twice; keep one."""
+    seen, out = set(), []
+    for d in diagnostics:
+        key = (d.position, d.path, d.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return out
 
 
 def _unknown_key(model: type[BaseModel], loc: KeyPath, path: KeyPath, locations: Locations) -> Diagnostic:
@@ -99,7 +136,9 @@ def _explain(err: dict, model: type[BaseModel], loc: KeyPath) -> tuple[str, str 
         return f"expected one of {expected}, got {got}", hint
     if kind == "value_error":
         text = str(ctx.get("error", err["msg"]))
-        return f"{text} (got {got})" if "got" not in text else text, None
+        if "got" in text or isinstance(value, (dict, list)):
+            return text, None
+        return f"{text} (got {got})", None
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "multiple_of"):
         bound = err["msg"].replace("Input should be ", "")
         return f"expected a value {bound}, got {got}", None

@@ -61,7 +61,13 @@ def load_located(text: str, source: str) -> LocatedDocument:
     """Parse one YAML document; problems go to ``diagnostics``, never raise."""
     locations = Locations(source)
     diagnostics: list[Diagnostic] = []
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.reader.ReaderError as exc:
+        diagnostics.append(Diagnostic(_offset_position(text, exc.position, source), (),
+                                      f"character {exc.character!r} is not allowed in YAML",
+                                      hint="remove control characters; the file must be plain UTF-8 text"))
+        return LocatedDocument(None, locations, diagnostics)
     try:
         node = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
@@ -81,6 +87,12 @@ def load_located(text: str, source: str) -> LocatedDocument:
     builder = _Builder(loader, locations, diagnostics)
     data = builder.build(node, (), 0)
     return LocatedDocument(data, locations, diagnostics)
+
+
+def _offset_position(text: str, offset: int, source: str) -> Position:
+    before = text[:offset]
+    line = before.count("\n") + 1
+    return Position(source, line, offset - (before.rfind("\n") + 1) + 1)
 
 
 class _Builder:

@@ -52,6 +52,7 @@ class RequestRecorder:
         if not self.tracing.enabled:
             return
         attributes: dict[str, object] = {
+            SpanAttributes.GEN_AI_REQUEST_ID: ctx.base_id,  # the client's X-Request-Id, not the internal id
             SpanAttributes.DRILL_SIDE_EFFECT_SEQ: record.seq,
             SpanAttributes.DRILL_REPLICA: self.replica,
             SpanAttributes.DRILL_BILLED_TOKENS: record.billed_tokens,

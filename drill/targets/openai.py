@@ -103,6 +103,9 @@ class OpenAITarget(Target):
         self._wait_healthy(p.url.rstrip("/") + p.health_path, p.startup_timeout)
         return self.info()
 
+    def planned_info(self) -> TargetInfo:
+        return self.info()
+
     def info(self) -> TargetInfo:
         p: OpenAITargetParams = self.params
         replicas = [ReplicaRef(name=r.name, index=i, url=r.url, container=r.container, pid_file=r.pid_file,

@@ -1,0 +1,74 @@
+"""``drill run DRILL``: run a drill end to end and judge it. Exit codes in :mod:`drill.cli.common`."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import click
+
+from drill.cli.common import console, err_console, handle_errors
+from drill.engine.safety import check_hosts
+from drill.errors import NotAvailableError
+from drill.spec.loader import load_drill
+
+
+def _preflight() -> None:
+    """Refuse, before touching anything, when a part the run needs is not built."""
+    if importlib.util.find_spec("drill.load.driver") is None:
+        raise NotAvailableError("the load driver (drill/load/driver.py, issue 4) is not built yet; nothing was started")
+
+
+@click.command("run")
+@click.argument("drill_file")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override any field by its key path.")
+@click.option("--time-scale", type=float, default=1.0, show_default=True,
+              help="Multiply every timeline duration (0.1 = ten times shorter, for smoke runs).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="reports", show_default=True,
+              help="Base directory for run directories.")
+@click.option("--allow-host", "allow_hosts", multiple=True, help="Allow a non-loopback host (repeatable).")
+@click.option("--workers", type=int, default=0, show_default=True, help="Locust worker processes (0: one local runner).")
+@click.option("--progress/--no-progress", default=None, help="Live status line (default: on a terminal).")
+def run(drill_file: str, overrides: tuple[str, ...], time_scale: float, out_dir: str,
+        allow_hosts: tuple[str, ...], workers: int, progress: bool | None) -> None:
+    """Run a drill: start the target, drive load, inject faults, revert them, judge the evidence."""
+    from pathlib import Path
+
+    from drill.engine.runner import RunOptions, Runner
+
+    with handle_errors():
+        if time_scale <= 0:
+            raise click.BadParameter("must be positive", param_hint="--time-scale")
+        loaded = load_drill(drill_file, overrides=overrides, time_scale=time_scale)
+        check_hosts(loaded, allow_hosts)
+        _preflight()
+        show = sys.stderr.isatty() if progress is None else progress
+        options = RunOptions(out_dir=Path(out_dir), workers=workers, progress=show, argv=tuple(sys.argv))
+        listeners = [_progress_listener()] if show else []
+        result = Runner(loaded, options, listeners).run()
+    _report(result)
+    sys.exit(result.exit_code)
+
+
+def _progress_listener():
+    from drill.cli.progress import PhaseProgress
+
+    return PhaseProgress(err_console)
+
+
+def _report(result) -> None:
+    for v in result.verdicts:
+        colour = {"PASS": "green", "FAIL": "red"}.get(v.status.value, "yellow")
+        console.print(f"[{colour}]{v.status.value:<12}[/] {v.name}: {v.message}")
+    if result.stopped_by:
+        console.print(f"the fault phase ended early: stop condition '{result.stopped_by}' fired")
+    if result.message:
+        err_console.print(result.message)
+    if result.revert_failures:
+        err_console.print("[bold red]REVERT FAILED — the target may still be faulted:[/]")
+        for line in result.revert_failures:
+            err_console.print(f"  {line}")
+        err_console.print("  run `drill cleanup` to retry the reverts from the journal; "
+                          "if it fails again, undo them by hand as the journal's revert records describe.")
+    if result.run_dir:
+        console.print(f"run directory: {result.run_dir}")

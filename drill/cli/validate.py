@@ -1,0 +1,39 @@
+"""``drill validate DRILL...``: report every problem in drill files; start nothing."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from drill.errors import SpecError
+from drill.spec.loader import load_drill, resolve_drill_path
+
+
+def _expand(paths: tuple[str, ...]) -> list[Path]:
+    files: list[Path] = []
+    for raw in paths:
+        path = resolve_drill_path(raw)
+        if path.is_dir():
+            files += sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml"))
+        else:
+            files.append(path)
+    return files
+
+
+@click.command("validate")
+@click.argument("drills", nargs=-1, required=True)
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a field by its key path.")
+def validate(drills: tuple[str, ...], overrides: tuple[str, ...]) -> None:
+    """Validate drill files (or every *.yaml in a folder). Exit 2 if any is invalid."""
+    bad = 0
+    for path in _expand(drills):
+        try:
+            load_drill(path, overrides=overrides)
+        except SpecError as exc:
+            bad += 1
+            click.echo(exc.render(), err=True)
+            continue
+        click.echo(f"{path}: ok")
+    sys.exit(2 if bad else 0)

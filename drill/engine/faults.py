@@ -1,0 +1,178 @@
+"""Fault scheduling inside the fault phase: resolve, prepare, journal, inject, verify, revert.
+
+For each fault, in this order and never otherwise:
+
+1. ``resolve_all`` (right after the target is up): the selector is resolved
+   against the live target; a selector that matches nothing stops the run
+   before any load or fault.
+2. at its start offset, inside a signal-deferring critical section:
+   ``prepare`` captures prior state, the :class:`RevertRecord` is journaled
+   with fsync, then ``inject`` runs. An inject that raises is journaled and
+   reverted at once (revert is safe after a partial inject).
+3. ``verify`` proves the fault landed; if it cannot, the fault is journaled as
+   *not landed* (the ``fault_landed`` check fails: the drill tested nothing).
+4. at its end offset (or when a stop condition fires, or on any exit path) the
+   revert stack reverts it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from drill import registry
+from drill.api import Fault, FaultContext, FaultTargets, LoadControl, TargetInfo
+from drill.engine.journal import Event, Journal
+from drill.engine.listeners import Listeners
+from drill.engine.reverts import RevertOutcome, RevertRecord, RevertStack
+from drill.engine.signals import SignalGuard
+from drill.engine.timeline import FaultWindow, Timeline
+from drill.errors import DrillError, FaultNotLanded, InputError
+from drill.spec.loader import LoadedDrill
+
+__all__ = ["FaultRunner", "resolve_targets"]
+
+FAULT_TIMEOUT_S = 10.0
+
+
+@dataclass
+class _Scheduled:
+    window: FaultWindow
+    fault: Fault
+    ctx: FaultContext
+    state: str = "pending"     # pending -> active -> done
+
+
+def resolve_targets(fault: Fault, selector, target: TargetInfo, default_seed: int) -> FaultTargets:
+    """The blast radius of one fault on this target. Raises ValueError naming what did not match."""
+    if fault.scope == "pools":
+        return FaultTargets(pools=list(selector.pools or []))
+    if fault.scope == "none":
+        return FaultTargets()
+    if not target.replicas:
+        raise ValueError(f"fault {fault.kind!r} acts on replicas, but target {target.kind!r} lists none")
+    replicas = selector.pick_replicas(target.replicas, default_seed)
+    if fault.scope == "replicas":
+        return FaultTargets(replicas=replicas)
+    links = [ln for r in replicas for ln in selector.pick_links(r)]
+    if not links:
+        raise ValueError(f"no link of replica(s) {', '.join(r.name for r in replicas)} matches {selector.links}")
+    return FaultTargets(replicas=replicas, links=links)
+
+
+class FaultRunner:
+    def __init__(self, loaded: LoadedDrill, target: TargetInfo, timeline: Timeline, stack: RevertStack,
+                 journal: Journal, guard: SignalGuard, listeners: Listeners, load: LoadControl | None) -> None:
+        self.loaded = loaded
+        self.target = target
+        self.timeline = timeline
+        self.stack = stack
+        self.journal = journal
+        self.guard = guard
+        self.listeners = listeners
+        self.load = load
+        self.scheduled: list[_Scheduled] = []
+        self.failed_reverts: list[RevertOutcome] = []
+
+    def resolve_all(self) -> None:
+        problems = []
+        drill = self.loaded.drill
+        for window, spec, params in zip(self.timeline.faults, drill.faults, self.loaded.fault_params):
+            fault = registry.faults.get(spec.kind)(params)
+            try:
+                targets = resolve_targets(fault, spec.selector, self.target, drill.seed)
+            except ValueError as exc:
+                problems.append(f"faults[{window.index}] ({window.fault_id}): {exc}")
+                continue
+            ctx = FaultContext(window.fault_id, self.target, targets, timeout_s=FAULT_TIMEOUT_S, load=self.load,
+                               note=lambda message, fid=window.fault_id: self.journal.write(Event.NOTE, fault_id=fid, message=message))
+            self.scheduled.append(_Scheduled(window, fault, ctx))
+        if problems:
+            raise InputError("; ".join(problems), hint="fix the selectors; `drill plan` shows the target's replicas")
+
+    def next_event_in(self, t: float) -> float:
+        times = [s.window.start_s for s in self.scheduled if s.state == "pending"]
+        times += [s.window.end_s for s in self.scheduled if s.state == "active"]
+        return max(0.0, min(times) - t) if times else float("inf")
+
+    def due(self, t: float) -> None:
+        """Inject and revert whatever is due at fault-phase offset ``t`` (seconds)."""
+        for item in self.scheduled:
+            if item.state == "active" and t >= item.window.end_s:
+                self._revert(item, "window ended")
+        for item in self.scheduled:
+            if item.state == "pending" and t >= item.window.start_s:
+                self._inject(item, t)
+
+    def revert_all(self, reason: str) -> list[RevertOutcome]:
+        with self.guard.critical():
+            outcomes = self.stack.revert_all(reason)
+        for item in self.scheduled:
+            item.state = "done" if item.state != "pending" else item.state
+        for outcome in outcomes:
+            self.listeners.fire("fault_reverted", fault_id=outcome.fault_id, ok=outcome.ok, error=outcome.error)
+            if not outcome.ok:
+                self.failed_reverts.append(outcome)
+        return outcomes
+
+    def _inject(self, item: _Scheduled, t: float) -> None:
+        item.state = "active"
+        fid = item.window.fault_id
+        with self.guard.critical():
+            if not self._register(item, t):
+                item.state = "done"
+                return
+            try:
+                item.fault.inject(item.ctx)
+            except Exception as exc:  # noqa: BLE001 - journaled; the revert still runs
+                self._inject_failed(item, exc)
+                return
+            self.journal.write(Event.FAULT_INJECTED, fault_id=fid, kind=item.window.kind)
+        self.listeners.fire("fault_injected", fault_id=fid, kind=item.window.kind)
+        self._verify(item)
+
+    def _register(self, item: _Scheduled, t: float) -> bool:
+        fid = item.window.fault_id
+        try:
+            saved = item.fault.prepare(item.ctx)
+        except Exception as exc:  # noqa: BLE001
+            self.journal.write(Event.FAULT_INJECT_FAILED, fault_id=fid, kind=item.window.kind,
+                               error=f"prepare failed: {_describe(exc)}")
+            return False
+        item.ctx.saved = saved
+        record = RevertRecord(fault_id=fid, kind=item.window.kind, params=item.fault.params.model_dump(mode="json"),
+                              target=self.target, targets=item.ctx.targets, saved=saved.model_dump(mode="json"),
+                              planned_end_ts=time.time() + (item.window.end_s - t), timeout_s=item.ctx.timeout_s)
+        self.stack.push(record, lambda: item.fault.revert(item.ctx))
+        return True
+
+    def _inject_failed(self, item: _Scheduled, exc: Exception) -> None:
+        fid = item.window.fault_id
+        self.journal.write(Event.FAULT_INJECT_FAILED, fault_id=fid, kind=item.window.kind, error=_describe(exc))
+        self.listeners.fire("fault_not_landed", fault_id=fid, error=_describe(exc))
+        self._revert(item, "inject failed")
+
+    def _verify(self, item: _Scheduled) -> None:
+        fid = item.window.fault_id
+        try:
+            evidence = item.fault.verify(item.ctx)
+        except (FaultNotLanded, DrillError, Exception) as exc:  # noqa: BLE001 - any failure means "not proven"
+            self.journal.write(Event.FAULT_NOT_LANDED, fault_id=fid, kind=item.window.kind, error=_describe(exc))
+            self.listeners.fire("fault_not_landed", fault_id=fid, error=_describe(exc))
+            return
+        self.journal.write(Event.FAULT_VERIFIED, fault_id=fid, kind=item.window.kind, summary=evidence.summary,
+                           observations=evidence.observations)
+        self.listeners.fire("fault_verified", fault_id=fid, summary=evidence.summary)
+
+    def _revert(self, item: _Scheduled, reason: str) -> None:
+        item.state = "done"
+        with self.guard.critical():
+            outcome = self.stack.revert(item.window.fault_id, reason)
+        if outcome is not None:
+            self.listeners.fire("fault_reverted", fault_id=outcome.fault_id, ok=outcome.ok, error=outcome.error)
+            if not outcome.ok:
+                self.failed_reverts.append(outcome)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"

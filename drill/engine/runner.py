@@ -1,0 +1,384 @@
+"""The runner: one drill, phase by phase, with every fault reverted on every exit path.
+
+Order of a run::
+
+    open       run directory, journal, watchdog, active-run registry, signal handlers
+    receiver   OTLP/HTTP span receiver (spans.jsonl)
+    cold start start or attach the target; time to the first good response
+    scraper    /metrics every second (metrics.jsonl)
+    load       the scenario's open-loop load, from warmup to the end of recovery (requests.jsonl)
+    warmup, baseline, fault (faults on their schedule; stop conditions may end it early), recovery
+    replay     the original failing requests, sent again after recovery (replay.jsonl)
+    shutdown   revert everything left, stop load, scraper, target, receiver (always, in this order)
+    evaluate   checks -> verdicts.json, summary.md
+
+Phases run on the monotonic clock; the journal stamps both clocks. Shutdown
+runs in a ``finally`` with signals deferred, so neither an exception nor Ctrl-C
+nor SIGTERM skips a revert; SIGKILL is the watchdog's job.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from drill import registry
+from drill.api import Capability, FaultContext, FaultTargets, TargetContext, TargetInfo
+from drill.checks.base import Evidence, Status, Verdict
+from drill.engine import active
+from drill.engine.faults import FaultRunner
+from drill.engine.journal import Event, Journal
+from drill.engine.listeners import Listeners, RunListener
+from drill.engine.reverts import RevertStack
+from drill.engine.rundir import RunDir, create_run_dir, environment
+from drill.engine.scraper import MetricsScraper
+from drill.engine.signals import SignalGuard
+from drill.engine.stopconditions import StopMonitor, StopTrigger
+from drill.engine.timeline import Timeline, plan_timeline
+from drill.engine.watchdog import Watchdog
+from drill.errors import DrillError, RunInterrupted
+from drill.spec.loader import LoadedDrill
+from drill.spec.models import Phase, StopKind
+from drill.targets.probe import first_good_response, served_model
+from drill.traces.receiver import OtlpReceiver
+
+__all__ = ["RunOptions", "RunResult", "Runner"]
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.25
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    out_dir: Path = Path("reports")
+    workers: int = 0
+    progress: bool = False
+    argv: tuple[str, ...] = ()
+    heartbeat_timeout_s: float = 15.0
+    lease_grace_s: float = 30.0
+    drain_s: float = 30.0
+
+
+@dataclass
+class RunResult:
+    run_dir: Path | None
+    status: str = "error"
+    exit_code: int = 3
+    verdicts: list[Verdict] = field(default_factory=list)
+    stopped_by: str | None = None
+    message: str = ""
+    revert_failures: list[str] = field(default_factory=list)
+
+
+class _DrillStopped(Exception):
+    """``max_duration`` fired: skip the remaining phases and shut down."""
+
+
+class Runner:
+    def __init__(self, loaded: LoadedDrill, options: RunOptions = RunOptions(),
+                 listeners: list[RunListener] | None = None) -> None:
+        self.loaded = loaded
+        self.drill = loaded.drill
+        self.options = options
+        self.timeline: Timeline = plan_timeline(loaded)
+        self.listeners = Listeners(listeners, on_error=self._listener_failed)
+        self.guard = SignalGuard(on_signal=self._signal_received)
+        self.result = RunResult(None)
+        self.rundir: RunDir | None = None
+        self.journal: Journal | None = None
+        self.watchdog: Watchdog | None = None
+        self.receiver: OtlpReceiver | None = None
+        self.scraper: MetricsScraper | None = None
+        self.target = None
+        self.target_info: TargetInfo | None = None
+        self.load = None
+        self.faults: FaultRunner | None = None
+        self.monitor: StopMonitor | None = None
+        self.started_mono = time.monotonic()
+
+    # --- the run ----------------------------------------------------------------------------------
+
+    def run(self) -> RunResult:
+        self._open()
+        self.guard.install()
+        try:
+            self._execute()
+            self.result.status = "completed"
+        except RunInterrupted as exc:
+            self._fail("interrupted", exc.exit_code, str(exc))
+        except DrillError as exc:
+            self._fail("error", exc.exit_code, str(exc), exc)
+        except Exception as exc:  # noqa: BLE001 - an internal error still reverts and is logged
+            self._fail("error", 3, f"internal error: {type(exc).__name__}: {exc}", exc)
+        finally:
+            self._shutdown()
+        if self.result.status == "completed":
+            self._evaluate()
+        self._finish()
+        return self.result
+
+    def _execute(self) -> None:
+        self._start_receiver()
+        self._start_target()
+        self._write_env()
+        self._start_scraper()
+        self._start_load()
+        try:
+            self._timed_phase(Phase.WARMUP, self.drill.phases.warmup)
+            self._timed_phase(Phase.BASELINE, self.drill.phases.baseline)
+            self._fault_phase()
+            self._timed_phase(Phase.RECOVERY, self.drill.phases.recovery)
+        except _DrillStopped:
+            pass
+        self._stop_load()
+        if self.drill.phases.replay.enabled and self.result.stopped_by is None:
+            self._replay_phase()
+
+    # --- opening and closing ---------------------------------------------------------------------
+
+    def _open(self) -> None:
+        self.rundir = create_run_dir(self.options.out_dir, self.drill.name)
+        self.result.run_dir = self.rundir.path
+        self.journal = Journal(self.rundir.journal)
+        self.journal.write(Event.RUN_STARTED, run_id=self.rundir.run_id, drill=self.drill.name, pid=os.getpid(),
+                           pid_start=active.process_start_time(os.getpid()), argv=list(self.options.argv),
+                           time_scale=self.loaded.time_scale)
+        self._write_inputs()
+        active.register(self.rundir.run_id, self.rundir.path)
+        self.watchdog = Watchdog(self.rundir.path, heartbeat_timeout_s=self.options.heartbeat_timeout_s,
+                                 lease_grace_s=self.options.lease_grace_s)
+        self.listeners.fire("run_started", run_id=self.rundir.run_id, run_dir=str(self.rundir.path))
+
+    def _write_inputs(self) -> None:
+        loaded = self.loaded
+        self.rundir.write_text("drill.yaml", loaded.text)
+        self.rundir.write_json("resolved.json", {
+            "drill_file": str(loaded.path),
+            "overrides": list(loaded.overrides),
+            "time_scale": loaded.time_scale,
+            "drill": loaded.drill.model_dump(mode="json", by_alias=True),
+            "scenario_file": str(loaded.scenario_path) if loaded.scenario_path else None,
+            "scenario": loaded.scenario.model_dump(mode="json", by_alias=True),
+            "target_params": _dump(loaded.target_params),
+            "fault_params": [_dump(p) for p in loaded.fault_params],
+            "check_params": [_dump(p) for p in loaded.check_params],
+        })
+
+    def _write_env(self) -> None:
+        seeds = {"drill": self.drill.seed, "scenario": self.loaded.scenario.seed}
+        model, version = served_model(self.target_info.base_url)
+        self.rundir.write_json("env.json", environment(self.rundir.run_id, list(self.options.argv), seeds, {
+            "target": {"kind": self.target_info.kind, "base_url": self.target_info.base_url,
+                       "model": model, "version": version, "runtime": self.target_info.runtime,
+                       "replicas": [r.name for r in self.target_info.replicas]},
+        }))
+        if self.target_info.model is None and model:
+            self.target_info = self.target_info.model_copy(update={"model": model})
+
+    def _shutdown(self) -> None:
+        """Revert, then stop everything started — each step isolated so one failure cannot skip the next."""
+        self.guard.shutting_down()
+        if self.faults is not None:
+            self.faults.revert_all("run ended")
+            self.result.revert_failures = [f"{o.fault_id}: {o.error}" for o in self.faults.failed_reverts]
+        self._safely("stop load", self._stop_load)
+        self._safely("stop scraper", lambda: self.scraper and self.scraper.stop())
+        self._safely("stop target", self._stop_target)
+        self._safely("stop receiver", lambda: self.receiver and self.receiver.stop())
+
+    def _finish(self) -> None:
+        code = self._exit_code()
+        self.result.exit_code = code
+        self.journal.write(Event.RUN_FINISHED, status=self.result.status, exit_code=code,
+                           stopped_by=self.result.stopped_by, revert_failures=self.result.revert_failures)
+        self.journal.close()
+        if self.watchdog is not None:
+            self.watchdog.finish()
+        if not self.result.revert_failures:
+            active.unregister(self.rundir.run_id)
+        self.guard.uninstall()
+        self.listeners.fire("run_finished", status=self.result.status, exit_code=code)
+
+    def _safely(self, what: str, step) -> None:
+        try:
+            step()
+        except BaseException as exc:  # noqa: BLE001 - the rest of shutdown must still run
+            log.error("%s failed: %s", what, exc)
+            self.journal.write(Event.NOTE, message=f"{what} failed: {type(exc).__name__}: {exc}")
+
+    def _fail(self, status: str, code: int, message: str, exc: BaseException | None = None) -> None:
+        self.result.status, self.result.exit_code, self.result.message = status, code, message
+        self.journal.write(Event.NOTE, message=message)
+        if exc is not None and code == 3:
+            (self.rundir.path / "error.log").write_text("".join(traceback.format_exception(exc)))
+
+    def _exit_code(self) -> int:
+        if self.result.revert_failures:
+            return 4
+        if self.result.status != "completed":
+            return self.result.exit_code
+        bad = [v for v in self.result.verdicts if v.status is not Status.PASS]
+        return 1 if bad else 0
+
+    # --- parts ------------------------------------------------------------------------------------
+
+    def _start_receiver(self) -> None:
+        spec = self.drill.otlp
+        if spec.enabled:
+            self.receiver = OtlpReceiver(self.rundir.file("spans.jsonl"), spec.host, spec.port).start()
+            self.journal.write(Event.NOTE, message=f"OTLP receiver at {self.receiver.endpoint}")
+
+    def _start_target(self) -> None:
+        kind = self.drill.target.kind
+        ctx = TargetContext(self.rundir.run_id, str(self.rundir.path),
+                            self.receiver.endpoint if self.receiver else None, self.drill.seed)
+        self.target = registry.targets.get(kind)(self.loaded.target_params, ctx)
+        self.journal.write(Event.TARGET_STARTING, target_id="target", target_kind=kind,
+                           teardown=self.target.teardown_data())
+        cold = self.drill.phases.cold_start
+        if cold.enabled:
+            self._phase_started(Phase.COLD_START, None)
+        t0 = time.monotonic()
+        self.target_info = self.target.start()
+        seconds = first_good_response(self.target_info.base_url, self.target_info.model, timeout_s=cold.timeout)
+        self.journal.write(Event.TARGET_READY, target_id="target", base_url=self.target_info.base_url,
+                           first_good_response_s=round(time.monotonic() - t0, 3), probe_s=round(seconds, 3),
+                           target=self.target_info.model_dump(mode="json"))
+        if cold.enabled:
+            self._phase_ended(Phase.COLD_START, time.monotonic() - t0)
+
+    def _stop_target(self) -> None:
+        if self.target is not None:
+            target, self.target = self.target, None
+            target.stop()
+            self.journal.write(Event.TARGET_STOPPED, target_id="target", reason="run ended")
+
+    def _start_scraper(self) -> None:
+        if self.drill.metrics.enabled and self.target_info.metrics_urls:
+            self.scraper = MetricsScraper(self.target_info.metrics_urls, self.rundir.file("metrics.jsonl"),
+                                          self.drill.metrics.interval).start()
+
+    def _start_load(self) -> None:
+        from drill.load.driver import LoadDriver, LoadPlan
+
+        plan = LoadPlan(scenario=self.loaded.scenario, target_url=self.target_info.base_url,
+                        model=self.target_info.model or self.loaded.scenario.model,
+                        duration_s=self.timeline.load_length_s, run_dir=self.rundir.path,
+                        seed=self.drill.seed, workers=self.options.workers, progress=self.options.progress)
+        self.load = LoadDriver(plan)
+        self.load.start()
+        self.monitor = StopMonitor(list(self.drill.stop_conditions), self.rundir.file("requests.jsonl"),
+                                   self.scraper.latest if self.scraper else dict, self.started_mono)
+        info = self.target_info.model_copy(update={"capabilities": self.target_info.capabilities | {Capability.LOAD_CONTROL}})
+        self.faults = FaultRunner(self.loaded, info, self.timeline, RevertStack(self.journal), self.journal,
+                                  self.guard, self.listeners, self.load.control)
+        self.faults.resolve_all()
+
+    def _stop_load(self) -> None:
+        if self.load is not None:
+            load, self.load = self.load, None
+            summary = load.stop(drain_s=self.options.drain_s)
+            self.journal.write(Event.NOTE, message="load stopped", summary=_dump(summary))
+
+    # --- phases -----------------------------------------------------------------------------------
+
+    def _phase_started(self, phase: Phase, planned_s: float | None) -> None:
+        self.journal.write(Event.PHASE_STARTED, phase=phase.value, planned_s=planned_s)
+        self.listeners.fire("phase_started", phase=phase.value, planned_s=planned_s)
+
+    def _phase_ended(self, phase: Phase, elapsed_s: float, **extra) -> None:
+        self.journal.write(Event.PHASE_ENDED, phase=phase.value, elapsed_s=round(elapsed_s, 3), **extra)
+        self.listeners.fire("phase_ended", phase=phase.value, elapsed_s=elapsed_s)
+
+    def _timed_phase(self, phase: Phase, length_s: float) -> None:
+        if length_s <= 0:
+            return
+        self._phase_started(phase, length_s)
+        start = time.monotonic()
+        end = start + length_s
+        while (now := time.monotonic()) < end:
+            self._poll_stop(fault_phase=False)
+            self.listeners.fire("tick", phase=phase.value, elapsed_s=now - start)
+            time.sleep(min(TICK_S, end - now))
+        self._phase_ended(phase, time.monotonic() - start)
+
+    def _fault_phase(self) -> None:
+        length = self.drill.phases.fault
+        if length <= 0:
+            return
+        self._phase_started(Phase.FAULT, length)
+        start = time.monotonic()
+        end = start + length
+        trigger = None
+        while (now := time.monotonic()) < end and trigger is None:
+            self.faults.due(now - start)
+            trigger = self._poll_stop(fault_phase=True)
+            self.listeners.fire("tick", phase=Phase.FAULT.value, elapsed_s=now - start)
+            time.sleep(max(0.0, min(TICK_S, end - time.monotonic(), self.faults.next_event_in(now - start))))
+        self.faults.revert_all("fault phase ended" if trigger is None else "stop condition")
+        extra = {"stopped_by": trigger.condition.label(), "planned_s": length} if trigger else {}
+        self._phase_ended(Phase.FAULT, time.monotonic() - start, **extra)
+
+    def _poll_stop(self, fault_phase: bool) -> StopTrigger | None:
+        if self.monitor is None:
+            return None
+        trigger = self.monitor.poll(fault_phase=fault_phase)
+        if trigger is None:
+            return None
+        label = trigger.condition.label()
+        self.result.stopped_by = label
+        self.journal.write(Event.STOP_CONDITION, condition=label, kind=trigger.condition.kind.value,
+                           observed=trigger.observed)
+        self.listeners.fire("stop_condition", label=label, observed=trigger.observed)
+        if trigger.condition.kind is StopKind.MAX_DURATION:
+            raise _DrillStopped()
+        return trigger
+
+    def _replay_phase(self) -> None:
+        from drill.load.driver import replay_failing
+
+        spec = self.drill.phases.replay
+        self._phase_started(Phase.REPLAY, None)
+        start = time.monotonic()
+        summary = replay_failing(self.rundir.file("failing_samples.jsonl"), self.rundir.file("replay.jsonl"),
+                                 self.target_info.base_url, concurrency=spec.concurrency, timeout_s=spec.timeout,
+                                 max_samples=spec.max_samples)
+        self._phase_ended(Phase.REPLAY, time.monotonic() - start, summary=_dump(summary))
+
+    # --- verdicts ---------------------------------------------------------------------------------
+
+    def _evaluate(self) -> None:
+        from drill.engine.verdicts import evaluate_checks, write_verdicts
+
+        evidence = Evidence(self.rundir.path, _slo_by_pool(self.loaded))
+        self.result.verdicts = evaluate_checks(self.loaded, evidence)
+        write_verdicts(self.rundir, self.loaded, self.result)
+
+    def _listener_failed(self, name: str, event: str, exc: BaseException) -> None:
+        if self.journal is not None:
+            self.journal.write(Event.LISTENER_ERROR, listener=name, event_name=event, error=f"{type(exc).__name__}: {exc}")
+
+    def _signal_received(self, name: str) -> None:
+        if self.journal is not None:
+            self.journal.write(Event.SIGNAL, signal=name)
+
+
+def _dump(value: object) -> object:
+    if value is None:
+        return None
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json", by_alias=True)
+    if hasattr(value, "__dataclass_fields__"):
+        from dataclasses import asdict
+        return asdict(value)
+    return value
+
+
+def _slo_by_pool(loaded: LoadedDrill) -> dict[str, dict[str, float]]:
+    return {pool.name: (pool.slo or loaded.drill.slo) for pool in loaded.scenario.pools}

@@ -1,0 +1,134 @@
+"""Request bodies and headers: deterministic prompts, W3C trace context, idempotency keys.
+
+Bodies are built by the load generator just before an arrival is due (and by
+tests, to compare request sets); headers once per attempt. The body of a
+logical request depends only on the scenario, the seed, the model and the
+request's logical id, so the same seed gives byte-identical bodies (and
+``payload_digest``) across runs, and retries re-send the same bytes.
+
+Prompts are made of common English words, one whitespace-separated word per
+token: the reference stack counts one token per word plus a small chat-template
+overhead (``drill/stack/tokenizer.py``), and BPE tokenizers such as Llama's
+encode most of these words as one token each. The token counts actually billed
+are read back from the server's ``usage``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import zlib
+
+from drill.spec.scenario import Endpoint, Pool
+
+__all__ = ["PromptText", "build_body", "attempt_headers", "new_trace_ids", "traceparent", "endpoint_path",
+           "payload_digest"]
+
+_WORDS = (
+    "the of and to in is that for it as was with be by on not he this are or his from at which but have an they "
+    "you were her all she there would their we him been has when who will more no if out so said what up its about "
+    "into than them can only other new some could time these two may then do first any my now such like our over "
+    "man me even most made after also did many before must through back years where much your way well down should "
+    "because each just those people how too little state good very make world still own see men work long get here "
+    "between both life being under never day same another know while last might us great old year off come since "
+    "against go came right used take three place small found part water city point line house world river light "
+    "number sound word story music table paper answer garden window market letter course order field open early "
+    "system report power money night green plan study rest close road common simple short clear round voice"
+).split()
+
+_CORPUS_WORDS = 1 << 16
+
+
+class PromptText:
+    """A seeded corpus of words; a request's text is a slice of it at an offset fixed by its id."""
+
+    def __init__(self, seed: int) -> None:
+        rng = random.Random(f"{seed}:corpus")
+        words = [rng.choice(_WORDS) for _ in range(_CORPUS_WORDS)]
+        self._doubled = words + words
+        self.seed = seed
+
+    def words(self, count: int, key: str) -> str:
+        """``count`` words (space-separated) starting at the corpus offset of ``key``."""
+        if count <= 0:
+            return ""
+        start = zlib.crc32(f"{self.seed}:{key}".encode()) % _CORPUS_WORDS
+        if count <= _CORPUS_WORDS:
+            return " ".join(self._doubled[start:start + count])
+        reps = self._doubled[start:start + _CORPUS_WORDS]
+        return " ".join((reps * (count // _CORPUS_WORDS + 1))[:count])
+
+
+def endpoint_path(endpoint: Endpoint) -> str:
+    return "/v1/chat/completions" if endpoint is Endpoint.CHAT else "/v1/completions"
+
+
+def build_body(pool: Pool, model: str, logical_id: str, input_tokens: int, output_tokens: int,
+               text: PromptText) -> bytes:
+    """The exact JSON body bytes of one logical request (ASCII, compact separators).
+
+    The prompt is ``pool.prefix_tokens`` shared words (the pool's system prompt,
+    for prefix-cache hits), then the logical id and unique words, ``input_tokens``
+    words in all.
+    """
+    prefix = text.words(pool.prefix_tokens, f"prefix:{pool.name}") if pool.prefix_tokens else ""
+    unique_count = max(1, input_tokens - pool.prefix_tokens)
+    unique = f"{logical_id} {text.words(unique_count - 1, logical_id)}".rstrip()
+    body: dict[str, object] = {"model": model}
+    if pool.endpoint is Endpoint.CHAT:
+        messages = [{"role": "system", "content": prefix}] if prefix else []
+        body["messages"] = messages + [{"role": "user", "content": unique}]
+    else:
+        body["prompt"] = f"{prefix} {unique}" if prefix else unique
+    body.update(_generation_fields(pool, output_tokens))
+    return json.dumps(body, separators=(",", ":")).encode("ascii")
+
+
+def _generation_fields(pool: Pool, output_tokens: int) -> dict[str, object]:
+    s = pool.sampling
+    fields: dict[str, object] = {"max_tokens": output_tokens, "stream": pool.stream}
+    if pool.stream:
+        fields["stream_options"] = {"include_usage": True}   # final usage chunk (§3.1)
+    fields.update(temperature=s.temperature, top_p=s.top_p)
+    if s.seed is not None:
+        fields["seed"] = s.seed
+    if s.ignore_eos:
+        fields["ignore_eos"] = True
+    if pool.priority:
+        fields["priority"] = pool.priority    # vLLM's request priority (lower = more urgent)
+    return fields
+
+
+def payload_digest(body: bytes) -> str:
+    """``sha256:<hex>`` of the exact body bytes."""
+    return "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+def new_trace_ids() -> tuple[str, str]:
+    """A fresh W3C trace id (32 hex) and parent span id (16 hex), never all zeros."""
+    trace_id, span_id = os.urandom(16).hex(), os.urandom(8).hex()
+    if trace_id == "0" * 32 or span_id == "0" * 16:
+        return new_trace_ids()
+    return trace_id, span_id
+
+
+def traceparent(trace_id: str, span_id: str) -> str:
+    """The ``traceparent`` header value, sampled flag set."""
+    return f"00-{trace_id}-{span_id}-01"
+
+
+def attempt_headers(*, trace_id: str, span_id: str, idempotency_key: str, request_id: str, priority: int,
+                    stream: bool, extra: dict[str, str]) -> dict[str, str]:
+    """Headers of one attempt: JSON, SSE accept, trace context, idempotency, request id, priority."""
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "text/event-stream" if stream else "application/json",
+        "traceparent": traceparent(trace_id, span_id),
+        "Idempotency-Key": idempotency_key,
+        "X-Request-Id": request_id,
+        "X-Drill-Priority": str(priority),
+    }
+    headers.update(extra)
+    return headers

@@ -1,0 +1,112 @@
+"""Classify the lines of an OpenAI-compatible SSE stream (vLLM's format, ``llm-serving-facts.md`` §3.1).
+
+Called for every line the load generator and ``replay_failing`` read, so the
+common case (a content chunk) is decided from bytes without parsing JSON:
+
+- ``data: {...}`` with non-empty ``choices``: a content chunk. It counts for
+  TTFT and ITL, as in ``vllm bench serve`` (the chat role-only first chunk
+  counts too, §5.1);
+- ``data: {"error": ...}``: a mid-stream error (HTTP status already 200);
+- ``data: {..."choices":[],"usage":{...}}``: the final usage chunk;
+- ``data: [DONE]``: the end of the stream;
+- anything else (blank lines, comments, ``event:`` fields): ignored.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+
+__all__ = ["LineKind", "classify_line", "parse_usage", "parse_error_message", "is_role_only"]
+
+
+class LineKind(enum.Enum):
+    IGNORED = 0
+    CONTENT = 1
+    USAGE = 2
+    ERROR = 3
+    DONE = 4
+
+
+_DATA = b"data:"
+_EMPTY_CHOICES = (b'"choices":[]', b'"choices": []')
+_CHOICES = (b'"choices":[{', b'"choices": [{')
+
+
+def classify_line(line: bytes) -> LineKind:
+    """What one raw SSE line (with or without its newline) is."""
+    if not line.startswith(_DATA):
+        return LineKind.IGNORED
+    payload = line[5:].strip()
+    if payload.startswith(b"{"):
+        if payload.startswith(b'{"error"'):
+            return LineKind.ERROR
+        if _CHOICES[0] in payload or _CHOICES[1] in payload:
+            return LineKind.CONTENT
+        return _slow(payload)
+    if payload == b"[DONE]":
+        return LineKind.DONE
+    return LineKind.IGNORED
+
+
+def _slow(payload: bytes) -> LineKind:
+    """Lines the byte checks cannot decide (other key order, spacing): parse them."""
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        return LineKind.IGNORED
+    if not isinstance(data, dict):
+        return LineKind.IGNORED
+    if "error" in data:
+        return LineKind.ERROR
+    if data.get("choices"):
+        return LineKind.CONTENT
+    if data.get("usage"):
+        return LineKind.USAGE
+    return LineKind.IGNORED
+
+
+def parse_usage(line: bytes) -> tuple[int | None, int | None]:
+    """``(prompt_tokens, completion_tokens)`` of a chunk or body that carries ``usage``; Nones otherwise."""
+    try:
+        data = json.loads(line[5:] if line.startswith(_DATA) else line)
+    except ValueError:
+        return None, None
+    usage = data.get("usage") if isinstance(data, dict) else None
+    if not isinstance(usage, dict):
+        return None, None
+    return _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens"))
+
+
+def has_usage(line: bytes) -> bool:
+    """Whether a content chunk also carries a non-null ``usage`` (``continuous_usage_stats``)."""
+    return b'"usage":{' in line or b'"usage": {' in line
+
+
+def parse_error_message(data: bytes, limit: int = 300) -> str:
+    """A short message from a vLLM/OpenAI error body or error event (current or legacy shape, §3.2)."""
+    raw = data[5:] if data.startswith(_DATA) else data
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return raw.decode("utf-8", "replace").strip()[:limit]
+    error = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(error, dict):
+        message = error.get("message") or error.get("type") or json.dumps(error)
+    else:
+        message = str(error)
+    return str(message)[:limit]
+
+
+def is_role_only(line: bytes) -> bool:
+    """Whether a chat chunk is the role-only first chunk (``delta`` with ``role`` and empty content)."""
+    try:
+        data = json.loads(line[5:])
+        delta = data["choices"][0].get("delta") or {}
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return False
+    return "role" in delta and not delta.get("content")
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

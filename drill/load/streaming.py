@@ -1,0 +1,227 @@
+"""Send one attempt and read its SSE stream line by line, timestamping every chunk.
+
+Runs inside the load-generator child process only (gevent-patched; imported by
+:mod:`drill.load.openloop`, never by the harness). It reads with
+``geventhttpclient``'s ``readline(b"\\n")``, which returns as soon as one line is
+buffered, instead of Locust's 1 KB-buffered iterators (``dependency-notes.md``
+§1.1: 0.16 ms vs 51 ms p50 delivery lag). Times are ``time.perf_counter()``
+values; :mod:`drill.load.openloop` turns them into offsets from the intended
+start.
+
+A stream that ends abnormally (timeout, cancel, reset) has its socket closed,
+never returned to the keep-alive pool with unread bytes in it.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass, field
+
+import gevent
+from geventhttpclient import HTTPClient
+from geventhttpclient.connectionpool import ConnectionPool
+from geventhttpclient.response import HTTPParseError
+from geventhttpclient.url import URL
+
+from drill.load.records import ErrorClass, classify_status
+from drill.load.sse import LineKind, classify_line, has_usage, is_role_only, parse_error_message, parse_usage
+
+__all__ = ["Outcome", "Cancelled", "Transport", "send_attempt"]
+
+
+class Cancelled(BaseException):
+    """Thrown into a request greenlet when the drain period at stop has run out."""
+
+
+class _Deadline(BaseException):
+    """The pool's client timeout expired (raised by ``gevent.Timeout``)."""
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What happened to one attempt; times are ``perf_counter`` seconds."""
+
+    sent_at: float
+    status: int | None = None
+    error: ErrorClass | None = None
+    detail: str | None = None
+    headers_at: float | None = None
+    chunk_times: list[float] = field(default_factory=list)
+    end_at: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    role_only_first: bool = False
+    retry_after_s: float | None = None
+
+    def fail(self, error: ErrorClass, detail: str) -> "Outcome":
+        if self.error is None:
+            self.error, self.detail = error, detail
+        self.end_at = self.end_at or time.perf_counter()
+        return self
+
+
+class _TrackingPool(ConnectionPool):
+    """A keep-alive pool that remembers which socket each greenlet last took.
+
+    geventhttpclient returns a socket to the pool when a read is interrupted
+    (timeout, cancel) even though the response was not read to the end; the next
+    request on it would read the old response. :meth:`abandon` closes that socket
+    (the pool drops closed sockets) or, if it is still checked out, releases it.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._last: dict[object, object] = {}
+        self._out: set[object] = set()
+
+    def get_socket(self):
+        sock = super().get_socket()
+        self._last[gevent.getcurrent()] = sock
+        self._out.add(sock)
+        return sock
+
+    def return_socket(self, sock) -> None:
+        self._out.discard(sock)
+        super().return_socket(sock)
+
+    def release_socket(self, sock) -> None:
+        self._out.discard(sock)
+        super().release_socket(sock)
+
+    def abandon(self) -> None:
+        sock = self._last.pop(gevent.getcurrent(), None)
+        if sock is None:
+            return
+        if sock in self._out:
+            self.release_socket(sock)
+        else:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def forget(self) -> None:
+        self._last.pop(gevent.getcurrent(), None)
+
+
+class Transport:
+    """One keep-alive HTTP client for a target base URL, with up to ``concurrency`` connections."""
+
+    def __init__(self, base_url: str, concurrency: int, network_timeout_s: float) -> None:
+        url = URL(base_url)
+        self.client = HTTPClient(url.host, url.port, concurrency=concurrency, network_timeout=network_timeout_s,
+                                 connection_timeout=min(10.0, network_timeout_s), ssl=url.scheme == "https")
+        old = self.client._connection_pool
+        if url.scheme != "https":   # the tracking pool is for plain HTTP; TLS keeps geventhttpclient's own
+            self.client._connection_pool = self.pool = _TrackingPool(
+                old._connection_host, old._connection_port, old._request_host, old._request_port, size=concurrency,
+                network_timeout=network_timeout_s, connection_timeout=old.connection_timeout)
+        else:
+            self.pool = None
+        self.prefix = url.path.rstrip("/")
+
+    def abandon(self) -> None:
+        if self.pool is not None:
+            self.pool.abandon()
+
+    def forget(self) -> None:
+        if self.pool is not None:
+            self.pool.forget()
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def send_attempt(transport: Transport, path: str, body: bytes, headers: dict[str, str], *, stream: bool,
+                 timeout_s: float) -> Outcome:
+    """POST ``body`` to ``path`` and read the whole response within ``timeout_s`` seconds.
+
+    Never raises for request failures: they come back as ``Outcome.error``. An
+    attempt cancelled with :class:`Cancelled` returns with ``ErrorClass.CANCELLED``.
+    """
+    outcome = Outcome(sent_at=time.perf_counter())
+    timer = gevent.Timeout(timeout_s, _Deadline)
+    timer.start()
+    got_headers = False
+    try:
+        response = transport.client.post(transport.prefix + path, body=body, headers=headers)
+        got_headers = True
+        outcome.headers_at = time.perf_counter()
+        outcome.status = response.status_code
+        _read(response, outcome, stream)
+        transport.forget()
+        return outcome
+    except _Deadline:
+        transport.abandon()
+        return outcome.fail(ErrorClass.TIMEOUT, f"no complete response within the {timeout_s:g}s client timeout")
+    except (Cancelled, gevent.GreenletExit):
+        transport.abandon()
+        return outcome.fail(ErrorClass.CANCELLED, "still in flight when the drain period at stop ran out")
+    except Exception as exc:  # noqa: BLE001 - every transport failure becomes an error class
+        transport.abandon()
+        return outcome.fail(_classify_exception(exc, got_headers), f"{type(exc).__name__}: {exc}"[:300])
+    finally:
+        timer.close()
+
+
+def _read(response, outcome: Outcome, stream: bool) -> None:
+    if outcome.status != 200 or not stream:
+        data = response.read()
+        outcome.end_at = time.perf_counter()
+        error = classify_status(outcome.status)
+        if error is not None:
+            outcome.fail(error, f"HTTP {outcome.status}: {parse_error_message(data)}")
+            outcome.retry_after_s = _retry_after(response.get("retry-after"))
+        else:
+            outcome.prompt_tokens, outcome.completion_tokens = parse_usage(data)
+        return
+    _read_stream(response, outcome)
+
+
+def _read_stream(response, outcome: Outcome) -> None:
+    times = outcome.chunk_times
+    readline = response.readline
+    while True:
+        line = readline(b"\n")
+        if not line:
+            outcome.fail(ErrorClass.CONNECTION_RESET, "the stream ended before data: [DONE]")
+            return
+        if len(line) < 6:
+            continue
+        kind = classify_line(line)
+        if kind is LineKind.CONTENT:
+            times.append(time.perf_counter())
+            _content(line, outcome, len(times) == 1)
+        elif kind is LineKind.DONE:
+            outcome.end_at = time.perf_counter()
+            response.read()    # the chunked terminator: completes the message, returns the connection
+            return
+        elif kind is LineKind.USAGE:
+            outcome.prompt_tokens, outcome.completion_tokens = parse_usage(line)
+        elif kind is LineKind.ERROR and outcome.error is None:
+            outcome.error, outcome.detail = ErrorClass.MID_STREAM_ERROR, parse_error_message(line)
+
+
+def _content(line: bytes, outcome: Outcome, first: bool) -> None:
+    if first:
+        outcome.role_only_first = is_role_only(line)
+    if has_usage(line):
+        outcome.prompt_tokens, outcome.completion_tokens = parse_usage(line)
+
+
+def _classify_exception(exc: Exception, got_headers: bool) -> ErrorClass:
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return ErrorClass.TIMEOUT
+    if isinstance(exc, (ConnectionRefusedError, socket.gaierror)):
+        return ErrorClass.CONNECTION_ERROR
+    if isinstance(exc, (ConnectionError, HTTPParseError, OSError)):
+        return ErrorClass.CONNECTION_RESET
+    return ErrorClass.CONNECTION_RESET if got_headers else ErrorClass.CONNECTION_ERROR
+
+
+def _retry_after(value: object) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None

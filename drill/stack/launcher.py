@@ -1,0 +1,265 @@
+"""Start, find and stop the embedded reference stack (stack-contracts.md §9).
+
+Called by ``drill stack up/status/down`` and by the harness when a drill's target is the
+embedded stack. :func:`start_stack` decides the layout (:func:`drill.stack.plan.build_plan`),
+writes specs and the plan under the run directory, starts the supervisor detached and returns
+once the router and every replica answer. :func:`stop_stack` is idempotent and leaves nothing
+running: it stops the supervisor (which stops its children), kills anything left in the
+supervisor's process group, removes the stack's containers (by label) and proxies (by name).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from drill.backends.toxiproxy import ToxiproxyClient, find_toxiproxy_binary
+from drill.errors import DockerError, StackError, ToxiproxyError
+from drill.stack.config import Runtime, StackConfig
+from drill.stack.plan import StackPlan, build_plan
+from drill.stack.state import StackState, read_state, remove_state, run_dir, validate_name, write_state
+
+__all__ = ["read_state", "start_stack", "stop_stack", "supervisor_alive"]
+
+_POLL_S = 0.1
+_started: dict[int, subprocess.Popen[bytes]] = {}  # supervisors this process started, reaped on stop
+
+
+def start_stack(config: StackConfig, *, name: str = "default", runtime: str | Runtime | None = None,
+                otlp_endpoint: str | None = None, state_dir: Path | None = None,
+                timeout_s: float = 120) -> StackState:
+    """Start stack ``name`` and return its state once every part answers.
+
+    ``runtime`` overrides ``config.runtime``. Raises StackError when a stack of that name is
+    running, or when the stack does not come up within ``timeout_s`` (the stack is then stopped
+    and the error quotes the supervisor's log); NotAvailableError / DockerError when Toxiproxy
+    or the Docker engine is missing.
+    """
+    validate_name(name)
+    runtime = Runtime(runtime) if runtime is not None else config.runtime
+    _clear_previous(name, state_dir)
+    toxiproxy_url = os.environ.get("TOXIPROXY_URL") or None
+    if toxiproxy_url is None:
+        find_toxiproxy_binary()
+    if runtime is Runtime.DOCKER:
+        _check_docker()
+    plan = build_plan(config, name=name, runtime=runtime, state_dir=state_dir, otlp_endpoint=otlp_endpoint,
+                      toxiproxy_url=toxiproxy_url)
+    _write_plan(plan)
+    supervisor = _spawn_supervisor(plan)
+    state = plan.state.model_copy(update={"supervisor_pid": supervisor.pid})
+    write_state(state, state_dir)
+    try:
+        _wait_ready(plan, supervisor, time.monotonic() + timeout_s)
+    except BaseException:
+        stop_stack(name, state_dir=state_dir)
+        raise
+    state = state.model_copy(update={"replicas": tuple(
+        r.model_copy(update={"pid": _read_pid(r.pid_file)}) for r in state.replicas)})
+    write_state(state, state_dir)
+    return state
+
+
+def stop_stack(name: str = "default", *, state_dir: Path | None = None, timeout_s: float = 30) -> bool:
+    """Stop stack ``name``; returns True when something was running or left behind.
+
+    Idempotent: a second call finds nothing and returns False.
+    """
+    validate_name(name)
+    try:
+        state = read_state(name, state_dir)
+    except StackError:
+        state = None
+    found = False
+    if state is not None and state.supervisor_pid and supervisor_alive(state):
+        _stop_supervisor(state.supervisor_pid, timeout_s)
+        found = True
+    if state is not None and state.supervisor_pid:
+        found |= _kill_group(state.supervisor_pid)
+    if state is None or state.runtime is Runtime.DOCKER:
+        found |= _remove_containers(name)
+    if state is not None and not state.toxiproxy_owned:
+        found |= _remove_proxies(state)
+    return remove_state(name, state_dir) or found
+
+
+def supervisor_alive(state: StackState) -> bool:
+    """True while the stack's supervisor process runs (checked by pid *and* command line)."""
+    pid = state.supervisor_pid
+    if not pid:
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        status = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return status != "Z" and "drill.stack.supervisor" in cmdline and str(state.run_dir) in cmdline
+
+
+# -- start ------------------------------------------------------------------------------------
+
+def _clear_previous(name: str, state_dir: Path | None) -> None:
+    try:
+        previous = read_state(name, state_dir)
+    except StackError:
+        previous = None
+    if previous is not None and supervisor_alive(previous):
+        raise StackError(f"a stack named {name!r} is already running (router {previous.router})",
+                         hint=f"stop it with `drill stack down --name {name}`, or pick another --name")
+    stop_stack(name, state_dir=state_dir)  # leftovers of a stack that died
+    shutil.rmtree(run_dir(name, state_dir), ignore_errors=True)
+
+
+def _check_docker() -> None:
+    from drill.backends.docker import DockerBackend
+
+    DockerBackend(timeout_s=10).close()
+
+
+def _write_plan(plan: StackPlan) -> None:
+    plan.run_dir.mkdir(parents=True, exist_ok=True)
+    for spec in plan.replica_specs:
+        plan.spec_path(spec.name).write_text(spec.model_dump_json(indent=2), encoding="utf-8")
+    plan.spec_path("router").write_text(plan.router_spec.model_dump_json(indent=2), encoding="utf-8")
+    plan.plan_path.write_text(plan.model_dump_json(indent=2), encoding="utf-8")
+
+
+def _spawn_supervisor(plan: StackPlan) -> subprocess.Popen[bytes]:
+    with open(plan.run_dir / "supervisor.log", "ab") as log:
+        process = subprocess.Popen([sys.executable, "-m", "drill.stack.supervisor", "--plan", str(plan.plan_path)],
+                                   stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True, close_fds=True)
+    _started[process.pid] = process
+    return process
+
+
+def _wait_ready(plan: StackPlan, supervisor: subprocess.Popen[bytes], deadline: float) -> None:
+    """Poll until the supervisor says ``ready`` and the router sees every replica healthy."""
+    with httpx.Client(timeout=2.0, trust_env=False) as http:
+        while time.monotonic() < deadline:
+            status = _supervisor_status(plan)
+            if supervisor.poll() is not None or status == "failed":
+                raise StackError(f"the stack {plan.state.name!r} failed to start", hint=_log_tail(plan))
+            if status == "ready" and _all_healthy(http, plan):
+                return
+            time.sleep(_POLL_S)
+    raise StackError(f"the stack {plan.state.name!r} did not become ready in time",
+                     hint=f"increase the timeout, or read the logs in {plan.run_dir}. {_log_tail(plan)}")
+
+
+def _supervisor_status(plan: StackPlan) -> str | None:
+    try:
+        return json.loads(plan.status_path.read_text(encoding="utf-8")).get("state")
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _all_healthy(http: httpx.Client, plan: StackPlan) -> bool:
+    headers = {"Authorization": f"Bearer {plan.state.admin_token}"}
+    try:
+        state = http.get(f"{plan.state.router_admin_url}/state", headers=headers).json()
+        direct = [http.get(f"{r.direct_url}/health").status_code for r in plan.state.replicas]
+    except (httpx.HTTPError, ValueError):
+        return False
+    return all(code == 200 for code in direct) and all(r.get("healthy") for r in state.get("replicas", []))
+
+
+def _log_tail(plan: StackPlan, lines: int = 15) -> str:
+    try:
+        text = (plan.run_dir / "supervisor.log").read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return "no supervisor log was written"
+    tail = "\n    ".join(text.strip().splitlines()[-lines:])
+    return f"supervisor log ({plan.run_dir / 'supervisor.log'}):\n    {tail}"
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text(encoding="utf-8").strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+# -- stop -------------------------------------------------------------------------------------
+
+def _gone(pid: int) -> bool:
+    process = _started.get(pid)
+    if process is not None:
+        if process.poll() is None:
+            return False
+        _started.pop(pid, None)
+        return True
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, IndexError):
+        return True
+
+
+def _stop_supervisor(pid: int, timeout_s: float) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout_s
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+
+
+def _group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+def _kill_group(pgid: int) -> bool:
+    """SIGKILL whatever is left in the supervisor's process group (our processes only)."""
+    members = _group_members(pgid)
+    for pid in members:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 5
+    while any(not _gone(pid) for pid in members) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return bool(members)
+
+
+def _remove_containers(name: str) -> bool:
+    try:
+        from drill.backends.docker import DockerBackend
+        from drill.stack.docker_runtime import remove_stack_containers
+
+        with DockerBackend(timeout_s=10) as backend:
+            return remove_stack_containers(backend, name) > 0
+    except DockerError:
+        return False  # no engine: nothing of ours can run there
+
+
+def _remove_proxies(state: StackState) -> bool:
+    prefix = f"{state.name}-replica-"
+    try:
+        with ToxiproxyClient(state.toxiproxy_url) as client:
+            ours = [n for n in client.proxies() if n.startswith(prefix)]
+            for proxy in ours:
+                client.delete_proxy(proxy)
+    except ToxiproxyError:
+        return False
+    return bool(ours)

@@ -1,0 +1,25 @@
+"""Shared fixtures. Test-only plugins are registered the way a plugin author would, without packaging."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+TEST_PLUGINS = ";".join([
+    "drill.faults:test_toxic_latency=tests.plugins.faults:ToxicLatency",
+    "drill.faults:test_docker_pause=tests.plugins.faults:DockerPause",
+    "drill.faults:test_raising_revert=tests.plugins.faults:RaisingRevert",
+])
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _test_environment(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Test plugins on, a private state directory, and the repository importable by child processes."""
+    os.environ["DRILL_EXTRA_PLUGINS"] = TEST_PLUGINS
+    os.environ["DRILL_STATE_DIR"] = str(tmp_path_factory.mktemp("drill-state"))
+    paths = [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))

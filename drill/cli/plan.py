@@ -22,8 +22,9 @@ from drill.units import format_duration as fmt
 def plan(drill_file: str, overrides: tuple[str, ...], time_scale: float, allow_hosts: tuple[str, ...]) -> None:
     """Print the resolved timeline, target and faults of a drill (a dry run)."""
     with handle_errors():
-        loaded = load_drill(drill_file, overrides=overrides, time_scale=time_scale)
-        check_hosts(loaded, allow_hosts)
+        loaded = load_drill(drill_file, overrides=overrides, time_scale=time_scale, allow_missing=True)
+        if loaded.target_params is not None:
+            check_hosts(loaded, allow_hosts)
         for line in render_plan(loaded):
             console.print(line, markup=False)
 
@@ -33,15 +34,23 @@ def render_plan(loaded: LoadedDrill) -> list[str]:
     lines = [f"drill {drill.name}" + (f" — {drill.title}" if drill.title else "")]
     if loaded.time_scale != 1.0:
         lines.append(f"(--time-scale {loaded.time_scale:g} applied to every timeline duration)")
-    target = registry.targets.get(drill.target.kind)(loaded.target_params, TargetContext("plan", "-"))
+    info = None
     lines.append(f"target: {drill.target.kind}")
-    lines += [f"  {line}" for line in target.describe_plan()]
-    lines += _timeline(loaded, target.planned_info())
+    if loaded.target_params is not None:
+        target = registry.targets.get(drill.target.kind)(loaded.target_params, TargetContext("plan", "-"))
+        lines += [f"  {line}" for line in target.describe_plan()]
+        info = target.planned_info()
+    else:
+        lines.append("  (not built yet)")
+    lines += _timeline(loaded, info)
     lines += _load(loaded)
     lines += [f"stop condition: {c.label()}" for c in drill.stop_conditions]
     lines += [f"check: {c.name or c.kind} ({c.kind})" for c in drill.checks]
     if drill.runbook:
         lines.append(f"runbook: {loaded.runbook_path}")
+    if loaded.missing:
+        lines.append("cannot run yet — these parts are not built:")
+        lines += [f"  {d.render()}" for d in loaded.missing]
     lines.append("nothing was started (dry run).")
     return lines
 
@@ -67,6 +76,11 @@ def _faults(loaded: LoadedDrill, timeline, info) -> list[str]:
     lines = []
     base = timeline.fault_phase_start_s
     for window, spec, params in zip(timeline.faults, loaded.drill.faults, loaded.fault_params):
+        when = f"{fmt(base + window.start_s)} – {fmt(base + window.end_s)}"
+        if params is None:
+            lines.append(f"    fault {window.fault_id} ({spec.kind}, not built yet): {when}")
+            lines += [f"      {key} = {value}" for key, value in spec.params.items()]
+            continue
         fault = registry.faults.get(spec.kind)(params)
         lines.append(f"    fault {window.fault_id} ({spec.kind}, {fault.realism_for(params).value}): "
                      f"{fmt(base + window.start_s)} – {fmt(base + window.end_s)}")

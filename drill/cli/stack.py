@@ -96,14 +96,16 @@ def _show(state, as_json: bool, *, running: bool) -> None:
         data["running"] = running
         click.echo(json.dumps(data, indent=2))
         return
-    console.print(f"stack [bold]{state.name}[/] ({state.runtime.value}, model {state.model}) "
-                  f"{'running' if running else '[red]not running[/]'}")
-    console.print(f"  router      {state.router}    admin {state.router_admin_url}")
-    console.print(f"  toxiproxy   {state.toxiproxy_url}")
+    lines = [f"stack [bold]{state.name}[/] ({state.runtime.value}, model {state.model}) "
+             f"{'running' if running else '[red]not running[/]'}",
+             f"  router      {state.router}    admin {state.router_admin_url}",
+             f"  toxiproxy   {state.toxiproxy_url}"]
     for replica in state.replicas:
         where = replica.container or f"pid {replica.pid}"
-        console.print(f"  {replica.name:<11} {replica.url}  (direct {replica.direct_url}, {where}, "
-                      f"proxy {replica.proxy or '-'})")
-        for link in replica.links:
-            console.print(f"    {link.kind} rank {link.rank}: {link.listen} -> {link.upstream} (proxy {link.proxy or '-'})")
-    console.print(f"  admin token in {state.run_dir.parent / (state.name + '.json')}; logs in {state.run_dir}")
+        lines.append(f"  {replica.name:<11} {replica.url}  (direct {replica.direct_url}, {where}, "
+                     f"proxy {replica.proxy or '-'})")
+        lines.extend(f"    {link.kind} rank {link.rank}: {link.listen} -> {link.upstream} (proxy {link.proxy or '-'})"
+                     for link in replica.links)
+    lines.append(f"  state file {state.run_dir.parent / (state.name + '.json')} (admin token); logs in {state.run_dir}")
+    for line in lines:
+        console.print(line, soft_wrap=True)

@@ -182,7 +182,8 @@ def _run_controlled(control_fd: int, parent_pid: int) -> int:
         return 2
     plan = GeneratorPlan.from_dict(msg["plan"])
     try:
-        controller = MasterController(plan, provide_loop) if plan.workers > 0 else LocalController(plan)
+        distributed = plan.workers > 0 or plan.expect_remote_workers > 0
+        controller = MasterController(plan, DrillUser) if distributed else LocalController(plan)
     except Exception as exc:  # noqa: BLE001 - reported to the harness, which raises LoadError
         logging.getLogger("drill.load").exception("the load generator could not start")
         channel.send(Msg.ERROR, message=f"{type(exc).__name__}: {exc}")

@@ -13,7 +13,7 @@ each fault's needs). All problems are raised together as one
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -47,12 +47,15 @@ class LoadedDrill:
     overrides: tuple[str, ...] = ()
     time_scale: float = 1.0
     runbook_path: Path | None = None
+    #: Parts the drill names that are planned but not built yet (only with ``allow_missing=True``).
+    missing: tuple[Diagnostic, ...] = ()
 
 
 @dataclass
 class _Collector:
     locations: Locations
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    missing: list[Diagnostic] = field(default_factory=list)
 
     def add(self, path: KeyPath, message: str, hint: str | None = None, *, key: bool = False) -> None:
         self.diagnostics.append(Diagnostic(self.locations.of(path, key=key), path, message, hint=hint))
@@ -91,8 +94,13 @@ def _read(path: Path) -> str:
         raise SpecError([Diagnostic(where, (), f"not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})")]) from None
 
 
-def load_drill(path: str | Path, *, overrides: list[str] | tuple[str, ...] = (), time_scale: float = 1.0) -> LoadedDrill:
-    """Validate the drill at ``path``; raises SpecError listing every problem."""
+def load_drill(path: str | Path, *, overrides: list[str] | tuple[str, ...] = (), time_scale: float = 1.0,
+               allow_missing: bool = False) -> LoadedDrill:
+    """Validate the drill at ``path``; raises SpecError listing every problem.
+
+    Kinds that are planned but not built yet are problems too, unless ``allow_missing``
+    (``drill plan``), which returns them in ``LoadedDrill.missing`` instead.
+    """
     path = resolve_drill_path(path)
     text = _read(path)
     doc = load_located(text, str(path))
@@ -103,13 +111,16 @@ def load_drill(path: str | Path, *, overrides: list[str] | tuple[str, ...] = (),
     if data is not None and not isinstance(data, dict):
         out.add((), f"expected a mapping of drill keys at the top level, got {type(data).__name__}")
         data = None
-    if data is not None:
-        data = _apply_overrides(data, overrides, out)
-    if out.diagnostics or data is None:
+    if data is None:
         raise SpecError(sorted(out.diagnostics, key=Diagnostic.sort_key))
+    data = _apply_overrides(data, overrides, out)
     loaded = _validate(path, text, data, out, tuple(overrides))
+    if not allow_missing:
+        out.diagnostics += out.missing
     if out.diagnostics or loaded is None:
         raise SpecError(sorted(out.diagnostics, key=Diagnostic.sort_key))
+    if out.missing:
+        loaded = replace(loaded, missing=tuple(sorted(out.missing, key=Diagnostic.sort_key)))
     if time_scale != 1.0:
         from drill.spec.timescale import scale_timeline
         loaded = scale_timeline(loaded, time_scale)
@@ -160,8 +171,9 @@ def _plugin_params(reg: registry.Registry, kind: str, params: object, kind_path:
     except UnknownPluginError as exc:
         coming = registry.planned(reg.group, kind)
         if coming is not None:
-            out.add(kind_path, f"{reg.label} kind {kind!r} is not built yet: it comes with {coming}",
-                    hint="nothing was started; remove it from the drill to run the rest now")
+            out.missing.append(Diagnostic(out.locations.of(kind_path), kind_path,
+                                          f"{reg.label} kind {kind!r} is not built yet: it comes with {coming}",
+                                          hint="nothing was started; remove it from the drill to run the rest now"))
             return None
         out.add(kind_path, exc.message, hint=exc.hint)
         return None

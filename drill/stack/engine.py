@@ -182,6 +182,7 @@ class Engine:
 
     async def _step(self) -> None:
         loop = asyncio.get_running_loop()
+        self.gpu.check_step_memory(1)  # a hog past the KV cache leaves no room for any step: CUDA OOM
         out = self.scheduler.schedule()
         if out.is_empty:  # nothing fits (e.g. the KV cache is taken by another process)
             self._next_start = None

@@ -48,7 +48,8 @@ __all__ = ["EXIT_ENGINE_DEAD", "PeerSpec", "Replica", "ReplicaSpec", "SHUTDOWN_G
 log = logging.getLogger("drill.stack.replica")
 
 SHUTDOWN_GRACE_S = 2.0
-DEATH_FLUSH_S = 0.3
+DEATH_LINGER_S = 0.4
+DEATH_FLUSH_S = 0.2
 EXIT_OK, EXIT_ENGINE_DEAD, EXIT_CONFIG, EXIT_FAILURE = 0, 1, 2, 3
 
 
@@ -112,6 +113,7 @@ class Replica:
         stopped.cancel()
         if self.engine.dead is not None:
             log.error("engine dead (%s); exiting", self.engine.dead.cause)
+            await asyncio.sleep(DEATH_LINGER_S)  # /health answers 503 meanwhile, as vLLM's does before it exits
             await self.close(grace_s=DEATH_FLUSH_S)
             return EXIT_ENGINE_DEAD
         await self.close(grace_s=SHUTDOWN_GRACE_S)

@@ -311,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s router %(levelname)s %(message)s",
                         stream=sys.stderr)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     spec = RouterSpec.model_validate_json(args.spec.read_text(encoding="utf-8"))
     asyncio.run(serve(spec))
     return 0

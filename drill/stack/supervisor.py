@@ -244,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s supervisor %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     plan = StackPlan.model_validate_json(args.plan.read_text(encoding="utf-8"))
     return Supervisor(plan).run()
 

@@ -1,0 +1,75 @@
+"""The OTLP receiver: real OpenTelemetry exporters (protobuf, gzip) and OTLP/JSON with hex ids."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+from opentelemetry.exporter.otlp.proto.http import Compression
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from drill.traces.receiver import OtlpReceiver
+
+
+@pytest.fixture()
+def receiver(tmp_path: Path):
+    rx = OtlpReceiver(tmp_path / "spans.jsonl", port=0).start()
+    yield rx
+    rx.stop()
+
+
+def _spans(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("compression", [Compression.NoCompression, Compression.Gzip])
+def test_real_exporter_spans_are_normalized(receiver: OtlpReceiver, compression) -> None:
+    provider = TracerProvider(resource=Resource.create({"service.name": "drill-replica-0"}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=receiver.endpoint, compression=compression)))
+    tracer = provider.get_tracer("test.scope")
+    with tracer.start_as_current_span("POST /v1/chat/completions", kind=SpanKind.SERVER) as parent:
+        with tracer.start_as_current_span("llm_request", kind=SpanKind.SERVER) as span:
+            span.set_attribute("gen_ai.latency.time_in_queue", 0.25)
+            span.set_attribute("gen_ai.response.finish_reasons", '["stop"]')
+            span.set_status(Status(StatusCode.ERROR, "engine dead"))
+    provider.shutdown()
+    spans = {s["name"]: s for s in _spans(receiver.spans_path)}
+    llm, http = spans["llm_request"], spans["POST /v1/chat/completions"]
+    assert llm["trace_id"] == format(parent.get_span_context().trace_id, "032x")
+    assert llm["parent_span_id"] == format(parent.get_span_context().span_id, "016x")
+    assert http["parent_span_id"] is None
+    assert llm["service"] == "drill-replica-0" and llm["scope"] == "test.scope" and llm["kind"] == "SERVER"
+    assert llm["attributes"]["gen_ai.latency.time_in_queue"] == 0.25
+    assert llm["status"] == {"code": "ERROR", "message": "engine dead"}
+    assert llm["end_ns"] >= llm["start_ns"] > 0
+
+
+def test_otlp_json_hex_ids_are_not_misdecoded(receiver: OtlpReceiver) -> None:
+    body = {"resourceSpans": [{"resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "vllm"}}]},
+            "scopeSpans": [{"scope": {"name": "s"}, "spans": [{
+                "traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174",
+                "parentSpanId": "eee19b7ec3c1b173", "name": "llm_request", "kind": 2,
+                "startTimeUnixNano": "1700000000000000000", "endTimeUnixNano": "1700000000500000000",
+                "attributes": [{"key": "gen_ai.usage.prompt_tokens", "value": {"intValue": "12"}}]}]}]}]}
+    response = httpx.post(receiver.endpoint, content=gzip.compress(json.dumps(body).encode()),
+                          headers={"Content-Type": "application/json", "Content-Encoding": "gzip"})
+    assert response.status_code == 200 and response.json() == {}
+    (span,) = _spans(receiver.spans_path)
+    assert span["trace_id"] == "5b8efff798038103d269b633813fc60c"
+    assert span["span_id"] == "eee19b7ec3c1b174" and span["parent_span_id"] == "eee19b7ec3c1b173"
+    assert span["duration_ms"] == 500.0 and span["attributes"]["gen_ai.usage.prompt_tokens"] == 12
+
+
+def test_garbage_is_rejected_with_400_and_metrics_are_accepted(receiver: OtlpReceiver) -> None:
+    bad = httpx.post(receiver.endpoint, content=b"\xff\x00garbage", headers={"Content-Type": "application/x-protobuf"})
+    assert bad.status_code == 400
+    ok = httpx.post(receiver.endpoint.replace("traces", "metrics"), content=b"x")
+    assert ok.status_code == 200
+    assert receiver.spans_path.read_text() == ""

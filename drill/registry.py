@@ -144,7 +144,6 @@ def _entry_points_of(group: str, extra: str = "") -> dict[str, EntryPoint]:
 #: Kinds the project plans but has not built yet, with the part that will provide them. A drill that
 #: names one is refused before anything starts, with this explanation instead of "unknown kind".
 PLANNED: dict[str, dict[str, str]] = {
-    "drill.targets": {"embedded": "the embedded reference serving stack (drill/stack, issue 3)"},
     "drill.checks": {
         "fast_failure": "the trace reader and verdicts (ROADMAP 1)",
         "duplicate_side_effects": "the trace reader and verdicts (ROADMAP 1)",

@@ -1,0 +1,113 @@
+"""``kind: embedded``: the reference serving stack, started for the run and stopped after it.
+
+``target.config`` is a stack configuration (``docs/design/stack-contracts.md`` §1):
+model and GPU presets, replicas, engine options with vLLM's names, router, links
+and runtime. The runner starts the stack with the same launcher as
+``drill stack up`` (named ``drill-<run id>``, so it never collides with a stack
+you started by hand), sends its spans to the run's OTLP receiver, and stops it
+at the end. The stack's name is journaled before it starts, so the watchdog or
+``drill cleanup`` can stop it if the runner dies.
+"""
+
+from __future__ import annotations
+
+from drill.api import Capability, LinkKind, LinkRef, ReplicaRef, Target, TargetInfo
+from drill.stack.config import Runtime, StackConfig
+
+__all__ = ["EmbeddedStack"]
+
+START_TIMEOUT_S = 300.0
+
+
+def stack_name(run_id: str) -> str:
+    return f"drill-{run_id.lower()}"[:41]
+
+
+class EmbeddedStack(Target):
+    kind = "embedded"
+    Params = StackConfig
+
+    @classmethod
+    def static_capabilities(cls, params: StackConfig) -> frozenset[Capability]:
+        caps = {Capability.SUPERVISOR, Capability.STACK_ADMIN, Capability.ROUTER_ADMIN, Capability.LOAD_CONTROL,
+                Capability.DOCKER if params.runtime is Runtime.DOCKER else Capability.PROCESS}
+        if params.links.replica_proxies:
+            caps.add(Capability.TOXIPROXY_REPLICA)
+        if params.links.tp_proxies and params.engine.tensor_parallel_size > 1:
+            caps.add(Capability.TOXIPROXY_TP_LINK)
+        if params.links.pp_proxies and params.engine.pipeline_parallel_size > 1:
+            caps.add(Capability.TOXIPROXY_PP_LINK)
+        return frozenset(caps)
+
+    @classmethod
+    def hosts(cls, params: StackConfig) -> list[tuple[str, str]]:
+        return [(params.host, "target.config.host")]
+
+    @property
+    def name(self) -> str:
+        return stack_name(self.ctx.run_id)
+
+    def describe_plan(self) -> list[str]:
+        p: StackConfig = self.params
+        e = p.engine
+        return [f"start the embedded reference stack ({p.runtime.value}): {p.replicas} replica(s) of {p.model} on "
+                f"{p.gpu}, TP={e.tensor_parallel_size} PP={e.pipeline_parallel_size}, router {p.router.policy.value}",
+                f"admission control: max_num_queued_reqs={e.max_num_queued_reqs}, "
+                f"max_num_queued_tokens={e.max_num_queued_tokens}, max_queue_wait={e.max_queue_wait}",
+                "Toxiproxy proxies: " + ", ".join(k for k, on in (("replicas", p.links.replica_proxies),
+                                                                   ("TP links", p.links.tp_proxies),
+                                                                   ("PP links", p.links.pp_proxies)) if on)]
+
+    def teardown_data(self) -> dict:
+        return {"name": self.name}
+
+    def start(self) -> TargetInfo:
+        from drill.stack.launcher import start_stack
+
+        state = start_stack(self.params, name=self.name, otlp_endpoint=self.ctx.otlp_endpoint,
+                            timeout_s=START_TIMEOUT_S)
+        return _info_from_state(state, self.static_capabilities(self.params))
+
+    def stop(self) -> None:
+        from drill.stack.launcher import stop_stack
+
+        stop_stack(self.name)
+
+    @classmethod
+    def teardown(cls, data: dict) -> None:
+        from drill.stack.launcher import stop_stack
+
+        stop_stack(data["name"])
+
+    def planned_info(self) -> TargetInfo:
+        p: StackConfig = self.params
+        replicas = [ReplicaRef(name=f"replica-{i}", index=i, url="(assigned at start)", links=_planned_links(p, i))
+                    for i in range(p.replicas)]
+        return TargetInfo(kind=self.kind, base_url="(assigned at start)", runtime=p.runtime.value,
+                          replicas=replicas, capabilities=self.static_capabilities(p))
+
+
+def _planned_links(p: StackConfig, index: int) -> list[LinkRef]:
+    links = [LinkRef(name=f"replica-{index}-tp-{r}", kind=LinkKind.TP, rank=r,
+                     proxy=f"replica-{index}-tp-{r}" if p.links.tp_proxies else None)
+             for r in range(1, p.engine.tensor_parallel_size)]
+    links += [LinkRef(name=f"replica-{index}-pp-{r}", kind=LinkKind.PP, rank=r,
+                      proxy=f"replica-{index}-pp-{r}" if p.links.pp_proxies else None)
+              for r in range(1, p.engine.pipeline_parallel_size)]
+    return links
+
+
+def _info_from_state(state, capabilities: frozenset[Capability]) -> TargetInfo:
+    replicas = [ReplicaRef(
+        name=r.name, index=r.index, url=r.url, direct_url=r.direct_url, admin_url=r.admin_url,
+        admin_token=state.admin_token, container=r.container, pid=r.pid, pid_file=str(r.pid_file),
+        proxy=r.proxy, links=[LinkRef(name=ln.name, kind=LinkKind(ln.kind), rank=ln.rank, proxy=ln.proxy)
+                              for ln in r.links],
+    ) for r in state.replicas]
+    metrics = {"router": f"{state.router}/metrics"}
+    metrics.update({r.name: f"{r.direct_url}/metrics" for r in state.replicas})
+    return TargetInfo(kind=EmbeddedStack.kind, base_url=state.router, model=state.model,
+                      runtime=state.runtime.value, replicas=replicas, toxiproxy_url=state.toxiproxy_url,
+                      router_admin_url=state.router_admin_url, admin_token=state.admin_token,
+                      metrics_urls=metrics, capabilities=capabilities)
+

@@ -9,8 +9,12 @@ request's logical id, so the same seed gives byte-identical bodies (and
 Prompts are made of common English words, one whitespace-separated word per
 token: the reference stack counts one token per word plus a small chat-template
 overhead (``drill/stack/tokenizer.py``), and BPE tokenizers such as Llama's
-encode most of these words as one token each. The token counts actually billed
-are read back from the server's ``usage``.
+encode most of these words as one token each. A chat request's word budget
+leaves room for the chat template's own tokens (Llama-3 style: 4 per message and
+4 per conversation, the same rule as ``drill/stack/tokenizer.py``), so the
+planned input length is the whole context the server sees, as in the Azure
+traces' ``ContextTokens``. The token counts actually billed are read back from
+the server's ``usage``.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import zlib
 
 from drill.spec.scenario import Endpoint, Pool
 
-__all__ = ["PromptText", "build_body", "attempt_headers", "new_trace_ids", "traceparent", "endpoint_path",
+__all__ = ["CHAT_TOKENS_PER_CONVERSATION", "CHAT_TOKENS_PER_MESSAGE", "PromptText", "build_body", "attempt_headers", "new_trace_ids", "traceparent", "endpoint_path",
            "payload_digest"]
 
 _WORDS = (
@@ -39,6 +43,9 @@ _WORDS = (
 ).split()
 
 _CORPUS_WORDS = 1 << 16
+#: Chat-template tokens (Llama-3 style): per message (start/end header, role, end of turn) and per conversation.
+CHAT_TOKENS_PER_MESSAGE = 4
+CHAT_TOKENS_PER_CONVERSATION = 4
 
 
 class PromptText:
@@ -70,14 +77,18 @@ def build_body(pool: Pool, model: str, logical_id: str, input_tokens: int, outpu
     """The exact JSON body bytes of one logical request (ASCII, compact separators).
 
     The prompt is ``pool.prefix_tokens`` shared words (the pool's system prompt,
-    for prefix-cache hits), then the logical id and unique words, ``input_tokens``
-    words in all.
+    for prefix-cache hits), then the logical id and unique words: ``input_tokens``
+    tokens in all, chat template included.
     """
-    prefix = text.words(pool.prefix_tokens, f"prefix:{pool.name}") if pool.prefix_tokens else ""
-    unique_count = max(1, input_tokens - pool.prefix_tokens)
+    chat = pool.endpoint is Endpoint.CHAT
+    messages = 2 if chat and pool.prefix_tokens else 1
+    budget = input_tokens - (CHAT_TOKENS_PER_CONVERSATION + CHAT_TOKENS_PER_MESSAGE * messages if chat else 0)
+    prefix_count = max(0, min(pool.prefix_tokens, budget - 1))
+    prefix = text.words(prefix_count, f"prefix:{pool.name}")
+    unique_count = max(1, budget - prefix_count)
     unique = f"{logical_id} {text.words(unique_count - 1, logical_id)}".rstrip()
     body: dict[str, object] = {"model": model}
-    if pool.endpoint is Endpoint.CHAT:
+    if chat:
         messages = [{"role": "system", "content": prefix}] if prefix else []
         body["messages"] = messages + [{"role": "user", "content": unique}]
     else:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 import json
 
-__all__ = ["LineKind", "classify_line", "parse_usage", "parse_error_message", "is_role_only"]
+__all__ = ["LineKind", "classify_line", "has_usage", "parse_usage", "parse_error_message", "is_role_only"]
 
 
 class LineKind(enum.Enum):

@@ -158,14 +158,16 @@ def run_once(args: argparse.Namespace, tracing: bool) -> dict:
         proc, url, token = _start_replica(Path(tmp), args, otlp)
         client = None
         try:
-            _pin(proc.pid, 0)
+            if args.pin:
+                _pin(proc.pid, 0)
             host, port = url.removeprefix("http://").split(":")
             body = json.dumps({"prompt": " ".join(["bench"] * args.prompt_tokens), "max_tokens": args.max_tokens,
                                "ignore_eos": True, "stream": True})
             total = args.warmup + args.duration
             client = subprocess.Popen([sys.executable, __file__, "--client", host, port, str(args.clients), body,
                                        str(total)], stdout=subprocess.PIPE, text=True)
-            _pin(client.pid, 1)
+            if args.pin:
+                _pin(client.pid, 1)
             return _measure(args, proc, client, url, token)
         finally:
             if client is not None and client.poll() is None:
@@ -231,6 +233,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--tracing", choices=["off", "on", "both"], default="both")
+    parser.add_argument("--no-pin", dest="pin", action="store_false",
+                        help="do not pin the replica to CPU 0 and the clients to CPU 1")
     parser.add_argument("--json", action="store_true", help="also print the results as JSON")
     args = parser.parse_args()
     modes = {"off": [False], "on": [True], "both": [False, True]}[args.tracing]

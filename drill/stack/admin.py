@@ -65,6 +65,7 @@ class AdminApi:
             ("PUT", "/admin/engine/stall"): self.put_stall,
             ("DELETE", "/admin/engine/stall"): self.delete_stall,
             ("GET", "/admin/ledger"): self.get_ledger,
+            ("GET", "/admin/engine/timing"): self.get_timing,
         }
         for (method, path), handler in routes.items():
             router.add(method, path, self._guard(handler))
@@ -150,6 +151,15 @@ class AdminApi:
     async def delete_stall(self, request: HttpRequest) -> HttpResponse:
         self.engine.stall(0.0)
         return HttpResponse.json({"stall_seconds": 0.0})
+
+    async def get_timing(self, request: HttpRequest) -> HttpResponse:
+        """Step timing over the last ``?last=N`` steps (all kept steps by default): lateness p50/p99/max (ms)."""
+        raw = request.query_params().get("last")
+        if raw is not None and not raw.isdigit():
+            raise HttpError(400, f"last must be a non-negative integer, got {raw!r}")
+        timer = self.engine.timer
+        return HttpResponse.json({"total_steps": timer.steps, "wake_bias_ms": timer.wake_bias * 1e3,
+                                  "lateness_ms": timer.percentiles_ms(None if raw is None else int(raw))})
 
     async def get_ledger(self, request: HttpRequest) -> HttpResponse:
         raw = request.query_params().get("since", "0")

@@ -74,6 +74,7 @@ class ApiContext:
     top_p: float | None
     response: ResponseStream
     done: asyncio.Future = field(default=None)  # type: ignore[assignment]
+    role_pending: bool = False  # chat streams: the role-only chunk is still to be sent
     error: tuple[int, str, str] | None = None  # (status, message, type)
     error_status: int | None = None
 
@@ -91,19 +92,28 @@ class ApiSink:
             if finished:
                 ctx.resolve()
             return
+        if finished or ctx.role_pending or ctx.continuous_usage or len(token_ids) != 1:
+            self._event(request, ctx, token_ids, finished)
+            return
+        templates = ctx.templates  # the common case: one decode token, one plain event
+        ctx.response.write(templates.head + token_json(token_ids[0]) + templates.plain_tail)
+
+    @staticmethod
+    def _event(request: Request, ctx: ApiContext, token_ids: list[int], finished: bool) -> None:
         templates = ctx.templates
         parts = []
-        if templates.role_event and request.num_output_tokens == len(token_ids):
-            parts.append(templates.role_event)
+        if ctx.role_pending:
+            parts.append(templates.role_event)  # chat: the role-only chunk arrives with the first token
+            ctx.role_pending = False
         text = token_json(token_ids[0]) if len(token_ids) == 1 else _join_json(token_ids)
-        reason = request.finish_reason.value if finished else None
+        reason = request.finish_reason.value if finished and request.finish_reason else None
         usage_json = _usage_json(request) if ctx.continuous_usage else None
         parts.append(templates.token_event(text, reason, usage_json))
         if finished:
             if ctx.include_usage:
                 parts.append(templates.usage_event(request.num_prompt_tokens, request.num_output_tokens))
             parts.append(DONE_EVENT)
-        ctx.response.write(b"".join(parts) if len(parts) > 1 else parts[0])
+        ctx.response.write(b"".join(parts))
         if finished:
             ctx.resolve()
 
@@ -234,7 +244,7 @@ class OpenAIApi:
             http.headers.get("idempotency-key"),
             Tracing.trace_id_of(span) or parse_traceparent(http.headers.get("traceparent")), span,
             arrival_wall, arrival_wall - loop_now, body.temperature, body.top_p, stream,
-            asyncio.get_running_loop().create_future())
+            asyncio.get_running_loop().create_future(), role_pending=endpoint is Endpoint.CHAT and body.stream)
         return Request(f"{base_id}#{next(self._ids)}", tokens, max_tokens=limit, arrival_time=loop_now,
                        arrival_wall=arrival_wall, priority=priority, min_tokens=body.min_tokens,
                        stop_after=stop_after, sink=self._sink, sampler=sampler, context=ctx)

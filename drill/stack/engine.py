@@ -70,22 +70,27 @@ class StepTimer:
 
     def __init__(self, window: int = 20_000) -> None:
         self.lateness: deque[float] = deque(maxlen=window)
+        self.scheduled: deque[float] = deque(maxlen=window)
         self.steps = 0
         self.wake_bias = 0.0  # how early to aim: recent mean overshoot of the wake-up, seconds
 
-    def record(self, lateness_s: float, overshoot_s: float) -> None:
-        """Keep one step's lateness (actual − scheduled end) and learn the wake-up overshoot."""
+    def record(self, lateness_s: float, overshoot_s: float, scheduled_s: float = 0.0) -> None:
+        """Keep one step's lateness (actual − scheduled end, s) and length; learn the wake-up overshoot."""
         self.steps += 1
         self.lateness.append(lateness_s)
+        self.scheduled.append(scheduled_s)
         self.wake_bias = min(0.002, max(0.0, 0.95 * self.wake_bias + 0.05 * overshoot_s))
 
-    def percentiles_ms(self) -> dict[str, float]:
-        """``{"p50": …, "p99": …, "max": …}`` of |lateness| in milliseconds (zeros before any step)."""
-        if not self.lateness:
-            return {"p50": 0.0, "p99": 0.0, "max": 0.0}
-        values = sorted(abs(value) for value in self.lateness)
-        pick = lambda q: values[min(len(values) - 1, int(q * len(values)))] * 1e3  # noqa: E731
-        return {"p50": pick(0.50), "p99": pick(0.99), "max": values[-1] * 1e3}
+    def percentiles_ms(self, last: int | None = None) -> dict[str, float]:
+        """|lateness| p50/p99/max and the mean scheduled step length over the last ``last`` steps, in ms."""
+        count = len(self.lateness) if last is None else max(0, min(last, len(self.lateness)))
+        if count == 0:
+            return {"steps": 0, "p50": 0.0, "p99": 0.0, "max": 0.0, "mean_step": 0.0}
+        window = list(self.lateness)[-count:]
+        values = sorted(abs(value) for value in window)
+        pick = lambda q: values[min(count - 1, int(q * count))] * 1e3  # noqa: E731
+        mean_step = sum(list(self.scheduled)[-count:]) / count * 1e3
+        return {"steps": count, "p50": pick(0.50), "p99": pick(0.99), "max": values[-1] * 1e3, "mean_step": mean_step}
 
 
 class Engine:
@@ -199,7 +204,7 @@ class Engine:
         if delay > 0:
             await asyncio.sleep(delay)
         end = loop.time()
-        self.timer.record(end - deadline, end - target if delay > 0 else 0.0)
+        self.timer.record(end - deadline, end - target if delay > 0 else 0.0, scheduled)
         self._next_start = deadline
         if self.dead is not None:
             return

@@ -165,8 +165,12 @@ def _token_json() -> tuple[bytes, ...]:
 
 
 def token_json(token_id: int) -> bytes:
-    """The JSON string literal (quotes included) of one token's text."""
-    return _token_json()[token_id]
+    """The JSON string literal (quotes included) of one token's text (a table built on first use)."""
+    table = _TOKEN_JSON or _TOKEN_JSON.extend(_token_json()) or _TOKEN_JSON
+    return table[token_id]
+
+
+_TOKEN_JSON: list[bytes] = []
 
 
 def _dumps(payload: object) -> bytes:

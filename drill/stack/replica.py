@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import inspect
 import json
 import logging
@@ -198,6 +199,7 @@ async def _amain(spec: ReplicaSpec) -> int:
         return EXIT_OK
     stopping.cancel()
     starting.result()
+    gc.freeze()  # start-up objects never become garbage: keep them out of every later collection
     return await replica.run_until_stopped(stop)
 
 

@@ -80,7 +80,7 @@ class Request:
 
     __slots__ = (
         "request_id", "prompt_tokens", "num_prompt_tokens", "max_tokens", "min_tokens", "stop_after",
-        "priority", "arrival_time", "arrival_wall", "output_token_ids", "num_computed_tokens", "status",
+        "priority", "arrival_time", "arrival_wall", "output_token_ids", "num_tokens", "num_computed_tokens", "status",
         "num_cached_tokens", "queued_ts", "scheduled_ts", "first_scheduled_ts", "first_token_ts",
         "last_token_ts", "finished_ts", "num_preemptions", "sink", "sampler", "block_hashes", "context",
     )
@@ -99,6 +99,7 @@ class Request:
         self.arrival_time = arrival_time
         self.arrival_wall = arrival_wall
         self.output_token_ids: list[int] = []
+        self.num_tokens = self.num_prompt_tokens  # prompt + generated: what a recompute must prefill
         self.num_computed_tokens = 0
         self.status = RequestStatus.WAITING
         self.num_cached_tokens = 0
@@ -114,10 +115,10 @@ class Request:
         self.block_hashes: list[int] | None = None
         self.context = context  # opaque to the engine: the API layer's per-request data
 
-    @property
-    def num_tokens(self) -> int:
-        """Prompt plus generated tokens: what a recompute after preemption must prefill."""
-        return self.num_prompt_tokens + len(self.output_token_ids)
+    def append_token(self, token_id: int) -> None:
+        """Append one generated token (keeps :attr:`num_tokens` in step)."""
+        self.output_token_ids.append(token_id)
+        self.num_tokens += 1
 
     @property
     def num_output_tokens(self) -> int:

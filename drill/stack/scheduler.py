@@ -103,22 +103,30 @@ class Scheduler:
             self._preempt(self._pick_victim(), out)
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
+        running, allocate = self.running, self.kv_cache.allocate_slots
+        scheduled, num_scheduled = out.scheduled, out.num_scheduled_tokens
+        threshold = self.config.long_prefill_token_threshold
         index = 0
-        while index < len(self.running) and budget > 0:
-            request = self.running[index]
-            num_new = self._chunk(request, budget)
+        while index < len(running) and budget > 0:
+            request = running[index]
+            num_new = request.num_tokens - request.num_computed_tokens  # 1 for a decode
+            if threshold and num_new > threshold:
+                num_new = threshold
+            if num_new > budget:
+                num_new = budget
             if num_new <= 0:
                 index += 1
                 continue
-            while not self.kv_cache.allocate_slots(request, num_new):
+            while not allocate(request, num_new):
                 victim = self._pick_victim()
-                if self.running.index(victim) < index:
+                if running.index(victim) < index:
                     index -= 1  # an already scheduled request left the list before this one
-                    budget += out.num_scheduled_tokens.get(victim.request_id, 0)
+                    budget += num_scheduled.get(victim.request_id, 0)
                 self._preempt(victim, out)
                 if victim is request:
                     return budget
-            self._add_to_batch(out, request, num_new)
+            scheduled.append(request)
+            num_scheduled[request.request_id] = num_new
             budget -= num_new
             index += 1
         return budget
@@ -146,36 +154,38 @@ class Scheduler:
             if request.first_scheduled_ts is None:
                 request.first_scheduled_ts = request.scheduled_ts
             self.running.append(request)
-            self._add_to_batch(out, request, num_new)
+            out.scheduled.append(request)
+            out.num_scheduled_tokens[request.request_id] = num_new
             budget -= num_new
 
     def _chunk(self, request: Request, budget: int) -> int:
+        """New tokens to compute for ``request`` this step: its backlog, capped by the threshold and budget."""
         num_new = request.num_tokens - request.num_computed_tokens
         threshold = self.config.long_prefill_token_threshold
         if threshold and num_new > threshold:
             num_new = threshold
         return num_new if num_new < budget else budget
 
-    def _add_to_batch(self, out: SchedulerOutput, request: Request, num_new: int) -> None:
-        out.scheduled.append(request)
-        out.num_scheduled_tokens[request.request_id] = num_new
-        out.total_num_scheduled_tokens += num_new
-        computed = request.num_computed_tokens
-        if computed < request.num_prompt_tokens:
-            out.num_prefill_tokens += min(num_new, request.num_prompt_tokens - computed)
-        if computed + num_new >= request.num_tokens:
-            out.sampling.append(request)
-
     def _update_after_schedule(self, out: SchedulerOutput) -> None:
-        context = pairs = 0
+        """Derive the step's totals and batch shape; advance ``num_computed_tokens`` (vLLM does it here too)."""
+        context = pairs = total = prefill = 0
+        sampling = out.sampling
+        num_scheduled = out.num_scheduled_tokens
         for request in out.scheduled:
-            num_new = out.num_scheduled_tokens[request.request_id]
+            num_new = num_scheduled[request.request_id]
             computed = request.num_computed_tokens
-            context += computed + num_new
-            pairs += num_new * computed + num_new * (num_new + 1) // 2
-            request.num_computed_tokens = computed + num_new
-        out.batch = BatchShape(len(out.scheduled), out.total_num_scheduled_tokens, len(out.sampling),
-                               context, pairs)
+            total += num_new
+            if computed < request.num_prompt_tokens:
+                prefill += min(num_new, request.num_prompt_tokens - computed)
+            computed += num_new
+            if computed >= request.num_tokens:
+                sampling.append(request)
+            context += computed
+            pairs += num_new * (computed - num_new) + num_new * (num_new + 1) // 2
+            request.num_computed_tokens = computed
+        out.total_num_scheduled_tokens = total
+        out.num_prefill_tokens = prefill
+        out.batch = BatchShape(len(out.scheduled), total, len(sampling), context, pairs)
 
     def _pick_victim(self) -> Request:
         if self.config.scheduling_policy is SchedulingPolicy.PRIORITY:
@@ -184,15 +194,8 @@ class Scheduler:
 
     def _preempt(self, request: Request, out: SchedulerOutput) -> None:
         self.running.remove(request)
-        if request in out.scheduled:  # already in this step's batch: take it out again
-            out.scheduled.remove(request)
-            num_new = out.num_scheduled_tokens.pop(request.request_id)
-            out.total_num_scheduled_tokens -= num_new
-            if request in out.sampling:
-                out.sampling.remove(request)
-            computed = request.num_computed_tokens
-            if computed < request.num_prompt_tokens:
-                out.num_prefill_tokens -= min(num_new, request.num_prompt_tokens - computed)
+        if out.num_scheduled_tokens.pop(request.request_id, None) is not None:
+            out.scheduled.remove(request)  # already in this step's batch: take it out again
         self.kv_cache.free(request)
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
@@ -209,22 +212,24 @@ class Scheduler:
         Returns one :class:`EngineCoreOutput` per request that got a token this step.
         """
         outputs: list[EngineCoreOutput] = []
+        append = outputs.append
+        running = RequestStatus.RUNNING
         for request, token_id in zip(out.sampling, runner.sampled_token_ids):
-            if request.status != RequestStatus.RUNNING:
+            if request.status is not running:
                 continue  # aborted while the step ran
-            itl = None if request.last_token_ts is None else now - request.last_token_ts
-            request.output_token_ids.append(token_id)
-            if request.first_token_ts is None:
+            last = request.last_token_ts
+            request.append_token(token_id)
+            if last is None:
                 request.first_token_ts = now
             request.last_token_ts = now
             status = self._stop_status(request)
             if status is not None:
                 self.finish_request(request, status, now)
-            outputs.append(EngineCoreOutput(request, [token_id], status is not None, itl))
+            append(EngineCoreOutput(request, [token_id], status is not None, None if last is None else now - last))
         return outputs
 
     def _stop_status(self, request: Request) -> RequestStatus | None:
-        produced = len(request.output_token_ids)
+        produced = request.num_tokens - request.num_prompt_tokens
         if produced >= request.max_tokens or request.num_tokens >= self.config.max_model_len:
             return RequestStatus.FINISHED_LENGTH
         if request.stop_after is not None and produced >= request.stop_after and produced >= request.min_tokens:

@@ -48,15 +48,16 @@ def prompt_seed(prompt_tokens: Sequence[object]) -> int:
 class TokenSampler:
     """Draws a request's output token ids (indices into :func:`vocabulary`) from its seed."""
 
-    __slots__ = ("_rng", "_size")
+    __slots__ = ("_rng", "_random", "_size")
 
     def __init__(self, seed: int) -> None:
         self._rng = random.Random(seed)
+        self._random = self._rng.random
         self._size = len(vocabulary())
 
     def next_token(self) -> int:
-        """The next token id."""
-        return self._rng.randrange(self._size)
+        """The next token id (uniform over the vocabulary)."""
+        return int(self._random() * self._size)
 
     def natural_length(self) -> int:
         """Where this request's text ends on its own (tokens), from the same seeded stream."""

@@ -242,8 +242,9 @@ def _find_scenario(drill_path: Path, name: str) -> Path | None:
 
 
 def _known_scenarios(drill_path: Path) -> list[str]:
-    dirs = {drill_path.parent.parent / "scenarios", Path("scenarios")}
-    return sorted({p.name for d in dirs if d.is_dir() for p in d.glob("*.yaml")})
+    """Scenario files in the ``scenarios/`` folder beside the drill's folder (as in this repository)."""
+    folder = drill_path.parent.parent / "scenarios"
+    return sorted(p.name for p in folder.glob("*.yaml")) if folder.is_dir() else []
 
 
 def _resolve_trace(scenario: Scenario, base: Path, out: _Collector, prefix: KeyPath) -> Scenario:

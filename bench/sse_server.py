@@ -7,8 +7,9 @@ load driver's tests (``tests/load/``), always as a separate process::
 
 Standard library only, one asyncio event loop. Streams are served by a 1 ms
 ticker: each stream emits its next chunk every ``gap_ms`` on its own phase, one
-token per chunk, and the server records ``time.time()`` right after writing
-each chunk (the ground truth a client's chunk timestamps are compared with).
+token per chunk, and the server records ``time.time()`` just before writing
+each chunk (the ground truth a client's chunk timestamps are compared with:
+the difference is the client's delivery lag, kernel and scheduling included).
 
 Endpoints: ``POST /v1/chat/completions`` and ``/v1/completions`` (streaming as
 vLLM, §3.1 of llm-serving-facts.md: chat role chunk with the first token, usage
@@ -19,13 +20,14 @@ chunk, ``[DONE]``; non-streaming JSON with ``usage``), ``GET /v1/models``,
 no chunk is sent and no stream starts until it ends), ``GET /_bench/log`` (one
 JSON object per request: ``request_id``, ``idempotency_key``, ``traceparent``,
 ``arrival_ts``, ``first_token_ts``, ``finish_ts``, ``sends``, ``status``,
-``prompt_tokens``, ``completion_tokens``) and ``DELETE /_bench/log``.
+``prompt_tokens``, ``completion_tokens``, ``body_sha256``) and ``DELETE /_bench/log``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import signal
@@ -125,8 +127,8 @@ class Server:
                                    "total_tokens": stream.prompt_tokens + stream.total}}
                 out.append(_chunk(b"data: " + json.dumps(usage, separators=(",", ":")).encode() + b"\n\n"))
             out.append(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        now = time.time()          # taken just before the write: a client can never see the chunk earlier
         conn.write(b"".join(out))
-        now = time.time()
         entry = stream.entry
         entry["sends"].append(now)
         if entry["first_token_ts"] is None:
@@ -223,7 +225,7 @@ class Conn(asyncio.Protocol):
                  "idempotency_key": headers.get("idempotency-key"), "traceparent": headers.get("traceparent"),
                  "priority": headers.get("x-drill-priority"), "arrival_ts": time.time(), "first_token_ts": None,
                  "finish_ts": None, "sends": [], "status": None, "prompt_tokens": prompt_tokens,
-                 "completion_tokens": 0, "body_len": len(body)}
+                 "completion_tokens": 0, "body_sha256": hashlib.sha256(body).hexdigest()}
         server.log.append(entry)
         server.count += 1
         if cfg.fail_status and server.count % max(1, int(cfg.fail_every)) == 0:

@@ -40,7 +40,8 @@ __all__ = ["MasterController", "run_worker", "REPORT_INTERVAL_S"]
 
 #: How often workers ship records to the master (s); Locust's default is 3 s.
 REPORT_INTERVAL_S = 0.5
-_CONNECT_TIMEOUT_S = 60.0
+_CONNECT_TIMEOUT_S = 60.0          # local workers
+_REMOTE_CONNECT_TIMEOUT_S = 600.0  # when remote workers are expected (someone has to start them)
 _FINAL_MARGIN_S = 15.0
 _log = logging.getLogger("drill.load")
 
@@ -80,12 +81,13 @@ class MasterController:
             log.close()
 
     def _await_workers(self, count: int) -> list[str]:
-        deadline = time.monotonic() + _CONNECT_TIMEOUT_S
+        limit = _REMOTE_CONNECT_TIMEOUT_S if self.plan.expect_remote_workers else _CONNECT_TIMEOUT_S
+        deadline = time.monotonic() + limit
         while self.runner.worker_count < count:
             if time.monotonic() > deadline:
                 self.abort()
                 raise RuntimeError(f"only {self.runner.worker_count} of {count} load workers connected to the master "
-                                   f"on port {self.port} within {_CONNECT_TIMEOUT_S:g}s")
+                                   f"on port {self.port} within {limit:g}s")
             if any(p.poll() is not None for p in self.procs):
                 self.abort()
                 raise RuntimeError("a load worker exited before connecting; see load-worker-*.log in the run directory")

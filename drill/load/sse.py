@@ -57,7 +57,7 @@ def _slow(payload: bytes) -> LineKind:
         return LineKind.IGNORED
     if not isinstance(data, dict):
         return LineKind.IGNORED
-    if "error" in data:
+    if "error" in data or data.get("object") == "error":   # current and legacy (<= 0.9) vLLM error shapes
         return LineKind.ERROR
     if data.get("choices"):
         return LineKind.CONTENT

@@ -247,3 +247,20 @@ class Scenario(SpecModel):
             if abs(sum(shares) - 1.0) > 1e-6:
                 raise at_key("pools", f"pool shares sum to {sum(shares):g}; they must sum to 1")
         return self
+
+    @model_validator(mode="after")
+    def _trace_lengths(self) -> "Scenario":
+        """``dist: trace`` takes a request's length from its trace row: only with a trace arrival that keeps them."""
+        for pool in self.pools:
+            kinds = [k for k in ("input_tokens", "output_tokens")
+                     if getattr(pool, k).dist is DistributionKind.TRACE]
+            arrival = pool.arrival or self.arrival
+            if not kinds or (arrival is not None and arrival.process is ArrivalProcess.TRACE
+                             and arrival.trace is not None and arrival.trace.use_lengths):
+                continue
+            process = "none" if arrival is None else arrival.process.value
+            detail = " with use_lengths: false" if arrival is not None and arrival.trace is not None else ""
+            raise at_key("pools", f"pool {pool.name!r} takes {' and '.join(kinds)} from trace rows (dist: trace), "
+                                  f"but its arrival process is {process}{detail}; use a trace arrival with "
+                                  f"use_lengths: true, or another distribution")
+        return self

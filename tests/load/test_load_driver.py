@@ -1,0 +1,193 @@
+"""The driver end to end against a real SSE server process (``bench/sse_server.py``).
+
+Each test starts the real Locust child process (and so takes a few seconds): records against
+the server's own log, trace/idempotency headers, error classes and retries, client drops,
+drain and cancel at stop, bursts, and the child dying with the harness.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from drill.errors import InputError
+from drill.load.records import ErrorClass
+from drill.stats import percentile
+from loadkit import run_load, scenario, wall_chunks
+
+pytestmark = pytest.mark.integration
+
+
+def test_records_match_the_server_log_chunk_for_chunk(sse_server, tmp_path: Path) -> None:
+    run = run_load(sse_server.url, scenario(30, out=10, priority=0), 2.0, tmp_path / "run")
+    log = {e["request_id"]: e for e in sse_server.log()}
+    s = run.summary
+    assert s.scheduled == s.due == s.sent == s.ok == s.records_written == len(run.records) == len(log) > 30
+    assert s.records_lost == 0 and s.errors == {} and s.client_drops == 0
+    errors_ms = []
+    for record in run.records:
+        entry = log[record.request_id]
+        assert record.ok and record.completion_tokens == 10 and record.prompt_tokens == 50 - 8
+        assert entry["traceparent"].split("-")[1] == record.trace_id
+        assert entry["idempotency_key"] == record.idempotency_key == record.request_id.rsplit("-", 1)[0]
+        assert entry["priority"] == "0" and "sha256:" + entry["body_sha256"] == record.payload_digest
+        client = wall_chunks(record)
+        assert len(client) == 11 and len(entry["sends"]) == 10          # role chunk + 10 tokens
+        errors_ms += [(c - sent) * 1000 for c, sent in zip(client[1:], entry["sends"])]
+        assert record.ttft_ms == pytest.approx((client[0] - record.intended_ts) * 1000, abs=0.01)
+        assert record.schedule_lag_ms is not None and record.schedule_lag_ms >= 0
+        assert record.e2e_ms >= record.chunk_offsets_ms[-1]
+    assert min(errors_ms) > -0.5                      # nobody reads a chunk before it was sent
+    assert percentile(errors_ms, 50) < 5.0            # loose: the machine is shared (bench/ measures it)
+    assert percentile([r.schedule_lag_ms for r in run.records], 50) < 10.0
+
+
+@pytest.mark.parametrize("settings,pool,expected", [
+    ({"fail_status": 503, "fail_every": 2}, {"retry": {"attempts": 2, "backoff": "10ms"}}, ErrorClass.REFUSED),
+    ({"midstream_error_after": 3}, {}, ErrorClass.MID_STREAM_ERROR),
+    ({"cut_after": 2}, {"retry": {"attempts": 1, "backoff": "10ms", "on": ["connection"]}},
+     ErrorClass.CONNECTION_RESET),
+    ({"hang_headers": 1.5}, {"timeout": "400ms"}, ErrorClass.TIMEOUT),
+])
+def test_error_classes_retries_and_failing_samples(sse_server, tmp_path: Path, settings: dict, pool: dict,
+                                                  expected: ErrorClass) -> None:
+    sse_server.configure(**settings)
+    run = run_load(sse_server.url, scenario(10, out=5, **pool), 1.0, tmp_path / "run", drain_s=5)
+    failed = [r for r in run.records if r.error is not None]
+    assert failed and {r.error for r in failed} == {expected}
+    assert run.summary.errors == {expected.value: len(failed)}
+    assert {s.request_id for s in run.samples} == {r.request_id for r in failed}
+    for sample in run.samples:
+        assert sample.error == expected.value and sample.headers["X-Request-Id"] == sample.request_id
+        assert "sha256:" + __import__("hashlib").sha256(sample.body).hexdigest() == sample.payload_digest
+    retries = [r for r in run.records if r.attempt > 1]
+    if pool.get("retry"):
+        assert retries
+        for retry in retries:
+            first = next(r for r in run.records if r.logical_id == retry.logical_id and r.attempt == 1)
+            assert retry.idempotency_key == first.idempotency_key and retry.payload_digest == first.payload_digest
+            assert retry.trace_id != first.trace_id and retry.request_id != first.request_id
+            assert retry.intended_ts > first.intended_ts
+    else:
+        assert not retries
+
+
+def test_a_timed_out_connection_is_never_reused(sse_server, tmp_path: Path) -> None:
+    """After client timeouts, late responses must not be read as the answers of later requests."""
+    sse_server.configure(hang_headers=0.6)
+    sc = scenario(20, timeout="300ms", output_tokens={"dist": "uniform", "min": 3, "max": 40})
+
+    def heal(driver) -> None:
+        time.sleep(1.0)
+        sse_server.configure(hang_headers=0)
+
+    run = run_load(sse_server.url, sc, 3.0, tmp_path / "run", during=heal)
+    ok = [r for r in run.records if r.ok]
+    assert any(r.error is ErrorClass.TIMEOUT for r in run.records) and len(ok) > 20
+    for record in ok:     # the usage of the response read must be this request's own
+        assert record.completion_tokens == record.planned_output_tokens
+
+
+def test_arrivals_beyond_the_in_flight_cap_are_dropped_not_delayed(start_sse_server, tmp_path: Path) -> None:
+    server = start_sse_server(gap_ms=50)
+    sc = scenario(40, out=20).model_copy(update={"max_in_flight": 3})
+    run = run_load(server.url, sc, 1.0, tmp_path / "run")
+    drops = [r for r in run.records if r.error is ErrorClass.CLIENT_DROP]
+    assert run.summary.client_drops == len(drops) > 10
+    assert all(r.sent_ts is None and r.schedule_lag_ms is None for r in drops)
+    assert run.summary.sent + run.summary.client_drops == run.summary.due == run.summary.scheduled
+    spans = sorted((e["arrival_ts"], e["finish_ts"]) for e in server.log())
+    most = max(sum(1 for a, b in spans if a <= start < b) for start, _ in spans)
+    assert most <= 3
+
+
+def test_stop_drains_then_cancels_and_records_the_rest(start_sse_server, tmp_path: Path) -> None:
+    server = start_sse_server(gap_ms=100)
+    t0 = time.monotonic()
+    run = run_load(server.url, scenario(10, out=60), 1.0, tmp_path / "run", drain_s=0.5)
+    took = time.monotonic() - t0
+    cancelled = [r for r in run.records if r.error is ErrorClass.CANCELLED]
+    assert run.summary.cancelled == len(cancelled) == run.summary.sent > 3
+    assert all(r.chunk_offsets_ms for r in cancelled) and not run.samples
+    assert run.summary.records_written == len(run.records)
+    assert took < 15
+
+
+def test_bursts_add_poisson_arrivals_with_longer_prompts(sse_server, tmp_path: Path) -> None:
+    statuses = {}
+
+    def burst(driver) -> None:
+        with pytest.raises(InputError, match="unknown pools"):
+            driver.control.start_burst("x", rate_multiplier=2, prompt_multiplier=1, pools=["nope"])
+        time.sleep(0.5)
+        driver.control.start_burst("flood-1", rate_multiplier=4, prompt_multiplier=3, pools=["chat"])
+        time.sleep(2.0)
+        statuses["during"] = driver.control.burst_status("flood-1")
+        driver.control.end_burst("flood-1")
+        driver.control.end_burst("flood-1")
+        driver.control.end_burst("never-started")
+        time.sleep(0.3)
+        statuses["after"] = driver.control.burst_status("flood-1")
+        statuses["unknown"] = driver.control.burst_status("never-started")
+
+    run = run_load(sse_server.url, scenario(20, inp=40, out=3), 3.5, tmp_path / "run", during=burst)
+    bursty = [r for r in run.records if r.burst == "flood-1"]
+    assert statuses["during"]["active"] == 1 and statuses["during"]["offered_rate"] == pytest.approx(60, rel=0.01)
+    assert statuses["after"]["active"] == 0 and statuses["after"]["sent"] == len(bursty)
+    assert statuses["unknown"] == {"active": 0.0, "sent": 0.0, "offered_rate": 0.0}
+    assert 60 < len(bursty) < 200                       # 60/s for ~2 s
+    assert all(r.planned_input_tokens == 120 and r.prompt_tokens == 120 - 8 for r in bursty if r.ok)
+    scheduled = [r for r in run.records if r.burst is None]
+    assert len(scheduled) == run.summary.scheduled
+
+
+_HARNESS = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from loadkit import scenario
+from drill.load.driver import LoadDriver, LoadPlan
+driver = LoadDriver(LoadPlan(scenario=scenario(20), target_url={url!r}, model=None, duration_s=60,
+                             run_dir=Path({run_dir!r}), seed=1))
+driver.start()
+print(driver._proc.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_load_dies_with_a_sigkilled_harness(sse_server, tmp_path: Path) -> None:
+    code = _HARNESS.format(tests=str(Path(__file__).parent), url=sse_server.url, run_dir=str(tmp_path / "run"))
+    harness = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(harness.stdout.readline())
+        time.sleep(1.0)
+        harness.send_signal(signal.SIGKILL)
+        harness.wait(timeout=10)
+        deadline = time.monotonic() + 5
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child)
+        seen = len(sse_server.log())
+        time.sleep(1.0)
+        assert len(sse_server.log()) == seen > 5           # no load after the harness died
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:   # a zombie child of a dead parent is reaped by init; treat <defunct> as gone
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+    except OSError:
+        return False

@@ -215,21 +215,25 @@ def _stop_supervisor(pid: int, timeout_s: float) -> None:
 
 
 def _group_members(pgid: int) -> list[int]:
+    """Live processes of group ``pgid`` that are the stack's own (by command line): a reused pid
+    heading someone else's group is never touched."""
     members = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = (entry / "cmdline").read_bytes()
         except (FileNotFoundError, ProcessLookupError, IndexError):
             continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
+        ours = b"drill.stack." in cmdline or b"toxiproxy-server" in cmdline
+        if int(fields[2]) == pgid and fields[0] != "Z" and ours:
             members.append(int(entry.name))
     return members
 
 
 def _kill_group(pgid: int) -> bool:
-    """SIGKILL whatever is left in the supervisor's process group (our processes only)."""
+    """SIGKILL whatever of the stack is left in the supervisor's process group."""
     members = _group_members(pgid)
     for pid in members:
         try:

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 import httpx
-from opentelemetry import propagate, trace
+from opentelemetry import propagate
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 

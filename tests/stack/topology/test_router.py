@@ -4,7 +4,6 @@ metrics and tracing. Real HTTP on ephemeral ports, all in one event loop."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager

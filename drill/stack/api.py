@@ -149,7 +149,7 @@ class OpenAIApi:
         self._sink = ApiSink()
         self._ids = itertools.count(1)
         self._unseeded = random.Random(stable_seed("replica", seed))
-        self._loop_offset: float | None = None
+        token_json(0)  # build the token table now, not inside the first request's TTFT
 
     def register(self, router: Router) -> None:
         """Add the OpenAI, health, metrics and version routes."""

@@ -25,6 +25,14 @@ methods, modelled on Toxiproxy's toxics and NVIDIA Dynamo's fault verification:
 ``prepare(ctx) -> Saved`` (optional) captures prior state (e.g. the router's
 retry configuration) before injection; the engine journals it with the revert
 record.
+
+A fault that can be produced in several ways (Toxiproxy, Docker, the stack's
+admin API, real GPU tools) lists them as ``mechanisms``, one
+:class:`Mechanism` per value of its ``method`` param, each with the
+capabilities it needs and its :class:`Realism`; ``needs_for`` and
+``realism_for`` then follow the chosen method. Every artefact a fault creates
+is named from ``ctx.fault_id`` (e.g. the toxic ``drill-<fault_id>``) so a
+revert rebuilt from the journal finds it.
 """
 
 from __future__ import annotations
@@ -45,6 +53,8 @@ from drill.units import Duration, Size, format_duration, parse_duration, parse_s
 
 if TYPE_CHECKING:  # pragma: no cover
     from drill.backends.docker import DockerBackend
+    from drill.backends.nccl import NcclControl
+    from drill.backends.nvidia import GpuControl
     from drill.backends.process import ProcessControl
     from drill.backends.stack_admin import RouterAdminClient, StackAdminClient
     from drill.backends.toxiproxy import ToxiproxyClient
@@ -52,7 +62,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "AdminApiError", "BackendError", "Capability", "DockerError", "Duration", "Evidence", "Fault",
     "FaultContext", "FaultError", "FaultNotLanded", "FaultParams", "FaultTargets", "InjectError",
-    "LinkKind", "LinkRef", "LoadControl", "ProcessControlError", "Realism", "ReplicaRef", "RevertError",
+    "LinkKind", "LinkRef", "LoadControl", "PluginParams", "Mechanism", "ProcessControlError", "Realism", "ReplicaRef", "RevertError",
     "Saved", "Selector", "Size", "TargetInfo", "ToxiproxyError", "format_duration", "parse_duration",
     "parse_size",
 ]
@@ -70,9 +80,12 @@ class Capability(str, enum.Enum):
     STACK_ADMIN = "stack.admin"               # the reference stack's admin API (simulated GPU conditions)
     ROUTER_ADMIN = "router.admin"             # the router's configuration API
     LOAD_CONTROL = "load.control"             # the drill's load driver (always present in a run)
+    NVIDIA_GPU = "nvidia.gpu"                 # real NVIDIA GPUs with nvidia-smi where the replicas run
 
 
 class Realism(str, enum.Enum):
+    """How real a fault's mechanism is, as ``drill faults describe`` shows it."""
+
     REAL = "real mechanism here"
     SIMULATED = "simulated"
     HARDWARE_UNVERIFIED = "real hardware only, not verified"
@@ -194,8 +207,12 @@ class FaultTargets(_Frozen):
     pools: list[str] = Field(default_factory=list)
 
 
-class FaultParams(_Frozen):
-    """Base of every fault's ``Params``: frozen, unknown keys are errors."""
+class PluginParams(_Frozen):
+    """Base of every plugin's ``Params``: frozen, unknown keys are errors."""
+
+
+class FaultParams(PluginParams):
+    """Base of every fault's ``Params``."""
 
 
 class Saved(_Frozen):
@@ -207,6 +224,15 @@ class Evidence(_Frozen):
 
     summary: str
     observations: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+
+
+class Mechanism(_Frozen):
+    """One way a fault can be produced, chosen by the value ``name`` of its ``method`` param."""
+
+    name: str
+    needs: frozenset[Capability] = frozenset()
+    realism: Realism = Realism.REAL
+    summary: str = ""
 
 
 class LoadControl(abc.ABC):
@@ -253,19 +279,33 @@ class FaultContext:
     def processes(self) -> "ProcessControl":
         return self._backend("process", lambda: _processes(self.timeout_s))
 
+    @property
+    def gpus(self) -> "GpuControl":
+        """Real NVIDIA GPUs: ``nvidia-smi`` on this host or in a replica's container (not verified on hardware)."""
+        return self._backend("gpus", lambda: _gpus(self.timeout_s, lambda: self.docker))
+
+    @property
+    def nccl(self) -> "NcclControl":
+        """NCCL link degradation on real multi-GPU hosts: netem, transport downgrade (not verified on hardware)."""
+        return self._backend("nccl", lambda: _nccl(self.timeout_s, lambda: self.docker))
+
     def stack_admin(self, replica: ReplicaRef) -> "StackAdminClient":
+        """The replica's admin API client (one per replica, cached); AdminApiError if it has none."""
         if not replica.admin_url:
             raise AdminApiError(f"replica {replica.name} has no admin API",
                                 hint="GPU conditions are simulated only by the embedded reference stack")
         from drill.backends.stack_admin import StackAdminClient
-        return StackAdminClient(replica.admin_url, replica.admin_token, timeout_s=self.timeout_s)
+        return self._backend(f"stack_admin:{replica.name}", lambda: StackAdminClient(
+            replica.admin_url, replica.admin_token, timeout_s=self.timeout_s))
 
     def router_admin(self) -> "RouterAdminClient":
+        """The router's admin API client (cached); AdminApiError if the target has none."""
         if not self.target.router_admin_url:
             raise AdminApiError("this target's router has no admin API",
                                 hint="router faults need the embedded reference stack's router")
         from drill.backends.stack_admin import RouterAdminClient
-        return RouterAdminClient(self.target.router_admin_url, self.target.admin_token, timeout_s=self.timeout_s)
+        return self._backend("router_admin", lambda: RouterAdminClient(
+            self.target.router_admin_url, self.target.admin_token, timeout_s=self.timeout_s))
 
     def _backend(self, name: str, factory: Callable[[], object]):
         if name not in self._cache:
@@ -295,15 +335,28 @@ def _processes(timeout_s: float) -> "ProcessControl":
     return ProcessControl(timeout_s=timeout_s)
 
 
+def _gpus(timeout_s: float, docker: Callable[[], "DockerBackend"]) -> "GpuControl":
+    from drill.backends.nvidia import GpuControl
+    return GpuControl(timeout_s=timeout_s, docker=docker)
+
+
+def _nccl(timeout_s: float, docker: Callable[[], "DockerBackend"]) -> "NcclControl":
+    from drill.backends.nccl import NcclControl
+    return NcclControl(timeout_s=timeout_s, docker=docker)
+
+
 class Fault(abc.ABC):
     """Base class of every fault. See the module docstring for the contract."""
 
     kind: ClassVar[str]
     Params: ClassVar[type[FaultParams]] = FaultParams
     Saved: ClassVar[type[Saved]] = Saved
+    #: Capabilities needed whatever the method (a mechanism's own needs are added to these).
     needs: ClassVar[frozenset[Capability]] = frozenset()
-    #: Alternatives: the fault works with any one of these capability sets (e.g. method-dependent).
+    #: The realism when the fault has no ``mechanisms``; otherwise the chosen mechanism's.
     realism: ClassVar[Realism] = Realism.REAL
+    #: Ways to produce the fault, selected by the ``method`` param (empty: one way only).
+    mechanisms: ClassVar[tuple[Mechanism, ...]] = ()
     summary: ClassVar[str] = ""
     revert_semantics: ClassVar[str] = ""
     #: "replicas", "links", "pools" or "none": what the selector picks for this fault.
@@ -312,12 +365,21 @@ class Fault(abc.ABC):
     def __init__(self, params: FaultParams) -> None:
         self.params = params
 
+    def mechanism_for(self, params: FaultParams) -> Mechanism | None:
+        """The mechanism the ``method`` param selects; None for a fault with one way only."""
+        method = getattr(params, "method", None)
+        name = getattr(method, "value", method)
+        return next((m for m in self.mechanisms if m.name == name), None)
+
     def needs_for(self, params: FaultParams) -> frozenset[Capability]:
-        """Capabilities needed with these params (override when a ``method`` param changes them)."""
-        return self.needs
+        """Capabilities needed with these params: ``needs`` plus the chosen mechanism's."""
+        mechanism = self.mechanism_for(params)
+        return self.needs | mechanism.needs if mechanism else self.needs
 
     def realism_for(self, params: FaultParams) -> Realism:
-        return self.realism
+        """How real the fault is with these params (the chosen mechanism's realism)."""
+        mechanism = self.mechanism_for(params)
+        return mechanism.realism if mechanism else self.realism
 
     def prepare(self, ctx: FaultContext) -> Saved:
         """Capture prior state that ``revert`` restores. Called before the revert record is journaled."""
@@ -408,3 +470,26 @@ class Target(abc.ABC):
 
 
 __all__ += ["Target", "TargetContext"]
+
+
+class TraceSource(abc.ABC):
+    """Base class of ``drill.traces`` plugins: read normalized spans for a time window, read-only.
+
+    A span is a dict in the normalized shape of :mod:`drill.traces.otlp` (hex ids, ``start_ns``/``end_ns``
+    in UNIX ns, ``service``, ``name``, ``kind``, ``status``, ``attributes``). ``window`` is
+    ``(start_ns, end_ns)`` in wall-clock UNIX ns, or None for everything.
+    """
+
+    kind: ClassVar[str]
+    Params: ClassVar[type[BaseModel]]
+
+    def __init__(self, params: BaseModel, run_dir: str) -> None:
+        self.params = params
+        self.run_dir = run_dir
+
+    @abc.abstractmethod
+    def spans(self, window: tuple[int, int] | None = None):
+        """Yield spans that overlap ``window``."""
+
+
+__all__ += ["TraceSource"]

@@ -33,7 +33,7 @@ _REQUIREMENTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "drill.faults": (("kind", "Params"), ("inject", "verify", "revert")),
     "drill.targets": (("kind", "Params"), ("start", "stop")),
     "drill.checks": (("kind", "Params"), ("evaluate",)),
-    "drill.traces": (("kind",), ()),
+    "drill.traces": (("kind", "Params"), ("spans",)),
 }
 
 
@@ -152,9 +152,7 @@ PLANNED: dict[str, dict[str, str]] = {
         "recovery_replay": "the trace reader and verdicts (ROADMAP 1)",
         "first_abnormal_span": "the trace reader and verdicts (ROADMAP 1)",
     },
-    "drill.faults": {k: "the fault library (faults/, issue 5)" for k in (
-        "queue_flood", "slow_replica", "nccl_degradation", "gpu_oom", "gpu_clock_cap", "replica_crash",
-        "replica_pause", "link_reset", "partition", "router_retry_storm")},
+    "drill.faults": {},
 }
 
 

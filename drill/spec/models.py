@@ -18,7 +18,7 @@ from pydantic import Field, field_validator, model_validator
 from drill.api import Selector
 from drill.spec.scenario import Slo
 from drill.spec.validation import SpecModel, at_key
-from drill.units import Duration
+from drill.units import Duration, format_duration
 
 __all__ = [
     "CheckSpec", "ColdStart", "Drill", "FaultSpec", "MetricsSpec", "OtlpSpec", "Phase", "Phases",
@@ -166,9 +166,10 @@ class StopCondition(SpecModel):
         if self.name:
             return self.name
         if self.kind is StopKind.MAX_DURATION:
-            return f"max_duration {self.value:g}s"
+            return f"max_duration {format_duration(self.value or 0)}"
         what = f"{self.metric} p{self.percentile:g}" if self.kind is StopKind.LATENCY else (self.metric or "error rate")
-        return f"{what} above {self.above} for {self.for_:g}s"
+        bound = format_duration(self.above or 0) if self.kind is StopKind.LATENCY else f"{self.above:g}"
+        return f"{what} above {bound} for {format_duration(self.for_)}"
 
 
 class CheckSpec(SpecModel):

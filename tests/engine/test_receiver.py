@@ -73,3 +73,18 @@ def test_garbage_is_rejected_with_400_and_metrics_are_accepted(receiver: OtlpRec
     ok = httpx.post(receiver.endpoint.replace("traces", "metrics"), content=b"x")
     assert ok.status_code == 200
     assert receiver.spans_path.read_text() == ""
+
+
+def test_trace_sources_read_the_receiver_file_and_collector_file_exports(receiver: OtlpReceiver, tmp_path: Path) -> None:
+    from drill import registry
+
+    receiver.accept([{"trace_id": "a" * 32, "span_id": "b" * 16, "name": "x", "start_ns": 10, "end_ns": 20}])
+    source = registry.traces.get("receiver")(registry.traces.get("receiver").Params(), str(tmp_path))
+    assert [s["name"] for s in source.spans()] == ["x"]
+    assert list(source.spans((30, 40))) == []
+    export = {"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "5b8efff798038103d269b633813fc60c",
+              "spanId": "eee19b7ec3c1b174", "name": "llm_request", "startTimeUnixNano": "5", "endTimeUnixNano": "9"}]}]}]}
+    (tmp_path / "collector.json").write_text(json.dumps(export) + "\n")
+    cls = registry.traces.get("otlp_file")
+    spans = list(cls(cls.Params(path="collector.json"), str(tmp_path)).spans())
+    assert spans[0]["trace_id"] == "5b8efff798038103d269b633813fc60c" and spans[0]["name"] == "llm_request"

@@ -121,10 +121,29 @@ def test_a_failed_check_exits_1_and_a_failed_revert_exits_4(tmp_path: Path, stac
     assert "FAIL" in output and "ttft_p50" in output
     retried = _cleanup(tmp_path)
     assert retried.returncode == 4 and "FAILED to revert test_raising_revert-0" in retried.stdout
-    proc = _drill(["run", str(drill), "--out", str(tmp_path / "out2"), "--no-progress",
-                   "--set", "faults=[]"], tmp_path)
+    # Without the fault, only the check fails (exit 1); a stop condition that fires at once ends the fault
+    # phase early, and the summary says so.
+    proc = _drill(["run", str(drill), "--out", str(tmp_path / "out2"), "--no-progress", "--set", "faults=[]",
+                   "--set", "stop_conditions=[{kind: latency, metric: ttft, percentile: 50, above: 1ms, for: 2s, "
+                   "min_requests: 1}]"], tmp_path)
     output, _ = proc.communicate(timeout=240)
     assert proc.returncode == 1, output
+    assert "the fault phase ended early: stop condition 'ttft p50 above 1ms for 2s' fired" in output
+    run_dir = _run_dir(tmp_path / "out2")
+    fault_end = next(e for e in _events(run_dir) if e.event == "phase_ended" and e.get("phase") == "fault")
+    assert fault_end.get("stopped_by") and fault_end.get("elapsed_s") < 3.5
+    assert "ended early" in (run_dir / "summary.md").read_text()
+
+
+def test_a_target_that_never_answers_is_an_internal_error_with_a_log(tmp_path: Path) -> None:
+    drill = _write_drill(tmp_path / "d.yaml", {"kind": "openai", "config": {"url": "http://127.0.0.1:1",
+                                                                             "startup_timeout": "1s"}})
+    proc = _drill(["run", str(drill), "--out", str(tmp_path / "out"), "--no-progress"], tmp_path)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 3, output
+    run_dir = _run_dir(tmp_path / "out")
+    assert "target not healthy" in output and "TargetError" in (run_dir / "error.log").read_text()
+    assert [e.get("status") for e in _events(run_dir) if e.event == "run_finished"] == ["error"]
 
 
 def _start_faulted_run(tmp_path: Path, stack, toxiproxy_server, proxy_name: str, container: str) -> tuple:

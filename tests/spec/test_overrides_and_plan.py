@@ -84,3 +84,27 @@ def test_plan_prints_the_timeline_and_what_each_fault_touches_and_starts_nothing
 def test_version() -> None:
     result = CliRunner().invoke(cli, ["--version"])
     assert result.exit_code == 0 and result.output.strip() == f"drill {__version__}"
+
+
+def test_a_bare_drill_name_resolves_in_drills_and_the_main_drill_plans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`drill plan drills/unbounded-queue.yaml` prints the timeline, names what is not built yet, starts nothing."""
+    monkeypatch.chdir(REPO)
+    before = set(REPO.glob("reports/**/*"))
+    for name in ("drills/unbounded-queue.yaml", "unbounded-queue.yaml", "unbounded-queue"):
+        result = CliRunner().invoke(cli, ["plan", name])
+        assert result.exit_code == 0, result.output
+        assert "fault       80s – 170s" in result.output and "fault flood (queue_flood" in result.output
+        assert "cannot run yet" in result.output and "fast_failure" in result.output
+        assert "nothing was started" in result.output
+    assert set(REPO.glob("reports/**/*")) == before
+
+
+def test_run_dirs_are_never_reused(tmp_path: Path) -> None:
+    from drill.engine.rundir import create_run_dir
+
+    first = create_run_dir(tmp_path, "d", now=0)
+    second = create_run_dir(tmp_path, "d", now=0)
+    assert first.path != second.path and first.path.name.startswith("19700101T000000Z-")
+    first.write_json("verdicts.json", {})
+    with pytest.raises(FileExistsError):
+        first.write_json("verdicts.json", {})

@@ -41,14 +41,15 @@ def test_tp_link_latency_slows_only_that_replica_by_the_prediction(stack_factory
                                       byte_scale=parse_stack_config(TP_STACK).links.byte_scale)
     assert predicted == pytest.approx(2 * 32 * 0.005)  # llama-3-8b: 2 all-reduces x 32 layers
 
-    before = {r.name: tpot_s(r.url) for r in (faulted, other)}
+    token = state.admin_token
+    before = {r.name: tpot_s(r, token) for r in (faulted, other)}
     with ToxiproxyClient(state.toxiproxy_url) as toxiproxy:
         toxiproxy.add_toxic(link.proxy, "latency", {"latency": 5}, stream=Stream.DOWNSTREAM)
         try:
-            during = {r.name: tpot_s(r.url, requests=1) for r in (faulted, other)}
+            during = {faulted.name: tpot_s(faulted, token, tokens=6), other.name: tpot_s(other, token)}
         finally:
             toxiproxy.delete_toxic(link.proxy, "latency_downstream")
-    after = tpot_s(faulted.url)
+    after = tpot_s(faulted, token)
 
     print(f"TPOT before {before}, during {during}, after {after:.4f}s; predicted +{predicted:.3f}s")
     assert during[faulted.name] - before[faulted.name] == pytest.approx(predicted, rel=0.3)
@@ -65,7 +66,7 @@ def test_pp_step_has_transfer_and_bubble_and_a_slow_stage_link_adds_the_predicti
     step = model.step_cost(BatchShape.decode(1, 8))
     assert step.total_s >= 2 * step.stage_s + model.p2p_seconds(model.exchange_plan(1).pp_bytes_per_transfer)
 
-    before = tpot_s(replica.url, tokens=8)
+    before = tpot_s(replica, state.admin_token, tokens=12)
     assert before == pytest.approx(step.total_s, rel=0.35)  # the bubble is in it: 2 stage times, not 1
 
     plan = model.exchange_plan(1)
@@ -75,7 +76,7 @@ def test_pp_step_has_transfer_and_bubble_and_a_slow_stage_link_adds_the_predicti
     with ToxiproxyClient(state.toxiproxy_url) as toxiproxy:
         toxiproxy.add_toxic(link.proxy, "latency", {"latency": 30}, stream=Stream.UPSTREAM)
         try:
-            during = tpot_s(replica.url, tokens=8)
+            during = tpot_s(replica, state.admin_token, tokens=12)
         finally:
             toxiproxy.reset()
     print(f"PP TPOT before {before:.4f}s (model {step.total_s:.4f}s), during {during:.4f}s; predicted +{predicted:.3f}s")

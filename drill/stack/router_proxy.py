@@ -15,7 +15,7 @@ failure ends the stream with a vLLM-style error event and ``data: [DONE]``.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import httpx
 from opentelemetry import propagate, trace
@@ -101,7 +101,6 @@ class Attempt:
     number: int
     replica: ReplicaState
     out: ResponseStream | Tee
-    span_attributes: dict[str, object] = field(default_factory=dict)
 
     def _timeout(self) -> httpx.Timeout:
         limit = self.config.retries.timeout

@@ -117,7 +117,7 @@ def _with_rate(scenario, rate: str | None, duration_s: float):
     from drill.spec.scenario import parse_rate
 
     try:
-        value = parse_rate(rate)
+        value = float(rate) if rate.replace(".", "", 1).isdigit() else parse_rate(rate)
     except ValueError as exc:
         raise InputError(f"--rate: {exc}") from exc
     if value <= 0:
@@ -150,7 +150,7 @@ def _run(plan, drain_s: float):
     driver.start(timeout_s=660 if plan.expect_remote_workers else 60)
     interrupted = False
     try:
-        end = time.monotonic() + plan.duration_s - max(0.0, time.time() - (driver.t0 or time.time()))
+        end = time.monotonic() + ((driver.t0 or time.time()) + plan.duration_s - time.time())
         while time.monotonic() < end and driver.alive():
             time.sleep(min(0.2, max(0.0, end - time.monotonic())))
     except KeyboardInterrupt:

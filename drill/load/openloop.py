@@ -101,13 +101,14 @@ class OpenLoop:
         self.mine = self.schedule.partition(*partition)
         self.text = PromptText(plan.seed)
         self.cap = max(1, math.ceil(self.scenario.max_in_flight / partition[1]))
-        timeout = max(p.timeout for p in self.scenario.pools)
-        self.transport = Transport(plan.target_url, self.cap, network_timeout_s=timeout + 5)
+        self.transport = Transport(plan.target_url, self.cap)
         self.counters = Counters(scheduled=len(self.mine))
         self.group = Group()
         self.bursts: dict[str, Burst] = {}
         self.stopping = Event()
         self.started = Event()
+        self.generated = Event()
+        self.stop_mono = float("inf")
         self.t0_mono = self.t0_wall = 0.0
         self._ran = False
 
@@ -128,20 +129,25 @@ class OpenLoop:
     def run(self) -> None:
         """Issue this process's arrivals at their intended times; returns when done or stopping.
 
-        Called from the Locust user's task; a second call returns at once.
+        Called from the Locust user's task; a second call returns at once. Arrivals whose
+        intended time came before the stop command are still issued (late, with their lag).
         """
         if self._ran:
             return
         self._ran = True
-        self.started.wait()
-        for planned in self.mine:
-            job = self.job(planned, planned.logical_id)
-            delay = self.t0_mono + planned.offset_s - time.perf_counter()
-            if delay > 0 and self.stopping.wait(delay):
-                return
-            if self.stopping.is_set():
-                return
-            self.launch(job, self.t0_mono + planned.offset_s)
+        try:
+            self.started.wait()
+            for planned in self.mine:
+                intended = self.t0_mono + planned.offset_s
+                job = self.job(planned, planned.logical_id)
+                delay = intended - time.perf_counter()
+                if delay > 0:
+                    self.stopping.wait(delay)
+                if self.stopping.is_set() and intended > self.stop_mono:
+                    return
+                self.launch(job, intended)
+        finally:
+            self.generated.set()
 
     def job(self, planned: PlannedRequest, logical_id: str, burst: str | None = None) -> _Job:
         """The exact request for ``planned`` (built before its time comes, so it adds no lag)."""
@@ -269,10 +275,13 @@ class OpenLoop:
         Cancelled attempts are recorded with ``ErrorClass.CANCELLED``. Returns how
         many were cancelled.
         """
+        self.stop_mono = time.perf_counter()
         self.stopping.set()
         self.started.set()
         for burst in list(self.bursts.values()):
             burst.stop()
+        if self._ran:
+            self.generated.wait(timeout=5.0)
         self.group.join(timeout=max(0.0, drain_s))
         left = len(self.group)
         if left:

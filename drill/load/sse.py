@@ -37,11 +37,13 @@ def classify_line(line: bytes) -> LineKind:
     """What one raw SSE line (with or without its newline) is."""
     if not line.startswith(_DATA):
         return LineKind.IGNORED
+    if _CHOICES[0] in line:            # the hot path: a vLLM content chunk
+        return LineKind.CONTENT if not line.startswith(b'data: {"error"') else LineKind.ERROR
     payload = line[5:].strip()
     if payload.startswith(b"{"):
         if payload.startswith(b'{"error"'):
             return LineKind.ERROR
-        if _CHOICES[0] in payload or _CHOICES[1] in payload:
+        if _CHOICES[1] in payload:
             return LineKind.CONTENT
         return _slow(payload)
     if payload == b"[DONE]":

@@ -100,16 +100,28 @@ def test_same_seed_sends_an_identical_request_set(spawn_replica, tmp_path: Path)
         {"name": "code", "share": 0.4, "endpoint": "completions",
          "input_tokens": {"dist": "lognormal", "mu": 4.5, "sigma": 0.5, "max": 600},
          "output_tokens": {"dist": "uniform", "min": 2, "max": 6}}]})
-    runs = [run_load(replica.url, sc.model_copy(update={"seed": seed}), 1.5, tmp_path / f"run-{i}")
-            for i, seed in enumerate((21, 21, 22))]
+    runs = [run_load(replica.url, sc, 1.5, tmp_path / f"run-{i}") for i in range(2)]
     digests = [sorted(r.payload_digest for r in run.records) for run in runs]
     assert len(digests[0]) > 20 and digests[0] == digests[1]
-    assert not set(digests[0]) & set(digests[2])
-    for run in runs[:2]:
+    model = httpx.get(replica.url + "/v1/models").json()["data"][0]["id"]
+    assert sorted(_planned_digests(sc, 1.5, model)) == digests[0]      # the live bodies are the planned ones
+    other = _planned_digests(sc.model_copy(update={"seed": 22}), 1.5, model)
+    assert len(other) > 20 and not set(digests[0]) & set(other)
+    for run in runs:
         assert all(r.ok for r in run.records)
         assert all(r.prompt_tokens == r.planned_input_tokens for r in run.records)     # sized as planned
         assert all(r.completion_tokens == r.planned_output_tokens for r in run.records)
     assert {r.idempotency_key for r in runs[0].records}.isdisjoint({r.idempotency_key for r in runs[1].records})
+
+
+def _planned_digests(sc: Scenario, duration_s: float, model: str) -> list[str]:
+    """The digests a seed sends, computed offline (the request set is decided in advance)."""
+    from drill.load.payload import PromptText, build_body, payload_digest
+    from drill.load.schedule import build_schedule
+
+    pools, text = {p.name: p for p in sc.pools}, PromptText(sc.seed)
+    return [payload_digest(build_body(pools[r.pool], model, r.logical_id, r.input_tokens, r.output_tokens, text))
+            for r in build_schedule(sc, duration_s, sc.seed).requests]
 
 
 def test_trace_replay_reproduces_per_minute_arrival_counts(spawn_replica, tmp_path: Path) -> None:

@@ -217,7 +217,7 @@ class OpenLoop:
         self.counters.records += 1
         self.sink.add(record.to_json(), sample)
         if self.on_attempt is not None:
-            self.on_attempt(job.pool.name, record.e2e_ms or 0.0, record.error_detail if record.error else None)
+            self.on_attempt(job.pool.name, record.e2e_ms or 0.0, record.error.value if record.error else None)
 
     def _record(self, job: _Job, attempt: int, intended: float, outcome: Outcome | None, trace_id: str,
                 idem: str, error: tuple[ErrorClass, str] | None) -> RequestRecord:

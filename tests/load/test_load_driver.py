@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from drill.errors import InputError
+from drill.load.progress import LiveProgress, format_status
 from drill.load.records import ErrorClass
 from drill.stats import percentile
 from loadkit import run_load, scenario, wall_chunks
@@ -26,7 +28,17 @@ pytestmark = pytest.mark.integration
 
 
 def test_records_match_the_server_log_chunk_for_chunk(sse_server, tmp_path: Path) -> None:
-    run = run_load(sse_server.url, scenario(30, out=10, priority=0), 2.0, tmp_path / "run")
+    seen = []
+
+    def watch(driver) -> None:      # the live status line's figures, as a terminal would show them
+        progress = LiveProgress(driver, tmp_path / "run" / "requests.jsonl")
+        for _ in range(4):
+            time.sleep(0.45)
+            seen.append(progress.snapshot())
+
+    run = run_load(sse_server.url, scenario(30, out=10, priority=0), 2.0, tmp_path / "run", during=watch)
+    assert seen[-1].target_rate > 10 and seen[-1].achieved_rate > 10 and seen[-1].ttft_p50 is not None
+    assert seen[-1].in_flight >= 0 and seen[-1].errors == {} and "rate" in format_status(seen[-1])
     log = {e["request_id"]: e for e in sse_server.log()}
     s = run.summary
     assert s.scheduled == s.due == s.sent == s.ok == s.records_written == len(run.records) == len(log) > 30
@@ -155,31 +167,67 @@ sys.path.insert(0, {tests!r})
 from loadkit import scenario
 from drill.load.driver import LoadDriver, LoadPlan
 driver = LoadDriver(LoadPlan(scenario=scenario(20), target_url={url!r}, model=None, duration_s=60,
-                             run_dir=Path({run_dir!r}), seed=1))
+                             run_dir=Path({run_dir!r}), seed=1, workers={workers}))
 driver.start()
 print(driver._proc.pid, flush=True)
 time.sleep(120)
 """
 
 
-def test_load_dies_with_a_sigkilled_harness(sse_server, tmp_path: Path) -> None:
-    code = _HARNESS.format(tests=str(Path(__file__).parent), url=sse_server.url, run_dir=str(tmp_path / "run"))
+@pytest.mark.parametrize("workers", [0, 2])
+def test_load_dies_with_a_sigkilled_harness(sse_server, tmp_path: Path, workers: int) -> None:
+    """The harness is SIGKILLed: its child sees the control socket close; workers die by PR_SET_PDEATHSIG."""
+    code = _HARNESS.format(tests=str(Path(__file__).parent), url=sse_server.url, run_dir=str(tmp_path / "run"),
+                           workers=workers)
     harness = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         child = int(harness.stdout.readline())
+        generators = _children(child) if workers else [child]
+        assert len(generators) == max(1, workers)
         time.sleep(1.0)
         harness.send_signal(signal.SIGKILL)
         harness.wait(timeout=10)
         deadline = time.monotonic() + 5
-        while _alive(child) and time.monotonic() < deadline:
+        while any(_alive(p) for p in [child, *generators]) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _alive(child)
+        assert not any(_alive(p) for p in [child, *generators])
         seen = len(sse_server.log())
         time.sleep(1.0)
         assert len(sse_server.log()) == seen > 5           # no load after the harness died
     finally:
         if harness.poll() is None:
             harness.kill()
+
+
+def test_a_remote_worker_joins_with_drill_worker(sse_server, tmp_path: Path) -> None:
+    """``drill worker --master HOST:PORT``: the path a worker on another machine takes."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    worker = subprocess.Popen([sys.executable, "-m", "drill", "worker", "--master", f"127.0.0.1:{port}"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        run = run_load(sse_server.url, scenario(20, out=3), 1.5, tmp_path / "run", expect_remote_workers=1,
+                       master_bind=f"127.0.0.1:{port}")
+        assert run.summary.workers == 1 and run.summary.records_lost == 0
+        assert len(run.records) == run.summary.scheduled > 10 and {r.worker for r in run.records} == {"w0"}
+        assert worker.wait(timeout=15) == 0               # it leaves when the master quits
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+
+
+def _children(pid: int) -> list[int]:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            kids = [int(k) for k in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        except OSError:
+            kids = []
+        if kids:
+            return kids
+        time.sleep(0.05)
+    return []
 
 
 def _alive(pid: int) -> bool:

@@ -160,6 +160,8 @@ def run_once(args: argparse.Namespace, tracing: bool) -> dict:
         try:
             if args.pin:
                 _pin(proc.pid, 0)
+            if args.nice:
+                psutil.Process(proc.pid).nice(args.nice)  # e.g. -10: stand in for a dedicated core (root only)
             host, port = url.removeprefix("http://").split(":")
             body = json.dumps({"prompt": " ".join(["bench"] * args.prompt_tokens), "max_tokens": args.max_tokens,
                                "ignore_eos": True, "stream": True})
@@ -205,7 +207,8 @@ def _measure(args: argparse.Namespace, proc: subprocess.Popen, client: subproces
 def _print(args: argparse.Namespace, results: dict[str, dict]) -> None:
     print(f"\nreference-stack replica throughput: {args.model} on {args.gpu}, {args.clients} streaming clients, "
           f"prompt {args.prompt_tokens} tok, {args.max_tokens} tok/request, max_num_seqs {args.max_num_seqs}, "
-          f"{args.duration:g}s measured after {args.warmup:g}s warm-up; {os.cpu_count()} CPUs")
+          f"{args.duration:g}s measured after {args.warmup:g}s warm-up; {os.cpu_count()} CPUs, "
+          f"{'pinned' if args.pin else 'not pinned'}, replica nice {args.nice}")
     header = (f"{'tracing':8} {'tokens/s':>9} {'replica CPU':>11} {'tok/s/core':>10} {'steps':>6} "
               f"{'step ms':>7} {'err p50':>8} {'err p99':>8} {'err max':>8} {'load avg':>8}")
     print(header)
@@ -235,6 +238,8 @@ def main() -> None:
     parser.add_argument("--tracing", choices=["off", "on", "both"], default="both")
     parser.add_argument("--no-pin", dest="pin", action="store_false",
                         help="do not pin the replica to CPU 0 and the clients to CPU 1")
+    parser.add_argument("--nice", type=int, default=0,
+                        help="nice value for the replica (negative needs root): shields it from other load")
     parser.add_argument("--json", action="store_true", help="also print the results as JSON")
     args = parser.parse_args()
     modes = {"off": [False], "on": [True], "both": [False, True]}[args.tracing]

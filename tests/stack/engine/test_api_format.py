@@ -8,7 +8,7 @@ import json
 
 import httpx
 import pytest
-from conftest import ADMIN_TOKEN
+from replica_harness import ADMIN_TOKEN
 
 from drill.stack.tokenizer import count_chat_tokens, count_tokens, make_prompt
 

@@ -9,7 +9,7 @@ import time
 
 import httpx
 import pytest
-from conftest import ADMIN_TOKEN
+from replica_harness import ADMIN_TOKEN
 
 from drill.stack.cost_model import BatchShape
 from drill.stack.tokenizer import make_prompt

@@ -7,7 +7,7 @@ import json
 
 import httpx
 import pytest
-from conftest import ADMIN_TOKEN
+from replica_harness import ADMIN_TOKEN
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode

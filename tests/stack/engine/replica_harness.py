@@ -1,0 +1,74 @@
+"""Helpers of the engine-half tests: replica specs and replica processes (imported by conftest and tests)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from drill.stack.config import parse_stack_config
+from drill.stack.replica_spec import ReplicaSpec
+
+ADMIN_TOKEN = "test-admin-token"
+REPO = Path(__file__).resolve().parents[3]
+
+
+def make_spec(tmp_path: Path, engine: dict | None = None, **config: object) -> ReplicaSpec:
+    """A spec for a replica on a free port that loads its weights at once."""
+    stack = parse_stack_config({"engine": {"weight_load_time": "0s", **(engine or {})}, **config})
+    return ReplicaSpec(name="replica-0", index=0, port=0, config=stack, admin_token=ADMIN_TOKEN,
+                       ledger_path=tmp_path / f"ledger-{secrets.token_hex(4)}.jsonl")
+
+
+@dataclass
+class ReplicaProcess:
+    """A replica started as ``python -m drill.stack.replica`` by :class:`ReplicaLauncher`."""
+
+    proc: subprocess.Popen
+    spec: ReplicaSpec
+    url: str
+    log_path: Path
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+@dataclass
+class ReplicaLauncher:
+    """Starts replica processes in ``tmp_path``; :meth:`kill_all` ends every one still running."""
+
+    tmp_path: Path
+    started: list[subprocess.Popen] = field(default_factory=list)
+
+    def __call__(self, engine: dict | None = None, *, otlp_endpoint: str | None = None,
+                 ready_timeout: float = 20.0, **config: object) -> ReplicaProcess:
+        number = len(self.started)
+        ready = self.tmp_path / f"ready-{number}.json"
+        log_path = self.tmp_path / f"replica-{number}.log"
+        spec = make_spec(self.tmp_path, engine, **config).model_copy(
+            update={"ready_file": ready, "log_path": log_path, "otlp_endpoint": otlp_endpoint})
+        spec_path = self.tmp_path / f"spec-{number}.json"
+        spec_path.write_text(spec.model_dump_json())
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        env.pop("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", None)
+        proc = subprocess.Popen([sys.executable, "-m", "drill.stack.replica", "--spec", str(spec_path)], env=env)
+        self.started.append(proc)
+        deadline = time.monotonic() + ready_timeout
+        while not ready.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"replica did not start (exit {proc.poll()}): {log_path.read_text()}")
+            time.sleep(0.02)
+        return ReplicaProcess(proc, spec, json.loads(ready.read_text())["url"], log_path)
+
+    def kill_all(self) -> None:
+        for proc in self.started:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(timeout=10)

@@ -88,11 +88,12 @@ class EmbeddedStack(Target):
 
 
 def _planned_links(p: StackConfig, index: int) -> list[LinkRef]:
-    links = [LinkRef(name=f"replica-{index}-tp-{r}", kind=LinkKind.TP, rank=r,
-                     proxy=f"replica-{index}-tp-{r}" if p.links.tp_proxies else None)
+    """Link names as the launcher will make them, less the ``<stack>-`` prefix known only at start."""
+    links = [LinkRef(name=f"replica-{index}-tp{r}", kind=LinkKind.TP, rank=r,
+                     proxy=f"<stack>-replica-{index}-tp{r}" if p.links.tp_proxies else None)
              for r in range(1, p.engine.tensor_parallel_size)]
-    links += [LinkRef(name=f"replica-{index}-pp-{r}", kind=LinkKind.PP, rank=r,
-                      proxy=f"replica-{index}-pp-{r}" if p.links.pp_proxies else None)
+    links += [LinkRef(name=f"replica-{index}-pp{r}", kind=LinkKind.PP, rank=r,
+                      proxy=f"<stack>-replica-{index}-pp{r}" if p.links.pp_proxies else None)
               for r in range(1, p.engine.pipeline_parallel_size)]
     return links
 

@@ -37,6 +37,7 @@ from drill.stack.openai_protocol import (
     ChunkTemplates,
     CompletionRequest,
     Endpoint,
+    SamplingRequest,
     chat_response,
     check_context_length,
     completion_response,
@@ -191,7 +192,7 @@ class OpenAIApi:
             raise HttpError(400, str(exc)) from exc
         return await self._generate(request, stream, body, Endpoint.CHAT, tokens, body.requested_max_tokens)
 
-    async def _generate(self, http: HttpRequest, stream: ResponseStream, body, endpoint: Endpoint,
+    async def _generate(self, http: HttpRequest, stream: ResponseStream, body: SamplingRequest, endpoint: Endpoint,
                         tokens: list[object], max_tokens: int | None) -> HttpResponse | None:
         arrival_wall = time.time()
         span = self.tracing.start_http_span(http.method, http.path, http.headers, arrival_wall)
@@ -222,12 +223,13 @@ class OpenAIApi:
         text = "".join(token_text(token) for token in request.output_token_ids)
         render = completion_response if ctx.endpoint is Endpoint.COMPLETIONS else chat_response
         reason = request.finish_reason.value if request.finish_reason else "abort"
-        payload = render(ctx.templates.response_id, self.created, self.model_name, text, reason,
+        payload = render(ctx.templates.response_id, ctx.templates.created, self.model_name, text, reason,
                          request.num_prompt_tokens, request.num_output_tokens)
         self.tracing.end_http_span(span, 200, time.time())
         return HttpResponse.json(payload)
 
-    def _build(self, http: HttpRequest, stream: ResponseStream, body, endpoint: Endpoint, tokens: list[object],
+    def _build(self, http: HttpRequest, stream: ResponseStream, body: SamplingRequest, endpoint: Endpoint,
+               tokens: list[object],
                max_tokens: int | None, arrival_wall: float, span: object) -> Request:
         if body.model is not None and body.model != self.model_name:
             raise HttpError(404, f"The model `{body.model}` does not exist.", type="NotFoundError")
@@ -240,7 +242,7 @@ class OpenAIApi:
         stop_after = None if body.ignore_eos else sampler.natural_length()
         ctx = ApiContext(
             endpoint, body.stream, body.include_usage, body.continuous_usage,
-            ChunkTemplates(endpoint, prefix + base_id, self.created, self.model_name), base_id,
+            ChunkTemplates(endpoint, prefix + base_id, int(arrival_wall), self.model_name), base_id,
             http.headers.get("idempotency-key"),
             Tracing.trace_id_of(span) or parse_traceparent(http.headers.get("traceparent")), span,
             arrival_wall, arrival_wall - loop_now, body.temperature, body.top_p, stream,
@@ -249,7 +251,7 @@ class OpenAIApi:
                        arrival_wall=arrival_wall, priority=priority, min_tokens=body.min_tokens,
                        stop_after=stop_after, sink=self._sink, sampler=sampler, context=ctx)
 
-    def _priority(self, http: HttpRequest, body) -> int:
+    def _priority(self, http: HttpRequest, body: SamplingRequest) -> int:
         policy = self.config.engine.scheduling_policy
         if policy is SchedulingPolicy.FCFS:
             if body.priority != 0:

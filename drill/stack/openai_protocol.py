@@ -25,6 +25,7 @@ __all__ = [
     "ChunkTemplates",
     "CompletionRequest",
     "Endpoint",
+    "SamplingRequest",
     "StreamOptions",
     "DONE_EVENT",
     "chat_response",
@@ -55,7 +56,9 @@ class StreamOptions(BaseModel):
     continuous_usage_stats: bool | None = False
 
 
-class _SamplingRequest(BaseModel):
+class SamplingRequest(BaseModel):
+    """Sampling fields shared by both routes (vLLM extensions: ignore_eos, min_tokens, priority)."""
+
     model_config = _IGNORE
 
     model: str | None = None
@@ -71,7 +74,7 @@ class _SamplingRequest(BaseModel):
     priority: int = 0
 
     @model_validator(mode="after")
-    def _checks(self) -> _SamplingRequest:
+    def _checks(self) -> SamplingRequest:
         if self.n != 1:
             raise ValueError("n must be 1: the reference stack generates one choice per request")
         if self.stream_options is not None and not self.stream:
@@ -88,7 +91,7 @@ class _SamplingRequest(BaseModel):
         return bool(self.include_usage and self.stream_options and self.stream_options.continuous_usage_stats)
 
 
-class CompletionRequest(_SamplingRequest):
+class CompletionRequest(SamplingRequest):
     """``POST /v1/completions``: one prompt, a string or a list of token ids."""
 
     prompt: str | list[int] | list[str] | list[list[int]]
@@ -111,7 +114,7 @@ class ChatMessage(BaseModel):
     content: str | list[dict] | None = None
 
 
-class ChatCompletionRequest(_SamplingRequest):
+class ChatCompletionRequest(SamplingRequest):
     """``POST /v1/chat/completions``; ``max_completion_tokens`` wins over ``max_tokens``."""
 
     messages: list[ChatMessage] = Field(min_length=1)
@@ -122,7 +125,7 @@ class ChatCompletionRequest(_SamplingRequest):
         return self.max_completion_tokens or self.max_tokens
 
 
-def parse_body(model: type[_SamplingRequest], body: object) -> _SamplingRequest:
+def parse_body(model: type[SamplingRequest], body: object) -> SamplingRequest:
     """Validate a JSON body. Raises :class:`HttpError` 400 (BadRequestError) with pydantic's reasons."""
     if not isinstance(body, dict):
         raise HttpError(400, "request body must be a JSON object")

@@ -72,7 +72,7 @@ class Replica:
         self.ledger = Ledger(spec.ledger_path, spec.name)
         self.metrics = EngineMetrics(self.scheduler, model_name=config.model_name,
                                      max_model_len=engine_config.max_model_len, gpu=self.gpu,
-                                     cache_info=_cache_info(engine_config))
+                                     cache_info=_cache_info(engine_config, plan.num_blocks))
         self.recorder = RequestRecorder(self.ledger, self.tracing, spec.name)
         self.engine = Engine(self.scheduler, Executor(self.cost_model, self.gpu),
                              listeners=[self.metrics, self.recorder])
@@ -158,10 +158,11 @@ async def connect_interconnect(spec: ReplicaSpec) -> Interconnect:
     return await result if inspect.isawaitable(result) else result
 
 
-def _cache_info(engine) -> dict[str, str]:
+def _cache_info(engine, num_blocks: int) -> dict[str, str]:
+    """Labels of ``vllm:cache_config_info`` (vLLM's CacheConfig fields as strings)."""
     return {"block_size": str(engine.block_size), "cache_dtype": "auto",
             "gpu_memory_utilization": str(engine.gpu_memory_utilization),
-            "enable_prefix_caching": str(engine.enable_prefix_caching)}
+            "enable_prefix_caching": str(engine.enable_prefix_caching), "num_gpu_blocks": str(num_blocks)}
 
 
 def _write_ready(path: Path, payload: dict) -> None:

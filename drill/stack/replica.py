@@ -153,7 +153,8 @@ async def connect_interconnect(spec: ReplicaSpec) -> Interconnect:
             raise
         if spec.config.engine.world_size == 1:
             return NoopInterconnect()
-        raise NotAvailableError("tensor/pipeline parallelism needs drill.stack.interconnect, which is not built") from exc
+        raise NotAvailableError(
+            "tensor/pipeline parallelism needs drill.stack.interconnect, which is not built") from exc
     result = interconnect.connect(spec)
     return await result if inspect.isawaitable(result) else result
 

@@ -1,0 +1,120 @@
+"""The catalogue: every built-in fault is installed through its entry point, documents itself (params with
+units and defaults, methods with needs and realism, revert semantics, a drill-ready YAML example that
+validates), and its method decides what it needs from a target."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from pydantic import ValidationError
+
+from drill import registry
+from drill.api import Capability, Realism
+from drill.cli.main import cli
+from drill.spec.models import FaultSpec
+
+BUILT_IN = ["gpu_clock_cap", "gpu_oom", "link_reset", "nccl_degradation", "partition", "queue_flood",
+            "replica_crash", "replica_pause", "router_retry_storm", "slow_replica"]
+
+
+def _example(fault_cls) -> list[dict]:
+    doc = textwrap.dedent(fault_cls.__doc__.split(".. code-block:: yaml", 1)[1])
+    return yaml.safe_load(textwrap.dedent(doc))["faults"]
+
+
+def test_every_built_in_fault_is_installed_and_none_is_still_planned() -> None:
+    assert set(BUILT_IN) <= set(registry.faults.kinds())
+    for kind in BUILT_IN:
+        assert registry.faults.info(kind).value.startswith("faults."), kind
+        assert registry.planned("drill.faults", kind) is None
+
+
+@pytest.mark.parametrize("kind", BUILT_IN)
+def test_the_docstring_example_is_a_valid_drill_fault(kind: str) -> None:
+    fault_cls = registry.faults.get(kind)
+    entries = _example(fault_cls)
+    assert entries
+    for entry in entries:
+        spec = FaultSpec.model_validate(entry)
+        assert spec.kind == kind
+        params = fault_cls.Params.model_validate(spec.params)
+        fault = fault_cls(params)
+        assert fault.needs_for(params) and fault.realism_for(params) in set(Realism)
+
+
+@pytest.mark.parametrize("kind", BUILT_IN)
+def test_describe_documents_params_methods_realism_and_revert(kind: str) -> None:
+    fault_cls = registry.faults.get(kind)
+    result = CliRunner().invoke(cli, ["faults", "describe", kind])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    for name in fault_cls.Params.model_fields:
+        assert re.search(rf"^  {name}: .+ \((default .+|required)\)", out, re.M), name
+    assert "Revert:" in out and fault_cls.revert_semantics[:30] in out and "code-block:: yaml" in out
+    for mechanism in fault_cls.mechanisms:
+        assert f"  {mechanism.name} — " in out and mechanism.realism.value in out
+    if not fault_cls.mechanisms:
+        assert f"Realism: {fault_cls.realism.value}" in out
+
+
+def test_list_shows_every_fault_with_its_realism_per_method() -> None:
+    result = CliRunner().invoke(cli, ["faults", "list"])
+    assert result.exit_code == 0
+    for kind in BUILT_IN:
+        assert re.search(rf"^{kind} +\S", result.output, re.M), kind
+    assert "nvidia_smi: real hardware only, not verified" in result.output
+    assert "clock_cap: simulated" in result.output
+
+
+@pytest.mark.parametrize(("kind", "params", "needs", "realism"), [
+    ("slow_replica", {"latency_ms": 100}, {Capability.TOXIPROXY_REPLICA}, Realism.REAL),
+    ("slow_replica", {"method": "docker_cpu", "cpus": 0.5}, {Capability.DOCKER}, Realism.REAL),
+    ("slow_replica", {"method": "clock_cap", "clock_fraction": 0.5}, {Capability.STACK_ADMIN}, Realism.SIMULATED),
+    ("gpu_oom", {"gib": 10}, {Capability.STACK_ADMIN}, Realism.SIMULATED),
+    ("gpu_oom", {"gib": 10, "method": "cuda_hog"}, {Capability.NVIDIA_GPU}, Realism.HARDWARE_UNVERIFIED),
+    ("nccl_degradation", {"latency_ms": 1, "link_kinds": ["tp", "pp"]},
+     {Capability.TOXIPROXY_TP_LINK, Capability.TOXIPROXY_PP_LINK}, Realism.REAL),
+    ("nccl_degradation", {"method": "transport_downgrade"}, {Capability.NVIDIA_GPU, Capability.DOCKER},
+     Realism.HARDWARE_UNVERIFIED),
+    ("replica_crash", {}, {Capability.PROCESS, Capability.SUPERVISOR}, Realism.REAL),
+    ("replica_crash", {"expect_restart": False}, {Capability.PROCESS}, Realism.REAL),
+    ("replica_crash", {"method": "docker"}, {Capability.DOCKER}, Realism.REAL),
+    ("queue_flood", {}, {Capability.LOAD_CONTROL}, Realism.REAL),
+])
+def test_the_method_decides_needs_and_realism(kind, params, needs, realism) -> None:
+    fault_cls = registry.faults.get(kind)
+    parsed = fault_cls.Params.model_validate(params)
+    assert fault_cls(parsed).needs_for(parsed) == needs
+    assert fault_cls(parsed).realism_for(parsed) is realism
+
+
+@pytest.mark.parametrize(("kind", "params", "message"), [
+    ("slow_replica", {"cpus": 0.5}, "cpus belong(s) to method docker_cpu"),
+    ("slow_replica", {}, "method toxiproxy needs latency_ms"),
+    ("gpu_clock_cap", {"method": "nvidia_smi"}, "needs gpu_indices"),
+    ("nccl_degradation", {"method": "netem", "latency_ms": 1}, "needs interface"),
+    ("nccl_degradation", {"loss_pct": 1, "latency_ms": 1}, "loss_pct belongs to method netem"),
+    ("queue_flood", {"rate_multiplier": 1}, "greater than 1"),
+    ("gpu_oom", {}, "Field required"),
+    ("partition", {"mode": "sideways"}, "'blackhole' or 'refuse'"),
+])
+def test_params_that_do_not_fit_the_method_are_refused_with_the_reason(kind, params, message) -> None:
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        registry.faults.get(kind).Params.model_validate(params)
+
+
+def test_a_drill_whose_fault_needs_what_the_target_lacks_is_refused_before_anything_runs(tmp_path) -> None:
+    drill = tmp_path / "d.yaml"
+    drill.write_text(yaml.safe_dump({
+        "name": "needs", "target": {"kind": "embedded", "config": {"replicas": 1}},
+        "scenario": {"arrival": {"process": "poisson", "rate": 1},
+                     "pools": [{"name": "chat", "input_tokens": {"dist": "fixed", "value": 10},
+                                "output_tokens": {"dist": "fixed", "value": 5}}]},
+        "faults": [{"kind": "slow_replica", "params": {"method": "docker_cpu", "cpus": 0.5}}]}))
+    result = CliRunner().invoke(cli, ["validate", str(drill)])
+    assert result.exit_code == 2
+    assert "fault 'slow_replica' needs docker; target 'embedded' as configured provides" in result.output

@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, TypeVar
 
-from drill.api import Evidence, FaultContext, FaultNotLanded, InjectError
+from drill.api import Evidence, FaultContext, FaultNotLanded, InjectError, ToxiproxyError
 
-__all__ = ["Direction", "ToxicPlan", "add_toxics", "artefact", "poll", "remove_toxics", "verify_toxics"]
+__all__ = ["Direction", "ToxicPlan", "add_toxics", "artefact", "poll", "refused", "remove_toxics", "verify_toxics"]
 
 T = TypeVar("T")
 
@@ -80,10 +80,29 @@ def verify_toxics(ctx: FaultContext, proxies: list[str], plans: list[ToxicPlan])
 
 
 def remove_toxics(ctx: FaultContext, proxies: list[str], names: list[str]) -> None:
-    """Delete the named toxics from every proxy; a missing toxic or proxy is not an error."""
-    for proxy in proxies:
-        for name in names:
-            ctx.toxiproxy.delete_toxic(proxy, name, missing_ok=True)
+    """Delete the named toxics from every proxy; a missing toxic or proxy is not an error.
+
+    Neither is a Toxiproxy server that refuses connections: toxics live in the server's memory, so a
+    server that is not running holds none. A server that does not answer (timeout) is an error.
+    """
+    try:
+        for proxy in proxies:
+            for name in names:
+                ctx.toxiproxy.delete_toxic(proxy, name, missing_ok=True)
+    except ToxiproxyError as exc:
+        if not refused(exc):
+            raise
+        ctx.note(f"Toxiproxy refuses connections ({exc.message}): no server, so no toxic left to remove")
+
+
+def refused(exc: BaseException) -> bool:
+    """True when ``exc`` was caused by a refused TCP connection: nothing listens there (nothing to revert)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ConnectionRefusedError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def poll(check: Callable[[], T | None], timeout_s: float, interval_s: float = 0.05) -> T | None:

@@ -17,7 +17,7 @@ from drill.api import (
     Realism, ReplicaRef, Saved,
 )
 
-from faults._toxics import artefact
+from faults._toxics import artefact, refused
 
 __all__ = ["ClockMethod", "GpuClockCap", "GpuOom", "OomMethod", "restore_clock", "verify_clock"]
 
@@ -25,17 +25,24 @@ T = TypeVar("T")
 MIB_PER_GIB = 1024
 
 
-def with_admin_retry(ctx: FaultContext, call: Callable[[], T]) -> T:
+def with_admin_retry(ctx: FaultContext, call: Callable[[], T], *, gone_ok: bool = False) -> T | None:
     """Call the admin API, retrying while the replica does not answer (it may be restarting).
 
     Gives up after ``ctx.timeout_s`` seconds, or at once on an HTTP error (the replica answered).
+    With ``gone_ok`` (reverts), a replica still refusing connections then returns None: a simulated
+    GPU condition lives in the replica process, and no process listens there.
     """
     deadline = time.monotonic() + ctx.timeout_s
     while True:
         try:
             return call()
         except AdminApiError as exc:
-            if exc.status is not None or time.monotonic() >= deadline:
+            if exc.status is not None:
+                raise
+            if time.monotonic() >= deadline:
+                if gone_ok and refused(exc):
+                    ctx.note(f"{exc.message}: no replica process there, so no simulated condition to remove")
+                    return None
                 raise
             time.sleep(0.1)
 
@@ -159,7 +166,8 @@ def verify_clock(ctx: FaultContext, fraction: float) -> Evidence:
 def restore_clock(ctx: FaultContext, replica: ReplicaRef, fraction: float) -> None:
     """Put the simulated clock back to ``fraction`` (nominal: remove the cap); retries while the replica restarts."""
     admin = ctx.stack_admin(replica)
-    with_admin_retry(ctx, admin.clear_clock_cap if fraction >= 1.0 else lambda: admin.set_clock_cap(fraction))
+    with_admin_retry(ctx, admin.clear_clock_cap if fraction >= 1.0 else lambda: admin.set_clock_cap(fraction),
+                     gone_ok=True)
 
 
 # -- gpu_oom ---------------------------------------------------------------------------------------
@@ -296,4 +304,5 @@ class GpuOom(Fault):
                 ctx.gpus.stop_memory_hog(replica.container, self._tag(ctx), python=self.params.python)
                 continue
             admin, before = ctx.stack_admin(replica), saved.hog_gib.get(replica.name, 0.0)
-            with_admin_retry(ctx, admin.clear_memory_hog if before <= 0 else lambda: admin.set_memory_hog(before))
+            with_admin_retry(ctx, admin.clear_memory_hog if before <= 0 else lambda: admin.set_memory_hog(before),
+                             gone_ok=True)

@@ -10,7 +10,7 @@ from drill.api import (
     Capability, Evidence, Fault, FaultContext, FaultNotLanded, FaultParams, Realism, Saved, ToxiproxyError,
 )
 
-from faults._toxics import Direction, ToxicPlan, add_toxics, artefact, remove_toxics, verify_toxics
+from faults._toxics import Direction, ToxicPlan, add_toxics, artefact, refused, remove_toxics, verify_toxics
 
 __all__ = ["LinkReset", "LinkResetParams", "Partition", "PartitionMode", "PartitionParams"]
 
@@ -151,5 +151,5 @@ def _enable(ctx: FaultContext, proxy: str) -> None:
     try:
         ctx.toxiproxy.enable(proxy)
     except ToxiproxyError as exc:
-        if exc.status != 404:   # a proxy that no longer exists carries no traffic to restore
+        if exc.status != 404 and not refused(exc):   # no proxy (or no server): no traffic to restore
             raise

@@ -6,7 +6,11 @@ import enum
 
 from pydantic import Field
 
-from drill.api import Capability, Duration, Evidence, Fault, FaultContext, FaultNotLanded, FaultParams, Realism, Saved
+from drill.api import (
+    AdminApiError, Capability, Duration, Evidence, Fault, FaultContext, FaultNotLanded, FaultParams, Realism, Saved,
+)
+
+from faults._toxics import refused
 
 __all__ = ["RetryOn", "RouterRetryStorm", "RouterRetryStormParams"]
 
@@ -63,7 +67,8 @@ class RouterRetryStorm(Fault):
     realism = Realism.REAL
     scope = "none"
     summary = "the router's naive retries turned on (a configuration fault: duplicate side effects, storms)"
-    revert_semantics = "PATCHes back the retries and idempotency settings saved by prepare; idempotent."
+    revert_semantics = ("PATCHes back the retries and idempotency settings saved by prepare; idempotent. A router "
+                        "that refuses connections is not running (it restarts with its configured settings).")
 
     def prepare(self, ctx: FaultContext) -> RetryStormSaved:
         config = ctx.router_admin().config()
@@ -104,4 +109,9 @@ class RouterRetryStorm(Fault):
         saved = ctx.saved if isinstance(ctx.saved, RetryStormSaved) else RetryStormSaved()
         retries = {"attempts": saved.attempts, "on": saved.retry_on or ["error", "timeout"],
                    "timeout": f"{saved.timeout_s:g}s"}
-        ctx.router_admin().patch_config({"retries": retries, "idempotency": saved.idempotency})
+        try:
+            ctx.router_admin().patch_config({"retries": retries, "idempotency": saved.idempotency})
+        except AdminApiError as exc:
+            if not refused(exc):
+                raise   # a router that refuses connections is not running: its restart reads its own config
+            ctx.note(f"router_retry_storm: {exc.message}; nothing to restore")

@@ -45,7 +45,7 @@ def stop_embedded(stack: RunningStack) -> None:
     stop_stack(stack.name, state_dir=stack.state_dir)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def stack_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("fault-stacks")
 
@@ -66,9 +66,13 @@ def wait_healthy(url: str, timeout_s: float = 30.0) -> None:
     raise AssertionError(f"{url} is not healthy after {timeout_s:g}s ({last})")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def local_stack(stack_dir: Path) -> Iterator[RunningStack]:
-    """One replica with TP=2 (one proxied TP link), local processes, fast health checks: shared by a module."""
+    """One replica with TP=2 (one proxied TP link), local processes, fast health checks.
+
+    Shared by the fault tests of the session (started on first use, stopped at the end even on failure);
+    every test leaves it as it found it (the contract checks that).
+    """
     stack = start_embedded({"replicas": 1, "engine": {"tensor_parallel_size": 2, "weight_load_time": "300ms"},
                             "router": {"health_check_interval": "250ms"}}, stack_dir)
     try:

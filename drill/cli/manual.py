@@ -1,0 +1,316 @@
+"""One fault injected by hand (``drill fault inject``), journaled and reverted like a drill's.
+
+The same engine pieces as a run: a run directory ``<out>/manual/<run id>/`` with its
+``journal.jsonl``, the :class:`~drill.engine.reverts.RevertStack` (the revert record is journaled
+with fsync before ``inject``), the dead-man :class:`~drill.engine.watchdog.Watchdog` whose lease is
+the ``--for`` duration, the active-run registry (so ``drill cleanup`` finds an injection whose
+process died) and the :class:`~drill.engine.signals.SignalGuard` (SIGINT/SIGTERM revert at once,
+never in the middle of an inject or a revert).
+
+``--target stack[:NAME]`` is a stack started by ``drill stack up`` (its state file and plan, turned
+into a TargetInfo by :mod:`drill.targets.embedded`); ``--target FILE.yaml`` takes the ``target:``
+section of a drill file, for targets that attach (an embedded target in a file is started per
+run, so it is refused with a hint).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+from drill import registry
+from drill.api import Capability, Fault, FaultContext, FaultTargets, Selector, TargetContext, TargetInfo
+from drill.engine import active
+from drill.engine.faults import FAULT_TIMEOUT_S, resolve_targets
+from drill.engine.journal import Event, Journal
+from drill.engine.reverts import RevertRecord, RevertStack
+from drill.engine.rundir import RunDir, create_run_dir
+from drill.engine.safety import is_loopback
+from drill.engine.signals import SignalGuard
+from drill.engine.watchdog import Watchdog
+from drill.errors import InputError, RunInterrupted, SpecError, TargetError, UnsafeTargetError
+from drill.spec.diagnostics import Diagnostic, Position
+from drill.spec.validation import validate_model
+from drill.spec.yamlio import Locations, load_located
+
+__all__ = ["ManualInjection", "ManualOutcome", "ManualRequest", "manual_request", "target_info"]
+
+#: The watchdog reverts a manual fault this long after ``--for`` ends if this process is stuck or dead (s).
+LEASE_GRACE_S = 5.0
+_TICK_S = 0.2
+Say = Callable[..., None]
+
+
+@dataclass(frozen=True)
+class ManualRequest:
+    """A validated manual injection: the fault, where it acts, for how long (s)."""
+
+    kind: str
+    fault_id: str
+    fault: Fault
+    target: TargetInfo
+    targets: FaultTargets
+    hold_s: float
+
+
+@dataclass
+class ManualOutcome:
+    run_dir: Path
+    landed: bool = False
+    interrupted: str | None = None
+    revert_errors: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        """4 revert failed, 130 interrupted, 1 the fault did not land, 0 landed and reverted."""
+        if self.revert_errors:
+            return 4
+        if self.interrupted:
+            return 130
+        return 0 if self.landed else 1
+
+
+# -- the request ---------------------------------------------------------------------------------
+
+def manual_request(kind: str, target_spec: str, params: tuple[str, ...], selectors: tuple[str, ...], *,
+                   hold_s: float, fault_id: str | None = None, state_dir: Path | None = None,
+                   allow_hosts: tuple[str, ...] = ()) -> ManualRequest:
+    """Validate everything before touching anything; raises InputError/SpecError (exit 2)."""
+    fault_cls = registry.faults.get(kind)
+    fault_params = _validated(fault_cls.Params, _pairs(params, "--param"), "<--param>", ("params",))
+    selector = _validated(Selector, _pairs(selectors, "--selector"), "<--selector>", ("selector",))
+    fault = fault_cls(fault_params)
+    target = target_info(target_spec, state_dir, allow_hosts)
+    _check_capabilities(fault, fault_params, target)
+    try:
+        targets = resolve_targets(fault, selector, target, selector.seed or 0)
+    except ValueError as exc:
+        raise InputError(f"--selector: {exc}", hint="`drill stack status` lists the replicas") from exc
+    return ManualRequest(kind, fault_id or kind, fault, target, targets, hold_s)
+
+
+def _pairs(items: tuple[str, ...], option: str) -> dict:
+    data: dict = {}
+    for item in items:
+        text = item.strip()
+        if text.startswith("{"):
+            value = _yaml(text, option)
+            if not isinstance(value, dict):
+                raise InputError(f"{option} {item!r}: expected KEY=VALUE or a YAML mapping")
+            data.update(value)
+            continue
+        key, sep, raw = text.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"{option} {item!r}: expected KEY=VALUE", hint=f"e.g. {option} latency_ms=300")
+        data[key.strip()] = _yaml(raw, option) if raw.strip() else ""
+    return data
+
+
+def _yaml(text: str, option: str) -> object:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(f"{option}: cannot read {text!r} as YAML: {exc}") from None
+
+
+def _validated(model, data: dict, source: str, prefix: tuple):
+    instance, problems = validate_model(model, data, Locations(source), prefix)
+    if problems:
+        raise SpecError(problems, f"{len(problems)} error{'s' if len(problems) != 1 else ''}; nothing was injected.")
+    return instance
+
+
+def _check_capabilities(fault: Fault, params, target: TargetInfo) -> None:
+    offered = target.capabilities - {Capability.LOAD_CONTROL}   # no load driver runs in a manual injection
+    missing = sorted(c.value for c in fault.needs_for(params) - offered)
+    if missing:
+        hint = ("queue_flood multiplies a drill's load: use it in `drill run`" if "load.control" in missing else
+                "change the fault's method (--param method=...) or use a target that offers it")
+        raise InputError(f"fault {fault.kind!r} needs {', '.join(missing)}; the target provides "
+                         f"{', '.join(sorted(c.value for c in offered)) or '(nothing)'}", hint=hint)
+
+
+# -- the target ----------------------------------------------------------------------------------
+
+def target_info(spec: str, state_dir: Path | None = None, allow_hosts: tuple[str, ...] = ()) -> TargetInfo:
+    """The TargetInfo of ``stack[:NAME]`` or of a drill file's ``target:`` section."""
+    if spec == "stack" or spec.startswith("stack:"):
+        return _stack_info(spec.partition(":")[2] or "default", state_dir, allow_hosts)
+    path = Path(spec)
+    if not path.is_file():
+        raise InputError(f"--target {spec!r} is neither stack[:NAME] nor a drill file",
+                         hint="start a stack with `drill stack up` and pass --target stack, or give a drill YAML")
+    return _file_info(path, allow_hosts)
+
+
+def _stack_info(name: str, state_dir: Path | None, allow_hosts: tuple[str, ...]) -> TargetInfo:
+    from drill.stack.launcher import read_state, supervisor_alive
+    from drill.stack.plan import StackPlan
+    from drill.targets.embedded import EmbeddedStack, _info_from_state
+
+    state = read_state(name, state_dir)
+    if state is None:
+        raise InputError(f"no stack named {name!r} is running", hint=f"start one: drill stack up --name {name}")
+    if not supervisor_alive(state):
+        raise TargetError(f"stack {name!r} is not running (its supervisor is gone)",
+                          hint=f"drill stack down --name {name}, then up again")
+    plan = StackPlan.model_validate_json((state.run_dir / "plan.json").read_text(encoding="utf-8"))
+    config = plan.replica_specs[0].config.model_copy(update={"runtime": state.runtime})
+    _check_hosts(EmbeddedStack.hosts(config), allow_hosts)
+    return _info_from_state(state, EmbeddedStack.static_capabilities(config))
+
+
+def _file_info(path: Path, allow_hosts: tuple[str, ...]) -> TargetInfo:
+    doc = load_located(path.read_text(encoding="utf-8"), str(path))
+    data = doc.data if isinstance(doc.data, dict) else {}
+    section = data.get("target")
+    if doc.diagnostics or not isinstance(section, dict):
+        raise SpecError(doc.diagnostics or [Diagnostic(Position(str(path), 1, 1), (), "no 'target:' mapping here")])
+    kind = section.get("kind", "embedded")
+    if kind == "embedded":
+        raise InputError(f"{path}: an embedded target is started per run; a manual fault needs a running one",
+                         hint="drill stack up --config STACK.yaml, then --target stack")
+    target_cls = registry.targets.get(kind)
+    params = _validated_located(target_cls.Params, section.get("config") or {}, doc.locations)
+    _check_hosts(target_cls.hosts(params), (*allow_hosts, *(data.get("allowed_hosts") or [])))
+    info = target_cls(params, TargetContext("manual", str(path.parent))).planned_info()
+    if info is None:
+        raise InputError(f"target kind {kind!r} cannot describe itself without starting", hint="use --target stack")
+    return info
+
+
+def _validated_located(model, data: object, locations: Locations):
+    instance, problems = validate_model(model, data, locations, ("target", "config"))
+    if problems:
+        raise SpecError(problems, f"{len(problems)} error(s) in the target; nothing was injected.")
+    return instance
+
+
+def _check_hosts(hosts: list[tuple[str, str]], allowed: tuple[str, ...]) -> None:
+    ok = {h.lower() for h in allowed}
+    for host, where in hosts:
+        if host and not is_loopback(host) and host.lower() not in ok:
+            raise UnsafeTargetError(host, where)
+
+
+# -- the session ---------------------------------------------------------------------------------
+
+class ManualInjection:
+    """Runs one :class:`ManualRequest`: open, inject, verify, hold, revert, close — reverting on every path."""
+
+    def __init__(self, request: ManualRequest, out_dir: Path, say: Say = lambda line, **kw: None,
+                 argv: tuple[str, ...] = ()) -> None:
+        self.request = request
+        self.say = say
+        self.rundir: RunDir = create_run_dir(out_dir, "manual")
+        self.outcome = ManualOutcome(self.rundir.path)
+        self.journal = Journal(self.rundir.journal)
+        self.stack = RevertStack(self.journal)
+        self.guard = SignalGuard(on_signal=lambda name: self.journal.write(Event.SIGNAL, signal=name))
+        self.argv = argv
+        self.watchdog: Watchdog | None = None
+        self.ctx = FaultContext(request.fault_id, request.target, request.targets, timeout_s=FAULT_TIMEOUT_S,
+                                note=lambda message: self.journal.write(Event.NOTE, fault_id=request.fault_id,
+                                                                        message=message))
+
+    def run(self) -> ManualOutcome:
+        """Inject, verify, hold for ``hold_s``, revert. Returns the outcome (its ``exit_code``)."""
+        self._open()
+        self.guard.install()
+        reason = "held for the planned time"
+        try:
+            if self._inject() and self._verify():
+                self._hold()
+            else:
+                reason = "the fault did not land"
+        except RunInterrupted as exc:
+            self.outcome.interrupted, reason = exc.signal_name, f"interrupted by {exc.signal_name}"
+        finally:
+            self._revert(reason)
+            self._finish()
+        return self.outcome
+
+    def _open(self) -> None:
+        r = self.request
+        self.journal.write(Event.RUN_STARTED, run_id=self.rundir.run_id, drill="manual", pid=os.getpid(),
+                           pid_start=active.process_start_time(os.getpid()), argv=list(self.argv), kind=r.kind,
+                           hold_s=r.hold_s, target=r.target.model_dump(mode="json"))
+        active.register(self.rundir.run_id, self.rundir.path)
+        self.watchdog = Watchdog(self.rundir.path, lease_grace_s=LEASE_GRACE_S)
+        self.say(f"run directory {self.rundir.path}")
+        for line in r.fault.describe_targets(self.ctx):
+            self.say(f"{r.kind} ({r.fault.realism_for(r.fault.params).value}) touches {line}")
+
+    def _inject(self) -> bool:
+        r, fid = self.request, self.request.fault_id
+        with self.guard.critical():
+            try:
+                self.ctx.saved = r.fault.prepare(self.ctx)
+            except Exception as exc:  # noqa: BLE001 - journaled and reported: nothing was changed
+                return self._failed(Event.FAULT_INJECT_FAILED, f"prepare failed: {_describe(exc)}")
+            record = RevertRecord(fault_id=fid, kind=r.kind, params=r.fault.params.model_dump(mode="json"),
+                                  target=r.target, targets=r.targets, saved=self.ctx.saved.model_dump(mode="json"),
+                                  planned_end_ts=time.time() + r.hold_s, timeout_s=self.ctx.timeout_s)
+            self.stack.push(record, lambda: r.fault.revert(self.ctx))
+            try:
+                r.fault.inject(self.ctx)
+            except Exception as exc:  # noqa: BLE001 - journaled; the revert runs next
+                return self._failed(Event.FAULT_INJECT_FAILED, _describe(exc))
+            self.journal.write(Event.FAULT_INJECTED, fault_id=fid, kind=r.kind)
+        return True
+
+    def _verify(self) -> bool:
+        r = self.request
+        try:
+            evidence = r.fault.verify(self.ctx)
+        except Exception as exc:  # noqa: BLE001 - any failure means "not proven"
+            return self._failed(Event.FAULT_NOT_LANDED, _describe(exc))
+        self.journal.write(Event.FAULT_VERIFIED, fault_id=r.fault_id, kind=r.kind, summary=evidence.summary,
+                           observations=evidence.observations)
+        self.outcome.landed = True
+        self.say(f"landed: {evidence.summary}")
+        return True
+
+    def _failed(self, event: Event, error: str) -> bool:
+        self.journal.write(event, fault_id=self.request.fault_id, kind=self.request.kind, error=error)
+        self.say(f"NOT LANDED: {error}", error=True)
+        return False
+
+    def _hold(self) -> None:
+        self.say(f"holding it for {self.request.hold_s:g}s (Ctrl-C reverts now)")
+        deadline = time.monotonic() + self.request.hold_s
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(_TICK_S, left))
+
+    def _revert(self, reason: str) -> None:
+        self.guard.shutting_down()
+        with self.guard.critical():
+            outcomes = self.stack.revert_all(reason)
+        for outcome in outcomes:
+            if outcome.ok:
+                self.say(f"reverted {outcome.fault_id} in {outcome.seconds:.2f}s ({reason})")
+            else:
+                self.outcome.revert_errors.append(f"{outcome.fault_id}: {outcome.error}")
+                self.say(f"REVERT FAILED for {outcome.fault_id}: {outcome.error}; the target may still be "
+                         f"faulted: run `drill cleanup --run-dir {self.rundir.path}`", error=True)
+
+    def _finish(self) -> None:
+        code = self.outcome.exit_code
+        self.journal.write(Event.RUN_FINISHED, status="interrupted" if self.outcome.interrupted else "completed",
+                           exit_code=code, revert_failures=self.outcome.revert_errors)
+        self.journal.close()
+        self.ctx.close()
+        if self.watchdog is not None:
+            self.watchdog.finish()
+        if not self.outcome.revert_errors:
+            active.unregister(self.rundir.run_id)
+        self.guard.uninstall()
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"

@@ -47,12 +47,27 @@ PATTERN = b',"text":"'
 # ---------------------------------------------------------------------------------------------
 # client process: python bench/stack_throughput.py --client HOST PORT CLIENTS BODY_JSON SECONDS
 # ---------------------------------------------------------------------------------------------
-async def _client_loop(host: str, port: int, request: bytes, stop_at: float, counts: list[int]) -> None:
+def _request_bytes(body: dict) -> bytes:
+    data = json.dumps(body).encode()
+    return (b"POST /v1/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%b" % (len(data), data))
+
+
+async def _client_loop(host: str, port: int, body: dict, first_tokens: int, stop_at: float,
+                       counts: list[int]) -> None:
+    """One client: a stream at a time on one keep-alive connection, counting content events.
+
+    The first request asks for ``first_tokens`` tokens so that the clients' requests end at different
+    steps, as in a steady state, instead of all finishing (and arriving again) in the same step.
+    """
     reader, writer = await asyncio.open_connection(host, port)
     keep = len(PATTERN) - 1
+    request = _request_bytes({**body, "max_tokens": first_tokens})
+    steady = _request_bytes(body)
     try:
         while time.monotonic() < stop_at:
             writer.write(request)
+            request = steady
             await reader.readuntil(b"\r\n\r\n")
             tail = b""
             while True:
@@ -69,8 +84,7 @@ async def _client_loop(host: str, port: int, request: bytes, stop_at: float, cou
 
 
 async def _client_main(host: str, port: int, clients: int, body: bytes, seconds: float) -> None:
-    request = (b"POST /v1/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
-               b"Content-Length: %d\r\n\r\n%b" % (len(body), body))
+    payload = json.loads(body)
     counts = [0]
     start = time.monotonic()
     stop_at = start + seconds
@@ -82,7 +96,8 @@ async def _client_main(host: str, port: int, clients: int, body: bytes, seconds:
             await asyncio.sleep(0.25)
 
     ticker = asyncio.create_task(tick())
-    loops = [asyncio.create_task(_client_loop(host, port, request, stop_at, counts)) for _ in range(clients)]
+    spread = [1 + index * payload["max_tokens"] // clients for index in range(clients)]
+    loops = [asyncio.create_task(_client_loop(host, port, payload, first, stop_at, counts)) for first in spread]
     await asyncio.gather(*loops, return_exceptions=True)
     ticks.append((time.monotonic(), counts[0]))
     ticker.cancel()
@@ -162,6 +177,8 @@ def run_once(args: argparse.Namespace, tracing: bool) -> dict:
                 _pin(proc.pid, 0)
             if args.nice:
                 psutil.Process(proc.pid).nice(args.nice)  # e.g. -10: stand in for a dedicated core (root only)
+            if args.realtime:  # SCHED_FIFO: the replica runs whenever it is runnable, as on a dedicated core
+                os.sched_setscheduler(proc.pid, os.SCHED_FIFO, os.sched_param(1))
             host, port = url.removeprefix("http://").split(":")
             body = json.dumps({"prompt": " ".join(["bench"] * args.prompt_tokens), "max_tokens": args.max_tokens,
                                "ignore_eos": True, "stream": True})
@@ -208,7 +225,8 @@ def _print(args: argparse.Namespace, results: dict[str, dict]) -> None:
     print(f"\nreference-stack replica throughput: {args.model} on {args.gpu}, {args.clients} streaming clients, "
           f"prompt {args.prompt_tokens} tok, {args.max_tokens} tok/request, max_num_seqs {args.max_num_seqs}, "
           f"{args.duration:g}s measured after {args.warmup:g}s warm-up; {os.cpu_count()} CPUs, "
-          f"{'pinned' if args.pin else 'not pinned'}, replica nice {args.nice}")
+          f"{'pinned' if args.pin else 'not pinned'}, replica nice {args.nice}"
+          f"{', SCHED_FIFO' if args.realtime else ''}")
     header = (f"{'tracing':8} {'tokens/s':>9} {'replica CPU':>11} {'tok/s/core':>10} {'steps':>6} "
               f"{'step ms':>7} {'err p50':>8} {'err p99':>8} {'err max':>8} {'load avg':>8}")
     print(header)
@@ -240,6 +258,8 @@ def main() -> None:
                         help="do not pin the replica to CPU 0 and the clients to CPU 1")
     parser.add_argument("--nice", type=int, default=0,
                         help="nice value for the replica (negative needs root): shields it from other load")
+    parser.add_argument("--realtime", action="store_true",
+                        help="run the replica under SCHED_FIFO (root): emulates a dedicated core on a shared box")
     parser.add_argument("--json", action="store_true", help="also print the results as JSON")
     args = parser.parse_args()
     modes = {"off": [False], "on": [True], "both": [False, True]}[args.tracing]

@@ -99,6 +99,7 @@ class Replica:
         log.info("loading weights: %.2f s (modelled)", self.weight_load_seconds)
         await asyncio.sleep(self.weight_load_seconds)
         self._engine_task = asyncio.create_task(self.engine.run(), name="engine-core")
+        self.tracing.start()
         await self.server.start()
         log.info("replica %s listening on %s", self.spec.name, self.server.url)
         if self.spec.ready_file is not None:
@@ -136,7 +137,7 @@ class Replica:
             self._engine_task.cancel()
             await asyncio.gather(self._engine_task, return_exceptions=True)
         await self.engine.interconnect.close()
-        await asyncio.to_thread(self.tracing.shutdown)
+        await self.tracing.aclose()
         self.ledger.close()
 
 

@@ -2,7 +2,9 @@
 
 Created by the replica with the spec's ``otlp_endpoint`` (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``);
 with neither, :attr:`Tracing.enabled` is False and no OpenTelemetry object is made, so tracing
-costs nothing. Spans are exported over OTLP/HTTP protobuf by a ``BatchSpanProcessor``.
+costs nothing. Spans are exported over OTLP/HTTP protobuf: for ``http://`` endpoints from the event
+loop (:mod:`drill.stack.span_export`, so no exporter thread competes with the engine for the GIL),
+otherwise by the SDK's ``BatchSpanProcessor``.
 
 Per request:
 
@@ -18,6 +20,7 @@ Failures (engine death, queue timeout, aborts) set ERROR status with the message
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -81,6 +84,7 @@ class Tracing:
         self.enabled = endpoint is not None or span_processor is not None
         self.endpoint = endpoint
         self._provider = None
+        self._loop_exporter = None
         if self.enabled:
             self._setup(service_name, endpoint, span_processor, dict(resource or {}))
 
@@ -91,10 +95,7 @@ class Tracing:
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         if processor is None:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-            from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-            processor = BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint))
+            processor = self._exporter(endpoint)
         attributes = {"service.name": service_name, "vllm.process_id": os.getpid(), **resource}
         self._provider = TracerProvider(resource=Resource.create(attributes))
         self._provider.add_span_processor(processor)
@@ -102,6 +103,23 @@ class Tracing:
         self._propagator = TraceContextTextMapPropagator()
         self._kinds = SpanKind
         self._status = (Status, StatusCode)
+
+    def _exporter(self, endpoint: str) -> object:
+        """The loop exporter for ``http://`` (see :mod:`drill.stack.span_export`), else the SDK's batch one."""
+        if endpoint.startswith("http://"):
+            from drill.stack.span_export import LoopSpanExporter
+
+            self._loop_exporter = LoopSpanExporter(endpoint)
+            return self._loop_exporter
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        return BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint))
+
+    def start(self) -> None:
+        """Start exporting (call from inside the replica's running loop)."""
+        if self._loop_exporter is not None:
+            self._loop_exporter.start()
 
     # HTTP server spans -----------------------------------------------------------------------------
     def start_http_span(self, method: str, path: str, headers: Mapping[str, str], start_wall: float) -> object:
@@ -157,12 +175,18 @@ class Tracing:
             span.set_status(status(code.ERROR, error))
         span.end(end_time=_ns(end))
 
-    def shutdown(self) -> None:
-        """Flush pending spans and stop the exporter (called once at replica exit)."""
+    async def aclose(self) -> None:
+        """Export every pending span and stop (called once at replica exit, inside the loop)."""
+        if self._loop_exporter is not None:
+            await self._loop_exporter.aclose()
         if self._provider is not None:
-            self._provider.force_flush(5_000)
-            self._provider.shutdown()
-            self._provider = None
+            provider, self._provider = self._provider, None
+            await asyncio.to_thread(_shutdown_provider, provider)
+
+
+def _shutdown_provider(provider: object) -> None:
+    provider.force_flush(5_000)
+    provider.shutdown()
 
 
 def _phases(request: Request) -> list[tuple[str, float, float]]:

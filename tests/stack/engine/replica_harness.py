@@ -12,7 +12,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
 from drill.stack.config import parse_stack_config
+from drill.stack.http import HttpRequest, HttpResponse, HttpServer, ResponseStream, Router
 from drill.stack.replica_spec import ReplicaSpec
 
 ADMIN_TOKEN = "test-admin-token"
@@ -72,3 +75,27 @@ class ReplicaLauncher:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(timeout=10)
+
+
+class OtlpSink:
+    """A tiny OTLP/HTTP receiver: decodes protobuf ExportTraceServiceRequest bodies into span dicts."""
+
+    def __init__(self) -> None:
+        self.spans: list[dict] = []
+        self.posts = 0
+        router = Router()
+        router.add("POST", "/v1/traces", self.receive)
+        self.server = HttpServer(router)
+
+    async def receive(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse:
+        self.posts += 1
+        export = ExportTraceServiceRequest()
+        export.ParseFromString(request.body)
+        for resource in export.resource_spans:
+            service = {kv.key: kv.value.string_value for kv in resource.resource.attributes}["service.name"]
+            for scope in resource.scope_spans:
+                for span in scope.spans:
+                    attributes = {kv.key: kv.value for kv in span.attributes}
+                    self.spans.append({"service": service, "name": span.name, "trace_id": span.trace_id.hex(),
+                                       "status": span.status.code, "attributes": attributes})
+        return HttpResponse(200, b"", "application/x-protobuf")

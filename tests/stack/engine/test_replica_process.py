@@ -12,9 +12,7 @@ import time
 
 import httpx
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-from drill.stack.http import HttpRequest, HttpResponse, HttpServer, ResponseStream, Router
+from replica_harness import OtlpSink
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -106,30 +104,8 @@ async def test_xid_error_kills_engine(spawn_replica) -> None:
     assert "NVIDIA XID 79: GPU has fallen off the bus" in replica.log_path.read_text()
 
 
-class _OtlpSink:
-    """A tiny OTLP/HTTP receiver: decodes protobuf ExportTraceServiceRequest bodies into span dicts."""
-
-    def __init__(self) -> None:
-        self.spans: list[dict] = []
-        router = Router()
-        router.add("POST", "/v1/traces", self.receive)
-        self.server = HttpServer(router)
-
-    async def receive(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse:
-        export = ExportTraceServiceRequest()
-        export.ParseFromString(request.body)
-        for resource in export.resource_spans:
-            service = {kv.key: kv.value.string_value for kv in resource.resource.attributes}["service.name"]
-            for scope in resource.scope_spans:
-                for span in scope.spans:
-                    attributes = {kv.key: kv.value for kv in span.attributes}
-                    self.spans.append({"service": service, "name": span.name, "trace_id": span.trace_id.hex(),
-                                       "status": span.status.code, "attributes": attributes})
-        return HttpResponse(200, b"", "application/x-protobuf")
-
-
 async def test_sigterm_finishes_in_flight_flushes_spans_and_exits_zero(spawn_replica) -> None:
-    sink = _OtlpSink()
+    sink = OtlpSink()
     await sink.server.start()
     try:
         replica = spawn_replica(otlp_endpoint=sink.server.url + "/v1/traces")

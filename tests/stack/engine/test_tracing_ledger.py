@@ -147,3 +147,29 @@ def test_tracing_off_creates_nothing_and_parses_traceparent() -> None:
     assert parse_traceparent(TRACEPARENT) == TRACE_ID
     assert parse_traceparent("00-" + "0" * 32 + "-eee19b7ec3c1b174-01") is None
     assert parse_traceparent("garbage") is None
+
+
+async def test_loop_exporter_merges_chunks_and_survives_a_dead_sink() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from replica_harness import OtlpSink
+
+    from drill.stack.span_export import LoopSpanExporter
+
+    sink = OtlpSink()
+    await sink.server.start()
+    exporter = LoopSpanExporter(sink.server.url + "/v1/traces")
+    provider = TracerProvider()
+    provider.add_span_processor(exporter)
+    tracer = provider.get_tracer("test")
+    for index in range(5):  # 3 encode chunks of at most 2 spans, one POST
+        tracer.start_span(f"span-{index}", attributes={"i": index}).end()
+    await exporter.aclose()
+    await sink.server.close()
+    assert sorted(span["name"] for span in sink.spans) == [f"span-{i}" for i in range(5)]
+    assert sink.posts == 1 and exporter.exported == 5
+
+    dead = LoopSpanExporter(sink.server.url + "/v1/traces")  # the sink is gone now
+    provider.add_span_processor(dead)
+    tracer.start_span("lost").end()
+    await dead.aclose()
+    assert dead.dropped == 1 and dead.exported == 0

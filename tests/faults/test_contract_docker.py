@@ -40,7 +40,7 @@ def _serving(ctx: FaultContext) -> None:
 
 
 CASES = {
-    "slow_replica-docker_cpu": ("slow_replica", {"method": "docker_cpu", "cpus": 0.03}, latency_or_errors(0.2, 0.5),
+    "slow_replica-docker_cpu": ("slow_replica", {"method": "docker_cpu", "cpus": 0.01}, latency_or_errors(0.15, 0.5),
                                 None),
     "replica_pause-docker": ("replica_pause", {"method": "docker"}, errors_above(0.5), None),
     "replica_crash-docker": ("replica_crash", {"method": "docker"}, errors_above(0.3), _serving),

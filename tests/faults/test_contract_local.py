@@ -35,10 +35,10 @@ def _serving(ctx: FaultContext) -> None:
 
 
 CASES = {
-    "slow_replica-toxiproxy": ("slow_replica", {"latency_ms": 400}, latency_above(0.2), {}, None),
-    "slow_replica-clock_cap": ("slow_replica", {"method": "clock_cap", "clock_fraction": 0.2}, latency_above(0.15),
-                               {"prompt_tokens": 1500, "rate_per_s": 5}, None),
-    "gpu_clock_cap": ("gpu_clock_cap", {"fraction": 0.2}, latency_above(0.15), {"prompt_tokens": 1500, "rate_per_s": 5},
+    "slow_replica-toxiproxy": ("slow_replica", {"latency_ms": 600}, latency_above(0.25), {}, None),
+    "slow_replica-clock_cap": ("slow_replica", {"method": "clock_cap", "clock_fraction": 0.15}, latency_above(0.15),
+                               {"prompt_tokens": 1500, "rate_per_s": 4}, None),
+    "gpu_clock_cap": ("gpu_clock_cap", {"fraction": 0.15}, latency_above(0.15), {"prompt_tokens": 1500, "rate_per_s": 4},
                       None),
     "nccl_degradation": ("nccl_degradation", {"latency_ms": 1, "direction": "downstream"}, latency_above(0.2), {},
                          None),

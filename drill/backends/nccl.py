@@ -12,8 +12,8 @@
 * **transport downgrade**: the serving container is recreated with ``NCCL_P2P_DISABLE=1``,
   ``NCCL_SHM_DISABLE=1``, ``NCCL_NVLS_ENABLE=0`` (and whatever else is asked) and started, so
   NCCL falls back to slower transports at its next init. The original container is stopped and
-  renamed ``<name>-drill-<tag>``; the new one has the original's name, image, command, host
-  config and the label ``llm-drill.fault=<tag>``. :meth:`NcclControl.restore` removes the new one,
+  renamed ``<name>-<tag>`` (a fault's tag is ``drill-<fault id>``); the new one has the original's
+  name, image, command, host config and the label ``llm-drill.fault=<tag>``. :meth:`NcclControl.restore` removes the new one,
   renames the original back and starts it. Every step is idempotent, so a restore after a crash
   at any point of the swap puts the original back. On hardware, ``NCCL_DEBUG=INFO`` logs show the
   transport (``via P2P/CUMEM`` becomes ``via SHM`` or ``via NET/Socket``). The container swap
@@ -187,7 +187,7 @@ def _checked(code: int, output: str, operation: str) -> str:
 
 
 def _parked(container: str, tag: str) -> str:
-    return f"{container}-drill-{tag}"
+    return f"{container}-{tag}"
 
 
 def _labels(attrs: dict) -> dict[str, str]:

@@ -92,7 +92,7 @@ def test_transport_downgrade_swaps_the_container_and_puts_the_original_back(gpu_
         copy = docker.info(gpu_container)
         env = docker.exec(gpu_container, ["/usr/bin/env"]).output.decode()
         evidence = fault.verify(ctx)
-        parked = docker.info(f"{gpu_container}-drill-drill-{ctx.fault_id}")
+        parked = docker.info(f"{gpu_container}-drill-{ctx.fault_id}")
         fault.revert(ctx)
         back = docker.info(gpu_container)
         fault.revert(ctx)                   # idempotent
@@ -114,7 +114,7 @@ def test_transport_downgrade_is_restored_from_any_half_done_swap_and_from_the_jo
     tag = f"drill-{ctx.fault_id}"
     with DockerBackend() as docker:
         original = docker.info(gpu_container).id
-        docker.client.api.rename(original, f"{gpu_container}-drill-{tag}")   # crashed right after parking
+        docker.client.api.rename(original, f"{gpu_container}-{tag}")   # crashed right after parking
         fault.revert(ctx)
         assert docker.info(gpu_container).id == original
         fault.inject(ctx)

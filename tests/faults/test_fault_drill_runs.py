@@ -1,5 +1,9 @@
-"""A fault whose mechanism is missing fails loudly: the drill reports it as not landed (the ``fault_landed``
-check FAILs, exit code 1), never as a pass; and ``verify`` checks the target, not what ``inject`` said."""
+"""Built-in faults in real drill runs (``drill run``, attached to a running stack).
+
+Faults that land are verified, reverted by the runner, and the ``fault_landed`` check passes. A fault
+whose mechanism is missing fails loudly: the drill reports it as not landed (``fault_landed`` FAILs,
+exit code 1), never as a pass. And ``verify`` checks the target, not what ``inject`` said.
+"""
 
 from __future__ import annotations
 
@@ -30,6 +34,50 @@ def _dead_port() -> int:
         return sock.getsockname()[1]
 
 
+SCENARIO = {"arrival": {"process": "poisson", "rate": 2},
+            "pools": [{"name": "chat", "input_tokens": {"dist": "fixed", "value": 10},
+                       "output_tokens": {"dist": "fixed", "value": 4}}]}
+PHASES = {"warmup": "0s", "baseline": "1s", "fault": "3s", "recovery": "1s", "replay": False}
+
+
+def _run(drill: dict, tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
+    path = tmp_path / f"{drill['name']}.yaml"
+    path.write_text(yaml.safe_dump(drill, sort_keys=False))
+    env = {**os.environ, "DRILL_STATE_DIR": str(tmp_path / "state")}
+    done = subprocess.run([sys.executable, "-m", "drill", "run", str(path), "--out", str(tmp_path / "out"),
+                           "--no-progress"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    (run_dir,) = list((tmp_path / "out").glob(f"{drill['name']}/*"))
+    return done, run_dir
+
+
+def test_faults_that_land_are_verified_reverted_and_pass_fault_landed(local_stack: RunningStack,
+                                                                       tmp_path: Path) -> None:
+    wait_healthy(local_stack.state.router)
+    replica = local_stack.state.replicas[0]
+    drill = {"name": "landed", "scenario": SCENARIO, "phases": PHASES, "otlp": {"port": 0},
+             "target": {"kind": "openai", "config": {
+                 "url": local_stack.state.router, "toxiproxy_url": local_stack.info.toxiproxy_url, "supervised": True,
+                 "replicas": [{"name": "r0", "url": replica.url, "proxy": replica.proxy,
+                               "pid_file": str(replica.pid_file)}]}},
+             "faults": [{"name": "slow", "kind": "slow_replica", "start": "0s", "duration": "2s",
+                         "params": {"latency_ms": 200}},
+                        {"name": "crash", "kind": "replica_crash", "start": "1s", "duration": "2s"}]}
+    done, run_dir = _run(drill, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    verdicts = json.loads((run_dir / "verdicts.json").read_text())["verdicts"]
+    assert [(v["name"], v["status"]) for v in verdicts] == [("fault_landed", "PASS")]
+    events = list(read_journal(run_dir / "journal.jsonl"))
+    verified = {e.get("fault_id"): e.get("summary") for e in events if e.event == "fault_verified"}
+    assert "listed on" in verified["slow"] and "killed (SIGKILL); back as pid" in verified["crash"]
+    assert {e.get("fault_id") for e in events if e.event == "fault_reverted" and e.by == "runner"} == {"slow", "crash"}
+    assert _toxics_left(local_stack) == []
+
+
+def _toxics_left(stack: RunningStack) -> list[str]:
+    with ToxiproxyClient(stack.info.toxiproxy_url) as client:
+        return [t.name for p in client.proxies().values() if p.name.startswith(stack.name) for t in p.toxics]
+
+
 def test_missing_mechanisms_make_the_drill_report_not_landed_and_exit_1(local_stack: RunningStack,
                                                                          tmp_path: Path) -> None:
     wait_healthy(local_stack.state.router)
@@ -40,21 +88,12 @@ def test_missing_mechanisms_make_the_drill_report_not_landed_and_exit_1(local_st
             "url": local_stack.state.router, "toxiproxy_url": f"http://127.0.0.1:{_dead_port()}",   # nobody there
             "replicas": [{"name": "r0", "url": replica.url, "proxy": "r0",
                           "container": "llm-drill-no-such-container"}]}},                          # wrong name
-        "scenario": {"arrival": {"process": "poisson", "rate": 2},
-                     "pools": [{"name": "chat", "input_tokens": {"dist": "fixed", "value": 10},
-                                "output_tokens": {"dist": "fixed", "value": 4}}]},
-        "phases": {"warmup": "0s", "baseline": "1s", "fault": "2s", "recovery": "0s", "replay": False},
-        "otlp": {"port": 0},
+        "scenario": SCENARIO, "phases": PHASES, "otlp": {"port": 0},
         "faults": [{"name": "slow", "kind": "slow_replica", "params": {"latency_ms": 200}},
                    {"name": "pause", "kind": "replica_pause", "params": {"method": "docker"}}],
     }
-    path = tmp_path / "not-landed.yaml"
-    path.write_text(yaml.safe_dump(drill, sort_keys=False))
-    env = {**os.environ, "DRILL_STATE_DIR": str(tmp_path / "state")}
-    done = subprocess.run([sys.executable, "-m", "drill", "run", str(path), "--out", str(tmp_path / "out"),
-                           "--no-progress"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    done, run_dir = _run(drill, tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
-    (run_dir,) = list((tmp_path / "out").glob("not-landed/*"))
     verdicts = {v["name"]: v for v in json.loads((run_dir / "verdicts.json").read_text())["verdicts"]}
     landed = verdicts["fault_landed"]
     assert landed["status"] == "FAIL" and "slow" in landed["message"] and "pause" in landed["message"]

@@ -20,7 +20,7 @@ __all__ = ["Direction", "ToxicPlan", "add_toxics", "artefact", "poll", "refused"
 T = TypeVar("T")
 
 
-class Direction(str, enum.Enum):
+class Direction(enum.StrEnum):
     """Which bytes a toxic delays, seen from the proxy's client (Toxiproxy's ``stream``)."""
 
     DOWNSTREAM = "downstream"   # answers: server -> client

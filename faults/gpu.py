@@ -49,7 +49,7 @@ def with_admin_retry(ctx: FaultContext, call: Callable[[], T], *, gone_ok: bool 
 
 # -- gpu_clock_cap ---------------------------------------------------------------------------------
 
-class ClockMethod(str, enum.Enum):
+class ClockMethod(enum.StrEnum):
     STACK_ADMIN = "stack_admin"   # the reference stack's simulated SM clock
     NVIDIA_SMI = "nvidia_smi"     # nvidia-smi -lgc / -rgc on this host's GPUs
 
@@ -172,7 +172,7 @@ def restore_clock(ctx: FaultContext, replica: ReplicaRef, fraction: float) -> No
 
 # -- gpu_oom ---------------------------------------------------------------------------------------
 
-class OomMethod(str, enum.Enum):
+class OomMethod(enum.StrEnum):
     STACK_ADMIN = "stack_admin"   # the reference stack's simulated memory hog
     CUDA_HOG = "cuda_hog"         # a process holding GPU memory through the CUDA runtime
 

@@ -20,7 +20,7 @@ DOWNGRADE_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_NVLS_EN
 _LINK_CAPABILITY = {LinkKind.TP: Capability.TOXIPROXY_TP_LINK, LinkKind.PP: Capability.TOXIPROXY_PP_LINK}
 
 
-class NcclMethod(str, enum.Enum):
+class NcclMethod(enum.StrEnum):
     TOXIPROXY = "toxiproxy"                       # toxics on the stack's TP/PP link proxies
     NETEM = "netem"                               # tc netem on the NCCL socket interface (real hosts)
     TRANSPORT_DOWNGRADE = "transport_downgrade"   # restart with NCCL_P2P_DISABLE=1 ... (real hosts)

@@ -18,12 +18,12 @@ from faults._toxics import poll
 __all__ = ["CrashSignal", "LifecycleMethod", "ReplicaCrash", "ReplicaPause"]
 
 
-class LifecycleMethod(str, enum.Enum):
+class LifecycleMethod(enum.StrEnum):
     PROCESS = "process"   # the replica's local process, by PID file, process name or PID
     DOCKER = "docker"     # the replica's container
 
 
-class CrashSignal(str, enum.Enum):
+class CrashSignal(enum.StrEnum):
     SIGKILL = "SIGKILL"
     SIGTERM = "SIGTERM"
     SIGABRT = "SIGABRT"

@@ -67,7 +67,7 @@ class LinkReset(Fault):
         remove_toxics(ctx, _proxies(ctx), [plan.name for plan in self._plans(ctx)])
 
 
-class PartitionMode(str, enum.Enum):
+class PartitionMode(enum.StrEnum):
     BLACKHOLE = "blackhole"   # connections open, no byte passes (Toxiproxy timeout toxic, both directions)
     REFUSE = "refuse"         # the proxy is disabled: connections are refused and cut
 

@@ -15,7 +15,7 @@ from faults._toxics import refused
 __all__ = ["RetryOn", "RouterRetryStorm", "RouterRetryStormParams"]
 
 
-class RetryOn(str, enum.Enum):
+class RetryOn(enum.StrEnum):
     ERROR = "error"       # connect/read failure or a 5xx answer
     TIMEOUT = "timeout"   # no answer (or no next chunk) within the attempt timeout
 

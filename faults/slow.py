@@ -18,7 +18,7 @@ __all__ = ["SlowMethod", "SlowReplica", "SlowReplicaParams"]
 CPU_PERIOD_US = 100_000   # Docker's default CFS period
 
 
-class SlowMethod(str, enum.Enum):
+class SlowMethod(enum.StrEnum):
     TOXIPROXY = "toxiproxy"     # latency / jitter / bandwidth on the replica's proxy
     DOCKER_CPU = "docker_cpu"   # CFS quota on the replica's container
     CLOCK_CAP = "clock_cap"     # the reference stack's simulated SM clock cap

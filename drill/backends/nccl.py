@@ -17,7 +17,9 @@
   renames the original back and starts it. Every step is idempotent, so a restore after a crash
   at any point of the swap puts the original back. On hardware, ``NCCL_DEBUG=INFO`` logs show the
   transport (``via P2P/CUMEM`` becomes ``via SHM`` or ``via NET/Socket``). The container swap
-  itself is tested against the real Docker engine; the NCCL effect is not.
+  itself is tested against the real Docker engine; the NCCL effect is not. Limits: the copy joins
+  only the network of ``HostConfig.NetworkMode`` (others the original was connected to are not
+  reconnected); a container with ``AutoRemove`` is refused (stopping it would delete it).
 
 Every call is bounded by ``timeout_s``; failures raise :class:`drill.errors.BackendError` (netem)
 or :class:`drill.errors.DockerError` (container swap).

@@ -18,7 +18,9 @@ The CLI maps the class to an exit code (:attr:`DrillError.exit_code`)::
     │   ├── ToxiproxyError
     │   ├── DockerError
     │   ├── ProcessControlError
-    │   └── AdminApiError           the reference stack's admin API
+    │   ├── AdminApiError           the reference stack's admin API
+    │   ├── GpuError                nvidia-smi, NVML, the CUDA memory hog
+    │   └── NetemError              tc/netem on a host interface
     ├── FaultError                  a fault could not be handled (with .fault)
     │   ├── InjectError
     │   ├── FaultNotLanded          verify() found no proof the fault took effect
@@ -39,9 +41,11 @@ __all__ = [
     "DrillError",
     "FaultError",
     "FaultNotLanded",
+    "GpuError",
     "InjectError",
     "InputError",
     "LoadError",
+    "NetemError",
     "NotAvailableError",
     "PluginError",
     "ProcessControlError",
@@ -165,6 +169,14 @@ class DockerError(BackendError):
 
 class ProcessControlError(BackendError):
     backend = "process"
+
+
+class GpuError(BackendError):
+    backend = "gpu"
+
+
+class NetemError(BackendError):
+    backend = "netem"
 
 
 class AdminApiError(BackendError):

@@ -21,7 +21,7 @@
   only the network of ``HostConfig.NetworkMode`` (others the original was connected to are not
   reconnected); a container with ``AutoRemove`` is refused (stopping it would delete it).
 
-Every call is bounded by ``timeout_s``; failures raise :class:`drill.errors.BackendError` (netem)
+Every call is bounded by ``timeout_s``; failures raise :class:`drill.errors.NetemError` (netem)
 or :class:`drill.errors.DockerError` (container swap).
 """
 
@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from drill.errors import BackendError, DockerError
+from drill.errors import DockerError, NetemError
 
 if TYPE_CHECKING:  # pragma: no cover
     from drill.backends.docker import DockerBackend
@@ -110,16 +110,16 @@ class NcclControl:
     def _tc(self, container: str | None, args: list[str], operation: str) -> str:
         if container is not None:
             if self._docker is None:
-                raise BackendError(f"{operation}: no Docker backend for container {container}", operation=operation)
+                raise NetemError(f"{operation}: no Docker backend for container {container}", operation=operation)
             result = self._docker().exec(container, [self.tc, *args])
             return _checked(result.exit_code, result.output.decode(errors="replace"), operation)
         if shutil.which(self.tc) is None:
-            raise BackendError(f"{operation}: {self.tc} not found", operation=operation,
+            raise NetemError(f"{operation}: {self.tc} not found", operation=operation,
                                hint="install iproute2; netem also needs the sch_netem kernel module")
         try:
             done = subprocess.run([self.tc, *args], capture_output=True, text=True, timeout=self.timeout_s)
         except (OSError, subprocess.SubprocessError) as exc:
-            raise BackendError(f"{operation}: {exc}", operation=operation) from exc
+            raise NetemError(f"{operation}: {exc}", operation=operation) from exc
         return _checked(done.returncode, done.stdout + done.stderr, operation)
 
     # -- transport downgrade ---------------------------------------------------------------------
@@ -185,7 +185,7 @@ def _checked(code: int, output: str, operation: str) -> str:
     if code == 0:
         return output
     hint = "netem needs the sch_netem kernel module and CAP_NET_ADMIN" if "qdisc" in operation else None
-    raise BackendError(f"{operation}: tc exited {code}: {output.strip()[-300:]}", operation=operation, hint=hint)
+    raise NetemError(f"{operation}: tc exited {code}: {output.strip()[-300:]}", operation=operation, hint=hint)
 
 
 def _parked(container: str, tag: str) -> str:

@@ -18,7 +18,7 @@ on ``PATH``, a fake ``libcudart.so`` built by the test). Faults using it are mar
   file on exit.
 
 ``nvidia-smi`` runs on this host when ``container`` is None, else in the container. Every call
-is bounded by ``timeout_s``; failures raise :class:`drill.errors.BackendError` with a hint.
+is bounded by ``timeout_s``; failures raise :class:`drill.errors.GpuError` with a hint.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from drill.errors import BackendError
+from drill.errors import GpuError
 
 if TYPE_CHECKING:  # pragma: no cover
     from drill.backends.docker import DockerBackend
@@ -226,7 +226,7 @@ class GpuControl:
         if container is not None:
             return self._in_container(container, [self.nvidia_smi, *args], operation)
         if shutil.which(self.nvidia_smi) is None:
-            raise BackendError(f"{operation}: {self.nvidia_smi} not found on this host", operation=operation,
+            raise GpuError(f"{operation}: {self.nvidia_smi} not found on this host", operation=operation,
                                hint="this method needs real NVIDIA GPUs and their driver tools")
         return self._host([self.nvidia_smi, *args], operation)
 
@@ -243,7 +243,7 @@ class GpuControl:
         out = self._run(container, args, f"start a {gib:g} GiB memory hog on GPU {device}")
         status = _hog(out)
         if status is None:
-            raise BackendError(f"the memory hog reported nothing: {out[:200]!r}", operation="start memory hog")
+            raise GpuError(f"the memory hog reported nothing: {out[:200]!r}", operation="start memory hog")
         return status
 
     def hog_status(self, container: str | None, tag: str, python: str | None = None) -> HogStatus | None:
@@ -267,15 +267,15 @@ class GpuControl:
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout_s)
         except subprocess.TimeoutExpired as exc:
-            raise BackendError(f"{operation}: {argv[0]} did not finish within {self.timeout_s:g}s",
+            raise GpuError(f"{operation}: {argv[0]} did not finish within {self.timeout_s:g}s",
                                operation=operation) from exc
         except OSError as exc:
-            raise BackendError(f"{operation}: cannot run {argv[0]}: {exc}", operation=operation) from exc
+            raise GpuError(f"{operation}: cannot run {argv[0]}: {exc}", operation=operation) from exc
         return _checked(done.returncode, done.stdout + done.stderr, argv[0], operation)
 
     def _in_container(self, container: str, argv: list[str], operation: str) -> str:
         if self._docker is None:
-            raise BackendError(f"{operation}: no Docker backend to reach container {container}", operation=operation)
+            raise GpuError(f"{operation}: no Docker backend to reach container {container}", operation=operation)
         result = self._docker().exec(container, argv)
         return _checked(result.exit_code, result.output.decode(errors="replace"), argv[0],
                         f"{operation} in container {container}")
@@ -285,7 +285,7 @@ def _checked(code: int, output: str, program: str, operation: str) -> str:
     if code == 0:
         return output
     why = _SMI_EXIT.get(code, "") if "nvidia-smi" in program else ""
-    raise BackendError(f"{operation}: {program} exited {code}{' (' + why + ')' if why else ''}: "
+    raise GpuError(f"{operation}: {program} exited {code}{' (' + why + ')' if why else ''}: "
                        f"{output.strip()[-300:]}", operation=operation,
                        hint="real-GPU methods need NVIDIA GPUs, their driver and CUDA where the replica runs")
 
@@ -293,7 +293,7 @@ def _checked(code: int, output: str, program: str, operation: str) -> str:
 def _gpu_line(line: str) -> GpuInfo:
     parts = [p.strip() for p in line.split(",")]
     if len(parts) != 7:
-        raise BackendError(f"unexpected nvidia-smi line {line!r}", operation="query GPUs")
+        raise GpuError(f"unexpected nvidia-smi line {line!r}", operation="query GPUs")
     return GpuInfo(int(parts[0]), parts[1], parts[2], *(_number(p) for p in parts[3:]))
 
 

@@ -15,8 +15,8 @@ from drill.errors import DrillError, SpecError
 
 __all__ = ["console", "err_console", "handle_errors", "parse_duration_option"]
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+console = Console(highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 @contextmanager

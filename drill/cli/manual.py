@@ -151,7 +151,7 @@ def target_info(spec: str, state_dir: Path | None = None, allow_hosts: tuple[str
 def _stack_info(name: str, state_dir: Path | None, allow_hosts: tuple[str, ...]) -> TargetInfo:
     from drill.stack.launcher import read_state, supervisor_alive
     from drill.stack.plan import StackPlan
-    from drill.targets.embedded import EmbeddedStack, _info_from_state
+    from drill.targets.embedded import EmbeddedStack, info_from_state
 
     state = read_state(name, state_dir)
     if state is None:
@@ -162,7 +162,7 @@ def _stack_info(name: str, state_dir: Path | None, allow_hosts: tuple[str, ...])
     plan = StackPlan.model_validate_json((state.run_dir / "plan.json").read_text(encoding="utf-8"))
     config = plan.replica_specs[0].config.model_copy(update={"runtime": state.runtime})
     _check_hosts(EmbeddedStack.hosts(config), allow_hosts)
-    return _info_from_state(state, EmbeddedStack.static_capabilities(config))
+    return info_from_state(state, EmbeddedStack.static_capabilities(config))
 
 
 def _file_info(path: Path, allow_hosts: tuple[str, ...]) -> TargetInfo:

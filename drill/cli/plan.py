@@ -84,7 +84,7 @@ def _faults(loaded: LoadedDrill, timeline, info) -> list[str]:
         fault = registry.faults.get(spec.kind)(params)
         lines.append(f"    fault {window.fault_id} ({spec.kind}, {fault.realism_for(params).value}): "
                      f"{fmt(base + window.start_s)} – {fmt(base + window.end_s)}")
-        for key, value in params.model_dump().items():
+        for key, value in params.model_dump(mode="json").items():
             lines.append(f"      {key} = {value}")
         lines += [f"      touches {t}" for t in _touches(fault, spec, info, loaded.drill.seed)]
     return lines

@@ -66,7 +66,7 @@ class EmbeddedStack(Target):
 
         state = start_stack(self.params, name=self.name, otlp_endpoint=self.ctx.otlp_endpoint,
                             timeout_s=START_TIMEOUT_S)
-        return _info_from_state(state, self.static_capabilities(self.params))
+        return info_from_state(state, self.static_capabilities(self.params))
 
     def stop(self) -> None:
         from drill.stack.launcher import stop_stack
@@ -98,7 +98,7 @@ def _planned_links(p: StackConfig, index: int) -> list[LinkRef]:
     return links
 
 
-def _info_from_state(state, capabilities: frozenset[Capability]) -> TargetInfo:
+def info_from_state(state, capabilities: frozenset[Capability]) -> TargetInfo:
     replicas = [ReplicaRef(
         name=r.name, index=r.index, url=r.url, direct_url=r.direct_url, admin_url=r.admin_url,
         admin_token=state.admin_token, container=r.container, pid=r.pid, pid_file=str(r.pid_file),

@@ -53,6 +53,7 @@ class OpenAITargetParams(SpecModel):
     health_path: str = "/health"
     start_command: list[str] | None = None       # run at cold start (e.g. ["docker", "start", "vllm"])
     supervised: bool = False                      # something restarts a replica that exits
+    gpus: bool = False                            # real NVIDIA GPUs (nvidia-smi/NVML) are reachable for GPU faults
     startup_timeout: Duration = 600.0
 
 
@@ -76,6 +77,8 @@ class OpenAITarget(Target):
             caps.add(Capability.PROCESS)
         if params.supervised:
             caps.add(Capability.SUPERVISOR)
+        if params.gpus:
+            caps.add(Capability.NVIDIA_GPU)
         return frozenset(caps)
 
     @classmethod

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Iterator
 
@@ -91,7 +91,9 @@ class RequestRecord:
         return [b - a for a, b in zip(offs, offs[1:])]
 
     def to_json(self) -> str:
-        data = asdict(self)
+        # A shallow dict, not dataclasses.asdict: asdict deep-copies every chunk offset, which
+        # cost the load generator about a third of its CPU at 30k chunks/s. Same output.
+        data = {name: getattr(self, name) for name in _FIELD_NAMES}
         if self.error is not None:
             data["error"] = self.error.value
         return json.dumps(data, separators=(",", ":"))
@@ -103,6 +105,9 @@ class RequestRecord:
         if values.get("error") is not None:
             values["error"] = ErrorClass(values["error"])
         return cls(**values)
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(RequestRecord))
 
 
 def read_records(path: Path) -> Iterator[RequestRecord]:

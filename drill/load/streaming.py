@@ -220,22 +220,25 @@ def _reader(response):
     """A function returning the body bytes received so far (blocking until some come), b"" at the end.
 
     Reads geventhttpclient's body buffer whole instead of calling ``readline`` twice per
-    event (it copies each line): the same socket reads, a third of the CPU per chunk. Falls
-    back to the public ``readline`` if the response is laid out differently.
+    event (it copies each line), and waits for readability before reading (see
+    :func:`_socket_reader`). Falls back to the public ``readline`` if the response is laid out
+    differently.
     """
     buf = getattr(response, "_body_buffer", None)
-    if not isinstance(buf, bytearray) or not hasattr(response, "_sock"):
+    sock = getattr(response, "_sock", None)
+    if not isinstance(buf, bytearray) or sock is None:
         return lambda: response.readline(b"\n")
+    recv = _socket_reader(sock)
+    size = response.block_size
 
     def read() -> bytes:
         while not buf:
             if response.message_complete:
                 return b""
-            sock = response._sock
-            if sock is None:
+            if response._sock is None:
                 raise HTTPConnectionClosed("connection closed")
             try:
-                data = sock.recv(response.block_size)
+                data = recv(size)
                 response.feed(data)
             except BaseException:
                 response.release()
@@ -247,6 +250,27 @@ def _reader(response):
         return data
 
     return read
+
+
+def _socket_reader(sock):
+    """``sock.recv`` with one system call instead of two when nothing is buffered yet.
+
+    gevent's ``recv`` first tries the read (EAGAIN when the next chunk has not come), then
+    waits for readability and reads again. Between chunks of a stream nothing is buffered, so
+    waiting first halves the ``recvfrom`` calls (measured with ``strace -c``). Decided once per
+    response: plain gevent sockets only; anything else (TLS) keeps ``recv``.
+    """
+    raw = getattr(sock, "_sock", None)
+    event = getattr(sock, "_read_event", None)
+    wait = getattr(sock, "_wait", None)
+    if raw is None or event is None or wait is None or getattr(sock, "_sslobj", None) is not None:
+        return sock.recv
+
+    def recv(size: int) -> bytes:
+        wait(event)
+        return raw.recv(size)
+
+    return recv
 
 
 def _classify_exception(exc: Exception, got_headers: bool) -> ErrorClass:

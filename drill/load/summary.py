@@ -9,7 +9,9 @@ Definitions (``llm-serving-facts.md`` §5.1, vLLM bench): TTFT is the first
 content chunk, TPOT ``(last chunk - TTFT) / (completion_tokens - 1)`` (first
 token excluded), ITL every gap between successive content chunks, E2E the last
 byte; all measured from the **intended** start (``drill/load/records.py``).
-Latencies are over successful attempts. Throughput divides by the phase window.
+Latencies are over successful attempts. Throughput divides by the phase window. Attempts
+cancelled when the run stopped (``cancelled``) are listed with the errors but left out of the
+error rate: they have no outcome.
 Goodput counts successful requests/s whose own latencies meet every SLO of
 their pool (DistServe's definition, as ``vllm bench --goodput``): for
 ``ttft_pNN``, ``tpot_pNN`` and ``e2e_pNN`` the request's value must be within
@@ -77,7 +79,7 @@ class GroupSummary:
     ok: int                           # successful attempts
     client_drops: int
     errors: dict[str, int]            # attempts by error class
-    error_rate: float                 # failed attempts / attempts
+    error_rate: float                 # failed attempts / attempts, both without those cancelled at stop
     requests_per_s: float             # successful attempts per second of the window
     output_tokens_per_s: float
     goodput_per_s: float              # successful attempts meeting every SLO of their pool, per second
@@ -155,10 +157,17 @@ def _group(phase: str, pool: str, records: list[RequestRecord], window_s: float,
     return GroupSummary(
         phase=phase, pool=pool, window_s=window_s, attempts=len(records), logical=len({r.logical_id for r in records}),
         ok=len(ok), client_drops=errors.get(ErrorClass.CLIENT_DROP.value, 0), errors=dict(errors),
-        error_rate=(sum(errors.values()) / len(records)) if records else 0.0, requests_per_s=len(ok) / window,
+        error_rate=_error_rate(errors, len(records)), requests_per_s=len(ok) / window,
         output_tokens_per_s=sum(r.completion_tokens or 0 for r in ok) / window, goodput_per_s=len(good) / window,
         goodput_share=(len(good) / len(ok)) if ok else 0.0, schedule_lag=lag,
         slo=tuple(_slo_results(slo, stats)), **stats)
+
+
+def _error_rate(errors: Counter, attempts: int) -> float:
+    """Failed attempts over attempts; those cancelled when the run stopped have no outcome and count in neither."""
+    cancelled = errors.get(ErrorClass.CANCELLED.value, 0)
+    judged = attempts - cancelled
+    return (sum(errors.values()) - cancelled) / judged if judged > 0 else 0.0
 
 
 def _values(records: list[RequestRecord], name: str) -> list[float]:

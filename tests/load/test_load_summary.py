@@ -50,6 +50,12 @@ def test_errors_drops_and_goodput_against_pool_slos() -> None:
     assert report.group(pool=ALL_POOLS).slo == ()
 
 
+def test_requests_cancelled_at_stop_are_not_counted_as_failures() -> None:
+    records = [_rec(i) for i in range(6)] + [_rec(6, error=ErrorClass.TIMEOUT), _rec(7, error=ErrorClass.CANCELLED)]
+    g = summarize(records).group()
+    assert g.errors == {"timeout": 1, "cancelled": 1} and g.error_rate == pytest.approx(1 / 7)
+
+
 def test_single_token_and_failed_requests_have_no_tpot() -> None:
     records = [_rec(0, chunks=[5.0], tokens=1), _rec(1, error=ErrorClass.TIMEOUT)]
     g = summarize(records).group()

@@ -445,6 +445,15 @@ class Target(abc.ABC):
         """Every (host, where) the target would touch, for the loopback safety check."""
         return []
 
+    @classmethod
+    def check_scenario(cls, params: BaseModel, scenario: BaseModel) -> list[tuple[tuple, str, str | None]]:
+        """Problems of this target with this load, found before anything starts.
+
+        Returns ``(key path under target.config, message, hint)`` triples, e.g. a scenario that sends
+        priorities to a target that refuses them.
+        """
+        return []
+
     def describe_plan(self) -> list[str]:
         """What starting this target would touch (for ``drill plan``)."""
         return []

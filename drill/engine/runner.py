@@ -101,6 +101,7 @@ class Runner:
         self.faults: FaultRunner | None = None
         self.monitor: StopMonitor | None = None
         self.started_mono = time.monotonic()
+        self._run_stopped = False   # max_duration ended the whole run
 
     # --- the run ----------------------------------------------------------------------------------
 
@@ -137,7 +138,7 @@ class Runner:
         except _DrillStopped:
             pass
         self._stop_load()
-        if self.drill.phases.replay.enabled and self.result.stopped_by is None:
+        if self.drill.phases.replay.enabled and not self._run_stopped:
             self._replay_phase()
 
     # --- opening and closing ---------------------------------------------------------------------
@@ -337,6 +338,7 @@ class Runner:
                            observed=trigger.observed)
         self.listeners.fire("stop_condition", label=label, observed=trigger.observed)
         if trigger.condition.kind is StopKind.MAX_DURATION:
+            self._run_stopped = True
             raise _DrillStopped()
         return trigger
 

@@ -120,7 +120,7 @@ class StopMonitor:
         recent = self._recent(cond.for_, now_wall)
         if len(recent) < cond.min_requests:
             return None
-        failed = sum(1 for r in recent if not r.ok)
+        failed = sum(1 for r in recent if not r.ok and (cond.classes is None or r.error in cond.classes))
         share = failed / len(recent)
         if share > (cond.above or 0):
             return f"error rate {share:.1%} over the last {cond.for_:g}s ({failed}/{len(recent)} requests)"

@@ -305,6 +305,14 @@ def _cross_checks(drill: Drill, scenario: Scenario, fault_params: list, target_p
                         hint=f"did you mean '{suggestion}'?" if suggestion else None)
     if target_params is not None:
         _check_capabilities(drill, fault_params, target_params, out)
+        target_cls = registry.targets.get(drill.target.kind)
+        for path, message, hint in target_cls.check_scenario(target_params, scenario):
+            where = ("target", "config") + tuple(path)
+            out.add(where if _has_location(out, where) else ("target", "config"), message, hint=hint)
+
+
+def _has_location(out: _Collector, path: KeyPath) -> bool:
+    return path in out.locations.values or path in out.locations.keys
 
 
 def _check_fault_windows(drill: Drill, out: _Collector) -> None:

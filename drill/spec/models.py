@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from drill.api import Selector
+from drill.load.records import ErrorClass
 from drill.spec.scenario import Slo
 from drill.spec.validation import SpecModel, at_key
 from drill.units import Duration, format_duration
@@ -134,6 +135,9 @@ class StopCondition(SpecModel):
     percentile: float = Field(99.0, gt=0, lt=100.0001)
     value: Duration | None = None
     min_requests: int = Field(20, ge=1)
+    #: error_rate only: count only these error classes (default: every error). E.g. leave out
+    #: ``refused`` to stop on a stack that fails, not on one that refuses overload as it should.
+    classes: list[ErrorClass] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -158,6 +162,8 @@ class StopCondition(SpecModel):
             raise at_key("above", f"error_rate 'above' is a share between 0 and 1, got {self.above:g}")
         if self.kind is StopKind.LATENCY and self.metric not in ("ttft", "tpot", "itl", "e2e"):
             raise at_key("metric", f"a latency stop condition needs metric: ttft, tpot, itl or e2e (got {self.metric!r})")
+        if self.classes is not None and self.kind is not StopKind.ERROR_RATE:
+            raise at_key("classes", "'classes' applies to error_rate stop conditions only")
         if self.kind is StopKind.METRIC and not self.metric:
             raise at_key("metric", "a metric stop condition needs 'metric' (a Prometheus name, e.g. vllm:num_requests_waiting)")
         return self
@@ -168,6 +174,8 @@ class StopCondition(SpecModel):
         if self.kind is StopKind.MAX_DURATION:
             return f"max_duration {format_duration(self.value or 0)}"
         what = f"{self.metric} p{self.percentile:g}" if self.kind is StopKind.LATENCY else (self.metric or "error rate")
+        if self.classes:
+            what += f" ({', '.join(c.value for c in self.classes)})"
         bound = format_duration(self.above or 0) if self.kind is StopKind.LATENCY else f"{self.above:g}"
         return f"{what} above {bound} for {format_duration(self.for_)}"
 

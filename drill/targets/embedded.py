@@ -43,6 +43,18 @@ class EmbeddedStack(Target):
     def hosts(cls, params: StackConfig) -> list[tuple[str, str]]:
         return [(params.host, "target.config.host")]
 
+    @classmethod
+    def check_scenario(cls, params: StackConfig, scenario) -> list[tuple[tuple, str, str | None]]:
+        """vLLM refuses a non-zero priority with 400 unless it schedules by priority; so does the stack."""
+        urgent = sorted({p.priority for p in scenario.pools if p.priority != 0})
+        if urgent and params.engine.scheduling_policy.value != "priority":
+            pools = ", ".join(p.name for p in scenario.pools if p.priority != 0)
+            return [(("engine", "scheduling_policy"),
+                     f"the scenario's pools {pools} send priorities {urgent}, which the stack refuses with 400 "
+                     f"under scheduling_policy {params.engine.scheduling_policy.value!r} (as vLLM does)",
+                     "set target.config.engine.scheduling_policy: priority, or give every pool priority 0")]
+        return []
+
     @property
     def name(self) -> str:
         return stack_name(self.ctx.run_id)

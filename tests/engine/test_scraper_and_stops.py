@@ -97,3 +97,16 @@ def test_latency_metric_and_max_duration_stops(tmp_path: Path) -> None:
     limit = StopCondition.model_validate({"kind": "max_duration", "value": "1s"})
     started = time.monotonic() - 2
     assert StopMonitor([limit], path, dict, started).poll(fault_phase=False) is not None
+
+
+def test_error_rate_stop_can_ignore_refusals(tmp_path: Path) -> None:
+    """Refusing overload fast is what a healthy stack should do; a stop condition can count only real failures."""
+    path = tmp_path / "requests.jsonl"
+    now = time.time()
+    path.write_text("".join(_record(now - 1 + i * 0.01, ok=False).to_json() + "\n" for i in range(30)))  # all 503
+    only_failures = StopCondition.model_validate({"kind": "error_rate", "above": 0.5, "for": "10s",
+                                                  "classes": ["server_error", "timeout"]})
+    everything = StopCondition.model_validate({"kind": "error_rate", "above": 0.5, "for": "10s"})
+    assert StopMonitor([only_failures], path, dict, time.monotonic()).poll(fault_phase=True, now_wall=now) is None
+    assert StopMonitor([everything], path, dict, time.monotonic()).poll(fault_phase=True, now_wall=now) is not None
+    assert only_failures.label() == "error rate (server_error, timeout) above 0.5 for 10s"

@@ -1,12 +1,15 @@
-"""Send one attempt and read its SSE stream line by line, timestamping every chunk.
+"""Send one attempt and read its SSE stream, timestamping every chunk as it arrives.
 
 Runs inside the load-generator child process only (gevent-patched; imported by
-:mod:`drill.load.openloop`, never by the harness). It reads with
-``geventhttpclient``'s ``readline(b"\\n")``, which returns as soon as one line is
-buffered, instead of Locust's 1 KB-buffered iterators (``dependency-notes.md``
-§1.1: 0.16 ms vs 51 ms p50 delivery lag). Times are ``time.perf_counter()``
-values; :mod:`drill.load.openloop` turns them into offsets from the intended
-start.
+:mod:`drill.load.openloop`, never by the harness). The request and its headers go
+through ``geventhttpclient``; the streamed body is read by the process's
+:class:`~drill.load.reactor.StreamReactor` — one greenlet reading every ready stream
+socket per wake-up — which feeds geventhttpclient's parser and timestamps each SSE
+event the moment its bytes are read (not Locust's 1 KB-buffered iterators:
+``dependency-notes.md`` §1.1, 0.16 ms vs 51 ms p50 delivery lag). TLS or an unexpected
+response layout falls back to reading in the request's own greenlet. Times are
+``time.perf_counter()`` values; :mod:`drill.load.openloop` turns them into offsets from
+the intended start.
 
 A stream that ends abnormally (timeout, cancel, reset) has its socket closed,
 never returned to the keep-alive pool with unread bytes in it.
@@ -24,6 +27,7 @@ from geventhttpclient.connectionpool import ConnectionPool
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 from geventhttpclient.url import URL
 
+from drill.load.reactor import reactor
 from drill.load.records import ErrorClass, classify_status
 from drill.load.sse import LineKind, classify_line, is_role_only, parse_error_message, parse_usage
 
@@ -185,19 +189,26 @@ def _read(response, outcome: Outcome, stream: bool) -> None:
     _read_stream(response, outcome)
 
 
-def _read_stream(response, outcome: Outcome) -> None:
-    """Read SSE events as they arrive; every event that came in one read gets that read's time."""
-    read = _reader(response)
-    times = outcome.chunk_times
-    pending = b""
-    while True:
-        data = read()
-        if not data:
-            outcome.fail(ErrorClass.CONNECTION_RESET, "the stream ended before data: [DONE]")
-            return
-        now = time.perf_counter()
-        lines = (pending + data).split(b"\n") if pending else data.split(b"\n")
-        pending = lines.pop()
+class _SseLines:
+    """Turns body bytes into chunk timestamps, usage, errors and the end of the stream."""
+
+    __slots__ = ("outcome", "pending", "done")
+
+    def __init__(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+        self.pending = b""
+        self.done = False
+
+    def feed(self, data: bytes, now: float) -> bool:
+        """Every event that came in one read gets that read's time; True once ``data: [DONE]`` was seen."""
+        outcome = self.outcome
+        times = outcome.chunk_times
+        if (times and not self.pending and data.endswith(b"\n\n") and data.count(b"\n") == 2
+                and data.startswith(b'data: {"') and b'"choices":[{' in data and b'{"error"' not in data[:16]):
+            times.append(now)   # the hot path: exactly one content chunk, as vLLM sends them
+            return False
+        lines = (self.pending + data).split(b"\n") if self.pending else data.split(b"\n")
+        self.pending = lines.pop()
         for line in lines:
             if len(line) < 6:
                 continue
@@ -208,12 +219,94 @@ def _read_stream(response, outcome: Outcome) -> None:
                     outcome.role_only_first = is_role_only(line)
             elif kind is LineKind.DONE:
                 outcome.end_at = now
-                response.read()    # the chunked terminator: completes the message, returns the connection
-                return
+                self.done = True
+                return True
             elif kind is LineKind.USAGE:
                 outcome.prompt_tokens, outcome.completion_tokens = parse_usage(line)
             elif kind is LineKind.ERROR and outcome.error is None:
                 outcome.error, outcome.detail = ErrorClass.MID_STREAM_ERROR, parse_error_message(line)
+        return False
+
+
+class _ReactorStream:
+    """The reactor's view of one response: feed the HTTP parser, then the SSE lines (see reactor.py)."""
+
+    __slots__ = ("response", "buf", "lines", "error", "eof")
+
+    def __init__(self, response, buf: bytearray, lines: _SseLines) -> None:
+        self.response = response
+        self.buf = buf
+        self.lines = lines
+        self.error: BaseException | None = None
+        self.eof = False
+
+    def on_data(self, data: bytes, now: float) -> bool:
+        if not data:
+            self.eof = True
+            return True
+        self.response.feed(data)
+        return self.take(now) or self.response.message_complete
+
+    def take(self, now: float) -> bool:
+        if not self.buf:
+            return False
+        data = bytes(self.buf)
+        del self.buf[:]
+        return self.lines.feed(data, now)
+
+    def on_error(self, exc: BaseException) -> None:
+        self.error = exc
+
+
+def _read_stream(response, outcome: Outcome) -> None:
+    """Read the SSE stream through the process's reactor (one greenlet for every stream)."""
+    buf = getattr(response, "_body_buffer", None)
+    sock = getattr(response, "_sock", None)
+    raw = getattr(sock, "_sock", None)
+    if not isinstance(buf, bytearray) or raw is None or getattr(sock, "_sslobj", None) is not None:
+        _read_stream_blocking(response, outcome)
+        return
+    lines = _SseLines(outcome)
+    stream = _ReactorStream(response, buf, lines)
+    if not stream.take(time.perf_counter()) and not response.message_complete:
+        loop = reactor()
+        done = loop.watch(raw, stream)
+        try:
+            done.wait()
+        except BaseException:   # timeout or cancel: hand the socket back as geventhttpclient's read() does
+            loop.unwatch(raw)
+            response.release()
+            raise
+        loop.unwatch(raw)
+    _end_stream(response, outcome, stream)
+
+
+def _end_stream(response, outcome: Outcome, stream: _ReactorStream) -> None:
+    if stream.error is not None:
+        response.release()
+        raise stream.error
+    if stream.lines.done:
+        if not response.message_complete:
+            response.read()    # the chunked terminator: completes the message, returns the connection
+        return
+    if stream.eof:
+        response.release()
+        raise HTTPConnectionClosed("connection closed mid-stream")
+    outcome.fail(ErrorClass.CONNECTION_RESET, "the stream ended before data: [DONE]")
+
+
+def _read_stream_blocking(response, outcome: Outcome) -> None:
+    """The fallback (TLS, an unexpected response layout): read in this greenlet."""
+    read = _reader(response)
+    lines = _SseLines(outcome)
+    while True:
+        data = read()
+        if not data:
+            outcome.fail(ErrorClass.CONNECTION_RESET, "the stream ended before data: [DONE]")
+            return
+        if lines.feed(data, time.perf_counter()):
+            response.read()
+            return
 
 
 def _reader(response):

@@ -1,0 +1,120 @@
+"""One reader for every open SSE stream of a load process: an epoll loop on a single greenlet.
+
+Why: with a greenlet per stream blocking on its own socket, every chunk costs a trip through
+gevent's hub — a wake-up, a switch into the stream's greenlet and back — on top of the read
+itself. At tens of thousands of chunks per second that overhead is most of the client's CPU, and
+a saturated client timestamps chunks late (``bench/load_driver.py``). Here one greenlet waits for
+the epoll descriptor to become readable (one hub wake-up for any number of ready streams), then
+reads every ready socket in one pass and hands the bytes to that stream's :class:`StreamWatch`,
+which timestamps and classifies them inline. The stream's own greenlet sleeps on an event until
+its stream ends, and wakes once.
+
+Runs inside the load-generator child only (gevent-patched). The request's own ``gevent.Timeout``
+still bounds it: a timed-out or cancelled request calls :meth:`StreamReactor.unwatch` from its
+``finally``.
+"""
+
+from __future__ import annotations
+
+import select
+import time
+from typing import Callable, Protocol
+
+import gevent
+import gevent.monkey
+from gevent.event import Event
+
+__all__ = ["StreamReactor", "StreamWatch", "reactor"]
+
+_EPOLL = gevent.monkey.get_original("select", "epoll")
+_READ_SIZE = 4096   # an SSE event is a few hundred bytes; a large recv buffer costs its allocation every read
+
+
+class StreamWatch(Protocol):
+    """What the reactor calls for one stream."""
+
+    def on_data(self, data: bytes, now: float) -> bool:
+        """Consume bytes read at ``now`` (perf_counter); return True when the stream is finished."""
+
+    def on_error(self, exc: BaseException) -> None:
+        """The socket failed; the stream is over."""
+
+
+class StreamReactor:
+    """Reads every watched socket from one greenlet; see the module docstring."""
+
+    def __init__(self) -> None:
+        self._epoll = _EPOLL()
+        self._watches: dict[int, tuple[object, StreamWatch, Event]] = {}
+        self._loop = gevent.spawn(self._run)
+
+    def watch(self, raw_socket, stream: StreamWatch) -> Event:
+        """Start reading ``raw_socket`` (a non-blocking OS socket) for ``stream``; the event is set at its end."""
+        done = Event()
+        fd = raw_socket.fileno()
+        self._watches[fd] = (raw_socket, stream, done)
+        self._epoll.register(fd, select.EPOLLIN | select.EPOLLRDHUP)
+        return done
+
+    def unwatch(self, raw_socket) -> None:
+        """Stop reading a socket (idempotent; used when a request times out or is cancelled)."""
+        try:
+            fd = raw_socket.fileno()
+        except OSError:
+            return
+        if self._watches.pop(fd, None) is not None:
+            try:
+                self._epoll.unregister(fd)
+            except (OSError, ValueError):
+                pass
+
+    def _run(self) -> None:
+        hub = gevent.get_hub()
+        watcher = hub.loop.io(self._epoll.fileno(), 1)   # one watcher for the whole run, not one per wait
+        poll = self._epoll.poll
+        read = self._read
+        while True:
+            hub.wait(watcher)
+            events = poll(0)
+            while events:        # under load more chunks arrive while a batch is read: take them too
+                for fd, _events in events:
+                    read(fd)
+                events = poll(0)
+
+    def _read(self, fd: int) -> None:
+        entry = self._watches.get(fd)
+        if entry is None:
+            return
+        raw, stream, done = entry
+        try:
+            data = raw.recv(_READ_SIZE)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self._finish(fd, raw, done, lambda: stream.on_error(exc))
+            return
+        now = time.perf_counter()
+        try:
+            finished = stream.on_data(data, now)
+        except BaseException as exc:  # noqa: BLE001 - a parser failure ends that stream only
+            self._finish(fd, raw, done, lambda: stream.on_error(exc))
+            return
+        if finished:
+            self._finish(fd, raw, done, None)
+
+    def _finish(self, fd: int, raw, done: Event, last: Callable[[], None] | None) -> None:
+        self.unwatch(raw)
+        if last is not None:
+            last()
+        done.set()
+
+
+_reactor: StreamReactor | None = None
+
+
+def reactor() -> StreamReactor:
+    """The process's reactor, started on first use."""
+    global _reactor
+    if _reactor is None:
+        _reactor = StreamReactor()
+    return _reactor

@@ -31,12 +31,12 @@ def start_embedded(config: dict, state_dir: Path, *, runtime: str = "local") -> 
     """Start a stack as `drill stack up` does and describe it as the embedded target does."""
     from drill.stack.config import parse_stack_config
     from drill.stack.launcher import start_stack
-    from drill.targets.embedded import EmbeddedStack, _info_from_state
+    from drill.targets.embedded import EmbeddedStack, info_from_state
 
     parsed = parse_stack_config({**config, "runtime": runtime})
     name = f"f{uuid.uuid4().hex[:8]}"
     state = start_stack(parsed, name=name, state_dir=state_dir, timeout_s=120)
-    return RunningStack(state, _info_from_state(state, EmbeddedStack.static_capabilities(parsed)), state_dir)
+    return RunningStack(state, info_from_state(state, EmbeddedStack.static_capabilities(parsed)), state_dir)
 
 
 def stop_embedded(stack: RunningStack) -> None:

@@ -14,9 +14,13 @@ setup_python() {
   # Re-install when pyproject.toml changed (entry points live in the package metadata).
   local stamp="$VENV/.llm-drill-installed"
   if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    log "installing llm-drill and its dependencies (pip install -e .[dev])"
-    "$VENV/bin/python" -m pip install --quiet --upgrade pip
-    "$VENV/bin/python" -m pip install --quiet -e ".[dev]"
+    log "installing llm-drill and its dependencies (pip install -e .[dev]; log in $VENV/pip-install.log)"
+    if ! { "$VENV/bin/python" -m pip install --upgrade pip && "$VENV/bin/python" -m pip install -e ".[dev]"; } \
+        > "$VENV/pip-install.log" 2>&1; then
+      tail -n 40 "$VENV/pip-install.log" >&2
+      log "pip install failed; the whole log is $VENV/pip-install.log"
+      return 1
+    fi
     touch "$stamp"
   fi
 }

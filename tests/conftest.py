@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,3 +24,28 @@ def _test_environment(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["DRILL_STATE_DIR"] = str(tmp_path_factory.mktemp("drill-state"))
     paths = [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+
+
+@pytest.fixture(scope="module")
+def toxiproxy_server():
+    """The real toxiproxy-server on a free port, stopped after the module even on failure."""
+    from drill.backends.toxiproxy import ToxiproxyServer
+
+    server = ToxiproxyServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture()
+def toxiproxy(toxiproxy_server) -> Iterator:
+    """A client whose server is emptied of proxies after each test."""
+    client = toxiproxy_server.client()
+    try:
+        yield client
+    finally:
+        for name in client.proxies():
+            client.delete_proxy(name)
+        client.close()

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from drill.jsonl import read_jsonl
+
 __all__ = ["Event", "Journal", "JournalEntry", "read_journal"]
 
 
@@ -117,16 +119,10 @@ _ENVELOPE = ("seq", "event", "ts", "mono", "by")
 
 def read_journal(path: Path) -> Iterator[JournalEntry]:
     """Entries in order; a torn or garbled line is skipped."""
-    if not path.exists():
-        return
-    with path.open("r", encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            try:
-                raw = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if not isinstance(raw, dict) or "event" not in raw:
-                continue
-            data = {k: v for k, v in raw.items() if k not in _ENVELOPE}
-            yield JournalEntry(int(raw.get("seq", 0)), str(raw["event"]), float(raw.get("ts", 0.0)),
-                               float(raw.get("mono", 0.0)), str(raw.get("by", "?")), data)
+    return read_jsonl(path, _entry)
+
+
+def _entry(raw: dict) -> JournalEntry:
+    data = {k: v for k, v in raw.items() if k not in _ENVELOPE}
+    return JournalEntry(int(raw.get("seq", 0)), str(raw["event"]), float(raw.get("ts", 0.0)),
+                        float(raw.get("mono", 0.0)), str(raw.get("by", "?")), data)

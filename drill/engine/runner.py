@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from drill import registry
-from drill.api import Capability, FaultContext, FaultTargets, TargetContext, TargetInfo
+from drill.api import Capability, TargetContext, TargetInfo
 from drill.checks.base import Evidence, Status, Verdict
 from drill.engine import active
 from drill.engine.faults import FaultRunner

@@ -22,7 +22,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-import gevent
 from gevent.event import Event
 from gevent.pool import Group
 

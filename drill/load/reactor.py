@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import select
 import time
-from typing import Callable, Protocol
+from typing import Protocol
 
 import gevent
 import gevent.monkey
@@ -91,21 +91,21 @@ class StreamReactor:
         except BlockingIOError:
             return
         except OSError as exc:
-            self._finish(fd, raw, done, lambda: stream.on_error(exc))
+            self._finish(raw, stream, done, exc)
             return
         now = time.perf_counter()
         try:
             finished = stream.on_data(data, now)
         except BaseException as exc:  # noqa: BLE001 - a parser failure ends that stream only
-            self._finish(fd, raw, done, lambda: stream.on_error(exc))
+            self._finish(raw, stream, done, exc)
             return
         if finished:
-            self._finish(fd, raw, done, None)
+            self._finish(raw, stream, done, None)
 
-    def _finish(self, fd: int, raw, done: Event, last: Callable[[], None] | None) -> None:
+    def _finish(self, raw, stream: StreamWatch, done: Event, error: BaseException | None) -> None:
         self.unwatch(raw)
-        if last is not None:
-            last()
+        if error is not None:
+            stream.on_error(error)
         done.set()
 
 

@@ -18,6 +18,8 @@ import enum
 import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+
+from drill.jsonl import read_jsonl
 from typing import Iterator
 
 __all__ = ["ErrorClass", "RequestRecord", "read_records", "classify_status"]
@@ -112,14 +114,4 @@ _FIELD_NAMES = tuple(f.name for f in fields(RequestRecord))
 
 def read_records(path: Path) -> Iterator[RequestRecord]:
     """Records of a ``requests.jsonl``; a torn last line (crash mid-write) is skipped."""
-    if not path.exists():
-        return
-    with path.open("r", encoding="utf-8") as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                yield RequestRecord.from_dict(json.loads(line))
-            except (json.JSONDecodeError, TypeError, ValueError):
-                continue
+    return read_jsonl(path, RequestRecord.from_dict)

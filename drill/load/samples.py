@@ -12,6 +12,8 @@ import base64
 import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+
+from drill.jsonl import read_jsonl
 from typing import Iterator
 
 __all__ = ["FailingSample", "read_samples"]
@@ -58,14 +60,4 @@ class FailingSample:
 
 def read_samples(path: Path) -> Iterator[FailingSample]:
     """Samples of a ``failing_samples.jsonl``; a torn last line is skipped."""
-    if not path.exists():
-        return
-    with path.open("r", encoding="utf-8") as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                yield FailingSample.from_dict(json.loads(line))
-            except (ValueError, TypeError):
-                continue
+    return read_jsonl(path, FailingSample.from_dict)

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from drill import registry
 from drill.errors import DrillError, SpecError, UnknownPluginError
 from drill.spec.diagnostics import Diagnostic, KeyPath, Position, did_you_mean, format_path
-from drill.spec.models import Drill, FaultSpec
+from drill.spec.models import Drill
 from drill.spec.scenario import ArrivalProcess, Scenario
 from drill.spec.validation import validate_model
 from drill.spec.yamlio import Locations, load_located

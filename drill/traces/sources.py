@@ -9,11 +9,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Iterator
 
 from drill.api import PluginParams, TraceSource
+from drill.jsonl import read_jsonl
 from drill.traces.otlp import OtlpDecodeError, decode_request, normalize
 
 __all__ = ["OtlpFileSource", "ReceiverSource"]
@@ -36,17 +36,9 @@ class ReceiverSource(TraceSource):
     Params = ReceiverParams
 
     def spans(self, window: tuple[int, int] | None = None) -> Iterator[dict]:
-        path = Path(self.run_dir) / self.params.file
-        if not path.exists():
-            return
-        with path.open(encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    span = json.loads(line)
-                except json.JSONDecodeError:
-                    continue   # a torn last line
-                if _overlaps(span, window):
-                    yield span
+        for span in read_jsonl(Path(self.run_dir) / self.params.file):
+            if _overlaps(span, window):
+                yield span
 
 
 class OtlpFileSource(TraceSource):

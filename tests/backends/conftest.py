@@ -9,7 +9,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from drill.backends.toxiproxy import ToxiproxyClient, ToxiproxyServer
 
 
 class _Echo(socketserver.BaseRequestHandler):
@@ -32,29 +31,6 @@ def echo_addr() -> Iterator[str]:
     yield f"127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
-
-
-@pytest.fixture(scope="module")
-def toxiproxy_server() -> Iterator[ToxiproxyServer]:
-    """The real toxiproxy-server on a free port, stopped after the module even on failure."""
-    server = ToxiproxyServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture()
-def toxiproxy(toxiproxy_server: ToxiproxyServer) -> Iterator[ToxiproxyClient]:
-    """A client whose server is emptied of proxies after each test."""
-    client = toxiproxy_server.client()
-    try:
-        yield client
-    finally:
-        for name in client.proxies():
-            client.delete_proxy(name)
-        client.close()
 
 
 def _roundtrip(addr: str, payload: bytes = b"ping", timeout_s: float = 5.0) -> bytes:

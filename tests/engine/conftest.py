@@ -11,15 +11,6 @@ import pytest
 from drill.backends.toxiproxy import ToxiproxyClient, ToxiproxyServer
 
 
-@pytest.fixture(scope="module")
-def toxiproxy_server() -> Iterator[ToxiproxyServer]:
-    server = ToxiproxyServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 @pytest.fixture()
 def proxy(toxiproxy_server: ToxiproxyServer) -> Iterator[tuple[ToxiproxyClient, str]]:
     """A proxy named uniquely for the test, deleted afterwards."""

@@ -19,7 +19,6 @@ import yaml
 
 from drill.backends.docker import DockerBackend
 from drill.engine.journal import read_journal
-from drill.spec.loader import load_drill
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration

@@ -7,7 +7,6 @@ drain and cancel at stop, bursts, and the child dying with the harness.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket

@@ -10,8 +10,8 @@ from typing import Literal
 from pydantic import Field
 
 from drill.checks.base import Check, CheckParams, Evidence, Status, Verdict
-from drill.load.records import ErrorClass, RequestRecord
-from drill.spec.scenario import Slo
+from drill.load.records import ErrorClass, latency_values
+from drill.spec.scenario import Slo, parse_slo_key
 from drill.stats import percentile
 
 __all__ = ["ErrorRateCheck", "FaultLandedCheck", "SloCheck"]
@@ -50,17 +50,6 @@ class SloParams(CheckParams):
     min_requests: int = Field(20, ge=1)
 
 
-def _values(records: list[RequestRecord], metric: str) -> list[float]:
-    ok = [r for r in records if r.ok]
-    if metric == "ttft":
-        return [r.ttft_ms for r in ok if r.ttft_ms is not None]
-    if metric == "tpot":
-        return [v for v in (r.tpot_ms for r in ok) if v is not None]
-    if metric == "itl":
-        return [gap for r in ok for gap in r.itl_ms()]
-    return [r.e2e_ms for r in ok if r.e2e_ms is not None]
-
-
 class SloCheck(Check):
     """Client-side latency percentiles of each pool in one phase are within its SLO.
 
@@ -80,15 +69,15 @@ class SloCheck(Check):
             return self.verdict(Status.INCONCLUSIVE, "no pool has an SLO to check", window=p.phase)
         observed, expected, breaches, thin = {}, {}, [], []
         for pool, slo in targets.items():
-            mine = [r for r in records if r.pool == pool]
+            mine = [r for r in records if r.pool == pool and r.ok]
             for key, bound_s in slo.items():
-                metric, pct = key.split("_p")
-                values = _values(mine, metric)
+                metric, pct = parse_slo_key(key)
+                values = latency_values(mine, metric)
                 expected[f"{pool}.{key}"] = f"<= {bound_s * 1000:.0f}ms"
                 if len(values) < p.min_requests:
                     thin.append(f"{pool}.{key} ({len(values)} samples)")
                     continue
-                value = percentile(values, float(pct) if pct != "999" else 99.9)
+                value = percentile(values, pct)
                 observed[f"{pool}.{key}"] = f"{value:.1f}ms"
                 if value > bound_s * 1000:
                     breaches.append(f"{pool} {key} = {value:.0f}ms > {bound_s * 1000:.0f}ms")

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from drill.jsonl import read_jsonl
-from typing import Iterator
+from typing import Iterable, Iterator
 
-__all__ = ["ErrorClass", "RequestRecord", "read_records", "classify_status"]
+__all__ = ["ErrorClass", "RequestRecord", "classify_status", "latency_values", "read_records"]
 
 
 class ErrorClass(str, enum.Enum):
@@ -110,6 +110,16 @@ class RequestRecord:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(RequestRecord))
+
+
+def latency_values(records: Iterable[RequestRecord], metric: str) -> list[float]:
+    """Every value of ``metric`` (ttft, tpot, itl, e2e; ms) the records carry; ITL gives every gap of every record."""
+    if metric == "itl":
+        return [gap for r in records for gap in r.itl_ms()]
+    if metric == "tpot":
+        return [t for r in records if (t := r.tpot_ms) is not None]
+    attr = "ttft_ms" if metric == "ttft" else "e2e_ms"
+    return [v for r in records if (v := getattr(r, attr)) is not None]
 
 
 def read_records(path: Path) -> Iterator[RequestRecord]:

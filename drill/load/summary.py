@@ -21,12 +21,12 @@ pool-level SLO verdict (``slo``) compares the phase's percentile with the bound.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Mapping
 
-from drill.load.records import ErrorClass, RequestRecord
+from drill.load.records import ErrorClass, RequestRecord, latency_values
+from drill.spec.scenario import parse_slo_key
 from drill.stats import percentile, percentiles
 
 __all__ = ["MetricStats", "SloResult", "GroupSummary", "LoadReport", "summarize", "render_text", "ALL_POOLS",
@@ -34,7 +34,6 @@ __all__ = ["MetricStats", "SloResult", "GroupSummary", "LoadReport", "summarize"
 
 ALL_POOLS = "*"
 WHOLE_RUN = "run"
-_SLO_KEY = re.compile(r"^(ttft|tpot|itl|e2e)_p([0-9.]+)$")
 
 
 @dataclass(frozen=True)
@@ -152,7 +151,7 @@ def _group(phase: str, pool: str, records: list[RequestRecord], window_s: float,
     errors = Counter(r.error.value for r in records if r.error is not None)
     window = max(window_s, 1e-9)
     good = [r for r in ok if _meets(r, slo)] if slo else ok
-    stats = {name: MetricStats.of(_values(ok, name)) for name in ("ttft", "tpot", "itl", "e2e")}
+    stats = {name: MetricStats.of(latency_values(ok, name)) for name in ("ttft", "tpot", "itl", "e2e")}
     lag = MetricStats.of([r.schedule_lag_ms for r in records if r.schedule_lag_ms is not None])
     return GroupSummary(
         phase=phase, pool=pool, window_s=window_s, attempts=len(records), logical=len({r.logical_id for r in records}),
@@ -170,26 +169,9 @@ def _error_rate(errors: Counter, attempts: int) -> float:
     return (sum(errors.values()) - cancelled) / judged if judged > 0 else 0.0
 
 
-def _values(records: list[RequestRecord], name: str) -> list[float]:
-    if name == "itl":
-        return [gap for r in records for gap in r.itl_ms()]
-    if name == "tpot":
-        return [t for r in records if (t := r.tpot_ms) is not None]
-    attr = "ttft_ms" if name == "ttft" else "e2e_ms"
-    return [v for r in records if (v := getattr(r, attr)) is not None]
-
-
-def _parse_key(key: str) -> tuple[str, float] | None:
-    """``"ttft_p95"`` -> ``("ttft", 95.0)``; ``p999`` and ``p99.9`` are both 99.9."""
-    match = _SLO_KEY.match(key)
-    if match is None:
-        return None
-    return match.group(1), 99.9 if match.group(2) in ("999", "99.9") else float(match.group(2))
-
-
 def _meets(record: RequestRecord, slo: Mapping[str, float]) -> bool:
     for key, bound_s in slo.items():
-        parsed = _parse_key(key)
+        parsed = parse_slo_key(key)
         if parsed is None:
             continue
         value = _own_value(record, *parsed)
@@ -211,7 +193,7 @@ def _own_value(record: RequestRecord, metric: str, pct: float) -> float | None:
 def _slo_results(slo: Mapping[str, float], stats: dict[str, MetricStats]) -> list[SloResult]:
     out = []
     for key, bound_s in sorted(slo.items()):
-        parsed = _parse_key(key)
+        parsed = parse_slo_key(key)
         if parsed is None:
             continue
         observed = stats[parsed[0]].p(parsed[1])

@@ -28,7 +28,7 @@ from drill.units import Duration
 
 __all__ = [
     "Arrival", "ArrivalProcess", "Endpoint", "LengthDistribution", "Pool", "RetryPolicy", "Sampling",
-    "Scenario", "Slo", "Stage", "StageKind", "TraceReplay", "parse_rate", "SLO_METRICS",
+    "Scenario", "Slo", "Stage", "StageKind", "TraceReplay", "parse_rate", "parse_slo_key", "SLO_METRICS",
 ]
 
 
@@ -182,6 +182,14 @@ class RetryPolicy(SpecModel):
 
 SLO_METRICS = ("ttft", "tpot", "itl", "e2e")
 _SLO_KEY = re.compile(r"^(ttft|tpot|itl|e2e)_p(50|90|95|99|99\.9|999)$")
+
+
+def parse_slo_key(key: str) -> tuple[str, float] | None:
+    """``"ttft_p95"`` -> ``("ttft", 95.0)``; ``p999`` and ``p99.9`` are both 99.9; None if not an SLO key."""
+    match = _SLO_KEY.match(key)
+    if match is None:
+        return None
+    return match.group(1), 99.9 if match.group(2) in ("999", "99.9") else float(match.group(2))
 
 
 def _check_slo_keys(value: object) -> object:

@@ -26,14 +26,14 @@ import yaml
 from drill import registry
 from drill.api import Capability, Fault, FaultContext, FaultTargets, Selector, TargetContext, TargetInfo
 from drill.engine import active
-from drill.engine.faults import FAULT_TIMEOUT_S, resolve_targets
+from drill.engine.faults import FAULT_TIMEOUT_S, register_and_inject, resolve_targets, verify_and_journal
 from drill.engine.journal import Event, Journal
-from drill.engine.reverts import RevertRecord, RevertStack
+from drill.engine.reverts import RevertStack
 from drill.engine.rundir import RunDir, create_run_dir
-from drill.engine.safety import is_loopback
+from drill.engine.safety import check_host_list
 from drill.engine.signals import SignalGuard
 from drill.engine.watchdog import Watchdog
-from drill.errors import InputError, RunInterrupted, SpecError, TargetError, UnsafeTargetError
+from drill.errors import InputError, RunInterrupted, SpecError, TargetError
 from drill.spec.diagnostics import Diagnostic, Position
 from drill.spec.validation import validate_model
 from drill.spec.yamlio import Locations, load_located
@@ -161,7 +161,7 @@ def _stack_info(name: str, state_dir: Path | None, allow_hosts: tuple[str, ...])
                           hint=f"drill stack down --name {name}, then up again")
     plan = StackPlan.model_validate_json((state.run_dir / "plan.json").read_text(encoding="utf-8"))
     config = plan.replica_specs[0].config.model_copy(update={"runtime": state.runtime})
-    _check_hosts(EmbeddedStack.hosts(config), allow_hosts)
+    check_host_list(EmbeddedStack.hosts(config), allow_hosts)
     return info_from_state(state, EmbeddedStack.static_capabilities(config))
 
 
@@ -177,7 +177,7 @@ def _file_info(path: Path, allow_hosts: tuple[str, ...]) -> TargetInfo:
                          hint="drill stack up --config STACK.yaml, then --target stack")
     target_cls = registry.targets.get(kind)
     params = _validated_located(target_cls.Params, section.get("config") or {}, doc.locations)
-    _check_hosts(target_cls.hosts(params), (*allow_hosts, *(data.get("allowed_hosts") or [])))
+    check_host_list(target_cls.hosts(params), (*allow_hosts, *(data.get("allowed_hosts") or [])))
     info = target_cls(params, TargetContext("manual", str(path.parent))).planned_info()
     if info is None:
         raise InputError(f"target kind {kind!r} cannot describe itself without starting", hint="use --target stack")
@@ -189,13 +189,6 @@ def _validated_located(model, data: object, locations: Locations):
     if problems:
         raise SpecError(problems, f"{len(problems)} error(s) in the target; nothing was injected.")
     return instance
-
-
-def _check_hosts(hosts: list[tuple[str, str]], allowed: tuple[str, ...]) -> None:
-    ok = {h.lower() for h in allowed}
-    for host, where in hosts:
-        if host and not is_loopback(host) and host.lower() not in ok:
-            raise UnsafeTargetError(host, where)
 
 
 # -- the session ---------------------------------------------------------------------------------
@@ -247,39 +240,22 @@ class ManualInjection:
             self.say(f"{r.kind} ({r.fault.realism_for(r.fault.params).value}) touches {line}")
 
     def _inject(self) -> bool:
-        r, fid = self.request, self.request.fault_id
+        r = self.request
         with self.guard.critical():
-            try:
-                self.ctx.saved = r.fault.prepare(self.ctx)
-            except Exception as exc:  # noqa: BLE001 - journaled and reported: nothing was changed
-                return self._failed(Event.FAULT_INJECT_FAILED, f"prepare failed: {_describe(exc)}")
-            record = RevertRecord(fault_id=fid, kind=r.kind, params=r.fault.params.model_dump(mode="json"),
-                                  target=r.target, targets=r.targets, saved=self.ctx.saved.model_dump(mode="json"),
-                                  planned_end_ts=time.time() + r.hold_s, timeout_s=self.ctx.timeout_s)
-            self.stack.push(record, lambda: r.fault.revert(self.ctx))
-            try:
-                r.fault.inject(self.ctx)
-            except Exception as exc:  # noqa: BLE001 - journaled; the revert runs next
-                return self._failed(Event.FAULT_INJECT_FAILED, _describe(exc))
-            self.journal.write(Event.FAULT_INJECTED, fault_id=fid, kind=r.kind)
-        return True
+            error = register_and_inject(r.fault, self.ctx, r.kind, self.stack, self.journal, time.time() + r.hold_s)
+        return self._landed(error)
 
     def _verify(self) -> bool:
-        r = self.request
-        try:
-            evidence = r.fault.verify(self.ctx)
-        except Exception as exc:  # noqa: BLE001 - any failure means "not proven"
-            return self._failed(Event.FAULT_NOT_LANDED, _describe(exc))
-        self.journal.write(Event.FAULT_VERIFIED, fault_id=r.fault_id, kind=r.kind, summary=evidence.summary,
-                           observations=evidence.observations)
-        self.outcome.landed = True
-        self.say(f"landed: {evidence.summary}")
-        return True
+        evidence, error = verify_and_journal(self.request.fault, self.ctx, self.request.kind, self.journal)
+        if evidence is not None:
+            self.outcome.landed = True
+            self.say(f"landed: {evidence.summary}")
+        return self._landed(error)
 
-    def _failed(self, event: Event, error: str) -> bool:
-        self.journal.write(event, fault_id=self.request.fault_id, kind=self.request.kind, error=error)
-        self.say(f"NOT LANDED: {error}", error=True)
-        return False
+    def _landed(self, error: str | None) -> bool:
+        if error is not None:
+            self.say(f"NOT LANDED: {error}", error=True)
+        return error is None
 
     def _hold(self) -> None:
         self.say(f"holding it for {self.request.hold_s:g}s (Ctrl-C reverts now)")
@@ -310,7 +286,3 @@ class ManualInjection:
         if not self.outcome.revert_errors:
             active.unregister(self.rundir.run_id)
         self.guard.uninstall()
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"

@@ -21,16 +21,16 @@ import time
 from dataclasses import dataclass
 
 from drill import registry
-from drill.api import Fault, FaultContext, FaultTargets, LoadControl, TargetInfo
+from drill.api import Evidence, Fault, FaultContext, FaultTargets, LoadControl, TargetInfo
 from drill.engine.journal import Event, Journal
 from drill.engine.listeners import Listeners
 from drill.engine.reverts import RevertOutcome, RevertRecord, RevertStack
 from drill.engine.signals import SignalGuard
 from drill.engine.timeline import FaultWindow, Timeline
-from drill.errors import DrillError, FaultNotLanded, InputError
+from drill.errors import InputError
 from drill.spec.loader import LoadedDrill
 
-__all__ = ["FaultRunner", "resolve_targets"]
+__all__ = ["FaultRunner", "register_and_inject", "resolve_targets", "verify_and_journal"]
 
 FAULT_TIMEOUT_S = 10.0
 
@@ -58,6 +58,47 @@ def resolve_targets(fault: Fault, selector, target: TargetInfo, default_seed: in
     if not links:
         raise ValueError(f"no link of replica(s) {', '.join(r.name for r in replicas)} matches {selector.links}")
     return FaultTargets(replicas=replicas, links=links)
+
+
+def register_and_inject(fault: Fault, ctx: FaultContext, kind: str, stack: RevertStack, journal: Journal,
+                        planned_end_ts: float) -> str | None:
+    """``prepare``, journal the revert record (fsync) on ``stack``, then ``inject``; call inside a critical section.
+
+    Returns None once injected, or why it failed (journaled as ``fault_inject_failed``). After a failed
+    ``prepare`` nothing is on the stack; after a failed ``inject`` the revert is, and the caller runs it.
+    """
+    fid = ctx.fault_id
+    try:
+        ctx.saved = fault.prepare(ctx)
+    except Exception as exc:  # noqa: BLE001 - journaled; nothing was changed
+        return _inject_failed(journal, fid, kind, f"prepare failed: {_describe(exc)}")
+    record = RevertRecord(fault_id=fid, kind=kind, params=fault.params.model_dump(mode="json"),
+                          target=ctx.target, targets=ctx.targets, saved=ctx.saved.model_dump(mode="json"),
+                          planned_end_ts=planned_end_ts, timeout_s=ctx.timeout_s)
+    stack.push(record, lambda: fault.revert(ctx))
+    try:
+        fault.inject(ctx)
+    except Exception as exc:  # noqa: BLE001 - journaled; the revert is on the stack
+        return _inject_failed(journal, fid, kind, _describe(exc))
+    journal.write(Event.FAULT_INJECTED, fault_id=fid, kind=kind)
+    return None
+
+
+def _inject_failed(journal: Journal, fid: str, kind: str, error: str) -> str:
+    journal.write(Event.FAULT_INJECT_FAILED, fault_id=fid, kind=kind, error=error)
+    return error
+
+
+def verify_and_journal(fault: Fault, ctx: FaultContext, kind: str, journal: Journal) -> tuple[Evidence | None, str | None]:
+    """``verify``, journaled as ``fault_verified`` or ``fault_not_landed``: (evidence, None) or (None, why)."""
+    try:
+        evidence = fault.verify(ctx)
+    except Exception as exc:  # noqa: BLE001 - any failure means "not proven"
+        journal.write(Event.FAULT_NOT_LANDED, fault_id=ctx.fault_id, kind=kind, error=_describe(exc))
+        return None, _describe(exc)
+    journal.write(Event.FAULT_VERIFIED, fault_id=ctx.fault_id, kind=kind, summary=evidence.summary,
+                  observations=evidence.observations)
+    return evidence, None
 
 
 class FaultRunner:
@@ -117,52 +158,23 @@ class FaultRunner:
 
     def _inject(self, item: _Scheduled, t: float) -> None:
         item.state = "active"
-        fid = item.window.fault_id
+        fid, kind = item.window.fault_id, item.window.kind
         with self.guard.critical():
-            if not self._register(item, t):
+            error = register_and_inject(item.fault, item.ctx, kind, self.stack, self.journal,
+                                        time.time() + (item.window.end_s - t))
+            if error is not None and fid not in self.stack.pending():   # prepare failed: nothing to revert
                 item.state = "done"
                 return
-            try:
-                item.fault.inject(item.ctx)
-            except Exception as exc:  # noqa: BLE001 - journaled; the revert still runs
-                self._inject_failed(item, exc)
-                return
-            self.journal.write(Event.FAULT_INJECTED, fault_id=fid, kind=item.window.kind)
-        self.listeners.fire("fault_injected", fault_id=fid, kind=item.window.kind)
-        self._verify(item)
-
-    def _register(self, item: _Scheduled, t: float) -> bool:
-        fid = item.window.fault_id
-        try:
-            saved = item.fault.prepare(item.ctx)
-        except Exception as exc:  # noqa: BLE001
-            self.journal.write(Event.FAULT_INJECT_FAILED, fault_id=fid, kind=item.window.kind,
-                               error=f"prepare failed: {_describe(exc)}")
-            return False
-        item.ctx.saved = saved
-        record = RevertRecord(fault_id=fid, kind=item.window.kind, params=item.fault.params.model_dump(mode="json"),
-                              target=self.target, targets=item.ctx.targets, saved=saved.model_dump(mode="json"),
-                              planned_end_ts=time.time() + (item.window.end_s - t), timeout_s=item.ctx.timeout_s)
-        self.stack.push(record, lambda: item.fault.revert(item.ctx))
-        return True
-
-    def _inject_failed(self, item: _Scheduled, exc: Exception) -> None:
-        fid = item.window.fault_id
-        self.journal.write(Event.FAULT_INJECT_FAILED, fault_id=fid, kind=item.window.kind, error=_describe(exc))
-        self.listeners.fire("fault_not_landed", fault_id=fid, error=_describe(exc))
-        self._revert(item, "inject failed")
-
-    def _verify(self, item: _Scheduled) -> None:
-        fid = item.window.fault_id
-        try:
-            evidence = item.fault.verify(item.ctx)
-        except (FaultNotLanded, DrillError, Exception) as exc:  # noqa: BLE001 - any failure means "not proven"
-            self.journal.write(Event.FAULT_NOT_LANDED, fault_id=fid, kind=item.window.kind, error=_describe(exc))
-            self.listeners.fire("fault_not_landed", fault_id=fid, error=_describe(exc))
+        if error is not None:
+            self.listeners.fire("fault_not_landed", fault_id=fid, error=error)
+            self._revert(item, "inject failed")
             return
-        self.journal.write(Event.FAULT_VERIFIED, fault_id=fid, kind=item.window.kind, summary=evidence.summary,
-                           observations=evidence.observations)
-        self.listeners.fire("fault_verified", fault_id=fid, summary=evidence.summary)
+        self.listeners.fire("fault_injected", fault_id=fid, kind=kind)
+        evidence, error = verify_and_journal(item.fault, item.ctx, kind, self.journal)
+        if evidence is None:
+            self.listeners.fire("fault_not_landed", fault_id=fid, error=error)
+        else:
+            self.listeners.fire("fault_verified", fault_id=fid, summary=evidence.summary)
 
     def _revert(self, item: _Scheduled, reason: str) -> None:
         item.state = "done"

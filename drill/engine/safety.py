@@ -13,7 +13,7 @@ from drill import registry
 from drill.errors import UnsafeTargetError
 from drill.spec.loader import LoadedDrill
 
-__all__ = ["check_hosts", "is_loopback"]
+__all__ = ["check_host_list", "check_hosts", "is_loopback"]
 
 
 def is_loopback(host: str) -> bool:
@@ -27,9 +27,14 @@ def is_loopback(host: str) -> bool:
 
 
 def check_hosts(loaded: LoadedDrill, allow: list[str] | tuple[str, ...] = ()) -> None:
-    """Raise UnsafeTargetError for the first host outside loopback that is not allowed."""
-    allowed = {h.lower() for h in (*loaded.drill.allowed_hosts, *allow)}
+    """Raise UnsafeTargetError for the first host of the drill's target outside loopback that is not allowed."""
     target_cls = registry.targets.get(loaded.drill.target.kind)
-    for host, where in target_cls.hosts(loaded.target_params):
+    check_host_list(target_cls.hosts(loaded.target_params), (*loaded.drill.allowed_hosts, *allow))
+
+
+def check_host_list(hosts: list[tuple[str, str]], allow: list[str] | tuple[str, ...] = ()) -> None:
+    """Raise UnsafeTargetError for the first (host, where) outside loopback that is not in ``allow``."""
+    allowed = {h.lower() for h in allow}
+    for host, where in hosts:
         if host and not is_loopback(host) and host.lower() not in allowed:
             raise UnsafeTargetError(host, where)

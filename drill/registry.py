@@ -144,14 +144,7 @@ def _entry_points_of(group: str, extra: str = "") -> dict[str, EntryPoint]:
 #: Kinds the project plans but has not built yet, with the part that will provide them. A drill that
 #: names one is refused before anything starts, with this explanation instead of "unknown kind".
 PLANNED: dict[str, dict[str, str]] = {
-    "drill.checks": {
-        "fast_failure": "the trace reader and verdicts (ROADMAP 1)",
-        "duplicate_side_effects": "the trace reader and verdicts (ROADMAP 1)",
-        "retry_budget": "the trace reader and verdicts (ROADMAP 1)",
-        "recovery_time": "the trace reader and verdicts (ROADMAP 1)",
-        "recovery_replay": "the trace reader and verdicts (ROADMAP 1)",
-        "first_abnormal_span": "the trace reader and verdicts (ROADMAP 1)",
-    },
+    "drill.checks": {},
     "drill.faults": {},
 }
 

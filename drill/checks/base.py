@@ -1,28 +1,47 @@
-"""Checks turn a run's evidence into verdicts. A check is a pure function of the evidence.
+"""Checks turn a run's evidence into verdicts. A check is a pure function of the run directory.
 
 A ``drill.checks`` plugin has a ``kind``, a frozen ``Params`` model (its
-thresholds) and ``evaluate(evidence) -> Verdict``: no I/O beyond what
-:class:`Evidence` already read, no clock, no mutation — so a past run can be
-re-judged from its directory alone. Missing data is ``INCONCLUSIVE``, never
-``PASS``.
+thresholds), the files it ``reads`` and ``evaluate(evidence) -> Verdict``: no
+I/O beyond what :class:`Evidence` reads from the run directory, no clock, no
+mutation — so a past run can be re-judged from its directory alone
+(``drill judge``). Missing or thin data is ``INCONCLUSIVE``, never ``PASS``.
+
+Every verdict carries what it observed and what it expected (with units) and
+the evidence it used — trace, span, request and idempotency ids, journal
+sequence numbers — so a reviewer can follow it back to the raw records. A line
+of a file the check reads that could not be parsed makes the check
+INCONCLUSIVE (see :func:`drill.engine.verdicts.evaluate_checks`).
 """
 
 from __future__ import annotations
 
 import abc
 import enum
-from dataclasses import asdict, dataclass, field
+import json
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, TypeVar
 
 from pydantic import BaseModel
 
 from drill.engine.journal import Event, JournalEntry, read_journal
+from drill.jsonl import ReadReport
 from drill.load.records import RequestRecord, read_records
 from drill.spec.validation import SpecModel
 
-__all__ = ["Check", "CheckParams", "Evidence", "FaultOutcome", "PhaseWindow", "Status", "Verdict"]
+if TYPE_CHECKING:  # the heavy parts are imported only by the checks that use them
+    from drill.checks.ledger import RunLedger
+    from drill.checks.replay import ReplayEvidence
+    from drill.traces.evidence import TraceEvidence
+
+__all__ = ["Check", "CheckParams", "Evidence", "EvidenceKind", "EvidenceRef", "FaultOutcome", "PhaseWindow",
+           "Status", "Verdict"]
+
+T = TypeVar("T")
+
+#: How many evidence references a verdict keeps (the count of all is in ``observed``).
+MAX_EVIDENCE = 50
 
 
 class Status(str, enum.Enum):
@@ -32,20 +51,62 @@ class Status(str, enum.Enum):
     ERROR = "ERROR"
 
 
+class EvidenceKind(str, enum.Enum):
+    """What an :class:`EvidenceRef` points at in the run directory."""
+
+    TRACE = "trace_id"              # spans.jsonl / requests.jsonl trace_id
+    SPAN = "span_id"                # spans.jsonl span_id
+    REQUEST = "request_id"          # requests.jsonl request_id (one attempt)
+    LOGICAL = "logical_id"          # requests.jsonl logical_id (all attempts of one request)
+    IDEMPOTENCY_KEY = "idempotency_key"
+    REPLAY = "replay_request_id"    # replay.jsonl request_id
+    JOURNAL = "journal_seq"         # journal.jsonl seq
+    FILE = "file"                   # a file (and line) of the run directory
+    MEASUREMENT = "measurement"     # a derived figure the verdict relied on (e.g. client vs server TTFT)
+
+
 @dataclass(frozen=True)
-class Verdict:
-    check: str                # the check's kind
-    name: str                 # its name in the drill (default: kind)
-    status: Status
-    message: str
-    observed: dict = field(default_factory=dict)
-    expected: dict = field(default_factory=dict)
-    window: str | None = None  # the phase it judged
+class EvidenceRef:
+    kind: EvidenceKind
+    value: str
+    note: str = ""
 
     def to_json(self) -> dict:
-        data = asdict(self)
-        data["status"] = self.status.value
+        data = {"kind": self.kind.value, "value": self.value}
+        if self.note:
+            data["note"] = self.note
         return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> "EvidenceRef":
+        return cls(EvidenceKind(data["kind"]), str(data["value"]), str(data.get("note", "")))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: str                  # the check's kind
+    name: str                  # its name in the drill (default: kind)
+    status: Status
+    message: str
+    observed: dict[str, Any] = field(default_factory=dict)   # figure -> value (numbers stay numbers)
+    expected: dict[str, Any] = field(default_factory=dict)   # figure -> the condition it had to meet
+    units: dict[str, str] = field(default_factory=dict)      # figure -> unit of its observed/expected value
+    evidence: tuple[EvidenceRef, ...] = ()
+    window: str | None = None  # the phase it judged
+    notes: tuple[str, ...] = ()  # e.g. what could not be read, how complete the traces were
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "status": self.status.value, "message": self.message,
+                "observed": self.observed, "expected": self.expected, "units": self.units,
+                "evidence": [e.to_json() for e in self.evidence], "window": self.window, "notes": list(self.notes)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Verdict":
+        return cls(kind=data["kind"], name=data["name"], status=Status(data["status"]), message=data["message"],
+                   observed=dict(data.get("observed") or {}), expected=dict(data.get("expected") or {}),
+                   units=dict(data.get("units") or {}),
+                   evidence=tuple(EvidenceRef.from_json(e) for e in data.get("evidence") or ()),
+                   window=data.get("window"), notes=tuple(data.get("notes") or ()))
 
 
 class CheckParams(SpecModel):
@@ -57,9 +118,15 @@ class PhaseWindow:
     phase: str
     start_ts: float
     end_ts: float
+    planned_s: float | None = None
+    stopped_by: str | None = None      # a stop condition ended it early
 
     def contains(self, ts: float) -> bool:
         return self.start_ts <= ts < self.end_ts
+
+    @property
+    def length_s(self) -> float:
+        return self.end_ts - self.start_ts
 
 
 @dataclass(frozen=True)
@@ -71,33 +138,76 @@ class FaultOutcome:
     evidence: str | None
     error: str | None
     reverted: bool
+    injected_ts: float | None = None
+    reverted_ts: float | None = None
 
 
 class Evidence:
-    """Everything a check may look at, read once from a run directory."""
+    """Everything a check may look at, read lazily and once from a run directory.
+
+    Every JSON-lines file is read through :meth:`read`, which keeps a :class:`ReadReport` per file in
+    :attr:`reports`, so what could not be read is counted and named in the verdicts that used it.
+    """
 
     def __init__(self, run_dir: Path, slo_by_pool: dict[str, dict[str, float]] | None = None) -> None:
-        self.run_dir = run_dir
+        self.run_dir = Path(run_dir)
         self.slo_by_pool = slo_by_pool or {}
+        self.reports: dict[str, ReadReport] = {}
+
+    def read(self, name: str, reader: Callable[[Path, ReadReport], Iterator[T]]) -> list[T]:
+        """Read ``name`` (a file of the run directory) with ``reader``, recording its report."""
+        report = ReadReport(self.run_dir / name)
+        items = list(reader(self.run_dir / name, report))
+        self.reports[name] = report
+        return items
+
+    @cached_property
+    def resolved(self) -> dict:
+        """``resolved.json``: the drill, scenario and plugin params as the run used them ({} if absent)."""
+        path = self.run_dir / "resolved.json"
+        return json.loads(path.read_text()) if path.exists() else {}
 
     @cached_property
     def journal(self) -> list[JournalEntry]:
-        return list(read_journal(self.run_dir / "journal.jsonl"))
+        return self.read("journal.jsonl", read_journal)
 
     @cached_property
     def requests(self) -> list[RequestRecord]:
-        return list(read_records(self.run_dir / "requests.jsonl"))
+        return self.read("requests.jsonl", read_records)
+
+    @cached_property
+    def traces(self) -> "TraceEvidence":
+        """The run's spans as one table, how complete they are, and client records joined to them."""
+        from drill.traces.evidence import load_trace_evidence
+
+        return load_trace_evidence(self)
+
+    @cached_property
+    def ledger(self) -> "RunLedger":
+        """The stack's side-effect ledgers copied into the run directory (``ledger/*.jsonl``)."""
+        from drill.checks.ledger import load_run_ledger
+
+        return load_run_ledger(self)
+
+    @cached_property
+    def replay(self) -> "ReplayEvidence":
+        """``replay.jsonl``: the recovery replay's originals and controls."""
+        from drill.checks.replay import load_replay_evidence
+
+        return load_replay_evidence(self)
 
     @cached_property
     def phases(self) -> dict[str, PhaseWindow]:
-        starts: dict[str, float] = {}
+        starts: dict[str, JournalEntry] = {}
         windows: dict[str, PhaseWindow] = {}
         for entry in self.journal:
             phase = entry.get("phase")
             if entry.event == Event.PHASE_STARTED.value:
-                starts[phase] = entry.ts
+                starts[phase] = entry
             elif entry.event == Event.PHASE_ENDED.value and phase in starts:
-                windows[phase] = PhaseWindow(phase, starts[phase], entry.ts)
+                start = starts[phase]
+                windows[phase] = PhaseWindow(phase, start.ts, entry.ts, start.get("planned_s"),
+                                             entry.get("stopped_by"))
         return windows
 
     def requests_in(self, phase: str) -> list[RequestRecord]:
@@ -115,15 +225,28 @@ class Evidence:
             if fid is None:
                 continue
             s = state.setdefault(fid, {"kind": entry.get("kind"), "injected": False, "landed": None,
-                                       "evidence": None, "error": None, "reverted": False})
+                                       "evidence": None, "error": None, "reverted": False,
+                                       "injected_ts": None, "reverted_ts": None})
             _apply_fault_event(s, entry)
         return [FaultOutcome(fid, **s) for fid, s in state.items()]
+
+    @cached_property
+    def fault_window(self) -> tuple[float, float] | None:
+        """From the first fault's injection to the last fault's revert (UNIX s), else the fault phase."""
+        injected = [f.injected_ts for f in self.faults if f.injected_ts is not None]
+        if injected:
+            reverted = [f.reverted_ts for f in self.faults if f.reverted_ts is not None]
+            end = max(reverted) if reverted else self.phases.get("fault", PhaseWindow("", 0, max(injected))).end_ts
+            return min(injected), end
+        window = self.phases.get("fault")
+        return (window.start_ts, window.end_ts) if window else None
 
 
 def _apply_fault_event(state: dict, entry: JournalEntry) -> None:
     event = entry.event
     if event == Event.FAULT_INJECTED.value:
         state["injected"] = True
+        state["injected_ts"] = entry.ts
     elif event == Event.FAULT_INJECT_FAILED.value:
         state["error"] = entry.get("error")
         state["landed"] = False
@@ -135,11 +258,14 @@ def _apply_fault_event(state: dict, entry: JournalEntry) -> None:
         state["error"] = entry.get("error")
     elif event == Event.FAULT_REVERTED.value:
         state["reverted"] = True
+        state["reverted_ts"] = entry.ts
 
 
 class Check(abc.ABC):
     kind: ClassVar[str]
     Params: ClassVar[type[BaseModel]] = CheckParams
+    #: Files of the run directory the verdict depends on; an unreadable line in one makes it INCONCLUSIVE.
+    reads: ClassVar[tuple[str, ...]] = ("journal.jsonl", "requests.jsonl")
 
     def __init__(self, params: BaseModel, name: str | None = None) -> None:
         self.params = params
@@ -149,5 +275,6 @@ class Check(abc.ABC):
     def evaluate(self, evidence: Evidence) -> Verdict:
         """Judge the evidence; never raise for missing data (return INCONCLUSIVE)."""
 
-    def verdict(self, status: Status, message: str, **kwargs) -> Verdict:
-        return Verdict(self.kind, self.name, status, message, **kwargs)
+    def verdict(self, status: Status, message: str, *, evidence: "list[EvidenceRef] | tuple[EvidenceRef, ...]" = (),
+                **kwargs) -> Verdict:
+        return Verdict(self.kind, self.name, status, message, evidence=tuple(evidence)[:MAX_EVIDENCE], **kwargs)

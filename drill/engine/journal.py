@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from drill.jsonl import read_jsonl
+from drill.jsonl import ReadReport, read_jsonl
 
 __all__ = ["Event", "Journal", "JournalEntry", "read_journal"]
 
@@ -117,9 +117,9 @@ def _last_seq(path: Path) -> int:
 _ENVELOPE = ("seq", "event", "ts", "mono", "by")
 
 
-def read_journal(path: Path) -> Iterator[JournalEntry]:
-    """Entries in order; a torn or garbled line is skipped."""
-    return read_jsonl(path, _entry)
+def read_journal(path: Path, report: ReadReport | None = None) -> Iterator[JournalEntry]:
+    """Entries in order; a torn or garbled line is counted in ``report`` (see :mod:`drill.jsonl`)."""
+    return read_jsonl(path, _entry, report)
 
 
 def _entry(raw: dict) -> JournalEntry:

@@ -359,7 +359,7 @@ class Runner:
 
         evidence = Evidence(self.rundir.path, _slo_by_pool(self.loaded))
         self.result.verdicts = evaluate_checks(self.loaded, evidence)
-        write_verdicts(self.rundir, self.loaded, self.result)
+        write_verdicts(self.rundir, self.loaded, self.result, evidence)
 
     def _listener_failed(self, name: str, event: str, exc: BaseException) -> None:
         if self.journal is not None:

@@ -3,43 +3,80 @@
 Every check listed in the drill runs, plus ``fault_landed`` whenever the drill
 has faults and does not list it: a fault that did not land must never let a
 drill pass. A check that raises becomes an ERROR verdict; the others still run.
+A check that read a file with unreadable lines (other than a torn last line,
+which a crash leaves and which is only noted) is INCONCLUSIVE, with the file
+and line in its message: evidence that could not be read must not pass.
+
+``verdicts.json``::
+
+    {"schema": "llm-drill/verdicts/v1", "run_id": ..., "drill": ..., "status": ..., "stopped_by": ...,
+     "reads": {"requests.jsonl": {"lines_read": .., "bad_count": .., ...}, ...},
+     "checks": [{"name", "kind", "status", "message", "observed", "expected", "units", "evidence": [...],
+                 "window", "notes"}]}
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from drill import registry
-from drill.checks.base import Evidence, Status, Verdict
+from drill.checks.base import Check, Evidence, Status, Verdict
 from drill.engine.rundir import RunDir
 from drill.spec.loader import LoadedDrill
 
-__all__ = ["evaluate_checks", "write_verdicts"]
+__all__ = ["VERDICTS_SCHEMA", "evaluate_checks", "verdicts_document", "write_verdicts"]
+
+VERDICTS_SCHEMA = "llm-drill/verdicts/v1"
 
 
 def evaluate_checks(loaded: LoadedDrill, evidence: Evidence) -> list[Verdict]:
-    verdicts = []
     specs = list(zip(loaded.drill.checks, loaded.check_params))
     if loaded.drill.faults and not any(spec.kind == "fault_landed" for spec, _ in specs):
         fault_landed = registry.checks.get("fault_landed")
         specs.insert(0, (None, fault_landed.Params()))
+    verdicts = []
     for spec, params in specs:
         kind = spec.kind if spec is not None else "fault_landed"
         name = (spec.name if spec is not None else None) or kind
-        try:
-            check = registry.checks.get(kind)(params, name)
-            verdicts.append(check.evaluate(evidence))
-        except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
-            verdicts.append(Verdict(kind, name, Status.ERROR, f"check raised {type(exc).__name__}: {exc}"))
+        verdicts.append(judge_one(kind, name, params, evidence))
     return verdicts
 
 
-def write_verdicts(rundir: RunDir, loaded: LoadedDrill, result) -> None:
-    rundir.write_json("verdicts.json", {
-        "run_id": rundir.run_id,
-        "drill": loaded.drill.name,
-        "status": result.status,
-        "stopped_by": result.stopped_by,
-        "verdicts": [v.to_json() for v in result.verdicts],
-    })
+def judge_one(kind: str, name: str, params, evidence: Evidence) -> Verdict:
+    """One check's verdict; never raises."""
+    try:
+        check: Check = registry.checks.get(kind)(params, name)
+        verdict = check.evaluate(evidence)
+    except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
+        return Verdict(kind, name, Status.ERROR, f"check raised {type(exc).__name__}: {exc}")
+    return _account_for_reads(verdict, check.reads, evidence)
+
+
+def _account_for_reads(verdict: Verdict, reads: tuple[str, ...], evidence: Evidence) -> Verdict:
+    """INCONCLUSIVE when a file the check depends on had unreadable lines; a torn last line is a note."""
+    reports = [evidence.reports[name] for name in reads if name in evidence.reports]
+    notes = [r.describe() for r in reports if not r.clean or r.torn_last_line is not None]
+    if not notes:
+        return verdict
+    damaged = [r for r in reports if not r.clean]
+    if damaged and verdict.status in (Status.PASS, Status.FAIL):
+        was = verdict.status.value
+        message = (f"evidence could not be read in full — {'; '.join(r.describe() for r in damaged)}; "
+                   f"on what could be read: {was}: {verdict.message}")
+        return replace(verdict, status=Status.INCONCLUSIVE, message=message, notes=verdict.notes + tuple(notes))
+    return replace(verdict, notes=verdict.notes + tuple(notes))
+
+
+def verdicts_document(run_id: str, drill_name: str, status: str, stopped_by: str | None,
+                      verdicts: list[Verdict], evidence: Evidence | None) -> dict:
+    reads = {name: r.to_json() for name, r in sorted(evidence.reports.items())} if evidence is not None else {}
+    return {"schema": VERDICTS_SCHEMA, "run_id": run_id, "drill": drill_name, "status": status,
+            "stopped_by": stopped_by, "reads": reads, "checks": [v.to_json() for v in verdicts]}
+
+
+def write_verdicts(rundir: RunDir, loaded: LoadedDrill, result, evidence: Evidence | None = None) -> None:
+    rundir.write_json("verdicts.json", verdicts_document(rundir.run_id, loaded.drill.name, result.status,
+                                                         result.stopped_by, result.verdicts, evidence))
     rundir.write_text("summary.md", render_summary(rundir, loaded, result))
 
 

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from drill.jsonl import read_jsonl
+from drill.jsonl import ReadReport, read_jsonl
 from typing import Iterable, Iterator
 
 __all__ = ["ErrorClass", "RequestRecord", "classify_status", "latency_values", "read_records"]
@@ -122,6 +122,7 @@ def latency_values(records: Iterable[RequestRecord], metric: str) -> list[float]
     return [v for r in records if (v := getattr(r, attr)) is not None]
 
 
-def read_records(path: Path) -> Iterator[RequestRecord]:
-    """Records of a ``requests.jsonl``; a torn last line (crash mid-write) is skipped."""
-    return read_jsonl(path, RequestRecord.from_dict)
+def read_records(path: Path, report: ReadReport | None = None) -> Iterator[RequestRecord]:
+    """Records of a ``requests.jsonl``; a torn last line (crash mid-write) or an unreadable line is
+    counted in ``report`` (see :mod:`drill.jsonl`), never dropped silently."""
+    return read_jsonl(path, RequestRecord.from_dict, report)

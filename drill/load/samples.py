@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from drill.jsonl import read_jsonl
+from drill.jsonl import ReadReport, read_jsonl
 from typing import Iterator
 
 __all__ = ["FailingSample", "read_samples"]
@@ -58,6 +58,6 @@ class FailingSample:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
-def read_samples(path: Path) -> Iterator[FailingSample]:
-    """Samples of a ``failing_samples.jsonl``; a torn last line is skipped."""
-    return read_jsonl(path, FailingSample.from_dict)
+def read_samples(path: Path, report: ReadReport | None = None) -> Iterator[FailingSample]:
+    """Samples of a ``failing_samples.jsonl``; unreadable lines are counted in ``report``."""
+    return read_jsonl(path, FailingSample.from_dict, report)

@@ -103,7 +103,7 @@ def test_embedded_run_writes_every_raw_file_and_never_reuses_a_directory(tmp_pat
     spans = [json.loads(x) for x in (run_dir / "spans.jsonl").read_text().splitlines()]
     assert any(s["name"] == "llm_request" for s in spans)
     verdicts = json.loads((run_dir / "verdicts.json").read_text())
-    assert [v["status"] for v in verdicts["verdicts"]] == ["PASS"]
+    assert [v["status"] for v in verdicts["checks"]] == ["PASS"]
     from drill.stack.launcher import read_state
     assert read_state(f"drill-{run_dir.name.lower()}") is None, "the run's stack must be stopped"
 

@@ -64,7 +64,7 @@ def test_faults_that_land_are_verified_reverted_and_pass_fault_landed(local_stac
                         {"name": "crash", "kind": "replica_crash", "start": "1s", "duration": "2s"}]}
     done, run_dir = _run(drill, tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
-    verdicts = json.loads((run_dir / "verdicts.json").read_text())["verdicts"]
+    verdicts = json.loads((run_dir / "verdicts.json").read_text())["checks"]
     assert [(v["name"], v["status"]) for v in verdicts] == [("fault_landed", "PASS")]
     events = list(read_journal(run_dir / "journal.jsonl"))
     verified = {e.get("fault_id"): e.get("summary") for e in events if e.event == "fault_verified"}
@@ -94,7 +94,7 @@ def test_missing_mechanisms_make_the_drill_report_not_landed_and_exit_1(local_st
     }
     done, run_dir = _run(drill, tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
-    verdicts = {v["name"]: v for v in json.loads((run_dir / "verdicts.json").read_text())["verdicts"]}
+    verdicts = {v["name"]: v for v in json.loads((run_dir / "verdicts.json").read_text())["checks"]}
     landed = verdicts["fault_landed"]
     assert landed["status"] == "FAIL" and "slow" in landed["message"] and "pause" in landed["message"]
     assert "cannot reach Toxiproxy" in landed["observed"]["slow"]

@@ -29,6 +29,7 @@ from drill.engine.journal import Event, JournalEntry, read_journal
 from drill.jsonl import ReadReport
 from drill.load.records import RequestRecord, read_records
 from drill.spec.validation import SpecModel
+from drill.units import parse_duration
 
 if TYPE_CHECKING:  # the heavy parts are imported only by the checks that use them
     from drill.checks.ledger import RunLedger
@@ -151,8 +152,20 @@ class Evidence:
 
     def __init__(self, run_dir: Path, slo_by_pool: dict[str, dict[str, float]] | None = None) -> None:
         self.run_dir = Path(run_dir)
-        self.slo_by_pool = slo_by_pool or {}
+        self._slo_by_pool = slo_by_pool
         self.reports: dict[str, ReadReport] = {}
+
+    @cached_property
+    def slo_by_pool(self) -> dict[str, dict[str, float]]:
+        """Each pool's SLO in seconds (``ttft_p95`` -> 2.0): the pool's own, else the drill's default.
+
+        Given to the constructor, or read from ``resolved.json`` — so a re-judged run uses the SLOs it ran with.
+        """
+        if self._slo_by_pool is not None:
+            return self._slo_by_pool
+        default = self.resolved.get("drill", {}).get("slo") or {}
+        pools = self.resolved.get("scenario", {}).get("pools") or []
+        return {p["name"]: {k: parse_duration(v) for k, v in (p.get("slo") or default).items()} for p in pools}
 
     def read(self, name: str, reader: Callable[[Path, ReadReport], Iterator[T]]) -> list[T]:
         """Read ``name`` (a file of the run directory) with ``reader``, recording its report."""

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from drill.errors import DrillError, SpecError
 
-__all__ = ["console", "err_console", "handle_errors", "parse_duration_option"]
+__all__ = ["console", "err_console", "handle_errors", "parse_duration_option", "print_verdicts"]
 
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -51,3 +51,10 @@ def parse_duration_option(ctx: click.Context, param: click.Parameter, value: str
         return parse_duration(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+
+
+def print_verdicts(verdicts) -> None:
+    """One line per verdict, as ``drill run`` and ``drill judge`` print them."""
+    for v in verdicts:
+        colour = {"PASS": "green", "FAIL": "red"}.get(v.status.value, "yellow")
+        console.print(f"[{colour}]{v.status.value:<12}[/] {v.name}: {v.message}")

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from drill.cli.common import console, err_console, handle_errors
+from drill.cli.common import console, err_console, handle_errors, print_verdicts
 from drill.engine.safety import check_hosts
 from drill.errors import NotAvailableError
 from drill.spec.loader import load_drill
@@ -57,9 +57,7 @@ def _progress_listener():
 
 
 def _report(result) -> None:
-    for v in result.verdicts:
-        colour = {"PASS": "green", "FAIL": "red"}.get(v.status.value, "yellow")
-        console.print(f"[{colour}]{v.status.value:<12}[/] {v.name}: {v.message}")
+    print_verdicts(result.verdicts)
     if result.stopped_by:
         console.print(f"the fault phase ended early: stop condition '{result.stopped_by}' fired")
     if result.message:

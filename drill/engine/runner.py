@@ -357,7 +357,7 @@ class Runner:
     def _evaluate(self) -> None:
         from drill.engine.verdicts import evaluate_checks, write_verdicts
 
-        evidence = Evidence(self.rundir.path, _slo_by_pool(self.loaded))
+        evidence = Evidence(self.rundir.path)   # SLOs and params as resolved.json has them, like `drill judge`
         self.result.verdicts = evaluate_checks(self.loaded, evidence)
         write_verdicts(self.rundir, self.loaded, self.result, evidence)
 
@@ -380,6 +380,3 @@ def _dump(value: object) -> object:
         return asdict(value)
     return value
 
-
-def _slo_by_pool(loaded: LoadedDrill) -> dict[str, dict[str, float]]:
-    return {pool.name: (pool.slo or loaded.drill.slo) for pool in loaded.scenario.pools}

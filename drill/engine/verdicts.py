@@ -17,29 +17,41 @@ and line in its message: evidence that could not be read must not pass.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
+
+from pydantic import BaseModel
 
 from drill import registry
 from drill.checks.base import Check, Evidence, Status, Verdict
 from drill.engine.rundir import RunDir
 from drill.spec.loader import LoadedDrill
 
-__all__ = ["VERDICTS_SCHEMA", "evaluate_checks", "verdicts_document", "write_verdicts"]
+__all__ = ["VERDICTS_SCHEMA", "PlannedCheck", "evaluate_checks", "judge_one", "plan_checks", "verdicts_document",
+           "write_verdicts"]
 
 VERDICTS_SCHEMA = "llm-drill/verdicts/v1"
 
 
+@dataclass(frozen=True)
+class PlannedCheck:
+    kind: str
+    name: str
+    params: BaseModel
+
+
+def plan_checks(kinds_and_names: list[tuple[str, str | None]], params: list[BaseModel],
+                has_faults: bool) -> list[PlannedCheck]:
+    """The drill's checks in order, with ``fault_landed`` first when the drill has faults and lacks it."""
+    planned = [PlannedCheck(kind, name or kind, p) for (kind, name), p in zip(kinds_and_names, params)]
+    if has_faults and not any(c.kind == "fault_landed" for c in planned):
+        planned.insert(0, PlannedCheck("fault_landed", "fault_landed", registry.checks.get("fault_landed").Params()))
+    return planned
+
+
 def evaluate_checks(loaded: LoadedDrill, evidence: Evidence) -> list[Verdict]:
-    specs = list(zip(loaded.drill.checks, loaded.check_params))
-    if loaded.drill.faults and not any(spec.kind == "fault_landed" for spec, _ in specs):
-        fault_landed = registry.checks.get("fault_landed")
-        specs.insert(0, (None, fault_landed.Params()))
-    verdicts = []
-    for spec, params in specs:
-        kind = spec.kind if spec is not None else "fault_landed"
-        name = (spec.name if spec is not None else None) or kind
-        verdicts.append(judge_one(kind, name, params, evidence))
-    return verdicts
+    planned = plan_checks([(c.kind, c.name) for c in loaded.drill.checks], list(loaded.check_params),
+                          bool(loaded.drill.faults))
+    return [judge_one(c.kind, c.name, c.params, evidence) for c in planned]
 
 
 def judge_one(kind: str, name: str, params, evidence: Evidence) -> Verdict:

@@ -104,6 +104,11 @@ def test_embedded_run_writes_every_raw_file_and_never_reuses_a_directory(tmp_pat
     assert any(s["name"] == "llm_request" for s in spans)
     verdicts = json.loads((run_dir / "verdicts.json").read_text())
     assert [v["status"] for v in verdicts["checks"]] == ["PASS"]
+    assert verdicts["schema"] == "llm-drill/verdicts/v1"
+    judged = subprocess.run([sys.executable, "-m", "drill", "judge", str(run_dir), "--json"], capture_output=True,
+                            text=True, env=_env(tmp_path), timeout=60)
+    assert judged.returncode == 0, judged.stderr
+    assert json.loads(judged.stdout)["checks"] == verdicts["checks"], "drill judge must give the run's verdicts"
     from drill.stack.launcher import read_state
     assert read_state(f"drill-{run_dir.name.lower()}") is None, "the run's stack must be stopped"
 

@@ -1,0 +1,74 @@
+"""Re-judge a past run from its run directory alone: ``drill judge RUN_DIR``.
+
+The checks, their params and the SLOs come from the run's ``resolved.json``; the
+evidence from the files beside it. Checks are pure functions of the directory,
+so re-judging a finished run gives the verdicts the run gave (and a run judged
+after a checks upgrade gives the new verdicts on the old evidence). Nothing in
+the run directory is changed: it is append-only evidence.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from drill import registry
+from drill.checks.base import Evidence, Verdict
+from drill.engine.journal import Event
+from drill.engine.verdicts import judge_one, plan_checks, verdicts_document
+from drill.errors import InputError
+
+__all__ = ["Judgement", "rejudge"]
+
+
+@dataclass(frozen=True)
+class Judgement:
+    run_dir: Path
+    run_id: str
+    drill: str
+    status: str                 # how the run ended, from its journal
+    stopped_by: str | None
+    verdicts: list[Verdict]
+    evidence: Evidence
+
+    def document(self) -> dict:
+        """The ``verdicts.json`` document these verdicts make."""
+        return verdicts_document(self.run_id, self.drill, self.status, self.stopped_by, self.verdicts, self.evidence)
+
+
+def rejudge(run_dir: Path) -> Judgement:
+    """Evaluate the run's checks again; InputError (exit 2) when ``run_dir`` is not a run directory."""
+    resolved = _read_resolved(run_dir)
+    drill = resolved.get("drill") or {}
+    specs = drill.get("checks") or []
+    dumps = resolved.get("check_params") or [{} for _ in specs]
+    params = [registry.checks.get(spec["kind"]).Params.model_validate(dump or {})
+              for spec, dump in zip(specs, dumps)]
+    planned = plan_checks([(s["kind"], s.get("name")) for s in specs], params, bool(drill.get("faults")))
+    evidence = Evidence(run_dir)
+    verdicts = [judge_one(c.kind, c.name, c.params, evidence) for c in planned]
+    status, stopped_by = _how_it_ended(evidence)
+    return Judgement(run_dir, run_dir.name, str(drill.get("name", "?")), status, stopped_by, verdicts, evidence)
+
+
+def _read_resolved(run_dir: Path) -> dict:
+    path = run_dir / "resolved.json"
+    if not run_dir.is_dir():
+        raise InputError(f"{run_dir}: no such run directory", hint="pass a directory such as reports/<drill>/<run id>")
+    if not path.exists():
+        raise InputError(f"{run_dir}: not a run directory (it has no resolved.json)",
+                         hint="pass a directory that `drill run` created, such as reports/<drill>/<run id>")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read the resolved drill: {exc}",
+                         hint="the run directory is damaged; its raw files can still be read by hand") from exc
+
+
+def _how_it_ended(evidence: Evidence) -> tuple[str, str | None]:
+    finished = [e for e in evidence.journal if e.event == Event.RUN_FINISHED.value]
+    if not finished:
+        return "unfinished", None
+    last = finished[-1]
+    return str(last.get("status", "?")), last.get("stopped_by")

@@ -19,7 +19,7 @@ import binascii
 import gzip
 import json
 import zlib
-from typing import Any
+from typing import Any, Iterator
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
@@ -152,3 +152,260 @@ def _span(span, service: str, scope: str, resource: dict[str, Any]) -> dict[str,
         "events": [{"name": e.name, "ts_ns": e.time_unix_nano, "attributes": _attributes(e.attributes)}
                    for e in span.events],
     }
+
+
+# --- OTLP files: JSON lines (collector file exporter, Tempo) and protobuf -----------------------------
+#
+# Decoded with msgspec typed structs straight into a TableBuilder (no protobuf message per span for
+# JSON). Ids follow the robust rule of the OTLP deviations seen in the wild: a trace id of 24 characters
+# ending in "==" or a span id of 12 ending in "=" is base64 (Tempo, the Java SDK's JSON), anything else
+# is hex (the OTLP/JSON spec). 64-bit times may be decimal strings (the spec) or numbers.
+
+import struct as _struct
+from pathlib import Path as _Path
+
+import msgspec as _msgspec
+
+from drill.jsonl import BadLine as _BadLine, ReadReport as _ReadReport
+from drill.traces.table import SpanTable as _SpanTable, TableBuilder as _TableBuilder
+from drill.traces.table import kind_code as _kind_code, status_code as _status_code
+
+__all__ += ["PROTO_FRAMINGS", "TracesData", "read_json_file", "read_proto_file", "span_id_hex", "trace_id_hex"]
+
+
+class _AnyValue(_msgspec.Struct, rename="camel"):
+    string_value: str | None = None
+    bool_value: bool | None = None
+    int_value: int | str | None = None
+    double_value: float | str | None = None
+    bytes_value: str | None = None
+    array_value: "_ArrayValue | None" = None
+    kvlist_value: "_KvList | None" = None
+
+
+class _KeyValue(_msgspec.Struct):
+    key: str
+    value: _AnyValue | None = None
+
+
+class _ArrayValue(_msgspec.Struct):
+    values: list[_AnyValue] = []
+
+
+class _KvList(_msgspec.Struct):
+    values: list[_KeyValue] = []
+
+
+class _JsonStatus(_msgspec.Struct):
+    code: int | str = 0
+    message: str = ""
+
+
+class _JsonSpan(_msgspec.Struct, rename="camel"):
+    trace_id: str = ""
+    span_id: str = ""
+    parent_span_id: str = ""
+    name: str = ""
+    kind: int | str = 0
+    start_time_unix_nano: int | str = 0
+    end_time_unix_nano: int | str = 0
+    attributes: list[_KeyValue] = []
+    status: _JsonStatus | None = None
+
+
+class _JsonScopeSpans(_msgspec.Struct):
+    spans: list[_JsonSpan] = []
+
+
+class _JsonResource(_msgspec.Struct):
+    attributes: list[_KeyValue] = []
+
+
+class _JsonResourceSpans(_msgspec.Struct, rename="camel"):
+    resource: _JsonResource | None = None
+    scope_spans: list[_JsonScopeSpans] = []
+    instrumentation_library_spans: list[_JsonScopeSpans] = []   # OTLP < 0.15, older Tempo
+
+
+class TracesData(_msgspec.Struct, rename="camel"):
+    """One OTLP/JSON ``TracesData`` (or ``ExportTraceServiceRequest``); Tempo names the list ``batches``."""
+
+    resource_spans: list[_JsonResourceSpans] = []
+    batches: list[_JsonResourceSpans] = []
+
+
+_TRACES_DECODER = _msgspec.json.Decoder(TracesData)
+
+
+def _id_hex(value: str, b64_len: int, b64_pad: str, hex_len: int) -> str:
+    if not value:
+        return ""
+    if len(value) == b64_len and value.endswith(b64_pad):
+        try:
+            return base64.b64decode(value, validate=True).hex()
+        except binascii.Error as exc:
+            raise ValueError(f"id {value!r} is neither hex nor base64") from exc
+    if len(value) != hex_len:
+        raise ValueError(f"id {value!r} is not {hex_len} hex characters")
+    try:
+        int(value, 16)
+    except ValueError as exc:
+        raise ValueError(f"id {value!r} is not hex") from exc
+    return value.lower()
+
+
+def trace_id_hex(value: str) -> str:
+    """Lowercase 32-hex trace id of an OTLP/JSON trace id (hex, or base64 as Tempo returns it)."""
+    return _id_hex(value, 24, "==", 32)
+
+
+def span_id_hex(value: str) -> str:
+    """Lowercase 16-hex span id of an OTLP/JSON span id (hex, or base64); "" for none."""
+    return _id_hex(value, 12, "=", 16)
+
+
+def _json_value(value: _AnyValue | None) -> Any:
+    if value is None:
+        return None
+    if value.string_value is not None:
+        return value.string_value
+    if value.bool_value is not None:
+        return value.bool_value
+    if value.int_value is not None:
+        return int(value.int_value)
+    if value.double_value is not None:
+        return float(value.double_value)
+    if value.array_value is not None:
+        return [_json_value(v) for v in value.array_value.values]
+    if value.kvlist_value is not None:
+        return _json_attributes(value.kvlist_value.values)
+    if value.bytes_value is not None:
+        return base64.b64decode(value.bytes_value).hex()
+    return None
+
+
+def _json_attributes(items: list[_KeyValue]) -> dict[str, Any]:
+    return {kv.key: _json_value(kv.value) for kv in items}
+
+
+def _add_traces_data(data: TracesData, builder: _TableBuilder) -> None:
+    for resource_spans in data.resource_spans or data.batches:
+        resource = _json_attributes(resource_spans.resource.attributes) if resource_spans.resource else {}
+        service = str(resource.get("service.name", "unknown"))
+        for scope in resource_spans.scope_spans or resource_spans.instrumentation_library_spans:
+            for span in scope.spans:
+                status = span.status or _JsonStatus()
+                builder.add(trace_id_hex(span.trace_id), span_id_hex(span.span_id), span_id_hex(span.parent_span_id),
+                            service, span.name, _kind_code(span.kind), int(span.start_time_unix_nano),
+                            int(span.end_time_unix_nano), _status_code(status.code), status.message or None,
+                            _json_attributes(span.attributes))
+
+
+def read_json_file(path: _Path, report: _ReadReport | None = None) -> _SpanTable:
+    """The spans of an OTLP/JSON-lines file (one ``TracesData`` per line, the collector's file exporter).
+
+    A line that is not JSON, not a ``TracesData``, or has an id that is neither hex nor base64 is counted
+    and located in ``report`` (all its spans are left out); a torn last line is ``torn_last_line``.
+    """
+    report = report if report is not None else _ReadReport(path)
+    builder = _TableBuilder()
+    if not path.exists():
+        report.exists = False
+        return builder.build()
+    with path.open("rb") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            mark = len(builder)
+            try:
+                _add_traces_data(_TRACES_DECODER.decode(line), builder)
+            except (_msgspec.DecodeError, _msgspec.ValidationError, ValueError, TypeError) as exc:
+                builder.truncate(mark)
+                bad = _BadLine(number, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200])
+                if line.endswith(b"\n"):
+                    report.add_bad(bad)
+                else:
+                    report.torn_last_line = bad
+                continue
+            report.lines_read += 1
+    return builder.build()
+
+
+#: How an OTLP protobuf file holds its messages (each a ``TracesData``, wire-identical to an
+#: ``ExportTraceServiceRequest``):
+#: ``message`` — the whole file is one message (``.binpb``; a directory: every file in it, one each);
+#: ``uint32`` — each message is prefixed by its length as a 4-byte big-endian integer;
+#: ``varint`` — each message is prefixed by its length as a protobuf varint (Go ``protodelim``,
+#: Java ``writeDelimitedTo``).
+PROTO_FRAMINGS = ("message", "uint32", "varint")
+
+
+def _frames(data: bytes, framing: str) -> Iterator[tuple[int, bytes | None, str]]:
+    """(byte offset, message bytes or None, reason) for each framed message of ``data``."""
+    if framing == "message":
+        yield 0, data, ""
+        return
+    offset = 0
+    while offset < len(data):
+        start = offset
+        if framing == "uint32":
+            if offset + 4 > len(data):
+                yield start, None, "truncated length prefix"
+                return
+            (length,) = _struct.unpack_from(">I", data, offset)
+            offset += 4
+        else:
+            length, offset = _varint(data, offset)
+            if length < 0:
+                yield start, None, "truncated length prefix"
+                return
+        if offset + length > len(data):
+            yield start, None, f"message of {length} bytes cut short at {len(data) - offset}"
+            return
+        yield start, data[offset:offset + length], ""
+        offset += length
+
+
+def _varint(data: bytes, offset: int) -> tuple[int, int]:
+    value = shift = 0
+    while offset < len(data):
+        byte = data[offset]
+        offset += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, offset
+        shift += 7
+    return -1, offset
+
+
+def read_proto_file(path: _Path, report: _ReadReport | None = None, framing: str = "message") -> _SpanTable:
+    """The spans of OTLP protobuf ``TracesData``/``ExportTraceServiceRequest`` messages in ``path``
+    (a file, or a directory whose files each hold one message), framed as :data:`PROTO_FRAMINGS` says.
+
+    A message that does not parse, or a frame cut short, is counted in ``report`` as a bad "line" whose
+    number is the message's 1-based index and whose reason names its byte offset.
+    """
+    if framing not in PROTO_FRAMINGS:
+        raise ValueError(f"unknown protobuf framing {framing!r} (one of {', '.join(PROTO_FRAMINGS)})")
+    report = report if report is not None else _ReadReport(path)
+    if not path.exists():
+        report.exists = False
+        return _SpanTable.empty()
+    files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+    tables, index = [], 0
+    for file in files:
+        for offset, payload, reason in _frames(file.read_bytes(), framing):
+            index += 1
+            where = f"{file.name} byte {offset}"
+            if payload is None:
+                report.add_bad(_BadLine(index, f"{where}: {reason}"))
+                continue
+            message = ExportTraceServiceRequest()
+            try:
+                message.ParseFromString(payload)
+            except DecodeError as exc:
+                report.add_bad(_BadLine(index, f"{where}: invalid protobuf: {exc}"[:200]))
+                continue
+            report.lines_read += 1
+            tables.append(_SpanTable.from_spans(normalize(message)))
+    return _SpanTable.concat(tables)

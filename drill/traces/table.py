@@ -1,0 +1,307 @@
+"""The span model: one columnar table, whatever the source (receiver, OTLP JSON/protobuf, Jaeger).
+
+A :class:`SpanTable` holds one row per span in numpy columns, so the checks and the analysis work on
+whole columns (durations, masks, group codes) rather than on a million Python dicts. Ids are
+lowercase hex strings (32 characters for a trace, 16 for a span; ``""`` for "no parent"); service
+and span names are ``int32`` codes into :attr:`SpanTable.services` / :attr:`SpanTable.names`; kind
+and status are the OTLP enum codes (:data:`KIND_NAMES`, :data:`STATUS_NAMES`); times are UNIX ns.
+
+Derived columns that need a pass over the ids (:attr:`SpanTable.trace_code`,
+:attr:`SpanTable.parent_row`) are computed once, on first use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+__all__ = ["KIND_NAMES", "STATUS_NAMES", "Span", "SpanTable", "TableBuilder", "kind_code", "status_code"]
+
+KIND_NAMES = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")   # OTLP SpanKind codes 0..5
+STATUS_NAMES = ("UNSET", "OK", "ERROR")                                                # OTLP status codes 0..2
+
+_KIND_CODES: dict[Any, int] = {name: code for code, name in enumerate(KIND_NAMES)}
+_KIND_CODES.update({f"SPAN_KIND_{name}": code for code, name in enumerate(KIND_NAMES)})
+_KIND_CODES.update({name.lower(): code for code, name in enumerate(KIND_NAMES)})   # Jaeger's span.kind tag
+_KIND_CODES.update({code: code for code in range(len(KIND_NAMES))})
+_STATUS_CODES: dict[Any, int] = {name: code for code, name in enumerate(STATUS_NAMES)}
+_STATUS_CODES.update({f"STATUS_CODE_{name}": code for code, name in enumerate(STATUS_NAMES)})
+_STATUS_CODES.update({code: code for code in range(len(STATUS_NAMES))})
+
+
+def kind_code(kind: Any) -> int:
+    """The OTLP SpanKind code of ``kind`` (a code, ``"SERVER"``, ``"SPAN_KIND_SERVER"`` or ``"server"``); 0 if unknown."""
+    return _KIND_CODES.get(kind, 0)
+
+
+def status_code(status: Any) -> int:
+    """The OTLP status code of ``status`` (a code, ``"ERROR"`` or ``"STATUS_CODE_ERROR"``); 0 if unknown."""
+    return _STATUS_CODES.get(status, 0)
+
+
+@dataclass(frozen=True)
+class Span:
+    """One row of a table as plain Python values, for reports and verdict evidence."""
+
+    trace_id: str
+    span_id: str
+    parent_id: str
+    service: str
+    name: str
+    kind: str
+    start_ns: int
+    end_ns: int
+    status: str
+    status_message: str | None
+    attributes: dict
+
+    @property
+    def duration_ms(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e6
+
+
+def _objects(values: Sequence[Any]) -> np.ndarray:
+    """A 1-d object array of ``values`` (np.array would build a 2-d array from a list of lists/dicts)."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
+def _intern(values: Iterable[str], names: dict[str, int]) -> list[int]:
+    """Codes of ``values`` in ``names`` (new names get the next code)."""
+    setdefault = names.setdefault
+    return [setdefault(v, len(names)) for v in values]
+
+
+@dataclass(frozen=True, eq=False)
+class SpanTable:
+    """Columnar spans: every column has ``len(table)`` rows. Treat the columns and attribute dicts as read-only."""
+
+    trace_id: np.ndarray              # dtype object: lowercase 32-hex str
+    span_id: np.ndarray               # dtype object: lowercase 16-hex str
+    parent_id: np.ndarray             # dtype object: lowercase 16-hex str, "" for a root
+    service: np.ndarray               # int32 codes into .services
+    name: np.ndarray                  # int32 codes into .names
+    kind: np.ndarray                  # int8 OTLP SpanKind code
+    start_ns: np.ndarray              # int64 UNIX ns
+    end_ns: np.ndarray                # int64 UNIX ns
+    status: np.ndarray                # int8 OTLP status code
+    status_message: np.ndarray        # dtype object: str or None
+    attributes: np.ndarray            # dtype object: dict[str, scalar|list] per span (may be {})
+    services: tuple[str, ...]
+    names: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.span_id)
+
+    def __repr__(self) -> str:
+        return f"SpanTable({len(self)} spans, {len(self.services)} services, {len(self.names)} span names)"
+
+    @property
+    def duration_ns(self) -> np.ndarray:
+        return self.end_ns - self.start_ns
+
+    # construction -----------------------------------------------------------------------------------
+    @classmethod
+    def from_spans(cls, spans: Iterable[dict]) -> "SpanTable":
+        """A table of normalized span dicts (the shape :func:`drill.traces.otlp.normalize` makes).
+
+        ``parent_span_id`` may be None/"" for a root; ``kind`` and ``status.code`` may be names or codes;
+        ``status`` may also be a bare code or name. Missing optional keys get their defaults.
+        """
+        builder = TableBuilder()
+        for span in spans:
+            status = span.get("status")
+            if isinstance(status, dict):
+                code, message = status.get("code"), status.get("message")
+            else:
+                code, message = status, None
+            builder.add(str(span["trace_id"]).lower(), str(span["span_id"]).lower(),
+                        str(span.get("parent_span_id") or span.get("parent_id") or "").lower(),
+                        span.get("service") or "unknown", span.get("name") or "", kind_code(span.get("kind")),
+                        int(span["start_ns"]), int(span["end_ns"]), status_code(code), message or None,
+                        span.get("attributes") or {})
+        return builder.build()
+
+    @classmethod
+    def empty(cls) -> "SpanTable":
+        return TableBuilder().build()
+
+    @classmethod
+    def from_columns(cls, *, trace_id: Sequence[str], span_id: Sequence[str], parent_id: Sequence[str],
+                     service: Sequence[str], name: Sequence[str], kind: Sequence[int], start_ns: Sequence[int],
+                     end_ns: Sequence[int], status: Sequence[int], status_message: Sequence[str | None],
+                     attributes: Sequence[dict]) -> "SpanTable":
+        """A table from equal-length Python sequences (service and name as strings, kind/status as codes)."""
+        services: dict[str, int] = {}
+        names: dict[str, int] = {}
+        n = len(span_id)
+        return cls(
+            trace_id=_objects(trace_id), span_id=_objects(span_id), parent_id=_objects(parent_id),
+            service=np.fromiter(_intern(service, services), dtype=np.int32, count=n),
+            name=np.fromiter(_intern(name, names), dtype=np.int32, count=n),
+            kind=np.asarray(kind, dtype=np.int8).reshape(n), start_ns=np.asarray(start_ns, dtype=np.int64).reshape(n),
+            end_ns=np.asarray(end_ns, dtype=np.int64).reshape(n), status=np.asarray(status, dtype=np.int8).reshape(n),
+            status_message=_objects(status_message), attributes=_objects(attributes),
+            services=tuple(services), names=tuple(names))
+
+    @classmethod
+    def concat(cls, tables: Sequence["SpanTable"]) -> "SpanTable":
+        """One table of all rows of ``tables``, in order; service/name codes are merged."""
+        tables = [t for t in tables if len(t)]
+        if not tables:
+            return cls.empty()
+        if len(tables) == 1:
+            return tables[0]
+        services: dict[str, int] = {}
+        names: dict[str, int] = {}
+        service_cols, name_cols = [], []
+        for table in tables:
+            service_map = np.asarray(_intern(table.services, services), dtype=np.int32)
+            name_map = np.asarray(_intern(table.names, names), dtype=np.int32)
+            service_cols.append(service_map[table.service] if len(service_map) else table.service)
+            name_cols.append(name_map[table.name] if len(name_map) else table.name)
+
+        def cat(column: str) -> np.ndarray:
+            return np.concatenate([getattr(t, column) for t in tables])
+
+        return cls(trace_id=cat("trace_id"), span_id=cat("span_id"), parent_id=cat("parent_id"),
+                   service=np.concatenate(service_cols), name=np.concatenate(name_cols), kind=cat("kind"),
+                   start_ns=cat("start_ns"), end_ns=cat("end_ns"), status=cat("status"),
+                   status_message=cat("status_message"), attributes=cat("attributes"),
+                   services=tuple(services), names=tuple(names))
+
+    def take(self, rows: np.ndarray) -> "SpanTable":
+        """The rows ``rows`` (int indices or a bool mask), same service/name codes."""
+        rows = np.asarray(rows)
+        if rows.dtype != bool:
+            rows = rows.astype(np.intp, copy=False)
+        return SpanTable(trace_id=self.trace_id[rows], span_id=self.span_id[rows], parent_id=self.parent_id[rows],
+                         service=self.service[rows], name=self.name[rows], kind=self.kind[rows],
+                         start_ns=self.start_ns[rows], end_ns=self.end_ns[rows], status=self.status[rows],
+                         status_message=self.status_message[rows], attributes=self.attributes[rows],
+                         services=self.services, names=self.names)
+
+    def in_window(self, window: tuple[int, int] | None) -> "SpanTable":
+        """The spans that overlap ``window`` (UNIX ns, inclusive); all of them for None."""
+        if window is None:
+            return self
+        return self.take((self.end_ns >= window[0]) & (self.start_ns <= window[1]))
+
+    # one row ----------------------------------------------------------------------------------------
+    def span(self, row: int) -> Span:
+        row = int(row)
+        return Span(trace_id=self.trace_id[row], span_id=self.span_id[row], parent_id=self.parent_id[row],
+                    service=self.services[self.service[row]], name=self.names[self.name[row]],
+                    kind=_name_of(KIND_NAMES, self.kind[row]), start_ns=int(self.start_ns[row]),
+                    end_ns=int(self.end_ns[row]), status=_name_of(STATUS_NAMES, self.status[row]),
+                    status_message=self.status_message[row], attributes=self.attributes[row])
+
+    def service_code(self, name: str) -> int | None:
+        return self._service_codes.get(name)
+
+    def name_code(self, name: str) -> int | None:
+        return self._name_codes.get(name)
+
+    @cached_property
+    def _service_codes(self) -> dict[str, int]:
+        return {name: code for code, name in enumerate(self.services)}
+
+    @cached_property
+    def _name_codes(self) -> dict[str, int]:
+        return {name: code for code, name in enumerate(self.names)}
+
+    # derived columns --------------------------------------------------------------------------------
+    @cached_property
+    def trace_ids(self) -> tuple[str, ...]:
+        """The distinct trace ids, in first-seen order: ``trace_ids[trace_code[row]]`` is the row's trace."""
+        return self._trace_codes[1]
+
+    @cached_property
+    def trace_code(self) -> np.ndarray:
+        """int32 code of each row's trace id into :attr:`trace_ids`."""
+        return self._trace_codes[0]
+
+    @cached_property
+    def _trace_codes(self) -> tuple[np.ndarray, tuple[str, ...]]:
+        codes: dict[str, int] = {}
+        column = np.fromiter(_intern(self.trace_id.tolist(), codes), dtype=np.int32, count=len(self))
+        return column, tuple(codes)
+
+    @cached_property
+    def parent_row(self) -> np.ndarray:
+        """int64 row of each span's parent in this table (same trace), -1 for a root or a parent not here."""
+        n = len(self)
+        span_ids = self.span_id.tolist()
+        index = dict(zip(span_ids, range(n)))
+        if len(index) == n:     # span ids unique in the table: one dict keyed by span id
+            get = index.get
+            rows = np.fromiter((get(p, -1) if p else -1 for p in self.parent_id.tolist()), dtype=np.int64, count=n)
+            found = rows >= 0
+            same_trace = self.trace_code[rows[found]] == self.trace_code[found]
+            if not same_trace.all():   # a parent id that collides with a span of another trace
+                rows[np.flatnonzero(found)[~same_trace]] = -1
+            return rows
+        codes = self.trace_code.tolist()
+        keyed = {(c, s): row for row, (c, s) in enumerate(zip(codes, span_ids))}
+        return np.fromiter((keyed.get((c, p), -1) if p else -1 for c, p in zip(codes, self.parent_id.tolist())),
+                           dtype=np.int64, count=n)
+
+    def children_count(self) -> np.ndarray:
+        """int64 number of children (in this table) of each row."""
+        parents = self.parent_row
+        return np.bincount(parents[parents >= 0], minlength=len(self)).astype(np.int64)
+
+
+def _name_of(names: tuple[str, ...], code: int) -> str:
+    code = int(code)
+    return names[code] if 0 <= code < len(names) else str(code)
+
+
+class TableBuilder:
+    """Accumulates spans row by row (for sources whose records are not one flat row each)."""
+
+    def __init__(self) -> None:
+        self.trace_id: list[str] = []
+        self.span_id: list[str] = []
+        self.parent_id: list[str] = []
+        self.service: list[str] = []
+        self.name: list[str] = []
+        self.kind: list[int] = []
+        self.start_ns: list[int] = []
+        self.end_ns: list[int] = []
+        self.status: list[int] = []
+        self.status_message: list[str | None] = []
+        self.attributes: list[dict] = []
+
+    def __len__(self) -> int:
+        return len(self.span_id)
+
+    def add(self, trace_id: str, span_id: str, parent_id: str, service: str, name: str, kind: int,
+            start_ns: int, end_ns: int, status: int, status_message: str | None, attributes: dict) -> None:
+        self.trace_id.append(trace_id)
+        self.span_id.append(span_id)
+        self.parent_id.append(parent_id)
+        self.service.append(service)
+        self.name.append(name)
+        self.kind.append(kind)
+        self.start_ns.append(start_ns)
+        self.end_ns.append(end_ns)
+        self.status.append(status)
+        self.status_message.append(status_message)
+        self.attributes.append(attributes)
+
+    def truncate(self, rows: int) -> None:
+        """Drop every row after the first ``rows`` (a record that turned out unreadable half-way)."""
+        for column in (self.trace_id, self.span_id, self.parent_id, self.service, self.name, self.kind,
+                       self.start_ns, self.end_ns, self.status, self.status_message, self.attributes):
+            del column[rows:]
+
+    def build(self) -> SpanTable:
+        return SpanTable.from_columns(trace_id=self.trace_id, span_id=self.span_id, parent_id=self.parent_id,
+                                      service=self.service, name=self.name, kind=self.kind, start_ns=self.start_ns,
+                                      end_ns=self.end_ns, status=self.status, status_message=self.status_message,
+                                      attributes=self.attributes)

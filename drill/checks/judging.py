@@ -1,0 +1,168 @@
+"""Figures shared by the checks that judge from client records: windows, pool settings, SLO tests,
+and the guarded access to a run's spans (and the measurement truth they give).
+
+Nothing here decides a verdict; the checks (:mod:`drill.checks.failures`, :mod:`drill.checks.retries`,
+:mod:`drill.checks.recovery`, the ``slo`` check) do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable
+
+from drill.load.records import ErrorClass, RequestRecord
+from drill.spec.scenario import parse_slo_key
+from drill.stats import percentile
+from drill.units import parse_duration
+
+if TYPE_CHECKING:
+    from drill.checks.base import Evidence, EvidenceRef
+    from drill.traces.evidence import TraceEvidence
+
+__all__ = ["PoolSettings", "meets_slo", "measurement_truth_figures", "pool_settings", "record_metric_ms",
+           "records_in", "span_evidence", "time_to_failure_ms", "wait_limit_ms", "window_of"]
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    """What the scenario promised a pool's clients: their deadline and retries."""
+
+    name: str
+    timeout_s: float | None     # the client's deadline for one attempt
+    retry_attempts: int | None  # extra tries after the first
+
+
+def pool_settings(evidence: "Evidence") -> dict[str, PoolSettings]:
+    """Each pool of ``resolved.json``'s scenario (durations are written with units there)."""
+    out = {}
+    for raw in (evidence.resolved.get("scenario") or {}).get("pools") or []:
+        name = raw.get("name")
+        if not isinstance(name, str):
+            continue
+        out[name] = PoolSettings(name, _duration(raw.get("timeout")), (raw.get("retry") or {}).get("attempts"))
+    return out
+
+
+def _duration(value: object) -> float | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value) if isinstance(value, str) else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def window_of(evidence: "Evidence", phase: str) -> tuple[float, float] | None:
+    """The judged window (UNIX s): the fault window (injection to revert) for ``fault``, else the phase."""
+    if phase == "fault" and evidence.fault_window is not None:
+        return evidence.fault_window
+    window = evidence.phases.get(phase)
+    return (window.start_ts, window.end_ts) if window else None
+
+
+def records_in(evidence: "Evidence", window: tuple[float, float], pools: Iterable[str] | None = None,
+               ) -> list[RequestRecord]:
+    """Attempts whose intended start falls in ``window`` (and in ``pools``, when given)."""
+    wanted = None if pools is None else set(pools)
+    start, end = window
+    return [r for r in evidence.requests if start <= r.intended_ts < end and (wanted is None or r.pool in wanted)]
+
+
+def time_to_failure_ms(record: RequestRecord) -> float | None:
+    """How long the client waited for a failed attempt's answer, from its intended start (ms).
+
+    The status line (``headers_ms``) is when a refusal arrived; a stream that broke later, or a timeout,
+    ends at ``e2e_ms``. The later of the two is the time the client spent before it knew.
+    """
+    values = [v for v in (record.headers_ms, record.e2e_ms) if v is not None]
+    return max(values) if values else None
+
+
+def record_metric_ms(record: RequestRecord, metric: str) -> float | None:
+    """One attempt's value of an SLO metric (ms), None when it has none; ITL is its largest gap."""
+    if metric == "ttft":
+        return record.ttft_ms if record.ttft_ms is not None else record.e2e_ms
+    if metric == "e2e":
+        return record.e2e_ms
+    if metric == "tpot":
+        return record.tpot_ms
+    gaps = record.itl_ms()
+    return max(gaps) if gaps else None
+
+
+def meets_slo(record: RequestRecord, slo: dict[str, float]) -> bool:
+    """True when the attempt succeeded and each of its latencies is within every bound of ``slo``.
+
+    A per-request SLO (DistServe's goodput): each bound applies to each request. ITL is judged on the
+    attempt's own gaps at the key's percentile; a metric the attempt has no value for (TPOT of a
+    one-token answer) does not count against it.
+    """
+    if not record.ok:
+        return False
+    for key, bound_s in slo.items():
+        parsed = parse_slo_key(key)
+        if parsed is None:
+            continue
+        metric, pct = parsed
+        value = percentile(record.itl_ms(), pct) if metric == "itl" else record_metric_ms(record, metric)
+        if value is not None and value > bound_s * 1000.0:
+            return False
+    return True
+
+
+def wait_limit_ms(slo: dict[str, float]) -> tuple[str, float] | None:
+    """The longest a success may take before it counts as "left to wait": (metric, ms).
+
+    The pool's most lenient TTFT bound (of its ``ttft_p*`` keys), else its most lenient E2E bound (a
+    non-streaming pool has no first token before the whole answer); None without either.
+    """
+    for metric in ("ttft", "e2e"):
+        bounds = [bound for key, bound in slo.items() if (p := parse_slo_key(key)) and p[0] == metric]
+        if bounds:
+            return metric, max(bounds) * 1000.0
+    return None
+
+
+def is_counted(record: RequestRecord) -> bool:
+    """False for attempts the client never sent (its own in-flight cap) — the server had no say."""
+    return record.error is not ErrorClass.CLIENT_DROP
+
+
+def span_evidence(evidence: "Evidence") -> tuple["TraceEvidence | None", str | None]:
+    """The run's spans, or why there are none to use ("the target exported no spans", or the error)."""
+    try:
+        traces = evidence.traces
+    except (ImportError, OSError, ValueError) as exc:   # a damaged spans.jsonl is counted, not raised;
+        return None, f"the spans could not be loaded: {type(exc).__name__}: {exc}"   # this is the rest
+    if traces.no_spans_reason:
+        return None, traces.no_spans_reason
+    return traces, None
+
+
+def measurement_truth_figures(evidence: "Evidence") -> tuple[dict, list[str], list["EvidenceRef"]]:
+    """Client-vs-server TTFT/E2E difference percentiles for verdicts (empty without joined spans).
+
+    Returns (observed figures ``measurement_truth.ttft_diff_ms.p50``..., notes, evidence refs).
+    """
+    from drill.checks.base import EvidenceKind, EvidenceRef
+
+    if not (evidence.run_dir / "spans.jsonl").exists():
+        return {}, [], []
+    traces, _ = span_evidence(evidence)
+    if traces is None:
+        return {}, [], []
+    try:
+        truth = traces.joined.measurement_truth()
+    except (AttributeError, KeyError, ValueError, IndexError) as exc:
+        return {}, [f"measurement truth not computed: {type(exc).__name__}: {exc}"], []
+    if not truth.joined:
+        return {}, [], []
+    observed: dict[str, float] = {"measurement_truth.joined": truth.joined}
+    for name in ("ttft_diff_ms", "e2e_diff_ms"):
+        for pct, value in (getattr(truth, name) or {}).items():
+            observed[f"measurement_truth.{name}.{pct}"] = round(value, 3)
+    ttft = truth.ttft_diff_ms or {}
+    note = (f"measurement truth: {truth.joined} request(s) joined to server spans; client - server TTFT "
+            + (", ".join(f"{k} {v:.1f}ms" for k, v in ttft.items()) or "not measured"))
+    refs = [EvidenceRef(EvidenceKind.MEASUREMENT, f"{k}={v:.3f}ms", "client - server TTFT") for k, v in ttft.items()]
+    return observed, [note], refs

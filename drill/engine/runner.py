@@ -270,7 +270,8 @@ class Runner:
         plan = LoadPlan(scenario=self.loaded.scenario, target_url=self.target_info.base_url,
                         model=self.target_info.model or self.loaded.scenario.model,
                         duration_s=self.timeline.load_length_s, run_dir=self.rundir.path,
-                        seed=self.drill.seed, workers=self.options.workers, progress=self.options.progress)
+                        seed=self.drill.seed, workers=self.options.workers, progress=self.options.progress,
+                        control_ids=tuple(self._control_ids()))
         self.load = LoadDriver(plan)
         self.load.start()
         self.monitor = StopMonitor(list(self.drill.stop_conditions), self.rundir.file("requests.jsonl"),
@@ -341,15 +342,36 @@ class Runner:
             raise _DrillStopped()
         return trigger
 
-    def _replay_phase(self) -> None:
-        from drill.load.driver import replay_failing
+    def _control_ids(self) -> list[str]:
+        """The baseline requests whose output the load generator digests: the replay's control candidates."""
+        from drill.load.replay import choose_control_ids
 
         spec = self.drill.phases.replay
+        slot = next((s for s in self.timeline.phases if s.phase is Phase.BASELINE), None)
+        if not spec.enabled or slot is None:
+            return []
+        seed = self.drill.seed if spec.seed is None else spec.seed
+        return choose_control_ids(self.loaded.scenario, self.timeline.load_length_s, self.drill.seed,
+                                  (slot.start_s, slot.end_s), spec.controls, sample_seed=seed)
+
+    def _replay_phase(self) -> None:
+        """After recovery: the original failing requests and the baseline controls, at the baseline's rate."""
+        from drill.load.replay import ReplayPlan, baseline_rate, replay_after_recovery
+
+        spec = self.drill.phases.replay
+        evidence = Evidence(self.rundir.path)
+        window = evidence.phases.get(Phase.BASELINE.value)
+        baseline = (window.start_ts, window.end_ts) if window is not None else None
+        rate = spec.rate or (baseline_rate(evidence.requests, baseline) if baseline else None)
+        plan = ReplayPlan(self.target_info.base_url, spec.timeout, spec.concurrency, spec.max_samples,
+                          spec.controls, self.drill.seed if spec.seed is None else spec.seed, rate,
+                          spec.repetitions)
         self._phase_started(Phase.REPLAY, None)
         start = time.monotonic()
-        summary = replay_failing(self.rundir.file("failing_samples.jsonl"), self.rundir.file("replay.jsonl"),
-                                 self.target_info.base_url, concurrency=spec.concurrency, timeout_s=spec.timeout,
-                                 max_samples=spec.max_samples)
+        summary = replay_after_recovery(self.rundir.file("failing_samples.jsonl"), evidence.requests,
+                                        self.rundir.file("replay.jsonl"), plan, scenario=self.loaded.scenario,
+                                        model=self.target_info.model or self.loaded.scenario.model or "",
+                                        load_seed=self.drill.seed, baseline_ts=baseline)
         self._phase_ended(Phase.REPLAY, time.monotonic() - start, summary=_dump(summary))
 
     # --- verdicts ---------------------------------------------------------------------------------

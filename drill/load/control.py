@@ -57,6 +57,7 @@ class GeneratorPlan:
     master_bind: str = "127.0.0.1:0"
     headers: dict[str, str] = field(default_factory=dict)
     start_lead_s: float = 0.3      # t0 is this far after the plan is applied, so offset 0 is not late
+    control_ids: list[str] = field(default_factory=list)   # logical ids whose output text is digested
 
     def scenario_model(self) -> Scenario:
         return Scenario.model_validate(self.scenario)

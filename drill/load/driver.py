@@ -52,6 +52,7 @@ class LoadPlan:
     headers: dict[str, str] = field(default_factory=dict)   # extra headers, e.g. Authorization
     expect_remote_workers: int = 0   # also wait for this many `drill worker --master HOST:PORT` processes
     master_bind: str = "127.0.0.1:0"  # where the master listens for workers (0: a free port)
+    control_ids: tuple[str, ...] = ()  # logical ids whose output is digested (the recovery replay's controls)
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,7 @@ class LoadDriver:
             scenario=plan.scenario.model_dump(mode="json", by_alias=True), target_url=plan.target_url, model=model,
             duration_s=plan.duration_s, seed=plan.seed, run_nonce=uuid.uuid4().hex[:12], run_dir=str(plan.run_dir),
             workers=plan.workers, expect_remote_workers=plan.expect_remote_workers, master_bind=plan.master_bind,
-            headers=dict(plan.headers))
+            headers=dict(plan.headers), control_ids=list(plan.control_ids))
         self._spawn(wire)
         self._await_ready(timeout_s)
         if plan.progress:

@@ -98,6 +98,7 @@ class OpenLoop:
         self.pools = {p.name: p for p in self.scenario.pools}
         self.schedule = build_schedule(self.scenario, plan.duration_s, plan.seed)
         self.mine = self.schedule.partition(*partition)
+        self.controls = frozenset(plan.control_ids)   # requests whose output is digested (recovery replay)
         self.text = PromptText(plan.seed)
         self.cap = max(1, math.ceil(self.scenario.max_in_flight / partition[1]))
         self.transport = Transport(plan.target_url, self.cap)
@@ -193,7 +194,8 @@ class OpenLoop:
         self.counters.attempts += 1
         self.counters.sent += attempt == 1
         outcome = send_attempt(self.transport, endpoint_path(job.pool.endpoint), job.body, headers,
-                               stream=job.pool.stream, timeout_s=job.pool.timeout)
+                               stream=job.pool.stream, timeout_s=job.pool.timeout,
+                               capture=job.burst is None and job.logical_id in self.controls)
         self._emit(job, attempt, intended, outcome, trace_id, idem, headers=headers)
         return outcome
 
@@ -237,6 +239,7 @@ class OpenLoop:
             error=outcome.error, error_detail=outcome.detail, headers_ms=ms(outcome.headers_at),
             ttft_ms=chunks[0] if chunks else None, e2e_ms=ms(outcome.end_at), chunk_offsets_ms=chunks,
             prompt_tokens=outcome.prompt_tokens, completion_tokens=completion, retry_after_s=outcome.retry_after_s,
+            output_digest=outcome.output.value() if outcome.output is not None and outcome.error is None else None,
             **base)
 
     def _sample(self, job: _Job, record: RequestRecord, headers: dict[str, str]) -> FailingSample:

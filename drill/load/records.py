@@ -73,6 +73,7 @@ class RequestRecord:
     retry_after_s: float | None = None
     burst: str | None = None        # the queue_flood burst that produced it, if any
     worker: str | None = None
+    output_digest: str | None = None   # sha256 of the generated text (control requests only)
 
     @property
     def ok(self) -> bool:

@@ -27,6 +27,7 @@ from geventhttpclient.connectionpool import ConnectionPool
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 from geventhttpclient.url import URL
 
+from drill.load.output import OutputDigest
 from drill.load.reactor import reactor
 from drill.load.records import ErrorClass, classify_status
 from drill.load.sse import LineKind, classify_line, is_role_only, parse_error_message, parse_usage
@@ -57,6 +58,7 @@ class Outcome:
     completion_tokens: int | None = None
     role_only_first: bool = False
     retry_after_s: float | None = None
+    output: OutputDigest | None = None   # the generated text's digest, for a watched (control) request
 
     def fail(self, error: ErrorClass, detail: str) -> "Outcome":
         if self.error is None:
@@ -144,13 +146,15 @@ class Transport:
 
 
 def send_attempt(transport: Transport, path: str, body: bytes, headers: dict[str, str], *, stream: bool,
-                 timeout_s: float) -> Outcome:
+                 timeout_s: float, capture: bool = False) -> Outcome:
     """POST ``body`` to ``path`` and read the whole response within ``timeout_s`` seconds.
 
     Never raises for request failures: they come back as ``Outcome.error``. An
     attempt cancelled with :class:`Cancelled` returns with ``ErrorClass.CANCELLED``.
+    With ``capture``, ``Outcome.output`` digests the generated text (parsing every
+    content chunk: for the few control requests only).
     """
-    outcome = Outcome(sent_at=time.perf_counter())
+    outcome = Outcome(sent_at=time.perf_counter(), output=OutputDigest() if capture else None)
     timer = gevent.Timeout(timeout_s, _Deadline)
     timer.start()
     got_headers = False
@@ -185,6 +189,8 @@ def _read(response, outcome: Outcome, stream: bool) -> None:
             outcome.retry_after_s = _retry_after(response.get("retry-after"))
         else:
             outcome.prompt_tokens, outcome.completion_tokens = parse_usage(data)
+            if outcome.output is not None:
+                outcome.output.feed_body(data)
         return
     _read_stream(response, outcome)
 
@@ -206,6 +212,8 @@ class _SseLines:
         if (times and not self.pending and data.endswith(b"\n\n") and data.count(b"\n") == 2
                 and data.startswith(b'data: {"') and b'"choices":[{' in data and b'{"error"' not in data[:16]):
             times.append(now)   # the hot path: exactly one content chunk, as vLLM sends them
+            if outcome.output is not None:
+                outcome.output.feed_chunk(data)
             return False
         lines = (self.pending + data).split(b"\n") if self.pending else data.split(b"\n")
         self.pending = lines.pop()
@@ -217,6 +225,8 @@ class _SseLines:
                 times.append(now)
                 if len(times) == 1:
                     outcome.role_only_first = is_role_only(line)
+                if outcome.output is not None:
+                    outcome.output.feed_chunk(line)
             elif kind is LineKind.DONE:
                 outcome.end_at = now
                 self.done = True

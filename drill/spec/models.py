@@ -56,12 +56,28 @@ class ColdStart(SpecModel):
 
 
 class ReplayPhase(SpecModel):
-    """After recovery, the original failing requests are sent again, byte for byte."""
+    """After recovery, the original failing requests are sent again, byte for byte, with a control set.
+
+    - ``enabled`` (true): run the replay phase (``replay: false`` turns it off).
+    - ``timeout`` (120s): each replayed request's client timeout.
+    - ``max_samples`` (200, >= 1): failed logical requests replayed at most; with more, a seeded sample.
+    - ``concurrency`` (8, >= 1): replayed requests in flight at most.
+    - ``controls`` (20, >= 0): baseline successes replayed as controls (their output was digested during
+      the baseline); 0 replays no controls, and the ``recovery_replay`` check is then INCONCLUSIVE at best.
+    - ``repetitions`` (2, 2..5): sends of each control; two replays' disagreement is the noise floor for
+      requests that are not deterministic (temperature > 0).
+    - ``seed`` (the drill's ``seed``): seeds the choice of samples and controls and the send order.
+    - ``rate`` (the baseline's arrival rate): replayed requests sent per second, evenly spaced.
+    """
 
     enabled: bool = True
     timeout: Duration = 120.0
     max_samples: int = Field(200, ge=1)
     concurrency: int = Field(8, ge=1)
+    controls: int = Field(20, ge=0)
+    repetitions: int = Field(2, ge=2, le=5)
+    seed: int | None = None
+    rate: float | None = Field(None, gt=0)
 
 
 def _flag_or_model(value: object) -> object:

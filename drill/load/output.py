@@ -1,0 +1,73 @@
+"""The digest of a response's generated text: what a replay compares byte for byte.
+
+Used by the load generator for the control requests it was asked to watch (the
+``control_ids`` of its plan) and by :mod:`drill.load.replay` for every replay.
+The digest is ``sha256:<hex>`` of the UTF-8 text the server generated, choice by
+choice in the order the chunks came: ``choices[].delta.content`` of a streamed
+chat chunk, ``choices[].text`` of a completion chunk, ``choices[].message.content``
+or ``choices[].text`` of a whole (non-streamed) body. Ids, timestamps and usage are
+not part of it, so two answers with the same words have the same digest.
+
+A content chunk that cannot be parsed is counted (``unreadable``) and the digest
+is then ``None``: a partial digest would compare as a difference that is not one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+__all__ = ["OutputDigest", "response_text"]
+
+
+class OutputDigest:
+    """Accumulates the generated text of one response."""
+
+    __slots__ = ("_hash", "unreadable", "chars")
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256()
+        self.unreadable = 0
+        self.chars = 0
+
+    def feed_chunk(self, line: bytes) -> None:
+        """One SSE content event (``data: {...}``, with or without its newlines)."""
+        payload = line.strip()
+        if payload.startswith(b"data:"):
+            payload = payload[5:].strip()
+        self._add(payload, stream=True)
+
+    def feed_body(self, body: bytes) -> None:
+        """A whole non-streamed JSON response body."""
+        self._add(body, stream=False)
+
+    def value(self) -> str | None:
+        """``sha256:<hex>`` of the text so far; None when a content chunk could not be read."""
+        return None if self.unreadable else "sha256:" + self._hash.hexdigest()
+
+    def _add(self, payload: bytes, *, stream: bool) -> None:
+        try:
+            text = response_text(json.loads(payload), stream=stream)
+        except (ValueError, TypeError, AttributeError, KeyError):
+            self.unreadable += 1
+            return
+        data = text.encode("utf-8")
+        self.chars += len(text)
+        self._hash.update(data)
+
+
+def response_text(data: dict, *, stream: bool) -> str:
+    """The generated text of one parsed chunk (``stream``) or body; raises TypeError for another shape."""
+    choices = data["choices"]
+    if not isinstance(choices, list):
+        raise TypeError("choices is not a list")
+    parts = []
+    for choice in choices:
+        holder = choice.get("delta" if stream else "message") or {}
+        text = holder.get("content") if isinstance(holder, dict) else None
+        if text is None:
+            text = choice.get("text")
+        if text is not None and not isinstance(text, str):
+            raise TypeError(f"generated text is a {type(text).__name__}")
+        parts.append(text or "")
+    return "".join(parts)

@@ -9,7 +9,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from drill.checks.base import Check, CheckParams, Evidence, Status, Verdict
+from drill.checks.base import Check, CheckParams, Evidence, EvidenceKind, EvidenceRef, Status, Verdict
+from drill.engine.journal import Event
 from drill.load.records import ErrorClass, latency_values
 from drill.spec.scenario import Slo, parse_slo_key
 from drill.stats import percentile
@@ -20,27 +21,83 @@ PhaseName = Literal["warmup", "baseline", "fault", "recovery"]
 
 
 class FaultLandedCheck(Check):
-    """Every fault of the drill was injected and ``verify`` proved it took effect.
+    """Every planned fault of the drill was injected and ``verify`` proved it took effect.
 
-    A drill whose fault did not land tested nothing: that is a FAIL, never a pass.
+    The planned faults are the drill's (``resolved.json``: ``drill.faults``, named ``<kind>-<index>``
+    unless they have a ``name``); the journal says which were injected and verified. A drill whose
+    fault did not land — or never started, because a stop condition or ``max_duration`` ended the fault
+    phase first — tested nothing: that is a FAIL, never a pass. Evidence: the journal seqs of each
+    fault's inject and verify events.
     """
 
     kind = "fault_landed"
     Params = CheckParams
 
     def evaluate(self, evidence: Evidence) -> Verdict:
-        faults = evidence.faults
-        if not faults:
-            return self.verdict(Status.INCONCLUSIVE, "the run injected no fault")
-        missing = [f for f in faults if not f.landed]
-        observed = {f.fault_id: ("landed" if f.landed else f"not landed: {f.error or 'never verified'}")
-                    for f in faults}
+        planned = _planned_faults(evidence)
+        faults = {f.fault_id: f for f in evidence.faults}
+        if not planned and not faults:
+            return self.verdict(Status.INCONCLUSIVE, "the drill planned no fault and the run injected none")
+        ids = list(dict.fromkeys([*planned, *faults]))
+        never = [fid for fid in ids if fid not in faults or not (faults[fid].injected or faults[fid].error)]
+        missing = [fid for fid in ids if fid not in never and not faults[fid].landed]
+        observed = {fid: _fault_state(faults.get(fid)) for fid in ids}
+        observed.update(planned=len(planned), injected=sum(f.injected for f in faults.values()),
+                        landed=sum(bool(f.landed) for f in faults.values()))
+        units = {"planned": "faults", "injected": "faults", "landed": "faults"}
+        common = dict(observed=observed, expected={"all": "injected and landed"}, units=units, window="fault",
+                      evidence=_fault_refs(evidence, ids, never))
+        notes = () if planned else ("the planned faults are unknown (resolved.json has none): judged the "
+                                    "journal's faults only",)
+        problems = []
+        if never:
+            problems.append(f"fault(s) never injected: {', '.join(never)}{_cut_short(evidence)}")
         if missing:
-            names = ", ".join(f.fault_id for f in missing)
-            return self.verdict(Status.FAIL, f"fault(s) did not land: {names}", observed=observed,
-                                expected={"all": "landed"}, window="fault")
-        return self.verdict(Status.PASS, f"all {len(faults)} fault(s) landed and were verified",
-                            observed=observed, expected={"all": "landed"}, window="fault")
+            problems.append(f"fault(s) did not land: {', '.join(missing)}")
+        if problems:
+            return self.verdict(Status.FAIL, "; ".join(problems), notes=notes, **common)
+        return self.verdict(Status.PASS, f"all {len(ids)} fault(s) were injected, landed and were verified",
+                            notes=notes, **common)
+
+
+def _planned_faults(evidence: Evidence) -> list[str]:
+    """The drill's fault ids as the runner forms them (``FaultSpec.name`` or ``<kind>-<index>``)."""
+    faults = (evidence.resolved.get("drill") or {}).get("faults") or []
+    return [f.get("name") or f"{f.get('kind')}-{i}" for i, f in enumerate(faults) if isinstance(f, dict)]
+
+
+def _fault_state(fault) -> str:
+    if fault is None or not (fault.injected or fault.error):
+        return "never injected"
+    if fault.landed:
+        return "landed"
+    return f"not landed: {fault.error or 'never verified'}"
+
+
+_FAULT_EVENTS = {Event.FAULT_INJECTED.value, Event.FAULT_INJECT_FAILED.value, Event.FAULT_VERIFIED.value,
+                 Event.FAULT_NOT_LANDED.value}
+
+
+def _fault_refs(evidence: Evidence, ids: list[str], never: list[str]) -> list[EvidenceRef]:
+    refs = [EvidenceRef(EvidenceKind.JOURNAL, str(e.seq), f"{e.event} {e.get('fault_id')}")
+            for e in evidence.journal if e.event in _FAULT_EVENTS and e.get("fault_id") in ids]
+    fault = evidence.phases.get("fault")
+    if never and fault is not None:
+        refs.extend(EvidenceRef(EvidenceKind.JOURNAL, str(e.seq), f"{e.event} fault")
+                    for e in evidence.journal if e.event in (Event.PHASE_STARTED.value, Event.PHASE_ENDED.value)
+                    and e.get("phase") == "fault")
+    return refs
+
+
+def _cut_short(evidence: Evidence) -> str:
+    """Why the fault phase ended before a fault's start, when the journal says."""
+    fault = evidence.phases.get("fault")
+    if fault is not None and fault.stopped_by:
+        return f" (the fault phase was ended early by {fault.stopped_by})"
+    stops = [e.get("condition") for e in evidence.journal if e.event == Event.STOP_CONDITION.value]
+    if stops:
+        return f" (the run was stopped by {stops[-1]})"
+    return " (the fault phase did not run)" if fault is None else ""
 
 
 class SloParams(CheckParams):

@@ -1,0 +1,693 @@
+"""First abnormal span: where a fault first showed in the traces, for any service's spans.
+
+The analysis compares a *fault window* (the selection) with a *baseline* (BubbleUp's pattern), per
+(service, span name) pair, and then walks the trace trees:
+
+1. **Baseline model**, per pair: the duration's median, MAD (scaled to σ by 1.4826) and p99 (linear
+   interpolation between closest ranks); the error rate; and the pair's *usual children* — the child
+   pairs found under at least ``child_presence`` of the pair's baseline spans (Jaeger's trace
+   comparison groups spans the same way).
+2. **Flags** on the fault window's spans:
+
+   * *latency*: duration above ``max(p99, median + latency_mads·σ, median + min_excess_ms)`` — the
+     absolute margin keeps µs jitter from counting;
+   * *error*: ERROR status;
+   * *missing child*: a usual child pair absent under this span.
+
+   A flag counts only where its pair's rate in the fault window is significantly above the rate the
+   same rule gives in the baseline (a Chernoff bound on the binomial tail, ``alpha``; the baseline rate
+   is smoothed as ``(k + ½)/(n + 1)``), so a pair that errs 5% of the time in the baseline is not
+   abnormal for erring 5% of the time under the fault, and p99 exceedances at the baseline's own rate
+   are noise.
+3. **Causal depth** ("explained" spans are not causes): a latency-only parent is explained when its
+   latency-flagged children's excess over their medians covers ``explain_share`` of its own excess
+   (Jaeger's critical path: the time is in the child), or a child erred; an error or missing-child
+   parent is explained by any abnormal child (TraceQL's ``{status=error} !< {status=error}``: the
+   deepest error). The rest are *root causes*.
+4. **Link**: a root-cause slow CLIENT span whose SERVER children are not slow (or that has none)
+   points at the link between the two services; it is reported with the CLIENT span as the abnormal
+   span and the link named.
+5. **First abnormal span**: the root cause with the earliest *onset* (a latency flag shows at
+   ``start + threshold``, an error or a missing child at the span's end); onsets within
+   ``onset_tolerance_ms`` of the earliest are simultaneous (clock skew between processes), and among
+   them the deepest span wins, then the earliest, then the smallest (trace id, span id).
+
+Spans are assigned to the baseline or the fault window by their trace's top span's start (the root,
+or the top-most span present when parents are missing), so one trace is never split; orphans are
+analysed as the tops of their own subtrees. Everything is vectorised over the table's columns; Python
+runs only for the handful of spans that are reported.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from drill.traces.table import KIND_NAMES, STATUS_NAMES, SpanTable
+
+__all__ = ["AbnormalPair", "AbnormalReport", "AbnormalSpan", "AnalysisOptions", "ChainSpan", "Deviation",
+           "Link", "find_abnormal"]
+
+_SERVER = KIND_NAMES.index("SERVER")
+_CLIENT = KIND_NAMES.index("CLIENT")
+_CONSUMER = KIND_NAMES.index("CONSUMER")
+_ERROR = STATUS_NAMES.index("ERROR")
+_MAD_TO_SIGMA = 1.4826
+_NEVER = np.iinfo(np.int64).max
+#: Attribute prefixes shown first among a span's key attributes.
+_KEY_PREFIXES = ("drill.", "gen_ai.", "http.", "server.", "url.", "rpc.", "db.", "net.", "peer.", "network.",
+                 "error.", "exception.", "messaging.")
+_MAX_ATTRIBUTES = 24
+
+
+@dataclass(frozen=True)
+class AnalysisOptions:
+    """Thresholds of the analysis (defaults in parentheses are the check's defaults too)."""
+
+    latency_mads: float = 5.0        # robust z: a span is slow above median + latency_mads·1.4826·MAD
+    min_excess_ms: float = 1.0       # ... and at least this far above the baseline median
+    min_baseline_spans: int = 20     # baseline spans a pair needs before its latency and children are judged
+    child_presence: float = 0.95     # a child pair is usual when present under this share of baseline parents
+    alpha: float = 0.01              # significance of a pair's flag rate against its baseline rate
+    explain_share: float = 0.5       # slow children explain a slow parent when they cover this share of its excess
+    onset_tolerance_ms: float = 10.0  # onsets this close are simultaneous (clock skew); the deeper span wins
+
+
+@dataclass(frozen=True)
+class Deviation:
+    kind: str                      # "latency" | "error" | "missing_child"
+    text: str                      # e.g. "14x baseline p99 (2.1 s vs p99 150 ms)"
+    ratio: float | None = None     # latency: duration / baseline p99
+    baseline: float | None = None  # latency: baseline p99 (ms); error: baseline error rate; missing: presence
+
+
+@dataclass(frozen=True)
+class Link:
+    """A slow CLIENT span over a normal (or absent) SERVER span: the time went between the two."""
+
+    client_service: str
+    server_service: str | None     # the SERVER child's service, None when the server never showed a span
+    peer: str | None               # server.address[:server.port] / net.peer.name / peer.service of the CLIENT span
+    server_span_id: str | None
+    text: str
+
+
+@dataclass(frozen=True)
+class ChainSpan:
+    """One span of the chain from the abnormal span up to the user-facing span."""
+
+    span_id: str
+    service: str
+    name: str
+    kind: str
+    status: str
+    duration_ms: float
+    deviation: str                 # "" when the span is normal
+
+
+@dataclass(frozen=True)
+class AbnormalSpan:
+    trace_id: str
+    span_id: str
+    parent_id: str
+    service: str
+    name: str
+    kind: str
+    status: str
+    start_ns: int
+    duration_ms: float
+    depth: int                     # edges to the top span of its trace
+    deviations: tuple[Deviation, ...]
+    onset_ns: int
+    onset_s: float | None          # seconds after the reference (the fault's injection, else the baseline's end)
+    attributes: dict[str, Any]     # the span's own key attributes
+    context_attributes: dict[str, Any]  # key attributes of its ancestors in the same service (nearest wins)
+    chain: tuple[ChainSpan, ...]   # this span first, the user-facing (top) span last
+    root_missing: bool             # the chain's top span is not a root: its parent is lost (not a remote caller)
+    link: Link | None = None
+
+    @property
+    def deviation(self) -> str:
+        parts = [d.text for d in self.deviations]
+        if self.link is not None:
+            parts.append(self.link.text)
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class AbnormalPair:
+    """A (service, span name) pair with spans flagged in the fault window."""
+
+    service: str
+    name: str
+    spans: int                     # spans of the pair in the fault window
+    flagged: int                   # of them abnormal
+    share: float                   # flagged / spans
+    root_causes: int               # abnormal and not explained by an abnormal child
+    latency: int                   # flagged for latency, error, missing child (a span may have several)
+    errors: int
+    missing_child: int
+    median_ratio: float | None     # median duration of the flagged spans / baseline median
+    baseline_spans: int
+    baseline_median_ms: float | None
+    baseline_p99_ms: float | None
+    baseline_error_rate: float | None
+    deviation: str
+
+
+@dataclass(frozen=True)
+class AbnormalReport:
+    first: AbnormalSpan | None
+    pairs: tuple[AbnormalPair, ...]
+    spans: int
+    baseline_spans: int
+    fault_spans: int
+    baseline_rule: str             # how the baseline was chosen, in words
+    reference_ns: int | None       # what onset_s is relative to
+    reference: str                 # "fault injection" | "baseline end"
+    orphans: int                   # spans whose parent was lost (a SERVER span's remote caller is not lost)
+    candidates: int                # root-cause spans in the fault window
+    judged_pairs: int              # fault-window pairs with enough baseline spans to judge latency
+    thin_pairs: tuple[str, ...]    # fault-window pairs with some but too few baseline spans
+    new_pairs: tuple[str, ...]     # fault-window pairs absent from the baseline
+    options: AnalysisOptions = field(default_factory=AnalysisOptions)
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        if self.first is not None:
+            data["first"]["deviation"] = self.first.deviation
+        return data
+
+
+# -- structure ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Tree:
+    parent: np.ndarray             # int64 parent row, -1 for a top span
+    top: np.ndarray                # int64 row of the top span of each row's (sub)tree
+    depth: np.ndarray              # int64 edges to the top
+
+
+def _tree(table: SpanTable) -> _Tree:
+    rows = np.arange(len(table), dtype=np.int64)
+    parent = np.asarray(table.parent_row, dtype=np.int64).copy()
+    parent[parent == rows] = -1
+    top, depth, stuck = _jump(parent, rows)
+    if stuck.any():                # a parent cycle (malformed ids): its members become tops
+        parent[stuck] = -1
+        top, depth, _ = _jump(parent, rows)
+    return _Tree(parent, top, depth)
+
+
+def _jump(parent: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Top and depth of every row by pointer jumping (log₂ depth passes over the columns)."""
+    up = parent.copy()
+    depth = (parent >= 0).astype(np.int64)
+    top = np.where(parent >= 0, parent, rows)
+    for _ in range(64):
+        active = np.flatnonzero(up >= 0)
+        if not len(active):
+            break
+        ahead = up[active]
+        depth[active] += depth[ahead]
+        up[active] = up[ahead]
+        top[active] = top[ahead]
+    return top, depth, up >= 0
+
+
+def _group_codes(table: SpanTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Dense (service, name) pair code per row, and each pair's service and name codes."""
+    width = max(len(table.names), 1)
+    key = table.service.astype(np.int64) * width + table.name.astype(np.int64)
+    if len(table.services) * width <= 4_000_000:
+        present = np.bincount(key, minlength=len(table.services) * width) > 0
+        keys = np.flatnonzero(present)
+        dense = np.cumsum(present) - 1
+        group = dense[key]
+    else:
+        keys, group = np.unique(key, return_inverse=True)
+    return group.astype(np.int64), keys // width, keys % width
+
+
+# -- windows --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Windows:
+    baseline: np.ndarray
+    fault: np.ndarray
+    rule: str
+    reference_ns: int | None
+    reference: str
+
+
+def _windows(table: SpanTable, tree: _Tree, baseline: np.ndarray | None, baseline_from_ns: int | None,
+             baseline_until_ns: int | None, fault_start_ns: int | None, fault_end_ns: int | None) -> _Windows:
+    trace_start = table.start_ns[tree.top]
+    if baseline is not None:
+        base = np.asarray(baseline, dtype=bool)
+        if base.shape != (len(table),):
+            raise ValueError(f"the baseline mask has shape {base.shape}, the table {len(table)} rows")
+        rule = "the given baseline spans"
+        boundary = None
+    else:
+        if baseline_until_ns is None:
+            first, last = int(table.start_ns.min()), int(table.end_ns.max())
+            baseline_until_ns = first + (last - first) // 3
+            rule = "the first third of the time range (no baseline given)"
+        else:
+            rule = "traces starting before the baseline's end"
+        base = trace_start < baseline_until_ns
+        if baseline_from_ns is not None:
+            base &= trace_start >= baseline_from_ns
+        boundary = baseline_until_ns
+    if fault_start_ns is not None:
+        fault = trace_start >= fault_start_ns
+        if fault_end_ns is not None:
+            fault &= trace_start <= fault_end_ns
+        fault &= ~base
+        return _Windows(base, fault, rule, fault_start_ns, "fault injection")
+    fault = ~base if boundary is None else (trace_start >= boundary)
+    if fault_end_ns is not None:
+        fault &= trace_start <= fault_end_ns
+    reference = boundary if boundary is not None else (int(table.start_ns[fault].min()) if fault.any() else None)
+    return _Windows(base, fault, rule, reference, "baseline end" if boundary is not None else "fault window start")
+
+
+# -- baseline model -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Model:
+    count: np.ndarray              # baseline spans per pair
+    median: np.ndarray             # ns (nan without baseline)
+    p99: np.ndarray                # ns
+    threshold: np.ndarray          # ns; inf where latency is not judged
+    latency_rate: np.ndarray       # smoothed baseline share above the threshold
+    error_rate: np.ndarray         # raw baseline error rate (nan without baseline)
+    error_prior: np.ndarray        # smoothed
+
+
+def _group_quantiles(values: np.ndarray, group: np.ndarray, groups: int, qs: tuple[float, ...]
+                     ) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Per-group counts and linear-interpolated quantiles ``qs`` (nan for empty groups)."""
+    order = np.lexsort((values, group))
+    ordered = values[order].astype(np.float64)
+    counts = np.bincount(group, minlength=groups)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    has = counts > 0
+    out = []
+    for q in qs:
+        result = np.full(groups, np.nan)
+        pos = q * (counts[has] - 1)
+        low = np.floor(pos).astype(np.int64)
+        i = starts[has] + low
+        j = np.minimum(i + 1, starts[has] + counts[has] - 1)
+        result[has] = ordered[i] + (ordered[j] - ordered[i]) * (pos - low)
+        out.append(result)
+    return counts, out
+
+
+def _model(duration: np.ndarray, status: np.ndarray, group: np.ndarray, groups: int, base: np.ndarray,
+           options: AnalysisOptions) -> _Model:
+    d, g = duration[base], group[base]
+    count, (median, p99) = _group_quantiles(d, g, groups, (0.5, 0.99))
+    _, (mad,) = _group_quantiles(np.abs(d - median[g]), g, groups, (0.5,))
+    threshold = np.fmax(p99, np.fmax(median + options.latency_mads * _MAD_TO_SIGMA * mad,
+                                     median + options.min_excess_ms * 1e6))
+    threshold[(count < options.min_baseline_spans) | np.isnan(threshold)] = np.inf
+    above = np.bincount(g, weights=d > threshold[g], minlength=groups)
+    errors = np.bincount(g, weights=status[base] == _ERROR, minlength=groups)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        error_rate = errors / count
+    return _Model(count, median, p99, threshold, (above + 0.5) / (count + 1), error_rate, (errors + 0.5) / (count + 1))
+
+
+def _significant(k: np.ndarray, n: np.ndarray, prior: np.ndarray, alpha: float) -> np.ndarray:
+    """Whether k of n is above rate ``prior`` beyond chance: Chernoff bound exp(-n·KL(k/n‖p)) < alpha."""
+    n = n.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q = np.where(n > 0, k / n, 0.0)
+        p = np.clip(prior, 1e-12, 1 - 1e-12)
+        kl = (np.where(q > 0, q * np.log(np.where(q > 0, q, 1) / p), 0.0)
+              + np.where(q < 1, (1 - q) * np.log(np.where(q < 1, 1 - q, 1) / (1 - p)), 0.0))
+    return (k > 0) & (q > prior) & (n * kl >= math.log(1 / alpha))
+
+
+# -- children -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Missing:
+    rows: np.ndarray               # parent rows (fault window) missing a usual child
+    child: np.ndarray              # the missing child pair of each
+    presence: np.ndarray           # how often the baseline had it
+
+
+def _present_pairs(parent: np.ndarray, group: np.ndarray, groups: int, mask: np.ndarray) -> np.ndarray:
+    """Sorted unique ``parent_row * groups + child_pair`` of the rows in ``mask`` whose parent is in ``mask``."""
+    rows = np.flatnonzero(mask & (parent >= 0))
+    rows = rows[mask[parent[rows]]]
+    return np.unique(parent[rows] * groups + group[rows])
+
+
+def _missing_children(tree: _Tree, group: np.ndarray, groups: int, win: _Windows, model: _Model,
+                      options: AnalysisOptions) -> _Missing:
+    present = _present_pairs(tree.parent, group, groups, win.baseline)
+    pair = group[present // groups] * groups + present % groups
+    pairs, with_child = np.unique(pair, return_counts=True)
+    parent_pair, child_pair = pairs // groups, pairs % groups
+    parents = model.count[parent_pair]
+    presence = with_child / np.maximum(parents, 1)
+    usual = (presence >= options.child_presence) & (parents >= options.min_baseline_spans)
+    fault_present = _present_pairs(tree.parent, group, groups, win.fault)
+    fault_rows = np.flatnonzero(win.fault)
+    found_rows, found_child, found_presence = [], [], []
+    for gp, gc, share, n_base, n_with in zip(parent_pair[usual], child_pair[usual], presence[usual],
+                                             parents[usual], with_child[usual]):
+        rows = fault_rows[group[fault_rows] == gp]
+        keys = rows * groups + gc
+        at = np.minimum(np.searchsorted(fault_present, keys), max(len(fault_present) - 1, 0))
+        absent = rows[fault_present[at] != keys] if len(fault_present) else rows
+        prior = np.array([(n_base - n_with + 0.5) / (n_base + 1)])
+        if _significant(np.array([len(absent)]), np.array([len(rows)]), prior, options.alpha)[0]:
+            found_rows.append(absent)
+            found_child.append(np.full(len(absent), gc, dtype=np.int64))
+            found_presence.append(np.full(len(absent), share))
+    if not found_rows:
+        empty = np.zeros(0, dtype=np.int64)
+        return _Missing(empty, empty, np.zeros(0))
+    return _Missing(np.concatenate(found_rows), np.concatenate(found_child), np.concatenate(found_presence))
+
+
+# -- flags and causes -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Flags:
+    latency: np.ndarray            # bool per row
+    error: np.ndarray
+    missing: np.ndarray
+    abnormal: np.ndarray
+    cause: np.ndarray              # abnormal and not explained by a child
+    onset: np.ndarray              # int64 ns (_NEVER where not abnormal)
+    slow_raw: np.ndarray           # above the latency threshold, significant or not
+
+
+def _flags(table: SpanTable, tree: _Tree, group: np.ndarray, groups: int, win: _Windows, model: _Model,
+           missing: _Missing, options: AnalysisOptions) -> _Flags:
+    n = len(table)
+    duration = table.duration_ns
+    fault_group = group[win.fault]
+    spans = np.bincount(fault_group, minlength=groups)
+    slow_raw = win.fault & (duration > model.threshold[group])
+    sig_slow = _significant(np.bincount(group[slow_raw], minlength=groups), spans, model.latency_rate, options.alpha)
+    erred = win.fault & (table.status == _ERROR)
+    sig_error = _significant(np.bincount(group[erred], minlength=groups), spans, model.error_prior, options.alpha)
+    latency = slow_raw & sig_slow[group]
+    error = erred & sig_error[group]
+    miss = np.zeros(n, dtype=bool)
+    miss[missing.rows] = True
+    abnormal = latency | error | miss
+    cause = abnormal & ~_explained(tree.parent, duration, group, model, latency, error, miss, abnormal, options)
+    onset = np.full(n, _NEVER, dtype=np.int64)
+    threshold = np.where(np.isfinite(model.threshold), model.threshold, 0).astype(np.int64)
+    onset[latency] = table.start_ns[latency] + threshold[group[latency]]
+    ended = error | miss
+    onset[ended] = np.minimum(onset[ended], table.end_ns[ended])
+    return _Flags(latency, error, miss, abnormal, cause, onset, slow_raw)
+
+
+def _explained(parent: np.ndarray, duration: np.ndarray, group: np.ndarray, model: _Model, latency: np.ndarray,
+               error: np.ndarray, miss: np.ndarray, abnormal: np.ndarray, options: AnalysisOptions) -> np.ndarray:
+    n = len(parent)
+    has_parent = parent >= 0
+
+    def per_parent(mask: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+        rows = mask & has_parent
+        return np.bincount(parent[rows], weights=None if weights is None else weights[rows], minlength=n)
+
+    excess = np.nan_to_num(duration - model.median[group], nan=0.0)
+    child_excess = per_parent(latency, excess)
+    latency_only = latency & ~error & ~miss
+    by_children = (child_excess >= options.explain_share * excess) | (per_parent(error) > 0)
+    return np.where(latency_only, by_children, per_parent(abnormal) > 0)
+
+
+def _first_cause(table: SpanTable, tree: _Tree, flags: _Flags, options: AnalysisOptions) -> int | None:
+    rows = np.flatnonzero(flags.cause)
+    if not len(rows):
+        return None
+    onset = flags.onset[rows]
+    near = rows[onset <= onset.min() + int(options.onset_tolerance_ms * 1e6)]
+    deepest = near[tree.depth[near] == tree.depth[near].max()]
+    earliest = deepest[flags.onset[deepest] == flags.onset[deepest].min()]
+    return min(earliest.tolist(), key=lambda r: (table.trace_id[r], table.span_id[r]))
+
+
+# -- reporting ------------------------------------------------------------------------------------
+
+def _ms(ns: float) -> str:
+    ms = ns / 1e6
+    if ms >= 1000:
+        return f"{ms / 1000:.2f} s"
+    if ms >= 10:
+        return f"{ms:.0f} ms"
+    return f"{ms:.3g} ms"
+
+
+def _ratio(x: float) -> str:
+    return f"{x:.0f}x" if x >= 10 else f"{x:.1f}x"
+
+
+def _pct(x: float) -> str:
+    if x == 0:
+        return "0%"
+    return f"{x * 100:.0f}%" if x >= 0.1 else f"{x * 100:.2g}%"
+
+
+def _pair_label(table: SpanTable, pair_service: np.ndarray, pair_name: np.ndarray, pair: int) -> str:
+    return f"{table.services[pair_service[pair]]}/{table.names[pair_name[pair]]}"
+
+
+@dataclass(frozen=True)
+class _Context:
+    table: SpanTable
+    tree: _Tree
+    group: np.ndarray
+    pair_service: np.ndarray
+    pair_name: np.ndarray
+    model: _Model
+    flags: _Flags
+    missing: _Missing
+    win: _Windows
+
+    def label(self, pair: int) -> str:
+        return _pair_label(self.table, self.pair_service, self.pair_name, pair)
+
+
+def _deviations(ctx: _Context, row: int) -> tuple[Deviation, ...]:
+    g = ctx.group[row]
+    out = []
+    if ctx.flags.latency[row]:
+        duration = float(ctx.table.duration_ns[row])
+        p99 = float(ctx.model.p99[g])
+        ratio = duration / p99 if p99 > 0 else math.inf
+        out.append(Deviation("latency", f"{_ratio(ratio)} baseline p99 ({_ms(duration)} vs p99 {_ms(p99)}, "
+                                        f"median {_ms(float(ctx.model.median[g]))})", round(ratio, 3),
+                             round(p99 / 1e6, 6)))
+    if ctx.flags.error[row]:
+        message = ctx.table.status_message[row]
+        rate = ctx.model.error_rate[g]
+        base = "pair not in baseline" if np.isnan(rate) else f"baseline error rate {_pct(float(rate))}"
+        out.append(Deviation("error", f"error{f' ({message})' if message else ''}, {base}", None,
+                             None if np.isnan(rate) else round(float(rate), 6)))
+    if ctx.flags.missing[row]:
+        at = np.flatnonzero(ctx.missing.rows == row)
+        for child, presence in zip(ctx.missing.child[at], ctx.missing.presence[at]):
+            out.append(Deviation("missing_child", f"missing child {ctx.label(int(child))} "
+                                                  f"(under {_pct(float(presence))} of baseline parents)",
+                                 None, round(float(presence), 6)))
+    return tuple(out)
+
+
+def _short_deviation(ctx: _Context, row: int) -> str:
+    if not ctx.flags.abnormal[row]:
+        return ""
+    return "; ".join(d.text for d in _deviations(ctx, row))
+
+
+def _key_attributes(attributes: dict) -> dict[str, Any]:
+    def wanted(value: Any) -> bool:
+        if isinstance(value, (str, int, float, bool)):
+            return True
+        return isinstance(value, list) and len(value) <= 8 and all(isinstance(v, (str, int, float, bool)) for v in value)
+
+    keys = sorted((k for k, v in attributes.items() if wanted(v)),
+                  key=lambda k: (not k.startswith(_KEY_PREFIXES), k))[:_MAX_ATTRIBUTES]
+    return {k: (attributes[k][:200] if isinstance(attributes[k], str) else attributes[k]) for k in keys}
+
+
+def _context_attributes(ctx: _Context, row: int) -> dict[str, Any]:
+    """Key attributes (the preferred prefixes only) the span's same-service ancestors carry and it does not."""
+    table, out = ctx.table, {}
+    own = table.attributes[row]
+    service = table.service[row]
+    up = int(ctx.tree.parent[row])
+    while up >= 0 and table.service[up] == service:
+        for key, value in _key_attributes(table.attributes[up]).items():
+            if key.startswith(_KEY_PREFIXES) and key not in own:
+                out.setdefault(key, value)
+        up = int(ctx.tree.parent[up])
+    return out
+
+
+def _peer(attributes: dict) -> str | None:
+    host = attributes.get("server.address") or attributes.get("net.peer.name") or attributes.get("peer.service")
+    if host is None:
+        url = attributes.get("url.full") or attributes.get("http.url")
+        return str(url) if url else None
+    port = attributes.get("server.port") or attributes.get("net.peer.port")
+    return f"{host}:{port}" if port else str(host)
+
+
+def _link(ctx: _Context, row: int) -> Link | None:
+    table, tree = ctx.table, ctx.tree
+    if table.kind[row] != _CLIENT or not ctx.flags.latency[row]:
+        return None
+    children = np.flatnonzero(tree.parent == row)
+    servers = children[table.kind[children] == _SERVER]
+    if len(servers) and ctx.flags.slow_raw[servers].any():
+        return None
+    client = table.services[table.service[row]]
+    peer = _peer(table.attributes[row])
+    if len(servers):
+        server = int(servers[0])
+        name = table.services[table.service[server]]
+        text = (f"slow link {client} → {name}{f' ({peer})' if peer else ''}: the CLIENT span is slow, "
+                f"its SERVER span {_ms(float(table.duration_ns[server]))} is normal")
+        return Link(client, name, peer, table.span_id[server], text)
+    if len(children):
+        return None
+    text = f"slow link {client} → {peer or 'its peer'}: the CLIENT span is slow and no SERVER span answered it"
+    return Link(client, None, peer, None, text)
+
+
+def _chain(ctx: _Context, row: int) -> tuple[ChainSpan, ...]:
+    table, out = ctx.table, []
+    while row >= 0:
+        out.append(ChainSpan(table.span_id[row], table.services[table.service[row]], table.names[table.name[row]],
+                             KIND_NAMES[int(table.kind[row])], STATUS_NAMES[int(table.status[row])],
+                             round(float(table.duration_ns[row]) / 1e6, 3), _short_deviation(ctx, row)))
+        row = int(ctx.tree.parent[row])
+    return tuple(out)
+
+
+def _abnormal_span(ctx: _Context, row: int) -> AbnormalSpan:
+    table = ctx.table
+    span = table.span(row)
+    top = int(ctx.tree.top[row])
+    onset = int(ctx.flags.onset[row])
+    reference = ctx.win.reference_ns
+    return AbnormalSpan(
+        trace_id=span.trace_id, span_id=span.span_id, parent_id=span.parent_id, service=span.service,
+        name=span.name, kind=span.kind, status=span.status, start_ns=span.start_ns,
+        duration_ms=round(span.duration_ms, 3), depth=int(ctx.tree.depth[row]), deviations=_deviations(ctx, row),
+        onset_ns=onset, onset_s=None if reference is None else round((onset - reference) / 1e9, 3),
+        attributes=_key_attributes(span.attributes), context_attributes=_context_attributes(ctx, row),
+        chain=_chain(ctx, row),
+        root_missing=bool(_lost_parent(table, np.array([top]))[0]), link=_link(ctx, row))
+
+
+def _pairs(ctx: _Context, groups: int, top: int) -> tuple[AbnormalPair, ...]:
+    table, flags, model, win = ctx.table, ctx.flags, ctx.model, ctx.win
+
+    def count(mask: np.ndarray) -> np.ndarray:
+        return np.bincount(ctx.group[mask], minlength=groups)
+
+    spans, flagged, causes = count(win.fault), count(flags.abnormal), count(flags.cause)
+    latency, errors, missing = count(flags.latency), count(flags.error), count(flags.missing)
+    duration = table.duration_ns
+    _, (flagged_median,) = _group_quantiles(duration[flags.abnormal], ctx.group[flags.abnormal], groups, (0.5,))
+    order = sorted(np.flatnonzero(flagged > 0).tolist(),
+                   key=lambda g: (-causes[g], -flagged[g], -flagged[g] / spans[g], ctx.label(g)))[:top]
+    out = []
+    for g in order:
+        median = model.median[g]
+        ratio = None if not median > 0 else round(float(flagged_median[g] / median), 3)
+        parts = []
+        if latency[g]:
+            slow = duration[flags.latency & (ctx.group == g)]
+            parts.append(f"{latency[g]} slow (median {_ratio(float(np.median(slow)) / model.p99[g])} baseline p99)")
+        if errors[g]:
+            rate = model.error_rate[g]
+            base = "not in baseline" if np.isnan(rate) else f"baseline {_pct(float(rate))}"
+            parts.append(f"{errors[g]} errors ({_pct(errors[g] / spans[g])} vs {base})")
+        if missing[g]:
+            children = sorted({ctx.label(int(c)) for c in ctx.missing.child[ctx.group[ctx.missing.rows] == g]})
+            parts.append(f"{missing[g]} missing {', '.join(children)}")
+        out.append(AbnormalPair(
+            service=table.services[ctx.pair_service[g]], name=table.names[ctx.pair_name[g]], spans=int(spans[g]),
+            flagged=int(flagged[g]), share=round(float(flagged[g] / spans[g]), 4), root_causes=int(causes[g]),
+            latency=int(latency[g]), errors=int(errors[g]), missing_child=int(missing[g]), median_ratio=ratio,
+            baseline_spans=int(model.count[g]),
+            baseline_median_ms=None if np.isnan(median) else round(float(median) / 1e6, 3),
+            baseline_p99_ms=None if np.isnan(model.p99[g]) else round(float(model.p99[g]) / 1e6, 3),
+            baseline_error_rate=None if np.isnan(model.error_rate[g]) else round(float(model.error_rate[g]), 4),
+            deviation="; ".join(parts)))
+    return tuple(out)
+
+
+def _coverage(ctx: _Context, groups: int, options: AnalysisOptions) -> tuple[int, tuple[str, ...], tuple[str, ...]]:
+    in_fault = np.bincount(ctx.group[ctx.win.fault], minlength=groups) > 0
+    base = ctx.model.count
+    judged = int((in_fault & (base >= options.min_baseline_spans)).sum())
+    thin = tuple(ctx.label(g) for g in np.flatnonzero(in_fault & (base > 0) & (base < options.min_baseline_spans)))
+    new = tuple(ctx.label(g) for g in np.flatnonzero(in_fault & (base == 0)))
+    return judged, thin, new
+
+
+def _lost_parent(table: SpanTable, rows: np.ndarray) -> np.ndarray:
+    """Whether each of the parentless-in-table ``rows`` had a parent that was lost.
+
+    A SERVER or CONSUMER span whose parent is not here is a root: its parent is the remote caller (a load
+    client's ``traceparent``), which exports no spans. Any other kind had its parent lost.
+    """
+    kind = table.kind[rows]
+    return (table.parent_id[rows] != "") & (kind != _SERVER) & (kind != _CONSUMER)
+
+
+def _empty_report(rule: str, options: AnalysisOptions) -> AbnormalReport:
+    return AbnormalReport(None, (), 0, 0, 0, rule, None, "fault injection", 0, 0, 0, (), (), options)
+
+
+def find_abnormal(table: SpanTable, *, baseline: np.ndarray | None = None, baseline_until_ns: int | None = None,
+                  baseline_from_ns: int | None = None, fault_start_ns: int | None = None,
+                  fault_end_ns: int | None = None, top: int = 10,
+                  options: AnalysisOptions | None = None) -> AbnormalReport:
+    """Find the first abnormal span of the fault window and rank the abnormal (service, span name) pairs.
+
+    The baseline is ``baseline`` (a bool mask over the table's rows), else the traces starting in
+    ``[baseline_from_ns, baseline_until_ns)``, else the first third of the table's time range. The
+    fault window is the traces starting at or after ``fault_start_ns`` (up to ``fault_end_ns``), else
+    every trace not in the baseline (after ``baseline_until_ns`` when given); onsets are reported
+    relative to ``fault_start_ns``, else to the baseline's end. ``top`` bounds the ranked pairs.
+    """
+    options = options or AnalysisOptions()
+    if not len(table):
+        return _empty_report("no spans", options)
+    tree = _tree(table)
+    win = _windows(table, tree, baseline, baseline_from_ns, baseline_until_ns, fault_start_ns, fault_end_ns)
+    group, pair_service, pair_name = _group_codes(table)
+    groups = len(pair_service)
+    model = _model(table.duration_ns, table.status, group, groups, win.baseline, options)
+    missing = _missing_children(tree, group, groups, win, model, options)
+    flags = _flags(table, tree, group, groups, win, model, missing, options)
+    ctx = _Context(table, tree, group, pair_service, pair_name, model, flags, missing, win)
+    first = _first_cause(table, tree, flags, options)
+    judged, thin, new = _coverage(ctx, groups, options)
+    orphans = int(_lost_parent(table, np.flatnonzero(tree.parent < 0)).sum())
+    return AbnormalReport(
+        first=None if first is None else _abnormal_span(ctx, first), pairs=_pairs(ctx, groups, top),
+        spans=len(table), baseline_spans=int(win.baseline.sum()), fault_spans=int(win.fault.sum()),
+        baseline_rule=win.rule, reference_ns=win.reference_ns, reference=win.reference, orphans=orphans,
+        candidates=int(flags.cause.sum()), judged_pairs=judged, thin_pairs=thin, new_pairs=new, options=options)

@@ -1,0 +1,360 @@
+"""First abnormal span: one hand-built trace set per rule of drill.traces.analysis."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+
+import numpy as np
+import pytest
+
+from drill.traces.analysis import AnalysisOptions, find_abnormal
+from drill.traces.table import SpanTable
+from tests.traces.spankit import T0, drill_request, span
+
+SPACING_MS = 50.0
+N_BASE = 120
+N_FAULT = 60
+FAULT_START = T0 + int(N_BASE * SPACING_MS * 1e6)
+CHAIN = ["queue", "llm_request", "POST /v1/chat/completions", "POST", "POST /v1/chat/completions"]
+
+
+def drill_spans(fault=None, *, n_base: int = N_BASE, n_fault: int = N_FAULT, seed: int = 0, edit=None) -> list[dict]:
+    """Requests every 50 ms with jittered phases; ``fault(i)`` gives drill_request overrides for fault request i,
+    ``edit(i, spans)`` may change a fault request's spans (drop, retime)."""
+    rng = random.Random(seed)
+    spans: list[dict] = []
+    for i in range(n_base + n_fault):
+        kw = dict(replica=i % 2, queue_ms=1 + rng.random() * 0.5, prefill_ms=5 + rng.random(),
+                  decode_ms=20 + rng.random() * 2)
+        if i >= n_base and fault is not None:
+            kw.update(fault(i - n_base))
+        request = drill_request(i + 1, start_ms=i * SPACING_MS, **kw)
+        if i >= n_base and edit is not None:
+            request = edit(i - n_base, request)
+        spans += request
+    return spans
+
+
+def analyse(spans: list[dict], **kw):
+    kw.setdefault("baseline_until_ns", FAULT_START)
+    kw.setdefault("fault_start_ns", FAULT_START)
+    return find_abnormal(SpanTable.from_spans(spans), **kw)
+
+
+def by_name(spans: list[dict], name: str, service: str | None = None) -> dict:
+    return next(s for s in spans if s["name"] == name and (service is None or s["service"] == service))
+
+
+def retime(s: dict, *, extra_ms: float = 0.0, shift_ms: float = 0.0) -> None:
+    s["start_ns"] += int(shift_ms * 1e6)
+    s["end_ns"] += int((shift_ms + extra_ms) * 1e6)
+
+
+def pair(report, service: str, name: str):
+    return next(p for p in report.pairs if (p.service, p.name) == (service, name))
+
+
+def test_slow_leaf_under_slow_parents_is_the_first_abnormal_span():
+    report = analyse(drill_spans(lambda i: {"queue_ms": 400.0} if i % 2 == 0 else {}))
+    first = report.first
+    assert (first.service, first.name) == ("drill-replica-0", "queue")
+    assert [c.name for c in first.chain] == CHAIN
+    assert first.chain[-1].service == "drill-router" and not first.root_missing
+    (deviation,) = first.deviations
+    assert deviation.kind == "latency" and deviation.ratio > 100
+    assert "x baseline p99" in first.deviation
+    assert 0 <= first.onset_s < 0.05          # the first fault request starts at the injection
+    assert first.context_attributes["drill.replica"] == 0
+    assert all(c.deviation for c in first.chain)   # every ancestor is slow too ...
+    top = report.pairs[0]
+    assert (top.service, top.name) == ("drill-replica-0", "queue")
+    assert top.root_causes == top.flagged == N_FAULT // 2 and top.share == 1.0
+    for service, name in [("drill-replica-0", "llm_request"), ("drill-router", "POST")]:
+        assert pair(report, service, name).root_causes == 0      # ... and explained by the slow leaf
+    assert not any(p.service == "drill-replica-1" for p in report.pairs)
+
+
+def test_unchanged_traces_have_no_abnormal_span():
+    report = analyse(drill_spans(n_fault=120))
+    assert report.first is None and report.pairs == () and report.candidates == 0
+    assert report.fault_spans == 120 * 7 and report.judged_pairs == 12   # 2 router pairs, 5 per replica
+
+
+def test_p99_exceedances_at_the_baseline_rate_are_noise():
+    rng = np.random.default_rng(7)
+    spans = []
+    for i in range(600):
+        gw = span(i + 1, "GET /cart", service="gateway", kind="SERVER", start_ms=i * 10.0,
+                  end_ms=i * 10.0 + float(rng.lognormal(3, 0.6)))
+        spans.append(gw)
+    report = find_abnormal(SpanTable.from_spans(spans), baseline_until_ns=T0 + int(300 * 10e6),
+                           fault_start_ns=T0 + int(300 * 10e6))
+    assert report.first is None
+
+
+def test_microsecond_jitter_is_not_a_deviation():
+    def edit(i, request):
+        retime(by_name(request, "queue"), extra_ms=0.4)   # +400 µs on a 1 ms span, under the 1 ms margin
+        return request
+
+    spans = drill_spans(edit=edit)
+    for s in spans:                                        # baseline queue spans without jitter at all
+        if s["name"] == "queue" and s["start_ns"] < FAULT_START:
+            s["end_ns"] = s["start_ns"] + 1_000_000
+    assert analyse(spans).first is None
+    assert analyse(spans, options=AnalysisOptions(min_excess_ms=0.1)).first.name == "queue"
+
+
+def test_slow_parent_with_a_barely_slow_child_is_its_own_cause():
+    def edit(i, request):
+        if i % 2:
+            return request
+        llm = by_name(request, "llm_request")
+        retime(llm, extra_ms=300)                              # 300 ms of the replica's own time ...
+        retime(by_name(request, "decode"), extra_ms=10)        # ... a 10 ms slower decode does not explain it
+        for name, service in [("POST /v1/chat/completions", "drill-replica-0"), ("POST", None),
+                              ("POST /v1/chat/completions", "drill-router")]:
+            retime(by_name(request, name, service), extra_ms=310)
+        return request
+
+    report = analyse(drill_spans(edit=edit))
+    assert pair(report, request_service(0), "llm_request").root_causes == N_FAULT // 2
+    assert pair(report, request_service(0), "decode").root_causes == N_FAULT // 2
+    assert pair(report, "drill-router", "POST").root_causes == 0
+
+
+def request_service(replica: int) -> str:
+    return f"drill-replica-{replica}"
+
+
+def test_tie_same_onset_same_depth_is_broken_by_ids_whatever_the_row_order():
+    def fault(i):
+        return {"queue_ms": 400.0}                         # requests 0 and 1 start 50 ms apart on two replicas
+
+    def edit(i, request):
+        if i == 1:                                         # make request 1 start with request 0
+            for s in request:
+                retime(s, shift_ms=-SPACING_MS)
+        return request
+
+    spans = drill_spans(fault, edit=edit, n_base=120)
+    for s in spans:   # identical baselines on both replicas so that both thresholds are equal
+        if s["name"] == "queue" and s["start_ns"] < FAULT_START:
+            s["end_ns"] = s["start_ns"] + 1_000_000
+    firsts = set()
+    for seed in range(4):
+        random.Random(seed).shuffle(spans)
+        first = analyse(spans).first
+        firsts.add((first.trace_id, first.span_id))
+    assert len(firsts) == 1
+    trace = firsts.pop()[0]
+    assert trace == f"{N_BASE + 1:032x}"                  # the smaller trace id of the two
+
+
+def microservice(trace: int, start_ms: float, *, auth_ms: float = 2.0, db_ms: float = 3.0, api_ms: float = 1.0,
+                 db_error: bool = False, error_message: str | None = None, skew_ms: float = 0.0) -> list[dict]:
+    """gateway SERVER -> auth CLIENT/SERVER, gateway -> api SERVER -> db CLIENT (no LLM attribute anywhere)."""
+    t = start_ms
+    total = auth_ms + api_ms + db_ms + 2
+    gw = span(trace, "GET /checkout", service="gateway", kind="SERVER", start_ms=t, end_ms=t + total,
+              status="ERROR" if db_error else "UNSET", attributes={"http.route": "/checkout"})
+    auth = span(trace, "POST /verify", service="auth", kind="SERVER", parent=gw, start_ms=t + 0.5 + skew_ms,
+                end_ms=t + 0.5 + auth_ms + skew_ms)
+    api = span(trace, "GET /orders", service="orders", kind="SERVER", parent=gw, start_ms=t + auth_ms + 1,
+               end_ms=t + auth_ms + 1 + api_ms + db_ms, status="ERROR" if db_error else "UNSET")
+    db = span(trace, "SELECT orders", service="orders", kind="CLIENT", parent=api, start_ms=t + auth_ms + 1 + api_ms,
+              end_ms=t + auth_ms + 1 + api_ms + db_ms, status="ERROR" if db_error else "UNSET",
+              message=error_message, attributes={"db.system": "postgresql", "server.address": "db-0"})
+    return [gw, auth, api, db]
+
+
+def microservice_spans(fault=None, *, n_base: int = 150, n_fault: int = 60, seed: int = 1) -> list[dict]:
+    rng = random.Random(seed)
+    spans = []
+    for i in range(n_base + n_fault):
+        kw = dict(auth_ms=2 + rng.random() * 0.2, db_ms=3 + rng.random() * 0.3, api_ms=1 + rng.random() * 0.1)
+        if i >= n_base and fault is not None:
+            kw.update(fault(i - n_base))
+        spans += microservice(i + 1, i * SPACING_MS, **kw)
+    return spans
+
+
+def micro_fault_start(n_base: int = 150) -> int:
+    return T0 + int(n_base * SPACING_MS * 1e6)
+
+
+def test_generic_microservice_without_llm_attributes():
+    spans = microservice_spans(lambda i: {"db_ms": 250.0})
+    report = find_abnormal(SpanTable.from_spans(spans), baseline_until_ns=micro_fault_start(),
+                           fault_start_ns=micro_fault_start())
+    first = report.first
+    assert (first.service, first.name, first.kind) == ("orders", "SELECT orders", "CLIENT")
+    assert [c.name for c in first.chain] == ["SELECT orders", "GET /orders", "GET /checkout"]
+    assert first.attributes == {"db.system": "postgresql", "server.address": "db-0"}
+    assert first.link is not None and first.link.server_service is None and first.link.peer == "db-0"
+    assert not any(p.service == "auth" for p in report.pairs)
+
+
+def test_equal_onsets_the_deeper_span_wins_and_a_clearly_earlier_one_wins_over_depth():
+    # auth (depth 1) and the db call (depth 2) are each slow in their own trace
+    def fault_same(i):
+        return {"auth_ms": 300.0} if i % 2 == 0 else {"db_ms": 300.0}
+
+    def shift(spans, trace, by_ms):
+        for s in spans:
+            if s["trace_id"] == f"{trace:032x}":
+                retime(s, shift_ms=by_ms)
+
+    base = 150
+    spans = microservice_spans(fault_same)
+    # both onsets within a few ms of each other: trace 151's auth call moves to 3 ms before trace 152's db call
+    auth = by_name([s for s in spans if s["trace_id"] == f"{base + 1:032x}"], "POST /verify")
+    db = by_name([s for s in spans if s["trace_id"] == f"{base + 2:032x}"], "SELECT orders")
+    shift(spans, base + 1, (db["start_ns"] - auth["start_ns"]) / 1e6 - 3)
+    report = find_abnormal(SpanTable.from_spans(spans), baseline_until_ns=micro_fault_start(),
+                           fault_start_ns=micro_fault_start())
+    assert report.first.name == "SELECT orders" and report.first.depth == 2
+    # now the auth call's trace starts 30 ms earlier: the earlier, shallower auth span is first
+    shift(spans, base + 1, -30)
+    report = find_abnormal(SpanTable.from_spans(spans), baseline_until_ns=micro_fault_start(),
+                           fault_start_ns=micro_fault_start())
+    assert report.first.name == "POST /verify" and report.first.depth == 1
+
+
+def test_clock_skew_between_processes_keeps_the_leaf_and_its_chain():
+    spans = drill_spans(lambda i: {"queue_ms": 400.0} if i % 2 == 1 else {})
+    for s in spans:     # replica-0's clock runs 4 ms ahead, replica-1's 6 ms behind the router's
+        if s["service"] == "drill-replica-0":
+            retime(s, shift_ms=4)
+        elif s["service"] == "drill-replica-1":
+            retime(s, shift_ms=-6)
+    report = analyse(spans)
+    first = report.first
+    assert (first.service, first.name) == ("drill-replica-1", "queue")
+    assert [c.name for c in first.chain] == CHAIN
+    assert pair(report, "drill-router", "POST").root_causes == 0
+    assert pair(report, "drill-router", "POST /v1/chat/completions").root_causes == 0
+
+
+def test_missing_parents_orphans_are_still_analysed():
+    def edit(i, request):
+        return [s for s in request if not (s["service"] == "drill-router" and s["kind"] == "SERVER")]
+
+    report = analyse(drill_spans(lambda i: {"queue_ms": 400.0}, edit=edit))
+    first = report.first
+    assert first.name == "queue"
+    assert [c.name for c in first.chain] == CHAIN[:-1] and first.chain[-1].kind == "CLIENT"
+    assert first.root_missing
+    assert report.orphans == N_FAULT
+
+
+def test_a_lost_inner_span_shows_as_a_missing_child_and_its_orphans_still_count():
+    def edit(i, request):
+        return [s for s in request if s["name"] != "llm_request"]
+
+    report = analyse(drill_spans(lambda i: {"queue_ms": 400.0}, edit=edit))
+    assert report.first.name == "queue" and report.first.root_missing
+    server = pair(report, "drill-replica-0", "POST /v1/chat/completions")
+    assert server.missing_child == N_FAULT // 2 and "llm_request" in server.deviation
+
+
+def test_error_with_normal_latency_is_abnormal_and_the_deepest_error_wins():
+    spans = microservice_spans(lambda i: {"db_error": i % 3 == 0, "error_message": "connection refused"})
+    report = find_abnormal(SpanTable.from_spans(spans), baseline_until_ns=micro_fault_start(),
+                           fault_start_ns=micro_fault_start())
+    first = report.first
+    assert (first.service, first.name) == ("orders", "SELECT orders")
+    (deviation,) = first.deviations
+    assert deviation.kind == "error" and deviation.baseline == 0.0
+    assert first.deviation == "error (connection refused), baseline error rate 0%"
+    assert [c.status for c in first.chain] == ["ERROR", "ERROR", "ERROR"]
+    assert pair(report, "gateway", "GET /checkout").root_causes == 0
+    assert pair(report, "orders", "SELECT orders").errors == 20
+
+
+def test_errors_at_the_baseline_error_rate_are_not_abnormal():
+    rng = random.Random(3)
+    spans = []
+    for i in range(400):
+        spans += microservice(i + 1, i * SPACING_MS, db_error=rng.random() < 0.3)
+    fault_start = T0 + int(200 * SPACING_MS * 1e6)
+    report = find_abnormal(SpanTable.from_spans(spans), baseline_until_ns=fault_start, fault_start_ns=fault_start)
+    assert report.first is None
+
+
+def test_missing_expected_child():
+    def edit(i, request):   # from the fifth fault request on, replica 0's requests end before decoding
+        return [s for s in request if s["name"] != "decode"] if i >= 4 and i % 2 == 0 else request
+
+    report = analyse(drill_spans(edit=edit))
+    first = report.first
+    assert (first.service, first.name) == ("drill-replica-0", "llm_request")
+    (deviation,) = first.deviations
+    assert deviation.kind == "missing_child" and deviation.baseline == 1.0
+    assert first.deviation == "missing child drill-replica-0/decode (under 100% of baseline parents)"
+
+
+def test_slow_client_over_a_normal_server_names_the_link():
+    def edit(i, request):
+        if i % 2 == 0:                           # 300 ms between the router and replica 0 (e.g. a toxic)
+            retime(by_name(request, "POST"), extra_ms=300)
+            retime(by_name(request, "POST /v1/chat/completions", "drill-router"), extra_ms=300)
+        return request
+
+    report = analyse(drill_spans(edit=edit))
+    first = report.first
+    assert (first.service, first.name, first.kind) == ("drill-router", "POST", "CLIENT")
+    assert first.attributes["drill.upstream"] == "replica-0"
+    assert first.link.client_service == "drill-router" and first.link.server_service == "drill-replica-0"
+    assert "slow link drill-router → drill-replica-0" in first.deviation
+    assert [c.name for c in first.chain] == ["POST", "POST /v1/chat/completions"]
+    assert pair(report, "drill-router", "POST").root_causes == N_FAULT // 2
+    assert not any(p.service.startswith("drill-replica") for p in report.pairs)
+
+
+def test_default_baseline_is_the_first_third():
+    spans = drill_spans(lambda i: {"queue_ms": 400.0}, n_base=120, n_fault=60)
+    table = SpanTable.from_spans(spans)
+    report = find_abnormal(table)
+    assert "first third" in report.baseline_rule and report.reference == "baseline end"
+    third = T0 + (int(table.end_ns.max()) - T0) // 3
+    routers = (table.kind == 2) & (table.service == table.service_code("drill-router"))
+    assert report.baseline_spans == 7 * int((table.start_ns[routers] < third).sum())
+    assert report.first.name == "queue" and report.first.onset_s > 0
+
+
+def test_baseline_mask_and_json():
+    spans = drill_spans(lambda i: {"queue_ms": 400.0})
+    table = SpanTable.from_spans(spans)
+    report = find_abnormal(table, baseline=table.start_ns < FAULT_START, top=2)
+    assert report.baseline_rule == "the given baseline spans" and len(report.pairs) == 2
+    data = json.loads(json.dumps(report.to_json()))
+    assert data["first"]["name"] == "queue" and data["first"]["deviation"].endswith(")")
+    assert data["pairs"][0]["name"] == "queue"
+    with pytest.raises(ValueError, match="shape"):
+        find_abnormal(table, baseline=np.ones(3, dtype=bool))
+
+
+def test_empty_table():
+    report = find_abnormal(SpanTable.empty())
+    assert report.first is None and report.spans == 0
+
+
+def test_parent_cycle_does_not_hang():
+    a = span(1, "a", span_id="00000000000000aa", parent="00000000000000bb", start_ms=0, end_ms=1)
+    b = span(1, "b", span_id="00000000000000bb", parent="00000000000000aa", start_ms=0, end_ms=1)
+    report = find_abnormal(SpanTable.from_spans([a, b]))
+    assert report.spans == 2 and report.first is None
+
+
+def test_analysis_of_many_spans_is_fast():
+    spans = drill_spans(lambda i: {"queue_ms": 400.0} if i % 2 == 0 else {}, n_base=6000, n_fault=3000)
+    table = SpanTable.from_spans(spans)
+    began = time.perf_counter()
+    fault_start = T0 + int(6000 * SPACING_MS * 1e6)
+    report = find_abnormal(table, baseline_until_ns=fault_start, fault_start_ns=fault_start)
+    elapsed = time.perf_counter() - began
+    assert report.first.name == "queue" and report.first.service == "drill-replica-0"
+    assert len(table) / elapsed > 20_000, f"{len(table)} spans in {elapsed:.2f}s"   # ~2M/s on an idle core

@@ -473,6 +473,17 @@ class Target(abc.ABC):
     def stop(self) -> None:
         """Stop what ``start`` started (idempotent); leave alone what was only attached."""
 
+    def collect_evidence(self, run_dir: str) -> list[str]:
+        """Copy what the target itself recorded during the run into ``run_dir``; return the files written.
+
+        The runner calls it once, right before :meth:`stop`, while the target still runs (a failure is
+        journaled and the shutdown goes on). Targets that keep their own records — the embedded stack's
+        side-effect ledgers (``ledger/replica-<i>.jsonl``) — put them where the checks read them, so a
+        past run can be judged from its directory alone. Paths are relative to ``run_dir``. The
+        default copies nothing.
+        """
+        return []
+
     @classmethod
     def teardown(cls, data: dict) -> None:
         """Stop a target a dead run started, from its journaled ``teardown_data``."""

@@ -189,6 +189,7 @@ class Runner:
             self.result.revert_failures = [f"{o.fault_id}: {o.error}" for o in self.faults.failed_reverts]
         self._safely("stop load", self._stop_load)
         self._safely("stop scraper", lambda: self.scraper and self.scraper.stop())
+        self._safely("collect target evidence", self._collect_target_evidence)
         self._safely("stop target", self._stop_target)
         self._safely("stop receiver", lambda: self.receiver and self.receiver.stop())
 
@@ -252,6 +253,13 @@ class Runner:
                            target=self.target_info.model_dump(mode="json"))
         if cold.enabled:
             self._phase_ended(Phase.COLD_START, time.monotonic() - t0)
+
+    def _collect_target_evidence(self) -> None:
+        """The target's own records (the embedded stack's ledgers) into the run directory, before it stops."""
+        if self.target is not None:
+            files = self.target.collect_evidence(str(self.rundir.path))
+            if files:
+                self.journal.write(Event.NOTE, message="target evidence collected", files=files)
 
     def _stop_target(self) -> None:
         if self.target is not None:

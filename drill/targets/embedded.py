@@ -7,9 +7,13 @@ and runtime. The runner starts the stack with the same launcher as
 you started by hand), sends its spans to the run's OTLP receiver, and stops it
 at the end. The stack's name is journaled before it starts, so the watchdog or
 ``drill cleanup`` can stop it if the runner dies.
+Before it stops the stack, the runner has the replicas' side-effect ledgers copied into the
+run directory (``ledger/replica-<i>.jsonl``, :meth:`EmbeddedStack.collect_evidence`).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from drill.api import Capability, LinkKind, LinkRef, ReplicaRef, Target, TargetInfo
 from drill.stack.config import Runtime, StackConfig
@@ -26,6 +30,7 @@ def stack_name(run_id: str) -> str:
 class EmbeddedStack(Target):
     kind = "embedded"
     Params = StackConfig
+    _state = None   # the StackState ``start`` got (its replicas' ledger paths)
 
     @classmethod
     def static_capabilities(cls, params: StackConfig) -> frozenset[Capability]:
@@ -78,12 +83,34 @@ class EmbeddedStack(Target):
 
         state = start_stack(self.params, name=self.name, otlp_endpoint=self.ctx.otlp_endpoint,
                             timeout_s=START_TIMEOUT_S)
+        self._state = state
         return info_from_state(state, self.static_capabilities(self.params))
 
     def stop(self) -> None:
         from drill.stack.launcher import stop_stack
 
         stop_stack(self.name)
+
+    def collect_evidence(self, run_dir: str) -> list[str]:
+        """Copy each replica's side-effect ledger to ``<run_dir>/ledger/replica-<i>.jsonl``.
+
+        The ledgers live in the stack's own directory (``ledger_path`` of each replica in the state
+        file, :mod:`drill.stack.plan`); with ``runtime: docker`` that directory is bind-mounted at the
+        same host path, so both runtimes are copied the same way. A replica still writes while this
+        runs, so a copy ends at the last complete line. A replica whose ledger does not exist is
+        left out (the checks report the missing replica).
+        """
+        from drill.stack.state import read_state
+
+        state = getattr(self, "_state", None) or read_state(self.name)
+        if state is None:
+            return []
+        folder = Path(run_dir) / "ledger"
+        written = []
+        for replica in state.replicas:
+            if copy_complete_lines(Path(replica.ledger_path), folder / f"replica-{replica.index}.jsonl"):
+                written.append(f"ledger/replica-{replica.index}.jsonl")
+        return written
 
     @classmethod
     def teardown(cls, data: dict) -> None:
@@ -97,6 +124,17 @@ class EmbeddedStack(Target):
                     for i in range(p.replicas)]
         return TargetInfo(kind=self.kind, base_url="(assigned at start)", runtime=p.runtime.value,
                           replicas=replicas, capabilities=self.static_capabilities(p))
+
+
+def copy_complete_lines(source: Path, target: Path) -> bool:
+    """Copy ``source`` up to its last newline (a line being written is left out); False when it is absent."""
+    try:
+        data = source.read_bytes()
+    except FileNotFoundError:
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data[:data.rfind(b"\n") + 1])
+    return True
 
 
 def _planned_links(p: StackConfig, index: int) -> list[LinkRef]:

@@ -1,0 +1,139 @@
+"""fast_failure on hand-built run directories: refused fast, timed out, left to wait, too little overload."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from drill.checks.base import EvidenceKind, Status
+from drill.checks.failures import FastFailureCheck, FastFailureParams
+from drill.engine.verdicts import judge_one
+from tests.checks.rundir_kit import RunKit
+
+
+def _kit(tmp_path: Path) -> RunKit:
+    kit = RunKit(tmp_path / "run")
+    kit.phases(baseline=(0, 60), fault=(60, 150), recovery=(150, 240))
+    kit.fault("flood", injected=70, reverted=130)
+    kit.pool("interactive", timeout="10s", slo={"ttft_p95": 1.0, "tpot_p95": 0.075})
+    kit.pool("batch", timeout="300s", slo={"e2e_p95": 120.0}, stream=False)
+    return kit
+
+
+def _judge(kit: RunKit, **params):
+    return FastFailureCheck(FastFailureParams(**params)).evaluate(kit.evidence())
+
+
+def test_overload_refused_quickly_passes(tmp_path: Path) -> None:
+    kit = _kit(tmp_path)
+    for i in range(40):
+        kit.request(75 + i, status=503, error="refused", headers_ms=15 + i, e2e_ms=16 + i, retry_after_s=1.0)
+        kit.request(75 + i, ttft_ms=300)
+    verdict = _judge(kit)
+    assert verdict.status is Status.PASS, verdict.message
+    assert verdict.observed["refused"] == 40 and verdict.observed["waited_share"] == 0.0
+    assert verdict.observed["refusal_ttf_p99_ms"] == pytest.approx(54.61, abs=0.01)
+    assert verdict.observed["refusals_with_retry_after"] == 40
+    assert verdict.units["refusal_ttf_p99_ms"] == "ms" and verdict.units["waited_share"] == "ratio"
+
+
+def test_requests_outside_the_fault_window_do_not_count(tmp_path: Path) -> None:
+    kit = _kit(tmp_path)
+    for i in range(40):
+        kit.request(10 + i, status=None, error="timeout", e2e_ms=10_000)     # baseline: not judged
+        kit.request(135 + i * 0.1, status=None, error="timeout", e2e_ms=10_000)   # after the revert
+        kit.request(75 + i, status=503, error="refused", headers_ms=20, e2e_ms=20)
+    verdict = _judge(kit)
+    assert verdict.status is Status.PASS, verdict.message
+    assert verdict.observed["timeout"] == 0 and verdict.observed["attempts"] == 40
+
+
+def test_timeouts_fail_and_name_the_slowest(tmp_path: Path) -> None:
+    kit = _kit(tmp_path)
+    for i in range(30):
+        kit.request(75 + i, status=503, error="refused", headers_ms=20, e2e_ms=20)
+    for i in range(5):
+        kit.request(80 + i, status=None, error="timeout", e2e_ms=10_000 + i, request_id=f"slow-{i}")
+    verdict = _judge(kit, max_timeout_share=0.1)
+    assert verdict.status is Status.FAIL, verdict.message
+    assert verdict.observed["timeout"] == 5 and verdict.observed["waited_share"] == pytest.approx(5 / 35, abs=1e-4)
+    requests = [e.value for e in verdict.evidence if e.kind is EvidenceKind.REQUEST]
+    assert requests[:5] == [f"slow-{i}" for i in (4, 3, 2, 1, 0)]
+    assert any(e.kind is EvidenceKind.TRACE for e in verdict.evidence)
+    # the same run with a looser budget passes: the threshold is what decides
+    assert _judge(kit, max_timeout_share=0.2).status is Status.PASS
+
+
+def test_a_slow_error_near_the_deadline_is_a_slow_failure(tmp_path: Path) -> None:
+    kit = _kit(tmp_path)
+    for i in range(25):
+        kit.request(75 + i, status=500, error="server_error", headers_ms=9_500, e2e_ms=9_500)   # 95% of 10s
+    verdict = _judge(kit)
+    assert verdict.status is Status.FAIL
+    assert verdict.observed["slow_failure"] == 25 and verdict.observed["other_error"] == 0
+    # below slow_fraction of the deadline the same errors are explicit (not waits): nothing waited
+    verdict = _judge(kit, slow_fraction=0.99)
+    assert verdict.status is Status.PASS and verdict.observed["other_error"] == 25
+
+
+def test_success_after_a_long_wait_fails_as_left_to_wait(tmp_path: Path) -> None:
+    kit = _kit(tmp_path)
+    for i in range(30):
+        kit.request(75 + i, ttft_ms=4_000 + i, e2e_ms=6_000)                 # past the 1 s TTFT SLO
+        kit.request(75 + i, ttft_ms=200)
+        kit.request(75 + i, pool="batch", status=200, ttft_ms=None, e2e_ms=30_000)   # within its 120 s
+    verdict = _judge(kit)
+    assert verdict.status is Status.FAIL, verdict.message
+    assert verdict.observed["left_to_wait"] == 30 and verdict.observed["on_time"] == 60
+    assert "waited instead of being refused" in verdict.message
+
+
+def test_slow_refusals_fail_on_the_refusal_budget(tmp_path: Path) -> None:
+    kit = _kit(tmp_path)
+    for i in range(30):
+        kit.request(75 + i, status=429, error="refused", headers_ms=800 + i, e2e_ms=800 + i)
+    verdict = _judge(kit, refusal_p99="500ms")
+    assert verdict.status is Status.FAIL and "refusals took" in verdict.message
+    assert verdict.expected["refusal_ttf_p99_ms"] == "<= 500"
+    assert _judge(kit, refusal_p99="1s").status is Status.PASS
+
+
+def test_too_little_overload_is_inconclusive_not_pass(tmp_path: Path) -> None:
+    kit = _kit(tmp_path)
+    for i in range(50):
+        kit.request(75 + i, ttft_ms=200)
+    kit.request(80, status=503, error="refused", headers_ms=10, e2e_ms=10)
+    verdict = _judge(kit)
+    assert verdict.status is Status.INCONCLUSIVE
+    assert "not overloaded enough" in verdict.message and verdict.observed["not_on_time"] == 1
+
+
+def test_cancelled_at_stop_counts_as_left_to_wait_and_client_drops_are_not_judged(tmp_path: Path) -> None:
+    kit = _kit(tmp_path)
+    for i in range(25):
+        kit.request(75 + i, status=None, error="cancelled", e2e_ms=None)
+        kit.request(75 + i, status=None, error="client_drop", e2e_ms=None)
+    verdict = _judge(kit)
+    assert verdict.status is Status.FAIL
+    assert verdict.observed["left_to_wait"] == 25 and verdict.observed["client_drops"] == 25
+    assert any("cancelled" in n for n in verdict.notes)
+
+
+def test_pools_filter_and_unreadable_records_make_it_inconclusive(tmp_path: Path) -> None:
+    kit = _kit(tmp_path)
+    for i in range(30):
+        kit.request(75 + i, status=None, error="timeout", e2e_ms=10_000)
+        kit.request(75 + i, pool="batch", status=503, error="refused", headers_ms=10, e2e_ms=10)
+    assert _judge(kit, pools=["batch"]).status is Status.PASS
+    kit.raw_line("requests.jsonl", "{not json\n")
+    check = FastFailureCheck(FastFailureParams(pools=["batch"]))
+    verdict = judge_one("fast_failure", "fast_failure", check.params, kit.evidence())
+    assert verdict.status is Status.INCONCLUSIVE and "requests.jsonl" in verdict.message
+
+
+def test_params_take_durations_with_units() -> None:
+    params = FastFailureParams.model_validate({"refusal_p99": "250ms", "max_timeout_share": 0.01})
+    assert params.refusal_p99 == pytest.approx(0.25)
+    with pytest.raises(ValueError):
+        FastFailureParams.model_validate({"refusal_p99": 500})

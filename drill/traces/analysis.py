@@ -258,7 +258,8 @@ def _windows(table: SpanTable, tree: _Tree, baseline: np.ndarray | None, baselin
             baseline_until_ns = first + (last - first) // 3
             rule = "the first third of the time range (no baseline given)"
         else:
-            rule = "traces starting before the baseline's end"
+            rule = ("traces starting in the baseline window" if baseline_from_ns is not None
+                    else "traces starting before the baseline's end")
         base = trace_start < baseline_until_ns
         if baseline_from_ns is not None:
             base &= trace_start >= baseline_from_ns

@@ -1,0 +1,224 @@
+"""``first_abnormal_span``: where the fault first showed in the target's traces.
+
+The analysis is :func:`drill.traces.analysis.find_abnormal`; this check feeds it the run's spans with
+the baseline phase as the baseline and the fault window (first injection to last revert) as the
+selection, and turns its report into a verdict. The rule and params are in :class:`FirstAbnormalSpanCheck`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import Field, field_validator
+
+from drill.checks.base import Check, CheckParams, Evidence, EvidenceKind, EvidenceRef, Status, Verdict
+from drill.traces.analysis import AbnormalReport, AbnormalSpan, AnalysisOptions, find_abnormal
+from drill.units import Duration
+
+__all__ = ["FirstAbnormalSpanCheck", "FirstAbnormalSpanParams", "SpanExpectation"]
+
+
+class SpanExpectation(CheckParams):
+    """Where the first abnormal span is expected: regexes matched in full (``re.fullmatch``)."""
+
+    service: str | None = None
+    name: str | None = None
+    attributes: dict[str, str] = Field(default_factory=dict)   # key -> regex of the value (span or same-service parent)
+
+    @field_validator("service", "name")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            _compile(value)
+        return value
+
+    @field_validator("attributes")
+    @classmethod
+    def _values_compile(cls, value: dict[str, str]) -> dict[str, str]:
+        for pattern in value.values():
+            _compile(pattern)
+        return value
+
+    def matches(self, span: AbnormalSpan) -> bool:
+        attributes = {**span.context_attributes, **span.attributes}
+        return (_full(self.service, span.service) and _full(self.name, span.name)
+                and all(key in attributes and re.fullmatch(rx, str(attributes[key])) for key, rx in
+                        self.attributes.items()))
+
+    def describe(self) -> str:
+        parts = [f"service ~ {self.service}"] if self.service else []
+        parts += [f"name ~ {self.name}"] if self.name else []
+        parts += [f"{k} ~ {v}" for k, v in self.attributes.items()]
+        return ", ".join(parts) or "any span"
+
+
+def _compile(pattern: str) -> None:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"not a regular expression: {pattern!r} ({exc})") from None
+
+
+def _full(pattern: str | None, value: str) -> bool:
+    return pattern is None or re.fullmatch(pattern, value) is not None
+
+
+class FirstAbnormalSpanParams(CheckParams):
+    expect: SpanExpectation | list[SpanExpectation] | None = None   # one of these must match the first span
+    require: bool = False                 # nothing abnormal in the fault window is a FAIL
+    min_spans: int = Field(50, ge=1)      # fewer spans in the run: INCONCLUSIVE
+    min_baseline_spans: int = Field(20, ge=1)   # per (service, name) before its latency/children are judged
+    max_orphan_share: float = Field(0.25, ge=0, le=1)   # more spans with a lost parent: INCONCLUSIVE
+    latency_mads: float = Field(5.0, gt=0)
+    min_excess: Duration = 0.001          # a slow span is at least this far above its baseline median
+    child_presence: float = Field(0.95, gt=0, le=1)
+    alpha: float = Field(0.01, gt=0, lt=1)
+    explain_share: float = Field(0.5, gt=0)
+    onset_tolerance: Duration = 0.010     # onsets this close are simultaneous (clock skew); the deeper wins
+    top: int = Field(5, ge=1)             # abnormal (service, name) pairs listed in observed
+
+    def options(self) -> AnalysisOptions:
+        return AnalysisOptions(latency_mads=self.latency_mads, min_excess_ms=self.min_excess * 1e3,
+                               min_baseline_spans=self.min_baseline_spans, child_presence=self.child_presence,
+                               alpha=self.alpha, explain_share=self.explain_share,
+                               onset_tolerance_ms=self.onset_tolerance * 1e3)
+
+    def expectations(self) -> list[SpanExpectation]:
+        if self.expect is None:
+            return []
+        return self.expect if isinstance(self.expect, list) else [self.expect]
+
+
+class FirstAbnormalSpanCheck(Check):
+    """The first abnormal span of the fault window, found by comparing it with the baseline phase's spans.
+
+    Per (service, span name) the baseline phase gives the duration's median, MAD and p99, the error rate
+    and the usual children. In the fault window (first fault injection to last revert) a span is
+    abnormal when it is slower than ``max(p99, median + latency_mads·1.4826·MAD, median + min_excess)``,
+    carries ERROR status, or lacks a child its pair has under ``child_presence`` of the baseline's
+    spans — each only where the pair's rate of it is significantly above the baseline's (``alpha``).
+    A slow parent whose slow children cover ``explain_share`` of its excess, and an erring parent with
+    an abnormal child, are explained by the child; a slow CLIENT span over a normal SERVER span names
+    the link. The first abnormal span is the unexplained one with the earliest onset; onsets within
+    ``onset_tolerance`` count as simultaneous and the deepest wins.
+
+    Params (defaults): ``expect`` (none) — ``{service, name, attributes}`` regexes, or a list of them, one
+    of which the first abnormal span must match (attributes are looked up on the span, then its
+    same-service ancestors); ``require`` (false) — FAIL when nothing is abnormal; ``min_spans`` (50);
+    ``min_baseline_spans`` (20); ``max_orphan_share`` (0.25); ``latency_mads`` (5); ``min_excess``
+    (1ms); ``child_presence`` (0.95); ``alpha`` (0.01); ``explain_share`` (0.5); ``onset_tolerance``
+    (10ms); ``top`` (5).
+
+    PASS: a first abnormal span was found (and matches ``expect`` when given), or nothing is abnormal
+    and neither ``require`` nor ``expect`` asks for a span. FAIL: the span does not match ``expect``,
+    or nothing is abnormal while ``require``/``expect`` is set. INCONCLUSIVE: the target exported no
+    spans, the spans are too thin (fewer than ``min_spans``, more than ``max_orphan_share`` orphans,
+    no baseline or fault-window spans, no pair with ``min_baseline_spans`` baseline spans), or the
+    run has no baseline phase or fault window.
+    """
+
+    kind = "first_abnormal_span"
+    Params = FirstAbnormalSpanParams
+    reads = ("journal.jsonl", "spans.jsonl")
+
+    def evaluate(self, evidence: Evidence) -> Verdict:
+        p: FirstAbnormalSpanParams = self.params
+        traces = evidence.traces
+        reason = traces.thin_reason(p.min_spans)
+        notes = traces.completeness.notes()
+        if reason is not None:
+            return self.verdict(Status.INCONCLUSIVE, reason, window="fault", notes=notes)
+        if traces.completeness.orphan_share > p.max_orphan_share:
+            c = traces.completeness
+            return self.verdict(Status.INCONCLUSIVE, f"{c.orphans} of {c.spans} spans have a parent that was never "
+                                f"exported (more than {p.max_orphan_share:.0%})", window="fault", notes=notes)
+        baseline, window = evidence.phases.get("baseline"), evidence.fault_window
+        if baseline is None or window is None:
+            missing = "baseline phase" if baseline is None else "fault window"
+            return self.verdict(Status.INCONCLUSIVE, f"the run has no {missing} to compare", window="fault")
+        report = find_abnormal(traces.table, baseline_from_ns=_ns(baseline.start_ts),
+                               baseline_until_ns=_ns(baseline.end_ts), fault_start_ns=_ns(window[0]),
+                               fault_end_ns=_ns(window[1]), top=p.top, options=p.options())
+        notes = notes + _report_notes(report)
+        thin = _thin(report, p)
+        if thin is not None:
+            return self.verdict(Status.INCONCLUSIVE, thin, observed=_counts(report), window="fault", notes=notes)
+        return self._judge(report, p, notes)
+
+    def _judge(self, report: AbnormalReport, p: FirstAbnormalSpanParams, notes: tuple[str, ...]) -> Verdict:
+        expectations = p.expectations()
+        expected = ({"first_abnormal_span": " or ".join(e.describe() for e in expectations)} if expectations
+                    else {"first_abnormal_span": "found" if p.require else "found, or nothing abnormal"})
+        first = report.first
+        if first is None:
+            status = Status.FAIL if (p.require or expectations) else Status.PASS
+            return self.verdict(status, "no span of the fault window deviates from the baseline",
+                                observed=_counts(report), expected=expected, window="fault", notes=notes)
+        observed = {**_observed(first), "pairs": [_pair_json(x) for x in report.pairs], **_counts(report)}
+        units = {"onset_s": "s", "duration_ms": "ms"}
+        where = f"{first.service}/{first.name} (trace {first.trace_id}, span {first.span_id}): {first.deviation}"
+        if expectations and not any(e.matches(first) for e in expectations):
+            return self.verdict(Status.FAIL, f"the first abnormal span is {where}; expected {expected['first_abnormal_span']}",
+                                observed=observed, expected=expected, units=units, evidence=_refs(first),
+                                window="fault", notes=notes)
+        onset = "" if first.onset_s is None else f", {first.onset_s:+.3f}s after the {report.reference}"
+        return self.verdict(Status.PASS, f"first abnormal span: {where}{onset}", observed=observed,
+                            expected=expected, units=units, evidence=_refs(first), window="fault", notes=notes)
+
+
+def _ns(ts: float) -> int:
+    return int(round(ts * 1e9))
+
+
+def _thin(report: AbnormalReport, p: FirstAbnormalSpanParams) -> str | None:
+    if report.baseline_spans == 0:
+        return "no span started in the baseline phase"
+    if report.fault_spans == 0:
+        return "no span started in the fault window"
+    if report.judged_pairs == 0:
+        return (f"no (service, span name) of the fault window has {p.min_baseline_spans} or more baseline spans "
+                f"({len(report.thin_pairs)} with fewer, {len(report.new_pairs)} absent from the baseline)")
+    return None
+
+
+def _counts(report: AbnormalReport) -> dict:
+    return {"spans": report.spans, "baseline_spans": report.baseline_spans, "fault_spans": report.fault_spans,
+            "judged_pairs": report.judged_pairs, "candidates": report.candidates, "orphans": report.orphans}
+
+
+def _observed(first: AbnormalSpan) -> dict:
+    return {"service": first.service, "name": first.name, "kind": first.kind, "trace_id": first.trace_id,
+            "span_id": first.span_id, "deviation": first.deviation, "onset_s": first.onset_s,
+            "duration_ms": first.duration_ms, "attributes": {**first.context_attributes, **first.attributes},
+            "link": None if first.link is None else first.link.text,
+            "chain": [f"{c.service}/{c.name}" for c in first.chain]}
+
+
+def _pair_json(pair) -> dict:
+    return {"service": pair.service, "name": pair.name, "flagged": pair.flagged, "spans": pair.spans,
+            "share": pair.share, "root_causes": pair.root_causes, "median_ratio": pair.median_ratio,
+            "deviation": pair.deviation}
+
+
+def _refs(first: AbnormalSpan) -> list[EvidenceRef]:
+    refs = [EvidenceRef(EvidenceKind.TRACE, first.trace_id, "trace of the first abnormal span"),
+            EvidenceRef(EvidenceKind.SPAN, first.span_id, f"first abnormal: {first.service}/{first.name}: "
+                                                          f"{first.deviation}")]
+    for link in first.chain[1:]:
+        state = link.deviation or "normal"
+        refs.append(EvidenceRef(EvidenceKind.SPAN, link.span_id, f"chain: {link.service}/{link.name} ({state})"))
+    if first.link is not None and first.link.server_span_id:
+        refs.append(EvidenceRef(EvidenceKind.SPAN, first.link.server_span_id,
+                                f"the SERVER span under the slow link ({first.link.server_service}, normal)"))
+    return refs
+
+
+def _report_notes(report: AbnormalReport) -> tuple[str, ...]:
+    notes = [f"baseline: {report.baseline_rule} ({report.baseline_spans} spans); "
+             f"fault window: {report.fault_spans} spans"]
+    if report.thin_pairs:
+        notes.append(f"{len(report.thin_pairs)} pair(s) with too few baseline spans to judge latency: "
+                     + ", ".join(report.thin_pairs[:5]))
+    if report.new_pairs:
+        notes.append(f"{len(report.new_pairs)} pair(s) absent from the baseline: " + ", ".join(report.new_pairs[:5]))
+    return tuple(notes)

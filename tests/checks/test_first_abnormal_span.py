@@ -1,0 +1,128 @@
+"""first_abnormal_span: verdicts from hand-built run directories (journal + spans.jsonl)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from pydantic import ValidationError
+
+from drill.checks.base import EvidenceKind, Status
+from drill.checks.spans import FirstAbnormalSpanCheck, FirstAbnormalSpanParams
+from drill.engine.verdicts import judge_one
+from drill.registry import checks
+from tests.checks.rundir_kit import RunKit
+from tests.traces.spankit import drill_request
+
+SPACING_MS = 50.0
+N_BASE, N_FAULT = 120, 60
+
+
+def run(tmp_path, *, slow_queue: bool = True, baseline: bool = True, n_base: int = N_BASE, edit=None) -> RunKit:
+    """A 6 s baseline and a 3 s fault phase (fault injected at its start) of requests every 50 ms."""
+    kit = RunKit(tmp_path)
+    base_s, fault_s = n_base * SPACING_MS / 1e3, N_FAULT * SPACING_MS / 1e3
+    if baseline:
+        kit.phases(baseline=(0, base_s), fault=(base_s, base_s + fault_s))
+    else:
+        kit.phases(fault=(base_s, base_s + fault_s))
+    kit.fault("flood-0", injected=base_s, reverted=base_s + fault_s)
+    rng = random.Random(0)
+    for i in range(n_base + N_FAULT):
+        in_fault = i >= n_base
+        queue = 400.0 if in_fault and slow_queue and i % 2 == 0 else 1 + rng.random() * 0.5
+        spans = drill_request(i + 1, replica=i % 2, start_ms=i * SPACING_MS, queue_ms=queue,
+                              prefill_ms=5 + rng.random(), decode_ms=20 + rng.random() * 2)
+        if edit is not None and in_fault:
+            spans = edit(spans)
+        kit.spans.extend(spans)
+    return kit
+
+
+def judge(kit: RunKit, **params):
+    return FirstAbnormalSpanCheck(FirstAbnormalSpanParams(**params)).evaluate(kit.evidence())
+
+
+def test_registered_under_its_kind():
+    assert checks.get("first_abnormal_span") is FirstAbnormalSpanCheck
+    assert FirstAbnormalSpanCheck.reads == ("journal.jsonl", "spans.jsonl")
+
+
+def test_pass_names_the_span_its_chain_and_evidence(tmp_path):
+    verdict = judge(run(tmp_path))
+    assert verdict.status is Status.PASS, verdict.message
+    o = verdict.observed
+    assert (o["service"], o["name"]) == ("drill-replica-0", "queue")
+    assert "x baseline p99" in o["deviation"] and 0 <= o["onset_s"] < 0.05
+    assert o["chain"][-1] == "drill-router/POST /v1/chat/completions" and len(o["chain"]) == 5
+    assert o["pairs"][0]["name"] == "queue" and o["pairs"][0]["root_causes"] == N_FAULT // 2
+    assert o["attributes"]["drill.replica"] == 0
+    assert verdict.units["onset_s"] == "s"
+    kinds = [e.kind for e in verdict.evidence]
+    assert kinds[0] is EvidenceKind.TRACE and verdict.evidence[0].value == o["trace_id"]
+    assert kinds.count(EvidenceKind.SPAN) == 5 and verdict.evidence[1].value == o["span_id"]
+    assert verdict.window == "fault" and "drill-replica-0/queue" in verdict.message
+
+
+def test_expectations_match_or_fail(tmp_path):
+    kit = run(tmp_path)
+    assert judge(kit, expect={"service": "drill-replica-.*", "name": "queue"}).status is Status.PASS
+    assert judge(kit, expect={"service": "drill-replica-0", "attributes": {"drill.replica": "0"}}).status \
+        is Status.PASS
+    wrong = judge(kit, expect={"service": "drill-replica-1"})
+    assert wrong.status is Status.FAIL and "expected service ~ drill-replica-1" in wrong.message
+    either = judge(kit, expect=[{"service": "drill-router", "name": "POST"}, {"name": "queue"}])
+    assert either.status is Status.PASS
+
+
+def test_nothing_abnormal_passes_unless_required(tmp_path):
+    kit = run(tmp_path, slow_queue=False)
+    calm = judge(kit)
+    assert calm.status is Status.PASS and "no span of the fault window deviates" in calm.message
+    assert judge(kit, require=True).status is Status.FAIL
+    assert judge(kit, expect={"name": "queue"}).status is Status.FAIL
+
+
+def test_no_spans_is_inconclusive_with_the_reason(tmp_path):
+    kit = RunKit(tmp_path)
+    kit.phases(baseline=(0, 60), fault=(60, 120))
+    kit.fault("flood-0", injected=60, reverted=120)
+    kit.request(at=70)
+    verdict = judge(kit)
+    assert verdict.status is Status.INCONCLUSIVE and verdict.message == "the target exported no spans"
+
+
+def test_too_many_orphans_is_inconclusive(tmp_path):
+    def lose_parents(spans):   # replica spans lose their llm_request/SERVER parents
+        return [s for s in spans if s["name"] not in ("llm_request",) and not
+                (s["service"].startswith("drill-replica") and s["kind"] == "SERVER")]
+
+    kit = run(tmp_path, edit=lose_parents)
+    verdict = judge(kit, max_orphan_share=0.05)
+    assert verdict.status is Status.INCONCLUSIVE and "never exported" in verdict.message
+
+
+def test_thin_baseline_is_inconclusive(tmp_path):
+    verdict = judge(run(tmp_path, n_base=10))
+    assert verdict.status is Status.INCONCLUSIVE
+    assert "20 or more baseline spans" in verdict.message and verdict.observed["baseline_spans"] == 70
+
+
+def test_no_baseline_phase_is_inconclusive(tmp_path):
+    verdict = judge(run(tmp_path, baseline=False))
+    assert verdict.status is Status.INCONCLUSIVE and "no baseline phase" in verdict.message
+
+
+def test_unreadable_span_lines_make_it_inconclusive_through_the_engine(tmp_path):
+    kit = run(tmp_path)
+    kit.raw_line("spans.jsonl", "{not json\n")
+    verdict = judge_one("first_abnormal_span", "where", FirstAbnormalSpanParams(), kit.evidence())
+    assert verdict.status is Status.INCONCLUSIVE
+
+
+def test_params_are_validated():
+    with pytest.raises(ValidationError):
+        FirstAbnormalSpanParams(expect={"service": "("})
+    with pytest.raises(ValidationError):
+        FirstAbnormalSpanParams(unknown=1)
+    assert FirstAbnormalSpanParams(onset_tolerance="5ms").options().onset_tolerance_ms == pytest.approx(5.0)

@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import Field
 
 from drill.checks.base import Check, CheckParams, Evidence, EvidenceKind, EvidenceRef, Status, Verdict
+from drill.checks.judging import measurement_truth_figures, meets_slo, record_metric_ms
 from drill.engine.journal import Event
 from drill.load.records import ErrorClass, latency_values
 from drill.spec.scenario import Slo, parse_slo_key
@@ -105,13 +106,27 @@ class SloParams(CheckParams):
     pools: list[str] | None = None            # default: every pool with an SLO
     slo: Slo = Field(default_factory=dict)     # overrides the pools' and the drill's SLO
     min_requests: int = Field(20, ge=1)
+    min_goodput: float | None = Field(None, ge=0, le=1)   # also FAIL when a pool's goodput in phase is lower
+
+
+#: The phases goodput is reported for (when the run has them).
+GOODPUT_PHASES = ("warmup", "baseline", "fault", "recovery")
 
 
 class SloCheck(Check):
-    """Client-side latency percentiles of each pool in one phase are within its SLO.
+    """Client-side latency percentiles of each pool in one phase are within its SLO; goodput per phase and pool.
 
     Percentiles are exact, over successful requests, measured from the intended
     start (queueing in the client counts). Too few requests is INCONCLUSIVE.
+
+    **Goodput** (DistServe, OSDI'24: the rate of requests that meet their SLO) is reported for every
+    phase and pool in ``observed``: ``goodput.<phase>.<pool>.share`` (attempts that succeeded within
+    every bound of their pool's SLO, each bound applied per request — see
+    :func:`drill.checks.judging.meets_slo`; attempts cancelled when the load stopped are left out),
+    ``.requests_per_s`` and ``.tokens_per_s`` (their completion tokens) over the phase's length. With
+    ``min_goodput`` set, a pool whose goodput share in ``phase`` is lower also FAILs. When the run's
+    spans join the client records, the client-vs-server TTFT/E2E differences (measurement truth) are
+    added to ``observed`` and the notes.
     """
 
     kind = "slo"
@@ -124,29 +139,90 @@ class SloCheck(Check):
                    if (p.pools is None or pool in p.pools) and (p.slo or slo)}
         if not targets:
             return self.verdict(Status.INCONCLUSIVE, "no pool has an SLO to check", window=p.phase)
-        observed, expected, breaches, thin = {}, {}, [], []
+        observed, expected, units, breaches, thin, refs = {}, {}, {}, [], [], []
         for pool, slo in targets.items():
             mine = [r for r in records if r.pool == pool and r.ok]
             for key, bound_s in slo.items():
                 metric, pct = parse_slo_key(key)
                 values = latency_values(mine, metric)
-                expected[f"{pool}.{key}"] = f"<= {bound_s * 1000:.0f}ms"
+                expected[f"{pool}.{key}"] = f"<= {bound_s * 1000:g}"
+                units[f"{pool}.{key}"] = "ms"
                 if len(values) < p.min_requests:
                     thin.append(f"{pool}.{key} ({len(values)} samples)")
                     continue
                 value = percentile(values, pct)
-                observed[f"{pool}.{key}"] = f"{value:.1f}ms"
+                observed[f"{pool}.{key}"] = round(value, 3)
                 if value > bound_s * 1000:
                     breaches.append(f"{pool} {key} = {value:.0f}ms > {bound_s * 1000:.0f}ms")
-        return self._judge(breaches, thin, observed, expected, p.phase)
+                    refs += _slowest(mine, metric, key)
+        goodput = _goodput(evidence, targets)
+        observed.update(goodput)
+        units.update({k: _GOODPUT_UNITS[k.rsplit(".", 1)[1]] for k in goodput})
+        breaches += self._goodput_breaches(goodput, targets, expected)
+        truth, notes, truth_refs = measurement_truth_figures(evidence)
+        observed.update(truth)
+        units.update({k: "ms" for k in truth if k.endswith(("p50", "p95", "p99"))})
+        return self._judge(breaches, thin, observed, expected, p.phase, units=units, evidence=refs + truth_refs,
+                           notes=tuple(notes))
 
-    def _judge(self, breaches, thin, observed, expected, phase) -> Verdict:
+    def _goodput_breaches(self, goodput: dict, targets: dict, expected: dict) -> list[str]:
+        p: SloParams = self.params
+        if p.min_goodput is None:
+            return []
+        out = []
+        for pool in targets:
+            key = f"goodput.{p.phase}.{pool}.share"
+            expected[key] = f">= {p.min_goodput:g}"
+            share = goodput.get(key)
+            if share is not None and share < p.min_goodput:
+                out.append(f"{pool} goodput in {p.phase} = {share:.1%} < {p.min_goodput:.0%}")
+        return out
+
+    def _judge(self, breaches, thin, observed, expected, phase, **extra) -> Verdict:
         if breaches:
-            return self.verdict(Status.FAIL, "; ".join(breaches), observed=observed, expected=expected, window=phase)
+            return self.verdict(Status.FAIL, "; ".join(breaches), observed=observed, expected=expected, window=phase,
+                                **extra)
         if thin:
             return self.verdict(Status.INCONCLUSIVE, f"too few samples for {', '.join(thin)}",
-                                observed=observed, expected=expected, window=phase)
-        return self.verdict(Status.PASS, f"every SLO held in {phase}", observed=observed, expected=expected, window=phase)
+                                observed=observed, expected=expected, window=phase, **extra)
+        return self.verdict(Status.PASS, f"every SLO held in {phase}", observed=observed, expected=expected,
+                            window=phase, **extra)
+
+
+_GOODPUT_UNITS = {"share": "ratio", "requests_per_s": "requests/s", "tokens_per_s": "tokens/s", "requests": "requests"}
+
+
+def _goodput(evidence: Evidence, targets: dict[str, dict[str, float]]) -> dict[str, float | int | None]:
+    """``goodput.<phase>.<pool>.{requests,share,requests_per_s,tokens_per_s}`` for every phase the run has."""
+    out: dict[str, float | int | None] = {}
+    for phase in GOODPUT_PHASES:
+        window = evidence.phases.get(phase)
+        if window is None:
+            continue
+        records = [r for r in evidence.requests_in(phase) if r.error is not ErrorClass.CANCELLED]
+        length = window.length_s
+        for pool, slo in targets.items():
+            mine = [r for r in records if r.pool == pool]
+            good = [r for r in mine if meets_slo(r, slo)]
+            prefix = f"goodput.{phase}.{pool}"
+            out[f"{prefix}.requests"] = len(mine)
+            out[f"{prefix}.share"] = round(len(good) / len(mine), 4) if mine else None
+            out[f"{prefix}.requests_per_s"] = round(len(good) / length, 4) if length > 0 else None
+            tokens = sum(r.completion_tokens or 0 for r in good)
+            out[f"{prefix}.tokens_per_s"] = round(tokens / length, 3) if length > 0 else None
+    return out
+
+
+def _slowest(records, metric: str, key: str, count: int = 3) -> list[EvidenceRef]:
+    """The requests with the largest value of ``metric`` (evidence for a breached bound)."""
+    valued = [(v, r) for r in records if (v := record_metric_ms(r, metric)) is not None]
+    valued.sort(key=lambda pair: -pair[0])
+    refs = []
+    for value, record in valued[:count]:
+        refs.append(EvidenceRef(EvidenceKind.REQUEST, record.request_id, f"{key}: {metric} {value:.0f}ms"))
+        if record.trace_id:
+            refs.append(EvidenceRef(EvidenceKind.TRACE, record.trace_id, record.request_id))
+    return refs
 
 
 class ErrorRateParams(CheckParams):

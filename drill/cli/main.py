@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, str] = {
     "plan": "drill.cli.plan:plan",
     "run": "drill.cli.run:run",
     "stack": "drill.cli.stack:stack",
+    "traces": "drill.cli.traces:traces",
     "validate": "drill.cli.validate:validate",
     "worker": "drill.cli.load:worker",
 }

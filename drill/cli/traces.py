@@ -1,0 +1,285 @@
+"""``drill traces``: read span files of any supported format and analyse them on their own.
+
+``drill traces analyze SPANS...`` finds the first abnormal span (see :mod:`drill.traces.analysis`) in
+files the user brings — a run's ``spans.jsonl``, an OpenTelemetry Collector file export, OTLP
+protobuf, a Jaeger UI download — detecting each file's format from its content.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from drill.cli.common import console, err_console, handle_errors
+from drill.errors import InputError
+
+if TYPE_CHECKING:
+    from drill.traces.analysis import AbnormalReport, AbnormalSpan
+    from drill.traces.evidence import TraceEvidence
+    from drill.traces.table import SpanTable
+
+__all__ = ["detect_source", "parse_time_ns", "traces"]
+
+#: Bytes of a file looked at to tell its format.
+HEAD_BYTES = 64 * 1024
+
+_FILE_PARAM = {"receiver": "file"}       # the source's Params field naming the file (default "path")
+
+
+def detect_source(path: Path) -> str:
+    """The ``drill.traces`` source kind that reads ``path``, from its content (not its name).
+
+    JSON whose first object has ``resourceSpans``/``batches`` is OTLP JSON lines (``otlp_file``), one
+    with ``data`` or ``traceID`` a Jaeger JSON download (``jaeger_file``), one with ``trace_id`` and
+    ``span_id`` the receiver's normalized spans (``receiver``); anything that is not text is OTLP
+    protobuf (``otlp_proto_file``). An empty file is read as (empty) receiver output.
+    """
+    with path.open("rb") as fh:
+        head = fh.read(HEAD_BYTES)
+    text = head.lstrip()
+    if not text:
+        return "receiver"
+    if not _is_text(head):
+        return "otlp_proto_file"
+    if text[:1] == b"[":
+        raise InputError(f"{path}: a JSON array of spans (Zipkin v2?) is not a supported span format; "
+                         "supported: receiver JSON lines, OTLP JSON lines, OTLP protobuf, Jaeger JSON")
+    if text[:1] != b"{":
+        raise InputError(f"{path}: not a span file (it starts with {text[:20]!r}); supported: receiver JSON lines, "
+                         "OTLP JSON lines, OTLP protobuf, Jaeger JSON")
+    keys = _top_keys(text)
+    if keys & {"resourceSpans", "resource_spans", "batches"}:
+        return "otlp_file"
+    if keys & {"data", "traceID"}:
+        return "jaeger_file"
+    if {"trace_id", "span_id"} <= keys:
+        return "receiver"
+    raise InputError(f"{path}: JSON, but neither OTLP (resourceSpans/batches), Jaeger (data) nor receiver spans "
+                     f"(trace_id, span_id); its first keys: {', '.join(sorted(keys)[:8]) or 'none'}")
+
+
+def _is_text(head: bytes) -> bool:
+    if b"\x00" in head:
+        return False
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start >= len(head) - 4      # a multi-byte character cut by HEAD_BYTES
+    return True
+
+
+def _top_keys(text: bytes) -> set[str]:
+    """Keys of the first JSON object: from the first line that parses (JSON lines; a bad line is the reader's
+    to count), else found by pattern (one pretty-printed JSON document)."""
+    for line in text.split(b"\n")[:50]:
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return set(value)
+    return set(re.findall(r'"([A-Za-z_]+)"\s*:', text.decode("utf-8", "replace")[:4096]))
+
+
+def parse_time_ns(text: str, option: str) -> int:
+    """UNIX ns of ``text``: epoch seconds (``1700000000.5``) or RFC 3339 with an offset (``...T10:00:00Z``)."""
+    value = text.strip()
+    try:
+        return int(round(float(value) * 1e9))
+    except ValueError:
+        pass
+    try:
+        stamp = datetime.fromisoformat(value.replace("z", "Z"))
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is neither epoch seconds nor an RFC 3339 time", param_hint=option) \
+            from None
+    if stamp.tzinfo is None:
+        raise click.BadParameter(f"{text!r} has no UTC offset (RFC 3339 needs one, e.g. Z or +02:00)",
+                                 param_hint=option)
+    return int(round(stamp.timestamp() * 1e6)) * 1000
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    path: Path
+    kind: str
+    spans: int
+    unreadable: int
+    where: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        return {"path": str(self.path), "format": self.kind, "spans": self.spans, "unreadable": self.unreadable,
+                "where": list(self.where)}
+
+
+def _read(path: Path) -> tuple["SpanTable", _Loaded]:
+    from drill.registry import traces as sources
+
+    kind = detect_source(path)
+    source_cls = sources.get(kind)
+    params = source_cls.Params.model_validate({_FILE_PARAM.get(kind, "path"): str(path.resolve())})
+    source = source_cls(params, str(path.resolve().parent))
+    table = source.table()
+    report = source.report
+    return table, _Loaded(path, kind, len(table), report.unreadable, tuple(report.where))
+
+
+def _read_all(paths: tuple[Path, ...]) -> tuple["SpanTable", list[_Loaded]]:
+    from drill.traces.table import SpanTable
+
+    tables, loaded = [], []
+    for path in paths:
+        table, info = _read(path)
+        tables.append(table)
+        loaded.append(info)
+    return SpanTable.concat(tables), loaded
+
+
+def _records(path: Path | None) -> tuple[list, int]:
+    if path is None:
+        return [], 0
+    from drill.jsonl import ReadReport
+    from drill.load.records import read_records
+
+    report = ReadReport(path)
+    records = list(read_records(path, report))
+    if report.bad_count or report.torn_last_line is not None:
+        err_console.print(f"[yellow]warning:[/] {report.describe()}", markup=True)
+    return records, report.bad_count + (report.torn_last_line is not None)
+
+
+@click.group("traces")
+def traces() -> None:
+    """Read span files (receiver, OTLP JSON/protobuf, Jaeger JSON) and analyse them."""
+
+
+@traces.command("analyze")
+@click.argument("spans", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--records", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Client request records (requests.jsonl), joined to the spans by trace id.")
+@click.option("--baseline-until", metavar="TIME",
+              help="Traces starting before TIME are the baseline (RFC 3339 or epoch seconds).")
+@click.option("--baseline", "baseline_files", multiple=True, metavar="FILE",
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Span files of a normal period, the baseline (repeatable).")
+@click.option("--fault-start", metavar="TIME",
+              help="The fault's injection: the fault window starts here; onsets are relative to it.")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
+              help="How many abnormal (service, span name) pairs to list.")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+def analyze(spans: tuple[Path, ...], records: Path | None, baseline_until: str | None,
+            baseline_files: tuple[Path, ...], fault_start: str | None, top: int, as_json: bool) -> None:
+    """Find the first abnormal span in SPANS and rank the abnormal (service, span name) pairs.
+
+    The baseline is --baseline FILE..., else the traces starting before --baseline-until, else the first
+    third of the time range. Formats are detected from the files' content.
+    """
+    if baseline_until is not None and baseline_files:
+        raise click.UsageError("give --baseline-until or --baseline, not both")
+    until_ns = None if baseline_until is None else parse_time_ns(baseline_until, "--baseline-until")
+    start_ns = None if fault_start is None else parse_time_ns(fault_start, "--fault-start")
+    with handle_errors():
+        _analyze(spans, records, until_ns, baseline_files, start_ns, top, as_json)
+
+
+def _analyze(spans: tuple[Path, ...], records_path: Path | None, until_ns: int | None,
+             baseline_files: tuple[Path, ...], start_ns: int | None, top: int, as_json: bool) -> None:
+    import numpy as np
+
+    from drill.traces.analysis import find_abnormal
+    from drill.traces.evidence import trace_evidence
+    from drill.traces.table import SpanTable
+
+    table, loaded = _read_all(spans)
+    mask = None
+    if baseline_files:
+        base, base_loaded = _read_all(baseline_files)
+        loaded = base_loaded + loaded
+        mask = np.concatenate([np.ones(len(base), dtype=bool), np.zeros(len(table), dtype=bool)])
+        table = SpanTable.concat([base, table])
+    records, _ = _records(records_path)
+    evidence = trace_evidence(table, records, source=", ".join(f"{x.kind}: {x.path}" for x in loaded),
+                              unreadable=sum(x.unreadable for x in loaded),
+                              where=tuple(w for x in loaded for w in x.where))
+    if not len(table):
+        raise InputError(f"no span could be read from {', '.join(str(p) for p in spans)} "
+                         f"({evidence.no_spans_reason})")
+    if mask is not None and not mask.any():
+        raise InputError("the --baseline files hold no span")
+    report = find_abnormal(table, baseline=mask, baseline_until_ns=until_ns, fault_start_ns=start_ns, top=top)
+    if as_json:
+        click.echo(json.dumps({"schema": "llm-drill/traces-analysis/v1", "files": [x.to_json() for x in loaded],
+                               "completeness": evidence.completeness.to_json(), "analysis": report.to_json()},
+                              indent=2, default=str))
+        return
+    _print(report, loaded, evidence)
+
+
+# -- human output ---------------------------------------------------------------------------------
+
+def _print(report: "AbnormalReport", loaded: list[_Loaded], evidence: "TraceEvidence") -> None:
+    for info in loaded:
+        bad = f", [yellow]{info.unreadable} unreadable[/] (first: {info.where[0]})" if info.unreadable else ""
+        console.print(f"{info.path}: {info.kind}, {info.spans:,} spans{bad}", markup=True)
+    console.print(f"baseline: {report.baseline_rule}: {report.baseline_spans:,} spans; "
+                  f"fault window: {report.fault_spans:,} spans")
+    for note in evidence.completeness.notes():
+        console.print(f"[dim]note: {note}[/]", markup=True)
+    console.print()
+    if report.first is None:
+        console.print("[bold]no abnormal span:[/] the fault window's spans match the baseline", markup=True)
+    else:
+        _print_first(report.first, report.reference)
+    if report.pairs:
+        console.print()
+        console.print(_pairs_table(report))
+    if report.thin_pairs or report.new_pairs:
+        console.print(f"[dim]{len(report.thin_pairs)} pair(s) with too few baseline spans to judge latency, "
+                      f"{len(report.new_pairs)} absent from the baseline[/]", markup=True)
+
+
+def _print_first(first: "AbnormalSpan", reference: str) -> None:
+    from rich.markup import escape
+
+    console.print(f"[bold]first abnormal span:[/] {escape(first.service)} / [bold]{escape(first.name)}[/] "
+                  f"({first.kind}, {first.status}, {first.duration_ms:,.3f} ms)", markup=True)
+    console.print(f"  trace {first.trace_id}  span {first.span_id}")
+    console.print(f"  deviation: {escape(first.deviation)}", markup=True)
+    if first.onset_s is not None:
+        console.print(f"  onset: {first.onset_s:+.3f} s after the {reference}")
+    attributes = {**first.context_attributes, **first.attributes}
+    if attributes:
+        console.print("  attributes: " + escape(", ".join(f"{k}={_short(v)}" for k, v in attributes.items())),
+                      markup=True)
+    lost = " (its parent was lost)" if first.root_missing else ""
+    console.print(f"  chain, from the user-facing span{lost} down to it:")
+    for depth, link in enumerate(reversed(first.chain)):
+        state = f"  {escape(link.deviation)}" if link.deviation else "  normal"
+        console.print(f"    {'  ' * depth}{'└ ' if depth else ''}{escape(link.service)} / {escape(link.name)} "
+                      f"[dim]{link.kind} {link.duration_ms:,.3f} ms[/]{state}", markup=True)
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _pairs_table(report: "AbnormalReport"):
+    from rich.table import Table
+
+    table = Table(title="abnormal (service, span name) pairs", title_justify="left", show_edge=False)
+    for column, justify in [("#", "right"), ("service", "left"), ("span name", "left"), ("flagged", "right"),
+                            ("share", "right"), ("causes", "right"), ("median ratio", "right"),
+                            ("deviation", "left")]:
+        table.add_column(column, justify=justify)
+    for i, pair in enumerate(report.pairs, 1):
+        ratio = "" if pair.median_ratio is None else f"{pair.median_ratio:.1f}x"
+        table.add_row(str(i), pair.service, pair.name, f"{pair.flagged}/{pair.spans}", f"{pair.share:.0%}",
+                      str(pair.root_causes), ratio, pair.deviation)
+    return table

@@ -229,7 +229,9 @@ class RecoveryReplayCheck(Check):
     def _figures(self, replay: ReplayEvidence, t: _Tally, originals: int) -> tuple[dict, dict, dict]:
         p: RecoveryReplayParams = self.params
         observed = {
-            "failing_samples": len(replay.samples), "originals_replayed": originals,
+            "failing_samples": len(replay.samples),
+            "failed_requests": len({s.logical_id for s in replay.samples}),   # distinct logical requests
+            "originals_replayed": originals,
             "originals_passed": len(t.originals_ok), "reproduced_failures": t.reproduced,
             "controls_replayed": len(t.control_ids), "control_sends": sum(1 for r in replay.controls),
             "controls_passed": t.controls_passed, "output_mismatches": len(t.mismatches),

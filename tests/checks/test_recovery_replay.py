@@ -94,6 +94,7 @@ def test_originals_that_now_pass_and_unchanged_controls_pass(tmp_path: Path) -> 
     assert verdict.observed["control_sends"] == 8
     assert verdict.observed["output_mismatches"] == verdict.observed["not_identical"] == 0
     assert verdict.observed["reproduced_failures"] == 0 and verdict.units["originals_passed"] == "requests"
+    assert verdict.observed["failing_samples"] == verdict.observed["failed_requests"] == 3
     assert _refs(verdict, EvidenceKind.REQUEST) == {r.request_id for r in run.failed}
 
 

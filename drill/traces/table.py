@@ -65,15 +65,15 @@ class Span:
 
 def _objects(values: Sequence[Any]) -> np.ndarray:
     """A 1-d object array of ``values`` (np.array would build a 2-d array from a list of lists/dicts)."""
-    out = np.empty(len(values), dtype=object)
-    out[:] = values
-    return out
+    return np.fromiter(values, dtype=object, count=len(values))
 
 
-def _intern(values: Iterable[str], names: dict[str, int]) -> list[int]:
-    """Codes of ``values`` in ``names`` (new names get the next code)."""
-    setdefault = names.setdefault
-    return [setdefault(v, len(names)) for v in values]
+def _intern(values: Sequence[str], names: dict[str, int]) -> list[int]:
+    """Codes of ``values`` in ``names``; new names get the next codes in first-seen order (C-level passes)."""
+    for value in dict.fromkeys(values):
+        if value not in names:
+            names[value] = len(names)
+    return list(map(names.__getitem__, values))
 
 
 @dataclass(frozen=True, eq=False)
@@ -141,8 +141,8 @@ class SpanTable:
         n = len(span_id)
         return cls(
             trace_id=_objects(trace_id), span_id=_objects(span_id), parent_id=_objects(parent_id),
-            service=np.fromiter(_intern(service, services), dtype=np.int32, count=n),
-            name=np.fromiter(_intern(name, names), dtype=np.int32, count=n),
+            service=np.array(_intern(service, services), dtype=np.int32).reshape(n),
+            name=np.array(_intern(name, names), dtype=np.int32).reshape(n),
             kind=np.asarray(kind, dtype=np.int8).reshape(n), start_ns=np.asarray(start_ns, dtype=np.int64).reshape(n),
             end_ns=np.asarray(end_ns, dtype=np.int64).reshape(n), status=np.asarray(status, dtype=np.int8).reshape(n),
             status_message=_objects(status_message), attributes=_objects(attributes),
@@ -191,6 +191,12 @@ class SpanTable:
             return self
         return self.take((self.end_ns >= window[0]) & (self.start_ns <= window[1]))
 
+    def with_derived(self, *, trace_code: np.ndarray, trace_ids: tuple[str, ...]) -> "SpanTable":
+        """This table with :attr:`trace_code`/:attr:`trace_ids` already computed (by a reader that had them
+        cheaply); they must be what the properties would compute."""
+        self.__dict__["_trace_codes"] = (trace_code, trace_ids)
+        return self
+
     # one row ----------------------------------------------------------------------------------------
     def span(self, row: int) -> Span:
         row = int(row)
@@ -228,32 +234,74 @@ class SpanTable:
     @cached_property
     def _trace_codes(self) -> tuple[np.ndarray, tuple[str, ...]]:
         codes: dict[str, int] = {}
-        column = np.fromiter(_intern(self.trace_id.tolist(), codes), dtype=np.int32, count=len(self))
+        column = np.array(_intern(self.trace_id.tolist(), codes), dtype=np.int32)
         return column, tuple(codes)
 
     @cached_property
     def parent_row(self) -> np.ndarray:
         """int64 row of each span's parent in this table (same trace), -1 for a root or a parent not here."""
-        n = len(self)
-        span_ids = self.span_id.tolist()
-        index = dict(zip(span_ids, range(n)))
-        if len(index) == n:     # span ids unique in the table: one dict keyed by span id
-            get = index.get
-            rows = np.fromiter((get(p, -1) if p else -1 for p in self.parent_id.tolist()), dtype=np.int64, count=n)
-            found = rows >= 0
-            same_trace = self.trace_code[rows[found]] == self.trace_code[found]
-            if not same_trace.all():   # a parent id that collides with a span of another trace
-                rows[np.flatnonzero(found)[~same_trace]] = -1
-            return rows
-        codes = self.trace_code.tolist()
+        span_u64, span_ok = hex_u64(self.span_id)
+        parent_u64, parent_ok = hex_u64(self.parent_id)
+        has_parent = self.parent_id != ""
+        rows = None
+        if span_ok.all() and (parent_ok | ~has_parent).all():
+            rows = _parent_rows_by_value(span_u64, parent_u64, has_parent)
+        if rows is None:                     # ids that are not 16 hex, or span ids repeated: by dict
+            rows = self._parent_rows_by_key()
+        found = np.flatnonzero(rows >= 0)
+        other_trace = self.trace_code[rows[found]] != self.trace_code[found]
+        rows[found[other_trace]] = -1        # a parent id that names a span of another trace
+        return rows
+
+    def _parent_rows_by_key(self) -> np.ndarray:
+        codes, span_ids = self.trace_code.tolist(), self.span_id.tolist()
         keyed = {(c, s): row for row, (c, s) in enumerate(zip(codes, span_ids))}
         return np.fromiter((keyed.get((c, p), -1) if p else -1 for c, p in zip(codes, self.parent_id.tolist())),
-                           dtype=np.int64, count=n)
+                           dtype=np.int64, count=len(self))
 
     def children_count(self) -> np.ndarray:
         """int64 number of children (in this table) of each row."""
         parents = self.parent_row
         return np.bincount(parents[parents >= 0], minlength=len(self)).astype(np.int64)
+
+
+_HEX_NIBBLE = np.full(256, 255, dtype=np.uint8)
+_HEX_NIBBLE[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16, dtype=np.uint8)
+_HEX_NIBBLE[np.frombuffer(b"ABCDEF", dtype=np.uint8)] = np.arange(10, 16, dtype=np.uint8)
+
+
+def hex_u64(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The 64-bit values of 16-hex-character ids (vectorised), and a mask of the ids that are such."""
+    if not len(ids):
+        return np.empty(0, dtype=np.uint64), np.empty(0, dtype=bool)
+    try:
+        raw = ids.astype("S17").view(np.uint8).reshape(len(ids), 17)
+    except (UnicodeEncodeError, ValueError, TypeError):
+        return np.zeros(len(ids), dtype=np.uint64), np.zeros(len(ids), dtype=bool)
+    nibbles = _HEX_NIBBLE[raw[:, :16]]
+    ok = (raw[:, 16] == 0) & (nibbles != 255).all(axis=1)
+    value = np.zeros(len(ids), dtype=np.uint64)
+    four = np.uint64(4)
+    for column in range(16):
+        value = (value << four) | nibbles[:, column]
+    return value, ok
+
+
+def _parent_rows_by_value(span_u64: np.ndarray, parent_u64: np.ndarray, has_parent: np.ndarray) -> np.ndarray | None:
+    """Parent rows by sorting the span ids' values; None when a span id repeats (then keys need the trace)."""
+    order = np.argsort(span_u64)
+    ordered = span_u64[order]
+    if len(ordered) > 1 and (ordered[1:] == ordered[:-1]).any():
+        return None
+    rows = np.full(len(span_u64), -1, dtype=np.int64)
+    children = np.flatnonzero(has_parent)
+    wanted = parent_u64[children]
+    by_value = np.argsort(wanted)
+    position = np.searchsorted(ordered, wanted[by_value])
+    position[position == len(ordered)] = 0
+    hit = ordered[position] == wanted[by_value] if len(ordered) else np.zeros(len(wanted), dtype=bool)
+    rows[children[by_value[hit]]] = order[position[hit]]
+    return rows
 
 
 def _name_of(names: tuple[str, ...], code: int) -> str:

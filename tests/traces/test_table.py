@@ -85,3 +85,27 @@ def test_in_window_keeps_overlapping_spans() -> None:
     kept = table.in_window((T0 + 5_000_000, T0 + 20_000_000))
     assert [kept.span(i).name for i in range(len(kept))] == ["late"]
     assert table.in_window(None) is table
+
+
+def test_parent_rows_by_value_and_by_key_agree() -> None:
+    spans = drill_request(1) + drill_request(2) + [span(3, "lost", parent="00000000deadbeef")]
+    spans[3]["span_id"] = spans[3]["span_id"].upper()            # hex is case-insensitive on input
+    table = SpanTable.from_spans(spans)
+    by_value = table.parent_row
+    assert by_value.tolist() == table._parent_rows_by_key().tolist()
+    assert by_value[1] == 0 and by_value[0] == -1 and by_value[-1] == -1 and by_value[4] == 3
+
+
+def test_hex_u64_flags_ids_that_are_not_16_hex() -> None:
+    from drill.traces.table import hex_u64
+
+    values, ok = hex_u64(np.array(["00000000000000ff", "ABCDEF0123456789", "xyz", "", "00000000000000001"],
+                                  dtype=object))
+    assert ok.tolist() == [True, True, False, False, False]
+    assert values[:2].tolist() == [255, 0xABCDEF0123456789]
+
+
+def test_odd_span_ids_still_find_their_parents() -> None:
+    root = span(1, "root", span_id="root")                     # not hex: the dict path
+    table = SpanTable.from_spans([root, span(1, "child", parent="root", span_id="child")])
+    assert table.parent_row.tolist() == [-1, 0]

@@ -1,0 +1,229 @@
+"""Benchmark: the trace reader end to end, load -> normalize -> analyze, on a drill-shaped trace.
+
+It writes a trace of ``--spans`` spans (default 1,050,000) to a temporary ``spans.jsonl`` in the
+run receiver's format (one normalized span per JSON line, with the resource and events the receiver
+writes), shaped like the embedded stack's: per request a router SERVER span and its CLIENT span, the
+replica's SERVER span, ``llm_request`` with vLLM ``gen_ai.*`` attributes, and ``queue``/``prefill``/
+``decode``. The first two thirds of the time are the baseline; in the last third (the fault window)
+replica 0's decode is ~8x slower and 2% of its requests fail with ERROR spans.
+
+Then, in a fresh child process pinned to one CPU (so ``ru_maxrss`` is that pipeline's peak alone),
+each repetition times:
+
+- **load + normalize**: ``ReceiverSource.table()`` (msgspec-decoded blocks into numpy columns);
+- **completeness**: ``measure_completeness`` (orphans, roots, clock skew);
+- **analyze**: ``drill.traces.analysis.find_abnormal`` with the baseline/fault boundary;
+
+and prints spans/s end to end and per stage, and the peak resident memory, as medians of
+``--reps`` repetitions. Target (issue 8): at least 300,000 spans/s on one core, under 1 GiB peak.
+
+    .venv/bin/python bench/trace_reader.py [--spans 1050000] [--reps 3] [--cpu 0] [--keep FILE] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import msgspec
+
+SPANS_PER_REQUEST = 7
+T0_NS = 1_760_000_000 * 10**9
+REQUEST_GAP_NS = 2_000_000            # 500 requests/s
+FAULT_FROM = 2 / 3                    # share of requests before the fault window
+BATCH = 64                            # requests per export batch
+RESOURCE = {"service.name": "", "telemetry.sdk.language": "python", "telemetry.sdk.name": "opentelemetry",
+            "telemetry.sdk.version": "1.38.0", "service.instance.id": ""}
+
+
+def _ids(rng: random.Random) -> tuple[str, list[str]]:
+    return f"{rng.getrandbits(128):032x}", [f"{rng.getrandbits(64):016x}" for _ in range(SPANS_PER_REQUEST + 1)]
+
+
+def _span(trace: str, span_id: str, parent: str | None, name: str, kind: str, service: str, start: int,
+          end: int, error: bool = False, attributes: dict | None = None) -> dict:
+    return {"trace_id": trace, "span_id": span_id, "parent_span_id": parent, "name": name, "kind": kind,
+            "service": service, "scope": "drill.stack", "start_ns": start, "end_ns": end,
+            "duration_ms": (end - start) / 1e6,
+            "status": {"code": "ERROR" if error else "UNSET", "message": "engine error" if error else None},
+            "attributes": attributes or {}, "resource": {**RESOURCE, "service.name": service,
+                                                         "service.instance.id": service + "-1"},
+            "events": []}
+
+
+def request_spans(rng: random.Random, index: int, faulty: bool) -> list[dict]:
+    """The seven spans of one request (router, attempt, replica HTTP, llm_request, queue/prefill/decode)."""
+    trace, ids = _ids(rng)
+    replica = index % 2
+    service = f"drill-replica-{replica}"
+    start = T0_NS + index * REQUEST_GAP_NS
+    queue = int(rng.lognormvariate(13.0, 0.4))              # ~0.5 ms
+    prefill = int(rng.lognormvariate(16.5, 0.2))            # ~15 ms
+    decode = int(rng.lognormvariate(18.4, 0.2))             # ~100 ms
+    slow = faulty and replica == 0
+    if slow:
+        decode *= 8
+    error = slow and rng.random() < 0.02
+    t_llm = start + 600_000
+    t_prefill, t_decode = t_llm + queue, t_llm + queue + prefill
+    t_end = t_decode + decode
+    llm_attrs = {"gen_ai.request.id": f"req-{index}", "gen_ai.usage.prompt_tokens": rng.randint(64, 2048),
+                 "gen_ai.usage.completion_tokens": 128, "gen_ai.response.finish_reasons": '["stop"]',
+                 "gen_ai.latency.e2e": (t_end - t_llm) / 1e9, "gen_ai.latency.time_in_queue": queue / 1e9,
+                 "gen_ai.latency.time_to_first_token": (queue + prefill) / 1e9, "gen_ai.request.max_tokens": 128,
+                 "drill.replica": replica, "drill.idempotency_key": f"idem-{index}", "drill.side_effect.seq": index}
+    route = "POST /v1/chat/completions"
+    return [
+        _span(trace, ids[1], ids[0], route, "SERVER", "drill-router", start, t_end + 1_400_000, error,
+              {"http.request.method": "POST", "url.path": "/v1/chat/completions",
+               "http.response.status_code": 500 if error else 200}),
+        _span(trace, ids[2], ids[1], "POST", "CLIENT", "drill-router", start + 200_000, t_end + 1_200_000, error,
+              {"drill.attempt": 1, "drill.upstream": f"replica-{replica}"}),
+        _span(trace, ids[3], ids[2], route, "SERVER", service, start + 400_000, t_end + 1_000_000, error,
+              {"http.request.method": "POST", "url.path": "/v1/chat/completions",
+               "http.response.status_code": 500 if error else 200}),
+        _span(trace, ids[4], ids[3], "llm_request", "SERVER", service, t_llm, t_end, error, llm_attrs),
+        _span(trace, ids[5], ids[4], "queue", "INTERNAL", service, t_llm, t_prefill),
+        _span(trace, ids[6], ids[4], "prefill", "INTERNAL", service, t_prefill, t_decode),
+        _span(trace, ids[7], ids[4], "decode", "INTERNAL", service, t_decode, t_end, error),
+    ]
+
+
+def generate(path: Path, spans: int, seed: int = 8) -> tuple[int, int]:
+    """Write ``spans`` (rounded up to whole requests) to ``path``; returns (spans, fault start ns).
+
+    Spans are written in the order a receiver gets them: in export batches of ``BATCH`` requests, a
+    process's spans in the order they end (children first), the router's batch a batch later than the
+    replicas' (two exporters).
+    """
+    rng = random.Random(seed)
+    requests = -(-spans // SPANS_PER_REQUEST)
+    fault_from = int(requests * FAULT_FROM)
+    encoder = msgspec.json.Encoder()
+    router_batch: list[dict] = []
+    with path.open("wb") as out:
+        for first in range(0, requests, BATCH):
+            replica_batch, next_router = [], []
+            for index in range(first, min(first + BATCH, requests)):
+                router, client, http, llm, queue, prefill, decode = request_spans(rng, index, index >= fault_from)
+                replica_batch += [queue, prefill, decode, llm, http]
+                next_router += [client, router]
+            out.write(_lines(encoder, replica_batch + router_batch))
+            router_batch = next_router
+        out.write(_lines(encoder, router_batch))
+    return requests * SPANS_PER_REQUEST, T0_NS + fault_from * REQUEST_GAP_NS
+
+
+def _lines(encoder: msgspec.json.Encoder, spans: list[dict]) -> bytes:
+    buffer = bytearray()
+    for span in spans:
+        encoder.encode_into(span, buffer, len(buffer))
+        buffer += b"\n"
+    return bytes(buffer)
+
+
+def measure(path: Path, fault_start_ns: int) -> dict:
+    """One repetition, in this process: seconds per stage and the process's peak RSS."""
+    from drill.traces.completeness import measure_completeness
+    from drill.traces.sources import ReceiverParams, ReceiverSource
+
+    c0, t0 = _cpu(), time.perf_counter()
+    source = ReceiverSource(ReceiverParams(file=path.name), str(path.parent))
+    table = source.table()
+    t1 = time.perf_counter()
+    completeness = measure_completeness(table, unreadable=source.report.unreadable, where=source.report.where)
+    t2 = time.perf_counter()
+    first = _analyze(table, fault_start_ns)
+    t3, c3 = time.perf_counter(), _cpu()
+    return {"cpu_s": c3 - c0, "spans": len(table), "unreadable": source.report.unreadable, "orphans": completeness.orphans,
+            "load_normalize_s": t1 - t0, "completeness_s": t2 - t1, "analyze_s": t3 - t2, "total_s": t3 - t0,
+            "first_abnormal": first, "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _analyze(table, fault_start_ns: int) -> str | None:
+    from drill.traces.analysis import find_abnormal
+
+    report = find_abnormal(table, baseline_until_ns=fault_start_ns, fault_start_ns=fault_start_ns)
+    first = report.first
+    return None if first is None else f"{first.service} {first.name}"
+
+
+def _child(path: Path, fault_start_ns: int, cpu: int | None) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    command = [sys.executable, __file__, "--child", str(path), "--fault-start-ns", str(fault_start_ns)]
+    if cpu is not None:
+        command += ["--cpu", str(cpu)]
+    done = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _report(results: list[dict], generated: int, file_mib: float) -> dict:
+    def median(key: str) -> float:
+        return statistics.median(r[key] for r in results)
+
+    spans = results[0]["spans"]
+    return {"spans": spans, "generated": generated, "file_mib": round(file_mib, 1), "reps": len(results),
+            "total_s": median("total_s"), "spans_per_s": spans / median("total_s"),
+            "cpu_s": median("cpu_s"), "spans_per_cpu_s": spans / median("cpu_s"),
+            "load_normalize_spans_per_s": spans / median("load_normalize_s"),
+            "completeness_s": median("completeness_s"), "analyze_s": median("analyze_s"),
+            "load_normalize_s": median("load_normalize_s"), "peak_rss_mib": median("maxrss_mib"),
+            "first_abnormal": results[0]["first_abnormal"], "unreadable": results[0]["unreadable"]}
+
+
+def _print(summary: dict) -> None:
+    print(f"spans                 {summary['spans']:>12,}   ({summary['file_mib']} MiB spans.jsonl, "
+          f"median of {summary['reps']})")
+    print(f"load + normalize      {summary['load_normalize_s']:>11.2f}s   "
+          f"{summary['load_normalize_spans_per_s']:>12,.0f} spans/s")
+    print(f"completeness          {summary['completeness_s']:>11.2f}s")
+    print(f"analyze               {summary['analyze_s']:>11.2f}s   first abnormal: {summary['first_abnormal']}")
+    print(f"end to end            {summary['total_s']:>11.2f}s   {summary['spans_per_s']:>12,.0f} spans/s "
+          "(target >= 300,000)")
+    print(f"CPU time              {summary['cpu_s']:>11.2f}s   {summary['spans_per_cpu_s']:>12,.0f} spans per CPU-second")
+    print(f"peak RSS              {summary['peak_rss_mib']:>11.0f} MiB (target < 1024)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spans", type=int, default=1_050_000)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--cpu", type=int, default=0, help="CPU to pin the measured process to (-1: none)")
+    parser.add_argument("--keep", type=Path, help="write the generated trace here and keep it")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--fault-start-ns", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    cpu = None if args.cpu < 0 else args.cpu
+    if args.child is not None:
+        if cpu is not None and hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, {cpu})
+        print(json.dumps(measure(args.child, args.fault_start_ns)))
+        return 0
+    with tempfile.TemporaryDirectory(prefix="drill-trace-bench-") as tmp:
+        path = args.keep or Path(tmp) / "spans.jsonl"
+        started = time.perf_counter()
+        generated, fault_start_ns = generate(path, args.spans)
+        print(f"generated {generated:,} spans in {time.perf_counter() - started:.1f}s", file=sys.stderr)
+        results = [_child(path, fault_start_ns, cpu) for _ in range(args.reps)]
+        summary = _report(results, generated, path.stat().st_size / 2**20)
+    print(json.dumps(summary, indent=2)) if args.json else _print(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

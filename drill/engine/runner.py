@@ -8,7 +8,7 @@ Order of a run::
     scraper    /metrics every second (metrics.jsonl)
     load       the scenario's open-loop load, from warmup to the end of recovery (requests.jsonl)
     warmup, baseline, fault (faults on their schedule; stop conditions may end it early), recovery
-    replay     the original failing requests, sent again after recovery (replay.jsonl)
+    replay     the original failing requests and baseline controls, sent again after recovery (replay.jsonl)
     shutdown   revert everything left, stop load, scraper, target, receiver (always, in this order)
     evaluate   checks -> verdicts.json, summary.md
 
@@ -371,9 +371,10 @@ class Runner:
         window = evidence.phases.get(Phase.BASELINE.value)
         baseline = (window.start_ts, window.end_ts) if window is not None else None
         rate = spec.rate or (baseline_rate(evidence.requests, baseline) if baseline else None)
-        plan = ReplayPlan(self.target_info.base_url, spec.timeout, spec.concurrency, spec.max_samples,
-                          spec.controls, self.drill.seed if spec.seed is None else spec.seed, rate,
-                          spec.repetitions)
+        plan = ReplayPlan(target_url=self.target_info.base_url, timeout_s=spec.timeout,
+                          concurrency=spec.concurrency, max_samples=spec.max_samples, controls=spec.controls,
+                          seed=self.drill.seed if spec.seed is None else spec.seed, rate=rate,
+                          repetitions=spec.repetitions)
         self._phase_started(Phase.REPLAY, None)
         start = time.monotonic()
         summary = replay_after_recovery(self.rundir.file("failing_samples.jsonl"), evidence.requests,

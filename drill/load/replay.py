@@ -46,6 +46,7 @@ control), ``repetition``, ``request_id``, ``original_request_id``,
 
 from __future__ import annotations
 
+import enum
 import http.client
 import json
 import random
@@ -72,9 +73,14 @@ __all__ = ["ReplayItem", "ReplayPlan", "ReplayResult", "ReplaySet", "ReplaySumma
            "choose_control_ids", "control_items", "original_items", "read_replay", "replay_after_recovery",
            "replay_failing"]
 
-ORIGINAL = "original"
-CONTROL = "control"
-ReplaySet = str   # ORIGINAL or CONTROL
+class ReplaySet(str, enum.Enum):
+    """Which set a replayed request belongs to (``set`` in ``replay.jsonl``)."""
+
+    ORIGINAL = "original"     # a request that failed during the run
+    CONTROL = "control"       # a request that succeeded in the baseline
+
+
+ORIGINAL, CONTROL = ReplaySet.ORIGINAL, ReplaySet.CONTROL
 
 
 @dataclass(frozen=True)
@@ -146,10 +152,17 @@ class ReplayResult:
     def reproduced(self) -> bool:
         return self.error is not None and self.error == self.original_error
 
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["set"] = self.set.value
+        return json.dumps(data, separators=(",", ":"))
+
     @classmethod
     def from_dict(cls, data: dict) -> "ReplayResult":
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        values = {k: v for k, v in data.items() if k in known}
+        values["set"] = ReplaySet(values.get("set", ReplaySet.ORIGINAL.value))
+        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -302,8 +315,9 @@ def replay_failing(samples_path: Path, out_path: Path, target_url: str, *, concu
                         s.payload_digest, s.method, s.endpoint, dict(s.headers), s.body, s.stream, s.error, s.status)
              for s in samples]
     chosen = [i for i in items if i.intact][:max_samples]
-    plan = ReplayPlan(target_url, timeout_s, concurrency, max_samples, 0, 0, None, 1, dict(headers or {}),
-                      same_idempotency_key)
+    plan = ReplayPlan(target_url=target_url, timeout_s=timeout_s, concurrency=concurrency, max_samples=max_samples,
+                      controls=0, seed=0, rate=None, repetitions=1, headers=dict(headers or {}),
+                      same_idempotency_key=same_idempotency_key)
     results, elapsed = _send_paced([(i, 1) for i in chosen], out_path, plan)
     return ReplaySummary(samples=len(samples), replayed=len(results),
                          skipped_digest_mismatch=sum(not i.intact for i in items),
@@ -328,7 +342,7 @@ def _send_paced(sends: list[tuple[ReplayItem, int]], out_path: Path, plan: Repla
                 return
             result = _replay_one(item, repetition, plan, planned_ts=round(start_wall + index * gap, 6))
             with lock:
-                out.write(json.dumps(asdict(result), separators=(",", ":")) + "\n")
+                out.write(result.to_json() + "\n")
                 out.flush()
                 results.append(result)
         futures = [pool.submit(one, i, item, rep) for i, (item, rep) in enumerate(sends)]

@@ -20,6 +20,8 @@ _SIZE_UNITS = {
     "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3,
     "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
 }
+#: Longest duration accepted anywhere (a year): longer values overflow timers and mean a typo.
+MAX_DURATION_S = 366 * 86400.0
 _NUMBER_UNIT = re.compile(r"^\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*([A-Za-zµ]*)\s*$")
 
 
@@ -41,7 +43,10 @@ def parse_duration(text: object) -> float:
     factor = _DURATION_UNITS.get(unit)
     if factor is None:
         raise ValueError(f"unknown duration unit {unit!r} in {text!r}; use one of us, ms, s, m, h")
-    return number * factor
+    seconds = number * factor
+    if not abs(seconds) <= MAX_DURATION_S:   # also refuses inf and nan
+        raise ValueError(f"duration {text!r} is longer than {MAX_DURATION_S / 86400:g} days, the longest accepted")
+    return seconds
 
 
 def parse_size(text: object) -> int:
@@ -57,6 +62,8 @@ def parse_size(text: object) -> int:
     factor = _SIZE_UNITS.get(unit)
     if factor is None:
         raise ValueError(f"unknown size unit {match.group(2)!r} in {text!r}; use B, KB, MB, GB, KiB, MiB, GiB")
+    if not abs(number * factor) <= 2**63 - 1:   # also refuses inf and nan
+        raise ValueError(f"size {text!r} is larger than a 64-bit count of bytes")
     return int(number * factor)
 
 

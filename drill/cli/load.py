@@ -61,6 +61,7 @@ def load(scenario_file: str, target: str, duration: float | None, rate: str | No
         _check_master(expect_workers, master_bind)
         length = duration or scenario.duration or DEFAULT_DURATION_S
         scenario = _with_rate(scenario, rate, length)
+        _check_planned(scenario, length)
         run_dir = Path(out_dir) if out_dir else _new_run_dir()
         plan = LoadPlan(scenario=scenario, target_url=target, model=model, duration_s=length, run_dir=run_dir,
                         seed=scenario.seed if seed is None else seed, workers=workers,
@@ -117,12 +118,20 @@ def _with_rate(scenario, rate: str | None, duration_s: float):
     from drill.spec.scenario import parse_rate
 
     try:
-        value = float(rate) if rate.replace(".", "", 1).isdigit() else parse_rate(rate)
+        value = parse_rate(float(rate) if rate.replace(".", "", 1).isdigit() else rate)
     except ValueError as exc:
         raise InputError(f"--rate: {exc}") from exc
     if value <= 0:
         raise InputError(f"--rate must be positive, got {rate!r}")
     return with_total_rate(scenario, value, duration_s)
+
+
+def _check_planned(scenario, duration_s: float) -> None:
+    from drill.spec.scenario import planned_load_problem
+
+    problem = planned_load_problem(scenario, duration_s)
+    if problem:
+        raise InputError(problem, hint="lower --rate or the scenario's rates, or shorten --duration")
 
 
 def _headers(raw: tuple[str, ...]) -> dict[str, str]:

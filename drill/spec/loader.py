@@ -15,19 +15,21 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
-import yaml
 from pydantic import BaseModel
 
 from drill import registry
 from drill.errors import DrillError, SpecError, UnknownPluginError
 from drill.spec.diagnostics import Diagnostic, KeyPath, Position, did_you_mean, format_path
 from drill.spec.models import Drill
-from drill.spec.scenario import ArrivalProcess, Scenario
+from drill.spec.scenario import ArrivalProcess, Scenario, planned_load_problem
 from drill.spec.validation import validate_model
 from drill.spec.yamlio import Locations, load_located
 
-__all__ = ["LoadedDrill", "load_drill", "load_scenario", "resolve_drill_path", "parse_override"]
+__all__ = ["LoadedDrill", "load_drill", "load_model_file", "load_scenario", "resolve_drill_path", "parse_override"]
+
+M = TypeVar("M", bound=BaseModel)
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
 
@@ -61,7 +63,24 @@ class _Collector:
         self.diagnostics.append(Diagnostic(self.locations.of(path, key=key), path, message, hint=hint))
 
     def extend(self, items: list[Diagnostic]) -> None:
-        self.diagnostics.extend(items)
+        """Add problems, except at a key whose value the YAML reader already refused (it reads as null)."""
+        refused = {d.path for d in self.diagnostics if d.path}
+        self.diagnostics.extend(d for d in items if d.path not in refused)
+
+
+#: Most problems listed for one file; the rest are counted (a generated file can have thousands).
+MAX_SHOWN = 100
+
+
+def _spec_error(diagnostics: list[Diagnostic]) -> SpecError:
+    ordered = sorted(diagnostics, key=Diagnostic.sort_key)
+    if len(ordered) <= MAX_SHOWN:
+        return SpecError(ordered)
+    rest = len(ordered) - MAX_SHOWN
+    shown = ordered[:MAX_SHOWN]
+    shown.append(Diagnostic(ordered[MAX_SHOWN].position, (), f"... and {rest} more problem{'s' if rest != 1 else ''} "
+                            "after this position, not listed", hint="fix the ones above and validate again"))
+    return SpecError(shown, f"{len(ordered)} errors; nothing was run.")
 
 
 def resolve_drill_path(name: str | Path, drills_dir: Path = Path("drills")) -> Path:
@@ -76,22 +95,42 @@ def resolve_drill_path(name: str | Path, drills_dir: Path = Path("drills")) -> P
     return path
 
 
-def _read(path: Path) -> str:
+def _read(path: Path, *, what: str = "drill") -> str:
     """The file's text, or SpecError located at the file itself."""
     where = Position(str(path), 1, 1)
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise SpecError([Diagnostic(where, (), "file not found",
-                                    hint="a bare name is looked up in drills/ (e.g. 'drill run unbounded-queue')")]) from None
+        hint = "a bare name is looked up in drills/ (e.g. 'drill run unbounded-queue')" if what == "drill" else None
+        raise SpecError([Diagnostic(where, (), "file not found", hint=hint)]) from None
     except OSError as exc:
         raise SpecError([Diagnostic(where, (), f"cannot read file: {exc.strerror or exc}")]) from None
     if len(data) > MAX_FILE_BYTES:
-        raise SpecError([Diagnostic(where, (), f"file is {len(data)} bytes; drill files are limited to {MAX_FILE_BYTES}")])
+        raise SpecError([Diagnostic(where, (), f"file is {len(data)} bytes; {what} files are limited to {MAX_FILE_BYTES}")])
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SpecError([Diagnostic(where, (), f"not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})")]) from None
+
+
+def load_model_file(path: str | Path, model: type[M], *, what: str) -> M:
+    """Read one YAML file (a stack config, a params file) as ``model``, the way drill files are read.
+
+    Bounded YAML reading, ``file:line:col`` for every problem, did-you-mean for unknown keys; an empty
+    file is the model's defaults. Raises :class:`SpecError` listing every problem.
+    """
+    path = Path(path)
+    doc = load_located(_read(path, what=what), str(path))
+    out = _Collector(doc.locations, list(doc.diagnostics))
+    data = {} if doc.data is None else doc.data
+    if not isinstance(data, dict):
+        out.add((), f"expected a mapping of {what} keys at the top level, got {type(data).__name__}")
+    elif not (out.diagnostics and doc.data is None):
+        instance, problems = validate_model(model, data, doc.locations)
+        out.extend(problems)
+    if out.diagnostics:
+        raise _spec_error(out.diagnostics)
+    return instance
 
 
 def load_drill(path: str | Path, *, overrides: list[str] | tuple[str, ...] = (), time_scale: float = 1.0,
@@ -112,13 +151,13 @@ def load_drill(path: str | Path, *, overrides: list[str] | tuple[str, ...] = (),
         out.add((), f"expected a mapping of drill keys at the top level, got {type(data).__name__}")
         data = None
     if data is None:
-        raise SpecError(sorted(out.diagnostics, key=Diagnostic.sort_key))
+        raise _spec_error(out.diagnostics)
     data = _apply_overrides(data, overrides, out)
     loaded = _validate(path, text, data, out, tuple(overrides))
     if not allow_missing:
         out.diagnostics += out.missing
     if out.diagnostics or loaded is None:
-        raise SpecError(sorted(out.diagnostics, key=Diagnostic.sort_key))
+        raise _spec_error(out.diagnostics)
     if out.missing:
         loaded = replace(loaded, missing=tuple(sorted(out.missing, key=Diagnostic.sort_key)))
     if time_scale != 1.0:
@@ -188,7 +227,7 @@ def _plugin_params(reg: registry.Registry, kind: str, params: object, kind_path:
 def load_scenario(path: Path) -> tuple[Scenario | None, list[Diagnostic]]:
     """Load a scenario file on its own (``drill load``); problems are located in that file."""
     try:
-        text = _read(path)
+        text = _read(path, what="scenario")
     except SpecError as exc:
         return None, exc.diagnostics
     doc = load_located(text, str(path))
@@ -202,6 +241,9 @@ def load_scenario(path: Path) -> tuple[Scenario | None, list[Diagnostic]]:
     out.extend(problems)
     if scenario is not None:
         scenario = _resolve_trace(scenario, path.parent, out, ())
+        too_much = planned_load_problem(scenario, scenario.duration) if scenario.duration else None
+        if too_much:
+            out.add(("duration",), too_much, hint="lower the arrival rates or shorten 'duration'")
     return (scenario if not out.diagnostics else None), out.diagnostics
 
 
@@ -260,9 +302,24 @@ def _resolve_trace(scenario: Scenario, base: Path, out: _Collector, prefix: KeyP
             out.add(prefix + path + ("trace", "file"), f"trace file {arrival.trace.file!r} not found (looked at {resolved})",
                     hint="paths are relative to the scenario file")
             continue
+        unreadable = _trace_problem(resolved)
+        if unreadable:
+            out.add(prefix + path + ("trace", "file"), unreadable, hint="the file must be an Azure LLM inference trace CSV")
+            continue
         new_arrival = arrival.model_copy(update={"trace": arrival.trace.model_copy(update={"file": str(resolved.resolve())})})
         replaced = _replace_arrival(replaced, path, new_arrival)
     return replaced
+
+
+def _trace_problem(path: Path) -> str | None:
+    """Read the trace now, so a malformed row is a validation error and not a failure once the run started."""
+    from drill.load.trace import read_trace
+
+    try:
+        read_trace(path)
+    except DrillError as exc:
+        return exc.message
+    return None
 
 
 def _replace_arrival(scenario: Scenario, path: KeyPath, arrival) -> Scenario:
@@ -295,6 +352,9 @@ def _is_file(path: Path) -> bool:
 def _cross_checks(drill: Drill, scenario: Scenario, fault_params: list, target_params: BaseModel | None,
                   out: _Collector) -> None:
     _check_fault_windows(drill, out)
+    too_much = planned_load_problem(scenario, drill.phases.loaded_length())
+    if too_much:
+        out.add(("scenario",), too_much, hint="lower the arrival rates or shorten the phases")
     _check_unique_names(drill, out)
     pools = [p.name for p in scenario.pools]
     for i, fault in enumerate(drill.faults):
@@ -376,11 +436,15 @@ def parse_override(text: str) -> tuple[KeyPath, object]:
     if not _KEY_PATH.match(key):
         raise ValueError(f"bad key path {key!r}; write e.g. phases.fault or faults[0].params.latency_ms")
     path = tuple(m.group(1) if m.group(1) is not None else int(m.group(2)) for m in _SEGMENT.finditer(key))
-    try:
-        value = yaml.safe_load(raw) if raw else ""
-    except yaml.YAMLError as exc:
-        raise ValueError(f"cannot read value {raw!r}: {exc}") from None
-    return path, value
+    if not raw:
+        return path, ""
+    doc = load_located(raw, "<--set>")   # the same bounded reader as drill files: no alias bombs, no .inf
+    if doc.diagnostics:
+        first = doc.diagnostics[0]
+        error = ValueError(f"cannot read the value: {first.message}")
+        error.column = text.index("=") + 1 + text.split("=", 1)[1].index(raw) + first.position.col   # type: ignore[attr-defined]
+        raise error
+    return path, doc.data
 
 
 def _apply_overrides(data: dict, overrides: tuple[str, ...] | list[str], out: _Collector) -> dict:
@@ -390,7 +454,9 @@ def _apply_overrides(data: dict, overrides: tuple[str, ...] | list[str], out: _C
             path, value = parse_override(text)
             _set_path(data, path, value)
         except (ValueError, KeyError, IndexError, TypeError) as exc:
-            out.diagnostics.append(Diagnostic(where, (), f"--set {text}: {exc}"))
+            shown = text if len(text) <= 80 else text[:77] + "..."
+            where = Position("<--set>", n, getattr(exc, "column", 1))
+            out.diagnostics.append(Diagnostic(where, (), f"--set {shown}: {exc}"))
             continue
         for sub in list(out.locations.values):
             if sub[: len(path)] == path:

@@ -111,7 +111,7 @@ class Phases(SpecModel):
 class FaultSpec(SpecModel):
     """One scheduled fault. ``start`` is an offset into the fault phase."""
 
-    name: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100)
     kind: str
     params: dict[str, Any] = Field(default_factory=dict)
     start: Duration = 0.0
@@ -224,7 +224,7 @@ class MetricsSpec(SpecModel):
 
 class Drill(SpecModel):
     schema_: Literal["drill/v1"] = Field("drill/v1", alias="schema")
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=100)   # a folder name under reports/
     title: str | None = None
     description: str | None = None
     runbook: str | None = None

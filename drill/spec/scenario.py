@@ -18,6 +18,7 @@ log space) is the faithful choice; lognormal and gamma fits are available.
 from __future__ import annotations
 
 import enum
+import math
 import re
 from typing import Annotated, Literal
 
@@ -28,8 +29,15 @@ from drill.units import Duration
 
 __all__ = [
     "Arrival", "ArrivalProcess", "Endpoint", "LengthDistribution", "Pool", "RetryPolicy", "Sampling",
-    "Scenario", "Slo", "Stage", "StageKind", "TraceReplay", "parse_rate", "parse_slo_key", "SLO_METRICS",
+    "Scenario", "Slo", "Stage", "StageKind", "TraceReplay", "parse_rate", "parse_slo_key", "planned_load_problem",
+    "SLO_METRICS", "MAX_PLANNED_ARRIVALS", "MAX_RATE",
 ]
+
+
+#: Highest arrival rate a scenario may ask for (requests/s): far beyond what one load driver sends.
+MAX_RATE = 100_000.0
+#: Most arrivals a run may plan: the schedule is built in memory before the first request is sent.
+MAX_PLANNED_ARRIVALS = 2_000_000
 
 
 def parse_rate(value: object) -> float:
@@ -37,12 +45,16 @@ def parse_rate(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError(f"expected a rate such as 10 or '600/min', got {value!r}")
     if isinstance(value, (int, float)):
-        return float(value)
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*/\s*(s|sec|min|m|h)\s*", str(value))
-    if not match:
-        raise ValueError(f"expected a rate in requests per second such as 10, '10/s' or '600/min', got {value!r}")
-    per = {"s": 1.0, "sec": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0}[match.group(2)]
-    return float(match.group(1)) / per
+        rate = float(value)
+    else:
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*/\s*(s|sec|min|m|h)\s*", str(value))
+        if not match:
+            raise ValueError(f"expected a rate in requests per second such as 10, '10/s' or '600/min', got {value!r}")
+        per = {"s": 1.0, "sec": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0}[match.group(2)]
+        rate = float(match.group(1)) / per
+    if not math.isfinite(rate) or rate > MAX_RATE:
+        raise ValueError(f"rate {value!r} is above the largest a scenario may ask for ({MAX_RATE:g}/s)")
+    return rate
 
 
 Rate = Annotated[float, BeforeValidator(parse_rate), Field(ge=0)]
@@ -93,7 +105,7 @@ class TraceReplay(SpecModel):
 class Arrival(SpecModel):
     process: ArrivalProcess = ArrivalProcess.POISSON
     rate: Rate | None = None
-    burstiness: float = Field(1.0, gt=0)   # gamma shape; 1 = Poisson
+    burstiness: float = Field(1.0, ge=0.01, le=100)   # gamma shape; 1 = Poisson (smaller overflows the sampler)
     stages: list[Stage] = Field(default_factory=list)
     trace: TraceReplay | None = None
 
@@ -122,11 +134,12 @@ class LengthDistribution(SpecModel):
     """Token-length distribution. Samples are rounded and clipped to [min, max]."""
 
     dist: DistributionKind
+    # Bounds keep every draw finite: exp(mu + 9 sigma) and shape x scale stay far below float overflow.
     value: int | None = Field(None, ge=1)                 # fixed
-    mu: float | None = None                                # lognormal (of ln tokens)
-    sigma: float | None = Field(None, gt=0)
-    shape: float | None = Field(None, gt=0)                # gamma
-    scale: float | None = Field(None, gt=0)
+    mu: float | None = Field(None, ge=-50, le=50)          # lognormal (of ln tokens)
+    sigma: float | None = Field(None, gt=0, le=10)
+    shape: float | None = Field(None, ge=0.01, le=1e6)     # gamma (smaller shapes overflow the sampler)
+    scale: float | None = Field(None, gt=0, le=1e7)
     quantiles: list[float] | None = None                   # empirical: equally spaced q0..q100
     min: int = Field(1, ge=1)
     max: int = Field(1_000_000, ge=1)
@@ -272,3 +285,27 @@ class Scenario(SpecModel):
                                   f"but its arrival process is {process}{detail}; use a trace arrival with "
                                   f"use_lengths: true, or another distribution")
         return self
+
+
+def _peak_rate(arrival: Arrival | None) -> float:
+    """The highest rate ``arrival`` asks for (requests/s); trace replays are bounded by their file."""
+    if arrival is None or arrival.process is ArrivalProcess.TRACE:
+        return 0.0
+    if arrival.process is ArrivalProcess.STAGES:
+        rates = [r for stage in arrival.stages for r in (stage.rate, stage.from_rate, stage.to_rate) if r is not None]
+        return max(rates, default=0.0)
+    return float(arrival.rate or 0.0)
+
+
+def planned_load_problem(scenario: Scenario, duration_s: float) -> str | None:
+    """Why the arrivals of ``scenario`` over ``duration_s`` cannot be planned in memory, or None.
+
+    The schedule (every arrival, with its lengths) is built before the first request is sent; a rate
+    that validates but asks for billions of arrivals would only fail then.
+    """
+    peak = _peak_rate(scenario.arrival) + sum(_peak_rate(p.arrival) for p in scenario.pools)
+    planned = peak * duration_s
+    if planned <= MAX_PLANNED_ARRIVALS:
+        return None
+    return (f"the arrival rates (up to {peak:g}/s in all) over {duration_s:g}s plan about {planned:.3g} requests; "
+            f"a run plans at most {MAX_PLANNED_ARRIVALS}")

@@ -8,7 +8,6 @@ did-you-mean hint.
 
 from __future__ import annotations
 
-import enum
 import re
 import types
 import typing
@@ -35,7 +34,7 @@ _AT_KEY = re.compile(r"^@([A-Za-z_][\w-]*): ")
 class SpecModel(BaseModel):
     """Base of every model read from a user's file: frozen, unknown keys are errors."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
 
 def validate_model(model: type[M], data: object, locations: Locations, prefix: KeyPath = ()
@@ -118,7 +117,7 @@ _EXPECTED = {
     "float_type": "a number", "float_parsing": "a number", "bool_type": "true or false",
     "bool_parsing": "true or false", "string_type": "text", "list_type": "a list",
     "dict_type": "a mapping", "model_type": "a mapping", "model_attributes_type": "a mapping",
-    "tuple_type": "a list", "none_required": "nothing (null)",
+    "tuple_type": "a list", "none_required": "nothing (null)", "finite_number": "a finite number",
 }
 
 
@@ -199,6 +198,3 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
                 return found
     return None
 
-
-def enum_values(enum_cls: type[enum.Enum]) -> list[str]:
-    return [str(m.value) for m in enum_cls]

@@ -10,14 +10,12 @@ has one (llm-serving-facts.md §4). Durations are strings with units (``"2s"``),
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from drill.errors import InputError, SpecError
+from drill.errors import SpecError
 from drill.stack.presets import GpuPreset, ModelPreset, gpu_names, gpu_preset, model_names, model_preset
 from drill.units import Duration
 
@@ -35,7 +33,7 @@ __all__ = [
     "parse_stack_config",
 ]
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+_FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class SchedulingPolicy(str, enum.Enum):
@@ -220,53 +218,30 @@ class StackConfig(BaseModel):
         return gpu_preset(self.gpu)
 
 
-@dataclass(frozen=True)
-class ConfigProblem:
-    """One problem in a stack file: where (file and key path) and what."""
-
-    source: str
-    location: str
-    message: str
-
-    def render(self) -> str:
-        """One line: ``stack.yaml: engine.max_num_seqs: <message>``."""
-        return f"{self.source}: {self.location or '(top level)'}: {self.message}"
-
-
 def parse_stack_config(data: object, *, source: str = "<stack config>") -> StackConfig:
-    """Validate already-loaded YAML data into a :class:`StackConfig`.
+    """Validate already-loaded data (a drill's ``target.config``, a test's dict) into a :class:`StackConfig`.
 
-    Raises :class:`SpecError` carrying every problem (a :class:`ConfigProblem` each), not just the first.
+    Raises :class:`SpecError` carrying every problem as a located diagnostic (here at ``source``: plain
+    data has no lines; :func:`load_stack_config` keeps the file's ``line:col``).
     """
+    from drill.spec.validation import validate_model
+    from drill.spec.yamlio import Locations
+
+    locations = Locations(source)
     if data is None:
         data = {}
-    if not isinstance(data, dict):
-        raise SpecError([ConfigProblem(source, "", f"expected a mapping, got {type(data).__name__}")])
-    try:
-        return StackConfig.model_validate(data)
-    except ValidationError as exc:
-        problems = [_problem(source, err) for err in exc.errors()]
-        raise SpecError(problems, f"{len(problems)} error(s) in {source}; nothing was started.") from exc
+    instance, problems = validate_model(StackConfig, data, locations)
+    if instance is None:
+        raise SpecError(problems, f"{len(problems)} error(s) in {source}; nothing was started.")
+    return instance
 
 
 def load_stack_config(path: Path | str) -> StackConfig:
-    """Read and validate a stack YAML file.
+    """Read and validate a stack YAML file through :mod:`drill.spec`, like every drill and scenario file.
 
-    Raises :class:`InputError` when the file cannot be read or is not YAML, :class:`SpecError` when invalid.
+    Raises :class:`SpecError` (``file:line:col: error: ...``) when the file is missing, unreadable, not YAML
+    or invalid.
     """
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"cannot read stack config {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise InputError(f"stack config {path} is not valid YAML: {exc}") from exc
-    return parse_stack_config(data, source=str(path))
+    from drill.spec.loader import load_model_file
 
-
-def _problem(source: str, error: dict) -> ConfigProblem:
-    location = ".".join(str(part) for part in error["loc"])
-    message = error["msg"].removeprefix("Value error, ")
-    if error["type"] == "extra_forbidden":
-        message = "unexpected key (check the spelling; stack-contracts.md §1 lists the keys)"
-    return ConfigProblem(source, location, message)
+    return load_model_file(path, StackConfig, what="stack config")

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from drill.errors import SpecError
+from drill.spec.diagnostics import Diagnostic
 from drill.spec.loader import load_drill
+from drill.spec.yamlio import MAX_NODES, load_located
 
 KEYS = ["name", "target", "kind", "config", "url", "scenario", "pools", "arrival", "process", "rate", "phases",
         "fault", "baseline", "faults", "params", "start", "duration", "selector", "replicas", "checks",
@@ -47,12 +51,31 @@ faults:
 
 def _check(tmp_path: Path, text: str | bytes) -> None:
     path = tmp_path / "drill.yaml"
-    path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass"))
+    raw = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    path.write_bytes(raw)
     try:
         load_drill(path)
     except SpecError as exc:
-        rendered = exc.render()
-        assert exc.diagnostics and all(":" in d.render() for d in exc.diagnostics), rendered
+        assert exc.diagnostics, exc.render()
+        for d in exc.diagnostics:
+            assert_inside(d, path, raw)
+
+
+_BREAKS = re.compile(r"\r\n|[\r\n\x85\u2028\u2029]")
+
+
+def assert_inside(d: Diagnostic, path: Path, raw: bytes) -> None:
+    """``d`` names this file (or a scenario file it names) at a ``line:col`` that exists in it."""
+    rendered = d.render()
+    if d.position.source != str(path):   # a scenario file found in scenarios/ or next to the drill
+        other = Path(d.position.source)
+        assert other.is_file(), rendered
+        raw = other.read_bytes()
+    assert rendered.startswith(f"{d.position.source}:{d.position.line}:{d.position.col}: error: "), rendered
+    text = raw.decode("utf-8", "replace")
+    lines = _BREAKS.split(text)
+    assert 1 <= d.position.line <= len(lines), (rendered, len(lines))
+    assert 1 <= d.position.col <= len(lines[d.position.line - 1]) + 1, (rendered, lines[d.position.line - 1][:80])
 
 
 @settings(max_examples=int(__import__("os").environ.get("DRILL_FUZZ_EXAMPLES", "300")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -84,3 +107,62 @@ def test_mutated_valid_file_never_crashes(tmp_path: Path, data: st.DataObject) -
 def test_recursive_alias_does_not_crash(tmp_path: Path) -> None:
     _check(tmp_path, "name: &a [*a]\n")
     _check(tmp_path, "a: &x\n  b: *x\n")
+
+
+def test_the_location_check_catches_a_position_outside_the_file(tmp_path: Path) -> None:
+    """The check above must be able to fail: a line past the end or a column past the line is refused."""
+    path = tmp_path / "drill.yaml"
+    raw = b"name: x\nseed: y\n"
+    from drill.spec.diagnostics import Position
+    assert_inside(Diagnostic(Position(str(path), 2, 7), (), "fine"), path, raw)
+    for line, col in ((4, 1), (2, 9), (0, 1), (1, 0)):
+        with pytest.raises(AssertionError):
+            assert_inside(Diagnostic(Position(str(path), line, col), (), "outside"), path, raw)
+    with pytest.raises(AssertionError):
+        assert_inside(Diagnostic(Position("elsewhere.yaml", 1, 1), (), "another file"), path, raw)
+
+
+# --- generated anchors, aliases and deep nesting --------------------------------------------------
+
+
+@st.composite
+def aliased_documents(draw: st.DrawFn) -> str:
+    """YAML text with anchors on some values and aliases (sometimes to undefined or open anchors) to them."""
+    anchors: list[str] = []
+    lines = []
+    for i in range(draw(st.integers(1, 12))):
+        key = draw(st.sampled_from(KEYS))
+        name = f"a{i}"
+        if anchors and draw(st.booleans()):
+            refs = [draw(st.sampled_from(anchors + ["missing", name])) for _ in range(draw(st.integers(1, 12)))]
+            body = f"[{', '.join('*' + r for r in refs)}]"
+        else:
+            body = draw(st.sampled_from(["[x, y, z]", "{dist: fixed, value: 1}", "1", "30s", ".inf", "'a'",
+                                         "[" * draw(st.integers(1, 80)) + "]" * draw(st.integers(0, 80)),
+                                         "{<<: *a0, x: 1}" if anchors else "{}"]))
+        anchor = f"&{name} " if draw(st.booleans()) else ""
+        if anchor:
+            anchors.append(name)
+        lines.append(f"{'  ' * draw(st.integers(0, 2))}{key}: {anchor}{body}")
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=int(__import__("os").environ.get("DRILL_FUZZ_EXAMPLES", "300")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(aliased_documents())
+def test_generated_aliases_anchors_and_nesting_never_crash(tmp_path: Path, text: str) -> None:
+    _check(tmp_path, text)
+
+
+@settings(max_examples=int(__import__("os").environ.get("DRILL_FUZZ_EXAMPLES", "300")) // 3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(1, 9), st.integers(2, 12), st.booleans())
+def test_generated_alias_bombs_are_refused_while_composing(tmp_path: Path, levels: int, width: int, merge: bool) -> None:
+    lines = [f"l0: &l0 [{', '.join(['x'] * width)}]"]
+    for i in range(1, levels + 1):
+        refs = ", ".join([f"*l{i - 1}"] * width)
+        lines.append(f"l{i}: &l{i} {{<<: [{refs}]}}" if merge and i > 1 else f"l{i}: &l{i} [{refs}]")
+    text = "\n".join(lines) + "\n"
+    _check(tmp_path, text)
+    expanded = sum(width ** i for i in range(1, levels + 2))
+    if expanded > 10 * MAX_NODES:
+        doc = load_located(text, "bomb.yaml")
+        assert any("expands to more than" in d.message for d in doc.diagnostics), [d.render() for d in doc.diagnostics]

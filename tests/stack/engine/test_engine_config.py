@@ -71,7 +71,7 @@ def test_all_problems_reported_with_locations() -> None:
     with pytest.raises(SpecError) as info:
         parse_stack_config(data, source="stack.yaml")
     rendered = info.value.render()
-    assert "stack.yaml: modle: unexpected key" in rendered
+    assert "stack.yaml:1:1: error: modle: unknown key 'modle' in the top level\n  hint: did you mean 'model'?" in rendered
     assert "gpu: unknown gpu preset 'h999'; expected one of: a100-80g, h100, h200, l4" in rendered
     assert "engine.max_num_seqs" in rendered
     assert "engine.max_queue_wait: duration 3 has no unit" in rendered
@@ -100,8 +100,27 @@ def test_load_from_file_and_unreadable(tmp_path) -> None:
     path = tmp_path / "stack.yaml"
     path.write_text("gpu: a100-80g\nengine: {max_num_queued_reqs: 64}\n")
     assert load_stack_config(path).engine.max_num_queued_reqs == 64
-    with pytest.raises(InputError, match="cannot read stack config"):
+    with pytest.raises(SpecError, match="nothing was run") as info:
         load_stack_config(tmp_path / "missing.yaml")
+    assert info.value.render().startswith(f"{tmp_path / 'missing.yaml'}:1:1: error: file not found")
+
+
+def test_stack_file_problems_point_at_line_and_column(tmp_path) -> None:
+    """``drill stack up --config`` reads through drill.spec: file:line:col, did-you-mean, bounded YAML."""
+    path = tmp_path / "stack.yaml"
+    path.write_text("gpu: h100\nengine:\n  max_num_seqz: 8\n  gpu_memory_utilization: .nan\n")
+    with pytest.raises(SpecError) as info:
+        load_stack_config(path)
+    rendered = info.value.render()
+    assert f"{path}:3:3: error: engine.max_num_seqz: unknown key 'max_num_seqz' in engine" in rendered
+    assert "hint: did you mean 'max_num_seqs'?" in rendered
+    assert f"{path}:4:27: error: engine.gpu_memory_utilization: '.nan' is not a finite number" in rendered
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+                    + "".join(f"{c}: &{c} [{', '.join([f'*{p}'] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi")))
+    with pytest.raises(SpecError) as info:
+        load_stack_config(bomb)
+    assert f"{bomb}:5:" in info.value.render() and "expands to more than" in info.value.render()
 
 
 def test_presets_match_reference_shapes() -> None:

@@ -24,6 +24,8 @@ __all__ = ["FastFailureCheck", "FastFailureParams"]
 WORST = 10
 
 OUTCOMES = ("on_time", "left_to_wait", "refused", "timeout", "slow_failure", "other_error")
+#: HTTP statuses that say a deadline expired on the way (a gateway's or the server's): timeouts by another name.
+GATEWAY_TIMEOUTS = (408, 504)
 #: The outcomes that mean "the client was made to wait instead of being told no".
 WAITED = ("left_to_wait", "timeout", "slow_failure")
 
@@ -83,7 +85,8 @@ class FastFailureCheck(Check):
 
     Each attempt in the window is one of: on time (succeeded within the pool's wait limit — its most
     lenient TTFT bound, else its E2E bound), **left to wait** (succeeded later; or still in flight when
-    the load stopped: ``cancelled``), **refused** (429/503), **timeout** (the client's deadline expired),
+    the load stopped: ``cancelled``), **refused** (429/503), **timeout** (the client's deadline expired,
+    or a gateway's: HTTP 504/408),
     a **slow failure** (any other failure after ``slow_fraction`` of the deadline) or another explicit
     error (5xx, reset, mid-stream error). The attempts the client never sent (``client_drop``, its own
     in-flight cap) are counted but not judged.
@@ -171,7 +174,7 @@ class FastFailureCheck(Check):
 
     def _failure_outcome(self, record: RequestRecord, ttf: float | None, deadline_ms: float | None) -> str:
         slow = ttf is not None and deadline_ms is not None and ttf >= self.params.slow_fraction * deadline_ms
-        if record.error is ErrorClass.TIMEOUT:
+        if record.error is ErrorClass.TIMEOUT or record.status in GATEWAY_TIMEOUTS:
             return "timeout"
         if record.error is ErrorClass.CANCELLED:
             return "left_to_wait"          # still waiting when the load stopped

@@ -138,12 +138,14 @@ class DuplicateSideEffectsCheck(Check):
                executions: dict[str, list[Execution]], source: str, gaps: list[str]) -> Verdict:
         extra = {k: len(executions[k]) - 1 for k in classes.duplicated}
         observed = {"keys_requested": len(attempts), "keys_executed": sum(1 for k in attempts if executions.get(k)),
-                    "executions": sum(len(v) for v in executions.values()),
+                    "executions": sum(len(executions.get(k, ())) for k in attempts),
+                    "executions_total": sum(len(v) for v in executions.values()),
                     "duplicated": len(classes.duplicated), "extra_executions": sum(extra.values()),
                     "concurrent": len(classes.concurrent), "lost": len(classes.lost),
                     "unexpected": len(classes.unexpected), "different_payload": len(classes.different_payload),
                     "recovered": len(classes.recovered)}
-        units = {k: "keys" for k in observed} | {"executions": "executions", "extra_executions": "executions"}
+        units = {k: "keys" for k in observed} | dict.fromkeys(("executions", "executions_total", "extra_executions"),
+                                                           "executions")
         expected = {"duplicated": "== 0", "unexpected": "== 0", "different_payload": "== 0", "lost": "== 0"}
         refs = _refs(classes, attempts, executions)
         notes = (f"executions counted from the {source}"

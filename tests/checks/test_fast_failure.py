@@ -137,3 +137,12 @@ def test_params_take_durations_with_units() -> None:
     assert params.refusal_p99 == pytest.approx(0.25)
     with pytest.raises(ValueError):
         FastFailureParams.model_validate({"refusal_p99": 500})
+
+
+def test_a_gateway_timeout_is_a_timeout_whatever_the_client_deadline(tmp_path: Path) -> None:
+    kit = _kit(tmp_path)
+    for i in range(25):
+        kit.request(75 + i, pool="batch", status=504, error="server_error", headers_ms=30_000, e2e_ms=30_000)
+    verdict = _judge(kit)
+    assert verdict.status is Status.FAIL
+    assert verdict.observed["timeout"] == 25 and verdict.observed["other_error"] == 0

@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import yaml
-
 from drill import registry
 from drill.api import Capability, Fault, FaultContext, FaultTargets, Selector, TargetContext, TargetInfo
 from drill.engine import active
@@ -112,10 +110,11 @@ def _pairs(items: tuple[str, ...], option: str) -> dict:
 
 
 def _yaml(text: str, option: str) -> object:
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputError(f"{option}: cannot read {text!r} as YAML: {exc}") from None
+    """A value from the command line, read with the same bounded YAML reader as drill files."""
+    doc = load_located(text, f"<{option}>")
+    if doc.diagnostics:
+        raise SpecError(doc.diagnostics, f"{option}: cannot read {text[:60]!r} as YAML; nothing was injected.")
+    return doc.data
 
 
 def _validated(model, data: dict, source: str, prefix: tuple):
@@ -166,7 +165,9 @@ def _stack_info(name: str, state_dir: Path | None, allow_hosts: tuple[str, ...])
 
 
 def _file_info(path: Path, allow_hosts: tuple[str, ...]) -> TargetInfo:
-    doc = load_located(path.read_text(encoding="utf-8"), str(path))
+    from drill.spec.loader import read_input_file
+
+    doc = load_located(read_input_file(path, what="target"), str(path))
     data = doc.data if isinstance(doc.data, dict) else {}
     section = data.get("target")
     if doc.diagnostics or not isinstance(section, dict):

@@ -27,7 +27,7 @@ from drill.spec.scenario import ArrivalProcess, Scenario, planned_load_problem
 from drill.spec.validation import validate_model
 from drill.spec.yamlio import Locations, load_located
 
-__all__ = ["LoadedDrill", "load_drill", "load_model_file", "load_scenario", "resolve_drill_path", "parse_override"]
+__all__ = ["LoadedDrill", "load_drill", "load_model_file", "load_scenario", "read_input_file", "resolve_drill_path", "parse_override"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -95,8 +95,8 @@ def resolve_drill_path(name: str | Path, drills_dir: Path = Path("drills")) -> P
     return path
 
 
-def _read(path: Path, *, what: str = "drill") -> str:
-    """The file's text, or SpecError located at the file itself."""
+def read_input_file(path: Path, *, what: str = "drill") -> str:
+    """The text of an input file (at most MAX_FILE_BYTES of UTF-8), or SpecError located at the file itself."""
     where = Position(str(path), 1, 1)
     try:
         data = path.read_bytes()
@@ -120,7 +120,7 @@ def load_model_file(path: str | Path, model: type[M], *, what: str) -> M:
     file is the model's defaults. Raises :class:`SpecError` listing every problem.
     """
     path = Path(path)
-    doc = load_located(_read(path, what=what), str(path))
+    doc = load_located(read_input_file(path, what=what), str(path))
     out = _Collector(doc.locations, list(doc.diagnostics))
     data = {} if doc.data is None else doc.data
     if not isinstance(data, dict):
@@ -141,7 +141,7 @@ def load_drill(path: str | Path, *, overrides: list[str] | tuple[str, ...] = (),
     (``drill plan``), which returns them in ``LoadedDrill.missing`` instead.
     """
     path = resolve_drill_path(path)
-    text = _read(path)
+    text = read_input_file(path)
     doc = load_located(text, str(path))
     out = _Collector(doc.locations, list(doc.diagnostics))
     if doc.data is None and not out.diagnostics:
@@ -227,7 +227,7 @@ def _plugin_params(reg: registry.Registry, kind: str, params: object, kind_path:
 def load_scenario(path: Path) -> tuple[Scenario | None, list[Diagnostic]]:
     """Load a scenario file on its own (``drill load``); problems are located in that file."""
     try:
-        text = _read(path, what="scenario")
+        text = read_input_file(path, what="scenario")
     except SpecError as exc:
         return None, exc.diagnostics
     doc = load_located(text, str(path))

@@ -146,6 +146,10 @@ def test_a_fault_that_cannot_land_exits_1_and_leaves_nothing_registered(local_st
     (["slow_replica", "--param", "method=docker_cpu", "--param", "cpus=1", "--for", "5s"], "needs docker"),
     (["queue_flood", "--for", "5s"], "use it in `drill run`"),
     (["link_reset", "--for", "0s"], "must be a positive duration"),
+    (["slow_replica", "--param", "latency_ms=.inf", "--for", "5s"], "<--param>:1:1: error: '.inf' is not a finite number"),
+    (["slow_replica", "--param", "{a: &a [x, x, x, x, x, x, x, x, x, x], " + ", ".join(
+        f"{c}: &{c} [{', '.join([f'*{p}'] * 10)}]" for p, c in zip("abcdefgh", "bcdefghi")) + "}", "--for", "5s"],
+     "expands to more than"),
 ])
 def test_bad_input_is_refused_before_anything_is_touched(local_stack, tmp_path, args, message) -> None:
     proc = _inject(local_stack, tmp_path, *args)

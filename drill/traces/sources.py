@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Literal
 
 import msgspec
 import numpy as np
@@ -51,6 +51,7 @@ class SourceReport:
     files: list[ReadReport] = field(default_factory=list)
     problems: int = 0                                      # unreadable records that are not file lines
     problem_where: list[str] = field(default_factory=list)  # the first KEPT_PROBLEMS of them, located
+    notes: list[str] = field(default_factory=list)          # e.g. a query limit reached: maybe incomplete
 
     def file(self, path: Path) -> ReadReport:
         """A new ReadReport for ``path``, kept in :attr:`files`."""
@@ -91,7 +92,7 @@ class SourceReport:
 
     def to_json(self) -> dict:
         return {"source": self.source, "spans": self.spans, "unreadable": self.unreadable,
-                "where": list(self.where), "files": [r.to_json() for r in self.files]}
+                "where": list(self.where), "files": [r.to_json() for r in self.files], "notes": list(self.notes)}
 
 
 class TableSource(TraceSource):
@@ -341,7 +342,8 @@ class OtlpFileSource(TableSource):
 
 
 class OtlpProtoFileParams(PluginParams):
-    path: str
+    path: str                                                  # a file, or a directory of one-message files
+    framing: Literal["message", "uint32", "varint"] = "message"  # see drill.traces.otlp.PROTO_FRAMINGS
 
 
 class OtlpProtoFileSource(TableSource):
@@ -352,4 +354,4 @@ class OtlpProtoFileSource(TableSource):
         from drill.traces.otlp import read_proto_file
 
         path = self._path(self.params.path)
-        return read_proto_file(path, report.file(path))
+        return read_proto_file(path, report.file(path), framing=self.params.framing)

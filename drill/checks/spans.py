@@ -67,7 +67,7 @@ class FirstAbnormalSpanParams(CheckParams):
     expect: SpanExpectation | list[SpanExpectation] | None = None   # one of these must match the first span
     require: bool = False                 # nothing abnormal in the fault window is a FAIL
     min_spans: int = Field(50, ge=1)      # fewer spans in the run: INCONCLUSIVE
-    min_baseline_spans: int = Field(20, ge=1)   # per (service, name) before its latency/children are judged
+    min_baseline_spans: int = Field(10, ge=2)   # per (service, name) before its latency/children are judged
     max_orphan_share: float = Field(0.25, ge=0, le=1)   # more spans with a lost parent: INCONCLUSIVE
     latency_mads: float = Field(5.0, gt=0)
     min_excess: Duration = 0.001          # a slow span is at least this far above its baseline median
@@ -75,13 +75,14 @@ class FirstAbnormalSpanParams(CheckParams):
     alpha: float = Field(0.01, gt=0, lt=1)
     explain_share: float = Field(0.5, gt=0)
     onset_tolerance: Duration = 0.010     # onsets this close are simultaneous (clock skew); the deeper wins
+    min_impact: float = Field(0.5, ge=0)  # a slow cause matters when it adds this share of the user-facing span
     top: int = Field(5, ge=1)             # abnormal (service, name) pairs listed in observed
 
     def options(self) -> AnalysisOptions:
         return AnalysisOptions(latency_mads=self.latency_mads, min_excess_ms=self.min_excess * 1e3,
                                min_baseline_spans=self.min_baseline_spans, child_presence=self.child_presence,
                                alpha=self.alpha, explain_share=self.explain_share,
-                               onset_tolerance_ms=self.onset_tolerance * 1e3)
+                               onset_tolerance_ms=self.onset_tolerance * 1e3, min_impact=self.min_impact)
 
     def expectations(self) -> list[SpanExpectation]:
         if self.expect is None:
@@ -99,15 +100,19 @@ class FirstAbnormalSpanCheck(Check):
     spans — each only where the pair's rate of it is significantly above the baseline's (``alpha``).
     A slow parent whose slow children cover ``explain_share`` of its excess, and an erring parent with
     an abnormal child, are explained by the child; a slow CLIENT span over a normal SERVER span names
-    the link. The first abnormal span is the unexplained one with the earliest onset; onsets within
-    ``onset_tolerance`` count as simultaneous and the deepest wins.
+    the link. A slow cause is *material* when its excess is at least ``min_impact`` of the user-facing
+    span's baseline median (errors and missing children always are). The first abnormal span is the
+    material unexplained span (any unexplained span when none is material) with the earliest onset —
+    when a slow span passed its threshold (a material one: when its excess reached ``min_impact``), an
+    error or missing child at the span's end; onsets within ``onset_tolerance`` count as simultaneous
+    and the deepest wins.
 
     Params (defaults): ``expect`` (none) — ``{service, name, attributes}`` regexes, or a list of them, one
     of which the first abnormal span must match (attributes are looked up on the span, then its
     same-service ancestors); ``require`` (false) — FAIL when nothing is abnormal; ``min_spans`` (50);
-    ``min_baseline_spans`` (20); ``max_orphan_share`` (0.25); ``latency_mads`` (5); ``min_excess``
-    (1ms); ``child_presence`` (0.95); ``alpha`` (0.01); ``explain_share`` (0.5); ``onset_tolerance``
-    (10ms); ``top`` (5).
+    ``min_baseline_spans`` (10); ``max_orphan_share`` (0.25); ``latency_mads`` (5); ``min_excess``
+    (1ms); ``child_presence`` (0.95); ``alpha`` (0.01); ``explain_share`` (0.5); ``min_impact`` (0.5);
+    ``onset_tolerance`` (10ms); ``top`` (5).
 
     PASS: a first abnormal span was found (and matches ``expect`` when given), or nothing is abnormal
     and neither ``require`` nor ``expect`` asks for a span. FAIL: the span does not match ``expect``,

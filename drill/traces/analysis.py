@@ -27,10 +27,15 @@ The analysis compares a *fault window* (the selection) with a *baseline* (Bubble
 4. **Link**: a root-cause slow CLIENT span whose SERVER children are not slow (or that has none)
    points at the link between the two services; it is reported with the CLIENT span as the abnormal
    span and the link named.
-5. **First abnormal span**: the root cause with the earliest *onset* (a latency flag shows at
-   ``start + threshold``, an error or a missing child at the span's end); onsets within
-   ``onset_tolerance_ms`` of the earliest are simultaneous (clock skew between processes), and among
-   them the deepest span wins, then the earliest, then the smallest (trace id, span id).
+5. **Materiality**: a slow root cause is *material* when its excess over its baseline median is at
+   least ``min_impact`` of the user-facing (top) span's usual duration (its pair's baseline median);
+   errors and missing children always are. A 50 ms longer queue under a 4 s request, or more load on
+   the healthy replica, is a deviation worth listing but not where the fault is.
+6. **First abnormal span**: the material root cause (any root cause when none is material) with the
+   earliest *onset* (a latency flag shows at ``start + threshold``, an error or a missing child at the
+   span's end); onsets within ``onset_tolerance_ms`` of the earliest are simultaneous (clock skew
+   between processes), and among them the deepest span wins, then the earliest, then the smallest
+   (trace id, span id). Pairs are ranked by material root causes, then root causes, then flagged spans.
 
 Spans are assigned to the baseline or the fault window by their trace's top span's start (the root,
 or the top-most span present when parents are missing), so one trace is never split; orphans are
@@ -69,11 +74,13 @@ class AnalysisOptions:
 
     latency_mads: float = 5.0        # robust z: a span is slow above median + latency_mads·1.4826·MAD
     min_excess_ms: float = 1.0       # ... and at least this far above the baseline median
-    min_baseline_spans: int = 20     # baseline spans a pair needs before its latency and children are judged
+    min_baseline_spans: int = 10     # baseline spans a pair needs before its latency and children are judged
     child_presence: float = 0.95     # a child pair is usual when present under this share of baseline parents
     alpha: float = 0.01              # significance of a pair's flag rate against its baseline rate
     explain_share: float = 0.5       # slow children explain a slow parent when they cover this share of its excess
     onset_tolerance_ms: float = 10.0  # onsets this close are simultaneous (clock skew); the deeper span wins
+    min_impact: float = 0.5          # a slow cause is material when its excess is this share of the user-facing
+    #                                  span's baseline median (errors and missing children always are)
 
 
 @dataclass(frozen=True)
@@ -123,6 +130,8 @@ class AbnormalSpan:
     deviations: tuple[Deviation, ...]
     onset_ns: int
     onset_s: float | None          # seconds after the reference (the fault's injection, else the baseline's end)
+    impact: float | None           # excess over its baseline median / the user-facing span's baseline median
+    material: bool                 # impact >= min_impact, or an error / missing child
     attributes: dict[str, Any]     # the span's own key attributes
     context_attributes: dict[str, Any]  # key attributes of its ancestors in the same service (nearest wins)
     chain: tuple[ChainSpan, ...]   # this span first, the user-facing (top) span last
@@ -147,6 +156,7 @@ class AbnormalPair:
     flagged: int                   # of them abnormal
     share: float                   # flagged / spans
     root_causes: int               # abnormal and not explained by an abnormal child
+    material: int                  # of them material (see AnalysisOptions.min_impact)
     latency: int                   # flagged for latency, error, missing child (a span may have several)
     errors: int
     missing_child: int
@@ -390,6 +400,8 @@ class _Flags:
     missing: np.ndarray
     abnormal: np.ndarray
     cause: np.ndarray              # abnormal and not explained by a child
+    material: np.ndarray           # causes that matter to the user-facing span
+    impact: np.ndarray             # float: excess / the user-facing span's baseline median (nan: not slow)
     onset: np.ndarray              # int64 ns (_NEVER where not abnormal)
     slow_raw: np.ndarray           # above the latency threshold, significant or not
 
@@ -410,12 +422,46 @@ def _flags(table: SpanTable, tree: _Tree, group: np.ndarray, groups: int, win: _
     miss[missing.rows] = True
     abnormal = latency | error | miss
     cause = abnormal & ~_explained(tree.parent, duration, group, model, latency, error, miss, abnormal, options)
-    onset = np.full(n, _NEVER, dtype=np.int64)
-    threshold = np.where(np.isfinite(model.threshold), model.threshold, 0).astype(np.int64)
-    onset[latency] = table.start_ns[latency] + threshold[group[latency]]
     ended = error | miss
+    impact, usual = _impact(duration, group, tree, model, latency)
+    material = cause & (ended | (impact >= options.min_impact))
+    onset = _onset(table, group, model, latency, ended, material, usual, options)
+    return _Flags(latency, error, miss, abnormal, cause, material, impact, onset, slow_raw)
+
+
+def _onset(table: SpanTable, group: np.ndarray, model: _Model, latency: np.ndarray, ended: np.ndarray,
+           material: np.ndarray, usual: np.ndarray, options: AnalysisOptions) -> np.ndarray:
+    """When each abnormal span became abnormal (ns): a slow span when it passed its threshold — a material
+    one when its excess reached ``min_impact`` of the user-facing span's usual duration — an error or a
+    missing child at the span's end."""
+    onset = np.full(len(table), _NEVER, dtype=np.int64)
+    rows = np.flatnonzero(latency)
+    g = group[rows]
+    after = model.threshold[g]
+    matters = material[rows]
+    after[matters] = np.fmax(after[matters], model.median[g[matters]] + options.min_impact * usual[rows[matters]])
+    onset[rows] = table.start_ns[rows] + after.astype(np.int64)
     onset[ended] = np.minimum(onset[ended], table.end_ns[ended])
-    return _Flags(latency, error, miss, abnormal, cause, onset, slow_raw)
+    return onset
+
+
+def _impact(duration: np.ndarray, group: np.ndarray, tree: _Tree, model: _Model, latency: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Each slow span's excess over its baseline median as a share of its user-facing (top) span's usual
+    duration, and that usual duration (ns; nan for spans that are not slow).
+
+    The usual duration is the top span's pair's baseline median, or the top span's own duration when its
+    pair has no baseline.
+    """
+    impact = np.full(len(duration), np.nan)
+    usual = np.full(len(duration), np.nan)
+    rows = np.flatnonzero(latency)
+    top = tree.top[rows]
+    median = model.median[group[top]]
+    usual[rows] = np.where(np.isfinite(median) & (median > 0), median, duration[top])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        impact[rows] = (duration[rows] - model.median[group[rows]]) / usual[rows]
+    return impact, usual
 
 
 def _explained(parent: np.ndarray, duration: np.ndarray, group: np.ndarray, model: _Model, latency: np.ndarray,
@@ -435,7 +481,10 @@ def _explained(parent: np.ndarray, duration: np.ndarray, group: np.ndarray, mode
 
 
 def _first_cause(table: SpanTable, tree: _Tree, flags: _Flags, options: AnalysisOptions) -> int | None:
-    rows = np.flatnonzero(flags.cause)
+    """The earliest material cause (any cause when none is material); see the module doc for ties."""
+    rows = np.flatnonzero(flags.material)
+    if not len(rows):
+        rows = np.flatnonzero(flags.cause)
     if not len(rows):
         return None
     onset = flags.onset[rows]
@@ -557,8 +606,9 @@ def _link(ctx: _Context, row: int) -> Link | None:
         return None
     children = np.flatnonzero(tree.parent == row)
     servers = children[table.kind[children] == _SERVER]
-    if len(servers) and ctx.flags.slow_raw[servers].any():
-        return None
+    if len(servers) and (ctx.flags.slow_raw[servers].any()
+                         or not np.isfinite(ctx.model.threshold[ctx.group[servers]]).all()):
+        return None     # the server was slow too, or its latency cannot be judged: no claim about the link
     client = table.services[table.service[row]]
     peer = _peer(table.attributes[row])
     if len(servers):
@@ -594,6 +644,8 @@ def _abnormal_span(ctx: _Context, row: int) -> AbnormalSpan:
         name=span.name, kind=span.kind, status=span.status, start_ns=span.start_ns,
         duration_ms=round(span.duration_ms, 3), depth=int(ctx.tree.depth[row]), deviations=_deviations(ctx, row),
         onset_ns=onset, onset_s=None if reference is None else round((onset - reference) / 1e9, 3),
+        impact=None if np.isnan(ctx.flags.impact[row]) else round(float(ctx.flags.impact[row]), 4),
+        material=bool(ctx.flags.material[row]),
         attributes=_key_attributes(span.attributes), context_attributes=_context_attributes(ctx, row),
         chain=_chain(ctx, row),
         root_missing=bool(_lost_parent(table, np.array([top]))[0]), link=_link(ctx, row))
@@ -605,12 +657,12 @@ def _pairs(ctx: _Context, groups: int, top: int) -> tuple[AbnormalPair, ...]:
     def count(mask: np.ndarray) -> np.ndarray:
         return np.bincount(ctx.group[mask], minlength=groups)
 
-    spans, flagged, causes = count(win.fault), count(flags.abnormal), count(flags.cause)
+    spans, flagged, causes, material = count(win.fault), count(flags.abnormal), count(flags.cause), count(flags.material)
     latency, errors, missing = count(flags.latency), count(flags.error), count(flags.missing)
     duration = table.duration_ns
     _, (flagged_median,) = _group_quantiles(duration[flags.abnormal], ctx.group[flags.abnormal], groups, (0.5,))
     order = sorted(np.flatnonzero(flagged > 0).tolist(),
-                   key=lambda g: (-causes[g], -flagged[g], -flagged[g] / spans[g], ctx.label(g)))[:top]
+                   key=lambda g: (-material[g], -causes[g], -flagged[g], -flagged[g] / spans[g], ctx.label(g)))[:top]
     out = []
     for g in order:
         median = model.median[g]
@@ -629,6 +681,7 @@ def _pairs(ctx: _Context, groups: int, top: int) -> tuple[AbnormalPair, ...]:
         out.append(AbnormalPair(
             service=table.services[ctx.pair_service[g]], name=table.names[ctx.pair_name[g]], spans=int(spans[g]),
             flagged=int(flagged[g]), share=round(float(flagged[g] / spans[g]), 4), root_causes=int(causes[g]),
+            material=int(material[g]),
             latency=int(latency[g]), errors=int(errors[g]), missing_child=int(missing[g]), median_ratio=ratio,
             baseline_spans=int(model.count[g]),
             baseline_median_ms=None if np.isnan(median) else round(float(median) / 1e6, 3),

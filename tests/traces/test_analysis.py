@@ -358,3 +358,50 @@ def test_analysis_of_many_spans_is_fast():
     elapsed = time.perf_counter() - began
     assert report.first.name == "queue" and report.first.service == "drill-replica-0"
     assert len(table) / elapsed > 20_000, f"{len(table)} spans in {elapsed:.2f}s"   # ~2M/s on an idle core
+
+
+def test_a_small_earlier_sibling_is_not_the_cause_the_material_one_is():
+    # TP-link-like: replica 0's decode takes 3.5 s more; its queue grows by 12 ms as a side effect, and the
+    # healthy replica 1 queues 8 ms more. Both are real deviations, neither is where the fault is.
+    def fault(i):
+        if i % 2 == 0:
+            return {"queue_ms": 13.0 + i * 0.01, "decode_ms": 3500.0}
+        return {"queue_ms": 9.0 + i * 0.01}
+
+    report = analyse(drill_spans(fault))
+    first = report.first
+    assert (first.service, first.name) == ("drill-replica-0", "decode") and first.material
+    assert first.impact > 50
+    assert pair(report, "drill-replica-0", "queue").root_causes == N_FAULT // 2
+    assert pair(report, "drill-replica-0", "queue").material == 0
+    assert pair(report, "drill-replica-1", "queue").root_causes == N_FAULT // 2
+    assert (report.pairs[0].service, report.pairs[0].name) == ("drill-replica-0", "decode")
+
+
+def test_a_material_earlier_sibling_is_first():
+    # unbounded-queue-like: the queue adds 2 s, then decode (bigger batches) adds 10 s: the queue showed first
+    report = analyse(drill_spans(lambda i: {"queue_ms": 2000.0, "decode_ms": 10_000.0}))
+    assert report.first.name == "queue" and report.first.material
+    assert pair(report, "drill-replica-0", "decode").material == N_FAULT // 2
+
+
+def test_when_no_cause_is_material_the_earliest_cause_is_still_reported():
+    report = analyse(drill_spans(lambda i: {"queue_ms": 8.0} if i % 2 == 0 else {}))   # +7 ms of ~30 ms
+    first = report.first
+    assert (first.service, first.name) == ("drill-replica-0", "queue")
+    assert not first.material and 0 < first.impact < 0.5
+
+
+def test_no_link_claim_when_the_server_span_cannot_be_judged():
+    def edit(i, request):
+        if i % 2 == 0:
+            retime(by_name(request, "POST"), extra_ms=300)
+            retime(by_name(request, "POST /v1/chat/completions", "drill-router"), extra_ms=300)
+        return request
+
+    spans = drill_spans(edit=edit)
+    for s in spans:   # replica 0's SERVER spans appear only in the fault window: their latency is unknown
+        if s["service"] == "drill-replica-0" and s["kind"] == "SERVER" and s["start_ns"] < FAULT_START:
+            s["name"] = "warming up"
+    first = analyse(spans).first
+    assert (first.service, first.name) == ("drill-router", "POST") and first.link is None

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 import traceback
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import click
 from rich.console import Console
@@ -19,11 +22,45 @@ console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+@dataclass
+class CrashSite:
+    """Where a crash log goes: the run directory once a command has one, else the state directory."""
+
+    run_dir: Callable[[], Path | None] | Path | None = None
+
+    def folder(self) -> Path:
+        found = self.run_dir() if callable(self.run_dir) else self.run_dir
+        if found is not None and Path(found).is_dir():
+            return Path(found)
+        from drill.engine.active import state_dir
+
+        return state_dir() / "crash"
+
+    def write(self, exc: BaseException) -> Path | None:
+        """Write the traceback to a new file; None when even that fails (then it goes to stderr)."""
+        text = "".join(traceback.format_exception(exc))
+        try:
+            folder = self.folder()
+            folder.mkdir(parents=True, exist_ok=True)
+            log = folder / f"drill-crash-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
+            log.write_text(text, encoding="utf-8")
+            return log
+        except OSError:
+            sys.stderr.write(text)
+            return None
+
+
 @contextmanager
-def handle_errors() -> Iterator[None]:
-    """Exit codes by class: 2 bad input, 3 internal, 4 revert failed, 130 interrupted (pre-commit's error_handler)."""
+def handle_errors() -> Iterator[CrashSite]:
+    """Exit codes by class: 2 bad input, 3 internal, 4 revert failed, 130 interrupted (pre-commit's error_handler).
+
+    A closed output pipe (``drill plan ... | head -2``) is a normal end: it goes up to click, which exits
+    quietly. An internal error writes its traceback into the run directory (set ``site.run_dir`` once a
+    command has one) or else the state directory, and says where.
+    """
+    site = CrashSite()
     try:
-        yield
+        yield site
     except SpecError as exc:
         click.echo(exc.render(), err=True)
         sys.exit(exc.exit_code)
@@ -33,12 +70,13 @@ def handle_errors() -> Iterator[None]:
     except KeyboardInterrupt:
         err_console.print("interrupted (^C)")
         sys.exit(130)
-    except (click.exceptions.Exit, click.ClickException, SystemExit):
+    except (click.exceptions.Exit, click.ClickException, SystemExit, BrokenPipeError):
         raise
     except Exception as exc:  # noqa: BLE001 - last resort: keep a report a maintainer can use
-        log = Path("drill-crash.log")
-        log.write_text("".join(traceback.format_exception(exc)))
-        err_console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc} (traceback in {log})")
+        log = site.write(exc)
+        where = f"traceback in {log}" if log else "traceback above"
+        err_console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc} ({where})",
+                          markup=True, highlight=False, soft_wrap=True)
         sys.exit(3)
 
 

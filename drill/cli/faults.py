@@ -76,12 +76,14 @@ def inject(kind: str, target_spec: str, params: tuple[str, ...], selectors: tupl
     """Inject KIND now, prove it landed, hold it for --for, then revert it (Ctrl-C reverts at once)."""
     from drill.cli.manual import ManualInjection, manual_request
 
-    with handle_errors():
+    with handle_errors() as crash:
         if hold_s <= 0:
             raise click.BadParameter("must be a positive duration", param_hint="--for")
         request = manual_request(kind, target_spec, params, selectors, hold_s=hold_s, fault_id=fault_id,
                                  state_dir=state_dir, allow_hosts=allow_hosts)
-        outcome = ManualInjection(request, Path(out_dir), say=_say, argv=tuple(sys.argv)).run()
+        injection = ManualInjection(request, Path(out_dir), say=_say, argv=tuple(sys.argv))
+        crash.run_dir = injection.rundir.path
+        outcome = injection.run()
     sys.exit(outcome.exit_code)
 
 

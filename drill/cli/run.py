@@ -36,7 +36,7 @@ def run(drill_file: str, overrides: tuple[str, ...], time_scale: float, out_dir:
 
     from drill.engine.runner import RunOptions, Runner
 
-    with handle_errors():
+    with handle_errors() as crash:
         if time_scale <= 0:
             raise click.BadParameter("must be positive", param_hint="--time-scale")
         loaded = load_drill(drill_file, overrides=overrides, time_scale=time_scale)
@@ -45,7 +45,9 @@ def run(drill_file: str, overrides: tuple[str, ...], time_scale: float, out_dir:
         show = sys.stderr.isatty() if progress is None else progress
         options = RunOptions(out_dir=Path(out_dir), workers=workers, progress=show, argv=tuple(sys.argv))
         listeners = [_progress_listener()] if show else []
-        result = Runner(loaded, options, listeners).run()
+        runner = Runner(loaded, options, listeners)
+        crash.run_dir = lambda: getattr(getattr(runner, "rundir", None), "path", None)   # once the run has one
+        result = runner.run()
     _report(result)
     sys.exit(result.exit_code)
 

@@ -202,7 +202,7 @@ def _observed(first: AbnormalSpan) -> dict:
 def _pair_json(pair) -> dict:
     return {"service": pair.service, "name": pair.name, "flagged": pair.flagged, "spans": pair.spans,
             "share": pair.share, "root_causes": pair.root_causes, "median_ratio": pair.median_ratio,
-            "deviation": pair.deviation}
+            "deviation": pair.deviation, "attributes": [a.text for a in pair.attributes]}
 
 
 def _refs(first: AbnormalSpan) -> list[EvidenceRef]:

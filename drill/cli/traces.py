@@ -239,6 +239,11 @@ def _print(report: "AbnormalReport", loaded: list[_Loaded], evidence: "TraceEvid
     if report.pairs:
         console.print()
         console.print(_pairs_table(report))
+    skews = [(pair, skew) for pair in report.pairs for skew in pair.attributes]
+    if skews:
+        console.print("what the flagged spans have in common:")
+        for pair, skew in skews:
+            console.print(f"  {pair.service} / {pair.name}: {skew.text}")
     if report.thin_pairs or report.new_pairs:
         console.print(f"[dim]{len(report.thin_pairs)} pair(s) with too few baseline spans to judge latency, "
                       f"{len(report.new_pairs)} absent from the baseline[/]", markup=True)

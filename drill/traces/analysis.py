@@ -53,8 +53,8 @@ import numpy as np
 
 from drill.traces.table import KIND_NAMES, STATUS_NAMES, SpanTable
 
-__all__ = ["AbnormalPair", "AbnormalReport", "AbnormalSpan", "AnalysisOptions", "ChainSpan", "Deviation",
-           "Link", "find_abnormal"]
+__all__ = ["AbnormalPair", "AbnormalReport", "AbnormalSpan", "AnalysisOptions", "AttributeSkew", "ChainSpan",
+           "Deviation", "Link", "find_abnormal"]
 
 _SERVER = KIND_NAMES.index("SERVER")
 _CLIENT = KIND_NAMES.index("CLIENT")
@@ -147,6 +147,20 @@ class AbnormalSpan:
 
 
 @dataclass(frozen=True)
+class AttributeSkew:
+    """An attribute value the pair's flagged spans share far more than its other spans (BubbleUp)."""
+
+    key: str
+    value: Any
+    flagged_share: float           # of the flagged spans, how many carry key=value
+    others_share: float            # of the pair's other spans (baseline and unflagged)
+
+    @property
+    def text(self) -> str:
+        return f"{self.key}={self.value} on {_pct(self.flagged_share)} of flagged vs {_pct(self.others_share)} of others"
+
+
+@dataclass(frozen=True)
 class AbnormalPair:
     """A (service, span name) pair with spans flagged in the fault window."""
 
@@ -166,6 +180,7 @@ class AbnormalPair:
     baseline_p99_ms: float | None
     baseline_error_rate: float | None
     deviation: str
+    attributes: tuple[AttributeSkew, ...] = ()   # what the flagged spans have in common, most telling first
 
 
 @dataclass(frozen=True)
@@ -687,8 +702,49 @@ def _pairs(ctx: _Context, groups: int, top: int) -> tuple[AbnormalPair, ...]:
             baseline_median_ms=None if np.isnan(median) else round(float(median) / 1e6, 3),
             baseline_p99_ms=None if np.isnan(model.p99[g]) else round(float(model.p99[g]) / 1e6, 3),
             baseline_error_rate=None if np.isnan(model.error_rate[g]) else round(float(model.error_rate[g]), 4),
-            deviation="; ".join(parts)))
+            deviation="; ".join(parts),
+            attributes=_attribute_skew(table, np.flatnonzero(flags.abnormal & (ctx.group == g)),
+                                       np.flatnonzero(~flags.abnormal & (ctx.group == g)))))
     return tuple(out)
+
+
+#: Spans per side looked at for attribute skew, the values a key may take there, and what counts as telling.
+_SKEW_SAMPLE, _SKEW_MAX_VALUES, _SKEW_MIN_SHARE, _SKEW_MIN_LIFT, _SKEW_KEPT = 1000, 12, 0.5, 0.25, 3
+
+
+def _sample(rows: np.ndarray) -> np.ndarray:
+    if len(rows) <= _SKEW_SAMPLE:
+        return rows
+    return rows[np.linspace(0, len(rows) - 1, _SKEW_SAMPLE).astype(np.int64)]
+
+
+def _value_counts(attributes: np.ndarray) -> tuple[dict[tuple[str, Any], int], dict[str, set]]:
+    counts: dict[tuple[str, Any], int] = {}
+    values: dict[str, set] = {}
+    for attrs in attributes:
+        for key, value in attrs.items():
+            if isinstance(value, (str, int, float, bool)):
+                counts[(key, value)] = counts.get((key, value), 0) + 1
+                values.setdefault(key, set()).add(value)
+    return counts, values
+
+
+def _attribute_skew(table: SpanTable, flagged: np.ndarray, others: np.ndarray) -> tuple[AttributeSkew, ...]:
+    """Low-cardinality attribute values on at least half of the flagged spans and 25 points rarer elsewhere."""
+    flagged, others = _sample(flagged), _sample(others)
+    if not len(flagged) or not len(others):
+        return ()
+    in_flagged, values = _value_counts(table.attributes[flagged])
+    in_others, other_values = _value_counts(table.attributes[others])
+    out = []
+    for (key, value), n in in_flagged.items():
+        if len(values[key] | other_values.get(key, set())) > _SKEW_MAX_VALUES:
+            continue        # an id, a measurement: not a dimension
+        share, elsewhere = n / len(flagged), in_others.get((key, value), 0) / len(others)
+        if share >= _SKEW_MIN_SHARE and share - elsewhere >= _SKEW_MIN_LIFT:
+            out.append(AttributeSkew(key, value, round(share, 4), round(elsewhere, 4)))
+    out.sort(key=lambda a: (a.others_share - a.flagged_share, a.key, str(a.value)))
+    return tuple(out[:_SKEW_KEPT])
 
 
 def _coverage(ctx: _Context, groups: int, options: AnalysisOptions) -> tuple[int, tuple[str, ...], tuple[str, ...]]:

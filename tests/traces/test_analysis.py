@@ -405,3 +405,18 @@ def test_no_link_claim_when_the_server_span_cannot_be_judged():
             s["name"] = "warming up"
     first = analyse(spans).first
     assert (first.service, first.name) == ("drill-router", "POST") and first.link is None
+
+
+def test_what_the_flagged_spans_share_is_named():
+    def edit(i, request):
+        if i % 2 == 0:
+            retime(by_name(request, "POST"), extra_ms=300)
+            retime(by_name(request, "POST /v1/chat/completions", "drill-router"), extra_ms=300)
+        return request
+
+    report = analyse(drill_spans(edit=edit))
+    client = pair(report, "drill-router", "POST")
+    (skew,) = client.attributes                    # drill.attempt is 1 everywhere, ids are not dimensions
+    assert (skew.key, skew.value, skew.flagged_share) == ("drill.upstream", "replica-0", 1.0)
+    assert skew.others_share == 0.4      # others: 120 baseline (60 to replica 0) and 30 fault (to replica 1)
+    assert skew.text == "drill.upstream=replica-0 on 100% of flagged vs 40% of others"

@@ -241,3 +241,14 @@ def test_listed_in_the_cli():
     result = CliRunner().invoke(cli, ["traces", "--help"])
     assert result.exit_code == 0 and "analyze" in result.output
     assert T0 > 0
+
+
+def test_jaeger_json_download(tmp_path, spans):
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(jaeger_json(spans)))
+    data = analysed(str(path), "--baseline-until", f"{FAULT_START_S}", "--fault-start", f"{FAULT_START_S}")
+    assert data["files"][0]["format"] == "jaeger_file" and data["files"][0]["spans"] == 1260
+    first = data["analysis"]["first"]
+    assert (first["service"], first["name"], first["kind"]) == ("drill-replica-0", "queue", "INTERNAL")
+    assert [c["name"] for c in first["chain"]] == ["queue", "llm_request", "POST /v1/chat/completions", "POST",
+                                                   "POST /v1/chat/completions"]

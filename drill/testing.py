@@ -29,6 +29,7 @@ Each clause is also a function of its own (``check_*``). Failures raise :class:`
 
 from __future__ import annotations
 
+import math
 import statistics
 import threading
 import time
@@ -44,7 +45,8 @@ from drill.api import Fault, FaultContext, FaultNotLanded, LoadControl, Selector
 
 __all__ = ["ContractReport", "ContractViolation", "Effect", "FaultCase", "Traffic", "TrafficSample",
            "check_inject_verify_revert", "check_revert_after_failed_inject", "check_revert_from_journal",
-           "check_revert_without_inject", "errors_above", "latency_above", "latency_or_errors", "run_fault_contract"]
+           "check_revert_without_inject", "errors_above", "latency_above", "latency_or_errors", "run_fault_contract",
+           "within_baseline"]
 
 
 class ContractViolation(AssertionError):
@@ -168,6 +170,31 @@ def errors_above(share: float) -> Effect:
         ok = now.error_share >= share and now.error_share > base.error_share
         return None if ok else f"{now.error_share:.0%} errors, not {share:.0%}"
     return effect
+
+
+#: Latency noise a recovered median may show above the baseline's p90 (timer and scheduling jitter).
+RECOVERY_LATENCY_SLACK_S = 0.02
+
+
+def within_baseline(base: TrafficSample, now: TrafficSample) -> str | None:
+    """None when ``now`` is back within the baseline's band, else why not.
+
+    Measured the way the effects measure: the error share may exceed the baseline's by at most three
+    binomial standard deviations of a sample this size (a share of at least one request), and the median
+    latency may not rise above the baseline's p90 (its own spread) plus RECOVERY_LATENCY_SLACK_S. Falling
+    back under an effect's inject threshold is not enough: with ``errors_above(0.5)``, 49% errors is
+    still a faulted target.
+    """
+    if not now.count:
+        return "no request was sent in the sample"
+    share = max(base.error_share, 1.0 / now.count)
+    errors_limit = base.error_share + 3.0 * math.sqrt(share * (1.0 - share) / now.count)
+    if now.error_share > errors_limit:
+        return f"{now.error_share:.0%} errors; the baseline's band ends at {errors_limit:.0%}"
+    latency_limit = max(base.p90_s, base.p50_s) + RECOVERY_LATENCY_SLACK_S
+    if now.p50_s > latency_limit:
+        return f"p50 {now.p50_s * 1e3:.0f} ms; the baseline's band ends at {latency_limit * 1e3:.0f} ms"
+    return None
 
 
 def latency_or_errors(extra_s: float, share: float) -> Effect:
@@ -309,14 +336,16 @@ class _TrippingContext(FaultContext):
 # -- the clauses -----------------------------------------------------------------------------------
 
 def _sample_until(traffic: Traffic, case: FaultCase, base: TrafficSample) -> tuple[TrafficSample, float]:
+    """Sample until the traffic is back within the baseline's band (:func:`within_baseline`)."""
     start = time.monotonic()
     while True:
         sample = traffic.sample(case.sample_s)
-        if case.effect(base, sample) is not None:
+        why = within_baseline(base, sample)
+        if why is None:
             return sample, time.monotonic() - start
         if time.monotonic() - start > case.recovery_timeout_s:
-            raise ContractViolation(f"the effect did not go after revert within {case.recovery_timeout_s:g}s "
-                                    f"(baseline {base}; now {sample})")
+            raise ContractViolation(f"the effect did not go after revert within {case.recovery_timeout_s:g}s: "
+                                    f"{why} (baseline {base}; now {sample})")
 
 
 def check_inject_verify_revert(case: FaultCase, traffic: Traffic, report: ContractReport) -> None:

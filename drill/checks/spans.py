@@ -8,6 +8,7 @@ selection, and turns its report into a verdict. The rule and params are in :clas
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from pydantic import Field, field_validator
 
@@ -129,7 +130,8 @@ class FirstAbnormalSpanCheck(Check):
     def evaluate(self, evidence: Evidence) -> Verdict:
         p: FirstAbnormalSpanParams = self.params
         traces = evidence.traces
-        reason = traces.thin_reason(p.min_spans)
+        # the client join does not matter here: spans whose traceparent the client did not set still count
+        reason = traces.no_spans_reason or replace(traces.completeness, requests=0).thin_reason(p.min_spans)
         notes = traces.completeness.notes()
         if reason is not None:
             return self.verdict(Status.INCONCLUSIVE, reason, window="fault", notes=notes)

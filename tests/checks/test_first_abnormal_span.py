@@ -127,3 +127,16 @@ def test_params_are_validated():
     with pytest.raises(ValidationError):
         FirstAbnormalSpanParams(unknown=1)
     assert FirstAbnormalSpanParams(onset_tolerance="5ms").options().onset_tolerance_ms == pytest.approx(5.0)
+
+
+def test_spans_without_the_clients_trace_ids_are_still_judged(tmp_path):
+    kit = run(tmp_path)
+    for at in (1.0, 2.0):
+        kit.request(at=at, trace_id="f" * 32)        # the client's traceparent never reached the stack
+    verdict = judge(kit)
+    assert verdict.status is Status.PASS and verdict.observed["name"] == "queue"
+
+
+def test_too_few_spans_is_inconclusive(tmp_path):
+    verdict = judge(run(tmp_path), min_spans=5000)
+    assert verdict.status is Status.INCONCLUSIVE and "fewer than the 5000 needed" in verdict.message

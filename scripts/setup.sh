@@ -41,6 +41,44 @@ setup_toxiproxy() {
   rmdir "$gobin"
 }
 
+JAEGER_VERSION="v1.76.0"
+JAEGER_MIN_GO="1.24.6"   # jaeger v1.76.0's go.mod; `go get -tool` needs Go >= 1.24 too
+
+jaeger_go_at_least() {  # jaeger_go_at_least HAVE WANT: true when version HAVE >= WANT
+  [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n 1)" = "$2" ]
+}
+
+setup_jaeger() {
+  # The real Jaeger (v2 all-in-one, module github.com/jaegertracing/jaeger/cmd/jaeger) for the jaeger_api
+  # trace source's tests, as $VENV/bin/jaeger. `go install ...@v1.76.0` refuses to build it (its go.mod has
+  # a replace directive), so it is built from a throwaway module that requires it as a tool.
+  if [ -n "${JAEGER_BIN:-}" ]; then return 0; fi
+  local stamp="$VENV/.jaeger-$JAEGER_VERSION"
+  if [ -x "$VENV/bin/jaeger" ] && [ -f "$stamp" ]; then return 0; fi
+  if ! command -v go >/dev/null 2>&1; then
+    log "Go is not installed: cannot build Jaeger $JAEGER_VERSION (install Go >= $JAEGER_MIN_GO, or set JAEGER_BIN)"
+    return 1
+  fi
+  local have; have="$(go env GOVERSION)"; have="${have#go}"
+  if ! jaeger_go_at_least "$have" "$JAEGER_MIN_GO"; then
+    log "Go $have is too old to build Jaeger $JAEGER_VERSION: it needs Go >= $JAEGER_MIN_GO (or set JAEGER_BIN)"
+    return 1
+  fi
+  log "building Jaeger $JAEGER_VERSION (about 3 minutes on a fresh machine; log in $VENV/jaeger-build.log)"
+  local work; work="$(mktemp -d)"
+  if ! ( cd "$work" && go mod init jaegerbuild \
+         && go get -tool "github.com/jaegertracing/jaeger/cmd/jaeger@$JAEGER_VERSION" \
+         && go build -o "$work/jaeger" github.com/jaegertracing/jaeger/cmd/jaeger ) > "$VENV/jaeger-build.log" 2>&1; then
+    tail -n 20 "$VENV/jaeger-build.log" >&2
+    log "building Jaeger failed; the whole log is $VENV/jaeger-build.log"
+    rm -rf "$work"
+    return 1
+  fi
+  mv "$work/jaeger" "$VENV/bin/jaeger"
+  rm -rf "$work"
+  touch "$stamp"
+}
+
 docker_up() { docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
 
 setup_docker() {

@@ -165,6 +165,10 @@ class RecoveryReplayCheck(Check):
         for request_id, sends in by_control.items():
             self._judge_control(records[request_id], sends, bands, tally)
         self._noise_floor(records, by_control, tally)
+        lag = _send_lag_s(replay.results)
+        if lag is not None and lag > 1.0:
+            tally.notes.append(f"replayed requests were sent up to {lag:.1f}s (p95) after their planned times: "
+                               "the replay's concurrency cap held them back from the planned rate")
         missing = sorted({r.pool for r in replay.controls} - set(bands))
         if missing:
             tally.notes.append(f"no latency band for pool(s) {', '.join(missing)} (fewer than {p.min_baseline} "
@@ -275,6 +279,12 @@ def _latency_bands(evidence: Evidence, p: RecoveryReplayParams) -> dict[str, dic
                 band[metric] = p.latency_factor * percentile(values, p.band_percentile) + p.latency_slack * 1000.0
         bands[pool] = band
     return bands
+
+
+def _send_lag_s(results: tuple[ReplayResult, ...]) -> float | None:
+    """p95 of how late the replays were sent after their planned times (s)."""
+    lags = [r.sent_ts - r.planned_ts for r in results if r.planned_ts is not None]
+    return percentile(lags, 95) if lags else None
 
 
 def _over(result: ReplayResult, metric: str, bound_ms: float) -> bool:

@@ -243,3 +243,17 @@ def test_unreadable_replay_lines_are_counted(tmp_path: Path) -> None:
     report = evidence.reports["replay.jsonl"]
     assert report.torn_last_line is not None and report.lines_read == 11
     assert "replay.jsonl" in RecoveryReplayCheck.reads and "failing_samples.jsonl" in RecoveryReplayCheck.reads
+
+
+def test_sends_held_back_by_the_concurrency_cap_are_noted(tmp_path: Path) -> None:
+    run = ReplayRun(tmp_path)
+    run.replay_all()
+    lines = run.kit.extra_lines["replay.jsonl"]
+    late = []
+    for line in lines:
+        data = json.loads(line)
+        data["planned_ts"] = data["sent_ts"] - 3.0
+        late.append(json.dumps(data) + "\n")
+    run.kit.extra_lines["replay.jsonl"] = late
+    verdict = run.judge()
+    assert verdict.status is Status.PASS and any("concurrency cap" in n for n in verdict.notes)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from drill.load.output import OutputDigest
 from drill.load.payload import PromptText, build_body, payload_digest
 from drill.load.records import RequestRecord
@@ -101,3 +103,16 @@ def test_a_replay_item_at_temperature_above_zero_is_not_deterministic() -> None:
     item = ReplayItem("control", "r", "l", "chat", "t", "k", "d", "POST", "/v1/chat/completions", {},
                       b'{"temperature":0.7}', True)
     assert not item.deterministic
+
+
+def test_replay_phase_params_have_defaults_and_bounds() -> None:
+    from pydantic import ValidationError
+
+    from drill.spec.models import ReplayPhase
+
+    phase = ReplayPhase()
+    assert (phase.controls, phase.repetitions, phase.seed, phase.rate, phase.max_samples) == (20, 2, None, None, 200)
+    assert ReplayPhase.model_validate({"controls": 0, "seed": 9, "rate": 2.5}).rate == 2.5
+    for bad in ({"controls": -1}, {"repetitions": 1}, {"rate": 0}, {"max_samples": 0}, {"control": 3}):
+        with pytest.raises(ValidationError):
+            ReplayPhase.model_validate(bad)

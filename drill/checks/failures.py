@@ -33,7 +33,8 @@ WAITED = ("left_to_wait", "timeout", "slow_failure")
 class FastFailureParams(CheckParams):
     phase: PhaseName = "fault"
     refusal_p99: Duration = 0.5                      # refusals must arrive this fast (p99 of time-to-failure)
-    max_timeout_share: float = Field(0.05, ge=0, le=1)   # of the attempts not on time, at most this share waited
+    max_timeout_share: float = Field(0.05, ge=0, le=1)   # of the failures, at most this share timed out or was slow
+    max_wait_share: float = Field(0.05, ge=0, le=1)      # of the attempts not on time, at most this share waited
     slow_fraction: float = Field(0.9, gt=0, le=1)    # a failure after this share of the deadline is slow
     min_failures: int = Field(20, ge=1)              # fewer failed or late attempts: INCONCLUSIVE
     pools: list[str] | None = None                   # default: every pool
@@ -57,6 +58,11 @@ class _Tally:
     @property
     def not_on_time(self) -> int:
         return sum(n for name, n in self.counts.items() if name != "on_time")
+
+    @property
+    def failures(self) -> int:
+        """Attempts that failed (a cancelled one never got an answer: it waited, it did not fail)."""
+        return self.not_on_time - self.counts["left_to_wait"]
 
     @property
     def waited_count(self) -> int:
@@ -91,9 +97,15 @@ class FastFailureCheck(Check):
     error (5xx, reset, mid-stream error). The attempts the client never sent (``client_drop``, its own
     in-flight cap) are counted but not judged.
 
-    - FAIL when (left to wait + timeouts + slow failures) / (every attempt that did not succeed on time)
-      exceeds ``max_timeout_share``, or when the refusals' time-to-failure p99 exceeds ``refusal_p99``.
-    - PASS when the overload was refused, quickly: the share is within bounds and the refusals are fast.
+    Two shares are judged. ``timeout_share`` = (timeouts + slow failures) / failures: how many of the
+    failures were waits that ran out rather than explicit answers (the rules' "at most 5% of the failed
+    requests may end as timeouts"). ``waited_share`` = (left to wait + timeouts + slow failures) /
+    every attempt not served on time: of the excess load, how much the stack queued instead of
+    refusing — successes past the SLO count here, as the same failure mode.
+
+    - FAIL when ``timeout_share`` exceeds ``max_timeout_share``, ``waited_share`` exceeds
+      ``max_wait_share``, or the refusals' time-to-failure p99 exceeds ``refusal_p99``.
+    - PASS when the overload was refused, quickly: both shares within bounds, refusals fast.
     - INCONCLUSIVE when fewer than ``min_failures`` attempts failed or were late: the window was not
       overloaded enough to show how the stack fails. A stack that kept every request on time while
       nothing was refused was not shown to refuse fast, so it is not a PASS either — the fault did not
@@ -118,7 +130,7 @@ class FastFailureCheck(Check):
         truth, truth_notes, truth_refs = measurement_truth_figures(evidence)
         observed.update(truth)
         units.update({k: "ms" for k in truth if k.endswith(("p50", "p95", "p99"))})
-        expected = {"waited_share": f"<= {p.max_timeout_share:g}",
+        expected = {"timeout_share": f"<= {p.max_timeout_share:g}", "waited_share": f"<= {p.max_wait_share:g}",
                     "refusal_ttf_p99_ms": f"<= {p.refusal_p99 * 1000:g}",
                     "not_on_time": f">= {p.min_failures} (enough overload to judge)"}
         notes = self._notes(tally) + truth_notes
@@ -187,13 +199,15 @@ class FastFailureCheck(Check):
     def _observed(self, tally: _Tally, records: list[RequestRecord]) -> tuple[dict, dict]:
         observed: dict = {"attempts": len(records), "client_drops": tally.client_drops, **tally.counts,
                           "cancelled": tally.cancelled, "not_on_time": tally.not_on_time,
-                          "waited_share": round(tally.waited_count / tally.not_on_time, 4) if tally.not_on_time else None,
+                          "failures": tally.failures,
+                          "timeout_share": _share(tally.counts["timeout"] + tally.counts["slow_failure"], tally.failures),
+                          "waited_share": _share(tally.waited_count, tally.not_on_time),
                           "refused_share": (round(tally.counts["refused"] / tally.not_on_time, 4)
                                             if tally.not_on_time else None),
                           "refusals_with_retry_after": tally.with_retry_after}
-        units = {name: "requests" for name in ("attempts", "client_drops", "cancelled", "not_on_time",
+        units = {name: "requests" for name in ("attempts", "client_drops", "cancelled", "not_on_time", "failures",
                                                  "refusals_with_retry_after", *OUTCOMES)}
-        units.update(waited_share="ratio", refused_share="ratio")
+        units.update(timeout_share="ratio", waited_share="ratio", refused_share="ratio")
         for name, values in (("refusal_ttf", tally.refusal_ms), ("failure_ttf", tally.failure_ms)):
             for pct, value in percentiles(values, (50.0, 95.0, 99.0)).items():
                 observed[f"{name}_{pct}_ms"] = None if value is None else round(value, 3)
@@ -210,10 +224,13 @@ class FastFailureCheck(Check):
                                          f"were late (< {p.min_failures}): not overloaded enough to show how the "
                                          f"stack fails ({summary})")
         problems = []
+        timeouts = observed["timeout_share"]
+        if timeouts is not None and timeouts > p.max_timeout_share:
+            problems.append(f"{timeouts:.1%} of the failures were timeouts or slow (max {p.max_timeout_share:.1%})")
         share = observed["waited_share"]
-        if share > p.max_timeout_share:
+        if share > p.max_wait_share:
             problems.append(f"{share:.1%} of the attempts not served on time waited instead of being refused "
-                            f"(max {p.max_timeout_share:.1%})")
+                            f"(max {p.max_wait_share:.1%})")
         refusal_p99 = observed["refusal_ttf_p99_ms"]
         if refusal_p99 is not None and refusal_p99 > p.refusal_p99 * 1000:
             problems.append(f"refusals took {refusal_p99:.0f}ms at p99 (budget {p.refusal_p99 * 1000:.0f}ms)")
@@ -236,6 +253,10 @@ class FastFailureCheck(Check):
         if tally.counts["refused"]:
             notes.append(f"{tally.with_retry_after} of {tally.counts['refused']} refusal(s) carried Retry-After")
         return notes
+
+
+def _share(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
 
 
 def _success_wait_ms(record: RequestRecord, metric: str) -> float | None:

@@ -55,14 +55,17 @@ def test_timeouts_fail_and_name_the_slowest(tmp_path: Path) -> None:
         kit.request(75 + i, status=503, error="refused", headers_ms=20, e2e_ms=20)
     for i in range(5):
         kit.request(80 + i, status=None, error="timeout", e2e_ms=10_000 + i, request_id=f"slow-{i}")
-    verdict = _judge(kit, max_timeout_share=0.1)
+    verdict = _judge(kit, max_timeout_share=0.1, max_wait_share=0.5)
     assert verdict.status is Status.FAIL, verdict.message
-    assert verdict.observed["timeout"] == 5 and verdict.observed["waited_share"] == pytest.approx(5 / 35, abs=1e-4)
+    assert "of the failures were timeouts or slow" in verdict.message
+    assert verdict.observed["timeout"] == 5 and verdict.observed["timeout_share"] == pytest.approx(5 / 35, abs=1e-4)
     requests = [e.value for e in verdict.evidence if e.kind is EvidenceKind.REQUEST]
     assert requests[:5] == [f"slow-{i}" for i in (4, 3, 2, 1, 0)]
     assert any(e.kind is EvidenceKind.TRACE for e in verdict.evidence)
-    # the same run with a looser budget passes: the threshold is what decides
-    assert _judge(kit, max_timeout_share=0.2).status is Status.PASS
+    # the same run with looser budgets passes: the thresholds are what decide
+    assert _judge(kit, max_timeout_share=0.2, max_wait_share=0.5).status is Status.PASS
+    verdict = _judge(kit, max_timeout_share=0.2, max_wait_share=0.1)
+    assert verdict.status is Status.FAIL and "waited instead of being refused" in verdict.message
 
 
 def test_a_slow_error_near_the_deadline_is_a_slow_failure(tmp_path: Path) -> None:
@@ -87,6 +90,22 @@ def test_success_after_a_long_wait_fails_as_left_to_wait(tmp_path: Path) -> None
     assert verdict.status is Status.FAIL, verdict.message
     assert verdict.observed["left_to_wait"] == 30 and verdict.observed["on_time"] == 60
     assert "waited instead of being refused" in verdict.message
+    assert verdict.observed["failures"] == 0 and verdict.observed["timeout_share"] is None
+
+
+def test_admission_control_with_a_short_queue_fill_passes(tmp_path: Path) -> None:
+    """The shape of the unbounded-queue drill with max_num_queued_reqs set: a few waits while the queue fills,
+    then refusals (measured: about 4% of the excess load waited 1-2 s)."""
+    kit = _kit(tmp_path)
+    for i in range(4):
+        kit.request(71 + i * 0.1, ttft_ms=1_500)
+    for i in range(100):
+        kit.request(72 + i * 0.5, status=503, error="refused", headers_ms=8, e2e_ms=8)
+        kit.request(72 + i * 0.5, ttft_ms=400)
+    verdict = _judge(kit, refusal_p99="500ms", max_timeout_share=0.01)
+    assert verdict.status is Status.PASS, verdict.message
+    assert verdict.observed["waited_share"] == pytest.approx(4 / 104, abs=1e-4)
+    assert verdict.observed["timeout_share"] == 0.0
 
 
 def test_slow_refusals_fail_on_the_refusal_budget(tmp_path: Path) -> None:

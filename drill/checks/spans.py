@@ -203,7 +203,8 @@ def _observed(first: AbnormalSpan) -> dict:
 
 def _pair_json(pair) -> dict:
     return {"service": pair.service, "name": pair.name, "flagged": pair.flagged, "spans": pair.spans,
-            "share": pair.share, "root_causes": pair.root_causes, "median_ratio": pair.median_ratio,
+            "share": pair.share, "root_causes": pair.root_causes, "material": pair.material,
+            "median_ratio": pair.median_ratio,
             "deviation": pair.deviation, "attributes": [a.text for a in pair.attributes]}
 
 

@@ -280,11 +280,11 @@ def _pairs_table(report: "AbnormalReport"):
 
     table = Table(title="abnormal (service, span name) pairs", title_justify="left", show_edge=False)
     for column, justify in [("#", "right"), ("service", "left"), ("span name", "left"), ("flagged", "right"),
-                            ("share", "right"), ("causes", "right"), ("median ratio", "right"),
+                            ("share", "right"), ("causes (material)", "right"), ("median ratio", "right"),
                             ("deviation", "left")]:
         table.add_column(column, justify=justify)
     for i, pair in enumerate(report.pairs, 1):
         ratio = "" if pair.median_ratio is None else f"{pair.median_ratio:.1f}x"
         table.add_row(str(i), pair.service, pair.name, f"{pair.flagged}/{pair.spans}", f"{pair.share:.0%}",
-                      str(pair.root_causes), ratio, pair.deviation)
+                      f"{pair.root_causes} ({pair.material})", ratio, pair.deviation)
     return table

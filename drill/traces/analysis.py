@@ -19,11 +19,12 @@ The analysis compares a *fault window* (the selection) with a *baseline* (Bubble
    is smoothed as ``(k + ½)/(n + 1)``), so a pair that errs 5% of the time in the baseline is not
    abnormal for erring 5% of the time under the fault, and p99 exceedances at the baseline's own rate
    are noise.
-3. **Causal depth** ("explained" spans are not causes): a latency-only parent is explained when its
-   latency-flagged children's excess over their medians covers ``explain_share`` of its own excess
-   (Jaeger's critical path: the time is in the child), or a child erred; an error or missing-child
-   parent is explained by any abnormal child (TraceQL's ``{status=error} !< {status=error}``: the
-   deepest error). The rest are *root causes*.
+3. **Causal depth** ("explained" spans are not causes): a latency-only span is explained when its
+   children's time over their baseline medians covers ``explain_share`` of its own excess and an
+   abnormal span lies below it (Jaeger's critical path: the time is in the child; the child in between
+   need not be flagged itself, its baseline may be too wide or too thin), or a child erred; an error
+   or missing-child span is explained by any abnormal span below it (TraceQL's
+   ``{status=error} !< {status=error}``: the deepest error). The rest are *root causes*.
 4. **Link**: a root-cause slow CLIENT span whose SERVER children are not slow (or that has none)
    points at the link between the two services; it is reported with the CLIENT span as the abnormal
    span and the link named.
@@ -35,7 +36,8 @@ The analysis compares a *fault window* (the selection) with a *baseline* (Bubble
    earliest *onset* (a latency flag shows at ``start + threshold``, an error or a missing child at the
    span's end); onsets within ``onset_tolerance_ms`` of the earliest are simultaneous (clock skew
    between processes), and among them the deepest span wins, then the earliest, then the smallest
-   (trace id, span id). Pairs are ranked by material root causes, then root causes, then flagged spans.
+   (trace id, span id). Pairs are ranked the same way: those with material causes first, then those
+   with causes, then the explained ones, each by its earliest onset, then by flagged spans.
 
 Spans are assigned to the baseline or the fault window by their trace's top span's start (the root,
 or the top-most span present when parents are missing), so one trace is never split; orphans are
@@ -481,6 +483,13 @@ def _impact(duration: np.ndarray, group: np.ndarray, tree: _Tree, model: _Model,
 
 def _explained(parent: np.ndarray, duration: np.ndarray, group: np.ndarray, model: _Model, latency: np.ndarray,
                error: np.ndarray, miss: np.ndarray, abnormal: np.ndarray, options: AnalysisOptions) -> np.ndarray:
+    """Abnormal spans whose deviation a deeper abnormal span accounts for.
+
+    A slow (only) span is explained when its children's time over their baseline medians covers
+    ``explain_share`` of its own excess and an abnormal span lies below it — whether or not the child
+    in between was flagged (its own baseline may be too wide or too thin to judge) — or when a child
+    erred. An erring span, or one missing a child, is explained by any abnormal span below it.
+    """
     n = len(parent)
     has_parent = parent >= 0
 
@@ -489,10 +498,26 @@ def _explained(parent: np.ndarray, duration: np.ndarray, group: np.ndarray, mode
         return np.bincount(parent[rows], weights=None if weights is None else weights[rows], minlength=n)
 
     excess = np.nan_to_num(duration - model.median[group], nan=0.0)
-    child_excess = per_parent(latency, excess)
+    child_excess = per_parent(has_parent, np.maximum(excess, 0.0))
+    below = _abnormal_below(parent, abnormal)
     latency_only = latency & ~error & ~miss
-    by_children = (child_excess >= options.explain_share * excess) | (per_parent(error) > 0)
-    return np.where(latency_only, by_children, per_parent(abnormal) > 0)
+    by_children = ((child_excess >= options.explain_share * excess) & below) | (per_parent(error) > 0)
+    return np.where(latency_only, by_children, below)
+
+
+def _abnormal_below(parent: np.ndarray, abnormal: np.ndarray) -> np.ndarray:
+    """bool per row: some descendant is abnormal (one pass per tree level, each row lifted once)."""
+    below = np.zeros(len(parent), dtype=bool)
+    lifted = np.zeros(len(parent), dtype=bool)
+    frontier = np.flatnonzero(abnormal & (parent >= 0))
+    lifted[frontier] = True
+    while len(frontier):
+        ups = np.unique(parent[frontier])
+        below[ups] = True
+        ups = ups[(parent[ups] >= 0) & ~lifted[ups]]
+        lifted[ups] = True
+        frontier = ups
+    return below
 
 
 def _first_cause(table: SpanTable, tree: _Tree, flags: _Flags, options: AnalysisOptions) -> int | None:
@@ -676,8 +701,10 @@ def _pairs(ctx: _Context, groups: int, top: int) -> tuple[AbnormalPair, ...]:
     latency, errors, missing = count(flags.latency), count(flags.error), count(flags.missing)
     duration = table.duration_ns
     _, (flagged_median,) = _group_quantiles(duration[flags.abnormal], ctx.group[flags.abnormal], groups, (0.5,))
+    tier = np.where(material > 0, 0, np.where(causes > 0, 1, 2))
+    first_onset = _earliest(ctx.group, flags.onset, [flags.material, flags.cause, flags.abnormal], tier, groups)
     order = sorted(np.flatnonzero(flagged > 0).tolist(),
-                   key=lambda g: (-material[g], -causes[g], -flagged[g], -flagged[g] / spans[g], ctx.label(g)))[:top]
+                   key=lambda g: (tier[g], first_onset[g], -flagged[g], ctx.label(g)))[:top]
     out = []
     for g in order:
         median = model.median[g]
@@ -706,6 +733,16 @@ def _pairs(ctx: _Context, groups: int, top: int) -> tuple[AbnormalPair, ...]:
             attributes=_attribute_skew(table, np.flatnonzero(flags.abnormal & (ctx.group == g)),
                                        np.flatnonzero(~flags.abnormal & (ctx.group == g)))))
     return tuple(out)
+
+
+def _earliest(group: np.ndarray, onset: np.ndarray, masks: list[np.ndarray], tier: np.ndarray, groups: int
+              ) -> np.ndarray:
+    """Per pair, the earliest onset among its rows in ``masks[tier[pair]]``."""
+    out = np.full(groups, _NEVER, dtype=np.int64)
+    for level, mask in enumerate(masks):
+        rows = np.flatnonzero(mask & (tier[group] == level))
+        np.minimum.at(out, group[rows], onset[rows])
+    return out
 
 
 #: Spans per side looked at for attribute skew, the values a key may take there, and what counts as telling.

@@ -420,3 +420,24 @@ def test_what_the_flagged_spans_share_is_named():
     assert (skew.key, skew.value, skew.flagged_share) == ("drill.upstream", "replica-0", 1.0)
     assert skew.others_share == 0.4      # others: 120 baseline (60 to replica 0) and 30 fault (to replica 1)
     assert skew.text == "drill.upstream=replica-0 on 100% of flagged vs 40% of others"
+
+
+def test_an_unjudged_span_in_between_does_not_cut_the_chain():
+    # the router's attempt times out (ERROR); the replica's SERVER span has no baseline (a new route), its
+    # llm_request and queue do: the deepest deviation, the queue, is first, and the timeout is explained by it
+    def edit(i, request):
+        for s in request:
+            if s["service"] == "drill-router":
+                s["status"] = {"code": "ERROR", "message": "timeout"}
+        return request
+
+    spans = drill_spans(lambda i: {"queue_ms": 400.0}, edit=edit)
+    for s in spans:
+        if s["kind"] == "SERVER" and s["name"] == "POST /v1/chat/completions" and s["service"] != "drill-router" \
+                and s["start_ns"] >= FAULT_START:
+            s["name"] = "POST /v2/chat"
+    report = analyse(spans)
+    assert report.first.name == "queue"
+    assert [c.name for c in report.first.chain][:4] == ["queue", "llm_request", "POST /v2/chat", "POST"]
+    assert pair(report, "drill-router", "POST").errors == N_FAULT and pair(report, "drill-router", "POST").root_causes == 0
+    assert "drill-replica-0/POST /v2/chat" in report.new_pairs

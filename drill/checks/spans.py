@@ -165,7 +165,8 @@ class FirstAbnormalSpanCheck(Check):
         units = {"onset_s": "s", "duration_ms": "ms"}
         where = f"{first.service}/{first.name} (trace {first.trace_id}, span {first.span_id}): {first.deviation}"
         if expectations and not any(e.matches(first) for e in expectations):
-            return self.verdict(Status.FAIL, f"the first abnormal span is {where}; expected {expected['first_abnormal_span']}",
+            wanted = expected["first_abnormal_span"]
+            return self.verdict(Status.FAIL, f"the first abnormal span is {where}; expected {wanted}",
                                 observed=observed, expected=expected, units=units, evidence=_refs(first),
                                 window="fault", notes=notes)
         onset = "" if first.onset_s is None else f", {first.onset_s:+.3f}s after the {report.reference}"

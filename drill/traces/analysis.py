@@ -159,7 +159,8 @@ class AttributeSkew:
 
     @property
     def text(self) -> str:
-        return f"{self.key}={self.value} on {_pct(self.flagged_share)} of flagged vs {_pct(self.others_share)} of others"
+        return (f"{self.key}={self.value} on {_pct(self.flagged_share)} of flagged "
+                f"vs {_pct(self.others_share)} of others")
 
 
 @dataclass(frozen=True)
@@ -610,7 +611,8 @@ def _key_attributes(attributes: dict) -> dict[str, Any]:
     def wanted(value: Any) -> bool:
         if isinstance(value, (str, int, float, bool)):
             return True
-        return isinstance(value, list) and len(value) <= 8 and all(isinstance(v, (str, int, float, bool)) for v in value)
+        return (isinstance(value, list) and len(value) <= 8
+                and all(isinstance(v, (str, int, float, bool)) for v in value))
 
     keys = sorted((k for k, v in attributes.items() if wanted(v)),
                   key=lambda k: (not k.startswith(_KEY_PREFIXES), k))[:_MAX_ATTRIBUTES]
@@ -697,7 +699,8 @@ def _pairs(ctx: _Context, groups: int, top: int) -> tuple[AbnormalPair, ...]:
     def count(mask: np.ndarray) -> np.ndarray:
         return np.bincount(ctx.group[mask], minlength=groups)
 
-    spans, flagged, causes, material = count(win.fault), count(flags.abnormal), count(flags.cause), count(flags.material)
+    spans, flagged = count(win.fault), count(flags.abnormal)
+    causes, material = count(flags.cause), count(flags.material)
     latency, errors, missing = count(flags.latency), count(flags.error), count(flags.missing)
     duration = table.duration_ns
     _, (flagged_median,) = _group_quantiles(duration[flags.abnormal], ctx.group[flags.abnormal], groups, (0.5,))

@@ -439,5 +439,6 @@ def test_an_unjudged_span_in_between_does_not_cut_the_chain():
     report = analyse(spans)
     assert report.first.name == "queue"
     assert [c.name for c in report.first.chain][:4] == ["queue", "llm_request", "POST /v2/chat", "POST"]
-    assert pair(report, "drill-router", "POST").errors == N_FAULT and pair(report, "drill-router", "POST").root_causes == 0
+    client = pair(report, "drill-router", "POST")
+    assert client.errors == N_FAULT and client.root_causes == 0
     assert "drill-replica-0/POST /v2/chat" in report.new_pairs

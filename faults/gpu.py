@@ -204,7 +204,8 @@ class GpuOom(Fault):
     for a replica without one) allocates ``gib`` GiB with the CUDA runtime and holds it until the
     revert, or until ``hog_lease`` runs out (it frees the GPU even if nothing reverts it).
 
-    verify: the admin API reports the hog (with the KV blocks left), or the engine died of it; or
+    verify: the admin API reports the hog (with the KV blocks left), or the engine died of it — its death
+    reason (while dead, or ``last_death`` once restarted) is a CUDA OOM with the hog's memory in use; or
     the hog reports holding the memory and ``nvidia-smi`` shows ``memory.used`` grown by at least 90 %
     of ``gib``.
 
@@ -269,9 +270,7 @@ class GpuOom(Fault):
         state = with_admin_retry(ctx, ctx.stack_admin(replica).state)
         before = saved.pid.get(replica.name)
         if (before is not None and state.pid != before) or not state.engine_alive:
-            how = f"restarted as pid {state.pid}" if state.pid != before else "its engine is dead"
-            return Evidence(summary=f"{replica.name}: the engine died of CUDA OOM (pid {before}: {how})",
-                            observations={f"{replica.name}.pid": state.pid, f"{replica.name}.died": True})
+            return self._verify_death(ctx, replica, state, before)
         if abs(state.gpu.memory_hog_gib - self.params.gib) > 1e-6:
             raise FaultNotLanded(f"{replica.name} reports {state.gpu.memory_hog_gib:g} GiB taken, not "
                                  f"{self.params.gib:g}", fault=ctx.fault_id)
@@ -280,6 +279,30 @@ class GpuOom(Fault):
                                 f"{saved.kv_usable.get(replica.name, '?')} -> {kv_after}",
                         observations={f"{replica.name}.memory_hog_gib": state.gpu.memory_hog_gib,
                                       f"{replica.name}.kv_blocks_usable": kv_after})
+
+    def _verify_death(self, ctx: FaultContext, replica: ReplicaRef, state, before: int | None) -> Evidence:
+        """A dead or restarted engine is evidence only when it died of CUDA OOM with the hog's memory taken.
+
+        The reason comes from the replica itself: ``engine.dead_reason`` while the dead process lingers,
+        ``last_death`` (pid, reason) once the supervisor restarted it. Any other death or restart (a crash,
+        an XID, a kill) is not this fault landing.
+        """
+        if state.pid == before or before is None:
+            pid, reason, how = state.pid, state.engine.dead_reason, "its engine is dead"
+        else:
+            death = state.last_death
+            pid = death.pid if death is not None else None
+            reason = death.reason if death is not None and death.pid == before else None
+            how = f"restarted as pid {state.pid}"
+        hog = f"{self.params.gib:.2f} GiB memory in use"
+        if reason is None or "CUDA out of memory" not in reason or hog not in reason:
+            why = f"it died of: {reason}" if reason else "the replica reports no death of pid " + str(before)
+            raise FaultNotLanded(f"{replica.name}: pid {before} {how}, but not of this memory hog ({why})",
+                                 fault=ctx.fault_id)
+        return Evidence(summary=f"{replica.name}: the engine died of CUDA OOM under the {self.params.gib:g} GiB hog "
+                                f"(pid {pid}: {how})",
+                        observations={f"{replica.name}.pid": state.pid, f"{replica.name}.died": True,
+                                      f"{replica.name}.dead_reason": reason})
 
     def _verify_hog(self, ctx: FaultContext, replica: ReplicaRef, saved: GpuOomSaved) -> Evidence:
         status = ctx.gpus.hog_status(replica.container, self._tag(ctx), python=self.params.python)

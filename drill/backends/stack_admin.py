@@ -23,7 +23,7 @@ from drill import __version__
 from drill.errors import AdminApiError
 from drill.units import Duration
 
-__all__ = ["ConfigChange", "GpuCondition", "ReplicaAdminState", "RetrySettings", "RouterAdminClient",
+__all__ = ["ConfigChange", "EngineCondition", "GpuCondition", "LastDeath", "ReplicaAdminState", "RetrySettings", "RouterAdminClient",
            "RouterReplica", "RouterSettings", "RouterState", "StackAdminClient"]
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -46,6 +46,20 @@ class GpuCondition(_Wire):
     memory_total_gib: float | None = None
 
 
+class EngineCondition(_Wire):
+    """The engine part of a replica's state: why it died (the root-cause line), None while alive."""
+
+    dead_reason: str | None = None
+
+
+class LastDeath(_Wire):
+    """Why the previous process of a restarted replica died: its pid, the root-cause line, when (UNIX s)."""
+
+    pid: int
+    reason: str
+    at: float
+
+
 class ReplicaAdminState(_Wire):
     """``GET /admin/state`` of a replica. ``stall_until`` is UNIX seconds, None when not stalled."""
 
@@ -56,6 +70,8 @@ class ReplicaAdminState(_Wire):
     engine_alive: bool
     gpu: GpuCondition
     stall_until: float | None = None
+    engine: EngineCondition = EngineCondition()
+    last_death: LastDeath | None = None
 
 
 class RetrySettings(_Wire):

@@ -45,8 +45,10 @@ def _number(body: object, key: str, low: float, high: float) -> float:
 class AdminApi:
     """``/admin/*`` routes of one replica."""
 
-    def __init__(self, engine: Engine, ledger: Ledger, *, name: str, index: int, admin_token: str) -> None:
+    def __init__(self, engine: Engine, ledger: Ledger, *, name: str, index: int, admin_token: str,
+                 last_death: dict | None = None) -> None:
         self.engine = engine
+        self.last_death = last_death   # why the previous process of this replica died (pid, reason, at), if it did
         self.ledger = ledger
         self.name = name
         self.index = index
@@ -84,7 +86,7 @@ class AdminApi:
 
     # state -------------------------------------------------------------------------------------------
     async def state(self, request: HttpRequest) -> HttpResponse:
-        """``{"name","index","pid","started_at","engine_alive","gpu":{…},"stall_until","engine":{…}}``."""
+        """``{"name","index","pid","started_at","engine_alive","gpu":{…},"stall_until","last_death","engine":{…}}``."""
         return HttpResponse.json(self.snapshot())
 
     def snapshot(self) -> dict:
@@ -101,7 +103,7 @@ class AdminApi:
             "gpu": {"memory_hog_gib": gpu.memory_hog_bytes / GIB, "clock_fraction": gpu.clock_fraction,
                     "kv_blocks_total": kv.num_blocks, "kv_blocks_free": kv.num_free_blocks,
                     "kv_blocks_usable": kv.capacity, "memory_total_gib": gpu.plan.total_bytes / GIB},
-            "stall_until": stall_until,
+            "stall_until": stall_until, "last_death": self.last_death,
             "engine": {"running": engine.scheduler.num_running, "waiting": engine.scheduler.num_waiting,
                        "preemptions": engine.scheduler.num_preemptions, "steps": engine.timer.steps,
                        "step_lateness_ms": engine.timer.percentiles_ms(),

@@ -25,6 +25,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 from drill.errors import DrillError, InputError, NotAvailableError, StackError
@@ -79,7 +80,8 @@ class Replica:
         router = Router()
         self.api = OpenAIApi(self.engine, config, self.metrics, self.tracing, seed=config.seed + spec.seed + spec.index)
         self.api.register(router)
-        self.admin = AdminApi(self.engine, self.ledger, name=spec.name, index=spec.index, admin_token=spec.admin_token)
+        self.admin = AdminApi(self.engine, self.ledger, name=spec.name, index=spec.index, admin_token=spec.admin_token,
+                              last_death=take_death(spec.ledger_path))
         self.admin.register(router)
         self.server = HttpServer(router, host=spec.host, port=spec.port)
         self._engine_task: asyncio.Task | None = None
@@ -115,6 +117,7 @@ class Replica:
         stopped.cancel()
         if self.engine.dead is not None:
             log.error("engine dead (%s); exiting", self.engine.dead.cause)
+            write_death(self.spec.ledger_path, self.engine.dead.cause)   # the next life reports why this one ended
             await asyncio.sleep(DEATH_LINGER_S)  # /health answers 503 meanwhile, as vLLM's does before it exits
             await self.close(grace_s=DEATH_FLUSH_S)
             return EXIT_ENGINE_DEAD
@@ -165,6 +168,30 @@ def _cache_info(engine, num_blocks: int) -> dict[str, str]:
     return {"block_size": str(engine.block_size), "cache_dtype": "auto",
             "gpu_memory_utilization": str(engine.gpu_memory_utilization),
             "enable_prefix_caching": str(engine.enable_prefix_caching), "num_gpu_blocks": str(num_blocks)}
+
+
+def death_file(ledger_path: Path) -> Path:
+    """Where a replica records why its engine died, beside its side-effect ledger (it survives the restart)."""
+    return ledger_path.with_name(ledger_path.stem + ".death.json")
+
+
+def write_death(ledger_path: Path, reason: str) -> None:
+    """Record this process's death (pid, reason, UNIX time) for the admin API of the restarted replica."""
+    try:
+        death_file(ledger_path).write_text(json.dumps({"pid": os.getpid(), "reason": reason, "at": time.time()}))
+    except OSError as exc:
+        log.warning("cannot record the engine's death in %s: %s", death_file(ledger_path), exc)
+
+
+def take_death(ledger_path: Path) -> dict | None:
+    """The previous process's death record, removed so that only the next life reports it; None if none."""
+    path = death_file(ledger_path)
+    try:
+        record = json.loads(path.read_text())
+        path.unlink()
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def _write_ready(path: Path, payload: dict) -> None:

@@ -162,7 +162,7 @@ class FirstAbnormalSpanCheck(Check):
             return self.verdict(status, "no span of the fault window deviates from the baseline",
                                 observed=_counts(report), expected=expected, window="fault", notes=notes)
         observed = {**_observed(first), "pairs": [_pair_json(x) for x in report.pairs], **_counts(report)}
-        units = {"onset_s": "s", "duration_ms": "ms"}
+        units = {"onset_s": "s", "duration_ms": "ms", "impact": "share of the user-facing span's baseline median"}
         where = f"{first.service}/{first.name} (trace {first.trace_id}, span {first.span_id}): {first.deviation}"
         if expectations and not any(e.matches(first) for e in expectations):
             wanted = expected["first_abnormal_span"]
@@ -170,6 +170,9 @@ class FirstAbnormalSpanCheck(Check):
                                 observed=observed, expected=expected, units=units, evidence=_refs(first),
                                 window="fault", notes=notes)
         onset = "" if first.onset_s is None else f", {first.onset_s:+.3f}s after the {report.reference}"
+        if not first.material:
+            notes = notes + (f"no abnormal span adds {p.min_impact:.0%} of its user-facing span's usual duration; "
+                             "the earliest unexplained one is reported",)
         return self.verdict(Status.PASS, f"first abnormal span: {where}{onset}", observed=observed,
                             expected=expected, units=units, evidence=_refs(first), window="fault", notes=notes)
 
@@ -197,6 +200,7 @@ def _counts(report: AbnormalReport) -> dict:
 def _observed(first: AbnormalSpan) -> dict:
     return {"service": first.service, "name": first.name, "kind": first.kind, "trace_id": first.trace_id,
             "span_id": first.span_id, "deviation": first.deviation, "onset_s": first.onset_s,
+            "impact": first.impact, "material": first.material,
             "duration_ms": first.duration_ms, "attributes": {**first.context_attributes, **first.attributes},
             "link": None if first.link is None else first.link.text,
             "chain": [f"{c.service}/{c.name}" for c in first.chain]}

@@ -258,6 +258,9 @@ def _print_first(first: "AbnormalSpan", reference: str) -> None:
     console.print(f"  deviation: {escape(first.deviation)}", markup=True)
     if first.onset_s is not None:
         console.print(f"  onset: {first.onset_s:+.3f} s after the {reference}")
+    if first.impact is not None:
+        minor = "" if first.material else " (no cause adds as much as min_impact: the earliest one is shown)"
+        console.print(f"  impact: adds {first.impact:.0%} of the user-facing span's usual duration{minor}")
     attributes = {**first.context_attributes, **first.attributes}
     if attributes:
         console.print("  attributes: " + escape(", ".join(f"{k}={_short(v)}" for k, v in attributes.items())),

@@ -571,6 +571,7 @@ class _Context:
     flags: _Flags
     missing: _Missing
     win: _Windows
+    options: AnalysisOptions
 
     def label(self, pair: int) -> str:
         return _pair_label(self.table, self.pair_service, self.pair_name, pair)
@@ -648,9 +649,8 @@ def _link(ctx: _Context, row: int) -> Link | None:
         return None
     children = np.flatnonzero(tree.parent == row)
     servers = children[table.kind[children] == _SERVER]
-    if len(servers) and (ctx.flags.slow_raw[servers].any()
-                         or not np.isfinite(ctx.model.threshold[ctx.group[servers]]).all()):
-        return None     # the server was slow too, or its latency cannot be judged: no claim about the link
+    if len(servers) and not _outside(ctx, row, servers):
+        return None
     client = table.services[table.service[row]]
     peer = _peer(table.attributes[row])
     if len(servers):
@@ -663,6 +663,18 @@ def _link(ctx: _Context, row: int) -> Link | None:
         return None
     text = f"slow link {client} → {peer or 'its peer'}: the CLIENT span is slow and no SERVER span answered it"
     return Link(client, None, peer, None, text)
+
+
+def _outside(ctx: _Context, client: int, servers: np.ndarray) -> bool:
+    """Whether the CLIENT span's excess went outside its SERVER spans (network, proxy, connection set-up):
+    the servers are judged, none is slow, and their excess leaves ``explain_share`` of the client's."""
+    model, duration = ctx.model, ctx.table.duration_ns
+    g = ctx.group[servers]
+    if ctx.flags.slow_raw[servers].any() or not np.isfinite(model.threshold[g]).all():
+        return False     # the server was slow too, or its latency cannot be judged: no claim about the link
+    client_excess = duration[client] - model.median[ctx.group[client]]
+    server_excess = np.maximum(duration[servers] - model.median[g], 0).sum()
+    return bool(client_excess - server_excess >= ctx.options.explain_share * client_excess)
 
 
 def _chain(ctx: _Context, row: int) -> tuple[ChainSpan, ...]:
@@ -693,49 +705,76 @@ def _abnormal_span(ctx: _Context, row: int) -> AbnormalSpan:
         root_missing=bool(_lost_parent(table, np.array([top]))[0]), link=_link(ctx, row))
 
 
-def _pairs(ctx: _Context, groups: int, top: int) -> tuple[AbnormalPair, ...]:
-    table, flags, model, win = ctx.table, ctx.flags, ctx.model, ctx.win
+@dataclass(frozen=True)
+class _PairCounts:
+    """Per pair (index = pair code): fault-window spans and how many were flagged how."""
+
+    spans: np.ndarray
+    flagged: np.ndarray
+    causes: np.ndarray
+    material: np.ndarray
+    latency: np.ndarray
+    errors: np.ndarray
+    missing: np.ndarray
+    flagged_median: np.ndarray     # ns, of the flagged spans
+
+
+def _pair_counts(ctx: _Context, groups: int) -> _PairCounts:
+    flags = ctx.flags
 
     def count(mask: np.ndarray) -> np.ndarray:
         return np.bincount(ctx.group[mask], minlength=groups)
 
-    spans, flagged = count(win.fault), count(flags.abnormal)
-    causes, material = count(flags.cause), count(flags.material)
-    latency, errors, missing = count(flags.latency), count(flags.error), count(flags.missing)
-    duration = table.duration_ns
-    _, (flagged_median,) = _group_quantiles(duration[flags.abnormal], ctx.group[flags.abnormal], groups, (0.5,))
-    tier = np.where(material > 0, 0, np.where(causes > 0, 1, 2))
+    duration = ctx.table.duration_ns[flags.abnormal]
+    _, (flagged_median,) = _group_quantiles(duration, ctx.group[flags.abnormal], groups, (0.5,))
+    return _PairCounts(count(ctx.win.fault), count(flags.abnormal), count(flags.cause), count(flags.material),
+                       count(flags.latency), count(flags.error), count(flags.missing), flagged_median)
+
+
+def _pairs(ctx: _Context, groups: int, top: int) -> tuple[AbnormalPair, ...]:
+    c = _pair_counts(ctx, groups)
+    tier = np.where(c.material > 0, 0, np.where(c.causes > 0, 1, 2))
+    flags = ctx.flags
     first_onset = _earliest(ctx.group, flags.onset, [flags.material, flags.cause, flags.abnormal], tier, groups)
-    order = sorted(np.flatnonzero(flagged > 0).tolist(),
-                   key=lambda g: (tier[g], first_onset[g], -flagged[g], ctx.label(g)))[:top]
-    out = []
-    for g in order:
-        median = model.median[g]
-        ratio = None if not median > 0 else round(float(flagged_median[g] / median), 3)
-        parts = []
-        if latency[g]:
-            slow = duration[flags.latency & (ctx.group == g)]
-            parts.append(f"{latency[g]} slow (median {_ratio(float(np.median(slow)) / model.p99[g])} baseline p99)")
-        if errors[g]:
-            rate = model.error_rate[g]
-            base = "not in baseline" if np.isnan(rate) else f"baseline {_pct(float(rate))}"
-            parts.append(f"{errors[g]} errors ({_pct(errors[g] / spans[g])} vs {base})")
-        if missing[g]:
-            children = sorted({ctx.label(int(c)) for c in ctx.missing.child[ctx.group[ctx.missing.rows] == g]})
-            parts.append(f"{missing[g]} missing {', '.join(children)}")
-        out.append(AbnormalPair(
-            service=table.services[ctx.pair_service[g]], name=table.names[ctx.pair_name[g]], spans=int(spans[g]),
-            flagged=int(flagged[g]), share=round(float(flagged[g] / spans[g]), 4), root_causes=int(causes[g]),
-            material=int(material[g]),
-            latency=int(latency[g]), errors=int(errors[g]), missing_child=int(missing[g]), median_ratio=ratio,
-            baseline_spans=int(model.count[g]),
-            baseline_median_ms=None if np.isnan(median) else round(float(median) / 1e6, 3),
-            baseline_p99_ms=None if np.isnan(model.p99[g]) else round(float(model.p99[g]) / 1e6, 3),
-            baseline_error_rate=None if np.isnan(model.error_rate[g]) else round(float(model.error_rate[g]), 4),
-            deviation="; ".join(parts),
-            attributes=_attribute_skew(table, np.flatnonzero(flags.abnormal & (ctx.group == g)),
-                                       np.flatnonzero(~flags.abnormal & (ctx.group == g)))))
-    return tuple(out)
+    order = sorted(np.flatnonzero(c.flagged > 0).tolist(),
+                   key=lambda g: (tier[g], first_onset[g], -c.flagged[g], ctx.label(g)))[:top]
+    return tuple(_pair(ctx, c, g) for g in order)
+
+
+def _pair(ctx: _Context, c: _PairCounts, g: int) -> AbnormalPair:
+    model, flags, mine = ctx.model, ctx.flags, ctx.group == g
+    median = model.median[g]
+
+    def ms(value: float) -> float | None:
+        return None if np.isnan(value) else round(float(value) / 1e6, 3)
+
+    judged = ctx.win.baseline | ctx.win.fault
+    return AbnormalPair(
+        service=ctx.table.services[ctx.pair_service[g]], name=ctx.table.names[ctx.pair_name[g]],
+        spans=int(c.spans[g]), flagged=int(c.flagged[g]), share=round(float(c.flagged[g] / c.spans[g]), 4),
+        root_causes=int(c.causes[g]), material=int(c.material[g]), latency=int(c.latency[g]),
+        errors=int(c.errors[g]), missing_child=int(c.missing[g]),
+        median_ratio=round(float(c.flagged_median[g] / median), 3) if median > 0 else None,
+        baseline_spans=int(model.count[g]), baseline_median_ms=ms(median), baseline_p99_ms=ms(model.p99[g]),
+        baseline_error_rate=None if np.isnan(model.error_rate[g]) else round(float(model.error_rate[g]), 4),
+        deviation=_pair_deviation(ctx, c, g),
+        attributes=_attribute_skew(ctx.table, np.flatnonzero(flags.abnormal & mine),
+                                   np.flatnonzero(judged & ~flags.abnormal & mine)))
+
+
+def _pair_deviation(ctx: _Context, c: _PairCounts, g: int) -> str:
+    model, parts = ctx.model, []
+    if c.latency[g]:
+        slow = ctx.table.duration_ns[ctx.flags.latency & (ctx.group == g)]
+        parts.append(f"{c.latency[g]} slow (median {_ratio(float(np.median(slow)) / model.p99[g])} baseline p99)")
+    if c.errors[g]:
+        rate = model.error_rate[g]
+        base = "not in baseline" if np.isnan(rate) else f"baseline {_pct(float(rate))}"
+        parts.append(f"{c.errors[g]} errors ({_pct(c.errors[g] / c.spans[g])} vs {base})")
+    if c.missing[g]:
+        children = sorted({ctx.label(int(x)) for x in ctx.missing.child[ctx.group[ctx.missing.rows] == g]})
+        parts.append(f"{c.missing[g]} missing {', '.join(children)}")
+    return "; ".join(parts)
 
 
 def _earliest(group: np.ndarray, onset: np.ndarray, masks: list[np.ndarray], tier: np.ndarray, groups: int
@@ -832,7 +871,7 @@ def find_abnormal(table: SpanTable, *, baseline: np.ndarray | None = None, basel
     model = _model(table.duration_ns, table.status, group, groups, win.baseline, options)
     missing = _missing_children(tree, group, groups, win, model, options)
     flags = _flags(table, tree, group, groups, win, model, missing, options)
-    ctx = _Context(table, tree, group, pair_service, pair_name, model, flags, missing, win)
+    ctx = _Context(table, tree, group, pair_service, pair_name, model, flags, missing, win, options)
     first = _first_cause(table, tree, flags, options)
     judged, thin, new = _coverage(ctx, groups, options)
     orphans = int(_lost_parent(table, np.flatnonzero(tree.parent < 0)).sum())

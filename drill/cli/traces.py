@@ -231,6 +231,10 @@ def _print(report: "AbnormalReport", loaded: list[_Loaded], evidence: "TraceEvid
                   f"fault window: {report.fault_spans:,} spans")
     for note in evidence.completeness.notes():
         console.print(f"[dim]note: {note}[/]", markup=True)
+    for count, what in ((report.baseline_spans, "baseline"), (report.fault_spans, "fault window")):
+        if count == 0:
+            err_console.print(f"[yellow]warning:[/] the {what} holds no span: nothing can be compared "
+                              "(check --baseline-until / --fault-start against the spans' times)", markup=True)
     console.print()
     if report.first is None:
         console.print("[bold]no abnormal span:[/] the fault window's spans match the baseline", markup=True)

@@ -252,3 +252,11 @@ def test_jaeger_json_download(tmp_path, spans):
     assert (first["service"], first["name"], first["kind"]) == ("drill-replica-0", "queue", "INTERNAL")
     assert [c["name"] for c in first["chain"]] == ["queue", "llm_request", "POST /v1/chat/completions", "POST",
                                                    "POST /v1/chat/completions"]
+
+
+def test_an_empty_fault_window_is_said(tmp_path, spans):
+    path = write_spans(tmp_path / "spans.jsonl", spans)
+    result = CliRunner().invoke(cli, ["traces", "analyze", str(path), "--baseline-until",
+                                       "2030-01-01T00:00:00+00:00"])
+    assert result.exit_code == 0
+    assert "the fault window holds no span" in result.stderr and "no abnormal span" in result.stdout

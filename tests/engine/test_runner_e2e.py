@@ -171,6 +171,26 @@ def _start_faulted_run(tmp_path: Path, stack, toxiproxy_server, proxy_name: str,
     raise AssertionError("faults were not injected in time")
 
 
+def _load_generators(runner_pid: int) -> list[int]:
+    """Pids of the load generators a runner started: their command line carries ``--parent-pid <runner>``."""
+    found = subprocess.run(["pgrep", "-f", f"drill\\.load\\.locustfile .*--parent-pid {runner_pid}( |$)"],
+                           capture_output=True, text=True).stdout
+    return [int(pid) for pid in found.split()]
+
+
+def _alive(pids: list[int]) -> list[int]:
+    """Those of ``pids`` still running (a zombie has ended)."""
+    running = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state not in ("Z", "X"):
+            running.append(pid)
+    return running
+
+
 def _reverted(client, proxy_name: str, container: str) -> bool:
     return not client.toxics(proxy_name) and str(DockerBackend().info(container).state) == "running"
 
@@ -198,6 +218,8 @@ def test_sigkill_of_the_runner_is_reverted_by_the_watchdog_within_5s(tmp_path: P
                                                                       container) -> None:
     client, proxy_name = proxy
     proc, run_dir = _start_faulted_run(tmp_path, stack, toxiproxy_server, proxy_name, container)
+    generators = _load_generators(proc.pid)
+    assert generators, "the run's load generator must be found by what it carries (its --parent-pid)"
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     killed = time.monotonic()
@@ -208,6 +230,8 @@ def test_sigkill_of_the_runner_is_reverted_by_the_watchdog_within_5s(tmp_path: P
     assert {e.get("fault_id") for e in events if e.event == "fault_reverted" and e.by == "watchdog"} == {"latency", "pause"}
     result = _cleanup(tmp_path)
     assert result.returncode == 0 and result.stdout.strip() == "nothing to clean up"
-    time.sleep(1)
-    leftovers = subprocess.run(["pgrep", "-f", f"drill.load.*{run_dir.name}"], capture_output=True, text=True).stdout
-    assert leftovers == "", "the load generator must die with the runner"
+    deadline = time.monotonic() + 10
+    while _alive(generators) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(generators), f"the load generator must die with the runner: {_alive(generators)} still run"
+    assert _load_generators(proc.pid) == []

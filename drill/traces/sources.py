@@ -26,7 +26,7 @@ import numpy as np
 
 from drill.api import PluginParams, TraceSource
 from drill.jsonl import BadLine, ReadReport
-from drill.traces.table import KIND_NAMES, STATUS_NAMES, SpanTable, _intern, _objects, kind_code, status_code
+from drill.traces.table import KIND_NAMES, STATUS_NAMES, SpanTable, _intern, kind_code, status_code
 
 __all__ = ["OtlpFileSource", "OtlpProtoFileSource", "ReceiverSource", "SourceReport", "TableSource",
            "read_receiver_file", "table_to_dicts"]
@@ -156,32 +156,35 @@ _RECEIVER_DECODER = msgspec.json.Decoder(_ReceiverSpan)
 _NO_STATUS = _Status()
 
 
-def decode_json_lines(path: Path, decoder: msgspec.json.Decoder, report: ReadReport) -> Iterator[list]:
-    """Blocks of decoded lines of ``path``; unreadable lines are counted and located in ``report``.
+def decode_json_lines(path: Path, decoder: msgspec.json.Decoder, report: ReadReport) -> Iterator[tuple[list, int]]:
+    """Blocks of decoded lines of ``path`` with their size in bytes; unreadable lines are counted and
+    located in ``report``.
 
-    A block (whole lines, about :data:`BLOCK_BYTES`) is decoded at once; a block with a bad line is
-    decoded again line by line so that every bad line is counted with its number, as
-    :func:`drill.jsonl.read_jsonl` does (a torn last line without its newline is ``torn_last_line``).
+    The file is read into one reusable buffer; each block of whole lines (about :data:`BLOCK_BYTES`;
+    a longer line grows the buffer) is decoded at once. A block with a bad line is decoded again line
+    by line so that every bad line is counted with its number, as :func:`drill.jsonl.read_jsonl` does
+    (a torn last line without its newline is ``torn_last_line``).
     """
     if not path.exists():
         report.exists = False
         return
+    buffer = bytearray(BLOCK_BYTES)
+    kept, offset = 0, 0            # bytes of a partial line at the buffer's start; its file offset
     with path.open("rb") as fh:
-        rest, offset = b"", 0          # offset: the file offset of the block's first byte
         while True:
-            chunk = fh.read(BLOCK_BYTES)
-            if not chunk:
-                if rest:
-                    yield _decode_block(path, rest, offset, decoder, report)
+            if kept == len(buffer):                       # one line longer than the buffer
+                buffer.extend(bytes(len(buffer)))
+            with memoryview(buffer) as view:
+                read = fh.readinto(view[kept:])
+                end = kept + read
+                cut = buffer.rfind(b"\n", 0, end) + 1 if read else end
+                if cut:
+                    yield _decode_block(path, view[:cut], offset, decoder, report), cut
+            if not read:
                 return
-            cut = chunk.rfind(b"\n") + 1
-            if not cut:                # no line end in this chunk: a line longer than a block
-                rest += chunk
-                continue
-            block = memoryview(rest + chunk[:cut] if rest else chunk)[:len(rest) + cut]
-            yield _decode_block(path, block, offset, decoder, report)
-            offset += len(block)
-            rest = chunk[cut:]
+            offset += cut
+            buffer[:end - cut] = buffer[cut:end]
+            kept = end - cut
 
 
 def _decode_block(path: Path, block, offset: int, decoder: msgspec.json.Decoder, report: ReadReport) -> list:
@@ -240,9 +243,9 @@ def read_receiver_file(path: Path, report: ReadReport | None = None) -> SpanTabl
     C-level ``map``/``attrgetter`` passes (no per-span Python code on the common path).
     """
     report = report if report is not None else ReadReport(path)
-    columns = _ReceiverColumns()
-    for block in decode_json_lines(path, _RECEIVER_DECODER, report):
-        columns.add(block)
+    columns = _ReceiverColumns(path.stat().st_size if path.exists() else 0)
+    for block, size in decode_json_lines(path, _RECEIVER_DECODER, report):
+        columns.add(block, size)
     return columns.build()
 
 
@@ -261,53 +264,69 @@ def _codes(values: list, table: dict[Any, int], slow) -> list[int]:
 
 
 class _ReceiverColumns:
-    """The receiver's spans as numpy column pieces, one per decoded block.
+    """The receiver's spans as numpy columns, filled block by block.
 
-    Trace ids are interned on a block right after it is decoded, while its strings are in the CPU
-    cache (the table's ``trace_code``); parents are found later, vectorised (``SpanTable.parent_row``).
+    Columns are allocated once for the number of spans the file's size suggests (grown if that was
+    short) and filled per block while the block's objects are in the CPU cache; trace ids are interned
+    then too (the table's ``trace_code``). Parents are found later, vectorised (``SpanTable.parent_row``).
     """
 
-    def __init__(self) -> None:
-        self.pieces: dict[str, list[np.ndarray]] = {name: [] for name in _PIECES}
+    def __init__(self, file_bytes: int) -> None:
+        self.file_bytes = file_bytes
+        self.columns: dict[str, np.ndarray] = {name: np.empty(0, dtype=dtype) for name, dtype in _COLUMNS.items()}
         self.services: dict[str, int] = {}
         self.names: dict[str, int] = {}
         self.traces: dict[str, int] = {}
         self.rows = 0
+        self.bytes_seen = 0
 
-    def add(self, spans: list[_ReceiverSpan]) -> None:
+    def add(self, spans: list[_ReceiverSpan], block_bytes: int) -> None:
+        self.bytes_seen += block_bytes
         if not spans:
             return
-        get, n = _GET, len(spans)
-        trace_ids, span_ids = list(map(get["trace_id"], spans)), list(map(get["span_id"], spans))
-        parent_ids = [p or "" for p in map(get["parent_span_id"], spans)]
-        piece = {
-            "trace_id": _objects(trace_ids), "span_id": _objects(span_ids), "parent_id": _objects(parent_ids),
-            "trace_code": np.array(_intern(trace_ids, self.traces), dtype=np.int32),
-            "service": np.array(_intern(list(map(get["service"], spans)), self.services), dtype=np.int32),
-            "name": np.array(_intern(list(map(get["name"], spans)), self.names), dtype=np.int32),
-            "kind": np.array(_codes(list(map(get["kind"], spans)), _KIND_OF, kind_code), dtype=np.int8),
-            "start_ns": np.fromiter(map(get["start_ns"], spans), dtype=np.int64, count=n),
-            "end_ns": np.fromiter(map(get["end_ns"], spans), dtype=np.int64, count=n),
-            "attributes": _objects(list(map(get["attributes"], spans))),
-        }
+        get, n, first = _GET, len(spans), self.rows
+        self._room(n)
+        rows = slice(first, first + n)
+        columns = self.columns
+        trace_ids = list(map(get["trace_id"], spans))
+        columns["trace_id"][rows] = trace_ids
+        columns["trace_code"][rows] = _intern(trace_ids, self.traces)
+        columns["span_id"][rows] = list(map(get["span_id"], spans))
+        parents = list(map(get["parent_span_id"], spans))
+        columns["parent_id"][rows] = ["" if p is None else p for p in parents] if None in parents else parents
+        columns["service"][rows] = _intern(list(map(get["service"], spans)), self.services)
+        columns["name"][rows] = _intern(list(map(get["name"], spans)), self.names)
+        columns["kind"][rows] = _codes(list(map(get["kind"], spans)), _KIND_OF, kind_code)
+        columns["start_ns"][rows] = list(map(get["start_ns"], spans))
+        columns["end_ns"][rows] = list(map(get["end_ns"], spans))
+        columns["attributes"][rows] = list(map(get["attributes"], spans))
         statuses = list(map(get["status"], spans))
         if None in statuses:
-            statuses = [s or _NO_STATUS for s in statuses]
-        piece["status"] = np.array(_codes(list(map(get["code"], statuses)), _STATUS_OF, status_code), dtype=np.int8)
-        piece["status_message"] = _objects(list(map(get["message"], statuses)))
-        for name, column in piece.items():
-            self.pieces[name].append(column)
+            statuses = [_NO_STATUS if s is None else s for s in statuses]
+        columns["status"][rows] = _codes(list(map(get["code"], statuses)), _STATUS_OF, status_code)
+        columns["status_message"][rows] = list(map(get["message"], statuses))
         self.rows += n
 
+    def _room(self, n: int) -> None:
+        capacity = len(self.columns["span_id"])
+        if self.rows + n <= capacity:
+            return
+        per_span = self.bytes_seen / (self.rows + n)
+        estimate = int((self.file_bytes - self.bytes_seen) / per_span * 1.05) + self.rows + n
+        capacity = max(estimate, self.rows + n, int(capacity * 1.25))
+        for name, old in self.columns.items():
+            new = np.empty(capacity, dtype=old.dtype)
+            new[:self.rows] = old[:self.rows]
+            self.columns[name] = new
+
     def build(self) -> SpanTable:
-        columns = {name: (np.concatenate(parts) if parts else np.empty(0, dtype=_PIECES[name]))
-                   for name, parts in self.pieces.items()}
+        columns = {name: column[:self.rows] for name, column in self.columns.items()}
         trace_code = columns.pop("trace_code")
         table = SpanTable(**columns, services=tuple(self.services), names=tuple(self.names))
         return table.with_derived(trace_code=trace_code, trace_ids=tuple(self.traces))
 
 
-_PIECES = {"trace_id": object, "span_id": object, "parent_id": object, "trace_code": np.int32,
+_COLUMNS = {"trace_id": object, "span_id": object, "parent_id": object, "trace_code": np.int32,
 "service": np.int32, "name": np.int32, "kind": np.int8, "start_ns": np.int64,
            "end_ns": np.int64, "attributes": object, "status": np.int8, "status_message": object}
 

@@ -124,7 +124,7 @@ class FastFailureCheck(Check):
         window = window_of(evidence, p.phase)
         if window is None:
             return self.verdict(Status.INCONCLUSIVE, f"the run has no {p.phase} phase to judge", window=p.phase)
-        records = [r for r in records_in(evidence, window, p.pools)]
+        records = records_in(evidence, window, p.pools)
         tally = self._tally(evidence, records)
         observed, units = self._observed(tally, records)
         truth, truth_notes, truth_refs = measurement_truth_figures(evidence)

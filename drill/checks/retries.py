@@ -15,7 +15,7 @@ from pydantic import Field
 from drill.checks.base import Check, CheckParams, Evidence, EvidenceKind, EvidenceRef, Status, Verdict
 from drill.checks.builtin import PhaseName
 from drill.checks.judging import records_in, span_evidence, window_of
-from drill.checks.ledger import LEDGER_READS, is_side_effect
+from drill.checks.ledger import LEDGER_READS
 from drill.jsonl import read_jsonl
 from drill.load.records import ErrorClass, RequestRecord
 
@@ -41,6 +41,7 @@ class Execution:
     replica: str
     start_ts: float
     end_ts: float
+    where: str = ""        # the record it was counted from: "ledger seq 12", "span 8f3a..."
 
 
 class DuplicateSideEffectsParams(CheckParams):
@@ -188,7 +189,8 @@ def _replay_keys(evidence: Evidence) -> set[str]:
 
 
 def _ledger_executions(ledger) -> dict[str, list[Execution]]:
-    return {key: [Execution(key, r.request_id, r.trace_id or "", r.replica, r.arrival_ts, r.finish_ts)
+    return {key: [Execution(key, r.request_id, r.trace_id or "", r.replica, r.arrival_ts, r.finish_ts,
+                            f"ledger seq {r.seq}")
                   for r in records] for key, records in ledger.by_key().items()}
 
 
@@ -210,7 +212,7 @@ def _span_executions(table, span_name: str, key_attribute: str) -> dict[str, lis
         out[str(key)].append(Execution(
             str(key), str(attributes.get("gen_ai.request.id", table.span_id[row])), table.trace_id[row],
             str(attributes.get("drill.replica", table.services[table.service[row]])),
-            int(table.start_ns[row]) / 1e9, int(table.end_ns[row]) / 1e9))
+            int(table.start_ns[row]) / 1e9, int(table.end_ns[row]) / 1e9, f"span {table.span_id[row]}"))
     return {k: sorted(v, key=lambda e: e.start_ts) for k, v in out.items()}
 
 
@@ -241,18 +243,23 @@ def _overlap(executions: list[Execution]) -> bool:
 
 def _refs(classes: _Classes, attempts: dict[str, list[RequestRecord]],
           executions: dict[str, list[Execution]]) -> list[EvidenceRef]:
+    """Per bad key: the key, each execution (request id, replica, the ledger line or span), its traces,
+    and for keys without a duplicate the client's attempts."""
     refs: list[EvidenceRef] = []
     for name in ("duplicated", "different_payload", "unexpected", "lost"):
         for key in getattr(classes, name)[:10]:
             done = executions.get(key, [])
-            refs.append(EvidenceRef(EvidenceKind.IDEMPOTENCY_KEY, key, f"{name}: {len(done)} execution(s)"))
-            for e in done[:4]:
-                refs.append(EvidenceRef(EvidenceKind.REQUEST, e.request_id, f"executed on {e.replica}"))
-                if e.trace_id:
-                    refs.append(EvidenceRef(EvidenceKind.TRACE, e.trace_id, f"execution of {key}"))
-            for r in attempts.get(key, [])[:4]:
-                refs.append(EvidenceRef(EvidenceKind.REQUEST, r.request_id,
-                                        f"client attempt {r.attempt}: {'ok' if r.ok else r.error and r.error.value}"))
+            replicas = ", ".join(sorted({e.replica for e in done}))
+            refs.append(EvidenceRef(EvidenceKind.IDEMPOTENCY_KEY, key, f"{name}: {len(done)} execution(s)"
+                                    + (f" on {replicas}" if replicas else "")))
+            for n, e in enumerate(done[:3], 1):
+                refs.append(EvidenceRef(EvidenceKind.REQUEST, e.request_id, f"execution {n} on {e.replica} ({e.where})"))
+            refs += [EvidenceRef(EvidenceKind.TRACE, t, f"execution of {key}")
+                     for t in dict.fromkeys(e.trace_id for e in done[:3] if e.trace_id)]
+            if name != "duplicated":
+                refs += [EvidenceRef(EvidenceKind.REQUEST, r.request_id, f"client attempt {r.attempt}: "
+                                     f"{'ok' if r.ok else r.error.value if r.error else r.status}")
+                         for r in attempts.get(key, [])[:3]]
     return refs
 
 

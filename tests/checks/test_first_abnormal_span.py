@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import gzip
 import random
+import shutil
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from drill.checks.base import EvidenceKind, Status
+from drill.checks.base import Evidence, EvidenceKind, Status
 from drill.checks.spans import FirstAbnormalSpanCheck, FirstAbnormalSpanParams
 from drill.engine.verdicts import judge_one
 from drill.registry import checks
@@ -140,3 +143,44 @@ def test_spans_without_the_clients_trace_ids_are_still_judged(tmp_path):
 def test_too_few_spans_is_inconclusive(tmp_path):
     verdict = judge(run(tmp_path), min_spans=5000)
     assert verdict.status is Status.INCONCLUSIVE and "fewer than the 5000 needed" in verdict.message
+
+
+# --- recorded runs of the embedded stack ---------------------------------------------------------------
+# tests/fixtures/recorded-runs/<drill>/: the baseline and fault phases of real `drill run` runs of the
+# embedded stack at a CI time scale (journal phase/fault events; spans.jsonl gzipped, without the resource,
+# scope and events fields), so the rules are checked on the stack's real span shapes and timing noise.
+
+RECORDED = Path(__file__).resolve().parent.parent / "fixtures" / "recorded-runs"
+
+
+def recorded(tmp_path: Path, drill: str) -> Evidence:
+    src = RECORDED / drill
+    shutil.copy(src / "journal.jsonl", tmp_path / "journal.jsonl")
+    (tmp_path / "spans.jsonl").write_bytes(gzip.decompress((src / "spans.jsonl.gz").read_bytes()))
+    return Evidence(tmp_path)
+
+
+@pytest.mark.parametrize("drill, expect", [
+    ("unbounded-queue", {"service": "drill-replica-.*", "name": "queue"}),        # the flood waits in the queue
+    ("slow-replica", {"service": "drill-router", "attributes": {"drill.upstream": "replica-0"}}),  # 400 ms toxic
+    ("nccl-degradation", {"service": "drill-replica-0", "name": "decode"}),        # replica 0's TP link
+])
+def test_recorded_runs_name_where_the_fault_is(tmp_path, drill, expect):
+    verdict = FirstAbnormalSpanCheck(FirstAbnormalSpanParams(expect=expect, require=True)).evaluate(
+        recorded(tmp_path, drill))
+    assert verdict.status is Status.PASS, verdict.message
+
+
+def test_recorded_slow_replica_names_the_link(tmp_path):
+    verdict = judge_one("first_abnormal_span", "where", FirstAbnormalSpanParams(), recorded(tmp_path, "slow-replica"))
+    assert verdict.observed["kind"] == "CLIENT" and verdict.observed["link"].startswith(
+        "slow link drill-router → drill-replica-0")
+    assert "drill.upstream=replica-0" in " ".join(verdict.observed["pairs"][0]["attributes"])
+
+
+def test_recorded_tp_degradation_side_effects_are_listed_not_first(tmp_path):
+    verdict = FirstAbnormalSpanCheck(FirstAbnormalSpanParams()).evaluate(recorded(tmp_path, "nccl-degradation"))
+    pairs = {(x["service"], x["name"]): x for x in verdict.observed["pairs"]}
+    assert pairs[("drill-replica-0", "decode")]["material"] > 0
+    assert pairs[("drill-replica-1", "queue")]["material"] == 0      # the healthy replica took more load
+    assert verdict.observed["pairs"][0]["name"] == "decode"

@@ -25,19 +25,22 @@ The analysis compares a *fault window* (the selection) with a *baseline* (Bubble
    need not be flagged itself, its baseline may be too wide or too thin), or a child erred; an error
    or missing-child span is explained by any abnormal span below it (TraceQL's
    ``{status=error} !< {status=error}``: the deepest error). The rest are *root causes*.
-4. **Link**: a root-cause slow CLIENT span whose SERVER children are not slow (or that has none)
-   points at the link between the two services; it is reported with the CLIENT span as the abnormal
-   span and the link named.
+4. **Link**: a root-cause slow CLIENT span whose SERVER children are judged, not slow, and leave
+   ``explain_share`` of its excess outside them (network, proxy, connection set-up) — or that has no
+   child at all — points at the link between the two services; it is reported with the CLIENT span as
+   the abnormal span and the link named.
 5. **Materiality**: a slow root cause is *material* when its excess over its baseline median is at
    least ``min_impact`` of the user-facing (top) span's usual duration (its pair's baseline median);
    errors and missing children always are. A 50 ms longer queue under a 4 s request, or more load on
    the healthy replica, is a deviation worth listing but not where the fault is.
 6. **First abnormal span**: the material root cause (any root cause when none is material) with the
-   earliest *onset* (a latency flag shows at ``start + threshold``, an error or a missing child at the
-   span's end); onsets within ``onset_tolerance_ms`` of the earliest are simultaneous (clock skew
-   between processes), and among them the deepest span wins, then the earliest, then the smallest
-   (trace id, span id). Pairs are ranked the same way: those with material causes first, then those
-   with causes, then the explained ones, each by its earliest onset, then by flagged spans.
+   earliest *onset* — when a slow span passed its threshold (a material one: when its excess reached
+   ``min_impact``), an error or a missing child at the span's end; onsets within
+   ``onset_tolerance_ms`` of the earliest are simultaneous (clock skew between processes), and among
+   them the deepest span wins, then the earliest, then the smallest (trace id, span id). Pairs are
+   ranked the same way: those with material causes first, then those with causes, then the explained
+   ones, each by its earliest onset, then by flagged spans. For each listed pair, the low-cardinality
+   attribute values its flagged spans share far more than its other spans are named (BubbleUp).
 
 Spans are assigned to the baseline or the fault window by their trace's top span's start (the root,
 or the top-most span present when parents are missing), so one trace is never split; orphans are

@@ -229,6 +229,10 @@ def _print(report: "AbnormalReport", loaded: list[_Loaded], evidence: "TraceEvid
         console.print(f"{info.path}: {info.kind}, {info.spans:,} spans{bad}", markup=True)
     console.print(f"baseline: {report.baseline_rule}: {report.baseline_spans:,} spans; "
                   f"fault window: {report.fault_spans:,} spans")
+    c = evidence.completeness
+    if c.requests:
+        console.print(f"client records: {c.requests:,} requests, {c.requests_with_spans:,} with spans of their trace "
+                      f"id (p50 {c.spans_per_request_p50 or 0:g} spans per request)")
     for note in evidence.completeness.notes():
         console.print(f"[dim]note: {note}[/]", markup=True)
     for count, what in ((report.baseline_spans, "baseline"), (report.fault_spans, "fault window")):

@@ -191,6 +191,8 @@ def test_records_are_joined(tmp_path, spans):
     path = write_spans(tmp_path / "spans.jsonl", spans)
     data = analysed(str(path), "--records", str(tmp_path / "requests.jsonl"))
     assert data["completeness"]["requests"] == 11 and data["completeness"]["requests_with_spans"] == 10
+    result = invoke(str(path), "--records", str(tmp_path / "requests.jsonl"))
+    assert "client records: 11 requests, 10 with spans of their trace id (p50 7 spans per request)" in result.output
 
 
 @pytest.mark.parametrize("args, message", [

@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field
 
 from drill.checks.base import Check, CheckParams, Evidence, EvidenceKind, EvidenceRef, Status, Verdict
-from drill.checks.judging import measurement_truth_figures, meets_slo, record_metric_ms
+from drill.checks.judging import measurement_truth_figures, measurement_truth_units, meets_slo, record_metric_ms
 from drill.engine.journal import Event
 from drill.load.records import ErrorClass, latency_values
 from drill.spec.scenario import Slo, parse_slo_key
@@ -161,7 +161,7 @@ class SloCheck(Check):
         breaches += self._goodput_breaches(goodput, targets, expected)
         truth, notes, truth_refs = measurement_truth_figures(evidence)
         observed.update(truth)
-        units.update({k: "ms" for k in truth if k.endswith(("p50", "p95", "p99"))})
+        units.update(measurement_truth_units(truth))
         return self._judge(breaches, thin, observed, expected, p.phase, units=units, evidence=refs + truth_refs,
                            notes=tuple(notes))
 

@@ -12,7 +12,8 @@ from pydantic import Field
 from drill.checks.base import Check, CheckParams, Evidence, EvidenceKind, EvidenceRef, Status, Verdict
 from drill.checks.builtin import PhaseName
 from drill.checks.judging import (
-    is_counted, measurement_truth_figures, pool_settings, records_in, time_to_failure_ms, wait_limit_ms, window_of,
+    is_counted, measurement_truth_figures, measurement_truth_units, pool_settings, records_in, time_to_failure_ms,
+    wait_limit_ms, window_of,
 )
 from drill.load.records import ErrorClass, RequestRecord
 from drill.stats import percentiles
@@ -129,7 +130,7 @@ class FastFailureCheck(Check):
         observed, units = self._observed(tally, records)
         truth, truth_notes, truth_refs = measurement_truth_figures(evidence)
         observed.update(truth)
-        units.update({k: "ms" for k in truth if k.endswith(("p50", "p95", "p99"))})
+        units.update(measurement_truth_units(truth))
         expected = {"timeout_share": f"<= {p.max_timeout_share:g}", "waited_share": f"<= {p.max_wait_share:g}",
                     "refusal_ttf_p99_ms": f"<= {p.refusal_p99 * 1000:g}",
                     "not_on_time": f">= {p.min_failures} (enough overload to judge)"}
@@ -200,7 +201,8 @@ class FastFailureCheck(Check):
         observed: dict = {"attempts": len(records), "client_drops": tally.client_drops, **tally.counts,
                           "cancelled": tally.cancelled, "not_on_time": tally.not_on_time,
                           "failures": tally.failures,
-                          "timeout_share": _share(tally.counts["timeout"] + tally.counts["slow_failure"], tally.failures),
+                          "timeout_share": _share(tally.counts["timeout"] + tally.counts["slow_failure"],
+                                                  tally.failures),
                           "waited_share": _share(tally.waited_count, tally.not_on_time),
                           "refused_share": (round(tally.counts["refused"] / tally.not_on_time, 4)
                                             if tally.not_on_time else None),

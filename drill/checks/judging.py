@@ -19,8 +19,9 @@ if TYPE_CHECKING:
     from drill.checks.base import Evidence, EvidenceRef
     from drill.traces.evidence import TraceEvidence
 
-__all__ = ["PoolSettings", "is_counted", "meets_slo", "measurement_truth_figures", "pool_settings", "record_metric_ms",
-           "records_in", "span_evidence", "time_to_failure_ms", "wait_limit_ms", "window_of"]
+__all__ = ["PoolSettings", "is_counted", "meets_slo", "measurement_truth_figures", "measurement_truth_units",
+           "pool_settings", "record_metric_ms", "records_in", "span_evidence", "time_to_failure_ms", "wait_limit_ms",
+           "window_of"]
 
 
 @dataclass(frozen=True)
@@ -167,3 +168,8 @@ def measurement_truth_figures(evidence: "Evidence") -> tuple[dict, list[str], li
             + (", ".join(f"{k} {v:.1f}ms" for k, v in ttft.items()) or "not measured"))
     refs = [EvidenceRef(EvidenceKind.MEASUREMENT, f"{k}={v:.3f}ms", "client - server TTFT") for k, v in ttft.items()]
     return observed, [note], refs
+
+
+def measurement_truth_units(figures: dict) -> dict[str, str]:
+    """Units of :func:`measurement_truth_figures`' figures."""
+    return {k: ("requests" if k.endswith(".joined") else "ms") for k in figures}

@@ -149,9 +149,9 @@ class DuplicateSideEffectsCheck(Check):
                                                            "executions")
         expected = {"duplicated": "== 0", "unexpected": "== 0", "different_payload": "== 0", "lost": "== 0"}
         refs = _refs(classes, attempts, executions)
-        notes = (f"executions counted from the {source}"
-                 + (" (an exporter may drop spans: a key with no span is not proven lost)" if source == "spans" else ""),
-                 ) + tuple(f"the source may be incomplete: {g}" for g in gaps)
+        caveat = " (an exporter may drop spans: a key with no span is not proven lost)" if source == "spans" else ""
+        notes = (f"executions counted from the {source}{caveat}",
+                 *(f"the source may be incomplete: {g}" for g in gaps))
         bad = [f"{len(getattr(classes, name))} {name.replace('_', ' ')}" for name in
                ("duplicated", "unexpected", "different_payload") if getattr(classes, name)]
         complete = source == "ledger" and not gaps
@@ -253,7 +253,8 @@ def _refs(classes: _Classes, attempts: dict[str, list[RequestRecord]],
             refs.append(EvidenceRef(EvidenceKind.IDEMPOTENCY_KEY, key, f"{name}: {len(done)} execution(s)"
                                     + (f" on {replicas}" if replicas else "")))
             for n, e in enumerate(done[:3], 1):
-                refs.append(EvidenceRef(EvidenceKind.REQUEST, e.request_id, f"execution {n} on {e.replica} ({e.where})"))
+                refs.append(EvidenceRef(EvidenceKind.REQUEST, e.request_id,
+                                        f"execution {n} on {e.replica} ({e.where})"))
             refs += [EvidenceRef(EvidenceKind.TRACE, t, f"execution of {key}")
                      for t in dict.fromkeys(e.trace_id for e in done[:3] if e.trace_id)]
             if name != "duplicated":
@@ -348,7 +349,8 @@ class RetryBudgetCheck(Check):
         if window is None:
             return None, p.phase
         first = {r.logical_id for r in records_in(evidence, window, p.pools) if r.attempt == 1}
-        return {k: sorted(v, key=lambda r: r.attempt) for k, v in by_logical.items() if k in first}, f"the {p.phase} window"
+        chosen = {k: sorted(v, key=lambda r: r.attempt) for k, v in by_logical.items() if k in first}
+        return chosen, f"the {p.phase} window"
 
     def _server_layer(self, evidence: Evidence, logical: dict[str, list[RequestRecord]],
                       ) -> tuple[_Layer | None, dict[str, int], str | None]:
@@ -380,8 +382,8 @@ class RetryBudgetCheck(Check):
                             server_retries=server.retries, server_retry_share=_round(server.share))
         units = {k: "requests" for k in observed} | {"client_retry_share": "ratio", "server_retry_share": "ratio",
                                                        "max_attempts_seen": "attempts"}
-        expected = {"client_retry_share": f"<= {p.max_retry_share:g}", "server_retry_share": f"<= {p.max_retry_share:g}",
-                    "max_attempts_seen": f"<= {p.max_attempts}"}
+        expected = {"client_retry_share": f"<= {p.max_retry_share:g}",
+                    "server_retry_share": f"<= {p.max_retry_share:g}", "max_attempts_seen": f"<= {p.max_attempts}"}
         problems = [f"{layer} retries were {share:.1%} of its attempts (budget {p.max_retry_share:.0%})"
                     for layer, share in (("the client's", client.share), ("the server's", server and server.share))
                     if share is not None and share > p.max_retry_share]

@@ -26,6 +26,14 @@ def _test_environment(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
 
 
+@pytest.fixture(autouse=True)
+def _no_docker_engine_unless_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test that is not marked ``docker`` gets no Docker engine, even where one runs: a test that needs one
+    but lacks the marker fails everywhere, not only under ``-m "not docker"`` on a machine without Docker."""
+    if request.node.get_closest_marker("docker") is None:
+        monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/llm-drill-test-not-marked-docker.sock")
+
+
 @pytest.fixture(scope="module")
 def toxiproxy_server():
     """The real toxiproxy-server on a free port, stopped after the module even on failure."""

@@ -1,4 +1,5 @@
-"""The Toxiproxy client against the real toxiproxy-server (and, for 403, at the transport seam)."""
+"""The Toxiproxy client against the real toxiproxy-server (``integration``), and unit tests of its error
+translation at the transport seam (``httpx.MockTransport``) and against sockets that never answer."""
 
 from __future__ import annotations
 
@@ -19,13 +20,15 @@ from drill.backends.toxiproxy import (
 )
 from drill.errors import NotAvailableError, ToxiproxyError
 
-pytestmark = pytest.mark.integration
+real_server = pytest.mark.integration   # starts the real toxiproxy-server
 
 
+@real_server
 def test_version_answers(toxiproxy: ToxiproxyClient) -> None:
     assert toxiproxy.version()  # "2.12.0", or "git" for an untagged go install
 
 
+@real_server
 def test_proxy_lifecycle_passes_traffic(toxiproxy: ToxiproxyClient, echo_addr: str, roundtrip) -> None:
     proxy = toxiproxy.create_proxy("echo", echo_addr)
     assert proxy.listen_port > 0 and proxy.upstream == echo_addr and proxy.enabled
@@ -42,6 +45,7 @@ def test_proxy_lifecycle_passes_traffic(toxiproxy: ToxiproxyClient, echo_addr: s
     assert toxiproxy.proxies() == {}
 
 
+@real_server
 def test_deletes_are_idempotent(toxiproxy: ToxiproxyClient, echo_addr: str) -> None:
     assert toxiproxy.delete_proxy("never-there") is False
     toxiproxy.create_proxy("p", echo_addr)
@@ -51,6 +55,7 @@ def test_deletes_are_idempotent(toxiproxy: ToxiproxyClient, echo_addr: str) -> N
     assert info.value.status == 404 and info.value.hint and "list proxies" in info.value.hint
 
 
+@real_server
 def test_duplicate_proxy_is_409_with_hint(toxiproxy: ToxiproxyClient, echo_addr: str) -> None:
     toxiproxy.create_proxy("dup", echo_addr)
     with pytest.raises(ToxiproxyError) as info:
@@ -59,6 +64,7 @@ def test_duplicate_proxy_is_409_with_hint(toxiproxy: ToxiproxyClient, echo_addr:
     assert "already exists" in str(info.value) and "populate" in str(info.value)
 
 
+@real_server
 def test_latency_toxic_add_update_delete(toxiproxy: ToxiproxyClient, echo_addr: str, roundtrip) -> None:
     proxy = toxiproxy.create_proxy("lat", echo_addr)
     toxic = toxiproxy.add_toxic("lat", ToxicType.LATENCY, {"latency": 150}, stream=Stream.DOWNSTREAM)
@@ -74,6 +80,7 @@ def test_latency_toxic_add_update_delete(toxiproxy: ToxiproxyClient, echo_addr: 
     assert toxiproxy.toxics("lat") == []
 
 
+@real_server
 def test_bad_toxic_attributes_are_400_with_hint(toxiproxy: ToxiproxyClient, echo_addr: str) -> None:
     toxiproxy.create_proxy("bad", echo_addr)
     with pytest.raises(ToxiproxyError) as info:
@@ -83,6 +90,7 @@ def test_bad_toxic_attributes_are_400_with_hint(toxiproxy: ToxiproxyClient, echo
         toxiproxy.add_toxic("bad", "no-such-toxic")
 
 
+@real_server
 def test_reset_removes_toxics_and_reenables(toxiproxy: ToxiproxyClient, echo_addr: str, roundtrip) -> None:
     proxy = toxiproxy.create_proxy("r", echo_addr)
     toxiproxy.add_toxic("r", "bandwidth", {"rate": 1}, stream="upstream")
@@ -93,6 +101,7 @@ def test_reset_removes_toxics_and_reenables(toxiproxy: ToxiproxyClient, echo_add
     assert roundtrip(proxy.listen) == b"ping"
 
 
+@real_server
 def test_populate_keeps_unchanged_proxies(toxiproxy: ToxiproxyClient, echo_addr: str) -> None:
     first = toxiproxy.create_proxy("keep", echo_addr)
     specs = [ProxySpec(name="keep", upstream=echo_addr, listen=first.listen),
@@ -162,6 +171,7 @@ def test_missing_binary_is_not_available(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert "TOXIPROXY_BIN" in (info.value.hint or "")
 
 
+@real_server
 def test_server_manager_stop_is_idempotent() -> None:
     server = ToxiproxyServer().start()
     pid = server.pid

@@ -78,6 +78,7 @@ def _toxics_left(stack: RunningStack) -> list[str]:
         return [t.name for p in client.proxies().values() if p.name.startswith(stack.name) for t in p.toxics]
 
 
+@pytest.mark.docker   # replica_pause's docker method must reach a Docker engine to be told "no such container"
 def test_missing_mechanisms_make_the_drill_report_not_landed_and_exit_1(local_stack: RunningStack,
                                                                          tmp_path: Path) -> None:
     wait_healthy(local_stack.state.router)

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from pydantic import Field, field_validator
 
 from drill.checks.base import Check, CheckParams, Evidence, EvidenceKind, EvidenceRef, Status, Verdict
 from drill.traces.analysis import AbnormalReport, AbnormalSpan, AnalysisOptions, find_abnormal
 from drill.units import Duration
+
+if TYPE_CHECKING:
+    from drill.traces.evidence import TraceEvidence
 
 __all__ = ["FirstAbnormalSpanCheck", "FirstAbnormalSpanParams", "SpanExpectation"]
 
@@ -130,15 +134,10 @@ class FirstAbnormalSpanCheck(Check):
     def evaluate(self, evidence: Evidence) -> Verdict:
         p: FirstAbnormalSpanParams = self.params
         traces = evidence.traces
-        # the client join does not matter here: spans whose traceparent the client did not set still count
-        reason = traces.no_spans_reason or replace(traces.completeness, requests=0).thin_reason(p.min_spans)
         notes = traces.completeness.notes()
+        reason = _thin_traces(traces, p)
         if reason is not None:
             return self.verdict(Status.INCONCLUSIVE, reason, window="fault", notes=notes)
-        if traces.completeness.orphan_share > p.max_orphan_share:
-            c = traces.completeness
-            return self.verdict(Status.INCONCLUSIVE, f"{c.orphans} of {c.spans} spans have a parent that was never "
-                                f"exported (more than {p.max_orphan_share:.0%})", window="fault", notes=notes)
         baseline, window = evidence.phases.get("baseline"), evidence.fault_window
         if baseline is None or window is None:
             missing = "baseline phase" if baseline is None else "fault window"
@@ -179,6 +178,17 @@ class FirstAbnormalSpanCheck(Check):
 
 def _ns(ts: float) -> int:
     return int(round(ts * 1e9))
+
+
+def _thin_traces(traces: "TraceEvidence", p: FirstAbnormalSpanParams) -> str | None:
+    """Why the run's spans are too thin to look at, or None."""
+    # the client join does not matter here: spans whose traceparent the client did not set still count
+    c = traces.completeness
+    reason = traces.no_spans_reason or replace(c, requests=0).thin_reason(p.min_spans)
+    if reason is None and c.orphan_share > p.max_orphan_share:
+        reason = (f"{c.orphans} of {c.spans} spans have a parent that was never exported "
+                  f"(more than {p.max_orphan_share:.0%})")
+    return reason
 
 
 def _thin(report: AbnormalReport, p: FirstAbnormalSpanParams) -> str | None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from pydantic import Field, field_validator
 
 from drill.checks.base import Check, CheckParams, Evidence, EvidenceKind, EvidenceRef, Status, Verdict
-from drill.traces.analysis import AbnormalReport, AbnormalSpan, AnalysisOptions, find_abnormal
+from drill.traces.analysis import AbnormalPair, AbnormalReport, AbnormalSpan, AnalysisOptions, find_abnormal
 from drill.units import Duration
 
 if TYPE_CHECKING:
@@ -216,7 +216,7 @@ def _observed(first: AbnormalSpan) -> dict:
             "chain": [f"{c.service}/{c.name}" for c in first.chain]}
 
 
-def _pair_json(pair) -> dict:
+def _pair_json(pair: AbnormalPair) -> dict:
     return {"service": pair.service, "name": pair.name, "flagged": pair.flagged, "spans": pair.spans,
             "share": pair.share, "root_causes": pair.root_causes, "material": pair.material,
             "median_ratio": pair.median_ratio,

@@ -442,3 +442,39 @@ def test_an_unjudged_span_in_between_does_not_cut_the_chain():
     client = pair(report, "drill-router", "POST")
     assert client.errors == N_FAULT and client.root_causes == 0
     assert "drill-replica-0/POST /v2/chat" in report.new_pairs
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_forests_keep_the_invariants(seed):
+    """Random trees (orphans, errors, slow spans, shared names) never crash and keep what the report promises."""
+    rng = np.random.default_rng(seed)
+    spans, n_traces = [], 300
+    for t in range(n_traces):
+        start = t * 20.0
+        fault = t >= n_traces // 2
+        rows: list[dict] = []
+        for i in range(int(rng.integers(1, 9))):
+            parent = rows[int(rng.integers(0, len(rows)))] if rows and rng.random() < 0.9 else None
+            lost = parent is None and rows and rng.random() < 0.5
+            begin = (parent["start_ns"] - T0) / 1e6 if parent else start
+            dur = float(rng.lognormal(1, 0.5)) * (30 if fault and rng.random() < 0.2 else 1)
+            rows.append(span(t + 1, f"op{int(rng.integers(0, 4))}", service=f"svc{int(rng.integers(0, 3))}",
+                             parent=parent or ("deadbeefdeadbeef" if lost else None), start_ms=begin,
+                             end_ms=begin + dur, kind=["SERVER", "CLIENT", "INTERNAL"][int(rng.integers(0, 3))],
+                             status="ERROR" if fault and rng.random() < 0.1 else "UNSET"))
+        spans += rows
+    fault_start = T0 + int(n_traces // 2 * 20.0 * 1e6)
+    table = SpanTable.from_spans(spans)
+    report = find_abnormal(table, baseline_until_ns=fault_start, fault_start_ns=fault_start, top=50)
+    again = find_abnormal(SpanTable.from_spans(list(reversed(spans))), baseline_until_ns=fault_start,
+                          fault_start_ns=fault_start, top=50)
+    assert report.spans == len(spans) and report.baseline_spans + report.fault_spans == len(spans)
+    assert (report.first is None) == (again.first is None) == (report.candidates == 0)
+    if report.first is not None:
+        first = report.first
+        assert (first.trace_id, first.span_id) == (again.first.trace_id, again.first.span_id)
+        assert first.deviations and first.chain[0].span_id == first.span_id and len(first.chain) == first.depth + 1
+        assert first.onset_s is not None and first.onset_s >= 0
+    assert sum(p.root_causes for p in report.pairs) == report.candidates
+    assert all(p.material <= p.root_causes <= p.flagged <= p.spans for p in report.pairs)
+    assert [(p.service, p.name) for p in report.pairs] == [(p.service, p.name) for p in again.pairs]

@@ -92,7 +92,7 @@ def parse_time_ns(text: str, option: str) -> int:
     value = text.strip()
     try:
         return int(round(float(value) * 1e9))
-    except ValueError:
+    except (ValueError, OverflowError):     # not a number, or nan/inf
         pass
     try:
         stamp = datetime.fromisoformat(value.replace("z", "Z"))
@@ -141,9 +141,10 @@ def _read_all(paths: tuple[Path, ...]) -> tuple["SpanTable", list[_Loaded]]:
     return SpanTable.concat(tables), loaded
 
 
-def _records(path: Path | None) -> tuple[list, int]:
+def _records(path: Path | None) -> tuple[list, dict | None]:
+    """Client records of ``path`` and their read report (JSON); unreadable lines are said on stderr."""
     if path is None:
-        return [], 0
+        return [], None
     from drill.jsonl import ReadReport
     from drill.load.records import read_records
 
@@ -151,7 +152,7 @@ def _records(path: Path | None) -> tuple[list, int]:
     records = list(read_records(path, report))
     if report.bad_count or report.torn_last_line is not None:
         err_console.print(f"[yellow]warning:[/] {report.describe()}", markup=True)
-    return records, report.bad_count + (report.torn_last_line is not None)
+    return records, report.to_json()
 
 
 @click.group("traces")
@@ -203,7 +204,7 @@ def _analyze(spans: tuple[Path, ...], records_path: Path | None, until_ns: int |
         loaded = base_loaded + loaded
         mask = np.concatenate([np.ones(len(base), dtype=bool), np.zeros(len(table), dtype=bool)])
         table = SpanTable.concat([base, table])
-    records, _ = _records(records_path)
+    records, records_read = _records(records_path)
     evidence = trace_evidence(table, records, source=", ".join(f"{x.kind}: {x.path}" for x in loaded),
                               unreadable=sum(x.unreadable for x in loaded),
                               where=tuple(w for x in loaded for w in x.where))
@@ -215,8 +216,8 @@ def _analyze(spans: tuple[Path, ...], records_path: Path | None, until_ns: int |
     report = find_abnormal(table, baseline=mask, baseline_until_ns=until_ns, fault_start_ns=start_ns, top=top)
     if as_json:
         click.echo(json.dumps({"schema": "llm-drill/traces-analysis/v1", "files": [x.to_json() for x in loaded],
-                               "completeness": evidence.completeness.to_json(), "analysis": report.to_json()},
-                              indent=2, default=str))
+                               "records": records_read, "completeness": evidence.completeness.to_json(),
+                               "analysis": report.to_json()}, indent=2, default=str))
         return
     _print(report, loaded, evidence)
 

@@ -191,6 +191,7 @@ def test_records_are_joined(tmp_path, spans):
     path = write_spans(tmp_path / "spans.jsonl", spans)
     data = analysed(str(path), "--records", str(tmp_path / "requests.jsonl"))
     assert data["completeness"]["requests"] == 11 and data["completeness"]["requests_with_spans"] == 10
+    assert data["records"]["lines_read"] == 11 and data["records"]["bad_count"] == 0
     result = invoke(str(path), "--records", str(tmp_path / "requests.jsonl"))
     assert "client records: 11 requests, 10 with spans of their trace id (p50 7 spans per request)" in result.output
 
@@ -198,6 +199,7 @@ def test_records_are_joined(tmp_path, spans):
 @pytest.mark.parametrize("args, message", [
     (["--baseline-until", "1700000000", "--baseline", "{spans}"], "not both"),
     (["--fault-start", "yesterday"], "neither epoch seconds nor an RFC 3339 time"),
+    (["--fault-start", "inf"], "neither epoch seconds nor an RFC 3339 time"),
     (["--baseline-until", "2023-11-14T22:13:26"], "no UTC offset"),
     (["--top", "0"], "--top"),
 ])

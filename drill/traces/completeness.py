@@ -146,11 +146,11 @@ def _roots(table: SpanTable) -> _Roots:
     first = np.ones(len(order), dtype=bool)
     first[1:] = traces[order][1:] != traces[order][:-1]
     earliest = top[order[first]]
-    no_parent = table.parent_id[earliest] == ""
+    no_parent = ~table.has_parent[earliest]
     remote = ~no_parent & np.isin(table.kind[earliest], (_SERVER, _CONSUMER))
     is_root = np.zeros(len(table), dtype=bool)
     is_root[earliest[no_parent | remote]] = True
-    missing_parent = (table.parent_row < 0) & (table.parent_id != "")
+    missing_parent = (table.parent_row < 0) & table.has_parent
     orphans = int(np.count_nonzero(missing_parent & ~is_root))
     without_root = len(table.trace_ids) - int(np.count_nonzero(no_parent | remote))
     return _Roots(orphans=orphans, without_root=without_root, remote=int(np.count_nonzero(remote)), is_root=is_root)

@@ -26,7 +26,7 @@ import numpy as np
 
 from drill.api import PluginParams, TraceSource
 from drill.jsonl import BadLine, ReadReport
-from drill.traces.table import KIND_NAMES, STATUS_NAMES, SpanTable, _intern, kind_code, status_code
+from drill.traces.table import KIND_NAMES, STATUS_NAMES, SpanTable, _intern, hex_u64, kind_code, status_code
 
 __all__ = ["OtlpFileSource", "OtlpProtoFileSource", "ReceiverSource", "SourceReport", "TableSource",
            "read_receiver_file", "table_to_dicts"]
@@ -279,6 +279,7 @@ class _ReceiverColumns:
         self.traces: dict[str, int] = {}
         self.rows = 0
         self.bytes_seen = 0
+        self.ids_hex = True
 
     def add(self, spans: list[_ReceiverSpan], block_bytes: int) -> None:
         self.bytes_seen += block_bytes
@@ -291,9 +292,13 @@ class _ReceiverColumns:
         trace_ids = list(map(get["trace_id"], spans))
         columns["trace_id"][rows] = trace_ids
         columns["trace_code"][rows] = _intern(trace_ids, self.traces)
-        columns["span_id"][rows] = list(map(get["span_id"], spans))
+        span_ids = list(map(get["span_id"], spans))
+        columns["span_id"][rows] = span_ids
         parents = list(map(get["parent_span_id"], spans))
-        columns["parent_id"][rows] = ["" if p is None else p for p in parents] if None in parents else parents
+        if None in parents:
+            parents = ["" if p is None else p for p in parents]
+        columns["parent_id"][rows] = parents
+        self._id_values(rows, span_ids, parents)
         columns["service"][rows] = _intern(list(map(get["service"], spans)), self.services)
         columns["name"][rows] = _intern(list(map(get["name"], spans)), self.names)
         columns["kind"][rows] = _codes(list(map(get["kind"], spans)), _KIND_OF, kind_code)
@@ -306,6 +311,19 @@ class _ReceiverColumns:
         columns["status"][rows] = _codes(list(map(get["code"], statuses)), _STATUS_OF, status_code)
         columns["status_message"][rows] = list(map(get["message"], statuses))
         self.rows += n
+
+    def _id_values(self, rows: slice, span_ids: list[str], parents: list[str]) -> None:
+        """The ids' 64-bit values for SpanTable.parent_row, while the strings are hot (until one is not hex)."""
+        if not self.ids_hex:
+            return
+        span_u64, span_ok, _ = hex_u64(span_ids)
+        parent_u64, parent_ok, no_parent = hex_u64(parents)
+        if not (span_ok.all() and (parent_ok | no_parent).all()):
+            self.ids_hex = False
+            return
+        columns = self.columns
+        columns["span_u64"][rows], columns["parent_u64"][rows], columns["has_parent"][rows] = \
+            span_u64, parent_u64, ~no_parent
 
     def _room(self, n: int) -> None:
         capacity = len(self.columns["span_id"])
@@ -322,11 +340,13 @@ class _ReceiverColumns:
     def build(self) -> SpanTable:
         columns = {name: column[:self.rows] for name, column in self.columns.items()}
         trace_code = columns.pop("trace_code")
+        id_values = columns.pop("span_u64"), columns.pop("parent_u64"), columns.pop("has_parent")
         table = SpanTable(**columns, services=tuple(self.services), names=tuple(self.names))
-        return table.with_derived(trace_code=trace_code, trace_ids=tuple(self.traces))
+        return table.with_derived(trace_code=trace_code, trace_ids=tuple(self.traces),
+                                  id_values=id_values if self.ids_hex else None)
 
 
-_COLUMNS = {"trace_id": object, "span_id": object, "parent_id": object, "trace_code": np.int32,
+_COLUMNS = {"span_u64": np.uint64, "parent_u64": np.uint64, "has_parent": bool, "trace_id": object, "span_id": object, "parent_id": object, "trace_code": np.int32,
 "service": np.int32, "name": np.int32, "kind": np.int8, "start_ns": np.int64,
            "end_ns": np.int64, "attributes": object, "status": np.int8, "status_message": object}
 

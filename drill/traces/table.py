@@ -191,10 +191,14 @@ class SpanTable:
             return self
         return self.take((self.end_ns >= window[0]) & (self.start_ns <= window[1]))
 
-    def with_derived(self, *, trace_code: np.ndarray, trace_ids: tuple[str, ...]) -> "SpanTable":
-        """This table with :attr:`trace_code`/:attr:`trace_ids` already computed (by a reader that had them
-        cheaply); they must be what the properties would compute."""
+    def with_derived(self, *, trace_code: np.ndarray, trace_ids: tuple[str, ...],
+                     id_values: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> "SpanTable":
+        """This table with :attr:`trace_code`/:attr:`trace_ids` (and the ids' 64-bit values: span, parent,
+        has_parent) already computed by a reader that had them cheaply; they must be what the properties
+        would compute."""
         self.__dict__["_trace_codes"] = (trace_code, trace_ids)
+        if id_values is not None:
+            self.__dict__["_id_values"] = id_values
         return self
 
     # one row ----------------------------------------------------------------------------------------
@@ -238,14 +242,25 @@ class SpanTable:
         return column, tuple(codes)
 
     @cached_property
+    def has_parent(self) -> np.ndarray:
+        """bool per row: the span names a parent (``parent_id != ""``), whether or not it is in the table."""
+        values = self._id_values
+        return self.parent_id != "" if values is None else values[2]
+
+    @cached_property
+    def _id_values(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(span id values, parent id values, has_parent) when every id is 16 hex characters, else None."""
+        span_u64, span_ok, _ = hex_u64(self.span_id)
+        parent_u64, parent_ok, no_parent = hex_u64(self.parent_id)
+        if not (span_ok.all() and (parent_ok | no_parent).all()):
+            return None
+        return span_u64, parent_u64, ~no_parent
+
+    @cached_property
     def parent_row(self) -> np.ndarray:
         """int64 row of each span's parent in this table (same trace), -1 for a root or a parent not here."""
-        span_u64, span_ok = hex_u64(self.span_id)
-        parent_u64, parent_ok = hex_u64(self.parent_id)
-        has_parent = self.parent_id != ""
-        rows = None
-        if span_ok.all() and (parent_ok | ~has_parent).all():
-            rows = _parent_rows_by_value(span_u64, parent_u64, has_parent)
+        values = self._id_values
+        rows = None if values is None else _parent_rows_by_value(*values)
         if rows is None:                     # ids that are not 16 hex, or span ids repeated: by dict
             rows = self._parent_rows_by_key()
         found = np.flatnonzero(rows >= 0)
@@ -270,18 +285,20 @@ _HEX_NIBBLE[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16, 
 _HEX_NIBBLE[np.frombuffer(b"ABCDEF", dtype=np.uint8)] = np.arange(10, 16, dtype=np.uint8)
 
 
-def hex_u64(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The 64-bit values of 16-hex-character ids (vectorised), and a mask of the ids that are such."""
-    if not len(ids):
-        return np.empty(0, dtype=np.uint64), np.empty(0, dtype=bool)
+def hex_u64(ids: np.ndarray | Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The 64-bit values of 16-hex-character ids (vectorised), a mask of the ids that are such, and a mask
+    of the empty ids."""
+    n = len(ids)
+    if not n:
+        return np.empty(0, dtype=np.uint64), np.empty(0, dtype=bool), np.empty(0, dtype=bool)
     try:
-        raw = ids.astype("S17").view(np.uint8).reshape(len(ids), 17)
+        raw = np.asarray(ids, dtype="S17").view(np.uint8).reshape(n, 17)
     except (UnicodeEncodeError, ValueError, TypeError):
-        return np.zeros(len(ids), dtype=np.uint64), np.zeros(len(ids), dtype=bool)
+        return np.zeros(n, dtype=np.uint64), np.zeros(n, dtype=bool), np.asarray(ids, dtype=object) == ""
     nibbles = _HEX_NIBBLE[raw[:, :16]]
     ok = (raw[:, 16] == 0) & (nibbles.max(axis=1) != 255)
     packed = (nibbles[:, 0::2] << 4) | nibbles[:, 1::2]          # (n, 8) bytes, most significant first
-    return np.ascontiguousarray(packed).view(">u8").reshape(len(ids)).astype(np.uint64), ok
+    return np.ascontiguousarray(packed).view(">u8").reshape(n).astype(np.uint64), ok, raw[:, 0] == 0
 
 
 def _parent_rows_by_value(span_u64: np.ndarray, parent_u64: np.ndarray, has_parent: np.ndarray) -> np.ndarray | None:

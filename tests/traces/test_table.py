@@ -99,9 +99,10 @@ def test_parent_rows_by_value_and_by_key_agree() -> None:
 def test_hex_u64_flags_ids_that_are_not_16_hex() -> None:
     from drill.traces.table import hex_u64
 
-    values, ok = hex_u64(np.array(["00000000000000ff", "ABCDEF0123456789", "xyz", "", "00000000000000001"],
-                                  dtype=object))
+    values, ok, empty = hex_u64(np.array(["00000000000000ff", "ABCDEF0123456789", "xyz", "", "00000000000000001"],
+                                         dtype=object))
     assert ok.tolist() == [True, True, False, False, False]
+    assert empty.tolist() == [False, False, False, True, False]
     assert values[:2].tolist() == [255, 0xABCDEF0123456789]
 
 

@@ -239,8 +239,9 @@ def _reason(exc: BaseException) -> str:
 def read_receiver_file(path: Path, report: ReadReport | None = None) -> SpanTable:
     """The spans of a receiver ``spans.jsonl`` as a table; bad lines are counted in ``report``.
 
-    Decoded block by block into typed structs, whose fields go straight into column lists with
-    C-level ``map``/``attrgetter`` passes (no per-span Python code on the common path).
+    Decoded block by block into typed structs, whose fields go straight into numpy columns with
+    C-level ``map``/``attrgetter`` passes (no per-span Python code on the common path). Ids are
+    lower-cased where they are not already.
     """
     report = report if report is not None else ReadReport(path)
     columns = _ReceiverColumns(path.stat().st_size if path.exists() else 0)
@@ -253,6 +254,12 @@ _KIND_OF = {name: code for code, name in enumerate(KIND_NAMES)}
 _STATUS_OF = {name: code for code, name in enumerate(STATUS_NAMES)}
 _GET = {name: attrgetter(name) for name in ("trace_id", "span_id", "parent_span_id", "service", "name", "kind",
                                             "start_ns", "end_ns", "status", "attributes", "code", "message")}
+
+
+def _lowercase(ids: list[str]) -> list[str]:
+    """``ids`` with upper-case hex lowered (the receiver writes lower case; a hand-written file may not)."""
+    joined = "".join(ids)
+    return [i.lower() for i in ids] if joined != joined.lower() else ids
 
 
 def _codes(values: list, table: dict[Any, int], slow) -> list[int]:
@@ -289,14 +296,15 @@ class _ReceiverColumns:
         self._room(n)
         rows = slice(first, first + n)
         columns = self.columns
-        trace_ids = list(map(get["trace_id"], spans))
+        trace_ids = _lowercase(list(map(get["trace_id"], spans)))
         columns["trace_id"][rows] = trace_ids
         columns["trace_code"][rows] = _intern(trace_ids, self.traces)
-        span_ids = list(map(get["span_id"], spans))
+        span_ids = _lowercase(list(map(get["span_id"], spans)))
         columns["span_id"][rows] = span_ids
         parents = list(map(get["parent_span_id"], spans))
         if None in parents:
             parents = ["" if p is None else p for p in parents]
+        parents = _lowercase(parents)
         columns["parent_id"][rows] = parents
         self._id_values(rows, span_ids, parents)
         columns["service"][rows] = _intern(list(map(get["service"], spans)), self.services)

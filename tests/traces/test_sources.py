@@ -177,3 +177,16 @@ def test_receiver_file_larger_than_a_block_keeps_every_line_and_its_numbers(tmp_
     assert report.bad_count == 1 and report.bad_lines[0].line == 101
     assert table.attributes[40] == {"big": "x" * 2000}
     assert table.span_id.tolist() == [s["span_id"] for i, s in enumerate(spans) if i != 100]
+
+
+def test_receiver_file_with_upper_case_ids_and_null_fields(tmp_path: Path) -> None:
+    spans = drill_request(1)
+    for s in spans:
+        s["trace_id"], s["span_id"] = s["trace_id"].upper(), s["span_id"].upper()
+        s["parent_span_id"] = s["parent_span_id"].upper() if s["parent_span_id"] else None
+    spans[0]["status"] = None
+    spans[1]["kind"] = 3                               # a code instead of a name
+    write_spans(tmp_path / "spans.jsonl", spans)
+    table = _source("receiver", tmp_path).table()
+    assert table.trace_id[0] == spans[0]["trace_id"].lower() and table.parent_row.tolist()[1:4] == [0, 1, 2]
+    assert table.status[0] == 0 and table.kind[1] == 3

@@ -25,20 +25,99 @@ setup_python() {
   fi
 }
 
+# Toxiproxy v2.12.0's go.mod says `go 1.23.0` (no toolchain line), so an older Go refuses to build it; Debian 12's
+# golang-go is Go 1.19. GO_VERSION is what setup_go installs when no Go new enough is found (it also covers
+# Jaeger's JAEGER_MIN_GO below).
+TOXIPROXY_MIN_GO="1.23.0"
+GO_VERSION="1.24.6"
+
+version_at_least() {  # version_at_least HAVE WANT: true when version HAVE >= WANT
+  [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n 1)" = "$2" ]
+}
+
+go_version() {  # the version of the `go` on PATH (e.g. 1.23.4), empty when there is none
+  command -v go >/dev/null 2>&1 || return 0
+  local have; have="$(go env GOVERSION 2>/dev/null || true)"
+  if [ -z "$have" ]; then have="$(go version 2>/dev/null | awk '{print $3}')"; fi
+  have="${have#go}"; printf '%s' "${have%%[-+ ]*}"
+}
+
+setup_go() {
+  # setup_go WANT WHAT INSTEAD: a Go >= WANT on PATH to build WHAT: the one there, the one setup installed in
+  # $VENV/go, or Go $GO_VERSION from go.dev installed there now. Fails saying what to do (INSTEAD: the way
+  # around it) when none can be had.
+  local want="${1:-$TOXIPROXY_MIN_GO}" what="${2:-the Toxiproxy server $TOXIPROXY_VERSION}"
+  local instead="${3:-point the tests at a server: TOXIPROXY_BIN=/path/to/toxiproxy-server or TOXIPROXY_URL=http://host:8474}"
+  local have
+  if [ -x "$VENV/go/bin/go" ]; then export PATH="$VENV/go/bin:$PATH"; fi
+  have="$(go_version)"
+  if [ -n "$have" ] && version_at_least "$have" "$want"; then return 0; fi
+  if [ -n "${DRILL_SETUP_OFFLINE:-}" ] || ! install_go; then
+    if [ -n "$have" ]; then
+      log "Go $have is too old: building $what needs Go >= $want"
+    else
+      log "Go is not installed: building $what needs Go >= $want"
+    fi
+    log "  install Go >= $want from https://go.dev/dl/ (Debian 12's golang-go is 1.19, too old) and put it on PATH,"
+    log "  or $instead"
+    return 1
+  fi
+}
+
+install_go() {
+  # Go $GO_VERSION from go.dev into $VENV/go, checked against the SHA-256 that go.dev publishes for it.
+  local arch; case "$(uname -m)" in x86_64) arch=amd64 ;; aarch64|arm64) arch=arm64 ;; *) return 1 ;; esac
+  local file="go$GO_VERSION.linux-$arch.tar.gz" work; work="$(mktemp -d)"
+  log "installing Go $GO_VERSION from go.dev into $VENV/go"
+  if ! curl -fsSL --retry 2 -o "$work/index.json" "https://go.dev/dl/?mode=json&include=all" \
+      || ! curl -fsSL --retry 2 -o "$work/$file" "https://go.dev/dl/$file"; then
+    log "cannot download Go from go.dev"; rm -rf "$work"; return 1
+  fi
+  local sum; sum="$(python3 -c 'import json,sys; print(next(f["sha256"] for r in json.load(open(sys.argv[1]))
+      for f in r["files"] if f["filename"] == sys.argv[2]))' "$work/index.json" "$file" 2>/dev/null)"
+  if [ -z "$sum" ] || [ "$(sha256sum "$work/$file" | awk '{print $1}')" != "$sum" ]; then
+    log "the Go download does not match go.dev's SHA-256; not installing it"; rm -rf "$work"; return 1
+  fi
+  rm -rf "$VENV/go" && tar -C "$VENV" -xzf "$work/$file" && rm -rf "$work" || return 1
+  export PATH="$VENV/go/bin:$PATH"
+}
+
 setup_toxiproxy() {
   # The real Toxiproxy server (Go). `go install` names the binary `server`; it goes into the venv as toxiproxy-server.
   if [ -n "${TOXIPROXY_URL:-}" ] || [ -n "${TOXIPROXY_BIN:-}" ]; then return 0; fi
   if [ -x "$VENV/bin/toxiproxy-server" ] || command -v toxiproxy-server >/dev/null 2>&1; then return 0; fi
-  if ! command -v go >/dev/null 2>&1; then
-    log "Go is not installed: cannot build the Toxiproxy server (set TOXIPROXY_BIN or TOXIPROXY_URL instead)"
-    return 0
-  fi
+  setup_go "$TOXIPROXY_MIN_GO" "the Toxiproxy server $TOXIPROXY_VERSION" || return 1
   log "installing the Toxiproxy server $TOXIPROXY_VERSION with go install"
   local gobin; gobin="$(mktemp -d)"
-  GOBIN="$gobin" go install -ldflags "-X github.com/Shopify/toxiproxy/v2.Version=${TOXIPROXY_VERSION#v}" \
-    "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION"
+  if ! GOBIN="$gobin" go install -ldflags "-X github.com/Shopify/toxiproxy/v2.Version=${TOXIPROXY_VERSION#v}" \
+      "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION"; then
+    log "go install of the Toxiproxy server failed (see above); set TOXIPROXY_BIN or TOXIPROXY_URL instead"
+    rm -rf "$gobin"; return 1
+  fi
   mv "$gobin/server" "$VENV/bin/toxiproxy-server"
   rmdir "$gobin"
+}
+
+c_compiler() {  # the C compiler on PATH ($CC, cc, gcc or clang), empty when there is none
+  local candidate
+  for candidate in ${CC:-} cc gcc clang; do
+    if command -v "$candidate" >/dev/null 2>&1; then command -v "$candidate"; return 0; fi
+  done
+}
+
+setup_cc() {
+  # A C compiler: the GPU fault tests build a fake libcudart.so with it (tests/faults/gpu_fakes.py).
+  if [ -n "$(c_compiler)" ]; then return 0; fi
+  if [ -z "${DRILL_SETUP_OFFLINE:-}" ] && command -v apt-get >/dev/null 2>&1; then
+    local sudo=""; if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+    log "installing a C compiler (Debian gcc, libc6-dev)"
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+      && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null || true
+    if [ -n "$(c_compiler)" ]; then return 0; fi
+  fi
+  log "no C compiler (cc, gcc or clang) and none could be installed: the GPU fault tests need one"
+  log "  install gcc (apt-get install gcc libc6-dev) or set CC to a compiler, then run ./dev setup again"
+  return 1
 }
 
 JAEGER_VERSION="v1.76.0"
@@ -86,10 +165,16 @@ setup_docker() {
   if [ -n "${DRILL_SKIP_DOCKER:-}" ] || docker_up; then return 0; fi
   local sudo=""
   if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
-  if [ ! -x /usr/sbin/dockerd ] && ! command -v dockerd >/dev/null 2>&1; then
+  if [ ! -x /usr/sbin/dockerd ] && ! command -v dockerd >/dev/null 2>&1 && [ -z "${DRILL_SETUP_OFFLINE:-}" ] \
+      && command -v apt-get >/dev/null 2>&1; then
     log "installing the Docker engine (Debian docker.io)"
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+      && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null || true
+  fi
+  if [ ! -x /usr/sbin/dockerd ] && ! command -v dockerd >/dev/null 2>&1; then
+    log "no Docker engine (dockerd) and none could be installed"
+    log "  install docker.io (or Docker Engine), or set DRILL_SKIP_DOCKER=1 and run the tests with -m 'not docker'"
+    return 1
   fi
   log "starting dockerd (vfs storage, no iptables, no bridge; host networking only)"
   $sudo sh -c 'nohup dockerd --storage-driver=vfs --iptables=false --bridge=none >/tmp/llm-drill-dockerd.log 2>&1 &'
@@ -97,5 +182,8 @@ setup_docker() {
     if docker_up; then return 0; fi
     sleep 0.5
   done
-  log "dockerd did not come up; see /tmp/llm-drill-dockerd.log (Docker tests will fail)"
+  tail -n 20 /tmp/llm-drill-dockerd.log >&2 || true
+  log "dockerd did not come up within 30 s; its log is /tmp/llm-drill-dockerd.log"
+  log "  fix what it says, or set DRILL_SKIP_DOCKER=1 and run the tests with -m 'not docker'"
+  return 1
 }

@@ -1,0 +1,111 @@
+"""``./dev setup`` installs what is missing or stops at once with a message that says what to do.
+
+The steps of scripts/setup.sh run here in a bash whose PATH holds only the tools they use (no Go, no C
+compiler, no Toxiproxy), with ``DRILL_SETUP_OFFLINE=1`` so that nothing is downloaded or apt-installed:
+what is tested is the stop, its exit status and its message. A fake ``go`` stands in for an old or a
+new enough Go. ``./dev`` runs these steps under ``set -e``, so a step's status 1 is ./dev's exit 1.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TOOLS = ("bash", "sh", "sort", "head", "awk", "mktemp", "rmdir", "rm", "mv", "id", "uname", "cat", "printf", "dirname",
+         "sed", "seq", "sleep", "tail")
+
+
+def _bin(tmp_path: Path, go_version: str | None = None) -> Path:
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for tool in TOOLS:
+        found = shutil.which(tool)
+        if found:
+            (folder / tool).symlink_to(found)
+    if go_version is not None:
+        go = folder / "go"
+        go.write_text(f'#!/bin/sh\nif [ "$1" = env ]; then echo go{go_version}; else echo "go version go{go_version} linux/amd64"; fi\n'
+                      'if [ "$1" = install ]; then exit 3; fi\n')
+        go.chmod(0o755)
+    return folder
+
+
+def _step(tmp_path: Path, script: str, go_version: str | None = None) -> subprocess.CompletedProcess:
+    env = {"PATH": str(_bin(tmp_path, go_version)), "HOME": str(tmp_path), "VENV": str(tmp_path / "venv"),
+           "DRILL_SETUP_OFFLINE": "1"}
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    return subprocess.run(["bash", "-c", f"set -euo pipefail; source scripts/setup.sh; {script}"], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_without_go_toxiproxy_setup_stops_with_exit_1_and_says_what_to_do(tmp_path: Path) -> None:
+    done = _step(tmp_path, "setup_toxiproxy; echo carried-on")
+    assert done.returncode == 1, done
+    assert "carried-on" not in done.stdout
+    assert "Go is not installed: building the Toxiproxy server v2.12.0 needs Go >= 1.23.0" in done.stderr
+    assert "https://go.dev/dl/" in done.stderr and "TOXIPROXY_BIN" in done.stderr
+
+
+def test_debian_12s_go_1_19_is_too_old_for_toxiproxy_2_12(tmp_path: Path) -> None:
+    done = _step(tmp_path, "setup_toxiproxy", go_version="1.19.8")
+    assert done.returncode == 1, done
+    assert "Go 1.19.8 is too old: building the Toxiproxy server v2.12.0 needs Go >= 1.23.0" in done.stderr
+
+
+@pytest.mark.parametrize("version, ok", [("1.23.0", True), ("1.23.4", True), ("1.24.6", True), ("1.22.12", False),
+                                         ("1.9", False), ("1.100.0", True)])
+def test_the_go_version_is_compared_as_a_version(tmp_path: Path, version: str, ok: bool) -> None:
+    done = _step(tmp_path, 'setup_go "$TOXIPROXY_MIN_GO"', go_version=version)
+    assert (done.returncode == 0) is ok, done
+
+
+def test_a_failed_go_install_stops_setup(tmp_path: Path) -> None:
+    done = _step(tmp_path, "setup_toxiproxy; echo carried-on", go_version="1.24.6")   # the fake go install exits 3
+    assert done.returncode == 1 and "carried-on" not in done.stdout, done
+    assert "go install of the Toxiproxy server failed" in done.stderr
+
+
+def test_without_a_c_compiler_setup_stops_with_exit_1(tmp_path: Path) -> None:
+    done = _step(tmp_path, "setup_cc; echo carried-on")
+    assert done.returncode == 1 and "carried-on" not in done.stdout, done
+    assert "no C compiler (cc, gcc or clang)" in done.stderr and "apt-get install gcc" in done.stderr
+
+
+def test_a_c_compiler_on_path_is_found(tmp_path: Path) -> None:
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    assert compiler, "./dev setup provides a C compiler; this machine has none"
+    done = _step(tmp_path, f"export CC={compiler}; setup_cc && c_compiler")
+    assert done.returncode == 0 and done.stdout.strip() == compiler, done
+
+
+def test_docker_that_cannot_be_had_stops_setup(tmp_path: Path) -> None:
+    if os.path.exists("/usr/sbin/dockerd"):
+        pytest.skip("this machine has /usr/sbin/dockerd; the no-engine branch cannot be reached here")
+    done = _step(tmp_path, "docker_up() { false; }; setup_docker; echo carried-on")
+    assert done.returncode == 1 and "carried-on" not in done.stdout, done
+    assert "no Docker engine" in done.stderr and "DRILL_SKIP_DOCKER=1" in done.stderr
+
+
+def test_dev_runs_its_steps_under_set_e() -> None:
+    text = (REPO / "dev").read_text()
+    assert "set -euo pipefail" in text
+    for step in ("setup_toxiproxy", "setup_cc", "setup_docker"):
+        assert step in text
+
+
+def test_the_gpu_tests_fail_rather_than_skip_without_a_c_compiler(tmp_path: Path, monkeypatch) -> None:
+    from tests.faults.gpu_fakes import build_fake_cudart
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.delenv("DRILL_ALLOW_NO_CC", raising=False)
+    with pytest.raises(pytest.fail.Exception, match="no C compiler"):
+        build_fake_cudart(tmp_path / "lib")
+    monkeypatch.setenv("DRILL_ALLOW_NO_CC", "1")   # asked for by name: a visible skip
+    with pytest.raises(pytest.skip.Exception):
+        build_fake_cudart(tmp_path / "lib")

@@ -305,7 +305,9 @@ def read_json_file(path: _Path, report: _ReadReport | None = None) -> _SpanTable
     """The spans of an OTLP/JSON-lines file (one ``TracesData`` per line, the collector's file exporter).
 
     A line that is not JSON, not a ``TracesData``, or has an id that is neither hex nor base64 is counted
-    and located in ``report`` (all its spans are left out); a torn last line is ``torn_last_line``.
+    and located in ``report`` (all its spans are left out); a torn last line is ``torn_last_line``. A file
+    that is one pretty-printed document (what Tempo's ``/api/traces/<id>`` returns, saved) is read whole
+    when no line of it reads on its own but the whole does.
     """
     report = report if report is not None else _ReadReport(path)
     builder = _TableBuilder()
@@ -314,21 +316,35 @@ def read_json_file(path: _Path, report: _ReadReport | None = None) -> _SpanTable
         return builder.build()
     with path.open("rb") as fh:
         for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            mark = len(builder)
-            try:
-                _add_traces_data(_TRACES_DECODER.decode(line), builder)
-            except (_msgspec.DecodeError, _msgspec.ValidationError, ValueError, TypeError) as exc:
-                builder.truncate(mark)
-                bad = _BadLine(number, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200])
-                if line.endswith(b"\n"):
-                    report.add_bad(bad)
-                else:
-                    report.torn_last_line = bad
-                continue
-            report.lines_read += 1
+            if line.strip():
+                _add_json_line(line, number, builder, report)
+    if report.lines_read == 0 and (report.bad_count or report.torn_last_line) and _add_whole_document(path, builder):
+        report.bad_count, report.bad_lines, report.torn_last_line, report.lines_read = 0, [], None, 1
     return builder.build()
+
+
+def _add_json_line(line: bytes, number: int, builder: _TableBuilder, report: _ReadReport) -> None:
+    mark = len(builder)
+    try:
+        _add_traces_data(_TRACES_DECODER.decode(line), builder)
+    except (_msgspec.DecodeError, _msgspec.ValidationError, ValueError, TypeError) as exc:
+        builder.truncate(mark)
+        bad = _BadLine(number, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200])
+        if line.endswith(b"\n"):
+            report.add_bad(bad)
+        else:
+            report.torn_last_line = bad
+        return
+    report.lines_read += 1
+
+
+def _add_whole_document(path: _Path, builder: _TableBuilder) -> bool:
+    try:
+        _add_traces_data(_TRACES_DECODER.decode(path.read_bytes()), builder)
+    except (_msgspec.DecodeError, _msgspec.ValidationError, ValueError, TypeError):
+        builder.truncate(0)
+        return False
+    return True
 
 
 #: How an OTLP protobuf file holds its messages (each a ``TracesData``, wire-identical to an

@@ -26,7 +26,7 @@ import numpy as np
 
 from drill.api import PluginParams, TraceSource
 from drill.jsonl import BadLine, ReadReport
-from drill.traces.table import KIND_NAMES, STATUS_NAMES, SpanTable, _intern, hex_u64, kind_code, status_code
+from drill.traces.table import KIND_NAMES, STATUS_NAMES, SpanTable, intern_codes, hex_u64, kind_code, status_code
 
 __all__ = ["OtlpFileSource", "OtlpProtoFileSource", "ReceiverSource", "SourceReport", "TableSource",
            "read_receiver_file", "table_to_dicts"]
@@ -298,7 +298,7 @@ class _ReceiverColumns:
         columns = self.columns
         trace_ids = _lowercase(list(map(get["trace_id"], spans)))
         columns["trace_id"][rows] = trace_ids
-        columns["trace_code"][rows] = _intern(trace_ids, self.traces)
+        columns["trace_code"][rows] = intern_codes(trace_ids, self.traces)
         span_ids = _lowercase(list(map(get["span_id"], spans)))
         columns["span_id"][rows] = span_ids
         parents = list(map(get["parent_span_id"], spans))
@@ -307,8 +307,8 @@ class _ReceiverColumns:
         parents = _lowercase(parents)
         columns["parent_id"][rows] = parents
         self._id_values(rows, span_ids, parents)
-        columns["service"][rows] = _intern(list(map(get["service"], spans)), self.services)
-        columns["name"][rows] = _intern(list(map(get["name"], spans)), self.names)
+        columns["service"][rows] = intern_codes(list(map(get["service"], spans)), self.services)
+        columns["name"][rows] = intern_codes(list(map(get["name"], spans)), self.names)
         columns["kind"][rows] = _codes(list(map(get["kind"], spans)), _KIND_OF, kind_code)
         columns["start_ns"][rows] = list(map(get["start_ns"], spans))
         columns["end_ns"][rows] = list(map(get["end_ns"], spans))

@@ -18,7 +18,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["KIND_NAMES", "STATUS_NAMES", "Span", "SpanTable", "TableBuilder", "kind_code", "status_code"]
+__all__ = ["KIND_NAMES", "STATUS_NAMES", "Span", "SpanTable", "TableBuilder", "hex_u64", "intern_codes", "kind_code",
+           "status_code"]
 
 KIND_NAMES = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")   # OTLP SpanKind codes 0..5
 STATUS_NAMES = ("UNSET", "OK", "ERROR")                                                # OTLP status codes 0..2
@@ -68,7 +69,7 @@ def _objects(values: Sequence[Any]) -> np.ndarray:
     return np.fromiter(values, dtype=object, count=len(values))
 
 
-def _intern(values: Sequence[str], names: dict[str, int]) -> list[int]:
+def intern_codes(values: Sequence[str], names: dict[str, int]) -> list[int]:
     """Codes of ``values`` in ``names``; new names get the next codes in first-seen order (C-level passes)."""
     for value in dict.fromkeys(values):
         if value not in names:
@@ -141,8 +142,8 @@ class SpanTable:
         n = len(span_id)
         return cls(
             trace_id=_objects(trace_id), span_id=_objects(span_id), parent_id=_objects(parent_id),
-            service=np.array(_intern(service, services), dtype=np.int32).reshape(n),
-            name=np.array(_intern(name, names), dtype=np.int32).reshape(n),
+            service=np.array(intern_codes(service, services), dtype=np.int32).reshape(n),
+            name=np.array(intern_codes(name, names), dtype=np.int32).reshape(n),
             kind=np.asarray(kind, dtype=np.int8).reshape(n), start_ns=np.asarray(start_ns, dtype=np.int64).reshape(n),
             end_ns=np.asarray(end_ns, dtype=np.int64).reshape(n), status=np.asarray(status, dtype=np.int8).reshape(n),
             status_message=_objects(status_message), attributes=_objects(attributes),
@@ -160,8 +161,8 @@ class SpanTable:
         names: dict[str, int] = {}
         service_cols, name_cols = [], []
         for table in tables:
-            service_map = np.asarray(_intern(table.services, services), dtype=np.int32)
-            name_map = np.asarray(_intern(table.names, names), dtype=np.int32)
+            service_map = np.asarray(intern_codes(table.services, services), dtype=np.int32)
+            name_map = np.asarray(intern_codes(table.names, names), dtype=np.int32)
             service_cols.append(service_map[table.service] if len(service_map) else table.service)
             name_cols.append(name_map[table.name] if len(name_map) else table.name)
 
@@ -238,7 +239,7 @@ class SpanTable:
     @cached_property
     def _trace_codes(self) -> tuple[np.ndarray, tuple[str, ...]]:
         codes: dict[str, int] = {}
-        column = np.array(_intern(self.trace_id.tolist(), codes), dtype=np.int32)
+        column = np.array(intern_codes(self.trace_id.tolist(), codes), dtype=np.int32)
         return column, tuple(codes)
 
     @cached_property

@@ -190,3 +190,14 @@ def test_receiver_file_with_upper_case_ids_and_null_fields(tmp_path: Path) -> No
     table = _source("receiver", tmp_path).table()
     assert table.trace_id[0] == spans[0]["trace_id"].lower() and table.parent_row.tolist()[1:4] == [0, 1, 2]
     assert table.status[0] == 0 and table.kind[1] == 3
+
+
+def test_a_pretty_printed_tempo_document_is_read_whole(tmp_path: Path) -> None:
+    document = json.loads((FIXTURES / "tempo_base64.jsonl").read_text())
+    (tmp_path / "trace.json").write_text(json.dumps(document, indent=2))
+    source = _source("otlp_file", tmp_path, path="trace.json")
+    assert _rows(source.table()) == _rows(_otlp("otlp_hex.jsonl")[0])
+    assert source.report.unreadable == 0
+    (tmp_path / "junk.json").write_text("{\n  nope\n")
+    junk = _source("otlp_file", tmp_path, path="junk.json")
+    assert len(junk.table()) == 0 and junk.report.unreadable == 2

@@ -29,10 +29,13 @@ The analysis compares a *fault window* (the selection) with a *baseline* (Bubble
    ``explain_share`` of its excess outside them (network, proxy, connection set-up) — or that has no
    child at all — points at the link between the two services; it is reported with the CLIENT span as
    the abnormal span and the link named.
-5. **Materiality**: a slow root cause is *material* when its excess over its baseline median is at
-   least ``min_impact`` of the user-facing (top) span's usual duration (its pair's baseline median);
-   errors and missing children always are. A 50 ms longer queue under a 4 s request, or more load on
-   the healthy replica, is a deviation worth listing but not where the fault is.
+5. **Materiality**: a slow root cause is *material* when the part of its excess that reached the
+   user-facing (top) span is at least ``min_impact`` of the top's usual duration (its pair's baseline
+   median); errors and missing children always are. The part that reached the top is its excess capped
+   by each ancestor's, and nothing when a span on the way ran off its parent's critical path (in
+   parallel with the last-finishing child: the parent did not wait for it). A 50 ms longer queue under
+   a 4 s request, more load on the healthy replica, or a slow call nobody waited for is a deviation
+   worth listing but not where the fault is.
 6. **First abnormal span**: the material root cause (any root cause when none is material) with the
    earliest *onset* — when a slow span passed its threshold (a material one: when its excess reached
    ``min_impact``), an error or a missing child at the span's end; onsets within
@@ -135,7 +138,7 @@ class AbnormalSpan:
     deviations: tuple[Deviation, ...]
     onset_ns: int
     onset_s: float | None          # seconds after the reference (the fault's injection, else the baseline's end)
-    impact: float | None           # excess over its baseline median / the user-facing span's baseline median
+    impact: float | None           # excess that reached the user-facing span / that span's baseline median
     material: bool                 # impact >= min_impact, or an error / missing child
     attributes: dict[str, Any]     # the span's own key attributes
     context_attributes: dict[str, Any]  # key attributes of its ancestors in the same service (nearest wins)
@@ -422,7 +425,7 @@ class _Flags:
     abnormal: np.ndarray
     cause: np.ndarray              # abnormal and not explained by a child
     material: np.ndarray           # causes that matter to the user-facing span
-    impact: np.ndarray             # float: excess / the user-facing span's baseline median (nan: not slow)
+    impact: np.ndarray             # float: excess reaching the top / the top's baseline median (nan: not slow)
     onset: np.ndarray              # int64 ns (_NEVER where not abnormal)
     slow_raw: np.ndarray           # above the latency threshold, significant or not
 
@@ -442,9 +445,11 @@ def _flags(table: SpanTable, tree: _Tree, group: np.ndarray, groups: int, win: _
     miss = np.zeros(n, dtype=bool)
     miss[missing.rows] = True
     abnormal = latency | error | miss
-    cause = abnormal & ~_explained(tree.parent, duration, group, model, latency, error, miss, abnormal, options)
+    critical = _critical(table, tree, options)
+    cause = abnormal & ~_explained(tree.parent, critical, duration, group, model, latency, error, miss, abnormal,
+                                   options)
     ended = error | miss
-    impact, usual = _impact(duration, group, tree, model, latency)
+    impact, usual = _impact(duration, group, tree, critical, model, latency)
     material = cause & (ended | (impact >= options.min_impact))
     onset = _onset(table, group, model, latency, ended, material, usual, options)
     return _Flags(latency, error, miss, abnormal, cause, material, impact, onset, slow_raw)
@@ -466,31 +471,81 @@ def _onset(table: SpanTable, group: np.ndarray, model: _Model, latency: np.ndarr
     return onset
 
 
-def _impact(duration: np.ndarray, group: np.ndarray, tree: _Tree, model: _Model, latency: np.ndarray
-            ) -> tuple[np.ndarray, np.ndarray]:
-    """Each slow span's excess over its baseline median as a share of its user-facing (top) span's usual
+def _critical(table: SpanTable, tree: _Tree, options: AnalysisOptions) -> np.ndarray:
+    """bool per row: the span is on its parent's critical path (tops are).
+
+    Jaeger's critical path, one step deep: a child is critical when it is the last-finishing child of its
+    parent, or ends before that child starts (it ran before it, in sequence); a child that overlaps the
+    last-finishing one ran in parallel and the parent did not wait for it. ``onset_tolerance_ms`` of
+    slack absorbs the clock skew between the children's processes.
+    """
+    parent, n = tree.parent, len(table)
+    critical = np.ones(n, dtype=bool)
+    rows = np.flatnonzero(parent >= 0)
+    if not len(rows):
+        return critical
+    order = rows[np.lexsort((table.end_ns[rows], parent[rows]))]
+    last = np.ones(len(order), dtype=bool)
+    last[:-1] = parent[order[1:]] != parent[order[:-1]]
+    lfc = np.full(n, -1, dtype=np.int64)
+    lfc[parent[order[last]]] = order[last]               # each parent's last-finishing child
+    slack = int(options.onset_tolerance_ms * 1e6)
+    final = lfc[parent[rows]]
+    critical[rows] = ((table.end_ns[rows] >= table.end_ns[final] - slack)
+                      | (table.end_ns[rows] <= table.start_ns[final] + slack))
+    return critical
+
+
+def _impact(duration: np.ndarray, group: np.ndarray, tree: _Tree, critical: np.ndarray, model: _Model,
+            latency: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """How much of each slow span's excess reached its user-facing (top) span, as a share of the top's usual
     duration, and that usual duration (ns; nan for spans that are not slow).
 
-    The usual duration is the top span's pair's baseline median, or the top span's own duration when its
-    pair has no baseline.
+    The excess that reached the top is the span's own excess over its baseline median, capped by each
+    ancestor's excess on the way up, and nothing when a span on the way is off its parent's critical
+    path (the user-facing span did not wait for it). The usual duration is the top's pair's baseline
+    median, else the top's own duration.
     """
+    excess = duration - model.median[group]
+    cap, on_path = _path_min(tree.parent, np.where(np.isnan(excess), np.inf, excess), critical)
     impact = np.full(len(duration), np.nan)
     usual = np.full(len(duration), np.nan)
     rows = np.flatnonzero(latency)
     top = tree.top[rows]
     median = model.median[group[top]]
     usual[rows] = np.where(np.isfinite(median) & (median > 0), median, duration[top])
+    reached = np.where(on_path[rows], np.minimum(excess[rows], cap[rows]), 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        impact[rows] = (duration[rows] - model.median[group[rows]]) / usual[rows]
+        impact[rows] = reached / usual[rows]
     return impact, usual
 
 
-def _explained(parent: np.ndarray, duration: np.ndarray, group: np.ndarray, model: _Model, latency: np.ndarray,
-               error: np.ndarray, miss: np.ndarray, abnormal: np.ndarray, options: AnalysisOptions) -> np.ndarray:
+def _path_min(parent: np.ndarray, value: np.ndarray, link: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the smallest ``value`` among its ancestors (inf for a top) and whether ``link`` holds for it
+    and every ancestor below the top (pointer jumping, log₂ depth passes)."""
+    up = parent.copy()
+    has = up >= 0
+    low = np.where(has, value[np.where(has, up, 0)], np.inf)
+    ok = np.where(has, link, True)
+    for _ in range(64):
+        active = np.flatnonzero(up >= 0)
+        if not len(active):
+            break
+        ahead = up[active]
+        low[active] = np.minimum(low[active], low[ahead])
+        ok[active] &= ok[ahead]
+        up[active] = up[ahead]
+    return low, ok
+
+
+def _explained(parent: np.ndarray, critical: np.ndarray, duration: np.ndarray, group: np.ndarray, model: _Model,
+               latency: np.ndarray, error: np.ndarray, miss: np.ndarray, abnormal: np.ndarray,
+               options: AnalysisOptions) -> np.ndarray:
     """Abnormal spans whose deviation a deeper abnormal span accounts for.
 
     A slow (only) span is explained when its children's time over their baseline medians covers
-    ``explain_share`` of its own excess and an abnormal span lies below it — whether or not the child
+    ``explain_share`` of its own excess and an abnormal span lies below it (children on its critical path
+    only: a parallel child it did not wait for explains nothing) — whether or not the child
     in between was flagged (its own baseline may be too wide or too thin to judge) — or when a child
     erred. An erring span, or one missing a child, is explained by any abnormal span below it.
     """
@@ -502,7 +557,7 @@ def _explained(parent: np.ndarray, duration: np.ndarray, group: np.ndarray, mode
         return np.bincount(parent[rows], weights=None if weights is None else weights[rows], minlength=n)
 
     excess = np.nan_to_num(duration - model.median[group], nan=0.0)
-    child_excess = per_parent(has_parent, np.maximum(excess, 0.0))
+    child_excess = per_parent(critical, np.maximum(excess, 0.0))
     below = _abnormal_below(parent, abnormal)
     latency_only = latency & ~error & ~miss
     by_children = ((child_excess >= options.explain_share * excess) & below) | (per_parent(error) > 0)

@@ -478,3 +478,25 @@ def test_random_forests_keep_the_invariants(seed):
     assert sum(p.root_causes for p in report.pairs) == report.candidates
     assert all(p.material <= p.root_causes <= p.flagged <= p.spans for p in report.pairs)
     assert [(p.service, p.name) for p in report.pairs] == [(p.service, p.name) for p in again.pairs]
+
+
+def test_a_slow_span_off_the_critical_path_is_not_the_cause():
+    # checkout waits for a 50 ms pricing call; a parallel 2 ms cache call gets 40 ms slower from the start,
+    # which checkout never waits for; 20 ms later the pricing call gets 400 ms slower: that one the user feels
+    rng = random.Random(5)
+    spans = []
+    for i in range(300):
+        t, fault = i * SPACING_MS, i >= 150
+        cache_ms = 2 + rng.random() * 0.2 + (40 if fault else 0)
+        pricing_ms = 50 + rng.random() * 2 + (400 if fault and i >= 152 else 0)
+        root = span(i + 1, "GET /checkout", service="shop", kind="SERVER", start_ms=t, end_ms=t + pricing_ms + 1)
+        spans += [root,
+                  span(i + 1, "GET cache", service="shop", kind="CLIENT", parent=root, start_ms=t + 0.5,
+                       end_ms=t + 0.5 + cache_ms),
+                  span(i + 1, "POST /price", service="pricing", kind="SERVER", parent=root, start_ms=t + 0.5,
+                       end_ms=t + 0.5 + pricing_ms)]
+    fault_start = T0 + int(150 * SPACING_MS * 1e6)
+    report = find_abnormal(SpanTable.from_spans(spans), baseline_until_ns=fault_start, fault_start_ns=fault_start)
+    cache = pair(report, "shop", "GET cache")
+    assert cache.root_causes == 150 and cache.material == 0          # slow, but it reached nobody
+    assert (report.first.service, report.first.name) == ("pricing", "POST /price") and report.first.material

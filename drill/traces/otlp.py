@@ -1,15 +1,20 @@
-"""Decode OTLP trace exports (protobuf or JSON) into normalized span dicts.
+"""Decode OTLP trace exports: the receiver's HTTP bodies into normalized span dicts, and OTLP files
+(JSON lines, protobuf) into a :class:`~drill.traces.table.SpanTable`.
 
-OTLP/JSON writes ``traceId``/``spanId``/``parentSpanId`` as **hex**, while
-protobuf's ``json_format.Parse`` expects **base64** for bytes fields and
-silently mis-decodes hex (``dependency-notes.md`` §4). The JSON path therefore
-rewrites those keys from hex to base64 before parsing. A normalized span::
+OTLP/JSON writes ``traceId``/``spanId``/``parentSpanId`` as **hex** (opentelemetry-proto,
+``docs/specification.md``, "JSON Protobuf Encoding"), while protobuf's ``json_format.Parse`` expects
+**base64** for bytes fields and silently mis-decodes hex. The receiver's JSON path therefore rewrites
+those keys from hex to base64 before parsing. A normalized span (one line of ``spans.jsonl``)::
 
     {"trace_id": "5b8e...", "span_id": "...", "parent_span_id": null, "name": "llm_request",
      "kind": "SERVER", "service": "drill-replica-0", "scope": "drill.stack", "start_ns": ..,
      "end_ns": .., "duration_ms": 12.5, "status": {"code": "ERROR", "message": "..."},
      "attributes": {"gen_ai.latency.time_in_queue": 0.01, ...}, "resource": {...},
      "events": [{"name": "...", "ts_ns": .., "attributes": {...}}]}
+
+Files: :func:`read_json_file` (the OpenTelemetry Collector file exporter's JSON lines, one ``TracesData``
+per line; Tempo's ``batches`` and base64 ids too) and :func:`read_proto_file` (protobuf, framed as
+:data:`PROTO_FRAMINGS` says).
 """
 
 from __future__ import annotations
@@ -18,9 +23,12 @@ import base64
 import binascii
 import gzip
 import json
+import struct
 import zlib
+from pathlib import Path
 from typing import Any, Iterator
 
+import msgspec
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -28,7 +36,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-__all__ = ["OtlpDecodeError", "decode_body", "decode_request", "encode_response", "normalize"]
+from drill.jsonl import BadLine, ReadReport
+from drill.traces.table import SpanTable, TableBuilder, kind_code, status_code
+
+__all__ = ["PROTO_FRAMINGS", "OtlpDecodeError", "TracesData", "decode_body", "decode_request", "encode_response",
+           "normalize", "read_json_file", "read_proto_file", "span_id_hex", "trace_id_hex"]
 
 _KINDS = {0: "UNSPECIFIED", 1: "INTERNAL", 2: "SERVER", 3: "CLIENT", 4: "PRODUCER", 5: "CONSUMER"}
 _STATUS = {0: "UNSET", 1: "OK", 2: "ERROR"}
@@ -161,19 +173,9 @@ def _span(span, service: str, scope: str, resource: dict[str, Any]) -> dict[str,
 # ending in "==" or a span id of 12 ending in "=" is base64 (Tempo, the Java SDK's JSON), anything else
 # is hex (the OTLP/JSON spec). 64-bit times may be decimal strings (the spec) or numbers.
 
-import struct as _struct
-from pathlib import Path as _Path
-
-import msgspec as _msgspec
-
-from drill.jsonl import BadLine as _BadLine, ReadReport as _ReadReport
-from drill.traces.table import SpanTable as _SpanTable, TableBuilder as _TableBuilder
-from drill.traces.table import kind_code as _kind_code, status_code as _status_code
-
-__all__ += ["PROTO_FRAMINGS", "TracesData", "read_json_file", "read_proto_file", "span_id_hex", "trace_id_hex"]
 
 
-class _AnyValue(_msgspec.Struct, rename="camel"):
+class _AnyValue(msgspec.Struct, rename="camel"):
     string_value: str | None = None
     bool_value: bool | None = None
     int_value: int | str | None = None
@@ -183,25 +185,25 @@ class _AnyValue(_msgspec.Struct, rename="camel"):
     kvlist_value: "_KvList | None" = None
 
 
-class _KeyValue(_msgspec.Struct):
+class _KeyValue(msgspec.Struct):
     key: str
     value: _AnyValue | None = None
 
 
-class _ArrayValue(_msgspec.Struct):
+class _ArrayValue(msgspec.Struct):
     values: list[_AnyValue] = []
 
 
-class _KvList(_msgspec.Struct):
+class _KvList(msgspec.Struct):
     values: list[_KeyValue] = []
 
 
-class _JsonStatus(_msgspec.Struct):
+class _JsonStatus(msgspec.Struct):
     code: int | str = 0
     message: str = ""
 
 
-class _JsonSpan(_msgspec.Struct, rename="camel"):
+class _JsonSpan(msgspec.Struct, rename="camel"):
     trace_id: str = ""
     span_id: str = ""
     parent_span_id: str = ""
@@ -213,28 +215,28 @@ class _JsonSpan(_msgspec.Struct, rename="camel"):
     status: _JsonStatus | None = None
 
 
-class _JsonScopeSpans(_msgspec.Struct):
+class _JsonScopeSpans(msgspec.Struct):
     spans: list[_JsonSpan] = []
 
 
-class _JsonResource(_msgspec.Struct):
+class _JsonResource(msgspec.Struct):
     attributes: list[_KeyValue] = []
 
 
-class _JsonResourceSpans(_msgspec.Struct, rename="camel"):
+class _JsonResourceSpans(msgspec.Struct, rename="camel"):
     resource: _JsonResource | None = None
     scope_spans: list[_JsonScopeSpans] = []
     instrumentation_library_spans: list[_JsonScopeSpans] = []   # OTLP < 0.15, older Tempo
 
 
-class TracesData(_msgspec.Struct, rename="camel"):
+class TracesData(msgspec.Struct, rename="camel"):
     """One OTLP/JSON ``TracesData`` (or ``ExportTraceServiceRequest``); Tempo names the list ``batches``."""
 
     resource_spans: list[_JsonResourceSpans] = []
     batches: list[_JsonResourceSpans] = []
 
 
-_TRACES_DECODER = _msgspec.json.Decoder(TracesData)
+_TRACES_DECODER = msgspec.json.Decoder(TracesData)
 
 
 def _id_hex(value: str, b64_len: int, b64_pad: str, hex_len: int) -> str:
@@ -288,7 +290,7 @@ def _json_attributes(items: list[_KeyValue]) -> dict[str, Any]:
     return {kv.key: _json_value(kv.value) for kv in items}
 
 
-def _add_traces_data(data: TracesData, builder: _TableBuilder) -> None:
+def _add_traces_data(data: TracesData, builder: TableBuilder) -> None:
     for resource_spans in data.resource_spans or data.batches:
         resource = _json_attributes(resource_spans.resource.attributes) if resource_spans.resource else {}
         service = str(resource.get("service.name", "unknown"))
@@ -296,12 +298,12 @@ def _add_traces_data(data: TracesData, builder: _TableBuilder) -> None:
             for span in scope.spans:
                 status = span.status or _JsonStatus()
                 builder.add(trace_id_hex(span.trace_id), span_id_hex(span.span_id), span_id_hex(span.parent_span_id),
-                            service, span.name, _kind_code(span.kind), int(span.start_time_unix_nano),
-                            int(span.end_time_unix_nano), _status_code(status.code), status.message or None,
+                            service, span.name, kind_code(span.kind), int(span.start_time_unix_nano),
+                            int(span.end_time_unix_nano), status_code(status.code), status.message or None,
                             _json_attributes(span.attributes))
 
 
-def read_json_file(path: _Path, report: _ReadReport | None = None) -> _SpanTable:
+def read_json_file(path: Path, report: ReadReport | None = None) -> SpanTable:
     """The spans of an OTLP/JSON-lines file (one ``TracesData`` per line, the collector's file exporter).
 
     A line that is not JSON, not a ``TracesData``, or has an id that is neither hex nor base64 is counted
@@ -309,8 +311,8 @@ def read_json_file(path: _Path, report: _ReadReport | None = None) -> _SpanTable
     that is one pretty-printed document (what Tempo's ``/api/traces/<id>`` returns, saved) is read whole
     when no line of it reads on its own but the whole does.
     """
-    report = report if report is not None else _ReadReport(path)
-    builder = _TableBuilder()
+    report = report if report is not None else ReadReport(path)
+    builder = TableBuilder()
     if not path.exists():
         report.exists = False
         return builder.build()
@@ -323,13 +325,13 @@ def read_json_file(path: _Path, report: _ReadReport | None = None) -> _SpanTable
     return builder.build()
 
 
-def _add_json_line(line: bytes, number: int, builder: _TableBuilder, report: _ReadReport) -> None:
+def _add_json_line(line: bytes, number: int, builder: TableBuilder, report: ReadReport) -> None:
     mark = len(builder)
     try:
         _add_traces_data(_TRACES_DECODER.decode(line), builder)
-    except (_msgspec.DecodeError, _msgspec.ValidationError, ValueError, TypeError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError) as exc:
         builder.truncate(mark)
-        bad = _BadLine(number, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200])
+        bad = BadLine(number, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200])
         if line.endswith(b"\n"):
             report.add_bad(bad)
         else:
@@ -338,10 +340,10 @@ def _add_json_line(line: bytes, number: int, builder: _TableBuilder, report: _Re
     report.lines_read += 1
 
 
-def _add_whole_document(path: _Path, builder: _TableBuilder) -> bool:
+def _add_whole_document(path: Path, builder: TableBuilder) -> bool:
     try:
         _add_traces_data(_TRACES_DECODER.decode(path.read_bytes()), builder)
-    except (_msgspec.DecodeError, _msgspec.ValidationError, ValueError, TypeError):
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError):
         builder.truncate(0)
         return False
     return True
@@ -368,7 +370,7 @@ def _frames(data: bytes, framing: str) -> Iterator[tuple[int, bytes | None, str]
             if offset + 4 > len(data):
                 yield start, None, "truncated length prefix"
                 return
-            (length,) = _struct.unpack_from(">I", data, offset)
+            (length,) = struct.unpack_from(">I", data, offset)
             offset += 4
         else:
             length, offset = _varint(data, offset)
@@ -394,7 +396,7 @@ def _varint(data: bytes, offset: int) -> tuple[int, int]:
     return -1, offset
 
 
-def read_proto_file(path: _Path, report: _ReadReport | None = None, framing: str = "message") -> _SpanTable:
+def read_proto_file(path: Path, report: ReadReport | None = None, framing: str = "message") -> SpanTable:
     """The spans of OTLP protobuf ``TracesData``/``ExportTraceServiceRequest`` messages in ``path``
     (a file, or a directory whose files each hold one message), framed as :data:`PROTO_FRAMINGS` says.
 
@@ -403,10 +405,10 @@ def read_proto_file(path: _Path, report: _ReadReport | None = None, framing: str
     """
     if framing not in PROTO_FRAMINGS:
         raise ValueError(f"unknown protobuf framing {framing!r} (one of {', '.join(PROTO_FRAMINGS)})")
-    report = report if report is not None else _ReadReport(path)
+    report = report if report is not None else ReadReport(path)
     if not path.exists():
         report.exists = False
-        return _SpanTable.empty()
+        return SpanTable.empty()
     files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
     tables, index = [], 0
     for file in files:
@@ -414,14 +416,14 @@ def read_proto_file(path: _Path, report: _ReadReport | None = None, framing: str
             index += 1
             where = f"{file.name} byte {offset}"
             if payload is None:
-                report.add_bad(_BadLine(index, f"{where}: {reason}"))
+                report.add_bad(BadLine(index, f"{where}: {reason}"))
                 continue
             message = ExportTraceServiceRequest()
             try:
                 message.ParseFromString(payload)
             except DecodeError as exc:
-                report.add_bad(_BadLine(index, f"{where}: invalid protobuf: {exc}"[:200]))
+                report.add_bad(BadLine(index, f"{where}: invalid protobuf: {exc}"[:200]))
                 continue
             report.lines_read += 1
-            tables.append(_SpanTable.from_spans(normalize(message)))
-    return _SpanTable.concat(tables)
+            tables.append(SpanTable.from_spans(normalize(message)))
+    return SpanTable.concat(tables)

@@ -186,6 +186,10 @@ def _print(plan, summary, t0: float | None, as_json: bool) -> None:
                   f"{summary.achieved_rate:.2f}/s), client drops {summary.client_drops}, cancelled at stop "
                   f"{summary.cancelled}, records {summary.records_written} (lost {summary.records_lost})",
                   highlight=False, soft_wrap=True)
+    if summary.unreadable_messages:
+        err_console.print(f"{len(summary.unreadable_messages)} message(s) from the load generator could not be "
+                          f"read (their counters are lost): {'; '.join(summary.unreadable_messages[:3])}",
+                          highlight=False, soft_wrap=True)
     console.print(f"run directory: {plan.run_dir}", highlight=False, soft_wrap=True)
 
 

@@ -12,6 +12,7 @@ the load stops within a fraction of a second.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import subprocess
@@ -35,6 +36,9 @@ __all__ = ["LoadDriver", "LoadPlan", "LoadSummary", "ReplaySummary", "replay_fai
 
 _LOG_NAME = "load-driver.log"
 _STOP_MARGIN_S = 30.0
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -76,12 +80,15 @@ class LoadSummary:
     achieved_rate: float         # sent / elapsed (requests/s actually sent)
     workers: int                 # 0: local runner
     bursts: dict[str, dict] = field(default_factory=dict)
+    #: Messages from the generator that could not be read (first few, with why); their content is lost.
+    unreadable_messages: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
-    def from_child(cls, data: dict, duration_s: float, scheduled: int) -> "LoadSummary":
+    def from_child(cls, data: dict, duration_s: float, scheduled: int,
+                   unreadable: tuple[str, ...] = ()) -> "LoadSummary":
         c = data.get("counters") or {}
         elapsed = max(1e-9, min(float(data.get("elapsed_s", duration_s)), duration_s))
         return cls(
@@ -92,7 +99,7 @@ class LoadSummary:
             records_written=int(data.get("records_written", 0)), failing_samples=int(data.get("samples_written", 0)),
             records_lost=int(data.get("records_lost", 0)), target_rate=round(int(c.get("due", 0)) / elapsed, 3),
             achieved_rate=round(int(c.get("sent", 0)) / elapsed, 3), workers=int(data.get("workers", 0)),
-            bursts=dict(data.get("bursts") or {}))
+            bursts=dict(data.get("bursts") or {}), unreadable_messages=unreadable)
 
 
 def resolve_model(target_url: str, headers: dict[str, str], timeout_s: float = 10.0) -> str:
@@ -126,6 +133,8 @@ class LoadDriver:
         self._summary_data: dict | None = None
         self._error: str | None = None
         self._summary: LoadSummary | None = None
+        self._unreadable: list[str] = []      # control messages that were not JSON objects, counted and described
+        self._closing = False
         self._scheduled = 0
         self._progress = None
         self._control = _Control(self)
@@ -176,19 +185,43 @@ class LoadDriver:
         while not self._ready.wait(0.05):
             if self._error is not None or self._finished.is_set() or time.monotonic() > deadline:
                 why = self._error or ("it exited" if self._finished.is_set() else f"no answer within {timeout_s:g}s")
+                why += self._unreadable_note()
                 self._kill()
                 raise LoadError(f"the load generator did not start: {why}", hint=self._log_hint())
 
     def _read_loop(self) -> None:
+        """Dispatch the generator's messages. A line that is not a JSON object is counted and described
+        (it reaches the summary and any error), then reading goes on; a broken channel is the error."""
         try:
-            while (msg := self._channel.recv()) is not None:
-                self._dispatch(msg)
-        except (OSError, ValueError):
-            pass
+            while True:
+                try:
+                    msg = self._channel.recv()
+                except ValueError as exc:
+                    self._unreadable_message(f"not JSON ({exc})")
+                    continue
+                if msg is None:
+                    break
+                if isinstance(msg, dict):
+                    self._dispatch(msg)
+                else:
+                    self._unreadable_message(f"a JSON {type(msg).__name__}, not an object")
+        except OSError as exc:
+            if not self._closing and self._error is None:
+                self._error = f"the control channel from the load generator broke: {exc}"
         finally:
             self._finished.set()
             with self._reply_cond:
                 self._reply_cond.notify_all()
+
+    def _unreadable_message(self, why: str) -> None:
+        self._unreadable.append(why)
+        log.warning("unreadable message %d from the load generator: %s", len(self._unreadable), why)
+
+    def _unreadable_note(self) -> str:
+        if not self._unreadable:
+            return ""
+        return (f"; {len(self._unreadable)} message(s) from the generator could not be read "
+                f"(first: {self._unreadable[0]})")
 
     def _dispatch(self, msg: dict) -> None:
         kind = msg.pop("type", None)
@@ -263,8 +296,11 @@ class LoadDriver:
         finally:
             self._reap()
         if self._summary_data is None:
-            raise LoadError("the load generator stopped without a summary", hint=self._log_hint())
-        self._summary = LoadSummary.from_child(self._summary_data, self.plan.duration_s, self._scheduled)
+            why = f": {self._error}" if self._error else ""
+            raise LoadError(f"the load generator stopped without a summary{why}{self._unreadable_note()}",
+                            hint=self._log_hint())
+        self._summary = LoadSummary.from_child(self._summary_data, self.plan.duration_s, self._scheduled,
+                                               tuple(self._unreadable[:20]) + self._more_unreadable())
         return self._summary
 
     def _await_summary(self, timeout_s: float) -> None:
@@ -272,6 +308,10 @@ class LoadDriver:
         while self._summary_data is None and time.monotonic() < deadline:
             if self._finished.wait(0.05) and self._summary_data is None:
                 break
+
+    def _more_unreadable(self) -> tuple[str, ...]:
+        extra = len(self._unreadable) - 20
+        return (f"... and {extra} more",) if extra > 0 else ()
 
     def _reap(self) -> None:
         if self._proc is None:
@@ -281,6 +321,7 @@ class LoadDriver:
         except subprocess.TimeoutExpired:
             self._kill()
         if self._channel is not None:
+            self._closing = True
             self._channel.close()
 
     def _kill(self) -> None:
@@ -288,6 +329,7 @@ class LoadDriver:
             self._proc.kill()
             self._proc.wait(timeout=10)
         if self._channel is not None:
+            self._closing = True
             self._channel.close()
 
     def _log_hint(self) -> str:

@@ -311,11 +311,13 @@ class RetryBudgetCheck(Check):
     embedded router makes one per upstream attempt). A logical request's attempts end to end are its
     upstream attempts summed over its client attempts (client attempts without spans count 1).
 
-    Observed: the retry share (retries / attempts) of the client and of the server layer, the most
-    attempts of one logical request, the requests retried at both layers. FAIL when a layer's share
-    exceeds ``max_retry_share`` or a logical request made more than ``max_attempts`` attempts (its
-    logical ids are the evidence). PASS otherwise; without spans the verdict is the client's view,
-    noted. INCONCLUSIVE with fewer than ``min_requests`` logical requests in the window.
+    Observed: the retry share (retries / attempts) of the client — overall and per pool, each pool
+    being one client as the SRE budget counts — and of the server layer, the most attempts of one
+    logical request, the requests retried at both layers. FAIL when a pool's client share or the
+    server layer's share exceeds ``max_retry_share``, or a logical request made more than
+    ``max_attempts`` attempts (its logical ids are the evidence). PASS otherwise; without spans the
+    verdict is the client's view, noted. INCONCLUSIVE with fewer than ``min_requests`` logical
+    requests in the window.
     """
 
     kind = "retry_budget"
@@ -363,44 +365,57 @@ class RetryBudgetCheck(Check):
             return None, {}, f"server-side retries are invisible without spans ({reason}): the client's view only"
         wanted = {r.trace_id.lower() for records in logical.values() for r in records if r.trace_id}
         layer, per_trace = _upstream_attempts(traces.table, wanted)
-        return layer, per_trace, None
+        unseen = len(wanted) - len(per_trace)
+        note = (f"{unseen} of {len(wanted)} client attempt(s) have no upstream CLIENT span under a SERVER span: "
+                "their server-side retries, if any, are not counted") if unseen else None
+        return layer, per_trace, note
 
     def _judge(self, logical: dict[str, list[RequestRecord]], client: _Layer, server: _Layer | None,
                per_trace: dict[str, int], note: str | None) -> Verdict:
         p: RetryBudgetParams = self.params
         end_to_end = {lid: sum(per_trace.get(r.trace_id.lower(), 1) for r in records)
                       for lid, records in logical.items()}
-        both = [lid for lid, records in logical.items()
-                if len(records) > 1 and any(per_trace.get(r.trace_id.lower(), 1) > 1 for r in records)]
         over = sorted((lid for lid, n in end_to_end.items() if n > p.max_attempts), key=lambda k: -end_to_end[k])
-        observed = {"logical_requests": len(logical), "client_attempts": client.attempts,
-                    "client_retries": client.retries, "client_retry_share": _round(client.share),
-                    "max_attempts_seen": max(end_to_end.values()), "over_max_attempts": len(over),
-                    "retried_at_both_layers": len(both)}
-        if server is not None:
-            observed.update(server_calls=server.calls, server_attempts=server.attempts,
-                            server_retries=server.retries, server_retry_share=_round(server.share))
-        units = {k: "requests" for k in observed} | {"client_retry_share": "ratio", "server_retry_share": "ratio",
-                                                       "max_attempts_seen": "attempts"}
-        expected = {"client_retry_share": f"<= {p.max_retry_share:g}",
-                    "server_retry_share": f"<= {p.max_retry_share:g}", "max_attempts_seen": f"<= {p.max_attempts}"}
-        problems = [f"{layer} retries were {share:.1%} of its attempts (budget {p.max_retry_share:.0%})"
-                    for layer, share in (("the client's", client.share), ("the server's", server and server.share))
-                    if share is not None and share > p.max_retry_share]
+        pools = sorted(_per_pool(logical).items())
+        observed, expected, units = self._figures(logical, client, server, pools, end_to_end, per_trace, over)
+        layers = [(f"pool {pool}'s client", layer.share) for pool, layer in pools]
+        layers.append(("the server's", server.share if server is not None else None))
+        problems = [f"{name} retries were {share:.1%} of its attempts (budget {p.max_retry_share:.0%})"
+                    for name, share in layers if share is not None and share > p.max_retry_share]
         if over:
             problems.append(f"{len(over)} logical request(s) made more than {p.max_attempts} attempts "
                             f"(most: {end_to_end[over[0]]})")
         refs = [EvidenceRef(EvidenceKind.LOGICAL, lid, f"{end_to_end[lid]} attempts end to end") for lid in over[:20]]
         refs += [EvidenceRef(EvidenceKind.TRACE, r.trace_id, f"attempt {r.attempt} of {lid}")
                  for lid in over[:5] for r in logical[lid] if r.trace_id]
-        notes = (note,) if note else ()
         status = Status.FAIL if problems else Status.PASS
         message = "; ".join(problems) if problems else (
             f"retries within budget: client {client.share:.1%}"
             + (f", server {server.share:.1%}" if server is not None and server.share is not None else "")
             + f", at most {observed['max_attempts_seen']} attempt(s) per logical request")
         return self.verdict(status, message, observed=observed, expected=expected, units=units, evidence=refs,
-                            window=p.phase, notes=notes)
+                            window=p.phase, notes=(note,) if note else ())
+
+    def _figures(self, logical, client: _Layer, server: _Layer | None, pools: list[tuple[str, _Layer]],
+                 end_to_end: dict[str, int], per_trace: dict[str, int], over: list[str]) -> tuple[dict, dict, dict]:
+        p: RetryBudgetParams = self.params
+        both = [lid for lid, records in logical.items()
+                if len(records) > 1 and any(per_trace.get(r.trace_id.lower(), 1) > 1 for r in records)]
+        observed = {"logical_requests": len(logical), "client_attempts": client.attempts,
+                    "client_retries": client.retries, "client_retry_share": _round(client.share),
+                    "max_attempts_seen": max(end_to_end.values()), "over_max_attempts": len(over),
+                    "retried_at_both_layers": len(both)}
+        expected = {"max_attempts_seen": f"<= {p.max_attempts}"}
+        for pool, layer in pools:
+            observed[f"{pool}.client_retry_share"] = _round(layer.share)
+            expected[f"{pool}.client_retry_share"] = f"<= {p.max_retry_share:g}"
+        if server is not None:
+            observed.update(server_calls=server.calls, server_attempts=server.attempts,
+                            server_retries=server.retries, server_retry_share=_round(server.share))
+            expected["server_retry_share"] = f"<= {p.max_retry_share:g}"
+        units = {k: ("ratio" if k.endswith("_share") else "requests") for k in observed}
+        units["max_attempts_seen"] = "attempts"
+        return observed, expected, units
 
 
 def _upstream_attempts(table, traces: set[str]) -> tuple[_Layer, dict[str, int]]:
@@ -425,6 +440,16 @@ def _upstream_attempts(table, traces: set[str]) -> tuple[_Layer, dict[str, int]]
         trace = table.trace_id[parent]
         per_trace[trace] = max(per_trace.get(trace, 1), count)
     return layer, per_trace
+
+
+def _per_pool(logical: dict[str, list[RequestRecord]]) -> dict[str, _Layer]:
+    """The client layer of each pool (the SRE budget is per client)."""
+    out: dict[str, _Layer] = defaultdict(_Layer)
+    for records in logical.values():
+        layer = out[records[0].pool]
+        layer.attempts += len(records)
+        layer.calls += 1
+    return dict(out)
 
 
 def _round(value: float | None) -> float | None:

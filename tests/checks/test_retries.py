@@ -219,7 +219,7 @@ def test_retry_share_over_budget_fails(tmp_path: Path) -> None:
     _logical(kit, 70)
     _logical(kit, 30, attempts=2, prefix="r")               # 30 / 130 = 23 % retries
     verdict = _budget(kit, use_spans=False)
-    assert verdict.status is Status.FAIL and "the client's retries" in verdict.message
+    assert verdict.status is Status.FAIL and "pool interactive's client retries" in verdict.message
     assert _budget(kit, use_spans=False, max_retry_share=0.25).status is Status.PASS
 
 
@@ -284,3 +284,16 @@ def test_a_key_without_its_span_is_not_proven_lost(tmp_path: Path) -> None:
     kit.request(81, logical_id="no-span")                  # ok to the client; its span may have been dropped
     verdict = _dupes(kit)
     assert verdict.status is Status.INCONCLUSIVE and verdict.observed["lost"] == 1
+
+
+def test_the_client_share_is_reported_per_pool(tmp_path: Path) -> None:
+    kit = _kit(tmp_path)
+    _logical(kit, 40)
+    for i in range(10):
+        for a in (1, 2):
+            kit.request(70 + i + a * 0.1, pool="batch", logical_id=f"b-{i}", attempt=a)
+    verdict = _budget(kit, use_spans=False)
+    assert verdict.observed["interactive.client_retry_share"] == 0.0
+    assert verdict.observed["batch.client_retry_share"] == 0.5
+    assert verdict.units["batch.client_retry_share"] == "ratio"
+    assert verdict.status is Status.FAIL and "pool batch's client retries were 50.0%" in verdict.message

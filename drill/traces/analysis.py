@@ -18,7 +18,9 @@ The analysis compares a *fault window* (the selection) with a *baseline* (Bubble
    same rule gives in the baseline (a Chernoff bound on the binomial tail, ``alpha``; the baseline rate
    is smoothed as ``(k + ½)/(n + 1)``), so a pair that errs 5% of the time in the baseline is not
    abnormal for erring 5% of the time under the fault, and p99 exceedances at the baseline's own rate
-   are noise.
+   are noise. An error in a pair that never erred in ``min_baseline_spans`` or more baseline spans,
+   and the absence of a child that was under every baseline parent, always count: a healthy baseline
+   has none, and one is enough to say where a crash showed.
 3. **Causal depth** ("explained" spans are not causes): a latency-only span is explained when its
    children's time over their baseline medians covers ``explain_share`` of its own excess and an
    abnormal span lies below it (Jaeger's critical path: the time is in the child; the child in between
@@ -322,6 +324,7 @@ class _Model:
     latency_rate: np.ndarray       # smoothed baseline share above the threshold
     error_rate: np.ndarray         # raw baseline error rate (nan without baseline)
     error_prior: np.ndarray        # smoothed
+    never_erred: np.ndarray        # bool: min_baseline_spans or more baseline spans, none of them an error
 
 
 def _group_quantiles(values: np.ndarray, group: np.ndarray, groups: int, qs: tuple[float, ...]
@@ -356,7 +359,9 @@ def _model(duration: np.ndarray, status: np.ndarray, group: np.ndarray, groups: 
     errors = np.bincount(g, weights=status[base] == _ERROR, minlength=groups)
     with np.errstate(invalid="ignore", divide="ignore"):
         error_rate = errors / count
-    return _Model(count, median, p99, threshold, (above + 0.5) / (count + 1), error_rate, (errors + 0.5) / (count + 1))
+    never_erred = (errors == 0) & (count >= options.min_baseline_spans)
+    return _Model(count, median, p99, threshold, (above + 0.5) / (count + 1), error_rate, (errors + 0.5) / (count + 1),
+                  never_erred)
 
 
 def _significant(k: np.ndarray, n: np.ndarray, prior: np.ndarray, alpha: float) -> np.ndarray:
@@ -405,7 +410,9 @@ def _missing_children(tree: _Tree, group: np.ndarray, groups: int, win: _Windows
         at = np.minimum(np.searchsorted(fault_present, keys), max(len(fault_present) - 1, 0))
         absent = rows[fault_present[at] != keys] if len(fault_present) else rows
         prior = np.array([(n_base - n_with + 0.5) / (n_base + 1)])
-        if _significant(np.array([len(absent)]), np.array([len(rows)]), prior, options.alpha)[0]:
+        always = n_with == n_base      # under every baseline parent: any absence counts
+        if len(absent) and (always or _significant(np.array([len(absent)]), np.array([len(rows)]), prior,
+                                                   options.alpha)[0]):
             found_rows.append(absent)
             found_child.append(np.full(len(absent), gc, dtype=np.int64))
             found_presence.append(np.full(len(absent), share))
@@ -440,6 +447,7 @@ def _flags(table: SpanTable, tree: _Tree, group: np.ndarray, groups: int, win: _
     sig_slow = _significant(np.bincount(group[slow_raw], minlength=groups), spans, model.latency_rate, options.alpha)
     erred = win.fault & (table.status == _ERROR)
     sig_error = _significant(np.bincount(group[erred], minlength=groups), spans, model.error_prior, options.alpha)
+    sig_error |= model.never_erred
     latency = slow_raw & sig_slow[group]
     error = erred & sig_error[group]
     miss = np.zeros(n, dtype=bool)

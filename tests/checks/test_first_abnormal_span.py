@@ -164,6 +164,7 @@ def recorded(tmp_path: Path, drill: str) -> Evidence:
     ("unbounded-queue", {"service": "drill-replica-.*", "name": "queue"}),        # the flood waits in the queue
     ("slow-replica", {"service": "drill-router", "attributes": {"drill.upstream": "replica-0"}}),  # 400 ms toxic
     ("nccl-degradation", {"service": "drill-replica-0", "name": "decode"}),        # replica 0's TP link
+    ("gpu-oom", {"service": "drill-replica-0"}),                                   # replica 0's engine died
 ])
 def test_recorded_runs_name_where_the_fault_is(tmp_path, drill, expect):
     verdict = FirstAbnormalSpanCheck(FirstAbnormalSpanParams(expect=expect, require=True)).evaluate(
@@ -184,3 +185,9 @@ def test_recorded_tp_degradation_side_effects_are_listed_not_first(tmp_path):
     assert pairs[("drill-replica-0", "decode")]["material"] > 0
     assert pairs[("drill-replica-1", "queue")]["material"] == 0      # the healthy replica took more load
     assert verdict.observed["pairs"][0]["name"] == "decode"
+
+
+def test_recorded_gpu_oom_names_the_engine_error(tmp_path):
+    verdict = FirstAbnormalSpanCheck(FirstAbnormalSpanParams()).evaluate(recorded(tmp_path, "gpu-oom"))
+    assert "EngineCore encountered an issue" in verdict.observed["deviation"]
+    assert "baseline error rate 0%" in verdict.observed["deviation"]

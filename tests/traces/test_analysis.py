@@ -500,3 +500,29 @@ def test_a_slow_span_off_the_critical_path_is_not_the_cause():
     cache = pair(report, "shop", "GET cache")
     assert cache.root_causes == 150 and cache.material == 0          # slow, but it reached nobody
     assert (report.first.service, report.first.name) == ("pricing", "POST /price") and report.first.material
+
+
+def test_one_error_in_a_pair_that_never_erred_counts():
+    # one crashed request among 60: too few to be significant, but the baseline's 60 llm_request spans never erred
+    def edit(i, request):
+        if i == 10:
+            for s in request:
+                if s["name"] in ("llm_request", "POST /v1/chat/completions"):
+                    s["status"] = {"code": "ERROR", "message": "EngineCore died"}
+            return [s for s in request if s["name"] != "decode"]
+        return request
+
+    report = analyse(drill_spans(edit=edit))
+    first = report.first
+    assert (first.service, first.name) == ("drill-replica-0", "llm_request")
+    assert [d.kind for d in first.deviations] == ["error", "missing_child"]
+    assert first.deviation.startswith("error (EngineCore died), baseline error rate 0%")
+    # a pair that errs now and then in the baseline (2 of replica 0's 60) needs more than one error: the
+    # missing decode (under every baseline llm_request) is what is left
+    spans = drill_spans(edit=edit)
+    for s in spans:
+        if s["name"] == "llm_request" and s["start_ns"] < FAULT_START and int(s["trace_id"], 16) % 40 == 1:
+            s["status"] = {"code": "ERROR", "message": "rare"}
+    first = analyse(spans).first
+    assert (first.service, first.name) == ("drill-replica-0", "llm_request")
+    assert [d.kind for d in first.deviations] == ["missing_child"]

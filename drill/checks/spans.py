@@ -102,7 +102,9 @@ class FirstAbnormalSpanCheck(Check):
     and the usual children. In the fault window (first fault injection to last revert) a span is
     abnormal when it is slower than ``max(p99, median + latency_mads·1.4826·MAD, median + min_excess)``,
     carries ERROR status, or lacks a child its pair has under ``child_presence`` of the baseline's
-    spans — each only where the pair's rate of it is significantly above the baseline's (``alpha``).
+    spans — each only where the pair's rate of it is significantly above the baseline's (``alpha``); an
+    error in a pair that never erred in ``min_baseline_spans`` or more baseline spans, and the absence
+    of a child that was under every baseline parent, always count.
     A slow parent whose slow children cover ``explain_share`` of its excess, and an erring parent with
     an abnormal child, are explained by the child; a slow CLIENT span over a normal SERVER span names
     the link. A slow cause is *material* when its excess is at least ``min_impact`` of the user-facing

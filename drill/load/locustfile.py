@@ -3,9 +3,9 @@
 Started by :class:`drill.load.driver.LoadDriver` as
 ``python -m drill.load.locustfile --control-fd N --parent-pid P`` (one local
 runner, or a master that starts its own workers) and by ``drill worker`` as
-``python -m drill.load.locustfile --worker --master HOST:PORT``. This is the only
-module that imports Locust, and it does so first, so gevent's monkey-patching
-precedes every other import of the process (``dependency-notes.md`` §1.2: a
+``python -m drill.load.locustfile --worker --master HOST:PORT``. This module imports
+Locust first (:mod:`drill.load.distributed`, imported after it, is the only other one that
+does), so gevent's monkey-patching precedes every other import of the process (``dependency-notes.md`` §1.2: a
 client created before patching deadlocks). ``drill/__init__`` and
 ``drill/load/__init__`` run before it (``-m`` imports the packages); they load
 only the standard library and create no socket, thread or client.

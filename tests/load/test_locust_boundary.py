@@ -1,0 +1,54 @@
+"""Where Locust and gevent may be imported: only in the load-generator child, and the docs say which modules.
+
+Locust monkey-patches the process at import, so the harness must never import it. Read from the source
+(AST), not by importing: every drill module that imports locust/gevent/geventhttpclient is reachable only
+from ``drill.load.locustfile``, and the README names every module that imports Locust itself.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PATCHING = ("locust", "gevent", "geventhttpclient")
+
+
+def _module(path: Path) -> str:
+    return ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    return {_module(p): _imports(p) for p in (REPO / "drill").rglob("*.py")}
+
+
+def _importers_of(graph: dict[str, set[str]], roots: tuple[str, ...]) -> set[str]:
+    return {m for m, imports in graph.items() if any(i == r or i.startswith(r + ".") for i in imports for r in roots)}
+
+
+def test_patching_libraries_are_imported_only_by_modules_the_child_alone_loads() -> None:
+    graph = _graph()
+    child_only = _importers_of(graph, PATCHING)
+    assert "drill.load.locustfile" in child_only
+    for module in sorted(child_only - {"drill.load.locustfile"}):
+        importers = _importers_of(graph, (module,)) - {module}
+        assert importers <= child_only, f"{module} imports gevent/Locust but is imported by {importers - child_only}"
+
+
+def test_the_readme_names_every_module_that_imports_locust() -> None:
+    importers = _importers_of(_graph(), ("locust",))
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## The load driver"):]
+    section = section[: section.index("\n## ", 3)]
+    for module in sorted(importers):
+        assert f"{module.replace('.', '/')}.py" in section, f"README's load driver section does not name {module}"

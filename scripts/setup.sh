@@ -123,10 +123,6 @@ setup_cc() {
 JAEGER_VERSION="v1.76.0"
 JAEGER_MIN_GO="1.24.6"   # jaeger v1.76.0's go.mod; `go get -tool` needs Go >= 1.24 too
 
-jaeger_go_at_least() {  # jaeger_go_at_least HAVE WANT: true when version HAVE >= WANT
-  [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n 1)" = "$2" ]
-}
-
 setup_jaeger() {
   # The real Jaeger (v2 all-in-one, module github.com/jaegertracing/jaeger/cmd/jaeger) for the jaeger_api
   # trace source's tests, as $VENV/bin/jaeger. `go install ...@v1.76.0` refuses to build it (its go.mod has
@@ -134,15 +130,8 @@ setup_jaeger() {
   if [ -n "${JAEGER_BIN:-}" ]; then return 0; fi
   local stamp="$VENV/.jaeger-$JAEGER_VERSION"
   if [ -x "$VENV/bin/jaeger" ] && [ -f "$stamp" ]; then return 0; fi
-  if ! command -v go >/dev/null 2>&1; then
-    log "Go is not installed: cannot build Jaeger $JAEGER_VERSION (install Go >= $JAEGER_MIN_GO, or set JAEGER_BIN)"
-    return 1
-  fi
-  local have; have="$(go env GOVERSION)"; have="${have#go}"
-  if ! jaeger_go_at_least "$have" "$JAEGER_MIN_GO"; then
-    log "Go $have is too old to build Jaeger $JAEGER_VERSION: it needs Go >= $JAEGER_MIN_GO (or set JAEGER_BIN)"
-    return 1
-  fi
+  setup_go "$JAEGER_MIN_GO" "Jaeger $JAEGER_VERSION" "point the tests at a built one: JAEGER_BIN=/path/to/jaeger" \
+    || return 1
   log "building Jaeger $JAEGER_VERSION (about 3 minutes on a fresh machine; log in $VENV/jaeger-build.log)"
   local work; work="$(mktemp -d)"
   if ! ( cd "$work" && go mod init jaegerbuild \

@@ -22,11 +22,9 @@ from pydantic import BaseModel
 from drill.errors import PluginError, UnknownPluginError
 from drill.spec.diagnostics import did_you_mean
 
-__all__ = ["GROUPS", "Registry", "checks", "faults", "targets", "traces"]
+__all__ = ["Registry", "checks", "faults", "targets", "traces"]
 
 T = TypeVar("T")
-
-GROUPS = ("drill.faults", "drill.targets", "drill.checks", "drill.traces")
 
 #: What each group's plugins must have: (class attributes, methods).
 _REQUIREMENTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {

@@ -37,7 +37,6 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["GpuControl", "GpuInfo", "HOG_SCRIPT", "HogStatus"]
 
 DEFAULT_TIMEOUT_S = 10.0
-MIB = 1024 ** 2
 GIB = 1024 ** 3
 _QUERY = "index,uuid,name,memory.used,memory.total,clocks.sm,clocks.max.sm"
 _SMI_EXIT = {4: "insufficient permissions (locking clocks needs root)", 6: "the query failed",

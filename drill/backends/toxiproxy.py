@@ -104,11 +104,6 @@ class Proxy(_Wire):
         """The TCP port the proxy listens on."""
         return int(self.listen.rsplit(":", 1)[1])
 
-    @property
-    def listen_host(self) -> str:
-        """The host part of ``listen`` (``[::]`` style brackets removed)."""
-        return self.listen.rsplit(":", 1)[0].strip("[]")
-
 
 class ProxySpec(_Wire):
     """A proxy to create: ``listen`` ``host:0`` lets the server pick a free port."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 import json
 
-__all__ = ["LineKind", "classify_line", "has_usage", "parse_usage", "parse_error_message", "is_role_only"]
+__all__ = ["LineKind", "classify_line", "parse_usage", "parse_error_message", "is_role_only"]
 
 
 class LineKind(enum.Enum):
@@ -29,7 +29,6 @@ class LineKind(enum.Enum):
 
 
 _DATA = b"data:"
-_EMPTY_CHOICES = (b'"choices":[]', b'"choices": []')
 _CHOICES = (b'"choices":[{', b'"choices": [{')
 
 
@@ -78,11 +77,6 @@ def parse_usage(line: bytes) -> tuple[int | None, int | None]:
     if not isinstance(usage, dict):
         return None, None
     return _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens"))
-
-
-def has_usage(line: bytes) -> bool:
-    """Whether a content chunk also carries a non-null ``usage`` (``continuous_usage_stats``)."""
-    return b'"usage":{' in line or b'"usage": {' in line
 
 
 def parse_error_message(data: bytes, limit: int = 300) -> str:

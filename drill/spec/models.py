@@ -23,7 +23,7 @@ from drill.units import Duration, format_duration
 
 __all__ = [
     "CheckSpec", "ColdStart", "Drill", "FaultSpec", "MetricsSpec", "OtlpSpec", "Phase", "Phases",
-    "ReplayPhase", "StopCondition", "StopKind", "TargetSpec", "PHASE_ORDER",
+    "ReplayPhase", "StopCondition", "StopKind", "TargetSpec",
 ]
 
 
@@ -34,11 +34,6 @@ class Phase(str, enum.Enum):
     FAULT = "fault"
     RECOVERY = "recovery"
     REPLAY = "replay"
-
-
-PHASE_ORDER = (Phase.COLD_START, Phase.WARMUP, Phase.BASELINE, Phase.FAULT, Phase.RECOVERY, Phase.REPLAY)
-#: Phases during which the scenario's load runs.
-LOADED_PHASES = (Phase.WARMUP, Phase.BASELINE, Phase.FAULT, Phase.RECOVERY)
 
 
 class TargetSpec(SpecModel):

@@ -29,7 +29,6 @@ __all__ = [
     "count_tokens",
     "make_prompt",
     "message_text",
-    "tokenize",
     "vocabulary",
 ]
 
@@ -47,11 +46,6 @@ def vocabulary() -> tuple[str, ...]:
     """The 4,900 words the stack generates: every two-syllable consonant-vowel pair (``"bada"``…``"zuzu"``)."""
     syllables = [c + v for c in _CONSONANTS for v in _VOWELS]
     return tuple(a + b for a in syllables for b in syllables)
-
-
-def tokenize(text: str) -> list[str]:
-    """The tokens of ``text``: its whitespace-separated words."""
-    return text.split()
 
 
 def count_tokens(text: str) -> int:

@@ -13,9 +13,17 @@ trace without root
     A trace whose earliest parentless-in-table span is not a root by the rule above (e.g. only an
     INTERNAL span whose parent was lost).
 clock skew
-    For a parent and a child in *different services* (so on different clocks), how far the child
-    starts before its parent or ends after it, in ms. A few ms are normal between processes (NTP, two
-    timers); ``skewed_spans`` counts children beyond ``skew_tolerance_ms``.
+    For a parent and a child in *different services* (so maybe on different clocks), how far the
+    child starts before its parent, in ms: only a clock behind makes that happen. A few ms are normal
+    between hosts (NTP, two timers); ``skewed_spans`` counts children beyond ``skew_tolerance_ms``.
+overrun
+    A child that ends after its parent: work the caller no longer waited for (a timed-out or cancelled
+    request whose callee kept going), or a callee clock that runs ahead (a late start cannot be told
+    from queueing before the callee's span began, so it is not counted as skew). ``overrun_spans``
+    counts children (any services) ending more than ``skew_tolerance_ms`` after their parent, and
+    ``overrun_ms`` is the largest such amount. Measured on embedded-stack runs (one host, one clock):
+    no child started before its parent, while overloaded replicas ended spans up to 30 s after the
+    router had given up.
 """
 
 from __future__ import annotations
@@ -46,7 +54,7 @@ class Completeness:
     orphans: int                              # parent set but not in the table (remote-parented roots excepted)
     traces_without_root: int
     spans_per_trace_p50: float | None
-    clock_skew_ms: float                      # largest cross-service skew (0 when none)
+    clock_skew_ms: float                      # largest cross-service early start of a child (0 when none)
     skew_by_service_pair: dict[str, float]    # "parent-service -> child-service": largest skew, ms (> 0 only)
     unreadable: int                           # records the source could not read
     unreadable_where: tuple[str, ...]
@@ -56,6 +64,8 @@ class Completeness:
     remote_roots: int = 0                     # roots whose parent is a remote caller (see module doc)
     skewed_spans: int = 0                     # cross-service children beyond skew_tolerance_ms
     skew_tolerance_ms: float = SKEW_TOLERANCE_MS
+    overrun_spans: int = 0                    # children ending > skew_tolerance_ms after their parent
+    overrun_ms: float = 0.0                   # the largest such overrun
 
     @property
     def orphan_share(self) -> float:
@@ -84,6 +94,9 @@ class Completeness:
             verdict = ("tolerated" if self.skewed_spans == 0
                        else f"{self.skewed_spans} span(s) beyond {self.skew_tolerance_ms:g} ms")
             out.append(f"clock skew up to {self.clock_skew_ms:.3f} ms ({pair}); {verdict}")
+        if self.overrun_spans:
+            out.append(f"{self.overrun_spans} span(s) ended after their parent (up to {self.overrun_ms:.3f} ms): "
+                       "work the caller no longer waited for")
         if self.orphans:
             out.append(f"{self.orphans} orphan span(s) (parent not exported)")
         if self.traces_without_root:
@@ -98,7 +111,8 @@ class Completeness:
                 "traces_without_root": self.traces_without_root, "remote_roots": self.remote_roots,
                 "spans_per_trace_p50": self.spans_per_trace_p50, "clock_skew_ms": self.clock_skew_ms,
                 "skew_by_service_pair": dict(self.skew_by_service_pair), "skewed_spans": self.skewed_spans,
-                "skew_tolerance_ms": self.skew_tolerance_ms, "unreadable": self.unreadable,
+                "skew_tolerance_ms": self.skew_tolerance_ms, "overrun_spans": self.overrun_spans,
+                "overrun_ms": self.overrun_ms, "unreadable": self.unreadable,
                 "unreadable_where": list(self.unreadable_where), "requests": self.requests,
                 "requests_with_spans": self.requests_with_spans, "spans_per_request_p50": self.spans_per_request_p50}
 
@@ -115,6 +129,7 @@ def measure_completeness(table: SpanTable, records: Sequence | None = None, unre
                             spans_per_request_p50=(0.0 if records else None), skew_tolerance_ms=skew_tolerance_ms)
     roots = _roots(table)
     skew, pairs, skewed = _clock_skew(table, skew_tolerance_ms)
+    overruns, overrun_ms = _overruns(table, skew_tolerance_ms)
     per_trace = np.bincount(table.trace_code, minlength=len(table.trace_ids))
     requests, with_spans, per_request = _per_request(table, per_trace, records)
     return Completeness(
@@ -122,7 +137,7 @@ def measure_completeness(table: SpanTable, records: Sequence | None = None, unre
         spans_per_trace_p50=float(np.median(per_trace)), clock_skew_ms=skew, skew_by_service_pair=pairs,
         unreadable=unreadable, unreadable_where=tuple(where), requests=requests, requests_with_spans=with_spans,
         spans_per_request_p50=per_request, remote_roots=roots.remote, skewed_spans=skewed,
-        skew_tolerance_ms=skew_tolerance_ms)
+        skew_tolerance_ms=skew_tolerance_ms, overrun_spans=overruns, overrun_ms=overrun_ms)
 
 
 @dataclass(frozen=True)
@@ -161,9 +176,7 @@ def _clock_skew(table: SpanTable, tolerance_ms: float) -> tuple[float, dict[str,
     parent = table.parent_row[child]
     cross = table.service[child] != table.service[parent]
     child, parent = child[cross], parent[cross]
-    early = table.start_ns[parent] - table.start_ns[child]
-    late = table.end_ns[child] - table.end_ns[parent]
-    skew_ns = np.maximum(np.maximum(early, late), 0)
+    skew_ns = np.maximum(table.start_ns[parent] - table.start_ns[child], 0)
     positive = skew_ns > 0
     if not positive.any():
         return 0.0, {}, 0
@@ -174,6 +187,13 @@ def _clock_skew(table: SpanTable, tolerance_ms: float) -> tuple[float, dict[str,
         pairs[f"{table.services[ps]} -> {table.services[cs]}"] = float(worst) / 1e6
     skewed = int(np.count_nonzero(skew_ns > tolerance_ms * 1e6))
     return float(skew_ns.max()) / 1e6, pairs, skewed
+
+
+def _overruns(table: SpanTable, tolerance_ms: float) -> tuple[int, float]:
+    child = np.flatnonzero(table.parent_row >= 0)
+    over = table.end_ns[child] - table.end_ns[table.parent_row[child]]
+    beyond = over > tolerance_ms * 1e6
+    return int(np.count_nonzero(beyond)), (float(over[beyond].max()) / 1e6 if beyond.any() else 0.0)
 
 
 def _per_request(table: SpanTable, per_trace: np.ndarray, records: Sequence | None) -> tuple[int, int, float | None]:

@@ -61,16 +61,27 @@ def test_a_few_ms_of_clock_skew_between_processes_is_measured_and_tolerated() ->
     assert c.notes()[0] == "clock skew up to 1.500 ms (router -> replica); tolerated"
 
 
-def test_skew_beyond_the_tolerance_is_counted_and_ending_late_counts_too() -> None:
+def test_skew_beyond_the_tolerance_is_counted() -> None:
     client = span(1, "POST", service="router", kind="CLIENT", start_ms=10, end_ms=50)
-    late = span(1, "handle", service="replica", kind="SERVER", parent=client, start_ms=11, end_ms=62)
+    ahead = span(1, "handle", service="replica", kind="SERVER", parent=client, start_ms=-2, end_ms=38)
     other = span(2, "POST", service="router", kind="CLIENT", start_ms=10, end_ms=50)
-    early = span(2, "handle", service="gateway", kind="SERVER", parent=other, start_ms=7, end_ms=40)
-    c = _measure([client, late, other, early])
+    behind = span(2, "handle", service="gateway", kind="SERVER", parent=other, start_ms=7, end_ms=40)
+    c = _measure([client, ahead, other, behind])
     assert c.clock_skew_ms == pytest.approx(12.0) and c.skewed_spans == 1
     assert c.skew_by_service_pair == {"router -> replica": pytest.approx(12.0),
                                       "router -> gateway": pytest.approx(3.0)}
     assert "1 span(s) beyond 5 ms" in c.notes()[0]
+
+
+def test_a_child_that_outlives_its_parent_is_an_overrun_not_skew() -> None:
+    # the router timed out after 50 ms; the replica kept working until 2 s
+    client = span(1, "POST", service="router", kind="CLIENT", start_ms=10, end_ms=50)
+    server = span(1, "handle", service="replica", kind="SERVER", parent=client, start_ms=10.4, end_ms=2000)
+    c = _measure([client, server])
+    assert c.clock_skew_ms == 0.0 and c.skewed_spans == 0
+    assert c.overrun_spans == 1 and c.overrun_ms == pytest.approx(1950.0)
+    assert c.notes() == ("1 span(s) ended after their parent (up to 1950.000 ms): work the caller no longer "
+                         "waited for",)
 
 
 def test_error_only_spans_are_complete_traces() -> None:

@@ -213,7 +213,8 @@ def _print(summary: dict) -> None:
         print(f"{label:<18}{summary[f'{key}_s']:>8.2f}{cpu:>8.2f}{spans / cpu if cpu else float('inf'):>14,.0f}")
     print(f"{'end to end':<18}{summary['total_s']:>8.2f}{summary['cpu_s']:>8.2f}{summary['spans_per_cpu_s']:>14,.0f}"
           f"   ({summary['spans_per_s']:,.0f} spans/s wall; target >= 300,000 on one core)")
-    print(f"peak RSS {summary['peak_rss_mib']:.0f} MiB (target < 1024); first abnormal span: {summary['first_abnormal']}")
+    print(f"peak RSS {summary['peak_rss_mib']:.0f} MiB (target < 1024); "
+          f"first abnormal span: {summary['first_abnormal']}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -132,8 +132,9 @@ class JoinedRequests:
     def measurement_truth(self) -> MeasurementTruth:
         rows = tuple(_truth_row(self.table, record, self.rows_by_trace[record.trace_id.lower()])
                      for record in self.joined)
-        return MeasurementTruth(rows=rows, ttft_diff_ms=percentiles([d for r in rows if (d := r.ttft_diff_ms) is not None]),
-                                e2e_diff_ms=percentiles([d for r in rows if (d := r.e2e_diff_ms) is not None]))
+        ttft = [d for r in rows if (d := r.ttft_diff_ms) is not None]
+        e2e = [d for r in rows if (d := r.e2e_diff_ms) is not None]
+        return MeasurementTruth(rows=rows, ttft_diff_ms=percentiles(ttft), e2e_diff_ms=percentiles(e2e))
 
 
 def _client_ms(record, value: float | None) -> float | None:

@@ -26,7 +26,7 @@ import numpy as np
 
 from drill.api import PluginParams, TraceSource
 from drill.jsonl import BadLine, ReadReport
-from drill.traces.table import KIND_NAMES, STATUS_NAMES, SpanTable, intern_codes, hex_u64, kind_code, status_code
+from drill.traces.table import KIND_NAMES, STATUS_NAMES, SpanTable, hex_u64, intern_codes, kind_code, status_code
 
 __all__ = ["OtlpFileSource", "OtlpProtoFileSource", "ReceiverSource", "SourceReport", "TableSource",
            "read_receiver_file", "table_to_dicts"]
@@ -354,9 +354,11 @@ class _ReceiverColumns:
                                   id_values=id_values if self.ids_hex else None)
 
 
-_COLUMNS = {"span_u64": np.uint64, "parent_u64": np.uint64, "has_parent": bool, "trace_id": object, "span_id": object, "parent_id": object, "trace_code": np.int32,
-"service": np.int32, "name": np.int32, "kind": np.int8, "start_ns": np.int64,
-           "end_ns": np.int64, "attributes": object, "status": np.int8, "status_message": object}
+_COLUMNS = {"trace_id": object, "span_id": object, "parent_id": object, "service": np.int32, "name": np.int32,
+            "kind": np.int8, "start_ns": np.int64, "end_ns": np.int64, "status": np.int8, "status_message": object,
+            "attributes": object,
+            # derived columns, handed to the table already computed
+            "trace_code": np.int32, "span_u64": np.uint64, "parent_u64": np.uint64, "has_parent": bool}
 
 
 class ReceiverParams(PluginParams):

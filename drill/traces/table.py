@@ -34,7 +34,7 @@ _STATUS_CODES.update({code: code for code in range(len(STATUS_NAMES))})
 
 
 def kind_code(kind: Any) -> int:
-    """The OTLP SpanKind code of ``kind`` (a code, ``"SERVER"``, ``"SPAN_KIND_SERVER"`` or ``"server"``); 0 if unknown."""
+    """The OTLP SpanKind code of ``kind`` (a code, ``"SERVER"``, ``"SPAN_KIND_SERVER"``, ``"server"``); 0 if unknown."""
     return _KIND_CODES.get(kind, 0)
 
 

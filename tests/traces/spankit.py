@@ -39,7 +39,8 @@ def drill_request(trace: int, *, replica: int = 0, start_ms: float = 0.0, queue_
     router = span(trace, "POST /v1/chat/completions", service="drill-router", kind="SERVER", parent=client_parent,
                   start_ms=start_ms, end_ms=start_ms + total + 2, status=status)
     client = span(trace, "POST", service="drill-router", kind="CLIENT", parent=router, start_ms=start_ms + 0.2,
-                  end_ms=start_ms + total + 1.8, attributes={"drill.upstream": f"replica-{replica}", "drill.attempt": 1})
+                  end_ms=start_ms + total + 1.8,
+                  attributes={"drill.upstream": f"replica-{replica}", "drill.attempt": 1})
     replica_svc = f"drill-replica-{replica}"
     http = span(trace, "POST /v1/chat/completions", service=replica_svc, kind="SERVER", parent=client,
                 start_ms=start_ms + 0.5, end_ms=start_ms + total + 1.5, status=status)
@@ -50,7 +51,8 @@ def drill_request(trace: int, *, replica: int = 0, start_ms: float = 0.0, queue_
     queue = span(trace, "queue", service=replica_svc, parent=llm, start_ms=t, end_ms=t + queue_ms)
     prefill = span(trace, "prefill", service=replica_svc, parent=llm, start_ms=t + queue_ms,
                    end_ms=t + queue_ms + prefill_ms)
-    decode = span(trace, "decode", service=replica_svc, parent=llm, start_ms=t + queue_ms + prefill_ms, end_ms=t + total)
+    decode = span(trace, "decode", service=replica_svc, parent=llm, start_ms=t + queue_ms + prefill_ms,
+                  end_ms=t + total)
     return [router, client, http, llm, queue, prefill, decode]
 
 

@@ -4,7 +4,6 @@ read back through Jaeger's HTTP query API for a time window."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter

@@ -366,8 +366,9 @@ class RetryBudgetCheck(Check):
         wanted = {r.trace_id.lower() for records in logical.values() for r in records if r.trace_id}
         layer, per_trace = _upstream_attempts(traces.table, wanted)
         unseen = len(wanted) - len(per_trace)
-        note = (f"{unseen} of {len(wanted)} client attempt(s) have no upstream CLIENT span under a SERVER span: "
-                "their server-side retries, if any, are not counted") if unseen else None
+        note = (f"{unseen} of {len(wanted)} client attempt(s) have no upstream CLIENT span under a SERVER span "
+                "(answered without an upstream call — e.g. from an idempotency store — or not traced): "
+                "server-side retries of those are not counted") if unseen else None
         return layer, per_trace, note
 
     def _judge(self, logical: dict[str, list[RequestRecord]], client: _Layer, server: _Layer | None,

@@ -98,9 +98,8 @@ _SERVICES = msgspec.json.Decoder(dict)
 
 def _hex_id(value: str, width: int) -> str:
     value = value.strip().lower()
-    if not value or len(value) > width:
-        raise ValueError(f"id {value!r} is not up to {width} hex characters")
-    int(value, 16)
+    if not value or len(value) > width or value.strip("0123456789abcdef"):
+        raise ValueError(f"id {value!r} is not 1 to {width} hex characters")
     return value.zfill(width)
 
 

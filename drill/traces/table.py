@@ -357,6 +357,11 @@ class TableBuilder:
         self.status_message.append(status_message)
         self.attributes.append(attributes)
 
+    def extend(self, **columns: list) -> None:
+        """Append equal-length column lists (every column of :meth:`add`, by name)."""
+        for name, values in columns.items():
+            getattr(self, name).extend(values)
+
     def truncate(self, rows: int) -> None:
         """Drop every row after the first ``rows`` (a record that turned out unreadable half-way)."""
         for column in (self.trace_id, self.span_id, self.parent_id, self.service, self.name, self.kind,

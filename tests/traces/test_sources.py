@@ -201,3 +201,17 @@ def test_a_pretty_printed_tempo_document_is_read_whole(tmp_path: Path) -> None:
     (tmp_path / "junk.json").write_text("{\n  nope\n")
     junk = _source("otlp_file", tmp_path, path="junk.json")
     assert len(junk.table()) == 0 and junk.report.unreadable == 2
+
+
+def test_ids_that_only_python_int_would_take_are_not_hex(tmp_path: Path) -> None:
+    line = (FIXTURES / "otlp_hex.jsonl").read_text().splitlines()[1]
+    for fake in ("0x33333333333333", "3333_33333333333"):
+        (tmp_path / "x.jsonl").write_text(line.replace("3333333333333333", fake) + "\n")
+        source = _source("otlp_file", tmp_path, path="x.jsonl")
+        assert len(source.table()) == 0 and source.report.unreadable == 1
+    document = json.loads((FIXTURES / "jaeger_ui.json").read_text())
+    document["data"][1]["spans"][0]["spanID"] = "0x33333333333333"
+    (tmp_path / "j.json").write_text(json.dumps(document))
+    jaeger = _source("jaeger_file", tmp_path, path="j.json")
+    jaeger.table()
+    assert jaeger.report.unreadable == 2 and "data[1].spans[0]" in jaeger.report.where[0]

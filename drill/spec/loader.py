@@ -12,6 +12,7 @@ each fault's needs). All problems are raised together as one
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,6 +27,7 @@ from drill.spec.models import Drill
 from drill.spec.scenario import ArrivalProcess, Scenario, planned_load_problem
 from drill.spec.validation import validate_model
 from drill.spec.yamlio import Locations, load_located
+from drill.units import MAX_DURATION_S
 
 __all__ = ["LoadedDrill", "load_drill", "load_model_file", "load_scenario", "read_input_file", "resolve_drill_path", "parse_override"]
 
@@ -140,6 +142,7 @@ def load_drill(path: str | Path, *, overrides: list[str] | tuple[str, ...] = (),
     Kinds that are planned but not built yet are problems too, unless ``allow_missing``
     (``drill plan``), which returns them in ``LoadedDrill.missing`` instead.
     """
+    _check_time_scale(time_scale)
     path = resolve_drill_path(path)
     text = read_input_file(path)
     doc = load_located(text, str(path))
@@ -163,7 +166,28 @@ def load_drill(path: str | Path, *, overrides: list[str] | tuple[str, ...] = (),
     if time_scale != 1.0:
         from drill.spec.timescale import scale_timeline
         loaded = scale_timeline(loaded, time_scale)
+        _check_scaled(loaded, time_scale)
     return loaded
+
+
+_TIME_SCALE = Position("<--time-scale>", 1, 1)
+
+
+def _check_time_scale(time_scale: float) -> None:
+    if not (math.isfinite(time_scale) and time_scale > 0):
+        raise SpecError([Diagnostic(_TIME_SCALE, (), f"--time-scale must be a positive finite number, got {time_scale!r}",
+                                    hint="e.g. --time-scale 0.1 for a run ten times shorter")])
+
+
+def _check_scaled(loaded: LoadedDrill, time_scale: float) -> None:
+    """The scaled timeline must still be plannable: what validation checked before scaling, checked again."""
+    length = loaded.drill.phases.loaded_length()
+    problem = planned_load_problem(loaded.scenario, length)
+    if length > MAX_DURATION_S:
+        problem = f"the phases last {length:g}s once scaled, longer than the longest accepted ({MAX_DURATION_S:g}s)"
+    if problem:
+        raise SpecError([Diagnostic(_TIME_SCALE, (), f"--time-scale {time_scale:g}: {problem}",
+                                    hint="use a smaller --time-scale")])
 
 
 def _validate(path: Path, text: str, data: dict, out: _Collector, overrides: tuple[str, ...]) -> LoadedDrill | None:

@@ -110,3 +110,17 @@ def test_every_arrival_process_that_validates_can_be_planned(arrival: dict) -> N
         return
     schedule = build_schedule(scenario, 1.0, seed=1)
     assert len(schedule.requests) <= 2 * max(1.0, scenario.arrival.rate) + 10
+
+
+@pytest.mark.parametrize("factor, words", [
+    (float("nan"), "positive finite number"), (0.0, "positive finite number"), (-1.0, "positive finite number"),
+    (float("inf"), "positive finite number"), (100_000.0, "a run plans at most"),
+])
+def test_a_time_scale_that_cannot_run_is_refused_located_at_the_option(factor: float, words: str,
+                                                                       tmp_path: Path) -> None:
+    file = tmp_path / "d.yaml"
+    file.write_text(DRILL)
+    with pytest.raises(SpecError) as info:
+        load_drill(file, time_scale=factor)
+    (d,) = info.value.diagnostics
+    assert str(d.position) == "<--time-scale>:1:1" and words in d.message, info.value.render()

@@ -27,7 +27,7 @@ import struct
 import zlib
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import msgspec
 from google.protobuf import json_format
@@ -297,13 +297,14 @@ _GET = {name: attrgetter(name) for name in ("trace_id", "span_id", "parent_span_
                                             "code", "message")}
 
 
-def _ids_hex(values: list[str], b64_len: int, b64_pad: str, hex_len: int) -> list[str]:
-    """:func:`_id_hex` of each value; C-level passes when all are hex of the right length (or empty)."""
+def _ids_hex(values: list[str], hex_len: int, convert: Callable[[str], str]) -> list[str]:
+    """``convert`` (:func:`trace_id_hex`/:func:`span_id_hex`) of each value, by C-level passes when all
+    are hex of the right length (or empty)."""
     present = [v for v in values if v] if "" in values else values
     joined = "".join(present)
     if set(map(len, present)) <= {hex_len} and not joined.strip(_HEX_DIGITS):
         return [v.lower() for v in values] if joined != joined.lower() else values
-    return [_id_hex(v, b64_len, b64_pad, hex_len) for v in values]
+    return list(map(convert, values))
 
 
 def _add_traces_data(data: TracesData, builder: TableBuilder) -> None:
@@ -318,9 +319,9 @@ def _add_traces_data(data: TracesData, builder: TableBuilder) -> None:
                 continue
             statuses = [_NO_STATUS if st is None else st for st in map(get["status"], spans)]
             builder.extend(
-                trace_id=_ids_hex(list(map(get["trace_id"], spans)), 24, "==", 32),
-                span_id=_ids_hex(list(map(get["span_id"], spans)), 12, "=", 16),
-                parent_id=_ids_hex(list(map(get["parent_span_id"], spans)), 12, "=", 16),
+                trace_id=_ids_hex(list(map(get["trace_id"], spans)), 32, trace_id_hex),
+                span_id=_ids_hex(list(map(get["span_id"], spans)), 16, span_id_hex),
+                parent_id=_ids_hex(list(map(get["parent_span_id"], spans)), 16, span_id_hex),
                 service=[service] * len(spans), name=list(map(get["name"], spans)),
                 kind=list(map(kind_code, map(get["kind"], spans))),
                 start_ns=list(map(int, map(get["start_time_unix_nano"], spans))),

@@ -47,7 +47,7 @@ class ColdStart(SpecModel):
     """The target is started (or restarted) and the time to the first good response is measured."""
 
     enabled: bool = True
-    timeout: Duration = 300.0
+    timeout: Duration = Field(300.0, gt=0)
 
 
 class ReplayPhase(SpecModel):
@@ -66,7 +66,7 @@ class ReplayPhase(SpecModel):
     """
 
     enabled: bool = True
-    timeout: Duration = 120.0
+    timeout: Duration = Field(120.0, gt=0)
     max_samples: int = Field(200, ge=1)
     concurrency: int = Field(8, ge=1)
     controls: int = Field(20, ge=0)
@@ -141,10 +141,10 @@ class StopCondition(SpecModel):
     kind: StopKind
     name: str | None = None
     above: float | None = None
-    for_: Duration = Field(10.0, alias="for")
+    for_: Duration = Field(10.0, alias="for", gt=0)
     metric: Literal["ttft", "tpot", "itl", "e2e"] | str | None = None
     percentile: float = Field(99.0, gt=0, lt=100.0001)
-    value: Duration | None = None
+    value: Duration | None = Field(None, gt=0)
     min_requests: int = Field(20, ge=1)
     #: error_rate only: count only these error classes (default: every error). E.g. leave out
     #: ``refused`` to stop on a stack that fails, not on one that refuses overload as it should.

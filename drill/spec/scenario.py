@@ -96,9 +96,9 @@ class TraceReplay(SpecModel):
     """Replay of an Azure-format CSV; ``file`` is relative to the scenario file."""
 
     file: str
-    speedup: float = Field(1.0, gt=0)
-    start: Duration = 0.0          # offset into the trace
-    duration: Duration | None = None  # window length in trace time; None = to the end
+    speedup: float = Field(1.0, ge=0.001, le=1e6)
+    start: Duration = Field(0.0, ge=0)          # offset into the trace
+    duration: Duration | None = Field(None, gt=0)  # window length in trace time; None = to the end
     use_lengths: bool = True       # take input/output tokens from the trace rows
 
 
@@ -185,9 +185,9 @@ class RetryPolicy(SpecModel):
     """Client retries: ``attempts`` counts extra tries after the first (0 = none)."""
 
     attempts: int = Field(0, ge=0, le=20)
-    backoff: Duration = 0.2
+    backoff: Duration = Field(0.2, ge=0)
     multiplier: float = Field(2.0, ge=1)
-    max_backoff: Duration = 10.0
+    max_backoff: Duration = Field(10.0, ge=0)
     jitter: Literal["none", "full", "equal"] = "full"
     on: list[RetryOn] = Field(default_factory=lambda: [RetryOn.REFUSED, RetryOn.SERVER_ERROR,
                                                         RetryOn.TIMEOUT, RetryOn.CONNECTION])
@@ -231,7 +231,7 @@ class Pool(SpecModel):
     output_tokens: LengthDistribution
     prefix_tokens: int = Field(0, ge=0)   # a shared prefix (system prompt) for prefix-cache hits
     sampling: Sampling = Sampling()
-    timeout: Duration = 60.0
+    timeout: Duration = Field(60.0, gt=0)
     retry: RetryPolicy = RetryPolicy()
     slo: Slo = Field(default_factory=dict)
 
@@ -240,7 +240,7 @@ class Scenario(SpecModel):
     name: str | None = None
     description: str | None = None
     seed: int = 0
-    duration: Duration | None = None        # default length for `drill load`
+    duration: Duration | None = Field(None, gt=0)   # default length for `drill load`
     arrival: Arrival | None = None          # shared by pools that have a `share`
     max_in_flight: int = Field(1000, ge=1)  # beyond it, arrivals are client-side drops
     model: str | None = None                # default: the first model from /v1/models

@@ -126,7 +126,7 @@ class RetryConfig(BaseModel):
 
     attempts: int = Field(0, ge=0, le=10)
     on: tuple[RetryOn, ...] = (RetryOn.ERROR, RetryOn.TIMEOUT)
-    timeout: Duration = 30.0
+    timeout: Duration = Field(30.0, gt=0)
 
     @model_validator(mode="before")
     @classmethod
@@ -145,7 +145,7 @@ class RouterConfig(BaseModel):
     policy: RouterPolicy = RouterPolicy.LEAST_OUTSTANDING
     retries: RetryConfig = RetryConfig()
     idempotency: bool = False
-    health_check_interval: Duration = 1.0
+    health_check_interval: Duration = Field(1.0, gt=0)
 
 
 class LinksConfig(BaseModel):

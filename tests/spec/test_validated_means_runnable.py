@@ -49,6 +49,13 @@ phases: {baseline: 10s, fault: 20s}
     ("scenario.pools[0].timeout=99999999999h", ("scenario", "pools", 0, "timeout"), "longer than 366 days"),
     ("scenario.pools[0].timeout=1e400s", ("scenario", "pools", 0, "timeout"), "longer than 366 days"),
     ("name=" + "x" * 300, ("name",), "at most 100 characters"),
+    # negative waits: a gevent.Timeout of -5 s fails every request at once; time.sleep(-1) raises
+    ("scenario.pools[0].timeout=-5s", ("scenario", "pools", 0, "timeout"), "greater than 0"),
+    ("scenario.pools[0].retry={attempts: 2, backoff: -1s}", ("scenario", "pools", 0, "retry", "backoff"),
+     "greater than or equal to 0"),
+    ("phases.cold_start={timeout: -1s}", ("phases", "cold_start", "timeout"), "greater than 0"),
+    ("scenario.arrival={process: trace, trace: {file: t.csv, speedup: 0.0000001}}",
+     ("scenario", "arrival", "trace", "speedup"), "greater than or equal to 0.001"),
 ])
 def test_values_that_would_fail_at_run_time_are_refused_at_validation(override: str, path: tuple, words: str,
                                                                      tmp_path: Path) -> None:

@@ -29,7 +29,9 @@ __all__ = ["Attempt", "Outcome", "Tee", "forward_headers", "sse_error"]
 
 _HOP_BY_HOP = frozenset({"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te",
                          "upgrade", "expect", "proxy-authorization", "proxy-connection", "trailer"})
-_PASS_BACK = ("x-request-id",)
+#: Upstream response headers the client sees: the request id, and a refusal's ``Retry-After`` (a 503 from
+#: admission control says when to come back; a gateway that drops it turns a fast refusal into a blind retry).
+_PASS_BACK = ("x-request-id", "retry-after")
 
 
 def forward_headers(headers: dict[str, str]) -> dict[str, str]:

@@ -8,12 +8,13 @@ safety tool must not guess.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Annotated
 
 from pydantic import BeforeValidator, PlainSerializer
 
-__all__ = ["Duration", "Size", "format_duration", "parse_duration", "parse_size"]
+__all__ = ["BindHost", "Duration", "Size", "format_duration", "parse_bind_host", "parse_duration", "parse_size"]
 
 _DURATION_UNITS = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 _SIZE_UNITS = {
@@ -85,3 +86,20 @@ Duration = Annotated[float, BeforeValidator(parse_duration), PlainSerializer(for
 
 #: A pydantic field type: written with a unit in YAML, held as bytes (int).
 Size = Annotated[int, BeforeValidator(parse_size)]
+
+
+def parse_bind_host(text: object) -> str:
+    """An address this machine can listen on: an IP literal or ``localhost`` (names are not resolved here)."""
+    if not isinstance(text, str):
+        raise ValueError(f"expected an IP address such as 127.0.0.1, got {text!r}")
+    if text == "localhost":
+        return text
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        raise ValueError(f"expected an IP address to listen on, such as 127.0.0.1 or 0.0.0.0, got {text!r}") from None
+    return text
+
+
+#: A pydantic field type: the address a server of the harness or of the stack listens on.
+BindHost = Annotated[str, BeforeValidator(parse_bind_host)]

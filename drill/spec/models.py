@@ -19,7 +19,7 @@ from drill.api import Selector
 from drill.load.records import ErrorClass
 from drill.spec.scenario import Slo
 from drill.spec.validation import SpecModel, at_key
-from drill.units import Duration, format_duration
+from drill.units import BindHost, Duration, format_duration
 
 __all__ = [
     "CheckSpec", "ColdStart", "Drill", "FaultSpec", "MetricsSpec", "OtlpSpec", "Phase", "Phases",
@@ -201,7 +201,7 @@ class CheckSpec(SpecModel):
 
 class OtlpSpec(SpecModel):
     enabled: bool = True
-    host: str = "127.0.0.1"
+    host: BindHost = "127.0.0.1"
     port: int = Field(4318, ge=0, le=65535)   # 0 = any free port
 
 

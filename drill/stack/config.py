@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from drill.errors import SpecError
 from drill.stack.presets import GpuPreset, ModelPreset, gpu_names, gpu_preset, model_names, model_preset
-from drill.units import Duration
+from drill.units import BindHost, Duration
 
 __all__ = [
     "EngineConfig",
@@ -178,7 +178,7 @@ class StackConfig(BaseModel):
     router: RouterConfig = RouterConfig()
     links: LinksConfig = LinksConfig()
     runtime: Runtime = Runtime.LOCAL
-    host: str = "127.0.0.1"
+    host: BindHost = "127.0.0.1"
 
     @field_validator("model")
     @classmethod

@@ -54,6 +54,8 @@ phases: {baseline: 10s, fault: 20s}
     ("scenario.pools[0].retry={attempts: 2, backoff: -1s}", ("scenario", "pools", 0, "retry", "backoff"),
      "greater than or equal to 0"),
     ("phases.cold_start={timeout: -1s}", ("phases", "cold_start", "timeout"), "greater than 0"),
+    # listening: a bind address that is not one fails only when the receiver binds
+    ("otlp={host: not a host}", ("otlp", "host"), "expected an IP address to listen on"),
     ("scenario.arrival={process: trace, trace: {file: t.csv, speedup: 0.0000001}}",
      ("scenario", "arrival", "trace", "speedup"), "greater than or equal to 0.001"),
 ])

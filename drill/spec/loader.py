@@ -88,13 +88,20 @@ def _spec_error(diagnostics: list[Diagnostic]) -> SpecError:
 def resolve_drill_path(name: str | Path, drills_dir: Path = Path("drills")) -> Path:
     """``unbounded-queue`` or ``unbounded-queue.yaml`` also resolve inside ``drills/``."""
     path = Path(name)
-    if path.exists():
+    if _exists(path):
         return path
     if len(path.parts) == 1:
         for candidate in (drills_dir / path, drills_dir / f"{path}.yaml", drills_dir / f"{path}.yml"):
-            if candidate.exists():
+            if _exists(candidate):
                 return candidate
     return path
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):   # a name too long, or with a NUL: reading it reports why
+        return False
 
 
 def read_input_file(path: Path, *, what: str = "drill") -> str:

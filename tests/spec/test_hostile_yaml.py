@@ -236,3 +236,9 @@ def test_any_generated_input_up_to_4_mib_validates_within_2_s_and_200_mb(tmp_pat
         assert got["s"] < 2.0, f"{got['path']} took {got['s']:.2f}s"
     assert report["maxrss_mb"] < 200, f"peak memory {report['maxrss_mb']:.0f} MB"
     assert _files(tmp_path) == before
+
+
+def test_a_path_the_system_cannot_even_look_up_is_a_located_error(tmp_path: Path) -> None:
+    got = measure(["validate", "x" * 300], tmp_path)   # ENAMETOOLONG from stat() itself
+    assert got["rc"] == 2 and got["exception"] is None, got
+    assert got["output"].startswith("x" * 300 + ":1:1: error: cannot read file"), got["output"][:400]

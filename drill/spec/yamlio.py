@@ -207,7 +207,7 @@ class _Composer:
     def open(self, event, depth: int) -> _Open:
         if depth + 1 > MAX_DEPTH:
             raise _Problem(self.where(event), f"lists and mappings nest deeper than {MAX_DEPTH} levels",
-                           hint="a drill file nests a few levels; check for unclosed '[' or '{'")
+                           hint="drill, scenario and stack files nest a few levels; check for an unclosed '[' or '{'")
         self.check_anchor(event)
         self.count(event, 1)
         tag = self.tag(event, SequenceNode if isinstance(event, SequenceStartEvent) else MappingNode)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,18 @@ def test_the_gpu_tests_fail_rather_than_skip_without_a_c_compiler(tmp_path: Path
     monkeypatch.setenv("DRILL_ALLOW_NO_CC", "1")   # asked for by name: a visible skip
     with pytest.raises(pytest.skip.Exception):
         build_fake_cudart(tmp_path / "lib")
+
+
+def test_dev_setup_on_a_machine_without_go_stops_with_exit_1(tmp_path: Path) -> None:
+    """The acceptance test: ``./dev setup`` itself, with a virtualenv already made (so nothing is pip-installed)
+    and no Go, no Toxiproxy, nothing downloadable: exit 1 and a message that says what to do."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    (venv / ".llm-drill-installed").touch()
+    os.utime(venv / ".llm-drill-installed", (2**31, 2**31))   # newer than pyproject.toml: no reinstall
+    env = {"PATH": str(_bin(tmp_path)), "HOME": str(tmp_path), "VENV": str(venv), "DRILL_SETUP_OFFLINE": "1"}
+    done = subprocess.run([str(REPO / "dev"), "setup"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done
+    assert "Go is not installed: building the Toxiproxy server v2.12.0 needs Go >= 1.23.0" in done.stderr
+    assert "https://go.dev/dl/" in done.stderr

@@ -76,15 +76,22 @@ def _scenario(name: str):
     from drill.spec.loader import load_scenario
 
     path = Path(name)
-    if not path.exists() and len(path.parts) == 1:
+    if not _exists(path) and len(path.parts) == 1:
         for candidate in (Path("scenarios") / name, Path("scenarios") / f"{name}.yaml"):
-            if candidate.exists():
+            if _exists(candidate):
                 path = candidate
                 break
     scenario, diagnostics = load_scenario(path)
     if scenario is None:
         raise SpecError(diagnostics)
     return scenario
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):   # a name too long to look up: load_scenario reports it, located
+        return False
 
 
 def check_target(url: str, allow_hosts: tuple[str, ...] | list[str]) -> None:

@@ -94,6 +94,9 @@ def _where(kind: str, hostile: str, tmp_path: Path) -> tuple[list[str], str]:
     if kind == "scenario":
         (tmp_path / "load.yaml").write_text(hostile)
         return ["validate", "ok.yaml"], "load.yaml"
+    if kind == "load":   # `drill load SCENARIO` reads the scenario file on its own
+        (tmp_path / "load.yaml").write_text(hostile)
+        return ["load", "load.yaml", "--target", "http://127.0.0.1:9"], "load.yaml"
     if kind == "stack":
         (tmp_path / "stack.yaml").write_text(hostile)
         return ["stack", "up", "--config", "stack.yaml", "--state-dir", str(tmp_path / "state")], "stack.yaml"
@@ -101,7 +104,7 @@ def _where(kind: str, hostile: str, tmp_path: Path) -> tuple[list[str], str]:
     return ["validate", "ok.yaml", "--set", f"seed={hostile.strip()}"], "<--set>"
 
 
-@pytest.mark.parametrize("kind", ["drill", "scenario", "stack", "set"])
+@pytest.mark.parametrize("kind", ["drill", "scenario", "load", "stack", "set"])
 @pytest.mark.parametrize("name", ["bomb", "deep_flow", "deep_block"])
 def test_hostile_yaml_is_refused_fast_with_a_located_error(kind: str, name: str, tmp_path: Path) -> None:
     hostile = {"bomb": BOMB, "deep_flow": DEEP, "deep_block": DEEP_BLOCK}[name]

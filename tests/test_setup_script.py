@@ -30,7 +30,8 @@ def _bin(tmp_path: Path, go_version: str | None = None) -> Path:
             (folder / tool).symlink_to(found)
     if go_version is not None:
         go = folder / "go"
-        go.write_text(f'#!/bin/sh\nif [ "$1" = env ]; then echo go{go_version}; else echo "go version go{go_version} linux/amd64"; fi\n'
+        go.write_text(f'#!/bin/sh\nif [ "$1" = env ]; then echo go{go_version}; '
+                      f'else echo "go version go{go_version} linux/amd64"; fi\n'
                       'if [ "$1" = install ]; then exit 3; fi\n')
         go.chmod(0o755)
     return folder

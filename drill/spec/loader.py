@@ -29,7 +29,8 @@ from drill.spec.validation import validate_model
 from drill.spec.yamlio import Locations, load_located
 from drill.units import MAX_DURATION_S
 
-__all__ = ["LoadedDrill", "load_drill", "load_model_file", "load_scenario", "read_input_file", "resolve_drill_path", "parse_override"]
+__all__ = ["LoadedDrill", "load_drill", "load_model_file", "load_scenario", "parse_override", "read_input_file",
+           "resolve_drill_path"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -65,7 +66,7 @@ class _Collector:
         self.diagnostics.append(Diagnostic(self.locations.of(path, key=key), path, message, hint=hint))
 
     def extend(self, items: list[Diagnostic]) -> None:
-        """Add problems, except at a key whose value the YAML reader already refused (it reads as null)."""
+        """Add problems, except at a key whose value the YAML reader already refused (one problem per value)."""
         refused = {d.path for d in self.diagnostics if d.path}
         self.diagnostics.extend(d for d in items if d.path not in refused)
 
@@ -115,7 +116,8 @@ def read_input_file(path: Path, *, what: str = "drill") -> str:
     except OSError as exc:
         raise SpecError([Diagnostic(where, (), f"cannot read file: {exc.strerror or exc}")]) from None
     if len(data) > MAX_FILE_BYTES:
-        raise SpecError([Diagnostic(where, (), f"file is {len(data)} bytes; {what} files are limited to {MAX_FILE_BYTES}")])
+        raise SpecError([Diagnostic(where, (), f"file is {len(data)} bytes; {what} files are limited to "
+                                               f"{MAX_FILE_BYTES}")])
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -132,12 +134,13 @@ def load_model_file(path: str | Path, model: type[M], *, what: str) -> M:
     doc = load_located(read_input_file(path, what=what), str(path))
     out = _Collector(doc.locations, list(doc.diagnostics))
     data = {} if doc.data is None else doc.data
+    instance = None
     if not isinstance(data, dict):
         out.add((), f"expected a mapping of {what} keys at the top level, got {type(data).__name__}")
-    elif not (out.diagnostics and doc.data is None):
+    elif not (out.diagnostics and doc.data is None):   # nothing to validate when the YAML itself was unreadable
         instance, problems = validate_model(model, data, doc.locations)
         out.extend(problems)
-    if out.diagnostics:
+    if out.diagnostics or instance is None:
         raise _spec_error(out.diagnostics)
     return instance
 
@@ -182,8 +185,8 @@ _TIME_SCALE = Position("<--time-scale>", 1, 1)
 
 def _check_time_scale(time_scale: float) -> None:
     if not (math.isfinite(time_scale) and time_scale > 0):
-        raise SpecError([Diagnostic(_TIME_SCALE, (), f"--time-scale must be a positive finite number, got {time_scale!r}",
-                                    hint="e.g. --time-scale 0.1 for a run ten times shorter")])
+        raise SpecError([Diagnostic(_TIME_SCALE, (), f"--time-scale must be a positive finite number, got "
+                                                     f"{time_scale!r}", hint="e.g. --time-scale 0.1 for a run ten times shorter")])
 
 
 def _check_scaled(loaded: LoadedDrill, time_scale: float) -> None:
@@ -335,7 +338,8 @@ def _resolve_trace(scenario: Scenario, base: Path, out: _Collector, prefix: KeyP
             continue
         unreadable = _trace_problem(resolved)
         if unreadable:
-            out.add(prefix + path + ("trace", "file"), unreadable, hint="the file must be an Azure LLM inference trace CSV")
+            out.add(prefix + path + ("trace", "file"), unreadable,
+                    hint="the file must be an Azure LLM inference trace CSV")
             continue
         new_arrival = arrival.model_copy(update={"trace": arrival.trace.model_copy(update={"file": str(resolved.resolve())})})
         replaced = _replace_arrival(replaced, path, new_arrival)
@@ -473,7 +477,8 @@ def parse_override(text: str) -> tuple[KeyPath, object]:
     if doc.diagnostics:
         first = doc.diagnostics[0]
         error = ValueError(f"cannot read the value: {first.message}")
-        error.column = text.index("=") + 1 + text.split("=", 1)[1].index(raw) + first.position.col   # type: ignore[attr-defined]
+        where = text.index("=") + 1 + text.split("=", 1)[1].index(raw)   # the value's offset in KEY=VALUE
+        error.column = where + first.position.col   # type: ignore[attr-defined]
         raise error
     return path, doc.data
 

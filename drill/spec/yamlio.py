@@ -204,7 +204,8 @@ class _Composer:
         if self.expanded > MAX_NODES:
             raise _Problem(self.where(event), f"the document expands to more than {MAX_NODES} values "
                            "(each alias counts as many values as its anchor holds, every time it is used)",
-                           hint="drill, scenario and stack files need a few hundred values; remove aliases that repeat large parts")
+                           hint="drill, scenario and stack files need a few hundred values; "
+                                "remove aliases that repeat large parts")
 
     def open(self, event, depth: int) -> _Open:
         if depth + 1 > MAX_DEPTH:
@@ -242,8 +243,8 @@ class _Composer:
     def alias(self, event: AliasEvent, depth: int) -> _Anchored:
         name = event.anchor
         if name in self.open_anchors:
-            raise _Problem(self.where(event), f"alias *{name} is used inside the value it names (a recursive structure)",
-                           hint="an alias may only repeat a value that is complete")
+            raise _Problem(self.where(event), f"alias *{name} is used inside the value it names "
+                           "(a recursive structure)", hint="an alias may only repeat a value that is complete")
         found = self.anchors.get(name)
         if found is None:
             raise _Problem(self.where(event), f"alias *{name} names no anchor written before it",

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from drill.testing import ContractViolation, FaultCase, TrafficSample, _sample_until, errors_above, latency_above, within_baseline
+from drill.testing import (
+    ContractViolation, FaultCase, TrafficSample, _sample_until, errors_above, latency_above, within_baseline,
+)
 
 BASE = TrafficSample(count=100, errors=0, p50_s=0.050, p90_s=0.080)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -31,6 +32,11 @@ documents = st.recursive(
                                st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=6), children, max_size=6)),
     max_leaves=40,
 )
+
+EXAMPLES = int(os.environ.get("DRILL_FUZZ_EXAMPLES", "300"))
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ_FEWER = settings(max_examples=EXAMPLES // 3, deadline=None,
+                      suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 VALID = """
 name: ok
@@ -78,7 +84,7 @@ def assert_inside(d: Diagnostic, path: Path, raw: bytes) -> None:
     assert 1 <= d.position.col <= len(lines[d.position.line - 1]) + 1, (rendered, lines[d.position.line - 1][:80])
 
 
-@settings(max_examples=int(__import__("os").environ.get("DRILL_FUZZ_EXAMPLES", "300")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@FUZZ
 @given(documents)
 def test_generated_structures_never_crash(tmp_path: Path, doc: object) -> None:
     try:
@@ -88,7 +94,7 @@ def test_generated_structures_never_crash(tmp_path: Path, doc: object) -> None:
     _check(tmp_path, text)
 
 
-@settings(max_examples=int(__import__("os").environ.get("DRILL_FUZZ_EXAMPLES", "300")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@FUZZ
 @given(st.data())
 def test_mutated_valid_file_never_crashes(tmp_path: Path, data: st.DataObject) -> None:
     raw = bytearray(VALID.encode())
@@ -147,15 +153,16 @@ def aliased_documents(draw: st.DrawFn) -> str:
     return "\n".join(lines) + "\n"
 
 
-@settings(max_examples=int(__import__("os").environ.get("DRILL_FUZZ_EXAMPLES", "300")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@FUZZ
 @given(aliased_documents())
 def test_generated_aliases_anchors_and_nesting_never_crash(tmp_path: Path, text: str) -> None:
     _check(tmp_path, text)
 
 
-@settings(max_examples=int(__import__("os").environ.get("DRILL_FUZZ_EXAMPLES", "300")) // 3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@FUZZ_FEWER
 @given(st.integers(1, 9), st.integers(2, 12), st.booleans())
-def test_generated_alias_bombs_are_refused_while_composing(tmp_path: Path, levels: int, width: int, merge: bool) -> None:
+def test_generated_alias_bombs_are_refused_while_composing(tmp_path: Path, levels: int, width: int,
+                                                           merge: bool) -> None:
     lines = [f"l0: &l0 [{', '.join(['x'] * width)}]"]
     for i in range(1, levels + 1):
         refs = ", ".join([f"*l{i - 1}"] * width)

@@ -54,8 +54,9 @@ args = json.loads(sys.argv[1])
 start = time.perf_counter()
 result = CliRunner().invoke(cli, args)
 elapsed = time.perf_counter() - start
-print(json.dumps({"rc": result.exit_code, "s": elapsed, "maxrss_mb": peak_mb(),
-                  "output": result.output, "exception": repr(result.exception) if result.exit_code not in (0, 2) else None}))
+crashed = repr(result.exception) if result.exit_code not in (0, 2) else None
+print(json.dumps({"rc": result.exit_code, "s": elapsed, "maxrss_mb": peak_mb(), "output": result.output,
+                  "exception": crashed}))
 """
 
 
@@ -167,7 +168,8 @@ def test_non_finite_numbers_are_refused_where_written(value: str, tmp_path: Path
     path = tmp_path / "d.yaml"
     path.write_text(f"name: x\nseed: 1\ntarget: {{kind: openai, config: {{url: 'http://127.0.0.1:1'}}}}\n"
                     f"scenario:\n  arrival: {{process: poisson, rate: {value}}}\n"
-                    "  pools: [{name: a, input_tokens: {dist: fixed, value: 1}, output_tokens: {dist: fixed, value: 1}}]\n")
+                    "  pools: [{name: a, input_tokens: {dist: fixed, value: 1},\n"
+                    "           output_tokens: {dist: fixed, value: 1}}]\n")
     with pytest.raises(SpecError) as info:
         load_drill(path)
     (only,) = info.value.diagnostics
@@ -218,7 +220,8 @@ def _big_inputs(rng) -> dict[str, bytes]:
         "random-bytes": bytes(rng.randrange(256) for _ in range(FOUR_MIB)),
         "random-yaml-chars": bytes(rng.choice(b"ab1:-[]{}&*, \n") for _ in range(FOUR_MIB)),
         "mutated-drills": bytes(mutated),
-        "many-errors": fit("name: x\ntarget: {kind: embedded}\nscenario: s\nfaults: [" + "{kind: nope, start: -1s}, " * FOUR_MIB).encode(),
+        "many-errors": fit("name: x\ntarget: {kind: embedded}\nscenario: s\nfaults: ["
+                           + "{kind: nope, start: -1s}, " * FOUR_MIB).encode(),
     }
 
 

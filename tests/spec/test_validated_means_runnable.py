@@ -74,7 +74,8 @@ def test_values_that_would_fail_at_run_time_are_refused_at_validation(override: 
 def test_a_malformed_trace_row_is_a_validation_error_at_the_trace_key(tmp_path: Path) -> None:
     (tmp_path / "t.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6,10,5\nnot a row\n")
     file = tmp_path / "d.yaml"
-    file.write_text(DRILL.replace("arrival: {process: poisson, rate: 5}", "arrival: {process: trace, trace: {file: t.csv}}"))
+    file.write_text(DRILL.replace("arrival: {process: poisson, rate: 5}",
+                                  "arrival: {process: trace, trace: {file: t.csv}}"))
     with pytest.raises(SpecError) as info:
         load_drill(file)
     (d,) = info.value.diagnostics

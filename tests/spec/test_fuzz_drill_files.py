@@ -173,3 +173,20 @@ def test_generated_alias_bombs_are_refused_while_composing(tmp_path: Path, level
     if expanded > 10 * MAX_NODES:
         doc = load_located(text, "bomb.yaml")
         assert any("expands to more than" in d.message for d in doc.diagnostics), [d.render() for d in doc.diagnostics]
+
+
+@FUZZ
+@given(st.text(max_size=200) | st.sampled_from(["seed=" + "[" * 500, "seed={a: &a [1], b: [*a, *a]}", "seed=.nan",
+                                                  "seed=1e400", "seed=" + "9" * 5000, "x.y[3]=&a [*a]"]))
+def test_any_set_value_gives_a_located_problem_or_a_value(tmp_path: Path, text: str) -> None:
+    """``--set`` goes through the same bounded reader: a located diagnostic on ``<--set>``, never a crash."""
+    path = tmp_path / "drill.yaml"
+    path.write_text(VALID)
+    try:
+        load_drill(path, overrides=[text])
+    except SpecError as exc:
+        for d in exc.diagnostics:
+            if d.position.source == "<--set>":
+                assert d.position.line == 1 and 1 <= d.position.col <= len(text) + 1, d.render()
+            else:
+                assert_inside(d, path, VALID.encode())

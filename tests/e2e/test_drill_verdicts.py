@@ -1,0 +1,129 @@
+"""Issue 8's end-to-end acceptance: the drills of ``drills/`` against the embedded stack, judged by the checks.
+
+Each test runs real drills (``drill run`` in a subprocess: the reference stack, Toxiproxy, Locust, the OTLP
+receiver) at a time scale that fits CI and asserts the verdicts in ``verdicts.json`` — statuses and the
+evidence they name, not just that the run finished. Where the acceptance is a contrast (an unbounded queue
+against admission control, the Idempotency-Key store off against on) both runs are asserted, so a check that
+answered the same thing for both could not pass.
+
+Time scales: the drills' timelines shrink (``--time-scale``); latency SLOs, client timeouts and the load's
+arrival rates do not. The unbounded-queue drill needs 0.3: its flood must last long enough (18 s) for the
+queue to outgrow what admission control admits; the others need 0.25 (a 10 s baseline of 40-60 requests, a
+6 s fault window). ``phases.replay.max_samples`` is lowered where the replay is not what a test proves.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+UNBOUNDED = "drills/unbounded-queue.yaml"
+SLOW_REPLICA = "drills/slow-replica.yaml"
+NCCL = "drills/nccl-degradation.yaml"
+RETRY_STORM = "drills/retry-storm-duplicates.yaml"
+GPU_OOM = "drills/gpu-oom.yaml"
+
+#: The unbounded-queue drill in CI: shorter warm-up, baseline and recovery (the flood and its fault phase are
+#: the drill's own), and fewer replayed samples — the replay is not what this test proves.
+QUEUE_CI = ("phases.warmup=10s", "phases.baseline=40s", "phases.recovery=40s",
+            "phases.replay.max_samples=20", "phases.replay.controls=4")
+
+
+def _assert_status(run, name: str, status: str) -> dict:
+    verdict = run.verdict(name)
+    assert verdict["status"] == status, f"{name}: expected {status}, got {verdict['status']}\n{run.summary()}"
+    return verdict
+
+
+def _ledger(run, replica: str) -> list[dict]:
+    path = run.run_dir / "ledger" / f"{replica}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def _first_span(run) -> dict:
+    observed = run.verdict("first_abnormal_span")["observed"]
+    assert observed.get("service") and observed.get("name"), f"no first abnormal span named\n{run.summary()}"
+    return observed
+
+
+def test_unbounded_queue_fails_fast_failure_and_admission_control_passes_it(drill_run) -> None:
+    unbounded = drill_run(UNBOUNDED, *QUEUE_CI, time_scale=0.3).finish()
+    assert unbounded.exit_code == 1, unbounded.summary()
+    _assert_status(unbounded, "fault_landed", "PASS")
+    failed = _assert_status(unbounded, "fast_failure", "FAIL")
+    assert failed["observed"]["refused"] == 0, "an unbounded queue refuses nothing: the excess waits"
+    assert failed["observed"]["left_to_wait"] + failed["observed"]["timeout"] >= 20
+    assert failed["observed"]["waited_share"] >= 0.9, failed["observed"]
+    _assert_status(unbounded, "first_abnormal_span", "PASS")      # its expect: a replica's queue span
+    first = _first_span(unbounded)
+    assert re.fullmatch(r"drill-replica-\d+", first["service"]) and first["name"] == "queue", first
+
+    admission = "target.config.engine.max_num_queued_reqs=128"
+    bounded = drill_run(UNBOUNDED, *QUEUE_CI, admission, time_scale=0.3).finish()
+    _assert_status(bounded, "fault_landed", "PASS")
+    passed = _assert_status(bounded, "fast_failure", "PASS")
+    assert passed["observed"]["refused"] >= 20, "admission control answers the excess with 503"
+    assert passed["observed"]["waited_share"] <= 0.15 and passed["observed"]["timeout"] == 0, passed["observed"]
+    assert passed["observed"]["refusal_ttf_p99_ms"] <= 500
+    assert passed["observed"]["refusals_with_retry_after"] == passed["observed"]["refused"]
+
+
+def test_slow_replica_names_the_link_to_replica_0_never_replica_1(drill_run) -> None:
+    run = drill_run(SLOW_REPLICA, time_scale=0.25).finish()
+    _assert_status(run, "fault_landed", "PASS")
+    _assert_status(run, "baseline-slo", "PASS")
+    _assert_status(run, "first_abnormal_span", "PASS")   # expect: router -> replica-0 CLIENT span, or replica 0
+    first = _first_span(run)
+    upstream = first["attributes"].get("drill.upstream")
+    assert (first["service"], first["name"], upstream) == ("drill-router", "POST upstream", "replica-0") \
+        or first["service"] == "drill-replica-0", first
+    assert "replica-1" not in (first["service"], upstream), first
+    _assert_status(run, "no-errors-while-slow", "PASS")
+    _assert_status(run, "recovered", "PASS")
+
+
+def test_tp_link_degradation_names_decode_on_the_degraded_replica(drill_run) -> None:
+    run = drill_run(NCCL, time_scale=0.25).finish()
+    _assert_status(run, "fault_landed", "PASS")
+    _assert_status(run, "first_abnormal_span", "PASS")   # expect: drill-replica-0 / decode
+    first = _first_span(run)
+    assert (first["service"], first["name"]) == ("drill-replica-0", "decode"), first
+    _assert_status(run, "recovered", "PASS")
+
+
+def test_retry_storm_duplicates_found_and_none_with_the_idempotency_store(drill_run) -> None:
+    # side by side: these verdicts count executions per key, which the machine's load does not change
+    storm_run = drill_run(RETRY_STORM, time_scale=0.25)
+    guarded_run = drill_run(RETRY_STORM, "target.config.router.idempotency=true", time_scale=0.25)
+    storm, guarded = storm_run.finish(), guarded_run.finish()
+    _assert_status(storm, "fault_landed", "PASS")
+    duplicated = _assert_status(storm, "duplicate_side_effects", "FAIL")
+    assert any(ref["kind"] == "idempotency_key" for ref in duplicated["evidence"]), duplicated["evidence"][:5]
+    _assert_status(storm, "retry_budget", "FAIL")
+
+    _assert_status(guarded, "fault_landed", "PASS")
+    _assert_status(guarded, "duplicate_side_effects", "PASS")
+    _assert_status(guarded, "retry_budget", "FAIL")   # the store stops the duplicates, not the client's retries
+    assert storm.verdict("duplicate_side_effects")["observed"] != guarded.verdict("duplicate_side_effects")["observed"]
+
+
+def test_gpu_oom_replay_passes_the_failed_samples_after_the_restart(drill_run) -> None:
+    run = drill_run(GPU_OOM, time_scale=0.25).finish()
+    _assert_status(run, "fault_landed", "PASS")
+    # the engine died (not just lost its KV cache) and came back: replica 0's side-effect ledger has requests that
+    # ended in the engine error, then requests it served after the restart
+    ledger = _ledger(run, "replica-0")
+    died = [i for i, record in enumerate(ledger) if record["status"] == "error"]
+    assert died, f"replica-0 never failed a request: the engine did not die\n{run.summary()}"
+    assert any(record["status"] == "ok" for record in ledger[died[-1] + 1:]), "replica-0 served nothing after it died"
+    replay = _assert_status(run, "recovery_replay", "PASS")
+    observed = replay["observed"]
+    assert observed["failed_requests"] >= 1
+    assert observed["originals_replayed"] >= 1 and observed["originals_passed"] == observed["originals_replayed"]
+    assert observed["controls_replayed"] >= 1 and observed["controls_passed"] == observed["controls_replayed"]
+    assert observed["output_mismatches"] == 0 and observed["not_identical"] == 0
+    _assert_status(run, "recovered", "PASS")

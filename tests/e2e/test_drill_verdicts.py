@@ -44,6 +44,12 @@ def _ledger(run, replica: str) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line]
 
 
+def _material_services(run) -> set[str]:
+    """Services of the (service, span name) pairs the analysis found a material cause in."""
+    pairs = run.verdict("first_abnormal_span")["observed"].get("pairs", [])
+    return {pair["service"] for pair in pairs if pair.get("material")}
+
+
 def _first_span(run) -> dict:
     observed = run.verdict("first_abnormal_span")["observed"]
     assert observed.get("service") and observed.get("name"), f"no first abnormal span named\n{run.summary()}"
@@ -82,6 +88,7 @@ def test_slow_replica_names_the_link_to_replica_0_never_replica_1(drill_run) -> 
     assert (first["service"], first["name"], upstream) == ("drill-router", "POST upstream", "replica-0") \
         or first["service"] == "drill-replica-0", first
     assert "replica-1" not in (first["service"], upstream), first
+    assert "drill-replica-1" not in _material_services(run), run.verdict("first_abnormal_span")["observed"]["pairs"]
     _assert_status(run, "no-errors-while-slow", "PASS")
     _assert_status(run, "recovered", "PASS")
 
@@ -92,6 +99,8 @@ def test_tp_link_degradation_names_decode_on_the_degraded_replica(drill_run) -> 
     _assert_status(run, "first_abnormal_span", "PASS")   # expect: drill-replica-0 / decode
     first = _first_span(run)
     assert (first["service"], first["name"]) == ("drill-replica-0", "decode"), first
+    # the healthy replica's extra load is not a cause: nothing material on it
+    assert "drill-replica-1" not in _material_services(run), run.verdict("first_abnormal_span")["observed"]["pairs"]
     _assert_status(run, "recovered", "PASS")
 
 

@@ -138,6 +138,12 @@ async def test_timeout_not_retried_when_only_errors_are() -> None:
         assert response.status_code == 504 and len(r0.ledger) == 1
 
 
+async def test_a_refusal_reaches_the_client_with_its_retry_after() -> None:
+    async with stack("busy") as (_, _replicas, client):
+        response = await client.post("/v1/completions", json=COMPLETION)
+        assert response.status_code == 503 and response.headers["retry-after"] == "1"
+
+
 async def test_stream_is_retried_only_before_its_first_byte() -> None:
     retries = RetryConfig(attempts=1)
     async with stack("cut", "ok", policy=RouterPolicy.ROUND_ROBIN, retries=retries) as (_, (r0, r1), client):

@@ -15,8 +15,9 @@ from drill.stack.http import HttpRequest, HttpResponse, HttpServer, ResponseStre
 
 @dataclass
 class FakeReplica:
-    """``mode``: ok | fail (500) | slow (answer after ``delay_s``) | cut (close before any byte)
-    | cut_mid (one chunk, then close). ``health`` is the status ``/health`` answers."""
+    """``mode``: ok | fail (500) | busy (503 with ``Retry-After: 1``, as admission control) | slow (answer after
+    ``delay_s``) | cut (close before any byte) | cut_mid (one chunk, then close). ``health`` is the status
+    ``/health`` answers."""
 
     name: str
     mode: str = "ok"
@@ -60,6 +61,9 @@ class FakeReplica:
         if self.mode == "fail":
             return HttpResponse.json({"error": {"message": "engine dead", "type": "InternalServerError",
                                                 "param": None, "code": 500}}, 500)
+        if self.mode == "busy":
+            return HttpResponse.json({"error": {"message": "busy", "type": "Service Unavailable", "param": None,
+                                                "code": 503}}, 503, headers=(("Retry-After", "1"),))
         if self.mode in ("cut", "cut_mid"):
             return await self._cut(stream)
         await asyncio.sleep(self.delay_s)

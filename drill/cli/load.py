@@ -207,5 +207,5 @@ def worker(master: str) -> None:
     host, sep, port = master.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise click.BadParameter(f"expected HOST:PORT, got {master!r}", param_hint="--master")
-    cmd = [sys.executable, "-m", "drill.load.locustfile", "--worker", "--master", f"{host}:{port}"]
+    cmd = [sys.executable, "-m", "drill.load.child.locustfile", "--worker", "--master", f"{host}:{port}"]
     os.execv(sys.executable, cmd)   # a fresh process: Locust must be its first import

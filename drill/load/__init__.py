@@ -1,4 +1,3 @@
-"""The load driver. Locust is imported only in the load-generator child process: first by
-:mod:`drill.load.locustfile`, then by :mod:`drill.load.distributed`, which only that child imports. The
-modules that run under gevent there (``openloop``, ``streaming``, ``reactor``, ``bursts``, ``sinks``) are
-likewise imported only by the child; everything else here is plain Python the harness can import safely."""
+"""The load driver, harness side: scenario plan, schedule, records, summary, replay, and the driver that
+starts the load-generator child. Everything here is plain Python the harness imports safely; what runs
+under gevent in the child (Locust, the open loop, streaming, the reactor) is in :mod:`drill.load.child`."""

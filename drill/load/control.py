@@ -2,7 +2,7 @@
 
 One JSON object per line over a socketpair: the harness (:mod:`drill.load.driver`)
 sends the :class:`GeneratorPlan` first, then commands (bursts, stop); the child
-(:mod:`drill.load.locustfile`) answers ``ready``, a ``status`` every half second,
+(:mod:`drill.load.child.locustfile`) answers ``ready``, a ``status`` every half second,
 replies to ``burst_status`` and a final ``summary``. The same code runs on both
 sides: in the child, ``socket`` and ``threading`` are gevent-patched, so a
 blocking read only blocks its greenlet.

@@ -1,7 +1,7 @@
 """The load driver as the harness sees it: start open-loop load in a child process, steer it, stop it.
 
 Called by the runner (and ``drill load``) in the harness process, which never
-imports Locust: :class:`LoadDriver` spawns ``python -m drill.load.locustfile``
+imports Locust: :class:`LoadDriver` spawns ``python -m drill.load.child.locustfile``
 (one local Locust runner, or a master with ``workers`` worker processes), hands
 it a :class:`~drill.load.control.GeneratorPlan` over a socketpair, and reads its
 status. Records are appended by the child to ``requests.jsonl`` and
@@ -165,7 +165,7 @@ class LoadDriver:
     def _spawn(self, wire: GeneratorPlan) -> None:
         ours, theirs = socket.socketpair()
         log = open(self.plan.run_dir / _LOG_NAME, "ab")
-        cmd = [sys.executable, "-m", "drill.load.locustfile", "--control-fd", str(theirs.fileno()),
+        cmd = [sys.executable, "-m", "drill.load.child.locustfile", "--control-fd", str(theirs.fileno()),
                "--parent-pid", str(os.getpid())]
         try:
             self._proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),), stdout=log, stderr=log,

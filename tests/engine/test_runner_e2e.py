@@ -173,7 +173,7 @@ def _start_faulted_run(tmp_path: Path, stack, toxiproxy_server, proxy_name: str,
 
 def _load_generators(runner_pid: int) -> list[int]:
     """Pids of the load generators a runner started: their command line carries ``--parent-pid <runner>``."""
-    found = subprocess.run(["pgrep", "-f", f"drill\\.load\\.locustfile .*--parent-pid {runner_pid}( |$)"],
+    found = subprocess.run(["pgrep", "-f", f"drill\\.load\\.child\\.locustfile .*--parent-pid {runner_pid}( |$)"],
                            capture_output=True, text=True).stdout
     return [int(pid) for pid in found.split()]
 

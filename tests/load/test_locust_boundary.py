@@ -2,7 +2,7 @@
 
 Locust monkey-patches the process at import, so the harness must never import it. Read from the source
 (AST), not by importing: every drill module that imports locust/gevent/geventhttpclient is reachable only
-from ``drill.load.locustfile``, and the README names every module that imports Locust itself.
+from ``drill.load.child.locustfile``, and the README names every module that imports Locust itself.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PATCHING = ("locust", "gevent", "geventhttpclient")
+CHILD = "drill.load.child"
 
 
 def _module(path: Path) -> str:
@@ -39,10 +40,18 @@ def _importers_of(graph: dict[str, set[str]], roots: tuple[str, ...]) -> set[str
 def test_patching_libraries_are_imported_only_by_modules_the_child_alone_loads() -> None:
     graph = _graph()
     child_only = _importers_of(graph, PATCHING)
-    assert "drill.load.locustfile" in child_only
-    for module in sorted(child_only - {"drill.load.locustfile"}):
+    assert "drill.load.child.locustfile" in child_only
+    for module in sorted(child_only - {"drill.load.child.locustfile"}):
         importers = _importers_of(graph, (module,)) - {module}
         assert importers <= child_only, f"{module} imports gevent/Locust but is imported by {importers - child_only}"
+
+
+def test_the_monkey_patching_boundary_is_the_child_folder() -> None:
+    """Every module that imports gevent/Locust lives in ``drill/load/child/``, and nothing outside it imports it."""
+    graph = _graph()
+    child = {m for m in graph if m == CHILD or m.startswith(CHILD + ".")}
+    assert _importers_of(graph, PATCHING) - child == set()
+    assert _importers_of(graph, (CHILD,)) - child == set()
 
 
 def test_the_readme_names_every_module_that_imports_locust() -> None:

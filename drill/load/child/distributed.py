@@ -1,7 +1,7 @@
 """Distributed load: a Locust master with N worker processes (one per core), or remote workers.
 
 Runs inside the load-generator child only (imported by
-:mod:`drill.load.locustfile` after Locust). The master never generates load:
+:mod:`drill.load.child.locustfile` after Locust). The master never generates load:
 it binds its ZeroMQ port, starts ``plan.workers`` local workers (and waits for
 ``plan.expect_remote_workers`` more started with ``drill worker --master
 HOST:PORT``), then sends each worker the plan, its share of the schedule
@@ -31,10 +31,10 @@ import locust.runners
 from gevent.event import Event
 from locust.env import Environment
 
-from drill.load.bursts import BurstSpec
+from drill.load.child.bursts import BurstSpec
 from drill.load.control import GeneratorPlan
-from drill.load.openloop import OpenLoop
-from drill.load.sinks import BatchSink, FileSink
+from drill.load.child.openloop import OpenLoop
+from drill.load.child.sinks import BatchSink, FileSink
 
 __all__ = ["MasterController", "run_worker", "REPORT_INTERVAL_S"]
 
@@ -73,7 +73,7 @@ class MasterController:
 
     def _spawn_worker(self, index: int) -> subprocess.Popen:
         log = open(Path(self.plan.run_dir) / f"load-worker-{index}.log", "ab")
-        cmd = [sys.executable, "-m", "drill.load.locustfile", "--worker", "--master", f"127.0.0.1:{self.port}",
+        cmd = [sys.executable, "-m", "drill.load.child.locustfile", "--worker", "--master", f"127.0.0.1:{self.port}",
                "--parent-pid", str(os.getpid())]
         try:
             return subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)

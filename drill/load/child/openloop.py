@@ -1,6 +1,6 @@
 """The open-loop generator that runs inside each load-generating process.
 
-Created by :mod:`drill.load.locustfile` (the local runner, or each distributed
+Created by :mod:`drill.load.child.locustfile` (the local runner, or each distributed
 worker) once the plan is known; its :meth:`OpenLoop.run` is the body of the
 Locust user's task. Arrivals come from the schedule decided in advance
 (:mod:`drill.load.schedule`); each one is spawned on its own greenlet at its
@@ -25,13 +25,13 @@ from typing import Callable, Protocol
 from gevent.event import Event
 from gevent.pool import Group
 
-from drill.load.bursts import Burst, BurstSpec
+from drill.load.child.bursts import Burst, BurstSpec
 from drill.load.control import GeneratorPlan
 from drill.load.payload import PromptText, attempt_headers, build_body, endpoint_path, new_trace_ids, payload_digest
 from drill.load.records import ErrorClass, RequestRecord
 from drill.load.samples import FailingSample
 from drill.load.schedule import PlannedRequest, build_schedule
-from drill.load.streaming import Cancelled, Outcome, Transport, send_attempt
+from drill.load.child.streaming import Cancelled, Outcome, Transport, send_attempt
 from drill.spec.scenario import Pool, RetryOn, RetryPolicy
 
 __all__ = ["OpenLoop", "Sink", "Counters"]

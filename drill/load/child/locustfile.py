@@ -1,10 +1,10 @@
 """The load-generator child process: Locust in library mode, running the open-loop generator.
 
 Started by :class:`drill.load.driver.LoadDriver` as
-``python -m drill.load.locustfile --control-fd N --parent-pid P`` (one local
+``python -m drill.load.child.locustfile --control-fd N --parent-pid P`` (one local
 runner, or a master that starts its own workers) and by ``drill worker`` as
-``python -m drill.load.locustfile --worker --master HOST:PORT``. This module imports
-Locust first (:mod:`drill.load.distributed`, imported after it, is the only other one that
+``python -m drill.load.child.locustfile --worker --master HOST:PORT``. This module imports
+Locust first (:mod:`drill.load.child.distributed`, imported after it, is the only other one that
 does), so gevent's monkey-patching precedes every other import of the process (``dependency-notes.md`` §1.2: a
 client created before patching deadlocks). ``drill/__init__`` and
 ``drill/load/__init__`` run before it (``-m`` imports the packages); they load
@@ -43,11 +43,11 @@ from gevent.event import AsyncResult
 from locust import User, constant, task
 from locust.env import Environment
 
-from drill.load.bursts import BurstSpec
+from drill.load.child.bursts import BurstSpec
 from drill.load.control import STATUS_INTERVAL_S, Channel, GeneratorPlan, Msg
-from drill.load.distributed import MasterController, run_worker
-from drill.load.openloop import OpenLoop
-from drill.load.sinks import FileSink
+from drill.load.child.distributed import MasterController, run_worker
+from drill.load.child.openloop import OpenLoop
+from drill.load.child.sinks import FileSink
 
 __all__ = ["DrillUser", "LocalController", "main"]
 
@@ -214,7 +214,7 @@ def _run_controlled(control_fd: int, parent_pid: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m drill.load.locustfile")
+    parser = argparse.ArgumentParser(prog="python -m drill.load.child.locustfile")
     parser.add_argument("--control-fd", type=int)
     parser.add_argument("--parent-pid", type=int)
     parser.add_argument("--worker", action="store_true")

@@ -1,14 +1,14 @@
 """Send one attempt and read its SSE stream, timestamping every chunk as it arrives.
 
 Runs inside the load-generator child process only (gevent-patched; imported by
-:mod:`drill.load.openloop`, never by the harness). The request and its headers go
+:mod:`drill.load.child.openloop`, never by the harness). The request and its headers go
 through ``geventhttpclient``; the streamed body is read by the process's
-:class:`~drill.load.reactor.StreamReactor` — one greenlet reading every ready stream
+:class:`~drill.load.child.reactor.StreamReactor` — one greenlet reading every ready stream
 socket per wake-up — which feeds geventhttpclient's parser and timestamps each SSE
 event the moment its bytes are read (not Locust's 1 KB-buffered iterators:
 ``dependency-notes.md`` §1.1, 0.16 ms vs 51 ms p50 delivery lag). TLS or an unexpected
 response layout falls back to reading in the request's own greenlet. Times are
-``time.perf_counter()`` values; :mod:`drill.load.openloop` turns them into offsets from
+``time.perf_counter()`` values; :mod:`drill.load.child.openloop` turns them into offsets from
 the intended start.
 
 A stream that ends abnormally (timeout, cancel, reset) has its socket closed,
@@ -28,7 +28,7 @@ from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 from geventhttpclient.url import URL
 
 from drill.load.output import OutputDigest
-from drill.load.reactor import reactor
+from drill.load.child.reactor import reactor
 from drill.load.records import ErrorClass, classify_status
 from drill.load.sse import LineKind, classify_line, is_role_only, parse_error_message, parse_usage
 

@@ -22,7 +22,7 @@ from drill.load.lengths import sample_length
 from drill.load.schedule import PlannedRequest
 
 if TYPE_CHECKING:  # pragma: no cover
-    from drill.load.openloop import OpenLoop
+    from drill.load.child.openloop import OpenLoop
 
 __all__ = ["BurstSpec", "Burst"]
 

@@ -12,7 +12,7 @@ methods, modelled on Toxiproxy's toxics and NVIDIA Dynamo's fault verification:
     Put the condition in place. Called once, after the engine journaled (fsync)
     how to revert it. Must not sleep for the fault's duration: the engine owns
     the timeline.
-``verify(ctx) -> Evidence``
+``verify(ctx) -> LandingProof``
     Prove the fault landed (a toxic is listed, a container is paused, the stack
     reports the memory taken). Raise :class:`FaultNotLanded` otherwise: a fault
     that silently does nothing is the worst failure of a chaos tool.
@@ -61,6 +61,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "AdminApiError", "BackendError", "Capability", "DockerError", "Duration", "Evidence", "Fault",
+    "LandingProof",
     "FaultContext", "FaultError", "FaultNotLanded", "FaultParams", "FaultTargets", "InjectError",
     "LinkKind", "LinkRef", "LoadControl", "PluginParams", "Mechanism", "ProcessControlError", "Realism", "ReplicaRef", "RevertError",
     "Saved", "Selector", "Size", "TargetInfo", "ToxiproxyError", "format_duration", "parse_duration",
@@ -219,11 +220,17 @@ class Saved(_Frozen):
     """Base of what ``prepare`` captures for ``revert`` (empty by default)."""
 
 
-class Evidence(_Frozen):
-    """Proof that a fault landed: a sentence and the observations behind it."""
+class LandingProof(_Frozen):
+    """Proof that a fault landed (what ``verify`` returns): a sentence and the observations behind it.
+
+    Not to be confused with :class:`drill.checks.base.RunEvidence`, a finished run's files as the checks read them.
+    """
 
     summary: str
     observations: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+
+
+Evidence = LandingProof   # its earlier name, kept so fault plugins written against it still import
 
 
 class Mechanism(_Frozen):
@@ -390,7 +397,7 @@ class Fault(abc.ABC):
         """Put the condition in place (raise InjectError or a BackendError on failure)."""
 
     @abc.abstractmethod
-    def verify(self, ctx: FaultContext) -> Evidence:
+    def verify(self, ctx: FaultContext) -> LandingProof:
         """Return proof the condition is in place, or raise FaultNotLanded."""
 
     @abc.abstractmethod

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, TypeVar
 
-from drill.api import Evidence, FaultContext, FaultNotLanded, InjectError, ToxiproxyError
+from drill.api import LandingProof, FaultContext, FaultNotLanded, InjectError, ToxiproxyError
 
 __all__ = ["Direction", "ToxicPlan", "add_toxics", "artefact", "poll", "refused", "remove_toxics", "verify_toxics"]
 
@@ -59,7 +59,7 @@ def add_toxics(ctx: FaultContext, proxies: list[str], plans: list[ToxicPlan]) ->
                                     toxicity=plan.toxicity)
 
 
-def verify_toxics(ctx: FaultContext, proxies: list[str], plans: list[ToxicPlan]) -> Evidence:
+def verify_toxics(ctx: FaultContext, proxies: list[str], plans: list[ToxicPlan]) -> LandingProof:
     """Evidence that every planned toxic is listed on every proxy with its attributes; FaultNotLanded otherwise."""
     seen: dict[str, str | int | float | bool | None] = {}
     for proxy in proxies:
@@ -76,7 +76,7 @@ def verify_toxics(ctx: FaultContext, proxies: list[str], plans: list[ToxicPlan])
                                      fault=ctx.fault_id)
             seen[f"{proxy}/{plan.name}"] = f"{plan.type} {plan.stream} {plan.attributes} toxicity {toxic.toxicity:g}"
     names = ", ".join(sorted({p.name for p in plans}))
-    return Evidence(summary=f"toxic(s) {names} listed on {', '.join(proxies)}", observations=seen)
+    return LandingProof(summary=f"toxic(s) {names} listed on {', '.join(proxies)}", observations=seen)
 
 
 def remove_toxics(ctx: FaultContext, proxies: list[str], names: list[str]) -> None:

@@ -13,7 +13,7 @@ from typing import Callable, TypeVar
 from pydantic import Field, model_validator
 
 from drill.api import (
-    AdminApiError, Capability, Duration, Evidence, Fault, FaultContext, FaultNotLanded, FaultParams, Mechanism,
+    AdminApiError, Capability, Duration, LandingProof, Fault, FaultContext, FaultNotLanded, FaultParams, Mechanism,
     Realism, ReplicaRef, Saved,
 )
 
@@ -132,7 +132,7 @@ class GpuClockCap(Fault):
         for replica in ctx.targets.replicas:
             ctx.stack_admin(replica).set_clock_cap(self.params.fraction)
 
-    def verify(self, ctx: FaultContext) -> Evidence:
+    def verify(self, ctx: FaultContext) -> LandingProof:
         if self.params.method is ClockMethod.STACK_ADMIN:
             return verify_clock(ctx, self.params.fraction)
         caps = self._cap_mhz(ctx)
@@ -140,7 +140,7 @@ class GpuClockCap(Fault):
         over = {i: f"{mhz:g} MHz > {caps[i]} MHz" for i, mhz in seen.items() if not mhz <= caps[i] * 1.02}
         if over or len(seen) != len(caps):
             raise FaultNotLanded(f"SM clock not capped: {over or 'GPU missing'}", fault=ctx.fault_id)
-        return Evidence(summary=f"GPU(s) {sorted(seen)} at or under {self.params.fraction:g} of max SM clock "
+        return LandingProof(summary=f"GPU(s) {sorted(seen)} at or under {self.params.fraction:g} of max SM clock "
                                 "(nvidia-smi; not verified on hardware)",
                         observations={f"gpu{i}.clocks_sm_mhz": mhz for i, mhz in seen.items()})
 
@@ -153,13 +153,13 @@ class GpuClockCap(Fault):
             restore_clock(ctx, replica, saved.clock_fraction.get(replica.name, 1.0))
 
 
-def verify_clock(ctx: FaultContext, fraction: float) -> Evidence:
+def verify_clock(ctx: FaultContext, fraction: float) -> LandingProof:
     """Evidence that every targeted replica's simulated SM clock is at ``fraction``; FaultNotLanded otherwise."""
     seen = {r.name: ctx.stack_admin(r).state().gpu.clock_fraction for r in ctx.targets.replicas}
     wrong = {name: f for name, f in seen.items() if abs(f - fraction) > 1e-6}
     if wrong:
         raise FaultNotLanded(f"clock fraction is {wrong}, not {fraction:g}", fault=ctx.fault_id)
-    return Evidence(summary=f"SM clock of {', '.join(seen)} capped at {fraction:g} of nominal (simulated)",
+    return LandingProof(summary=f"SM clock of {', '.join(seen)} capped at {fraction:g} of nominal (simulated)",
                     observations={f"{name}.clock_fraction": f for name, f in seen.items()})
 
 
@@ -258,13 +258,13 @@ class GpuOom(Fault):
             else:
                 ctx.stack_admin(replica).set_memory_hog(p.gib)
 
-    def verify(self, ctx: FaultContext) -> Evidence:
+    def verify(self, ctx: FaultContext) -> LandingProof:
         saved = ctx.saved if isinstance(ctx.saved, GpuOomSaved) else GpuOomSaved()
         found = [self._verify_one(ctx, r, saved) for r in ctx.targets.replicas]
-        return Evidence(summary="; ".join(e.summary for e in found),
+        return LandingProof(summary="; ".join(e.summary for e in found),
                         observations={k: v for e in found for k, v in e.observations.items()})
 
-    def _verify_one(self, ctx: FaultContext, replica: ReplicaRef, saved: GpuOomSaved) -> Evidence:
+    def _verify_one(self, ctx: FaultContext, replica: ReplicaRef, saved: GpuOomSaved) -> LandingProof:
         if self.params.method is OomMethod.CUDA_HOG:
             return self._verify_hog(ctx, replica, saved)
         state = with_admin_retry(ctx, ctx.stack_admin(replica).state)
@@ -275,12 +275,12 @@ class GpuOom(Fault):
             raise FaultNotLanded(f"{replica.name} reports {state.gpu.memory_hog_gib:g} GiB taken, not "
                                  f"{self.params.gib:g}", fault=ctx.fault_id)
         kv_after = state.gpu.kv_blocks_usable if state.gpu.kv_blocks_usable is not None else state.gpu.kv_blocks_total
-        return Evidence(summary=f"{replica.name}: {self.params.gib:g} GiB taken (simulated); usable KV blocks "
+        return LandingProof(summary=f"{replica.name}: {self.params.gib:g} GiB taken (simulated); usable KV blocks "
                                 f"{saved.kv_usable.get(replica.name, '?')} -> {kv_after}",
                         observations={f"{replica.name}.memory_hog_gib": state.gpu.memory_hog_gib,
                                       f"{replica.name}.kv_blocks_usable": kv_after})
 
-    def _verify_death(self, ctx: FaultContext, replica: ReplicaRef, state, before: int | None) -> Evidence:
+    def _verify_death(self, ctx: FaultContext, replica: ReplicaRef, state, before: int | None) -> LandingProof:
         """A dead or restarted engine is evidence only when it died of CUDA OOM with the hog's memory taken.
 
         The reason comes from the replica itself: ``engine.dead_reason`` while the dead process lingers,
@@ -299,12 +299,12 @@ class GpuOom(Fault):
             why = f"it died of: {reason}" if reason else "the replica reports no death of pid " + str(before)
             raise FaultNotLanded(f"{replica.name}: pid {before} {how}, but not of this memory hog ({why})",
                                  fault=ctx.fault_id)
-        return Evidence(summary=f"{replica.name}: the engine died of CUDA OOM under the {self.params.gib:g} GiB hog "
+        return LandingProof(summary=f"{replica.name}: the engine died of CUDA OOM under the {self.params.gib:g} GiB hog "
                                 f"(pid {pid}: {how})",
                         observations={f"{replica.name}.pid": state.pid, f"{replica.name}.died": True,
                                       f"{replica.name}.dead_reason": reason})
 
-    def _verify_hog(self, ctx: FaultContext, replica: ReplicaRef, saved: GpuOomSaved) -> Evidence:
+    def _verify_hog(self, ctx: FaultContext, replica: ReplicaRef, saved: GpuOomSaved) -> LandingProof:
         status = ctx.gpus.hog_status(replica.container, self._tag(ctx), python=self.params.python)
         wanted_mib = self.params.gib * MIB_PER_GIB
         if status is None or status.held < status.wanted:
@@ -315,7 +315,7 @@ class GpuOom(Fault):
         if grown < 0.9 * wanted_mib:
             raise FaultNotLanded(f"{replica.name}: nvidia-smi memory.used grew by {grown:.0f} MiB, less than 90% of "
                                  f"{wanted_mib:.0f} MiB", fault=ctx.fault_id)
-        return Evidence(summary=f"{replica.name}: hog pid {status.pid} holds {status.held / 2**30:.2f} GiB on device "
+        return LandingProof(summary=f"{replica.name}: hog pid {status.pid} holds {status.held / 2**30:.2f} GiB on device "
                                 f"{status.device} ({status.api}); memory.used +{grown:.0f} MiB "
                                 "(not verified on hardware)",
                         observations={f"{replica.name}.hog_pid": status.pid, f"{replica.name}.used_mib_grown": grown})

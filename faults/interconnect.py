@@ -7,7 +7,7 @@ import enum
 from pydantic import Field, model_validator
 
 from drill.api import (
-    Capability, Evidence, Fault, FaultContext, FaultNotLanded, FaultParams, InjectError, LinkKind, LinkRef,
+    Capability, LandingProof, Fault, FaultContext, FaultNotLanded, FaultParams, InjectError, LinkKind, LinkRef,
     Mechanism, Realism,
 )
 
@@ -145,7 +145,7 @@ class NcclDegradation(Fault):
             else:
                 ctx.nccl.restart_with_env(_container(ctx, replica), artefact(ctx), dict(p.env))
 
-    def verify(self, ctx: FaultContext) -> Evidence:
+    def verify(self, ctx: FaultContext) -> LandingProof:
         p: NcclDegradationParams = self.params
         if p.method is NcclMethod.TOXIPROXY:
             return verify_toxics(ctx, self._proxies(ctx), self._plans(ctx))
@@ -153,7 +153,7 @@ class NcclDegradation(Fault):
         for replica in ctx.targets.replicas:
             seen[replica.name] = self._verify_one(ctx, replica)
         what = "netem qdisc" if p.method is NcclMethod.NETEM else "NCCL transport environment"
-        return Evidence(summary=f"{what} in place on {', '.join(seen)} (not verified on hardware)", observations=seen)
+        return LandingProof(summary=f"{what} in place on {', '.join(seen)} (not verified on hardware)", observations=seen)
 
     def _verify_one(self, ctx: FaultContext, replica) -> str:
         p: NcclDegradationParams = self.params

@@ -9,7 +9,7 @@ import time
 from pydantic import Field
 
 from drill.api import (
-    Capability, DockerError, Duration, Evidence, Fault, FaultContext, FaultNotLanded, FaultParams, InjectError,
+    Capability, DockerError, Duration, LandingProof, Fault, FaultContext, FaultNotLanded, FaultParams, InjectError,
     Mechanism, ProcessControlError, Realism, ReplicaRef, RevertError, Saved,
 )
 
@@ -123,11 +123,11 @@ class ReplicaCrash(Fault):
                 raise InjectError(f"replica {replica.name}'s process {ref.pid} was gone before the kill",
                                   fault=ctx.fault_id)
 
-    def verify(self, ctx: FaultContext) -> Evidence:
+    def verify(self, ctx: FaultContext) -> LandingProof:
         seen: dict[str, str | int | float | bool | None] = {}
         for replica in ctx.targets.replicas:
             seen[replica.name] = self._verify_one(ctx, replica)
-        return Evidence(summary="; ".join(f"{n}: {v}" for n, v in seen.items()), observations=seen)
+        return LandingProof(summary="; ".join(f"{n}: {v}" for n, v in seen.items()), observations=seen)
 
     def _verify_one(self, ctx: FaultContext, replica: ReplicaRef) -> str:
         saved, p = self._saved(ctx), self.params
@@ -273,7 +273,7 @@ class ReplicaPause(Fault):
             else:
                 ctx.processes.stop(self._ref(ctx, replica))
 
-    def verify(self, ctx: FaultContext) -> Evidence:
+    def verify(self, ctx: FaultContext) -> LandingProof:
         seen: dict[str, str | int | float | bool | None] = {}
         for replica in ctx.targets.replicas:
             if self._docker():
@@ -285,7 +285,7 @@ class ReplicaPause(Fault):
                 raise FaultNotLanded(f"{replica.name} is {state}, not paused/stopped", fault=ctx.fault_id)
             seen[f"{replica.name}.state"] = state
         how = "container paused" if self._docker() else "process stopped (state T)"
-        return Evidence(summary=f"{how}: {', '.join(r.name for r in ctx.targets.replicas)}", observations=seen)
+        return LandingProof(summary=f"{how}: {', '.join(r.name for r in ctx.targets.replicas)}", observations=seen)
 
     def revert(self, ctx: FaultContext) -> None:
         saved = self._saved(ctx)

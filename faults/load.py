@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from drill.api import Capability, Evidence, Fault, FaultContext, FaultNotLanded, FaultParams, InjectError, Realism
+from drill.api import Capability, LandingProof, Fault, FaultContext, FaultNotLanded, FaultParams, InjectError, Realism
 
 from faults._toxics import artefact, poll
 
@@ -62,7 +62,7 @@ class QueueFlood(Fault):
         ctx.load.start_burst(self._burst(ctx), rate_multiplier=p.rate_multiplier,
                              prompt_multiplier=p.prompt_multiplier, pools=list(ctx.targets.pools))
 
-    def verify(self, ctx: FaultContext) -> Evidence:
+    def verify(self, ctx: FaultContext) -> LandingProof:
         if ctx.load is None:
             raise FaultNotLanded("no load driver to ask about the burst", fault=ctx.fault_id)
         burst = self._burst(ctx)
@@ -73,7 +73,7 @@ class QueueFlood(Fault):
                                  f"sent={last.get('sent', 0):g} after {_SEND_WAIT_S:g}s", fault=ctx.fault_id,
                                  hint="is the scenario's rate zero for these pools right now?")
         pools = ", ".join(ctx.targets.pools) or "every pool"
-        return Evidence(summary=f"burst {burst} active on {pools}: {status['sent']:g} extra requests sent, "
+        return LandingProof(summary=f"burst {burst} active on {pools}: {status['sent']:g} extra requests sent, "
                                 f"{status['offered_rate']:.1f} req/s offered",
                         observations={k: float(v) for k, v in status.items()})
 

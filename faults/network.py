@@ -7,7 +7,7 @@ import enum
 from pydantic import Field
 
 from drill.api import (
-    Capability, Evidence, Fault, FaultContext, FaultNotLanded, FaultParams, Realism, Saved, ToxiproxyError,
+    Capability, LandingProof, Fault, FaultContext, FaultNotLanded, FaultParams, Realism, Saved, ToxiproxyError,
 )
 
 from faults._toxics import Direction, ToxicPlan, add_toxics, artefact, refused, remove_toxics, verify_toxics
@@ -60,7 +60,7 @@ class LinkReset(Fault):
     def inject(self, ctx: FaultContext) -> None:
         add_toxics(ctx, _proxies(ctx), self._plans(ctx))
 
-    def verify(self, ctx: FaultContext) -> Evidence:
+    def verify(self, ctx: FaultContext) -> LandingProof:
         return verify_toxics(ctx, _proxies(ctx), self._plans(ctx))
 
     def revert(self, ctx: FaultContext) -> None:
@@ -127,14 +127,14 @@ class Partition(Fault):
         for proxy in _proxies(ctx):
             ctx.toxiproxy.disable(proxy)
 
-    def verify(self, ctx: FaultContext) -> Evidence:
+    def verify(self, ctx: FaultContext) -> LandingProof:
         if self.params.mode is PartitionMode.BLACKHOLE:
             return verify_toxics(ctx, _proxies(ctx), self._plans(ctx))
         states = {p: ctx.toxiproxy.proxy(p).enabled for p in _proxies(ctx)}
         still = [p for p, enabled in states.items() if enabled]
         if still or not states:
             raise FaultNotLanded(f"proxy {', '.join(still) or '(none)'} is still enabled", fault=ctx.fault_id)
-        return Evidence(summary=f"proxy {', '.join(states)} disabled: connections refused",
+        return LandingProof(summary=f"proxy {', '.join(states)} disabled: connections refused",
                         observations={f"{p}.enabled": e for p, e in states.items()})
 
     def revert(self, ctx: FaultContext) -> None:

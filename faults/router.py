@@ -7,7 +7,7 @@ import enum
 from pydantic import Field
 
 from drill.api import (
-    AdminApiError, Capability, Duration, Evidence, Fault, FaultContext, FaultNotLanded, FaultParams, Realism, Saved,
+    AdminApiError, Capability, Duration, LandingProof, Fault, FaultContext, FaultNotLanded, FaultParams, Realism, Saved,
 )
 
 from faults._toxics import refused
@@ -88,7 +88,7 @@ class RouterRetryStorm(Fault):
     def inject(self, ctx: FaultContext) -> None:
         ctx.router_admin().patch_config(self._patch())
 
-    def verify(self, ctx: FaultContext) -> Evidence:
+    def verify(self, ctx: FaultContext) -> LandingProof:
         p: RouterRetryStormParams = self.params
         config = ctx.router_admin().config()
         wrong = []
@@ -100,7 +100,7 @@ class RouterRetryStorm(Fault):
             wrong.append(f"idempotency {config.idempotency}")
         if wrong:
             raise FaultNotLanded(f"the router reports {', '.join(wrong)}", fault=ctx.fault_id)
-        return Evidence(summary=f"router retries {config.retries.attempts} time(s) on {', '.join(config.retries.on)} "
+        return LandingProof(summary=f"router retries {config.retries.attempts} time(s) on {', '.join(config.retries.on)} "
                                 f"(attempt timeout {config.retries.timeout:g}s, idempotency {config.idempotency})",
                         observations={"attempts": config.retries.attempts, "timeout_s": config.retries.timeout,
                                       "idempotency": config.idempotency})

@@ -7,7 +7,7 @@ import enum
 from pydantic import Field, model_validator
 
 from drill.api import (
-    Capability, DockerError, Evidence, Fault, FaultContext, FaultNotLanded, FaultParams, Mechanism, Realism, Saved,
+    Capability, DockerError, LandingProof, Fault, FaultContext, FaultNotLanded, FaultParams, Mechanism, Realism, Saved,
 )
 
 from faults._toxics import Direction, ToxicPlan, add_toxics, artefact, remove_toxics, verify_toxics
@@ -138,7 +138,7 @@ class SlowReplica(Fault):
             for replica in ctx.targets.replicas:
                 ctx.stack_admin(replica).set_clock_cap(p.clock_fraction)
 
-    def verify(self, ctx: FaultContext) -> Evidence:
+    def verify(self, ctx: FaultContext) -> LandingProof:
         p: SlowReplicaParams = self.params
         if p.method is SlowMethod.TOXIPROXY:
             return verify_toxics(ctx, self._proxies(ctx), self._plans(ctx))
@@ -171,12 +171,12 @@ def _quota_us(cpus: float) -> int:
     return max(1000, round(cpus * CPU_PERIOD_US))
 
 
-def _verify_quota(ctx: FaultContext, quota_us: int) -> Evidence:
+def _verify_quota(ctx: FaultContext, quota_us: int) -> LandingProof:
     quotas = {c: ctx.docker.info(c).cpu_quota_us for c in _containers(ctx)}
     wrong = {c: q for c, q in quotas.items() if q != quota_us}
     if wrong:
         raise FaultNotLanded(f"CPU quota is {wrong}, not {quota_us} µs per {CPU_PERIOD_US} µs", fault=ctx.fault_id)
-    return Evidence(summary=f"container(s) {', '.join(quotas)} capped at {quota_us / CPU_PERIOD_US:g} CPU",
+    return LandingProof(summary=f"container(s) {', '.join(quotas)} capped at {quota_us / CPU_PERIOD_US:g} CPU",
                     observations={f"{c}.cpu_quota_us": q for c, q in quotas.items()})
 
 

@@ -2,7 +2,7 @@
 
 A ``drill.checks`` plugin has a ``kind``, a frozen ``Params`` model (its
 thresholds), the files it ``reads`` and ``evaluate(evidence) -> Verdict``: no
-I/O beyond what :class:`Evidence` reads from the run directory, no clock, no
+I/O beyond what :class:`RunEvidence` reads from the run directory, no clock, no
 mutation — so a past run can be re-judged from its directory alone
 (``drill judge``). Missing or thin data is ``INCONCLUSIVE``, never ``PASS``.
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # the heavy parts are imported only by the checks that use th
     from drill.checks.replay import ReplayEvidence
     from drill.traces.evidence import TraceEvidence
 
-__all__ = ["Check", "CheckParams", "Evidence", "EvidenceKind", "EvidenceRef", "FaultOutcome", "PhaseWindow",
+__all__ = ["Check", "CheckParams", "RunEvidence", "EvidenceKind", "EvidenceRef", "FaultOutcome", "PhaseWindow",
            "Status", "Verdict"]
 
 T = TypeVar("T")
@@ -143,8 +143,8 @@ class FaultOutcome:
     reverted_ts: float | None = None
 
 
-class Evidence:
-    """Everything a check may look at, read lazily and once from a run directory.
+class RunEvidence:
+    """A finished run's evidence: everything a check may look at, read lazily and once from a run directory.
 
     Every JSON-lines file is read through :meth:`read`, which keeps a :class:`ReadReport` per file in
     :attr:`reports`, so what could not be read is counted and named in the verdicts that used it.
@@ -285,7 +285,7 @@ class Check(abc.ABC):
         self.name = name or self.kind
 
     @abc.abstractmethod
-    def evaluate(self, evidence: Evidence) -> Verdict:
+    def evaluate(self, evidence: RunEvidence) -> Verdict:
         """Judge the evidence; never raise for missing data (return INCONCLUSIVE)."""
 
     def verdict(self, status: Status, message: str, *, evidence: "list[EvidenceRef] | tuple[EvidenceRef, ...]" = (),

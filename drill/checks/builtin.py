@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from drill.checks.base import Check, CheckParams, Evidence, EvidenceKind, EvidenceRef, Status, Verdict
+from drill.checks.base import Check, CheckParams, RunEvidence, EvidenceKind, EvidenceRef, Status, Verdict
 from drill.checks.judging import measurement_truth_figures, measurement_truth_units, meets_slo, record_metric_ms
 from drill.engine.journal import Event
 from drill.load.records import ErrorClass, latency_values
@@ -34,7 +34,7 @@ class FaultLandedCheck(Check):
     kind = "fault_landed"
     Params = CheckParams
 
-    def evaluate(self, evidence: Evidence) -> Verdict:
+    def evaluate(self, evidence: RunEvidence) -> Verdict:
         planned = _planned_faults(evidence)
         faults = {f.fault_id: f for f in evidence.faults}
         if not planned and not faults:
@@ -61,7 +61,7 @@ class FaultLandedCheck(Check):
                             notes=notes, **common)
 
 
-def _planned_faults(evidence: Evidence) -> list[str]:
+def _planned_faults(evidence: RunEvidence) -> list[str]:
     """The drill's fault ids as the runner forms them (``FaultSpec.name`` or ``<kind>-<index>``)."""
     faults = (evidence.resolved.get("drill") or {}).get("faults") or []
     return [f.get("name") or f"{f.get('kind')}-{i}" for i, f in enumerate(faults) if isinstance(f, dict)]
@@ -79,7 +79,7 @@ _FAULT_EVENTS = {Event.FAULT_INJECTED.value, Event.FAULT_INJECT_FAILED.value, Ev
                  Event.FAULT_NOT_LANDED.value}
 
 
-def _fault_refs(evidence: Evidence, ids: list[str], never: list[str]) -> list[EvidenceRef]:
+def _fault_refs(evidence: RunEvidence, ids: list[str], never: list[str]) -> list[EvidenceRef]:
     refs = [EvidenceRef(EvidenceKind.JOURNAL, str(e.seq), f"{e.event} {e.get('fault_id')}")
             for e in evidence.journal if e.event in _FAULT_EVENTS and e.get("fault_id") in ids]
     fault = evidence.phases.get("fault")
@@ -90,7 +90,7 @@ def _fault_refs(evidence: Evidence, ids: list[str], never: list[str]) -> list[Ev
     return refs
 
 
-def _cut_short(evidence: Evidence) -> str:
+def _cut_short(evidence: RunEvidence) -> str:
     """Why the fault phase ended before a fault's start, when the journal says."""
     fault = evidence.phases.get("fault")
     if fault is not None and fault.stopped_by:
@@ -132,7 +132,7 @@ class SloCheck(Check):
     kind = "slo"
     Params = SloParams
 
-    def evaluate(self, evidence: Evidence) -> Verdict:
+    def evaluate(self, evidence: RunEvidence) -> Verdict:
         p: SloParams = self.params
         records = evidence.requests_in(p.phase)
         targets = {pool: (p.slo or slo) for pool, slo in evidence.slo_by_pool.items()
@@ -192,7 +192,7 @@ class SloCheck(Check):
 _GOODPUT_UNITS = {"share": "ratio", "requests_per_s": "requests/s", "tokens_per_s": "tokens/s", "requests": "requests"}
 
 
-def _goodput(evidence: Evidence, targets: dict[str, dict[str, float]]) -> dict[str, float | int | None]:
+def _goodput(evidence: RunEvidence, targets: dict[str, dict[str, float]]) -> dict[str, float | int | None]:
     """``goodput.<phase>.<pool>.{requests,share,requests_per_s,tokens_per_s}`` for every phase the run has."""
     out: dict[str, float | int | None] = {}
     for phase in GOODPUT_PHASES:
@@ -239,7 +239,7 @@ class ErrorRateCheck(Check):
     kind = "error_rate"
     Params = ErrorRateParams
 
-    def evaluate(self, evidence: Evidence) -> Verdict:
+    def evaluate(self, evidence: RunEvidence) -> Verdict:
         p: ErrorRateParams = self.params
         records = [r for r in evidence.requests_in(p.phase) if p.pools is None or r.pool in p.pools]
         if len(records) < p.min_requests:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from pydantic import Field
 
-from drill.checks.base import Check, CheckParams, Evidence, EvidenceKind, EvidenceRef, Status, Verdict
+from drill.checks.base import Check, CheckParams, RunEvidence, EvidenceKind, EvidenceRef, Status, Verdict
 from drill.checks.builtin import PhaseName
 from drill.checks.judging import (
     is_counted, measurement_truth_figures, measurement_truth_units, pool_settings, records_in, time_to_failure_ms,
@@ -120,7 +120,7 @@ class FastFailureCheck(Check):
     Params = FastFailureParams
     reads = ("journal.jsonl", "requests.jsonl")
 
-    def evaluate(self, evidence: Evidence) -> Verdict:
+    def evaluate(self, evidence: RunEvidence) -> Verdict:
         p: FastFailureParams = self.params
         window = window_of(evidence, p.phase)
         if window is None:
@@ -142,7 +142,7 @@ class FastFailureCheck(Check):
 
     # --- sorting the attempts -------------------------------------------------------------------------
 
-    def _tally(self, evidence: Evidence, records: list[RequestRecord]) -> _Tally:
+    def _tally(self, evidence: RunEvidence, records: list[RequestRecord]) -> _Tally:
         p: FastFailureParams = self.params
         settings = pool_settings(evidence)
         tally = _Tally()

@@ -16,7 +16,7 @@ from drill.stats import percentile
 from drill.units import parse_duration
 
 if TYPE_CHECKING:
-    from drill.checks.base import Evidence, EvidenceRef
+    from drill.checks.base import RunEvidence, EvidenceRef
     from drill.traces.evidence import TraceEvidence
 
 __all__ = ["PoolSettings", "is_counted", "meets_slo", "measurement_truth_figures", "measurement_truth_units",
@@ -33,7 +33,7 @@ class PoolSettings:
     retry_attempts: int | None  # extra tries after the first
 
 
-def pool_settings(evidence: "Evidence") -> dict[str, PoolSettings]:
+def pool_settings(evidence: "RunEvidence") -> dict[str, PoolSettings]:
     """Each pool of ``resolved.json``'s scenario (durations are written with units there)."""
     out = {}
     for raw in (evidence.resolved.get("scenario") or {}).get("pools") or []:
@@ -53,7 +53,7 @@ def _duration(value: object) -> float | None:
         return None
 
 
-def window_of(evidence: "Evidence", phase: str) -> tuple[float, float] | None:
+def window_of(evidence: "RunEvidence", phase: str) -> tuple[float, float] | None:
     """The judged window (UNIX s): the fault window (injection to revert) for ``fault``, else the phase."""
     if phase == "fault" and evidence.fault_window is not None:
         return evidence.fault_window
@@ -61,7 +61,7 @@ def window_of(evidence: "Evidence", phase: str) -> tuple[float, float] | None:
     return (window.start_ts, window.end_ts) if window else None
 
 
-def records_in(evidence: "Evidence", window: tuple[float, float], pools: Iterable[str] | None = None,
+def records_in(evidence: "RunEvidence", window: tuple[float, float], pools: Iterable[str] | None = None,
                ) -> list[RequestRecord]:
     """Attempts whose intended start falls in ``window`` (and in ``pools``, when given)."""
     wanted = None if pools is None else set(pools)
@@ -129,7 +129,7 @@ def is_counted(record: RequestRecord) -> bool:
     return record.error is not ErrorClass.CLIENT_DROP
 
 
-def span_evidence(evidence: "Evidence") -> tuple["TraceEvidence | None", str | None]:
+def span_evidence(evidence: "RunEvidence") -> tuple["TraceEvidence | None", str | None]:
     """The run's spans, or why there are none to use ("the target exported no spans", or the error)."""
     try:
         traces = evidence.traces
@@ -141,7 +141,7 @@ def span_evidence(evidence: "Evidence") -> tuple["TraceEvidence | None", str | N
     return traces, None
 
 
-def measurement_truth_figures(evidence: "Evidence") -> tuple[dict, list[str], list["EvidenceRef"]]:
+def measurement_truth_figures(evidence: "RunEvidence") -> tuple[dict, list[str], list["EvidenceRef"]]:
     """Client-vs-server TTFT/E2E difference percentiles for verdicts (empty without joined spans).
 
     Returns (observed figures ``measurement_truth.ttft_diff_ms.p50``..., notes, evidence refs).

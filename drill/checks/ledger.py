@@ -6,7 +6,7 @@ before it stops the stack (:meth:`drill.api.Target.collect_evidence`). The ledge
 side-effect truth: what was executed and billed, whatever the client saw. Any target that writes
 lines of the same shape to ``ledger/*.jsonl`` gets the same checks.
 
-Every file is read through :meth:`~drill.checks.base.Evidence.read`, so each keeps its own
+Every file is read through :meth:`~drill.checks.base.RunEvidence.read`, so each keeps its own
 :class:`~drill.jsonl.ReadReport` (``ledger/replica-0.jsonl``), and the union is reported under
 ``ledger``: a check that lists ``"ledger"`` in its ``reads`` becomes INCONCLUSIVE when a line of any
 replica's ledger could not be read.
@@ -28,7 +28,7 @@ from drill.jsonl import BadLine, ReadReport, read_jsonl
 from drill.stack.ledger import LedgerRecord, LedgerStatus
 
 if TYPE_CHECKING:
-    from drill.checks.base import Evidence
+    from drill.checks.base import RunEvidence
 
 __all__ = ["LEDGER_DIR", "LEDGER_READS", "RunLedger", "is_side_effect", "load_run_ledger", "parse_ledger_record"]
 
@@ -104,7 +104,7 @@ class RunLedger:
         return sum(1 for r in self.side_effects() if not r.idempotency_key)
 
 
-def load_run_ledger(evidence: "Evidence") -> RunLedger:
+def load_run_ledger(evidence: "RunEvidence") -> RunLedger:
     """Read ``ledger/*.jsonl`` of the run directory; an absent directory is an empty :class:`RunLedger`."""
     folder = evidence.run_dir / LEDGER_DIR
     names = sorted(f"{LEDGER_DIR}/{p.name}" for p in folder.glob("*.jsonl")) if folder.is_dir() else []
@@ -135,7 +135,7 @@ def _union(folder: Path, reports: dict[str, ReadReport]) -> ReadReport:
     return union
 
 
-def _replicas_expected(evidence: "Evidence") -> int | None:
+def _replicas_expected(evidence: "RunEvidence") -> int | None:
     """How many replicas the run's embedded target had (from ``resolved.json``), else None."""
     resolved = evidence.resolved
     target = (resolved.get("drill") or {}).get("target") or {}

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from drill.checks.base import Check, CheckParams, Evidence, EvidenceKind, EvidenceRef, Status, Verdict
+from drill.checks.base import Check, CheckParams, RunEvidence, EvidenceKind, EvidenceRef, Status, Verdict
 from drill.checks.judging import record_metric_ms
 from drill.load.records import ErrorClass, RequestRecord
 from drill.stats import percentile
@@ -81,7 +81,7 @@ class RecoveryTimeCheck(Check):
     Params = RecoveryTimeParams
     reads = ("journal.jsonl", "requests.jsonl")
 
-    def evaluate(self, evidence: Evidence) -> Verdict:
+    def evaluate(self, evidence: RunEvidence) -> Verdict:
         p: RecoveryTimeParams = self.params
         revert, revert_ref = _revert(evidence)
         recovery = evidence.phases.get("recovery")
@@ -100,7 +100,7 @@ class RecoveryTimeCheck(Check):
                    for band in bands]
         return self._judge(results, thin, [revert_ref] if revert_ref else [])
 
-    def _bands(self, evidence: Evidence) -> tuple[list[_Band], list[str]]:
+    def _bands(self, evidence: RunEvidence) -> tuple[list[_Band], list[str]]:
         p: RecoveryTimeParams = self.params
         records = evidence.requests_in("baseline")
         pools = p.pools if p.pools is not None else sorted({r.pool for r in records})
@@ -192,7 +192,7 @@ class RecoveryTimeCheck(Check):
                              f"(slowest pool {slowest.band.pool}; max {p.max:g}s)")
 
 
-def _revert(evidence: Evidence) -> tuple[float | None, EvidenceRef | None]:
+def _revert(evidence: RunEvidence) -> tuple[float | None, EvidenceRef | None]:
     """When the fault ended: the last revert in the journal, else the fault phase's end."""
     reverted = [f.reverted_ts for f in evidence.faults if f.reverted_ts is not None]
     if reverted:

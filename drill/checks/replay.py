@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from drill.checks.base import (Check, CheckParams, Evidence, EvidenceKind, EvidenceRef, PhaseWindow, Status,
+from drill.checks.base import (Check, CheckParams, RunEvidence, EvidenceKind, EvidenceRef, PhaseWindow, Status,
                                Verdict)
 from drill.checks.judging import meets_slo
 from drill.engine.journal import Event
@@ -70,7 +70,7 @@ class ReplayEvidence:
         return [r for r in self.results if r.set == CONTROL]
 
 
-def load_replay_evidence(evidence: Evidence) -> ReplayEvidence:
+def load_replay_evidence(evidence: RunEvidence) -> ReplayEvidence:
     """Read the replay's files through ``evidence`` (each read is counted in ``evidence.reports``)."""
     results = evidence.read("replay.jsonl", read_replay)
     samples = evidence.read("failing_samples.jsonl", read_samples)
@@ -124,7 +124,7 @@ class RecoveryReplayCheck(Check):
     Params = RecoveryReplayParams
     reads = ("journal.jsonl", "requests.jsonl", "failing_samples.jsonl", "replay.jsonl")
 
-    def evaluate(self, evidence: Evidence) -> Verdict:
+    def evaluate(self, evidence: RunEvidence) -> Verdict:
         replay = evidence.replay
         if not replay.ran:
             why = f" (the run was stopped by {replay.stopped_by})" if replay.stopped_by else ""
@@ -138,7 +138,7 @@ class RecoveryReplayCheck(Check):
 
     # --- judging ------------------------------------------------------------------------------------
 
-    def _tally(self, evidence: Evidence, replay: ReplayEvidence) -> _Tally:
+    def _tally(self, evidence: RunEvidence, replay: ReplayEvidence) -> _Tally:
         p: RecoveryReplayParams = self.params
         samples = {s.request_id: s for s in replay.samples}
         records = {r.request_id: r for r in evidence.requests}
@@ -261,7 +261,7 @@ class RecoveryReplayCheck(Check):
         return observed, expected, units
 
 
-def _latency_bands(evidence: Evidence, p: RecoveryReplayParams) -> dict[str, dict[str, float]]:
+def _latency_bands(evidence: RunEvidence, p: RecoveryReplayParams) -> dict[str, dict[str, float]]:
     """Per pool, the most a control may take (ms from its send): factor x the baseline's percentile."""
     by_pool: dict[str, list[RequestRecord]] = defaultdict(list)
     for record in evidence.requests_in("baseline"):

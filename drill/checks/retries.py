@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from pydantic import Field
 
-from drill.checks.base import Check, CheckParams, Evidence, EvidenceKind, EvidenceRef, Status, Verdict
+from drill.checks.base import Check, CheckParams, RunEvidence, EvidenceKind, EvidenceRef, Status, Verdict
 from drill.checks.builtin import PhaseName
 from drill.checks.judging import records_in, span_evidence, window_of
 from drill.checks.ledger import LEDGER_READS
@@ -101,7 +101,7 @@ class DuplicateSideEffectsCheck(Check):
     Params = DuplicateSideEffectsParams
     reads = ("requests.jsonl", LEDGER_READS)
 
-    def evaluate(self, evidence: Evidence) -> Verdict:
+    def evaluate(self, evidence: RunEvidence) -> Verdict:
         p: DuplicateSideEffectsParams = self.params
         attempts = _keyed(evidence.requests, p.pools)
         if len(attempts) < p.min_keys:
@@ -116,7 +116,7 @@ class DuplicateSideEffectsCheck(Check):
         classes = _classify(attempts, executions, requested)
         return self._judge(classes, attempts, executions, source, gaps)
 
-    def _executions(self, evidence: Evidence) -> tuple[dict[str, list[Execution]] | None, str, list[str]]:
+    def _executions(self, evidence: RunEvidence) -> tuple[dict[str, list[Execution]] | None, str, list[str]]:
         """Executions per key, the source's name (or why there is none) and what the source may lack."""
         p: DuplicateSideEffectsParams = self.params
         ledger = evidence.ledger if p.source in ("auto", "ledger") else None
@@ -180,7 +180,7 @@ def _keyed(records: list[RequestRecord], pools: list[str] | None) -> dict[str, l
     return dict(out)
 
 
-def _replay_keys(evidence: Evidence) -> set[str]:
+def _replay_keys(evidence: RunEvidence) -> set[str]:
     """Keys the recovery replay sent (they are requested too, after the load)."""
     if not (evidence.run_dir / REPLAY).exists():
         return set()
@@ -324,7 +324,7 @@ class RetryBudgetCheck(Check):
     Params = RetryBudgetParams
     reads = ("journal.jsonl", "requests.jsonl")
 
-    def evaluate(self, evidence: Evidence) -> Verdict:
+    def evaluate(self, evidence: RunEvidence) -> Verdict:
         p: RetryBudgetParams = self.params
         logical, window_name = self._logical(evidence)
         if logical is None:
@@ -337,7 +337,7 @@ class RetryBudgetCheck(Check):
         server, per_trace, note = self._server_layer(evidence, logical)
         return self._judge(logical, client, server, per_trace, note)
 
-    def _logical(self, evidence: Evidence) -> tuple[dict[str, list[RequestRecord]] | None, str]:
+    def _logical(self, evidence: RunEvidence) -> tuple[dict[str, list[RequestRecord]] | None, str]:
         p: RetryBudgetParams = self.params
         pools = None if p.pools is None else set(p.pools)
         every = [r for r in evidence.requests if r.sent_ts is not None and r.error is not ErrorClass.CLIENT_DROP
@@ -354,7 +354,7 @@ class RetryBudgetCheck(Check):
         chosen = {k: sorted(v, key=lambda r: r.attempt) for k, v in by_logical.items() if k in first}
         return chosen, f"the {p.phase} window"
 
-    def _server_layer(self, evidence: Evidence, logical: dict[str, list[RequestRecord]],
+    def _server_layer(self, evidence: RunEvidence, logical: dict[str, list[RequestRecord]],
                       ) -> tuple[_Layer | None, dict[str, int], str | None]:
         """The server layer's attempts, upstream attempts per client trace id, or why none."""
         if not self.params.use_spans:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field, field_validator
 
-from drill.checks.base import Check, CheckParams, Evidence, EvidenceKind, EvidenceRef, Status, Verdict
+from drill.checks.base import Check, CheckParams, RunEvidence, EvidenceKind, EvidenceRef, Status, Verdict
 from drill.traces.analysis import AbnormalPair, AbnormalReport, AbnormalSpan, AnalysisOptions, find_abnormal
 from drill.units import Duration
 
@@ -133,7 +133,7 @@ class FirstAbnormalSpanCheck(Check):
     Params = FirstAbnormalSpanParams
     reads = ("journal.jsonl", "spans.jsonl")
 
-    def evaluate(self, evidence: Evidence) -> Verdict:
+    def evaluate(self, evidence: RunEvidence) -> Verdict:
         p: FirstAbnormalSpanParams = self.params
         traces = evidence.traces
         notes = traces.completeness.notes()

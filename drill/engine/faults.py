@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 
 from drill import registry
-from drill.api import Evidence, Fault, FaultContext, FaultTargets, LoadControl, TargetInfo
+from drill.api import LandingProof, Fault, FaultContext, FaultTargets, LoadControl, TargetInfo
 from drill.engine.journal import Event, Journal
 from drill.engine.listeners import Listeners
 from drill.engine.reverts import RevertOutcome, RevertRecord, RevertStack
@@ -89,7 +89,7 @@ def _inject_failed(journal: Journal, fid: str, kind: str, error: str) -> str:
     return error
 
 
-def verify_and_journal(fault: Fault, ctx: FaultContext, kind: str, journal: Journal) -> tuple[Evidence | None, str | None]:
+def verify_and_journal(fault: Fault, ctx: FaultContext, kind: str, journal: Journal) -> tuple[LandingProof | None, str | None]:
     """``verify``, journaled as ``fault_verified`` or ``fault_not_landed``: (evidence, None) or (None, why)."""
     try:
         evidence = fault.verify(ctx)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from drill import registry
-from drill.checks.base import Evidence, Verdict
+from drill.checks.base import RunEvidence, Verdict
 from drill.engine.journal import Event
 from drill.engine.verdicts import judge_one, plan_checks, verdicts_document
 from drill.errors import InputError
@@ -30,7 +30,7 @@ class Judgement:
     status: str                 # how the run ended, from its journal
     stopped_by: str | None
     verdicts: list[Verdict]
-    evidence: Evidence
+    evidence: RunEvidence
 
     def document(self) -> dict:
         """The ``verdicts.json`` document these verdicts make."""
@@ -46,7 +46,7 @@ def rejudge(run_dir: Path) -> Judgement:
     params = [registry.checks.get(spec["kind"]).Params.model_validate(dump or {})
               for spec, dump in zip(specs, dumps)]
     planned = plan_checks([(s["kind"], s.get("name")) for s in specs], params, bool(drill.get("faults")))
-    evidence = Evidence(run_dir)
+    evidence = RunEvidence(run_dir)
     verdicts = [judge_one(c.kind, c.name, c.params, evidence) for c in planned]
     status, stopped_by = _how_it_ended(evidence)
     return Judgement(run_dir, run_dir.name, str(drill.get("name", "?")), status, stopped_by, verdicts, evidence)
@@ -66,7 +66,7 @@ def _read_resolved(run_dir: Path) -> dict:
                          hint="the run directory is damaged; its raw files can still be read by hand") from exc
 
 
-def _how_it_ended(evidence: Evidence) -> tuple[str, str | None]:
+def _how_it_ended(evidence: RunEvidence) -> tuple[str, str | None]:
     finished = [e for e in evidence.journal if e.event == Event.RUN_FINISHED.value]
     if not finished:
         return "unfinished", None

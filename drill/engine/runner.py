@@ -28,7 +28,7 @@ from pathlib import Path
 
 from drill import registry
 from drill.api import Capability, TargetContext, TargetInfo
-from drill.checks.base import Evidence, Status, Verdict
+from drill.checks.base import RunEvidence, Status, Verdict
 from drill.engine import active
 from drill.engine.faults import FaultRunner
 from drill.engine.journal import Event, Journal
@@ -367,7 +367,7 @@ class Runner:
         from drill.load.replay import ReplayPlan, baseline_rate, replay_after_recovery
 
         spec = self.drill.phases.replay
-        evidence = Evidence(self.rundir.path)
+        evidence = RunEvidence(self.rundir.path)
         window = evidence.phases.get(Phase.BASELINE.value)
         baseline = (window.start_ts, window.end_ts) if window is not None else None
         rate = spec.rate or (baseline_rate(evidence.requests, baseline) if baseline else None)
@@ -388,7 +388,7 @@ class Runner:
     def _evaluate(self) -> None:
         from drill.engine.verdicts import evaluate_checks, write_verdicts
 
-        evidence = Evidence(self.rundir.path)   # SLOs and params as resolved.json has them, like `drill judge`
+        evidence = RunEvidence(self.rundir.path)   # SLOs and params as resolved.json has them, like `drill judge`
         self.result.verdicts = evaluate_checks(self.loaded, evidence)
         write_verdicts(self.rundir, self.loaded, self.result, evidence)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pydantic import BaseModel
 
 from drill import registry
-from drill.checks.base import Check, Evidence, Status, Verdict
+from drill.checks.base import Check, RunEvidence, Status, Verdict
 from drill.engine.rundir import RunDir
 from drill.spec.loader import LoadedDrill
 
@@ -48,13 +48,13 @@ def plan_checks(kinds_and_names: list[tuple[str, str | None]], params: list[Base
     return planned
 
 
-def evaluate_checks(loaded: LoadedDrill, evidence: Evidence) -> list[Verdict]:
+def evaluate_checks(loaded: LoadedDrill, evidence: RunEvidence) -> list[Verdict]:
     planned = plan_checks([(c.kind, c.name) for c in loaded.drill.checks], list(loaded.check_params),
                           bool(loaded.drill.faults))
     return [judge_one(c.kind, c.name, c.params, evidence) for c in planned]
 
 
-def judge_one(kind: str, name: str, params, evidence: Evidence) -> Verdict:
+def judge_one(kind: str, name: str, params, evidence: RunEvidence) -> Verdict:
     """One check's verdict; never raises."""
     try:
         check: Check = registry.checks.get(kind)(params, name)
@@ -64,7 +64,7 @@ def judge_one(kind: str, name: str, params, evidence: Evidence) -> Verdict:
     return _account_for_reads(verdict, check.reads, evidence)
 
 
-def _account_for_reads(verdict: Verdict, reads: tuple[str, ...], evidence: Evidence) -> Verdict:
+def _account_for_reads(verdict: Verdict, reads: tuple[str, ...], evidence: RunEvidence) -> Verdict:
     """INCONCLUSIVE when a file the check depends on had unreadable lines; a torn last line is a note."""
     reports = [evidence.reports[name] for name in reads if name in evidence.reports]
     notes = [r.describe() for r in reports if not r.clean or r.torn_last_line is not None]
@@ -80,13 +80,13 @@ def _account_for_reads(verdict: Verdict, reads: tuple[str, ...], evidence: Evide
 
 
 def verdicts_document(run_id: str, drill_name: str, status: str, stopped_by: str | None,
-                      verdicts: list[Verdict], evidence: Evidence | None) -> dict:
+                      verdicts: list[Verdict], evidence: RunEvidence | None) -> dict:
     reads = {name: r.to_json() for name, r in sorted(evidence.reports.items())} if evidence is not None else {}
     return {"schema": VERDICTS_SCHEMA, "run_id": run_id, "drill": drill_name, "status": status,
             "stopped_by": stopped_by, "reads": reads, "checks": [v.to_json() for v in verdicts]}
 
 
-def write_verdicts(rundir: RunDir, loaded: LoadedDrill, result, evidence: Evidence | None = None) -> None:
+def write_verdicts(rundir: RunDir, loaded: LoadedDrill, result, evidence: RunEvidence | None = None) -> None:
     rundir.write_json("verdicts.json", verdicts_document(rundir.run_id, loaded.drill.name, result.status,
                                                          result.stopped_by, result.verdicts, evidence))
     rundir.write_text("summary.md", render_summary(rundir, loaded, result))

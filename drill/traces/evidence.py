@@ -1,6 +1,6 @@
 """A run's traces as the checks see them: one table, how complete it is, and the client join.
 
-``evidence.traces`` (:class:`drill.checks.base.Evidence`) calls :func:`load_trace_evidence` once per
+``evidence.traces`` (:class:`drill.checks.base.RunEvidence`) calls :func:`load_trace_evidence` once per
 judged run. The run's ``spans.jsonl`` is read through the ``receiver`` source; its
 :class:`~drill.jsonl.ReadReport` goes into ``evidence.reports["spans.jsonl"]`` like every other file
 of the run, so a check that lists ``spans.jsonl`` in ``reads`` becomes INCONCLUSIVE when lines of it
@@ -18,7 +18,7 @@ from drill.traces.sources import ReceiverParams, ReceiverSource
 from drill.traces.table import SpanTable
 
 if TYPE_CHECKING:  # pragma: no cover
-    from drill.checks.base import Evidence
+    from drill.checks.base import RunEvidence
 
 __all__ = ["NO_SPANS", "SPANS_FILE", "TraceEvidence", "load_trace_evidence", "trace_evidence"]
 
@@ -50,7 +50,7 @@ def trace_evidence(table: SpanTable, records=(), *, source: str, unreadable: int
                          joined=JoinedRequests(table, records))
 
 
-def load_trace_evidence(evidence: "Evidence") -> TraceEvidence:
+def load_trace_evidence(evidence: "RunEvidence") -> TraceEvidence:
     """The run's ``spans.jsonl`` (receiver source) joined to ``evidence.requests``, with its completeness."""
     source = ReceiverSource(ReceiverParams(file=SPANS_FILE), str(evidence.run_dir))
     table = source.table()

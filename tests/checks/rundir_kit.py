@@ -11,7 +11,7 @@ so tests read like a timeline::
     kit.request(at=70, pool="interactive", status=503, error="refused", headers_ms=12)
     kit.ledger(0, key="k-1", status="ok")
     kit.span(trace_id=..., name="llm_request", service="drill-replica-0", kind="SERVER", start=70, end=71)
-    evidence = kit.evidence()          # writes everything, returns drill.checks.base.Evidence
+    evidence = kit.evidence()          # writes everything, returns drill.checks.base.RunEvidence
 
 The API is shared by the checks' tests; keep it stable (add keyword arguments, never change one).
 """
@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from drill.checks.base import Evidence
+from drill.checks.base import RunEvidence
 from drill.load.records import RequestRecord
 
 __all__ = ["T0", "RunKit"]
@@ -91,7 +91,7 @@ class RunKit:
 
     def pool(self, name: str, *, timeout: str = "60s", slo: dict[str, float] | None = None,
              attempts: int = 0, stream: bool = True) -> None:
-        """A scenario pool (written to ``resolved.json``) and its SLO in seconds (``Evidence.slo_by_pool``)."""
+        """A scenario pool (written to ``resolved.json``) and its SLO in seconds (``RunEvidence.slo_by_pool``)."""
         self.pools.append({"name": name, "timeout": timeout, "stream": stream, "retry": {"attempts": attempts},
                            "slo": {k: f"{v}s" for k, v in (slo or {}).items()}})
         if slo:
@@ -186,9 +186,9 @@ class RunKit:
             path.write_text(text, encoding="utf-8")
         return self.run_dir
 
-    def evidence(self) -> Evidence:
+    def evidence(self) -> RunEvidence:
         """Write the directory and open it as the checks see it."""
-        return Evidence(self.write(), self.slo_by_pool)
+        return RunEvidence(self.write(), self.slo_by_pool)
 
     def _resolved(self) -> dict[str, Any]:
         resolved: dict[str, Any] = {"scenario": {"pools": self.pools}}

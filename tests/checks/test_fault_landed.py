@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from drill.checks.base import Evidence, EvidenceKind, Status
+from drill.checks.base import RunEvidence, EvidenceKind, Status
 from drill.checks.builtin import FaultLandedCheck
 from tests.checks.rundir_kit import RunKit
 
@@ -17,7 +17,7 @@ def _judge(kit: RunKit, faults: list[dict] | None):
         resolved = json.loads((run_dir / "resolved.json").read_text())
         resolved["drill"] = {**resolved.get("drill", {}), "faults": faults}
         (run_dir / "resolved.json").write_text(json.dumps(resolved))
-    return FaultLandedCheck(FaultLandedCheck.Params()).evaluate(Evidence(run_dir))
+    return FaultLandedCheck(FaultLandedCheck.Params()).evaluate(RunEvidence(run_dir))
 
 
 def _seqs(kit: RunKit, event: str, fault_id: str) -> set[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from drill.checks.base import Evidence, EvidenceKind, Status
+from drill.checks.base import RunEvidence, EvidenceKind, Status
 from drill.checks.spans import FirstAbnormalSpanCheck, FirstAbnormalSpanParams
 from drill.engine.verdicts import judge_one
 from drill.registry import checks
@@ -153,11 +153,11 @@ def test_too_few_spans_is_inconclusive(tmp_path):
 RECORDED = Path(__file__).resolve().parent.parent / "fixtures" / "recorded-runs"
 
 
-def recorded(tmp_path: Path, drill: str) -> Evidence:
+def recorded(tmp_path: Path, drill: str) -> RunEvidence:
     src = RECORDED / drill
     shutil.copy(src / "journal.jsonl", tmp_path / "journal.jsonl")
     (tmp_path / "spans.jsonl").write_bytes(gzip.decompress((src / "spans.jsonl.gz").read_bytes()))
-    return Evidence(tmp_path)
+    return RunEvidence(tmp_path)
 
 
 @pytest.mark.parametrize("drill, expect", [

@@ -1,13 +1,13 @@
 """Acceptance (issue 11): a run directory with a corrupted record line — the run's checks report the line and
 do not PASS a check that depended on it. Evaluated the way the runner does it (``evaluate_checks`` over the
-run's ``Evidence``); ``tests/engine/test_judge.py`` covers the same through ``drill judge``."""
+run's ``RunEvidence``); ``tests/engine/test_judge.py`` covers the same through ``drill judge``."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from drill.checks.base import Evidence, Status
+from drill.checks.base import RunEvidence, Status
 from drill.engine.verdicts import evaluate_checks, verdicts_document
 from drill.load.records import RequestRecord
 from drill.spec.loader import load_drill
@@ -54,7 +54,7 @@ def _judge(tmp_path: Path, records: list[str]):
     run.mkdir()
     _journal(run / "journal.jsonl")
     (run / "requests.jsonl").write_text("".join(r + "\n" for r in records))
-    evidence = Evidence(run, {"chat": {}})
+    evidence = RunEvidence(run, {"chat": {}})
     return evaluate_checks(loaded, evidence), evidence
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from drill.checks.base import Evidence, Status
+from drill.checks.base import RunEvidence, Status
 from drill.checks.replay import RecoveryReplayCheck
 from drill.engine.journal import Event, Journal
 from drill.load.driver import resolve_model
@@ -125,7 +125,7 @@ def _judge(run, lines, slo: dict):
     journal.close()
     _rewrite_ts(run.run_dir / "journal.jsonl", [run.t0, run.t0 + DURATION_S + 5, min(l.sent_ts for l in lines),
                                                  max(l.sent_ts for l in lines) + 1])
-    return RecoveryReplayCheck(RecoveryReplayCheck.Params()).evaluate(Evidence(run.run_dir, slo))
+    return RecoveryReplayCheck(RecoveryReplayCheck.Params()).evaluate(RunEvidence(run.run_dir, slo))
 
 
 def _rewrite_ts(path: Path, stamps: list[float]) -> None:

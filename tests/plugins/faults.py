@@ -5,7 +5,7 @@ They use only :mod:`drill.api`, like any plugin.
 
 from __future__ import annotations
 
-from drill.api import Evidence, Fault, FaultContext, FaultNotLanded, FaultParams
+from drill.api import LandingProof, Fault, FaultContext, FaultNotLanded, FaultParams
 
 
 class ToxicLatencyParams(FaultParams):
@@ -27,11 +27,11 @@ class ToxicLatency(Fault):
     def inject(self, ctx: FaultContext) -> None:
         ctx.toxiproxy.add_toxic(self.params.proxy, "latency", {"latency": self.params.latency_ms}, name=self._name(ctx))
 
-    def verify(self, ctx: FaultContext) -> Evidence:
+    def verify(self, ctx: FaultContext) -> LandingProof:
         names = [t.name for t in ctx.toxiproxy.toxics(self.params.proxy)]
         if self._name(ctx) not in names:
             raise FaultNotLanded(f"toxic {self._name(ctx)} is not on proxy {self.params.proxy}")
-        return Evidence(summary=f"toxic {self._name(ctx)} listed on {self.params.proxy}")
+        return LandingProof(summary=f"toxic {self._name(ctx)} listed on {self.params.proxy}")
 
     def revert(self, ctx: FaultContext) -> None:
         ctx.toxiproxy.delete_toxic(self.params.proxy, self._name(ctx), missing_ok=True)
@@ -52,11 +52,11 @@ class DockerPause(Fault):
     def inject(self, ctx: FaultContext) -> None:
         ctx.docker.pause(self.params.container)
 
-    def verify(self, ctx: FaultContext) -> Evidence:
+    def verify(self, ctx: FaultContext) -> LandingProof:
         state = ctx.docker.info(self.params.container).state
         if str(state) != "paused":
             raise FaultNotLanded(f"container {self.params.container} is {state}, not paused")
-        return Evidence(summary=f"container {self.params.container} paused")
+        return LandingProof(summary=f"container {self.params.container} paused")
 
     def revert(self, ctx: FaultContext) -> None:
         if str(ctx.docker.info(self.params.container).state) == "paused":
@@ -73,8 +73,8 @@ class RaisingRevert(Fault):
     def inject(self, ctx: FaultContext) -> None:
         pass
 
-    def verify(self, ctx: FaultContext) -> Evidence:
-        return Evidence(summary="nothing to see")
+    def verify(self, ctx: FaultContext) -> LandingProof:
+        return LandingProof(summary="nothing to see")
 
     def revert(self, ctx: FaultContext) -> None:
         raise RuntimeError("revert failed on purpose")

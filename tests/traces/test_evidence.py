@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from drill.checks.base import Evidence
+from drill.checks.base import RunEvidence
 from drill.load.records import RequestRecord
 from drill.traces.evidence import NO_SPANS, load_trace_evidence
 
@@ -19,11 +19,11 @@ def _record(n: int, trace: int, **kw) -> RequestRecord:
     return RequestRecord(**values)
 
 
-def _run(tmp_path: Path, spans: list[dict] | None, records: list[RequestRecord]) -> Evidence:
+def _run(tmp_path: Path, spans: list[dict] | None, records: list[RequestRecord]) -> RunEvidence:
     if spans is not None:
         write_spans(tmp_path / "spans.jsonl", spans)
     (tmp_path / "requests.jsonl").write_text("".join(r.to_json() + "\n" for r in records))
-    return Evidence(tmp_path)
+    return RunEvidence(tmp_path)
 
 
 def test_run_spans_are_read_joined_and_measured(tmp_path: Path) -> None:
@@ -46,7 +46,7 @@ def test_bad_and_torn_lines_are_counted_in_the_run_report(tmp_path: Path) -> Non
     text += '{"trace_id": 5}\n' + json.dumps(spans[4])[:40]          # wrong type, then torn last line
     (tmp_path / "spans.jsonl").write_text(text)
     (tmp_path / "requests.jsonl").write_text("")
-    evidence = Evidence(tmp_path)
+    evidence = RunEvidence(tmp_path)
     traces = evidence.traces
     report = evidence.reports["spans.jsonl"]
     assert len(traces.table) == 4 and report.lines_read == 4

@@ -337,7 +337,7 @@ class LoadDriver:
 
     # --------------------------------------------------------------- progress
     def _start_progress(self) -> None:
-        from drill.load.progress import LiveProgress
+        from drill.load.live_status import LiveProgress
         if sys.stderr.isatty():
             self._progress = LiveProgress(self, self.plan.run_dir / "requests.jsonl")
             self._progress.start()

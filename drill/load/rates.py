@@ -24,7 +24,7 @@ import random
 from dataclasses import dataclass
 from typing import Protocol
 
-from drill.load.trace import TraceRow, read_trace
+from drill.load.azure_trace import TraceRow, read_trace
 from drill.spec.scenario import Arrival, ArrivalProcess, Stage, StageKind
 
 __all__ = ["RateCurve", "ConstantRate", "StagedRate", "WindowedRate", "arrival_offsets", "rate_curve",

@@ -348,7 +348,7 @@ def _resolve_trace(scenario: Scenario, base: Path, out: _Collector, prefix: KeyP
 
 def _trace_problem(path: Path) -> str | None:
     """Read the trace now, so a malformed row is a validation error and not a failure once the run started."""
-    from drill.load.trace import read_trace
+    from drill.load.azure_trace import read_trace
 
     try:
         read_trace(path)

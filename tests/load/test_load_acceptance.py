@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from drill.load.trace import per_bucket_counts, read_trace
+from drill.load.azure_trace import per_bucket_counts, read_trace
 from drill.spec.scenario import Scenario
 from loadkit import run_load, scenario
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from drill.errors import InputError
-from drill.load.progress import LiveProgress, format_status
+from drill.load.live_status import LiveProgress, format_status
 from drill.load.records import ErrorClass
 from drill.stats import percentile
 from loadkit import run_load, scenario, wall_chunks

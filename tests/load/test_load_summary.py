@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from drill.load.progress import WindowStats, format_status, window_stats
+from drill.load.live_status import WindowStats, format_status, window_stats
 from drill.load.records import ErrorClass, RequestRecord
 from drill.load.summary import ALL_POOLS, render_text, summarize
 

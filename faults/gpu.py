@@ -141,8 +141,8 @@ class GpuClockCap(Fault):
         if over or len(seen) != len(caps):
             raise FaultNotLanded(f"SM clock not capped: {over or 'GPU missing'}", fault=ctx.fault_id)
         return LandingProof(summary=f"GPU(s) {sorted(seen)} at or under {self.params.fraction:g} of max SM clock "
-                                "(nvidia-smi; not verified on hardware)",
-                        observations={f"gpu{i}.clocks_sm_mhz": mhz for i, mhz in seen.items()})
+                                    "(nvidia-smi; not verified on hardware)",
+                            observations={f"gpu{i}.clocks_sm_mhz": mhz for i, mhz in seen.items()})
 
     def revert(self, ctx: FaultContext) -> None:
         if self.params.method is ClockMethod.NVIDIA_SMI:
@@ -160,7 +160,7 @@ def verify_clock(ctx: FaultContext, fraction: float) -> LandingProof:
     if wrong:
         raise FaultNotLanded(f"clock fraction is {wrong}, not {fraction:g}", fault=ctx.fault_id)
     return LandingProof(summary=f"SM clock of {', '.join(seen)} capped at {fraction:g} of nominal (simulated)",
-                    observations={f"{name}.clock_fraction": f for name, f in seen.items()})
+                        observations={f"{name}.clock_fraction": f for name, f in seen.items()})
 
 
 def restore_clock(ctx: FaultContext, replica: ReplicaRef, fraction: float) -> None:
@@ -262,7 +262,7 @@ class GpuOom(Fault):
         saved = ctx.saved if isinstance(ctx.saved, GpuOomSaved) else GpuOomSaved()
         found = [self._verify_one(ctx, r, saved) for r in ctx.targets.replicas]
         return LandingProof(summary="; ".join(e.summary for e in found),
-                        observations={k: v for e in found for k, v in e.observations.items()})
+                            observations={k: v for e in found for k, v in e.observations.items()})
 
     def _verify_one(self, ctx: FaultContext, replica: ReplicaRef, saved: GpuOomSaved) -> LandingProof:
         if self.params.method is OomMethod.CUDA_HOG:
@@ -276,9 +276,9 @@ class GpuOom(Fault):
                                  f"{self.params.gib:g}", fault=ctx.fault_id)
         kv_after = state.gpu.kv_blocks_usable if state.gpu.kv_blocks_usable is not None else state.gpu.kv_blocks_total
         return LandingProof(summary=f"{replica.name}: {self.params.gib:g} GiB taken (simulated); usable KV blocks "
-                                f"{saved.kv_usable.get(replica.name, '?')} -> {kv_after}",
-                        observations={f"{replica.name}.memory_hog_gib": state.gpu.memory_hog_gib,
-                                      f"{replica.name}.kv_blocks_usable": kv_after})
+                                    f"{saved.kv_usable.get(replica.name, '?')} -> {kv_after}",
+                            observations={f"{replica.name}.memory_hog_gib": state.gpu.memory_hog_gib,
+                                          f"{replica.name}.kv_blocks_usable": kv_after})
 
     def _verify_death(self, ctx: FaultContext, replica: ReplicaRef, state, before: int | None) -> LandingProof:
         """A dead or restarted engine is evidence only when it died of CUDA OOM with the hog's memory taken.
@@ -299,10 +299,10 @@ class GpuOom(Fault):
             why = f"it died of: {reason}" if reason else "the replica reports no death of pid " + str(before)
             raise FaultNotLanded(f"{replica.name}: pid {before} {how}, but not of this memory hog ({why})",
                                  fault=ctx.fault_id)
-        return LandingProof(summary=f"{replica.name}: the engine died of CUDA OOM under the {self.params.gib:g} GiB hog "
-                                f"(pid {pid}: {how})",
-                        observations={f"{replica.name}.pid": state.pid, f"{replica.name}.died": True,
-                                      f"{replica.name}.dead_reason": reason})
+        return LandingProof(summary=f"{replica.name}: the engine died of CUDA OOM under the "
+                                    f"{self.params.gib:g} GiB hog (pid {pid}: {how})",
+                            observations={f"{replica.name}.pid": state.pid, f"{replica.name}.died": True,
+                                          f"{replica.name}.dead_reason": reason})
 
     def _verify_hog(self, ctx: FaultContext, replica: ReplicaRef, saved: GpuOomSaved) -> LandingProof:
         status = ctx.gpus.hog_status(replica.container, self._tag(ctx), python=self.params.python)
@@ -315,10 +315,11 @@ class GpuOom(Fault):
         if grown < 0.9 * wanted_mib:
             raise FaultNotLanded(f"{replica.name}: nvidia-smi memory.used grew by {grown:.0f} MiB, less than 90% of "
                                  f"{wanted_mib:.0f} MiB", fault=ctx.fault_id)
-        return LandingProof(summary=f"{replica.name}: hog pid {status.pid} holds {status.held / 2**30:.2f} GiB on device "
-                                f"{status.device} ({status.api}); memory.used +{grown:.0f} MiB "
-                                "(not verified on hardware)",
-                        observations={f"{replica.name}.hog_pid": status.pid, f"{replica.name}.used_mib_grown": grown})
+        return LandingProof(summary=f"{replica.name}: hog pid {status.pid} holds {status.held / 2**30:.2f} GiB on "
+                                    f"device {status.device} ({status.api}); memory.used +{grown:.0f} MiB "
+                                    "(not verified on hardware)",
+                            observations={f"{replica.name}.hog_pid": status.pid,
+                                          f"{replica.name}.used_mib_grown": grown})
 
     def revert(self, ctx: FaultContext) -> None:
         saved = ctx.saved if isinstance(ctx.saved, GpuOomSaved) else GpuOomSaved()

@@ -153,7 +153,8 @@ class NcclDegradation(Fault):
         for replica in ctx.targets.replicas:
             seen[replica.name] = self._verify_one(ctx, replica)
         what = "netem qdisc" if p.method is NcclMethod.NETEM else "NCCL transport environment"
-        return LandingProof(summary=f"{what} in place on {', '.join(seen)} (not verified on hardware)", observations=seen)
+        return LandingProof(summary=f"{what} in place on {', '.join(seen)} (not verified on hardware)",
+                            observations=seen)
 
     def _verify_one(self, ctx: FaultContext, replica) -> str:
         p: NcclDegradationParams = self.params

@@ -74,8 +74,8 @@ class QueueFlood(Fault):
                                  hint="is the scenario's rate zero for these pools right now?")
         pools = ", ".join(ctx.targets.pools) or "every pool"
         return LandingProof(summary=f"burst {burst} active on {pools}: {status['sent']:g} extra requests sent, "
-                                f"{status['offered_rate']:.1f} req/s offered",
-                        observations={k: float(v) for k, v in status.items()})
+                                    f"{status['offered_rate']:.1f} req/s offered",
+                            observations={k: float(v) for k, v in status.items()})
 
     def revert(self, ctx: FaultContext) -> None:
         if ctx.load is None:

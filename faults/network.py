@@ -135,7 +135,7 @@ class Partition(Fault):
         if still or not states:
             raise FaultNotLanded(f"proxy {', '.join(still) or '(none)'} is still enabled", fault=ctx.fault_id)
         return LandingProof(summary=f"proxy {', '.join(states)} disabled: connections refused",
-                        observations={f"{p}.enabled": e for p, e in states.items()})
+                            observations={f"{p}.enabled": e for p, e in states.items()})
 
     def revert(self, ctx: FaultContext) -> None:
         if self.params.mode is PartitionMode.BLACKHOLE:

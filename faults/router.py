@@ -100,10 +100,10 @@ class RouterRetryStorm(Fault):
             wrong.append(f"idempotency {config.idempotency}")
         if wrong:
             raise FaultNotLanded(f"the router reports {', '.join(wrong)}", fault=ctx.fault_id)
-        return LandingProof(summary=f"router retries {config.retries.attempts} time(s) on {', '.join(config.retries.on)} "
-                                f"(attempt timeout {config.retries.timeout:g}s, idempotency {config.idempotency})",
-                        observations={"attempts": config.retries.attempts, "timeout_s": config.retries.timeout,
-                                      "idempotency": config.idempotency})
+        return LandingProof(summary=f"router retries {config.retries.attempts} time(s) on "
+                                    f"{', '.join(config.retries.on)} (attempt timeout {config.retries.timeout:g}s, idempotency {config.idempotency})",
+                            observations={"attempts": config.retries.attempts, "timeout_s": config.retries.timeout,
+                                          "idempotency": config.idempotency})
 
     def revert(self, ctx: FaultContext) -> None:
         saved = ctx.saved if isinstance(ctx.saved, RetryStormSaved) else RetryStormSaved()

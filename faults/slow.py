@@ -177,7 +177,7 @@ def _verify_quota(ctx: FaultContext, quota_us: int) -> LandingProof:
     if wrong:
         raise FaultNotLanded(f"CPU quota is {wrong}, not {quota_us} µs per {CPU_PERIOD_US} µs", fault=ctx.fault_id)
     return LandingProof(summary=f"container(s) {', '.join(quotas)} capped at {quota_us / CPU_PERIOD_US:g} CPU",
-                    observations={f"{c}.cpu_quota_us": q for c, q in quotas.items()})
+                        observations={f"{c}.cpu_quota_us": q for c, q in quotas.items()})
 
 
 def _restore_quota(ctx: FaultContext, container: str, quota_us: int) -> None:

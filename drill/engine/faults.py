@@ -89,7 +89,8 @@ def _inject_failed(journal: Journal, fid: str, kind: str, error: str) -> str:
     return error
 
 
-def verify_and_journal(fault: Fault, ctx: FaultContext, kind: str, journal: Journal) -> tuple[LandingProof | None, str | None]:
+def verify_and_journal(fault: Fault, ctx: FaultContext, kind: str,
+                       journal: Journal) -> tuple[LandingProof | None, str | None]:
     """``verify``, journaled as ``fault_verified`` or ``fault_not_landed``: (evidence, None) or (None, why)."""
     try:
         evidence = fault.verify(ctx)

@@ -46,7 +46,7 @@ from drill.errors import StackError
 from drill.stack.exchange import ExchangePlan, NoopInterconnect
 from drill.stack.lifeline import die_with_parent
 from drill.stack.rank import HEADER, LinkKind, RankSpec, recv_exactly, split_address
-from drill.stack.replica_spec import PeerSpec
+from drill.stack.specs import PeerSpec
 
 __all__ = [
     "Baseline",

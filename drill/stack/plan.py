@@ -21,8 +21,7 @@ from pydantic import BaseModel, ConfigDict
 
 from drill.stack.config import Runtime, StackConfig
 from drill.stack.ports import free_ports
-from drill.stack.replica_spec import PeerSpec, ReplicaSpec
-from drill.stack.router import RouterSpec, UpstreamSpec
+from drill.stack.specs import PeerSpec, ReplicaSpec, RouterSpec, UpstreamSpec
 from drill.stack.state import LinkState, ReplicaEntry, StackState, run_dir
 
 __all__ = ["ProxyPlan", "StackPlan", "build_plan", "container_name", "CONTAINER_LABEL"]

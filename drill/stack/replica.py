@@ -1,7 +1,7 @@
 """One replica process of the reference stack: ``python -m drill.stack.replica --spec FILE.json``.
 
 Started by the supervisor (topology side) or by hand with tp = pp = 1 (stack-contracts.md §3).
-In order: read the :class:`~drill.stack.replica_spec.ReplicaSpec`; plan GPU memory (vLLM's
+In order: read the :class:`~drill.stack.specs.ReplicaSpec`; plan GPU memory (vLLM's
 start-up errors when the model does not fit); connect the TP/PP interconnect
 (``drill.stack.interconnect.connect(spec)``; a no-op one for a single GPU); load the weights
 (sleep the modelled weight-load time) *before* binding the port, as vLLM does; start the engine
@@ -41,7 +41,7 @@ from drill.stack.kv_cache import KVCacheManager
 from drill.stack.ledger import Ledger
 from drill.stack.metrics import EngineMetrics
 from drill.stack.recorder import RequestRecorder
-from drill.stack.replica_spec import PeerSpec, ReplicaSpec, read_replica_spec
+from drill.stack.specs import PeerSpec, ReplicaSpec, read_replica_spec
 from drill.stack.scheduler import Scheduler
 from drill.stack.tracing import Tracing
 

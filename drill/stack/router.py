@@ -29,43 +29,20 @@ from pathlib import Path
 import httpx
 from opentelemetry import propagate
 from opentelemetry.trace import SpanKind, Status, StatusCode
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from drill.stack.config import RouterConfig
 from drill.stack.http import HttpError, HttpRequest, HttpResponse, HttpServer, ResponseStream, Router
 from drill.stack.router_proxy import Attempt, Outcome, Tee, forward_headers
 from drill.stack.router_telemetry import RouterMetrics, make_tracer
 from drill.stack.routing import CachedResponse, IdempotencyStore, KeyOutcome, ReplicaPool, ReplicaState, fingerprint
+from drill.stack.specs import RouterSpec
 
-__all__ = ["Gateway", "RouterSpec", "UpstreamSpec", "main"]
+__all__ = ["Gateway", "main"]
 
 log = logging.getLogger("drill.stack.router")
 _PROXIED = (("POST", "/v1/completions"), ("POST", "/v1/chat/completions"), ("GET", "/v1/models"),
             ("GET", "/version"))
-
-
-class UpstreamSpec(BaseModel):
-    """One replica as the router reaches it (``url``: through its Toxiproxy proxy when there is one)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str
-    index: int
-    url: str
-
-
-class RouterSpec(BaseModel):
-    """What the router process is told at start (written by the supervisor)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    host: str = "127.0.0.1"
-    port: int = Field(0, ge=0, le=65535)
-    replicas: tuple[UpstreamSpec, ...]
-    router: RouterConfig = RouterConfig()
-    admin_token: str = Field(min_length=8)
-    otlp_endpoint: str | None = None
-    ready_file: Path | None = None
 
 
 class Gateway:

@@ -51,8 +51,7 @@ def _start(argv: list[str], ready: Path, log: Path) -> tuple[subprocess.Popen, d
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     """One replica and a router in front of it; both killed after the module, even on failure."""
     from drill.stack.config import parse_stack_config
-    from drill.stack.replica_spec import ReplicaSpec
-    from drill.stack.router import RouterSpec, UpstreamSpec
+    from drill.stack.specs import ReplicaSpec, RouterSpec, UpstreamSpec
 
     tmp = tmp_path_factory.mktemp("admin")
     spec = ReplicaSpec(name="replica-0", index=0, port=0, admin_token=TOKEN, ready_file=tmp / "replica.ready",

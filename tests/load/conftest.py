@@ -107,7 +107,7 @@ class ReplicaProcess:
 def spawn_replica(tmp_path: Path) -> Iterator[Callable[..., ReplicaProcess]]:
     """``spawn_replica(engine={...}, gpu="h100", model="llama-3-8b")``: one replica process of the stack."""
     from drill.stack.config import parse_stack_config
-    from drill.stack.replica_spec import ReplicaSpec
+    from drill.stack.specs import ReplicaSpec
 
     started: list[subprocess.Popen] = []
 

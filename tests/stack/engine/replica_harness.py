@@ -16,7 +16,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from drill.stack.config import parse_stack_config
 from drill.stack.http import HttpRequest, HttpResponse, HttpServer, ResponseStream, Router
-from drill.stack.replica_spec import ReplicaSpec
+from drill.stack.specs import ReplicaSpec
 
 ADMIN_TOKEN = "test-admin-token"
 REPO = Path(__file__).resolve().parents[3]

@@ -19,7 +19,7 @@ from drill.stack.interconnect import InterconnectSpec, TcpInterconnect, connect,
 from drill.stack.link_model import LinkToxic, predict_step_increase
 from drill.stack.ports import free_port
 from drill.stack.rank import LinkKind
-from drill.stack.replica_spec import PeerSpec
+from drill.stack.specs import PeerSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -153,7 +153,7 @@ async def test_close_ends_the_rank_processes(toxiproxy: ToxiproxyClient) -> None
 _PARENT = """
 import asyncio, sys
 from drill.stack.interconnect import InterconnectSpec, connect
-from drill.stack.replica_spec import PeerSpec
+from drill.stack.specs import PeerSpec
 async def main():
     links = tuple(PeerSpec.model_validate_json(a) for a in sys.argv[1:])
     ic = await connect(InterconnectSpec(links=links))

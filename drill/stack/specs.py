@@ -1,8 +1,10 @@
-"""What one replica process is told at start: :class:`ReplicaSpec` (stack-contracts.md §3).
+"""What each process of the stack is told at start: :class:`ReplicaSpec` (stack-contracts.md §3)
+and :class:`RouterSpec`.
 
 Written as JSON by the launcher/supervisor (topology side) and read by
-``python -m drill.stack.replica --spec FILE.json``. Kept apart from :mod:`drill.stack.replica` so
-the supervisor can build specs without importing the engine.
+``python -m drill.stack.replica --spec FILE.json`` and ``python -m drill.stack.router --spec FILE.json``.
+Kept apart from both processes so the supervisor can build specs without importing the engine or
+the router.
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from drill.errors import InputError
-from drill.stack.config import StackConfig
+from drill.stack.config import RouterConfig, StackConfig
 
-__all__ = ["PeerSpec", "ReplicaSpec", "read_replica_spec"]
+__all__ = ["PeerSpec", "ReplicaSpec", "RouterSpec", "UpstreamSpec", "read_replica_spec"]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -86,3 +88,27 @@ def read_replica_spec(path: Path | str) -> ReplicaSpec:
         raise InputError(f"cannot read replica spec {path}: {exc.strerror}") from exc
     except ValueError as exc:
         raise InputError(f"invalid replica spec {path}: {exc}") from exc
+
+
+class UpstreamSpec(BaseModel):
+    """One replica as the router reaches it (``url``: through its Toxiproxy proxy when there is one)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    index: int
+    url: str
+
+
+class RouterSpec(BaseModel):
+    """What the router process is told at start (written by the supervisor)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(0, ge=0, le=65535)
+    replicas: tuple[UpstreamSpec, ...]
+    router: RouterConfig = RouterConfig()
+    admin_token: str = Field(min_length=8)
+    otlp_endpoint: str | None = None
+    ready_file: Path | None = None

@@ -64,6 +64,7 @@ __all__ = [
     "LandingProof",
     "FaultContext", "FaultError", "FaultNotLanded", "FaultParams", "FaultTargets", "InjectError",
     "LinkKind", "LinkRef", "LoadControl", "PluginParams", "Mechanism", "ProcessControlError", "Realism", "ReplicaRef", "RevertError",
+    "RouterRetryOn",
     "Saved", "Selector", "Size", "TargetInfo", "ToxiproxyError", "format_duration", "parse_duration",
     "parse_size",
 ]
@@ -93,8 +94,20 @@ class Realism(str, enum.Enum):
 
 
 class LinkKind(str, enum.Enum):
+    """A tensor-parallel link (rank 0 <-> rank i) or a pipeline link (stage i -> stage i+1)."""
+
     TP = "tp"
     PP = "pp"
+
+
+class RouterRetryOn(str, enum.Enum):
+    """Which upstream failures a router retries (the reference stack's ``retries.on``).
+
+    Not the load driver's client retries: those are :class:`drill.spec.scenario.ClientRetryOn`.
+    """
+
+    ERROR = "error"       # connect/read failure or a 5xx answer
+    TIMEOUT = "timeout"   # no answer (or no next chunk) within the attempt timeout
 
 
 class _Frozen(BaseModel):

@@ -2,27 +2,21 @@
 
 from __future__ import annotations
 
-import enum
-
 from pydantic import Field
 
 from drill.api import (
-    AdminApiError, Capability, Duration, LandingProof, Fault, FaultContext, FaultNotLanded, FaultParams, Realism, Saved,
+    AdminApiError, Capability, Duration, LandingProof, Fault, FaultContext, FaultNotLanded, FaultParams, Realism,
+    RouterRetryOn, Saved,
 )
 
 from faults._toxics import refused
 
-__all__ = ["RetryOn", "RouterRetryStorm", "RouterRetryStormParams"]
-
-
-class RetryOn(enum.StrEnum):
-    ERROR = "error"       # connect/read failure or a 5xx answer
-    TIMEOUT = "timeout"   # no answer (or no next chunk) within the attempt timeout
+__all__ = ["RouterRetryStorm", "RouterRetryStormParams"]
 
 
 class RouterRetryStormParams(FaultParams):
     attempts: int = Field(3, ge=1, le=10, description="extra tries after the first")
-    retry_on: list[RetryOn] = Field([RetryOn.ERROR, RetryOn.TIMEOUT], min_length=1, description=(
+    retry_on: list[RouterRetryOn] = Field([RouterRetryOn.ERROR, RouterRetryOn.TIMEOUT], min_length=1, description=(
         "failures retried (YAML reads a bare key 'on' as true, hence the name)"))
     attempt_timeout: Duration | None = Field(None, description=(
         "per-attempt timeout; a short one makes slow answers count as failures (default: keep the router's)"))

@@ -174,7 +174,9 @@ class Sampling(SpecModel):
     ignore_eos: bool = True   # generate exactly the sampled output length (vLLM extension)
 
 
-class RetryOn(str, enum.Enum):
+class ClientRetryOn(str, enum.Enum):
+    """Which failures the load driver's client retries (a pool's ``retry.on``); not the router's."""
+
     REFUSED = "refused"            # 429 / 503
     SERVER_ERROR = "server_error"  # other 5xx
     TIMEOUT = "timeout"
@@ -189,8 +191,8 @@ class RetryPolicy(SpecModel):
     multiplier: float = Field(2.0, ge=1)
     max_backoff: Duration = Field(10.0, ge=0)
     jitter: Literal["none", "full", "equal"] = "full"
-    on: list[RetryOn] = Field(default_factory=lambda: [RetryOn.REFUSED, RetryOn.SERVER_ERROR,
-                                                        RetryOn.TIMEOUT, RetryOn.CONNECTION])
+    on: list[ClientRetryOn] = Field(default_factory=lambda: [ClientRetryOn.REFUSED, ClientRetryOn.SERVER_ERROR,
+                                                              ClientRetryOn.TIMEOUT, ClientRetryOn.CONNECTION])
 
 
 SLO_METRICS = ("ttft", "tpot", "itl", "e2e")

@@ -32,14 +32,14 @@ from drill.load.records import ErrorClass, RequestRecord
 from drill.load.samples import FailingSample
 from drill.load.schedule import PlannedRequest, build_schedule
 from drill.load.child.streaming import Cancelled, Outcome, Transport, send_attempt
-from drill.spec.scenario import Pool, RetryOn, RetryPolicy
+from drill.spec.scenario import ClientRetryOn, Pool, RetryPolicy
 
 __all__ = ["OpenLoop", "Sink", "Counters"]
 
 _RETRYABLE = {
-    ErrorClass.REFUSED: RetryOn.REFUSED, ErrorClass.SERVER_ERROR: RetryOn.SERVER_ERROR,
-    ErrorClass.TIMEOUT: RetryOn.TIMEOUT, ErrorClass.CONNECTION_RESET: RetryOn.CONNECTION,
-    ErrorClass.CONNECTION_ERROR: RetryOn.CONNECTION,
+    ErrorClass.REFUSED: ClientRetryOn.REFUSED, ErrorClass.SERVER_ERROR: ClientRetryOn.SERVER_ERROR,
+    ErrorClass.TIMEOUT: ClientRetryOn.TIMEOUT, ErrorClass.CONNECTION_RESET: ClientRetryOn.CONNECTION,
+    ErrorClass.CONNECTION_ERROR: ClientRetryOn.CONNECTION,
 }
 
 

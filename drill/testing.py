@@ -241,7 +241,7 @@ class FaultCase:
         return fault_cls(fault_cls.Params.model_validate(self.params))
 
     def context(self, fault: Fault, suffix: str = "", tripwire: "_Tripwire | None" = None) -> FaultContext:
-        from drill.engine.faults import resolve_targets
+        from drill.engine.fault_schedule import resolve_targets
 
         targets = resolve_targets(fault, self.selector, self.target, 0)
         cls = _TrippingContext if tripwire is not None else FaultContext

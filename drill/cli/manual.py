@@ -24,7 +24,7 @@ from typing import Callable
 from drill import registry
 from drill.api import Capability, Fault, FaultContext, FaultTargets, Selector, TargetContext, TargetInfo
 from drill.engine import active
-from drill.engine.faults import FAULT_TIMEOUT_S, register_and_inject, resolve_targets, verify_and_journal
+from drill.engine.fault_schedule import FAULT_TIMEOUT_S, register_and_inject, resolve_targets, verify_and_journal
 from drill.engine.journal import Event, Journal
 from drill.engine.reverts import RevertStack
 from drill.engine.rundir import RunDir, create_run_dir

@@ -7,7 +7,7 @@ import click
 from drill import registry
 from drill.api import FaultContext, TargetContext
 from drill.cli.common import handle_errors
-from drill.engine.faults import resolve_targets
+from drill.engine.fault_schedule import resolve_targets
 from drill.engine.safety import check_hosts
 from drill.engine.timeline import plan_timeline
 from drill.spec.loader import LoadedDrill, load_drill

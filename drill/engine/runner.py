@@ -30,7 +30,7 @@ from drill import registry
 from drill.api import Capability, TargetContext, TargetInfo
 from drill.checks.base import RunEvidence, Status, Verdict
 from drill.engine import active
-from drill.engine.faults import FaultRunner
+from drill.engine.fault_schedule import FaultRunner
 from drill.engine.journal import Event, Journal
 from drill.engine.listeners import Listeners, RunListener
 from drill.engine.reverts import RevertStack

@@ -61,7 +61,7 @@ def test_docker_fault_contract(name: str, docker_stack: RunningStack, tmp_path: 
 def test_the_docker_crash_is_restarted_by_docker_not_by_hand(docker_stack: RunningStack) -> None:
     """The crash's evidence is Docker's own restart count, one higher and running, with a new main process."""
     from drill import registry
-    from drill.engine.faults import resolve_targets
+    from drill.engine.fault_schedule import resolve_targets
     from drill.api import Selector
 
     fault_cls = registry.faults.get("replica_crash")

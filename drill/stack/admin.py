@@ -16,7 +16,7 @@ import time
 
 from drill.stack.engine import Engine
 from drill.stack.gpu import GIB
-from drill.stack.http import HttpError, HttpRequest, HttpResponse, ResponseStream, Router
+from drill.stack.http.server import HttpError, HttpRequest, HttpResponse, ResponseStream, Router
 from drill.stack.ledger import Ledger
 
 __all__ = ["AdminApi"]

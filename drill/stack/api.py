@@ -2,7 +2,7 @@
 
 :class:`OpenAIApi` registers ``POST /v1/completions``, ``POST /v1/chat/completions``,
 ``GET /v1/models``, ``GET /health``, ``GET /metrics`` and ``GET /version`` on a
-:class:`~drill.stack.http.Router`. A generation request is validated, turned into an engine
+:class:`~drill.stack.http.server.Router`. A generation request is validated, turned into an engine
 :class:`~drill.stack.request.Request` whose sink writes SSE events straight to the socket from the
 engine's step loop (or collects the text for a plain response), and aborted (finish reason
 ``abort``) when the client disconnects.
@@ -29,14 +29,13 @@ from drill import __version__
 from drill.stack.config import SchedulingPolicy, StackConfig
 from drill.stack.engine import Engine
 from drill.stack.exceptions import AdmissionRefused, EngineDeadError
-from drill.stack.http import HttpError, HttpRequest, HttpResponse, ResponseStream, Router
+from drill.stack.http.server import HttpError, HttpRequest, HttpResponse, ResponseStream, Router
 from drill.stack.metrics import CONTENT_TYPE, EngineMetrics
 from drill.stack.openai_protocol import (
     DONE_EVENT,
     ChatCompletionRequest,
     ChunkTemplates,
     CompletionRequest,
-    Endpoint,
     SamplingRequest,
     chat_response,
     check_context_length,

@@ -16,7 +16,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from drill.stack.http import HttpError
+from drill.stack.http.server import HttpError
 from drill.stack.textgen import token_text
 from drill.stack.tokenizer import vocabulary
 
@@ -24,7 +24,6 @@ __all__ = [
     "ChatCompletionRequest",
     "ChunkTemplates",
     "CompletionRequest",
-    "Endpoint",
     "SamplingRequest",
     "StreamOptions",
     "DONE_EVENT",
@@ -38,13 +37,6 @@ __all__ = [
 ]
 
 _IGNORE = ConfigDict(frozen=True, extra="ignore")
-
-
-class Endpoint(str, enum.Enum):
-    """Which OpenAI route a request came in on."""
-
-    COMPLETIONS = "completions"
-    CHAT = "chat"
 
 
 class StreamOptions(BaseModel):

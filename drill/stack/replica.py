@@ -36,7 +36,7 @@ from drill.stack.engine import Engine
 from drill.stack.exchange import Interconnect, NoopInterconnect
 from drill.stack.executor import Executor
 from drill.stack.gpu import GpuState, plan_memory
-from drill.stack.http import HttpServer, Router
+from drill.stack.http.server import HttpServer, Router
 from drill.stack.kv_cache import KVCacheManager
 from drill.stack.ledger import Ledger
 from drill.stack.metrics import EngineMetrics

@@ -32,8 +32,8 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from pydantic import ValidationError
 
 from drill.stack.config import RouterConfig
-from drill.stack.http import HttpError, HttpRequest, HttpResponse, HttpServer, ResponseStream, Router
-from drill.stack.router_proxy import Attempt, Outcome, Tee, forward_headers
+from drill.stack.http.server import HttpError, HttpRequest, HttpResponse, HttpServer, ResponseStream, Router
+from drill.stack.router_proxy import Attempt, UpstreamOutcome, Tee, forward_headers
 from drill.stack.router_telemetry import RouterMetrics, make_tracer
 from drill.stack.routing import CachedResponse, IdempotencyStore, KeyOutcome, ReplicaPool, ReplicaState, fingerprint
 from drill.stack.specs import RouterSpec
@@ -169,7 +169,7 @@ class Gateway:
     async def _forward(self, request: HttpRequest, stream: ResponseStream, out: ResponseStream | Tee,
                        config: RouterConfig) -> HttpResponse | None:
         headers = forward_headers(request.headers)
-        outcome = Outcome(done=False)
+        outcome = UpstreamOutcome(done=False)
         for number in range(1, config.retries.attempts + 2):
             replica = self.pool.pick()
             if replica is None:
@@ -185,7 +185,7 @@ class Gateway:
                 break
         return outcome.fallback
 
-    async def _attempt(self, attempt: Attempt) -> Outcome:
+    async def _attempt(self, attempt: Attempt) -> UpstreamOutcome:
         replica = attempt.replica
         self.pool.acquire(replica)
         self.metrics.attempts.labels(replica.name).inc()

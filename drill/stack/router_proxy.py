@@ -21,11 +21,12 @@ import httpx
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from drill.stack.config import RetryOn, RouterConfig
-from drill.stack.http import HttpRequest, HttpResponse, ResponseStream, error_body
+from drill.api import RouterRetryOn
+from drill.stack.config import RouterConfig
+from drill.stack.http.server import HttpRequest, HttpResponse, ResponseStream, error_body
 from drill.stack.routing import CachedResponse, ReplicaState
 
-__all__ = ["Attempt", "Outcome", "Tee", "forward_headers", "sse_error"]
+__all__ = ["Attempt", "UpstreamOutcome", "Tee", "forward_headers", "sse_error"]
 
 _HOP_BY_HOP = frozenset({"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te",
                          "upgrade", "expect", "proxy-authorization", "proxy-connection", "trailer"})
@@ -46,13 +47,13 @@ def sse_error(message: str, status: int = 502) -> bytes:
 
 
 @dataclass
-class Outcome:
+class UpstreamOutcome:
     """How one attempt ended: ``done`` (answered or streamed; nothing to retry) or ``failure``
     with the answer to give if no retry follows (``fallback``)."""
 
     done: bool
     response: HttpResponse | None = None
-    failure: RetryOn | None = None
+    failure: RouterRetryOn | None = None
     fallback: HttpResponse | None = None
     error_kind: str | None = None
 
@@ -108,7 +109,7 @@ class Attempt:
         limit = self.config.retries.timeout
         return httpx.Timeout(limit, connect=min(5.0, limit))
 
-    async def run(self) -> Outcome:
+    async def run(self) -> UpstreamOutcome:
         """Run the attempt under a CLIENT span carrying ``drill.attempt`` and ``drill.upstream``."""
         attributes = {"drill.attempt": self.number, "drill.upstream": self.replica.name,
                       "http.request.method": self.request.method, "url.full": self.replica.url + self.request.path}
@@ -121,16 +122,16 @@ class Attempt:
                 span.set_status(Status(StatusCode.ERROR, f"{outcome.failure.value}: {outcome.error_kind}"))
             return outcome
 
-    async def _send(self, headers: dict[str, str]) -> Outcome:
+    async def _send(self, headers: dict[str, str]) -> UpstreamOutcome:
         target = self.replica.url + self.request.path + (f"?{self.request.query}" if self.request.query else "")
         upstream = self.client.build_request(self.request.method, target, content=self.request.body,
                                              headers=headers, timeout=self._timeout())
         try:
             response = await self.client.send(upstream, stream=True)
         except httpx.TimeoutException:
-            return self._failed(RetryOn.TIMEOUT, "timeout", 504)
+            return self._failed(RouterRetryOn.TIMEOUT, "timeout", 504)
         except httpx.TransportError as exc:
-            return self._failed(RetryOn.ERROR, "connect" if isinstance(exc, httpx.ConnectError) else "read", 502)
+            return self._failed(RouterRetryOn.ERROR, "connect" if isinstance(exc, httpx.ConnectError) else "read", 502)
         try:
             trace.get_current_span().set_attribute("http.response.status_code", response.status_code)
             if response.status_code >= 500:
@@ -141,45 +142,45 @@ class Attempt:
         finally:
             await response.aclose()
 
-    def _failed(self, reason: RetryOn, kind: str, status: int, fallback: HttpResponse | None = None) -> Outcome:
+    def _failed(self, reason: RouterRetryOn, kind: str, status: int, fallback: HttpResponse | None = None) -> UpstreamOutcome:
         message = f"upstream {self.replica.name} failed ({kind})"
         fallback = fallback or HttpResponse.json(error_body(message, "BadGateway" if status == 502
                                                             else "GatewayTimeout", status), status)
-        return Outcome(done=False, failure=reason, fallback=fallback, error_kind=kind)
+        return UpstreamOutcome(done=False, failure=reason, fallback=fallback, error_kind=kind)
 
-    async def _upstream_5xx(self, response: httpx.Response) -> Outcome:
+    async def _upstream_5xx(self, response: httpx.Response) -> UpstreamOutcome:
         try:
             body = await response.aread()
         except httpx.HTTPError:
             body = b""
         answer = HttpResponse(response.status_code, body, response.headers.get("content-type", "application/json"),
                               self._pass_back(response))
-        return self._failed(RetryOn.ERROR, "status_5xx", response.status_code, answer)
+        return self._failed(RouterRetryOn.ERROR, "status_5xx", response.status_code, answer)
 
-    async def _relay_body(self, response: httpx.Response) -> Outcome:
+    async def _relay_body(self, response: httpx.Response) -> UpstreamOutcome:
         try:
             body = await response.aread()
         except httpx.TimeoutException:
-            return self._failed(RetryOn.TIMEOUT, "timeout", 504)
+            return self._failed(RouterRetryOn.TIMEOUT, "timeout", 504)
         except httpx.TransportError:
-            return self._failed(RetryOn.ERROR, "read", 502)
+            return self._failed(RouterRetryOn.ERROR, "read", 502)
         content_type = response.headers.get("content-type", "application/json")
-        return Outcome(done=True, response=HttpResponse(response.status_code, body, content_type,
+        return UpstreamOutcome(done=True, response=HttpResponse(response.status_code, body, content_type,
                                                         self._pass_back(response)))
 
-    async def _relay_stream(self, response: httpx.Response) -> Outcome:
+    async def _relay_stream(self, response: httpx.Response) -> UpstreamOutcome:
         chunks = response.aiter_raw()
         try:
             first = await anext(chunks, b"")
         except httpx.TimeoutException:
-            return self._failed(RetryOn.TIMEOUT, "timeout", 504)
+            return self._failed(RouterRetryOn.TIMEOUT, "timeout", 504)
         except httpx.TransportError:
-            return self._failed(RetryOn.ERROR, "read", 502)
+            return self._failed(RouterRetryOn.ERROR, "read", 502)
         self.out.start(response.status_code, response.headers["content-type"], self._pass_back(response))
         if self.out.write(first):
             await self._pump(chunks)
         self.out.end()
-        return Outcome(done=True)
+        return UpstreamOutcome(done=True)
 
     async def _pump(self, chunks) -> None:
         """Relay the rest of the stream; a failure now can only end it with an error event."""

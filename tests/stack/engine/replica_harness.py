@@ -15,7 +15,7 @@ from pathlib import Path
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from drill.stack.config import parse_stack_config
-from drill.stack.http import HttpRequest, HttpResponse, HttpServer, ResponseStream, Router
+from drill.stack.http.server import HttpRequest, HttpResponse, HttpServer, ResponseStream, Router
 from drill.stack.specs import ReplicaSpec
 
 ADMIN_TOKEN = "test-admin-token"

@@ -1,4 +1,4 @@
-"""drill.stack.http: keep-alive, pipelining, errors, chunked SSE streaming and disconnect detection."""
+"""drill.stack.http.server: keep-alive, pipelining, errors, chunked SSE streaming and disconnect detection."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 
-from drill.stack.http import HttpError, HttpRequest, HttpResponse, HttpServer, ResponseStream, Router
+from drill.stack.http.server import HttpError, HttpRequest, HttpResponse, HttpServer, ResponseStream, Router
 
 pytestmark = pytest.mark.anyio
 

@@ -10,7 +10,7 @@ import asyncio
 import json
 from dataclasses import dataclass, field
 
-from drill.stack.http import HttpRequest, HttpResponse, HttpServer, ResponseStream, Router
+from drill.stack.http.server import HttpRequest, HttpResponse, HttpServer, ResponseStream, Router
 
 
 @dataclass

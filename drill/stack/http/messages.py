@@ -1,4 +1,4 @@
-"""Request, response and error values and the router of :mod:`drill.stack.http` (re-exported there).
+"""Request, response and error values and the router of :mod:`drill.stack.http.server` (re-exported there).
 
 Errors are answered in vLLM's current shape (llm-serving-facts.md §3.2):
 ``{"error": {"message", "type", "param", "code"}}``.
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
 if TYPE_CHECKING:
-    from drill.stack.http import ResponseStream
+    from drill.stack.http.server import ResponseStream
 
 __all__ = ["Handler", "HttpError", "HttpRequest", "HttpResponse", "Router", "error_body"]
 

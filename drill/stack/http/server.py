@@ -20,7 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from http import HTTPStatus
 
-from drill.stack.http_messages import Handler, HttpError, HttpRequest, HttpResponse, Router, error_body
+from drill.stack.http.messages import Handler, HttpError, HttpRequest, HttpResponse, Router, error_body
 
 __all__ = [
     "Handler",

@@ -30,11 +30,11 @@ DEFAULT_TIMEOUT_S = 5.0
 _USER_AGENT = f"llm-drill/{__version__} (admin client)"
 
 
-class _Wire(BaseModel):
+class _AdminWire(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
 
-class GpuCondition(_Wire):
+class GpuCondition(_AdminWire):
     """The simulated GPU of a replica: ``memory_hog_gib`` GiB held by another process, the SM clock at
     ``clock_fraction`` of nominal, KV blocks in total / free / usable under the hog."""
 
@@ -46,13 +46,13 @@ class GpuCondition(_Wire):
     memory_total_gib: float | None = None
 
 
-class EngineCondition(_Wire):
+class EngineCondition(_AdminWire):
     """The engine part of a replica's state: why it died (the root-cause line), None while alive."""
 
     dead_reason: str | None = None
 
 
-class LastDeath(_Wire):
+class LastDeath(_AdminWire):
     """Why the previous process of a restarted replica died: its pid, the root-cause line, when (UNIX s)."""
 
     pid: int
@@ -60,7 +60,7 @@ class LastDeath(_Wire):
     at: float
 
 
-class ReplicaAdminState(_Wire):
+class ReplicaAdminState(_AdminWire):
     """``GET /admin/state`` of a replica. ``stall_until`` is UNIX seconds, None when not stalled."""
 
     name: str
@@ -74,7 +74,7 @@ class ReplicaAdminState(_Wire):
     last_death: LastDeath | None = None
 
 
-class RetrySettings(_Wire):
+class RetrySettings(_AdminWire):
     """The router's retries: ``attempts`` extra tries after the first on ``on`` failures; ``timeout`` per attempt (s)."""
 
     attempts: int
@@ -82,7 +82,7 @@ class RetrySettings(_Wire):
     timeout: Duration
 
 
-class RouterSettings(_Wire):
+class RouterSettings(_AdminWire):
     """``GET /admin/config`` of the router."""
 
     policy: str
@@ -91,14 +91,14 @@ class RouterSettings(_Wire):
     health_check_interval: Duration
 
 
-class ConfigChange(_Wire):
+class ConfigChange(_AdminWire):
     """What ``PATCH /admin/config`` answers: the configuration before and after."""
 
     previous: RouterSettings
     config: RouterSettings
 
 
-class RouterReplica(_Wire):
+class RouterReplica(_AdminWire):
     """One replica as the router sees it."""
 
     name: str
@@ -108,7 +108,7 @@ class RouterReplica(_Wire):
     outstanding: int
 
 
-class RouterState(_Wire):
+class RouterState(_AdminWire):
     """``GET /admin/state`` of the router."""
 
     pid: int
@@ -116,7 +116,7 @@ class RouterState(_Wire):
     config: RouterSettings
 
 
-M = TypeVar("M", bound=_Wire)
+M = TypeVar("M", bound=_AdminWire)
 
 
 class _AdminHttp:

@@ -71,7 +71,7 @@ class Stream(StrEnum):
     DOWNSTREAM = "downstream"    # server -> client
 
 
-class _Wire(BaseModel):
+class _ToxiproxyWire(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     @classmethod
@@ -80,7 +80,7 @@ class _Wire(BaseModel):
         return cls.model_validate({k: v for k, v in data.items() if k in cls.model_fields})
 
 
-class Toxic(_Wire):
+class Toxic(_ToxiproxyWire):
     """One toxic as the server reports it."""
 
     name: str
@@ -90,7 +90,7 @@ class Toxic(_Wire):
     attributes: dict[str, int] = Field(default_factory=dict)
 
 
-class Proxy(_Wire):
+class Proxy(_ToxiproxyWire):
     """One proxy as the server reports it; ``listen`` is the actual ``host:port``."""
 
     name: str
@@ -105,7 +105,7 @@ class Proxy(_Wire):
         return int(self.listen.rsplit(":", 1)[1])
 
 
-class ProxySpec(_Wire):
+class ProxySpec(_ToxiproxyWire):
     """A proxy to create: ``listen`` ``host:0`` lets the server pick a free port."""
 
     name: str
@@ -122,7 +122,7 @@ _HINTS = {
     500: "the server could not listen there: the address may be in use",
 }
 
-M = TypeVar("M", bound=_Wire)
+M = TypeVar("M", bound=_ToxiproxyWire)
 
 
 class ToxiproxyClient:

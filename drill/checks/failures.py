@@ -43,7 +43,7 @@ class FastFailureParams(CheckParams):
 
 
 @dataclass
-class _Tally:
+class _OutcomeTally:
     """The attempts of one window sorted into outcomes, with each outcome's time-to-failure."""
 
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
@@ -142,10 +142,10 @@ class FastFailureCheck(Check):
 
     # --- sorting the attempts -------------------------------------------------------------------------
 
-    def _tally(self, evidence: RunEvidence, records: list[RequestRecord]) -> _Tally:
+    def _tally(self, evidence: RunEvidence, records: list[RequestRecord]) -> _OutcomeTally:
         p: FastFailureParams = self.params
         settings = pool_settings(evidence)
-        tally = _Tally()
+        tally = _OutcomeTally()
         for record in records:
             if not is_counted(record):
                 tally.client_drops += 1
@@ -161,7 +161,7 @@ class FastFailureCheck(Check):
             self._sort(tally, record, limit, deadline_ms)
         return tally
 
-    def _sort(self, tally: _Tally, record: RequestRecord, limit: tuple[str, float] | None,
+    def _sort(self, tally: _OutcomeTally, record: RequestRecord, limit: tuple[str, float] | None,
               deadline_ms: float | None) -> None:
         if record.ok:
             waited = _success_wait_ms(record, limit[0]) if limit else None
@@ -197,7 +197,7 @@ class FastFailureCheck(Check):
 
     # --- figures and the verdict ------------------------------------------------------------------------
 
-    def _observed(self, tally: _Tally, records: list[RequestRecord]) -> tuple[dict, dict]:
+    def _observed(self, tally: _OutcomeTally, records: list[RequestRecord]) -> tuple[dict, dict]:
         observed: dict = {"attempts": len(records), "client_drops": tally.client_drops, **tally.counts,
                           "cancelled": tally.cancelled, "not_on_time": tally.not_on_time,
                           "failures": tally.failures,
@@ -216,7 +216,7 @@ class FastFailureCheck(Check):
                 units[f"{name}_{pct}_ms"] = "ms"
         return observed, units
 
-    def _judge(self, tally: _Tally, observed: dict) -> tuple[Status, str]:
+    def _judge(self, tally: _OutcomeTally, observed: dict) -> tuple[Status, str]:
         p: FastFailureParams = self.params
         summary = (f"{tally.counts['refused']} refused, {tally.counts['timeout']} timed out, "
                    f"{tally.counts['slow_failure']} failed slowly, {tally.counts['left_to_wait']} left to wait, "
@@ -241,7 +241,7 @@ class FastFailureCheck(Check):
         fast = f", p99 {refusal_p99:.0f}ms" if refusal_p99 is not None else ""
         return Status.PASS, f"overload was refused quickly{fast} — {summary}"
 
-    def _notes(self, tally: _Tally) -> list[str]:
+    def _notes(self, tally: _OutcomeTally) -> list[str]:
         notes = []
         if tally.pools_without_limit:
             notes.append(f"pools without a TTFT or E2E SLO (their successes are never 'left to wait'): "
@@ -267,7 +267,7 @@ def _success_wait_ms(record: RequestRecord, metric: str) -> float | None:
     return record.e2e_ms
 
 
-def _evidence_refs(tally: _Tally) -> list[EvidenceRef]:
+def _evidence_refs(tally: _OutcomeTally) -> list[EvidenceRef]:
     """The worst waits first (request and trace ids), then the slowest refusals."""
     waited = sorted((w for w in tally.waited if w[2] in WAITED), key=lambda w: -w[0])[:WORST]
     refused = sorted((w for w in tally.waited if w[2] == "refused"), key=lambda w: -w[0])[:WORST // 2]

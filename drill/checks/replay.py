@@ -101,7 +101,7 @@ class RecoveryReplayParams(CheckParams):
 
 
 @dataclass
-class _Tally:
+class _ReplayFindings:
     """What the judging found, with the evidence for each finding."""
 
     not_identical: list[ReplayResult]
@@ -138,11 +138,11 @@ class RecoveryReplayCheck(Check):
 
     # --- judging ------------------------------------------------------------------------------------
 
-    def _tally(self, evidence: RunEvidence, replay: ReplayEvidence) -> _Tally:
+    def _tally(self, evidence: RunEvidence, replay: ReplayEvidence) -> _ReplayFindings:
         p: RecoveryReplayParams = self.params
         samples = {s.request_id: s for s in replay.samples}
         records = {r.request_id: r for r in evidence.requests}
-        tally = _Tally([], [], [], 0, [], set(), 0, [], {}, [], [])
+        tally = _ReplayFindings([], [], [], 0, [], set(), 0, [], {}, [], [])
         for result in replay.originals:
             original = samples.get(result.original_request_id)
             if original is None or result.payload_digest != original.payload_digest:
@@ -176,7 +176,7 @@ class RecoveryReplayCheck(Check):
         return tally
 
     def _judge_control(self, baseline: RequestRecord, sends: list[ReplayResult],
-                       bands: dict[str, dict[str, float]], tally: _Tally) -> None:
+                       bands: dict[str, dict[str, float]], tally: _ReplayFindings) -> None:
         tally.control_ids.add(baseline.request_id)
         band = bands.get(baseline.pool, {})
         failed = [s for s in sends if not s.ok or any(_over(s, metric, bound) for metric, bound in band.items())]
@@ -186,7 +186,7 @@ class RecoveryReplayCheck(Check):
             tally.mismatches.extend(s for s in sends if s.ok and s.output_digest != baseline.output_digest)
 
     def _noise_floor(self, records: dict[str, RequestRecord], by_control: dict[str, list[ReplayResult]],
-                     tally: _Tally) -> None:
+                     tally: _ReplayFindings) -> None:
         """Raw differences (first replay vs baseline) against noise (first vs second replay), per field."""
         p: RecoveryReplayParams = self.params
         pairs = []
@@ -201,7 +201,7 @@ class RecoveryReplayCheck(Check):
             if above_noise(raw, noise, len(pairs), p.noise_relative, p.noise_absolute):
                 tally.regressions.append(f"{name}: {raw}/{len(pairs)} differ from the baseline, noise {noise}")
 
-    def _judge(self, replay: ReplayEvidence, t: _Tally) -> Verdict:
+    def _judge(self, replay: ReplayEvidence, t: _ReplayFindings) -> Verdict:
         p: RecoveryReplayParams = self.params
         passed = len(t.originals_ok)
         originals = passed + len(t.originals_failed)
@@ -233,7 +233,7 @@ class RecoveryReplayCheck(Check):
                             f"{t.controls_passed}/{controls} control(s) unchanged", evidence=_refs(t, passing=True),
                             **common)
 
-    def _figures(self, replay: ReplayEvidence, t: _Tally, originals: int) -> tuple[dict, dict, dict]:
+    def _figures(self, replay: ReplayEvidence, t: _ReplayFindings, originals: int) -> tuple[dict, dict, dict]:
         p: RecoveryReplayParams = self.params
         observed = {
             "failing_samples": len(replay.samples),
@@ -304,7 +304,7 @@ def _as_record(result: ReplayResult) -> RequestRecord:
                          completion_tokens=result.completion_tokens)
 
 
-def _refs(t: _Tally, passing: bool = False) -> list[EvidenceRef]:
+def _refs(t: _ReplayFindings, passing: bool = False) -> list[EvidenceRef]:
     """Replay ids, original request ids and trace ids of each finding, the most telling first."""
     refs: list[EvidenceRef] = []
     groups = [("not the original bytes", t.not_identical), ("original still fails", t.originals_failed),

@@ -8,10 +8,10 @@ request's logical id, so the same seed gives byte-identical bodies (and
 
 Prompts are made of common English words, one whitespace-separated word per
 token: the reference stack counts one token per word plus a small chat-template
-overhead (``drill/stack/tokenizer.py``), and BPE tokenizers such as Llama's
+overhead (``drill/stack/inference/tokenizer.py``), and BPE tokenizers such as Llama's
 encode most of these words as one token each. A chat request's word budget
 leaves room for the chat template's own tokens (Llama-3 style: 4 per message and
-4 per conversation, the same rule as ``drill/stack/tokenizer.py``), so the
+4 per conversation, the same rule as ``drill/stack/inference/tokenizer.py``), so the
 planned input length is the whole context the server sees, as in the Azure
 traces' ``ContextTokens``. The token counts actually billed are read back from
 the server's ``usage``.

@@ -2,7 +2,7 @@
 
 Loopback only (403 otherwise) and ``Authorization: Bearer <admin_token>`` (401 otherwise). All
 answers are JSON; errors are ``{"error": {"message", "type", "param", "code"}}``. The GPU
-conditions are simulated (see :mod:`drill.stack.gpu`): another process's memory, an SM clock cap,
+conditions are simulated (see :mod:`drill.stack.inference.gpu`): another process's memory, an SM clock cap,
 a fatal XID error; the stall stops engine steps while HTTP keeps answering.
 """
 
@@ -14,8 +14,8 @@ import ipaddress
 import os
 import time
 
-from drill.stack.engine import Engine
-from drill.stack.gpu import GIB
+from drill.stack.inference.core import Engine
+from drill.stack.inference.gpu import GIB
 from drill.stack.http.server import HttpError, HttpRequest, HttpResponse, ResponseStream, Router
 from drill.stack.ledger import Ledger
 

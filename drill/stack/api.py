@@ -3,7 +3,7 @@
 :class:`OpenAIApi` registers ``POST /v1/completions``, ``POST /v1/chat/completions``,
 ``GET /v1/models``, ``GET /health``, ``GET /metrics`` and ``GET /version`` on a
 :class:`~drill.stack.http.server.Router`. A generation request is validated, turned into an engine
-:class:`~drill.stack.request.Request` whose sink writes SSE events straight to the socket from the
+:class:`~drill.stack.inference.request.Request` whose sink writes SSE events straight to the socket from the
 engine's step loop (or collects the text for a plain response), and aborted (finish reason
 ``abort``) when the client disconnects.
 
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 from drill import __version__
 from drill.stack.config import SchedulingPolicy, StackConfig
-from drill.stack.engine import Engine
-from drill.stack.exceptions import AdmissionRefused, EngineDeadError
+from drill.stack.inference.core import Engine
+from drill.stack.inference.exceptions import AdmissionRefused, EngineDeadError
 from drill.stack.http.server import HttpError, HttpRequest, HttpResponse, ResponseStream, Router
 from drill.stack.metrics import CONTENT_TYPE, EngineMetrics
 from drill.stack.openai_protocol import (
@@ -45,9 +45,9 @@ from drill.stack.openai_protocol import (
     token_json,
     usage,
 )
-from drill.stack.request import Request
-from drill.stack.textgen import TokenSampler, prompt_seed, stable_seed, token_text
-from drill.stack.tokenizer import chat_tokens
+from drill.stack.inference.request import Request
+from drill.stack.inference.textgen import TokenSampler, prompt_seed, stable_seed, token_text
+from drill.stack.inference.tokenizer import chat_tokens
 from drill.stack.tracing import Tracing, parse_traceparent
 
 __all__ = ["ApiContext", "OpenAIApi"]

@@ -70,7 +70,7 @@ class EngineConfig(BaseModel):
     ``max_num_queued_reqs`` / ``max_num_queued_tokens`` are vLLM ≥ 0.29's opt-in admission flags;
     ``None`` keeps vLLM's default unbounded waiting queue. ``max_queue_wait`` (seconds) refuses a
     request with 503 once it has waited longer. ``weight_load_time`` is ``"auto"`` (modelled from
-    the weight bytes, see :func:`drill.stack.cost_model.weight_load_seconds`) or a duration.
+    the weight bytes, see :func:`drill.stack.inference.cost_model.weight_load_seconds`) or a duration.
     """
 
     model_config = _FROZEN

@@ -3,7 +3,7 @@
 Names, types, help texts, labels (``model_name``, ``engine``; ``finished_reason`` on
 ``vllm:request_success``) and bucket lists follow §2.2. Counters are declared without ``_total``
 and exposed with it, as prometheus_client does for vLLM. :class:`EngineMetrics` is an
-:class:`~drill.stack.engine.EngineListener`: the engine calls it synchronously after each step and
+:class:`~drill.stack.inference.core.EngineListener`: the engine calls it synchronously after each step and
 for each finished request; it accumulates into plain integers and :class:`FastHistogram` (a bisect
 into the bucket list, 1 µs) instead of ``prometheus_client.Histogram.observe`` (a locked loop per
 sample), and a :class:`prometheus_client` collector turns the totals into metric families at scrape
@@ -22,9 +22,9 @@ from collections.abc import Iterator, Sequence
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from drill.stack.engine import StepRecord
-from drill.stack.request import FinishReason, Request
-from drill.stack.scheduler import Scheduler
+from drill.stack.inference.core import StepRecord
+from drill.stack.inference.request import FinishReason, Request
+from drill.stack.inference.scheduler import Scheduler
 
 __all__ = ["CONTENT_TYPE", "EngineMetrics", "FastHistogram", "build_1_2_5_buckets"]
 

@@ -17,8 +17,8 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from drill.stack.http.server import HttpError
-from drill.stack.textgen import token_text
-from drill.stack.tokenizer import vocabulary
+from drill.stack.inference.textgen import token_text
+from drill.stack.inference.tokenizer import vocabulary
 
 __all__ = [
     "ChatCompletionRequest",

@@ -1,6 +1,6 @@
 """Writes each finished request to the side-effect ledger and as an ``llm_request`` span.
 
-An :class:`~drill.stack.engine.EngineListener` the replica installs next to the metrics: when the
+An :class:`~drill.stack.inference.core.EngineListener` the replica installs next to the metrics: when the
 engine finishes a request for any reason, :class:`RequestRecorder` appends its ledger record
 (stack-contracts.md §6) and then emits its spans (§7) carrying the same fields
 (``drill.side_effect.seq``, ``drill.idempotency_key``, ``drill.replica``, ``drill.billed_tokens``).
@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 
 from drill.stack.api import ApiContext
-from drill.stack.engine import StepRecord
+from drill.stack.inference.core import StepRecord
 from drill.stack.ledger import Ledger, LedgerStatus
-from drill.stack.request import FinishReason, Request
+from drill.stack.inference.request import FinishReason, Request
 from drill.stack.tracing import SpanAttributes, Tracing
 
 __all__ = ["RequestRecorder"]

@@ -31,18 +31,18 @@ from pathlib import Path
 from drill.errors import DrillError, InputError, NotAvailableError, StackError
 from drill.stack.admin import AdminApi
 from drill.stack.api import OpenAIApi
-from drill.stack.cost_model import CostModel
-from drill.stack.engine import Engine
+from drill.stack.inference.cost_model import CostModel
+from drill.stack.inference.core import Engine
 from drill.stack.exchange import Interconnect, NoopInterconnect
-from drill.stack.executor import Executor
-from drill.stack.gpu import GpuState, plan_memory
+from drill.stack.inference.executor import Executor
+from drill.stack.inference.gpu import GpuState, plan_memory
 from drill.stack.http.server import HttpServer, Router
-from drill.stack.kv_cache import KVCacheManager
+from drill.stack.inference.kv_cache import KVCacheManager
 from drill.stack.ledger import Ledger
 from drill.stack.metrics import EngineMetrics
 from drill.stack.recorder import RequestRecorder
 from drill.stack.specs import PeerSpec, ReplicaSpec, read_replica_spec
-from drill.stack.scheduler import Scheduler
+from drill.stack.inference.scheduler import Scheduler
 from drill.stack.tracing import Tracing
 
 __all__ = ["EXIT_ENGINE_DEAD", "PeerSpec", "Replica", "ReplicaSpec", "SHUTDOWN_GRACE_S", "main"]

@@ -26,7 +26,7 @@ import os
 import re
 from collections.abc import Mapping
 
-from drill.stack.request import Request
+from drill.stack.inference.request import Request
 
 __all__ = ["SpanAttributes", "Tracing", "parse_traceparent"]
 

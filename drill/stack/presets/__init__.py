@@ -1,7 +1,7 @@
 """GPU and model presets of the reference stack, read from ``gpus.yaml`` and ``models.yaml`` here.
 
 Called by :mod:`drill.stack.config` (to validate the ``model:`` and ``gpu:`` names of a stack file)
-and by :mod:`drill.stack.cost_model`. The YAML files carry the datasheet and ``config.json`` values
+and by :mod:`drill.stack.inference.cost_model`. The YAML files carry the datasheet and ``config.json`` values
 with their sources (llm-serving-facts.md §6.2) and the calibrated efficiency factors (§6.1).
 Files are read on first use and cached; importing this module reads nothing.
 """

@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from drill.stack.config import EngineConfig, SchedulingPolicy
-from drill.stack.cost_model import StepCost
-from drill.stack.kv_cache import KVCacheManager
-from drill.stack.request import Request
-from drill.stack.sched_output import EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
-from drill.stack.scheduler import Scheduler
-from drill.stack.textgen import TokenSampler
-from drill.stack.tokenizer import make_prompt
+from drill.stack.inference.cost_model import StepCost
+from drill.stack.inference.kv_cache import KVCacheManager
+from drill.stack.inference.request import Request
+from drill.stack.inference.sched_output import EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
+from drill.stack.inference.scheduler import Scheduler
+from drill.stack.inference.textgen import TokenSampler
+from drill.stack.inference.tokenizer import make_prompt
 
 _ZERO_COST = StepCost(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from replica_harness import ADMIN_TOKEN
 
-from drill.stack.tokenizer import count_chat_tokens, count_tokens, make_prompt
+from drill.stack.inference.tokenizer import count_chat_tokens, count_tokens, make_prompt
 
 pytestmark = pytest.mark.anyio
 

@@ -11,8 +11,8 @@ import httpx
 import pytest
 from replica_harness import ADMIN_TOKEN
 
-from drill.stack.cost_model import BatchShape
-from drill.stack.tokenizer import make_prompt
+from drill.stack.inference.cost_model import BatchShape
+from drill.stack.inference.tokenizer import make_prompt
 
 pytestmark = pytest.mark.anyio
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

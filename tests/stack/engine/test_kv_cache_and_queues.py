@@ -6,8 +6,8 @@ import pytest
 from sched_factories import create_requests
 
 from drill.stack.config import SchedulingPolicy
-from drill.stack.kv_cache import KVCacheManager
-from drill.stack.request_queue import FCFSRequestQueue, PriorityRequestQueue, create_request_queue
+from drill.stack.inference.kv_cache import KVCacheManager
+from drill.stack.inference.request_queue import FCFSRequestQueue, PriorityRequestQueue, create_request_queue
 
 
 def test_allocation_rounds_up_to_blocks_and_refuses_without_change() -> None:

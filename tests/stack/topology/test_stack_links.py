@@ -13,7 +13,7 @@ from stack_probes import tpot_s
 
 from drill.backends.toxiproxy import Stream, ToxiproxyClient
 from drill.stack.config import parse_stack_config
-from drill.stack.cost_model import BatchShape, CostModel
+from drill.stack.inference.cost_model import BatchShape, CostModel
 from drill.stack.link_model import LinkToxic, predict_step_increase
 from drill.stack.rank import LinkKind
 

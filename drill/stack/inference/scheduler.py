@@ -1,6 +1,6 @@
 """Continuous batching over the virtual GPU, laid out like vLLM V1's ``Scheduler``.
 
-Called by the engine loop (:mod:`drill.stack.engine`) once per step: :meth:`Scheduler.schedule`
+Called by the engine loop (:mod:`drill.stack.inference.core`) once per step: :meth:`Scheduler.schedule`
 *decides* the batch, the executor runs it, and :meth:`Scheduler.update_from_output` *applies* the
 result. Tests drive the same two calls step by step with a fake clock.
 
@@ -25,12 +25,12 @@ import time
 from collections.abc import Callable
 
 from drill.stack.config import EngineConfig, SchedulingPolicy
-from drill.stack.cost_model import BatchShape
-from drill.stack.exceptions import MaxQueuedTokensError, QueueOverflowError
-from drill.stack.kv_cache import KVCacheManager
-from drill.stack.request import Request, RequestStatus
-from drill.stack.request_queue import create_request_queue
-from drill.stack.sched_output import EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
+from drill.stack.inference.cost_model import BatchShape
+from drill.stack.inference.exceptions import MaxQueuedTokensError, QueueOverflowError
+from drill.stack.inference.kv_cache import KVCacheManager
+from drill.stack.inference.request import Request, RequestStatus
+from drill.stack.inference.request_queue import create_request_queue
+from drill.stack.inference.sched_output import EngineCoreOutput, ModelRunnerOutput, SchedulerOutput
 
 __all__ = ["Scheduler"]
 

@@ -13,7 +13,7 @@ Conditions (stack-contracts.md §5), which cannot be produced from outside witho
   are preempted until the rest fit), then the activation reserve. A step whose activation memory
   no longer fits raises :class:`EngineDeadError` with PyTorch's CUDA OOM text: the engine dies.
 * **Clock cap** (fraction of the nominal SM clock): the cost model slows compute by 1/fraction
-  and memory by 1/fraction^0.3 (see :mod:`drill.stack.cost_model`).
+  and memory by 1/fraction^0.3 (see :mod:`drill.stack.inference.cost_model`).
 * **XID error**: the engine dies at once (:meth:`GpuState.xid_error`).
 * **Stall**: the engine takes no step until a deadline (HTTP stays up).
 """
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 from drill.errors import StackError
 from drill.stack.config import EngineConfig
-from drill.stack.cost_model import CostModel
-from drill.stack.exceptions import EngineDeadError
+from drill.stack.inference.cost_model import CostModel
+from drill.stack.inference.exceptions import EngineDeadError
 
 __all__ = ["GIB", "GpuState", "MemoryPlan", "NON_TORCH_BYTES", "plan_memory", "xid_description"]
 

@@ -7,9 +7,9 @@ Called by the engine loop once per non-empty step, between :meth:`Scheduler.sche
 
 from __future__ import annotations
 
-from drill.stack.cost_model import CostModel
-from drill.stack.gpu import GpuState
-from drill.stack.sched_output import ModelRunnerOutput, SchedulerOutput
+from drill.stack.inference.cost_model import CostModel
+from drill.stack.inference.gpu import GpuState
+from drill.stack.inference.sched_output import ModelRunnerOutput, SchedulerOutput
 
 __all__ = ["Executor"]
 
@@ -24,7 +24,7 @@ class Executor:
     def execute_model(self, out: SchedulerOutput) -> ModelRunnerOutput:
         """Price the step and sample one token per sampling request.
 
-        Raises :class:`~drill.stack.exceptions.EngineDeadError` when the step's activation memory
+        Raises :class:`~drill.stack.inference.exceptions.EngineDeadError` when the step's activation memory
         does not fit (simulated CUDA OOM under a memory hog).
         """
         self.gpu.check_step_memory(out.total_num_scheduled_tokens)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from drill.stack.request import Request
+from drill.stack.inference.request import Request
 
 __all__ = ["KVCacheManager"]
 

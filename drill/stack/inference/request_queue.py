@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Iterator
 
 from drill.stack.config import SchedulingPolicy
-from drill.stack.request import Request
+from drill.stack.inference.request import Request
 
 __all__ = ["FCFSRequestQueue", "PriorityRequestQueue", "RequestQueue", "create_request_queue"]
 

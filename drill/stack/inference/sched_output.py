@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from drill.stack.cost_model import BatchShape, StepCost
-from drill.stack.request import Request
+from drill.stack.inference.cost_model import BatchShape, StepCost
+from drill.stack.inference.request import Request
 
 __all__ = ["EngineCoreOutput", "ModelRunnerOutput", "SchedulerOutput"]
 

@@ -27,13 +27,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from drill.stack.exceptions import AdmissionRefused, EngineDeadError
+from drill.stack.inference.exceptions import AdmissionRefused, EngineDeadError
 from drill.stack.exchange import Interconnect, NoopInterconnect
-from drill.stack.executor import Executor
-from drill.stack.gpu import GpuState
-from drill.stack.request import Request, RequestStatus
-from drill.stack.sched_output import EngineCoreOutput, SchedulerOutput
-from drill.stack.scheduler import Scheduler
+from drill.stack.inference.executor import Executor
+from drill.stack.inference.gpu import GpuState
+from drill.stack.inference.request import Request, RequestStatus
+from drill.stack.inference.sched_output import EngineCoreOutput, SchedulerOutput
+from drill.stack.inference.scheduler import Scheduler
 
 __all__ = ["Engine", "EngineListener", "StepTimer", "StepRecord"]
 

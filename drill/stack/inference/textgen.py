@@ -1,6 +1,6 @@
 """Deterministic output of the virtual model: which tokens a request generates and when it stops.
 
-Called by the API layer when it builds a :class:`~drill.stack.request.Request` (a sampler and a
+Called by the API layer when it builds a :class:`~drill.stack.inference.request.Request` (a sampler and a
 natural stop length) and by the executor once per sampled token.
 
 * Temperature 0 (greedy): the seed is a stable hash of the prompt's tokens alone, so the same
@@ -21,7 +21,7 @@ import math
 import random
 from collections.abc import Sequence
 
-from drill.stack.tokenizer import vocabulary
+from drill.stack.inference.tokenizer import vocabulary
 
 __all__ = ["CONV_GENERATED_QUANTILES", "TokenSampler", "natural_length", "stable_seed", "token_text"]
 

@@ -163,6 +163,9 @@ class LengthDistribution(SpecModel):
 
 
 class Endpoint(str, enum.Enum):
+    """Which OpenAI route: the one a pool calls (its ``endpoint:``), and the one a request came in on at the
+    reference stack (:mod:`drill.stack.api`)."""
+
     CHAT = "chat"
     COMPLETIONS = "completions"
 

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 
 from drill import __version__
+from drill.spec.scenario import Endpoint
 from drill.stack.config import SchedulingPolicy, StackConfig
 from drill.stack.inference.core import Engine
 from drill.stack.inference.exceptions import AdmissionRefused, EngineDeadError

@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from drill.api import RouterRetryOn
 from drill.errors import SpecError
 from drill.stack.presets import GpuPreset, ModelPreset, gpu_names, gpu_preset, model_names, model_preset
 from drill.units import BindHost, Duration
@@ -23,7 +24,6 @@ __all__ = [
     "EngineConfig",
     "LinksConfig",
     "RetryConfig",
-    "RetryOn",
     "RouterConfig",
     "RouterPolicy",
     "Runtime",
@@ -48,13 +48,6 @@ class RouterPolicy(str, enum.Enum):
 
     LEAST_OUTSTANDING = "least_outstanding"
     ROUND_ROBIN = "round_robin"
-
-
-class RetryOn(str, enum.Enum):
-    """Which upstream failures the router retries."""
-
-    ERROR = "error"
-    TIMEOUT = "timeout"
 
 
 class Runtime(str, enum.Enum):
@@ -125,7 +118,7 @@ class RetryConfig(BaseModel):
     model_config = _FROZEN
 
     attempts: int = Field(0, ge=0, le=10)
-    on: tuple[RetryOn, ...] = (RetryOn.ERROR, RetryOn.TIMEOUT)
+    on: tuple[RouterRetryOn, ...] = (RouterRetryOn.ERROR, RouterRetryOn.TIMEOUT)
     timeout: Duration = Field(30.0, gt=0)
 
     @model_validator(mode="before")

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from drill.api import LinkKind
 from drill.backends.toxiproxy import Stream
 from drill.stack.exchange import ExchangePlan
 from drill.stack.interconnect import DEFAULT_BYTE_SCALE, PP_REPLY_BYTES, micro_batches, scaled_bytes
-from drill.stack.rank import HEADER, LinkKind
+from drill.stack.rank import HEADER
 
 __all__ = ["LinkToxic", "predict_step_increase"]
 

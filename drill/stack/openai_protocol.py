@@ -9,13 +9,13 @@ from per-request byte templates (:class:`ChunkTemplates`) so a token costs one b
 
 from __future__ import annotations
 
-import enum
 import json
 from functools import lru_cache
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from drill.spec.scenario import Endpoint
 from drill.stack.http.server import HttpError
 from drill.stack.inference.textgen import token_text
 from drill.stack.inference.tokenizer import vocabulary

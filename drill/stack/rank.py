@@ -26,22 +26,16 @@ import struct
 import sys
 import threading
 import time
-from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["HEADER", "LinkKind", "RankSpec", "main", "recv_exactly", "split_address"]
+from drill.api import LinkKind
+
+__all__ = ["HEADER", "RankSpec", "main", "recv_exactly", "split_address"]
 
 HEADER = struct.Struct("!II")
 _ZEROS = bytes(1 << 20)
-
-
-class LinkKind(StrEnum):
-    """A tensor-parallel link (rank 0 <-> rank i) or a pipeline link (stage i -> stage i+1)."""
-
-    TP = "tp"
-    PP = "pp"
 
 
 class RankSpec(BaseModel):

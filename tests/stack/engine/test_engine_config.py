@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from drill.errors import InputError, SpecError
+from drill.api import RouterRetryOn
 from drill.stack.config import (
-    RetryOn,
     SchedulingPolicy,
     StackConfig,
     load_stack_config,
@@ -52,7 +52,7 @@ host: 127.0.0.1
 def test_contract_example_parses_with_units() -> None:
     config = parse_stack_config(yaml.safe_load(CONTRACT_EXAMPLE))
     assert config.engine.scheduling_policy is SchedulingPolicy.FCFS
-    assert config.router.retries.on == (RetryOn.ERROR, RetryOn.TIMEOUT)
+    assert config.router.retries.on == (RouterRetryOn.ERROR, RouterRetryOn.TIMEOUT)
     assert config.router.retries.timeout == 30.0
     assert config.model_name == "llama-3-8b"
     assert config.model_preset.kv_bytes_per_token == 131_072

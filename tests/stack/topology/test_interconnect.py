@@ -18,7 +18,7 @@ from drill.stack.exchange import ExchangePlan, NoopInterconnect
 from drill.stack.interconnect import InterconnectSpec, TcpInterconnect, connect, micro_batches, scaled_bytes
 from drill.stack.link_model import LinkToxic, predict_step_increase
 from drill.stack.ports import free_port
-from drill.stack.rank import LinkKind
+from drill.api import LinkKind
 from drill.stack.specs import PeerSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]

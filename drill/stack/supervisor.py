@@ -140,7 +140,7 @@ class Supervisor:
                 self._add_child(spec.name, [self.plan.python, "-m", "drill.stack.replica", "--spec",
                                             str(self.plan.spec_path(spec.name))],
                                 self.plan.state.replicas[spec.index].pid_file)
-        self._add_child("router", [self.plan.python, "-m", "drill.stack.router", "--spec",
+        self._add_child("router", [self.plan.python, "-m", "drill.stack.router.gateway", "--spec",
                                    str(self.plan.spec_path("router"))], self.plan.run_dir / "router.pid")
 
     def _add_child(self, name: str, argv: list[str], pid_file: Path | None) -> None:

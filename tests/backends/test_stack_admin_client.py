@@ -66,7 +66,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
         router_spec = RouterSpec(replicas=(UpstreamSpec(name="replica-0", index=0, url=info["url"]),),
                                  admin_token=TOKEN, ready_file=tmp / "router.ready")
         (tmp / "router.json").write_text(router_spec.model_dump_json())
-        router, rinfo = _start(["drill.stack.router", "--spec", str(tmp / "router.json")], router_spec.ready_file,
+        router, rinfo = _start(["drill.stack.router.gateway", "--spec", str(tmp / "router.json")], router_spec.ready_file,
                                tmp / "router.out")
         procs.append(router)
         yield Servers(info["url"], rinfo["url"] + "/admin", replica)

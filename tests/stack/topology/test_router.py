@@ -17,7 +17,7 @@ from opentelemetry.trace import SpanKind
 from topology_fakes import FakeReplica
 
 from drill.stack.config import RetryConfig, RouterConfig, RouterPolicy
-from drill.stack.router import Gateway
+from drill.stack.router.gateway import Gateway
 from drill.stack.specs import RouterSpec, UpstreamSpec
 
 pytestmark = pytest.mark.anyio

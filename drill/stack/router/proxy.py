@@ -24,7 +24,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from drill.api import RouterRetryOn
 from drill.stack.config import RouterConfig
 from drill.stack.http.server import HttpRequest, HttpResponse, ResponseStream, error_body
-from drill.stack.routing import CachedResponse, ReplicaState
+from drill.stack.router.routing import CachedResponse, ReplicaState
 
 __all__ = ["Attempt", "UpstreamOutcome", "Tee", "forward_headers", "sse_error"]
 

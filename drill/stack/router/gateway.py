@@ -1,11 +1,11 @@
-"""The stack's front door: ``python -m drill.stack.router --spec router.json``.
+"""The stack's front door: ``python -m drill.stack.router.gateway --spec router.json``.
 
 An OpenAI-compatible router (stack-contracts.md §4) over the replicas: the same endpoints as a
 replica, requests spread by ``router.policy`` (least outstanding requests, or round robin) over
 the replicas that pass ``GET /health`` every ``health_check_interval``; a replica whose
 connection fails leaves rotation at once and returns after its next good check. Retries and the
-Idempotency-Key store are described in :mod:`drill.stack.router_proxy` and
-:mod:`drill.stack.routing`. ``/metrics`` and the tracer: :mod:`drill.stack.router_telemetry`.
+Idempotency-Key store are described in :mod:`drill.stack.router.proxy` and
+:mod:`drill.stack.router.routing`. ``/metrics`` and the tracer: :mod:`drill.stack.router.telemetry`.
 
 Admin API (contracts §5; loopback only, ``Authorization: Bearer <admin_token>``):
 ``GET /admin/state``, ``GET /admin/config``, ``PATCH /admin/config`` with any of ``retries``
@@ -33,9 +33,9 @@ from pydantic import ValidationError
 
 from drill.stack.config import RouterConfig
 from drill.stack.http.server import HttpError, HttpRequest, HttpResponse, HttpServer, ResponseStream, Router
-from drill.stack.router_proxy import Attempt, UpstreamOutcome, Tee, forward_headers
-from drill.stack.router_telemetry import RouterMetrics, make_tracer
-from drill.stack.routing import CachedResponse, IdempotencyStore, KeyOutcome, ReplicaPool, ReplicaState, fingerprint
+from drill.stack.router.proxy import Attempt, UpstreamOutcome, Tee, forward_headers
+from drill.stack.router.telemetry import RouterMetrics, make_tracer
+from drill.stack.router.routing import CachedResponse, IdempotencyStore, KeyOutcome, ReplicaPool, ReplicaState, fingerprint
 from drill.stack.specs import RouterSpec
 
 __all__ = ["Gateway", "main"]
@@ -283,7 +283,7 @@ async def serve(spec: RouterSpec) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; exit 0 on SIGTERM/SIGINT."""
-    parser = argparse.ArgumentParser(prog="python -m drill.stack.router")
+    parser = argparse.ArgumentParser(prog="python -m drill.stack.router.gateway")
     parser.add_argument("--spec", required=True, type=Path, help="RouterSpec JSON file")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s router %(levelname)s %(message)s",

@@ -137,7 +137,7 @@ class FaultRunner:
         times += [s.window.end_s for s in self.scheduled if s.state == "active"]
         return max(0.0, min(times) - t) if times else float("inf")
 
-    def due(self, t: float) -> None:
+    def inject_and_revert_due(self, t: float) -> None:
         """Inject and revert whatever is due at fault-phase offset ``t`` (seconds)."""
         for item in self.scheduled:
             if item.state == "active" and t >= item.window.end_s:

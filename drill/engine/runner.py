@@ -326,7 +326,7 @@ class Runner:
         end = start + length
         trigger = None
         while (now := time.monotonic()) < end and trigger is None:
-            self.faults.due(now - start)
+            self.faults.inject_and_revert_due(now - start)
             trigger = self._poll_stop(fault_phase=True)
             self.listeners.fire("tick", phase=Phase.FAULT.value, elapsed_s=now - start)
             time.sleep(max(0.0, min(TICK_S, end - time.monotonic(), self.faults.next_event_in(now - start))))

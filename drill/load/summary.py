@@ -47,12 +47,12 @@ class MetricStats:
     percentiles: dict[str, float | None]
 
     @classmethod
-    def of(cls, values: list[float]) -> "MetricStats":
+    def from_values(cls, values: list[float]) -> "MetricStats":
         if not values:
             return cls(0, None, None, None, percentiles([]))
         return cls(len(values), sum(values) / len(values), min(values), max(values), percentiles(values))
 
-    def p(self, pct: float) -> float | None:
+    def percentile(self, pct: float) -> float | None:
         return self.percentiles.get(f"p{pct:g}")
 
 
@@ -151,8 +151,8 @@ def _group(phase: str, pool: str, records: list[RequestRecord], window_s: float,
     errors = Counter(r.error.value for r in records if r.error is not None)
     window = max(window_s, 1e-9)
     good = [r for r in ok if _meets(r, slo)] if slo else ok
-    stats = {name: MetricStats.of(latency_values(ok, name)) for name in ("ttft", "tpot", "itl", "e2e")}
-    lag = MetricStats.of([r.schedule_lag_ms for r in records if r.schedule_lag_ms is not None])
+    stats = {name: MetricStats.from_values(latency_values(ok, name)) for name in ("ttft", "tpot", "itl", "e2e")}
+    lag = MetricStats.from_values([r.schedule_lag_ms for r in records if r.schedule_lag_ms is not None])
     return GroupSummary(
         phase=phase, pool=pool, window_s=window_s, attempts=len(records), logical=len({r.logical_id for r in records}),
         ok=len(ok), client_drops=errors.get(ErrorClass.CLIENT_DROP.value, 0), errors=dict(errors),
@@ -196,7 +196,7 @@ def _slo_results(slo: Mapping[str, float], stats: dict[str, MetricStats]) -> lis
         parsed = parse_slo_key(key)
         if parsed is None:
             continue
-        observed = stats[parsed[0]].p(parsed[1])
+        observed = stats[parsed[0]].percentile(parsed[1])
         bound_ms = bound_s * 1000.0
         out.append(SloResult(key, bound_ms, observed, observed is not None and observed <= bound_ms))
     return out

@@ -63,7 +63,7 @@ class _Collector:
     missing: list[Diagnostic] = field(default_factory=list)
 
     def add(self, path: KeyPath, message: str, hint: str | None = None, *, key: bool = False) -> None:
-        self.diagnostics.append(Diagnostic(self.locations.of(path, key=key), path, message, hint=hint))
+        self.diagnostics.append(Diagnostic(self.locations.position_of(path, key=key), path, message, hint=hint))
 
     def extend(self, items: list[Diagnostic]) -> None:
         """Add problems, except at a key whose value the YAML reader already refused (one problem per value)."""
@@ -244,7 +244,7 @@ def _plugin_params(reg: registry.Registry, kind: str, params: object, kind_path:
     except UnknownPluginError as exc:
         coming = registry.planned(reg.group, kind)
         if coming is not None:
-            out.missing.append(Diagnostic(out.locations.of(kind_path), kind_path,
+            out.missing.append(Diagnostic(out.locations.position_of(kind_path), kind_path,
                                           f"{reg.label} kind {kind!r} is not built yet: it comes with {coming}",
                                           hint="nothing was started; remove it from the drill to run the rest now"))
             return None

@@ -82,13 +82,13 @@ def _diagnostic(model: type[BaseModel], err: dict, data: object, locations: Loca
     if kind == "missing" and loc:
         parent_keys = allowed_keys(model, loc[:-1])
         hint = f"add '{loc[-1]}:'" + (f" (keys here: {', '.join(sorted(parent_keys))})" if parent_keys else "")
-        return Diagnostic(locations.of(path[:-1]), path, f"missing required key '{loc[-1]}'", hint=hint)
+        return Diagnostic(locations.position_of(path[:-1]), path, f"missing required key '{loc[-1]}'", hint=hint)
     message, hint = _explain(err, model, loc)
     pointed = _AT_KEY.match(message)
     if pointed:
         path = path + (pointed.group(1),)
         message = message[pointed.end():]
-    return Diagnostic(locations.of(path), path, message, hint=hint)
+    return Diagnostic(locations.position_of(path), path, message, hint=hint)
 
 
 def _unique(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
@@ -109,7 +109,7 @@ def _unknown_key(model: type[BaseModel], loc: KeyPath, path: KeyPath, locations:
     if known and not suggestion:
         hint = f"keys allowed here: {', '.join(known)}"
     where = format_path(path[:-1]) or "the top level"
-    return Diagnostic(locations.of(path, key=True), path, f"unknown key '{loc[-1]}' in {where}", hint=hint)
+    return Diagnostic(locations.position_of(path, key=True), path, f"unknown key '{loc[-1]}' in {where}", hint=hint)
 
 
 _EXPECTED = {

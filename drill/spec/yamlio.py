@@ -55,7 +55,7 @@ class Locations:
     values: dict[KeyPath, Position] = field(default_factory=dict)
     keys: dict[KeyPath, Position] = field(default_factory=dict)
 
-    def of(self, path: KeyPath, *, key: bool = False) -> Position:
+    def position_of(self, path: KeyPath, *, key: bool = False) -> Position:
         """Position of ``path``; falls back to the nearest ancestor that has one."""
         table = self.keys if key else self.values
         probe = tuple(path)

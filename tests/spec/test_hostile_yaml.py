@@ -160,7 +160,7 @@ def test_merge_keys_and_ordinary_anchors_still_work() -> None:
     doc = load_located("base: &b {x: 1, y: 2}\nuse:\n  <<: *b\n  z: 3\nlist: &l [1, 2]\nagain: *l\n", "x.yaml")
     assert not doc.diagnostics
     assert doc.data == {"base": {"x": 1, "y": 2}, "use": {"x": 1, "y": 2, "z": 3}, "list": [1, 2], "again": [1, 2]}
-    assert doc.locations.of(("use", "z")).line == 4
+    assert doc.locations.position_of(("use", "z")).line == 4
 
 
 @pytest.mark.parametrize("value", [".inf", "-.inf", ".nan", ".NaN", "1.0e+999", "-1.5e+400"])

@@ -148,8 +148,8 @@ def target_info(spec: str, state_dir: Path | None = None, allow_hosts: tuple[str
 
 
 def _stack_info(name: str, state_dir: Path | None, allow_hosts: tuple[str, ...]) -> TargetInfo:
-    from drill.stack.launcher import read_state, supervisor_alive
-    from drill.stack.plan import StackPlan
+    from drill.stack.supervision.launcher import read_state, supervisor_alive
+    from drill.stack.supervision.stack_plan import StackPlan
     from drill.targets.embedded import EmbeddedStack, info_from_state
 
     state = read_state(name, state_dir)

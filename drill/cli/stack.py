@@ -42,7 +42,7 @@ def up(config_path: Path | None, runtime: str | None, otlp_endpoint: str | None,
     """Start a stack and print its endpoints."""
     with handle_errors():
         from drill.stack.config import StackConfig, load_stack_config
-        from drill.stack.launcher import start_stack
+        from drill.stack.supervision.launcher import start_stack
 
         config = load_stack_config(config_path) if config_path else StackConfig()
         if not as_json:
@@ -61,7 +61,7 @@ def up(config_path: Path | None, runtime: str | None, otlp_endpoint: str | None,
 def status(as_json: bool, name: str, state_dir: Path | None) -> None:
     """Show a stack's endpoints; exit 1 when it is not running."""
     with handle_errors():
-        from drill.stack.launcher import read_state, supervisor_alive
+        from drill.stack.supervision.launcher import read_state, supervisor_alive
 
         state = read_state(name, state_dir)
         if state is None:
@@ -84,7 +84,7 @@ def status(as_json: bool, name: str, state_dir: Path | None) -> None:
 def down(timeout_s: float, name: str, state_dir: Path | None) -> None:
     """Stop a stack: no process, container or proxy of it is left. Safe to repeat."""
     with handle_errors():
-        from drill.stack.launcher import stop_stack
+        from drill.stack.supervision.launcher import stop_stack
 
         stopped = stop_stack(name, state_dir=state_dir, timeout_s=timeout_s)
         console.print(f"stack {name!r} stopped" if stopped else f"stack {name!r} was not running; nothing to stop")

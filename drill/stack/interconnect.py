@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict
 from drill.api import LinkKind
 from drill.errors import StackError
 from drill.stack.exchange import ExchangePlan, NoopInterconnect
-from drill.stack.lifeline import die_with_parent
+from drill.stack.supervision.lifeline import die_with_parent
 from drill.stack.rank import HEADER, RankSpec, recv_exactly, split_address
 from drill.stack.specs import PeerSpec
 

@@ -79,7 +79,7 @@ class EmbeddedStack(Target):
         return {"name": self.name}
 
     def start(self) -> TargetInfo:
-        from drill.stack.launcher import start_stack
+        from drill.stack.supervision.launcher import start_stack
 
         state = start_stack(self.params, name=self.name, otlp_endpoint=self.ctx.otlp_endpoint,
                             timeout_s=START_TIMEOUT_S)
@@ -87,7 +87,7 @@ class EmbeddedStack(Target):
         return info_from_state(state, self.static_capabilities(self.params))
 
     def stop(self) -> None:
-        from drill.stack.launcher import stop_stack
+        from drill.stack.supervision.launcher import stop_stack
 
         stop_stack(self.name)
 
@@ -95,12 +95,12 @@ class EmbeddedStack(Target):
         """Copy each replica's side-effect ledger to ``<run_dir>/ledger/replica-<i>.jsonl``.
 
         The ledgers live in the stack's own directory (``ledger_path`` of each replica in the state
-        file, :mod:`drill.stack.plan`); with ``runtime: docker`` that directory is bind-mounted at the
+        file, :mod:`drill.stack.supervision.stack_plan`); with ``runtime: docker`` that directory is bind-mounted at the
         same host path, so both runtimes are copied the same way. A replica still writes while this
         runs, so a copy ends at the last complete line. A replica whose ledger does not exist is
         left out (the checks report the missing replica).
         """
-        from drill.stack.state import read_state
+        from drill.stack.supervision.state import read_state
 
         state = getattr(self, "_state", None) or read_state(self.name)
         if state is None:
@@ -114,7 +114,7 @@ class EmbeddedStack(Target):
 
     @classmethod
     def teardown(cls, data: dict) -> None:
-        from drill.stack.launcher import stop_stack
+        from drill.stack.supervision.launcher import stop_stack
 
         stop_stack(data["name"])
 

@@ -35,7 +35,7 @@ SCENARIO = {
 def stack(tmp_path_factory):
     """One small reference stack shared by the module's runs (attached as an external target)."""
     from drill.stack.config import parse_stack_config
-    from drill.stack.launcher import start_stack, stop_stack
+    from drill.stack.supervision.launcher import start_stack, stop_stack
 
     state_dir = tmp_path_factory.mktemp("stack")
     config = parse_stack_config({"replicas": 1, "engine": {"weight_load_time": "200ms"}})
@@ -109,7 +109,7 @@ def test_embedded_run_writes_every_raw_file_and_never_reuses_a_directory(tmp_pat
                             text=True, env=_env(tmp_path), timeout=60)
     assert judged.returncode == 0, judged.stderr
     assert json.loads(judged.stdout)["checks"] == verdicts["checks"], "drill judge must give the run's verdicts"
-    from drill.stack.launcher import read_state
+    from drill.stack.supervision.launcher import read_state
     assert read_state(f"drill-{run_dir.name.lower()}") is None, "the run's stack must be stopped"
 
 

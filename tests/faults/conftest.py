@@ -30,7 +30,7 @@ class RunningStack:
 def start_embedded(config: dict, state_dir: Path, *, runtime: str = "local") -> RunningStack:
     """Start a stack as `drill stack up` does and describe it as the embedded target does."""
     from drill.stack.config import parse_stack_config
-    from drill.stack.launcher import start_stack
+    from drill.stack.supervision.launcher import start_stack
     from drill.targets.embedded import EmbeddedStack, info_from_state
 
     parsed = parse_stack_config({**config, "runtime": runtime})
@@ -40,7 +40,7 @@ def start_embedded(config: dict, state_dir: Path, *, runtime: str = "local") -> 
 
 
 def stop_embedded(stack: RunningStack) -> None:
-    from drill.stack.launcher import stop_stack
+    from drill.stack.supervision.launcher import stop_stack
 
     stop_stack(stack.name, state_dir=stack.state_dir)
 

@@ -17,7 +17,7 @@ def stack_factory(tmp_path):
     """``start(config_dict, runtime="local", name=...)`` starts a stack under ``tmp_path``;
     every stack started is stopped after the test, even on failure."""
     from drill.stack.config import parse_stack_config
-    from drill.stack.launcher import start_stack, stop_stack
+    from drill.stack.supervision.launcher import start_stack, stop_stack
 
     started: list[str] = []
 

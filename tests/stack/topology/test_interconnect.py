@@ -17,7 +17,7 @@ from drill.errors import StackError
 from drill.stack.exchange import ExchangePlan, NoopInterconnect
 from drill.stack.interconnect import InterconnectSpec, TcpInterconnect, connect, micro_batches, scaled_bytes
 from drill.stack.link_model import LinkToxic, predict_step_increase
-from drill.stack.ports import free_port
+from drill.stack.supervision.ports import free_port
 from drill.api import LinkKind
 from drill.stack.specs import PeerSpec
 

@@ -13,7 +13,7 @@ from stack_probes import group_members, wait_until
 from drill.backends.toxiproxy import ToxiproxyServer
 from drill.errors import StackError
 from drill.stack.config import parse_stack_config
-from drill.stack.launcher import start_stack, stop_stack, supervisor_alive
+from drill.stack.supervision.launcher import start_stack, stop_stack, supervisor_alive
 
 pytestmark = [pytest.mark.integration]
 

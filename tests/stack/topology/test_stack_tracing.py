@@ -24,7 +24,7 @@ def test_router_and_replica_spans_share_the_callers_trace(tmp_path: Path, monkey
     receiver = OtlpReceiver(spans_path, port=0).start()
     try:
         from drill.stack.config import parse_stack_config
-        from drill.stack.launcher import start_stack, stop_stack
+        from drill.stack.supervision.launcher import start_stack, stop_stack
 
         config = parse_stack_config({"replicas": 1, "engine": {"weight_load_time": "200ms"}})
         state = start_stack(config, name="traced", state_dir=tmp_path, otlp_endpoint=receiver.endpoint)

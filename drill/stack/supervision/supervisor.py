@@ -1,7 +1,7 @@
-"""The stack's supervisor: ``python -m drill.stack.supervisor --plan PLAN.json``.
+"""The stack's supervisor: ``python -m drill.stack.supervision.supervisor --plan PLAN.json``.
 
 Started detached (its own session, so a terminal's Ctrl-C does not reach it) by
-:func:`drill.stack.launcher.start_stack`, it applies a :class:`~drill.stack.plan.StackPlan`:
+:func:`drill.stack.supervision.launcher.start_stack`, it applies a :class:`~drill.stack.supervision.stack_plan.StackPlan`:
 Toxiproxy (its own server, unless the plan names an external one), the proxies, the replicas
 (local processes, or one container each), then the router. It then restarts any local replica or
 router that exits (with a backoff from 0.2 s doubling to 5 s while it keeps dying young); Docker
@@ -10,7 +10,7 @@ stops everything it started and deletes its proxies, then exits 0.
 
 It never leaves orphans: every child gets PR_SET_PDEATHSIG (SIGKILL) so it dies with the
 supervisor even when the supervisor is SIGKILLed, and containers hold the supervisor's lifeline
-socket (:mod:`drill.stack.container_entry`). Progress goes to ``supervisor.status.json`` in the
+socket (:mod:`drill.stack.supervision.container_entry`). Progress goes to ``supervisor.status.json`` in the
 run directory (``starting`` → ``ready`` | ``failed`` → ``stopped``) and the log to stderr.
 """
 
@@ -31,8 +31,8 @@ from pathlib import Path
 from drill.backends.toxiproxy import ProxySpec, ToxiproxyClient, ToxiproxyServer
 from drill.errors import DrillError
 from drill.stack.config import Runtime
-from drill.stack.lifeline import die_with_parent
-from drill.stack.plan import StackPlan
+from drill.stack.supervision.lifeline import die_with_parent
+from drill.stack.supervision.stack_plan import StackPlan
 
 __all__ = ["Supervisor", "main"]
 
@@ -165,7 +165,7 @@ class Supervisor:
 
     def _start_containers(self) -> None:
         from drill.backends.docker import DockerBackend
-        from drill.stack.docker_runtime import start_replica_container
+        from drill.stack.supervision.docker_runtime import start_replica_container
 
         assert self.plan.lifeline_port is not None
         self.lifeline = socket.create_server((self.plan.router_spec.host, self.plan.lifeline_port), backlog=64)
@@ -219,7 +219,7 @@ class Supervisor:
     def _remove_containers(self) -> None:
         if self._docker is None:
             return
-        from drill.stack.docker_runtime import remove_stack_containers
+        from drill.stack.supervision.docker_runtime import remove_stack_containers
 
         try:
             remove_stack_containers(self._docker, self.plan.state.name)  # type: ignore[arg-type]
@@ -239,7 +239,7 @@ class Supervisor:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: exit 0 after a clean stop, 1 when the stack failed to start."""
-    parser = argparse.ArgumentParser(prog="python -m drill.stack.supervisor")
+    parser = argparse.ArgumentParser(prog="python -m drill.stack.supervision.supervisor")
     parser.add_argument("--plan", required=True, type=Path, help="StackPlan JSON written by the launcher")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,

@@ -1,7 +1,7 @@
 """Start, find and stop the embedded reference stack (stack-contracts.md §9).
 
 Called by ``drill stack up/status/down`` and by the harness when a drill's target is the
-embedded stack. :func:`start_stack` decides the layout (:func:`drill.stack.plan.build_plan`),
+embedded stack. :func:`start_stack` decides the layout (:func:`drill.stack.supervision.stack_plan.build_plan`),
 writes specs and the plan under the run directory, starts the supervisor detached and returns
 once the router and every replica answer. :func:`stop_stack` is idempotent and leaves nothing
 running: it stops the supervisor (which stops its children), kills anything left in the
@@ -24,8 +24,8 @@ import httpx
 from drill.backends.toxiproxy import ToxiproxyClient, find_toxiproxy_binary
 from drill.errors import DockerError, StackError, ToxiproxyError
 from drill.stack.config import Runtime, StackConfig
-from drill.stack.plan import StackPlan, build_plan
-from drill.stack.state import StackState, read_state, remove_state, run_dir, validate_name, write_state
+from drill.stack.supervision.stack_plan import StackPlan, build_plan
+from drill.stack.supervision.state import StackState, read_state, remove_state, run_dir, validate_name, write_state
 
 __all__ = ["read_state", "start_stack", "stop_stack", "supervisor_alive"]
 
@@ -101,7 +101,7 @@ def supervisor_alive(state: StackState) -> bool:
         status = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return False
-    return status != "Z" and "drill.stack.supervisor" in cmdline and str(state.run_dir) in cmdline
+    return status != "Z" and "drill.stack.supervision.supervisor" in cmdline and str(state.run_dir) in cmdline
 
 
 # -- start ------------------------------------------------------------------------------------
@@ -134,7 +134,7 @@ def _write_plan(plan: StackPlan) -> None:
 
 def _spawn_supervisor(plan: StackPlan) -> subprocess.Popen[bytes]:
     with open(plan.run_dir / "supervisor.log", "ab") as log:
-        process = subprocess.Popen([sys.executable, "-m", "drill.stack.supervisor", "--plan", str(plan.plan_path)],
+        process = subprocess.Popen([sys.executable, "-m", "drill.stack.supervision.supervisor", "--plan", str(plan.plan_path)],
                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True, close_fds=True)
     _started[process.pid] = process
@@ -249,7 +249,7 @@ def _kill_group(pgid: int) -> bool:
 def _remove_containers(name: str) -> bool:
     try:
         from drill.backends.docker import DockerBackend
-        from drill.stack.docker_runtime import remove_stack_containers
+        from drill.stack.supervision.docker_runtime import remove_stack_containers
 
         with DockerBackend(timeout_s=10) as backend:
             return remove_stack_containers(backend, name) > 0

@@ -1,4 +1,4 @@
-"""PID 2 of a replica container: ``python -m drill.stack.container_entry --lifeline HOST:PORT -- CMD...``.
+"""PID 2 of a replica container: ``python -m drill.stack.supervision.container_entry --lifeline HOST:PORT -- CMD...``.
 
 Docker's init (``init=True``) runs this; it connects to the supervisor's lifeline socket, then
 runs ``CMD`` (the replica) as its child. The kernel cannot tie a container to the supervisor's
@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from drill.stack.lifeline import die_with_parent, watch_fd
+from drill.stack.supervision.lifeline import die_with_parent, watch_fd
 from drill.stack.rank import split_address
 
 __all__ = ["main"]
@@ -36,7 +36,7 @@ def _connect(address: str, timeout_s: float) -> socket.socket | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command under the lifeline; returns the command's exit code (0 if the lifeline broke)."""
-    parser = argparse.ArgumentParser(prog="python -m drill.stack.container_entry")
+    parser = argparse.ArgumentParser(prog="python -m drill.stack.supervision.container_entry")
     parser.add_argument("--lifeline", required=True, help="host:port of the supervisor's lifeline socket")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)

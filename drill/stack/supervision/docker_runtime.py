@@ -7,7 +7,7 @@ test engine, and Toxiproxy proxies reach the replica at the same addresses as lo
 on-failure`` (a crashed replica comes back by itself), and host directories bind-mounted
 read-only: ``/usr``, ``/lib``, ``/lib64``, ``/bin``, ``/etc``, the Python installation, the
 virtualenv and the source tree. The stack's run directory (specs, ledgers, logs) is mounted
-read-write at the same path. The replica runs under :mod:`drill.stack.container_entry`, which
+read-write at the same path. The replica runs under :mod:`drill.stack.supervision.container_entry`, which
 watches the supervisor's lifeline socket so no container outlives the supervisor.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import drill
 from drill.backends.docker import ContainerInfo, DockerBackend, ensure_empty_image
-from drill.stack.plan import CONTAINER_LABEL, StackPlan, container_name
+from drill.stack.supervision.stack_plan import CONTAINER_LABEL, StackPlan, container_name
 
 __all__ = ["host_binds", "remove_stack_containers", "replica_command", "start_replica_container"]
 
@@ -42,7 +42,7 @@ def replica_command(plan: StackPlan, index: int) -> list[str]:
     """The container's command: the lifeline wrapper around ``python -m drill.stack.replica``."""
     assert plan.lifeline_port is not None
     lifeline = f"{plan.router_spec.host}:{plan.lifeline_port}"
-    return [plan.python, "-m", "drill.stack.container_entry", "--lifeline", lifeline, "--",
+    return [plan.python, "-m", "drill.stack.supervision.container_entry", "--lifeline", lifeline, "--",
             plan.python, "-m", "drill.stack.replica", "--spec", str(plan.spec_path(f"replica-{index}"))]
 
 

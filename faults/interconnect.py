@@ -58,7 +58,7 @@ class NcclDegradation(Fault):
     * ``toxiproxy`` (real mechanism here): latency/jitter/bandwidth toxics on the Toxiproxy proxies the
       reference stack puts on each TP rank link (rank 0 <-> rank i) and PP stage link
       (``link_kinds``; ``selector.links`` narrows further by kind, rank or name). The ranks exchange
-      real bytes over TCP each engine step, so TPOT grows as ``drill.stack.link_model`` predicts.
+      real bytes over TCP each engine step, so TPOT grows as ``drill.stack.interconnect.link_model`` predicts.
     * ``netem`` (real hardware only, not verified): ``tc qdisc add dev <interface> root netem delay
       ... rate ...`` in the replica's container (on this host without one) — affects NCCL's socket
       transport only, not NVLink, P2P/SHM or InfiniBand verbs; on a host-network container the whole host.

@@ -3,7 +3,7 @@
 Started by the supervisor (topology side) or by hand with tp = pp = 1 (stack-contracts.md §3).
 In order: read the :class:`~drill.stack.specs.ReplicaSpec`; plan GPU memory (vLLM's
 start-up errors when the model does not fit); connect the TP/PP interconnect
-(``drill.stack.interconnect.connect(spec)``; a no-op one for a single GPU); load the weights
+(``drill.stack.interconnect.tcp.connect(spec)``; a no-op one for a single GPU); load the weights
 (sleep the modelled weight-load time) *before* binding the port, as vLLM does; start the engine
 loop and the HTTP server; write ``ready_file`` if asked.
 
@@ -33,7 +33,7 @@ from drill.stack.admin import AdminApi
 from drill.stack.api import OpenAIApi
 from drill.stack.inference.cost_model import CostModel
 from drill.stack.inference.core import Engine
-from drill.stack.exchange import Interconnect, NoopInterconnect
+from drill.stack.interconnect.step_exchange import Interconnect, NoopInterconnect
 from drill.stack.inference.executor import Executor
 from drill.stack.inference.gpu import GpuState, plan_memory
 from drill.stack.http.server import HttpServer, Router
@@ -145,20 +145,20 @@ class Replica:
 
 
 async def connect_interconnect(spec: ReplicaSpec) -> Interconnect:
-    """``drill.stack.interconnect.connect(spec)`` (topology side), awaited if it is a coroutine.
+    """``drill.stack.interconnect.tcp.connect(spec)`` (topology side), awaited if it is a coroutine.
 
     Falls back to :class:`NoopInterconnect` for a single-GPU replica when that module is absent;
     raises :class:`NotAvailableError` when tp × pp > 1 needs it.
     """
     try:
-        from drill.stack import interconnect
+        from drill.stack.interconnect import tcp as interconnect
     except ModuleNotFoundError as exc:
-        if exc.name != "drill.stack.interconnect":
+        if exc.name != "drill.stack.interconnect.tcp":
             raise
         if spec.config.engine.world_size == 1:
             return NoopInterconnect()
         raise NotAvailableError(
-            "tensor/pipeline parallelism needs drill.stack.interconnect, which is not built") from exc
+            "tensor/pipeline parallelism needs drill.stack.interconnect.tcp, which is not built") from exc
     result = interconnect.connect(spec)
     return await result if inspect.isawaitable(result) else result
 

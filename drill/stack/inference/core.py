@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from drill.stack.inference.exceptions import AdmissionRefused, EngineDeadError
-from drill.stack.exchange import Interconnect, NoopInterconnect
+from drill.stack.interconnect.step_exchange import Interconnect, NoopInterconnect
 from drill.stack.inference.executor import Executor
 from drill.stack.inference.gpu import GpuState
 from drill.stack.inference.request import Request, RequestStatus

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from drill.stack.exchange import ExchangePlan
+from drill.stack.interconnect.step_exchange import ExchangePlan
 from drill.stack.presets import GpuPreset, ModelPreset
 
 __all__ = ["BatchShape", "CostModel", "StepCost", "STEP_OVERHEAD_S", "SEQ_OVERHEAD_S"]

@@ -19,7 +19,7 @@ import sys
 import time
 
 from drill.stack.supervision.lifeline import die_with_parent, watch_fd
-from drill.stack.rank import split_address
+from drill.stack.interconnect.rank import split_address
 
 __all__ = ["main"]
 

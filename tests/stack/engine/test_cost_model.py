@@ -10,7 +10,7 @@ import pytest
 from drill.errors import StackError
 from drill.stack.config import EngineConfig
 from drill.stack.inference.cost_model import BatchShape, CostModel
-from drill.stack.exchange import ExchangePlan
+from drill.stack.interconnect.step_exchange import ExchangePlan
 from drill.stack.inference.gpu import GIB, GpuState, plan_memory
 from drill.stack.presets import gpu_preset, model_preset
 

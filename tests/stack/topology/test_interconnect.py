@@ -14,9 +14,9 @@ import pytest
 
 from drill.backends.toxiproxy import Stream, ToxiproxyClient
 from drill.errors import StackError
-from drill.stack.exchange import ExchangePlan, NoopInterconnect
-from drill.stack.interconnect import InterconnectSpec, TcpInterconnect, connect, micro_batches, scaled_bytes
-from drill.stack.link_model import LinkToxic, predict_step_increase
+from drill.stack.interconnect.step_exchange import ExchangePlan, NoopInterconnect
+from drill.stack.interconnect.tcp import InterconnectSpec, TcpInterconnect, connect, micro_batches, scaled_bytes
+from drill.stack.interconnect.link_model import LinkToxic, predict_step_increase
 from drill.stack.supervision.ports import free_port
 from drill.api import LinkKind
 from drill.stack.specs import PeerSpec
@@ -152,7 +152,7 @@ async def test_close_ends_the_rank_processes(toxiproxy: ToxiproxyClient) -> None
 
 _PARENT = """
 import asyncio, sys
-from drill.stack.interconnect import InterconnectSpec, connect
+from drill.stack.interconnect.tcp import InterconnectSpec, connect
 from drill.stack.specs import PeerSpec
 async def main():
     links = tuple(PeerSpec.model_validate_json(a) for a in sys.argv[1:])

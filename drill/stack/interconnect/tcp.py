@@ -5,7 +5,7 @@ Implements stack-contracts.md §8. The engine calls :func:`connect` once while i
 ``await interconnect.exchange(plan)`` once per engine step, and adds the returned *excess*
 seconds to the step: ``step = compute + modelled_comm + excess``.
 
-What one step does on the wire (the same rules :mod:`drill.stack.link_model` predicts from):
+What one step does on the wire (the same rules :mod:`drill.stack.interconnect.link_model` predicts from):
 
 * **TP** — ``plan.tp_rounds`` sequential rounds (one per all-reduce). In each round rank 0 sends
   a message of ``scaled_bytes(plan.tp_bytes_per_round)`` to every TP rank and waits until each
@@ -44,9 +44,9 @@ from pydantic import BaseModel, ConfigDict
 
 from drill.api import LinkKind
 from drill.errors import StackError
-from drill.stack.exchange import ExchangePlan, NoopInterconnect
+from drill.stack.interconnect.step_exchange import ExchangePlan, NoopInterconnect
 from drill.stack.supervision.lifeline import die_with_parent
-from drill.stack.rank import HEADER, RankSpec, recv_exactly, split_address
+from drill.stack.interconnect.rank import HEADER, RankSpec, recv_exactly, split_address
 from drill.stack.specs import PeerSpec
 
 __all__ = [
@@ -244,7 +244,7 @@ def _reap(processes: list[subprocess.Popen[bytes]], timeout_s: float = 2.0) -> N
 
 def _spawn_rank(link: PeerSpec, next_connect: str | None) -> subprocess.Popen[bytes]:
     spec = RankSpec(kind=LinkKind(link.kind), rank=link.rank, listen=link.listen, next_connect=next_connect)
-    return subprocess.Popen([sys.executable, "-m", "drill.stack.rank", "--spec", spec.model_dump_json()],
+    return subprocess.Popen([sys.executable, "-m", "drill.stack.interconnect.rank", "--spec", spec.model_dump_json()],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, preexec_fn=die_with_parent())
 
 

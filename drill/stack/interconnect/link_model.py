@@ -1,6 +1,6 @@
 """Predicted slowdown of one engine step when a Toxiproxy toxic sits on one TP or PP link.
 
-The prediction follows what :mod:`drill.stack.interconnect` puts on the wire (its module
+The prediction follows what :mod:`drill.stack.interconnect.tcp` puts on the wire (its module
 docstring states the rules) and what Toxiproxy does to it (dependency-notes.md §2.3): a
 ``latency`` toxic delays every chunk by ``latency`` ms from its arrival (stream gaps are kept),
 a ``bandwidth`` toxic delays ``n`` bytes by ``n / rate`` ms with ``rate`` in KB/s (1 KB = 1000
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 from drill.api import LinkKind
 from drill.backends.toxiproxy import Stream
-from drill.stack.exchange import ExchangePlan
-from drill.stack.interconnect import DEFAULT_BYTE_SCALE, PP_REPLY_BYTES, micro_batches, scaled_bytes
-from drill.stack.rank import HEADER
+from drill.stack.interconnect.step_exchange import ExchangePlan
+from drill.stack.interconnect.tcp import DEFAULT_BYTE_SCALE, PP_REPLY_BYTES, micro_batches, scaled_bytes
+from drill.stack.interconnect.rank import HEADER
 
 __all__ = ["LinkToxic", "predict_step_increase"]
 

@@ -1,6 +1,6 @@
-"""A TP rank or PP stage of a replica: ``python -m drill.stack.rank --spec FILE|JSON``.
+"""A TP rank or PP stage of a replica: ``python -m drill.stack.interconnect.rank --spec FILE|JSON``.
 
-Started by rank 0 (the replica process) through :func:`drill.stack.interconnect.connect`, it
+Started by rank 0 (the replica process) through :func:`drill.stack.interconnect.tcp.connect`, it
 listens on ``spec.listen``, prints ``ready`` on stdout, accepts one connection from its upstream
 peer (rank 0, or the previous stage, possibly through a Toxiproxy proxy) and then serves
 messages until that connection closes, when it exits 0. It also dies with its parent
@@ -150,7 +150,7 @@ def _load_spec(value: str) -> RankSpec:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: ``--spec`` is a path to a RankSpec JSON file, or the JSON itself."""
-    parser = argparse.ArgumentParser(prog="python -m drill.stack.rank")
+    parser = argparse.ArgumentParser(prog="python -m drill.stack.interconnect.rank")
     parser.add_argument("--spec", required=True, help="RankSpec as a JSON file path or inline JSON")
     args = parser.parse_args(argv)
     try:

@@ -1,6 +1,6 @@
 """The stack's side-effect ledgers as a run directory holds them: ``ledger/<replica>.jsonl``.
 
-A replica of the embedded stack appends one :class:`~drill.stack.ledger.LedgerRecord` per request it
+A replica of the embedded stack appends one :class:`~drill.stack.replica.ledger.LedgerRecord` per request it
 processed (stack-contracts.md §6); the runner copies each replica's file into the run directory
 before it stops the stack (:meth:`drill.api.Target.collect_evidence`). The ledger is the server's
 side-effect truth: what was executed and billed, whatever the client saw. Any target that writes
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from drill.jsonl import BadLine, ReadReport, read_jsonl
-from drill.stack.ledger import LedgerRecord, LedgerStatus
+from drill.stack.replica.ledger import LedgerRecord, LedgerStatus
 
 if TYPE_CHECKING:
     from drill.checks.base import RunEvidence

@@ -164,7 +164,7 @@ class LengthDistribution(SpecModel):
 
 class Endpoint(str, enum.Enum):
     """Which OpenAI route: the one a pool calls (its ``endpoint:``), and the one a request came in on at the
-    reference stack (:mod:`drill.stack.api`)."""
+    reference stack (:mod:`drill.stack.replica.openai_api`)."""
 
     CHAT = "chat"
     COMPLETIONS = "completions"

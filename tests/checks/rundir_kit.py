@@ -133,7 +133,7 @@ class RunKit:
     def ledger(self, replica: int, *, key: str | None, status: str = "ok", request_id: str | None = None,
                trace_id: str | None = None, at: float = 0.0, billed_tokens: int = 110,
                prompt_tokens: int = 100, completion_tokens: int = 10) -> dict[str, Any]:
-        """One record of ``ledger/replica-<replica>.jsonl`` (the fields of ``drill.stack.ledger.LedgerRecord``)."""
+        """One record of ``ledger/replica-<replica>.jsonl`` (the fields of ``drill.stack.replica.ledger.LedgerRecord``)."""
         ts = self.ts(at)
         record = {"seq": next(self._ledger_seq), "ts": ts, "replica": f"replica-{replica}",
                   "request_id": request_id or f"req-{key}", "idempotency_key": key, "trace_id": trace_id,

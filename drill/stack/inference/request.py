@@ -1,6 +1,6 @@
 """One generation request inside the engine, with vLLM's statuses and finish reasons.
 
-Created by the API layer (:mod:`drill.stack.api`) once a request is validated, handed to
+Created by the API layer (:mod:`drill.stack.replica.openai_api`) once a request is validated, handed to
 :meth:`drill.stack.inference.scheduler.Scheduler.add_request`, and mutated only by the scheduler (decide)
 and :meth:`~drill.stack.inference.scheduler.Scheduler.update_from_output` (apply). Times are seconds on
 the engine loop's monotonic clock unless the name says ``wall``.

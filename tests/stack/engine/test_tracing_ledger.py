@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from drill.stack.tracing import Tracing, parse_traceparent
+from drill.stack.replica.request_spans import Tracing, parse_traceparent
 
 pytestmark = pytest.mark.anyio
 
@@ -104,7 +104,7 @@ async def test_ledger_records_each_processed_request(start_replica) -> None:
 
 
 async def test_ledger_seq_continues_after_restart(start_replica, tmp_path) -> None:
-    from drill.stack.ledger import Ledger, LedgerStatus
+    from drill.stack.replica.ledger import Ledger, LedgerStatus
 
     path = tmp_path / "l.jsonl"
     fields = dict(request_id="r", idempotency_key=None, trace_id=None, prompt_tokens=1, completion_tokens=1,
@@ -153,7 +153,7 @@ async def test_loop_exporter_merges_chunks_and_survives_a_dead_sink() -> None:
     from opentelemetry.sdk.trace import TracerProvider
     from replica_harness import OtlpSink
 
-    from drill.stack.span_export import LoopSpanExporter
+    from drill.stack.replica.span_export import LoopSpanExporter
 
     sink = OtlpSink()
     await sink.server.start()

@@ -3,7 +3,7 @@
 Created by the replica with the spec's ``otlp_endpoint`` (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``);
 with neither, :attr:`Tracing.enabled` is False and no OpenTelemetry object is made, so tracing
 costs nothing. Spans are exported over OTLP/HTTP protobuf: for ``http://`` endpoints from the event
-loop (:mod:`drill.stack.span_export`, so no exporter thread competes with the engine for the GIL),
+loop (:mod:`drill.stack.replica.span_export`, so no exporter thread competes with the engine for the GIL),
 otherwise by the SDK's ``BatchSpanProcessor``.
 
 Per request:
@@ -105,9 +105,9 @@ class Tracing:
         self._status = (Status, StatusCode)
 
     def _exporter(self, endpoint: str) -> object:
-        """The loop exporter for ``http://`` (see :mod:`drill.stack.span_export`), else the SDK's batch one."""
+        """The loop exporter for ``http://`` (see :mod:`drill.stack.replica.span_export`), else the SDK's batch one."""
         if endpoint.startswith("http://"):
-            from drill.stack.span_export import LoopSpanExporter
+            from drill.stack.replica.span_export import LoopSpanExporter
 
             self._loop_exporter = LoopSpanExporter(endpoint)
             return self._loop_exporter

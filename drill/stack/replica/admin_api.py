@@ -17,7 +17,7 @@ import time
 from drill.stack.inference.core import Engine
 from drill.stack.inference.gpu import GIB
 from drill.stack.http.server import HttpError, HttpRequest, HttpResponse, ResponseStream, Router
-from drill.stack.ledger import Ledger
+from drill.stack.replica.ledger import Ledger
 
 __all__ = ["AdminApi"]
 

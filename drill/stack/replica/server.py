@@ -1,4 +1,4 @@
-"""One replica process of the reference stack: ``python -m drill.stack.replica --spec FILE.json``.
+"""One replica process of the reference stack: ``python -m drill.stack.replica.server --spec FILE.json``.
 
 Started by the supervisor (topology side) or by hand with tp = pp = 1 (stack-contracts.md §3).
 In order: read the :class:`~drill.stack.specs.ReplicaSpec`; plan GPU memory (vLLM's
@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 
 from drill.errors import DrillError, InputError, NotAvailableError, StackError
-from drill.stack.admin import AdminApi
-from drill.stack.api import OpenAIApi
+from drill.stack.replica.admin_api import AdminApi
+from drill.stack.replica.openai_api import OpenAIApi
 from drill.stack.inference.cost_model import CostModel
 from drill.stack.inference.core import Engine
 from drill.stack.interconnect.step_exchange import Interconnect, NoopInterconnect
@@ -38,12 +38,12 @@ from drill.stack.inference.executor import Executor
 from drill.stack.inference.gpu import GpuState, plan_memory
 from drill.stack.http.server import HttpServer, Router
 from drill.stack.inference.kv_cache import KVCacheManager
-from drill.stack.ledger import Ledger
-from drill.stack.metrics import EngineMetrics
-from drill.stack.recorder import RequestRecorder
+from drill.stack.replica.ledger import Ledger
+from drill.stack.replica.metrics import EngineMetrics
+from drill.stack.replica.recorder import RequestRecorder
 from drill.stack.specs import PeerSpec, ReplicaSpec, read_replica_spec
 from drill.stack.inference.scheduler import Scheduler
-from drill.stack.tracing import Tracing
+from drill.stack.replica.request_spans import Tracing
 
 __all__ = ["EXIT_ENGINE_DEAD", "PeerSpec", "Replica", "ReplicaSpec", "SHUTDOWN_GRACE_S", "main"]
 
@@ -235,7 +235,7 @@ async def _amain(spec: ReplicaSpec) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m drill.stack.replica", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m drill.stack.replica.server", description=__doc__.splitlines()[0])
     parser.add_argument("--spec", required=True, type=Path, help="ReplicaSpec JSON file")
     args = parser.parse_args(argv)
     try:

@@ -31,8 +31,8 @@ from drill.stack.config import SchedulingPolicy, StackConfig
 from drill.stack.inference.core import Engine
 from drill.stack.inference.exceptions import AdmissionRefused, EngineDeadError
 from drill.stack.http.server import HttpError, HttpRequest, HttpResponse, ResponseStream, Router
-from drill.stack.metrics import CONTENT_TYPE, EngineMetrics
-from drill.stack.openai_protocol import (
+from drill.stack.replica.metrics import CONTENT_TYPE, EngineMetrics
+from drill.stack.replica.openai_protocol import (
     DONE_EVENT,
     ChatCompletionRequest,
     ChunkTemplates,
@@ -49,7 +49,7 @@ from drill.stack.openai_protocol import (
 from drill.stack.inference.request import Request
 from drill.stack.inference.textgen import TokenSampler, prompt_seed, stable_seed, token_text
 from drill.stack.inference.tokenizer import chat_tokens
-from drill.stack.tracing import Tracing, parse_traceparent
+from drill.stack.replica.request_spans import Tracing, parse_traceparent
 
 __all__ = ["ApiContext", "OpenAIApi"]
 

@@ -2,8 +2,7 @@
 
 The stack plan decided before anything starts (:mod:`drill.stack.supervision.stack_plan`: ports,
 names, specs, proxies), the launcher behind ``drill stack up|down`` and the state file it leaves,
-the supervisor process (``python -m drill.stack.supervision.supervisor``), lifelines that make
-children die with their parent, and ``runtime: docker`` with its container entry point. Named
-supervision, not process, so it does not share a name with :mod:`drill.backends.process`.
-Importing this package starts nothing.
+the supervisor process (``python -m drill.stack.supervision.supervisor``), and ``runtime: docker``
+with its container entry point. Named supervision, not process, so it does not share a name with
+:mod:`drill.backends.process`. Importing this package starts nothing.
 """

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from drill.stack.supervision.lifeline import die_with_parent, watch_fd
+from drill.stack.lifeline import die_with_parent, watch_fd
 from drill.stack.interconnect.rank import split_address
 
 __all__ = ["main"]

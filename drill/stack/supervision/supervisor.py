@@ -31,7 +31,7 @@ from pathlib import Path
 from drill.backends.toxiproxy import ProxySpec, ToxiproxyClient, ToxiproxyServer
 from drill.errors import DrillError
 from drill.stack.config import Runtime
-from drill.stack.supervision.lifeline import die_with_parent
+from drill.stack.lifeline import die_with_parent
 from drill.stack.supervision.stack_plan import StackPlan
 
 __all__ = ["Supervisor", "main"]

@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from drill.stack.inference.exceptions import AdmissionRefused, EngineDeadError
-from drill.stack.interconnect.step_exchange import Interconnect, NoopInterconnect
 from drill.stack.inference.executor import Executor
 from drill.stack.inference.gpu import GpuState
 from drill.stack.inference.request import Request, RequestStatus
 from drill.stack.inference.sched_output import EngineCoreOutput, SchedulerOutput
 from drill.stack.inference.scheduler import Scheduler
+from drill.stack.interconnect.step_exchange import Interconnect, NoopInterconnect
 
 __all__ = ["Engine", "EngineListener", "StepTimer", "StepRecord"]
 

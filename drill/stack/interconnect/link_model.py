@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 from drill.api import LinkKind
 from drill.backends.toxiproxy import Stream
+from drill.stack.interconnect.rank import HEADER
 from drill.stack.interconnect.step_exchange import ExchangePlan
 from drill.stack.interconnect.tcp import DEFAULT_BYTE_SCALE, PP_REPLY_BYTES, micro_batches, scaled_bytes
-from drill.stack.interconnect.rank import HEADER
 
 __all__ = ["LinkToxic", "predict_step_increase"]
 

@@ -44,9 +44,9 @@ from pydantic import BaseModel, ConfigDict
 
 from drill.api import LinkKind
 from drill.errors import StackError
+from drill.stack.interconnect.rank import HEADER, RankSpec, recv_exactly, split_address
 from drill.stack.interconnect.step_exchange import ExchangePlan, NoopInterconnect
 from drill.stack.lifeline import die_with_parent
-from drill.stack.interconnect.rank import HEADER, RankSpec, recv_exactly, split_address
 from drill.stack.specs import PeerSpec
 
 __all__ = [

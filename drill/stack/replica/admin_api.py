@@ -14,9 +14,9 @@ import ipaddress
 import os
 import time
 
+from drill.stack.http.server import HttpError, HttpRequest, HttpResponse, ResponseStream, Router
 from drill.stack.inference.core import Engine
 from drill.stack.inference.gpu import GIB
-from drill.stack.http.server import HttpError, HttpRequest, HttpResponse, ResponseStream, Router
 from drill.stack.replica.ledger import Ledger
 
 __all__ = ["AdminApi"]

@@ -28,9 +28,12 @@ from dataclasses import dataclass, field
 from drill import __version__
 from drill.spec.scenario import Endpoint
 from drill.stack.config import SchedulingPolicy, StackConfig
+from drill.stack.http.server import HttpError, HttpRequest, HttpResponse, ResponseStream, Router
 from drill.stack.inference.core import Engine
 from drill.stack.inference.exceptions import AdmissionRefused, EngineDeadError
-from drill.stack.http.server import HttpError, HttpRequest, HttpResponse, ResponseStream, Router
+from drill.stack.inference.request import Request
+from drill.stack.inference.textgen import TokenSampler, prompt_seed, stable_seed, token_text
+from drill.stack.inference.tokenizer import chat_tokens
 from drill.stack.replica.metrics import CONTENT_TYPE, EngineMetrics
 from drill.stack.replica.openai_protocol import (
     DONE_EVENT,
@@ -46,9 +49,6 @@ from drill.stack.replica.openai_protocol import (
     token_json,
     usage,
 )
-from drill.stack.inference.request import Request
-from drill.stack.inference.textgen import TokenSampler, prompt_seed, stable_seed, token_text
-from drill.stack.inference.tokenizer import chat_tokens
 from drill.stack.replica.request_spans import Tracing, parse_traceparent
 
 __all__ = ["ApiContext", "OpenAIApi"]

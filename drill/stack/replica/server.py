@@ -29,21 +29,21 @@ import time
 from pathlib import Path
 
 from drill.errors import DrillError, InputError, NotAvailableError, StackError
-from drill.stack.replica.admin_api import AdminApi
-from drill.stack.replica.openai_api import OpenAIApi
-from drill.stack.inference.cost_model import CostModel
+from drill.stack.http.server import HttpServer, Router
 from drill.stack.inference.core import Engine
-from drill.stack.interconnect.step_exchange import Interconnect, NoopInterconnect
+from drill.stack.inference.cost_model import CostModel
 from drill.stack.inference.executor import Executor
 from drill.stack.inference.gpu import GpuState, plan_memory
-from drill.stack.http.server import HttpServer, Router
 from drill.stack.inference.kv_cache import KVCacheManager
+from drill.stack.inference.scheduler import Scheduler
+from drill.stack.interconnect.step_exchange import Interconnect, NoopInterconnect
+from drill.stack.replica.admin_api import AdminApi
 from drill.stack.replica.ledger import Ledger
 from drill.stack.replica.metrics import EngineMetrics
+from drill.stack.replica.openai_api import OpenAIApi
 from drill.stack.replica.recorder import RequestRecorder
-from drill.stack.specs import PeerSpec, ReplicaSpec, read_replica_spec
-from drill.stack.inference.scheduler import Scheduler
 from drill.stack.replica.request_spans import Tracing
+from drill.stack.specs import PeerSpec, ReplicaSpec, read_replica_spec
 
 __all__ = ["EXIT_ENGINE_DEAD", "PeerSpec", "Replica", "ReplicaSpec", "SHUTDOWN_GRACE_S", "main"]
 

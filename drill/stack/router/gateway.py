@@ -34,8 +34,9 @@ from pydantic import ValidationError
 from drill.stack.config import RouterConfig
 from drill.stack.http.server import HttpError, HttpRequest, HttpResponse, HttpServer, ResponseStream, Router
 from drill.stack.router.proxy import Attempt, UpstreamOutcome, Tee, forward_headers
+from drill.stack.router.routing import (CachedResponse, IdempotencyStore, KeyOutcome, ReplicaPool, ReplicaState,
+                                        fingerprint)
 from drill.stack.router.telemetry import RouterMetrics, make_tracer
-from drill.stack.router.routing import CachedResponse, IdempotencyStore, KeyOutcome, ReplicaPool, ReplicaState, fingerprint
 from drill.stack.specs import RouterSpec
 
 __all__ = ["Gateway", "main"]

@@ -18,8 +18,8 @@ import subprocess
 import sys
 import time
 
-from drill.stack.lifeline import die_with_parent, watch_fd
 from drill.stack.interconnect.rank import split_address
+from drill.stack.lifeline import die_with_parent, watch_fd
 
 __all__ = ["main"]
 

@@ -134,7 +134,8 @@ def _write_plan(plan: StackPlan) -> None:
 
 def _spawn_supervisor(plan: StackPlan) -> subprocess.Popen[bytes]:
     with open(plan.run_dir / "supervisor.log", "ab") as log:
-        process = subprocess.Popen([sys.executable, "-m", "drill.stack.supervision.supervisor", "--plan", str(plan.plan_path)],
+        process = subprocess.Popen([sys.executable, "-m", "drill.stack.supervision.supervisor",
+                                    "--plan", str(plan.plan_path)],
                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True, close_fds=True)
     _started[process.pid] = process

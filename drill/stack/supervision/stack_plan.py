@@ -20,8 +20,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from drill.stack.config import Runtime, StackConfig
-from drill.stack.supervision.ports import free_ports
 from drill.stack.specs import PeerSpec, ReplicaSpec, RouterSpec, UpstreamSpec
+from drill.stack.supervision.ports import free_ports
 from drill.stack.supervision.state import LinkState, ReplicaEntry, StackState, run_dir
 
 __all__ = ["ProxyPlan", "StackPlan", "build_plan", "container_name", "CONTAINER_LABEL"]

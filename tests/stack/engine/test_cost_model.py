@@ -10,8 +10,8 @@ import pytest
 from drill.errors import StackError
 from drill.stack.config import EngineConfig
 from drill.stack.inference.cost_model import BatchShape, CostModel
-from drill.stack.interconnect.step_exchange import ExchangePlan
 from drill.stack.inference.gpu import GIB, GpuState, plan_memory
+from drill.stack.interconnect.step_exchange import ExchangePlan
 from drill.stack.presets import gpu_preset, model_preset
 
 #: input_lens of LambdaLabsML/vllm-benchmark results/prompt_10/1xH100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len2048.json

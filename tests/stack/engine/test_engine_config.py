@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from drill.errors import InputError, SpecError
 from drill.api import RouterRetryOn
+from drill.errors import InputError, SpecError
 from drill.stack.config import (
     SchedulingPolicy,
     StackConfig,

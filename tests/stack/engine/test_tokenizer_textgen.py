@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import statistics
 
-from drill.stack.inference.textgen import CONV_GENERATED_QUANTILES, TokenSampler, natural_length, prompt_seed, token_text
+from drill.stack.inference.textgen import (CONV_GENERATED_QUANTILES, TokenSampler, natural_length, prompt_seed,
+                                          token_text)
 from drill.stack.inference.tokenizer import (
     CHAT_TOKENS_PER_CONVERSATION,
     CHAT_TOKENS_PER_MESSAGE,

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from drill.api import LinkKind
 from drill.backends.toxiproxy import Stream, ToxiproxyClient
 from drill.errors import StackError
+from drill.stack.interconnect.link_model import LinkToxic, predict_step_increase
 from drill.stack.interconnect.step_exchange import ExchangePlan, NoopInterconnect
 from drill.stack.interconnect.tcp import InterconnectSpec, TcpInterconnect, connect, micro_batches, scaled_bytes
-from drill.stack.interconnect.link_model import LinkToxic, predict_step_increase
-from drill.stack.supervision.ports import free_port
-from drill.api import LinkKind
 from drill.stack.specs import PeerSpec
+from drill.stack.supervision.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 

@@ -6,7 +6,7 @@ Run::
     .venv/bin/python bench/stack_throughput.py --realtime      # replica under SCHED_FIFO (root): a "dedicated core"
     .venv/bin/python bench/stack_throughput.py --tracing off --clients 384 --duration 15
 
-It starts one replica (``python -m drill.stack.replica.server``) pinned to CPU 0, drives it from a separate
+It starts one replica (``python -m drill.stack.replica.api_server``) pinned to CPU 0, drives it from a separate
 client process pinned to CPU 1 (raw asyncio sockets, many concurrent streaming requests, each
 ``ignore_eos`` so every request streams ``--max-tokens`` tokens; the clients' first requests have
 staggered lengths so that requests end at different steps, as in a steady state), and after a
@@ -135,7 +135,7 @@ def _start_replica(workdir: Path, args: argparse.Namespace, otlp: str | None) ->
     }
     (workdir / "spec.json").write_text(json.dumps(spec))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "drill.stack.replica.server", "--spec", str(workdir / "spec.json")],
+    proc = subprocess.Popen([sys.executable, "-m", "drill.stack.replica.api_server", "--spec", str(workdir / "spec.json")],
                             env=env)
     deadline = time.monotonic() + 30
     while not (workdir / "ready.json").exists():

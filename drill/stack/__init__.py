@@ -15,7 +15,7 @@ Sub-packages, by what their modules do (the seams between them are fixed in
 At the root, what they all share: the stack YAML (:mod:`drill.stack.config`), the GPU and model
 presets, the specs each process is told at start (:mod:`drill.stack.specs`) and lifelines
 (:mod:`drill.stack.lifeline`). Importing any module here starts nothing; only the
-``python -m drill.stack.<package>.<module>`` entry points (``replica.server``, ``router.gateway``,
+``python -m drill.stack.<package>.<module>`` entry points (``replica.api_server``, ``router.gateway``,
 ``interconnect.rank``, ``supervision.supervisor``, ``supervision.container_entry``) start
 processes.
 """

@@ -60,7 +60,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     (tmp / "replica.json").write_text(spec.model_dump_json())
     procs = []
     try:
-        replica, info = _start(["drill.stack.replica.server", "--spec", str(tmp / "replica.json")], spec.ready_file,
+        replica, info = _start(["drill.stack.replica.api_server", "--spec", str(tmp / "replica.json")], spec.ready_file,
                                tmp / "replica.out")
         procs.append(replica)
         router_spec = RouterSpec(replicas=(UpstreamSpec(name="replica-0", index=0, url=info["url"]),),

@@ -2,7 +2,7 @@
 
 - ``sse_server``: ``bench/sse_server.py`` (fast asyncio SSE server with per-chunk send times and
   test controls: refusals, mid-stream errors, cut connections, stalls);
-- ``spawn_replica``: one replica of the reference stack (``python -m drill.stack.replica.server``), with
+- ``spawn_replica``: one replica of the reference stack (``python -m drill.stack.replica.api_server``), with
   its admin API (engine stall) and its ledger (the server's own request log).
 
 Every process started here is killed when the test ends, even on failure.
@@ -121,7 +121,7 @@ def spawn_replica(tmp_path: Path) -> Iterator[Callable[..., ReplicaProcess]]:
         spec_path.write_text(spec.model_dump_json())
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         env.pop("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", None)
-        proc = subprocess.Popen([sys.executable, "-m", "drill.stack.replica.server", "--spec", str(spec_path)], env=env)
+        proc = subprocess.Popen([sys.executable, "-m", "drill.stack.replica.api_server", "--spec", str(spec_path)], env=env)
         started.append(proc)
         info = _wait_ready(proc, spec.ready_file, spec.log_path, 30.0)
         return ReplicaProcess(proc, info["url"], spec.ledger_path, spec.log_path)

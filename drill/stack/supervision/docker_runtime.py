@@ -39,11 +39,11 @@ def host_binds(run_dir: Path) -> dict[str, dict[str, str]]:
 
 
 def replica_command(plan: StackPlan, index: int) -> list[str]:
-    """The container's command: the lifeline wrapper around ``python -m drill.stack.replica.server``."""
+    """The container's command: the lifeline wrapper around ``python -m drill.stack.replica.api_server``."""
     assert plan.lifeline_port is not None
     lifeline = f"{plan.router_spec.host}:{plan.lifeline_port}"
     return [plan.python, "-m", "drill.stack.supervision.container_entry", "--lifeline", lifeline, "--",
-            plan.python, "-m", "drill.stack.replica.server", "--spec", str(plan.spec_path(f"replica-{index}"))]
+            plan.python, "-m", "drill.stack.replica.api_server", "--spec", str(plan.spec_path(f"replica-{index}"))]
 
 
 def start_replica_container(backend: DockerBackend, plan: StackPlan, index: int) -> ContainerInfo:

@@ -137,7 +137,7 @@ class Supervisor:
             self._start_containers()
         else:
             for spec in self.plan.replica_specs:
-                self._add_child(spec.name, [self.plan.python, "-m", "drill.stack.replica.server", "--spec",
+                self._add_child(spec.name, [self.plan.python, "-m", "drill.stack.replica.api_server", "--spec",
                                             str(self.plan.spec_path(spec.name))],
                                 self.plan.state.replicas[spec.index].pid_file)
         self._add_child("router", [self.plan.python, "-m", "drill.stack.router.gateway", "--spec",

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from replica_harness import ReplicaLauncher, make_spec
 
-from drill.stack.replica.server import Replica
+from drill.stack.replica.api_server import Replica
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ def make_spec(tmp_path: Path, engine: dict | None = None, **config: object) -> R
 
 @dataclass
 class ReplicaProcess:
-    """A replica started as ``python -m drill.stack.replica.server`` by :class:`ReplicaLauncher`."""
+    """A replica started as ``python -m drill.stack.replica.api_server`` by :class:`ReplicaLauncher`."""
 
     proc: subprocess.Popen
     spec: ReplicaSpec
@@ -61,7 +61,7 @@ class ReplicaLauncher:
         spec_path.write_text(spec.model_dump_json())
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         env.pop("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", None)
-        proc = subprocess.Popen([sys.executable, "-m", "drill.stack.replica.server", "--spec", str(spec_path)], env=env)
+        proc = subprocess.Popen([sys.executable, "-m", "drill.stack.replica.api_server", "--spec", str(spec_path)], env=env)
         self.started.append(proc)
         deadline = time.monotonic() + ready_timeout
         while not ready.exists():

@@ -1,4 +1,4 @@
-"""One replica process of the reference stack: ``python -m drill.stack.replica.server --spec FILE.json``.
+"""One replica process of the reference stack: ``python -m drill.stack.replica.api_server --spec FILE.json``.
 
 Started by the supervisor (topology side) or by hand with tp = pp = 1 (stack-contracts.md §3).
 In order: read the :class:`~drill.stack.specs.ReplicaSpec`; plan GPU memory (vLLM's
@@ -235,7 +235,7 @@ async def _amain(spec: ReplicaSpec) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m drill.stack.replica.server", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m drill.stack.replica.api_server", description=__doc__.splitlines()[0])
     parser.add_argument("--spec", required=True, type=Path, help="ReplicaSpec JSON file")
     args = parser.parse_args(argv)
     try:

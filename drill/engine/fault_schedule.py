@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from drill import registry
 from drill.api import LandingProof, Fault, FaultContext, FaultTargets, LoadControl, TargetInfo
 from drill.engine.journal import Event, Journal
-from drill.engine.listeners import Listeners
+from drill.engine.listeners import ListenerEvent, Listeners
 from drill.engine.reverts import RevertOutcome, RevertRecord, RevertStack
 from drill.engine.signals import SignalGuard
 from drill.engine.timeline import FaultWindow, Timeline
@@ -152,7 +152,8 @@ class FaultRunner:
         for item in self.scheduled:
             item.state = "done" if item.state != "pending" else item.state
         for outcome in outcomes:
-            self.listeners.fire("fault_reverted", fault_id=outcome.fault_id, ok=outcome.ok, error=outcome.error)
+            self.listeners.fire(ListenerEvent.FAULT_REVERTED, fault_id=outcome.fault_id, ok=outcome.ok,
+                                error=outcome.error)
             if not outcome.ok:
                 self.failed_reverts.append(outcome)
         return outcomes
@@ -167,22 +168,23 @@ class FaultRunner:
                 item.state = "done"
                 return
         if error is not None:
-            self.listeners.fire("fault_not_landed", fault_id=fid, error=error)
+            self.listeners.fire(ListenerEvent.FAULT_NOT_LANDED, fault_id=fid, error=error)
             self._revert(item, "inject failed")
             return
-        self.listeners.fire("fault_injected", fault_id=fid, kind=kind)
+        self.listeners.fire(ListenerEvent.FAULT_INJECTED, fault_id=fid, kind=kind)
         evidence, error = verify_and_journal(item.fault, item.ctx, kind, self.journal)
         if evidence is None:
-            self.listeners.fire("fault_not_landed", fault_id=fid, error=error)
+            self.listeners.fire(ListenerEvent.FAULT_NOT_LANDED, fault_id=fid, error=error)
         else:
-            self.listeners.fire("fault_verified", fault_id=fid, summary=evidence.summary)
+            self.listeners.fire(ListenerEvent.FAULT_VERIFIED, fault_id=fid, summary=evidence.summary)
 
     def _revert(self, item: _Scheduled, reason: str) -> None:
         item.state = "done"
         with self.guard.critical():
             outcome = self.stack.revert(item.window.fault_id, reason)
         if outcome is not None:
-            self.listeners.fire("fault_reverted", fault_id=outcome.fault_id, ok=outcome.ok, error=outcome.error)
+            self.listeners.fire(ListenerEvent.FAULT_REVERTED, fault_id=outcome.fault_id, ok=outcome.ok,
+                                error=outcome.error)
             if not outcome.ok:
                 self.failed_reverts.append(outcome)
 

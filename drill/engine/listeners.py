@@ -10,17 +10,37 @@ Events, in order: ``run_started(run_id, run_dir)``, ``phase_started(phase, plann
 ``fault_injected(fault_id, kind)``, ``fault_verified(fault_id, summary)``,
 ``fault_not_landed(fault_id, error)``, ``fault_reverted(fault_id, ok, error)``,
 ``stop_condition(label, observed)``, ``phase_ended(phase, elapsed_s)``,
-``run_finished(status, exit_code)``.
+``run_finished(status, exit_code)`` — the members of :class:`ListenerEvent`, fired as
+``listeners.fire(ListenerEvent.PHASE_STARTED, phase=..., planned_s=...)``.
 """
 
 from __future__ import annotations
 
+import difflib
+import enum
+import functools
+import inspect
 import logging
 from typing import Callable
 
-__all__ = ["Listeners", "RunListener"]
+__all__ = ["ListenerEvent", "Listeners", "RunListener"]
 
 log = logging.getLogger(__name__)
+
+
+class ListenerEvent(str, enum.Enum):
+    """The events a :class:`RunListener` can observe; each value is the name of its method."""
+
+    RUN_STARTED = "run_started"
+    PHASE_STARTED = "phase_started"
+    PHASE_ENDED = "phase_ended"
+    FAULT_INJECTED = "fault_injected"
+    FAULT_VERIFIED = "fault_verified"
+    FAULT_NOT_LANDED = "fault_not_landed"
+    FAULT_REVERTED = "fault_reverted"
+    STOP_CONDITION = "stop_condition"
+    TICK = "tick"
+    RUN_FINISHED = "run_finished"
 
 
 class RunListener:
@@ -39,28 +59,68 @@ class RunListener:
 
 
 class Listeners:
-    """Fans events out to listeners, isolating each one's failures."""
+    """Fans events out to listeners, isolating each one's failures.
+
+    What the engine gets wrong fails loudly instead: an event that is not a :class:`ListenerEvent`, arguments
+    that its :class:`RunListener` method does not take, and a listener method named like an event but misspelt
+    (``fault_injectd``) are ``TypeError`` at once, never an event that silently reaches nobody.
+    """
 
     def __init__(self, listeners: list[RunListener] | None = None,
                  on_error: Callable[[str, str, BaseException], None] | None = None) -> None:
-        self._listeners = list(listeners or [])
+        self._listeners: list[RunListener] = []
         self._on_error = on_error
+        for listener in listeners or []:
+            self.add(listener)
 
     def add(self, listener: RunListener) -> None:
+        _refuse_misspelt_handlers(type(listener))
         self._listeners.append(listener)
 
-    def fire(self, event: str, **kwargs: object) -> None:
+    def fire(self, event: ListenerEvent, **kwargs: object) -> None:
+        if not isinstance(event, ListenerEvent):
+            raise TypeError(f"listener event {event!r} is not a ListenerEvent")
+        _signature(event).bind(None, **kwargs)   # a misspelt or missing argument is a TypeError here
         for listener in self._listeners:
-            handler = getattr(listener, event, None)
+            handler = getattr(listener, event.value, None)
             if handler is None:
                 continue
             try:
                 handler(**kwargs)
             except Exception as exc:  # noqa: BLE001 - observers never break a run
                 name = type(listener).__name__
-                log.warning("listener %s raised in %s; ignored", name, event, exc_info=True)
+                log.warning("listener %s raised in %s; ignored", name, event.value, exc_info=True)
                 if self._on_error is not None:
                     try:
-                        self._on_error(name, event, exc)
+                        self._on_error(name, event.value, exc)
                     except Exception:  # noqa: BLE001
                         log.exception("error handler for listener failures raised")
+
+
+@functools.cache
+def _signature(event: ListenerEvent) -> inspect.Signature:
+    return inspect.signature(getattr(RunListener, event.value))
+
+
+_EVENT_NAMES = tuple(e.value for e in ListenerEvent)
+
+
+@functools.cache
+def _refuse_misspelt_handlers(cls: type) -> None:
+    """A public method that is close to an event's name but is none is a misspelt handler: it would never run."""
+    for name in _methods_below_run_listener(cls):
+        if name.startswith("_") or name in _EVENT_NAMES:
+            continue
+        close = difflib.get_close_matches(name, _EVENT_NAMES, n=1, cutoff=0.8)
+        if close:
+            raise TypeError(f"{cls.__name__}.{name} is no listener event (did you mean {close[0]}?)")
+
+
+def _methods_below_run_listener(cls: type) -> set[str]:
+    """The names the classes between ``cls`` and :class:`RunListener` define."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if klass in (RunListener, object):
+            continue
+        names.update(n for n, v in vars(klass).items() if callable(v))
+    return names

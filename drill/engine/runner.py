@@ -32,7 +32,7 @@ from drill.checks.base import RunEvidence, Status, Verdict
 from drill.engine import active
 from drill.engine.fault_schedule import FaultRunner
 from drill.engine.journal import Event, Journal
-from drill.engine.listeners import Listeners, RunListener
+from drill.engine.listeners import ListenerEvent, Listeners, RunListener
 from drill.engine.reverts import RevertStack
 from drill.engine.rundir import RunDir, create_run_dir, environment
 from drill.engine.scraper import MetricsScraper
@@ -153,7 +153,7 @@ class Runner:
         active.register(self.rundir.run_id, self.rundir.path)
         self.watchdog = Watchdog(self.rundir.path, heartbeat_timeout_s=self.options.heartbeat_timeout_s,
                                  lease_grace_s=self.options.lease_grace_s)
-        self.listeners.fire("run_started", run_id=self.rundir.run_id, run_dir=str(self.rundir.path))
+        self.listeners.fire(ListenerEvent.RUN_STARTED, run_id=self.rundir.run_id, run_dir=str(self.rundir.path))
 
     def _write_inputs(self) -> None:
         loaded = self.loaded
@@ -204,7 +204,7 @@ class Runner:
         if not self.result.revert_failures:
             active.unregister(self.rundir.run_id)
         self.guard.uninstall()
-        self.listeners.fire("run_finished", status=self.result.status, exit_code=code)
+        self.listeners.fire(ListenerEvent.RUN_FINISHED, status=self.result.status, exit_code=code)
 
     def _safely(self, what: str, step) -> None:
         try:
@@ -299,11 +299,11 @@ class Runner:
 
     def _phase_started(self, phase: Phase, planned_s: float | None) -> None:
         self.journal.write(Event.PHASE_STARTED, phase=phase.value, planned_s=planned_s)
-        self.listeners.fire("phase_started", phase=phase.value, planned_s=planned_s)
+        self.listeners.fire(ListenerEvent.PHASE_STARTED, phase=phase.value, planned_s=planned_s)
 
     def _phase_ended(self, phase: Phase, elapsed_s: float, **extra) -> None:
         self.journal.write(Event.PHASE_ENDED, phase=phase.value, elapsed_s=round(elapsed_s, 3), **extra)
-        self.listeners.fire("phase_ended", phase=phase.value, elapsed_s=elapsed_s)
+        self.listeners.fire(ListenerEvent.PHASE_ENDED, phase=phase.value, elapsed_s=elapsed_s)
 
     def _timed_phase(self, phase: Phase, length_s: float) -> None:
         if length_s <= 0:
@@ -313,7 +313,7 @@ class Runner:
         end = start + length_s
         while (now := time.monotonic()) < end:
             self._poll_stop(fault_phase=False)
-            self.listeners.fire("tick", phase=phase.value, elapsed_s=now - start)
+            self.listeners.fire(ListenerEvent.TICK, phase=phase.value, elapsed_s=now - start)
             time.sleep(min(TICK_S, end - now))
         self._phase_ended(phase, time.monotonic() - start)
 
@@ -328,7 +328,7 @@ class Runner:
         while (now := time.monotonic()) < end and trigger is None:
             self.faults.inject_and_revert_due(now - start)
             trigger = self._poll_stop(fault_phase=True)
-            self.listeners.fire("tick", phase=Phase.FAULT.value, elapsed_s=now - start)
+            self.listeners.fire(ListenerEvent.TICK, phase=Phase.FAULT.value, elapsed_s=now - start)
             time.sleep(max(0.0, min(TICK_S, end - time.monotonic(), self.faults.next_event_in(now - start))))
         self.faults.revert_all("fault phase ended" if trigger is None else "stop condition")
         extra = {"stopped_by": trigger.condition.label(), "planned_s": length} if trigger else {}
@@ -344,7 +344,7 @@ class Runner:
         self.result.stopped_by = label
         self.journal.write(Event.STOP_CONDITION, condition=label, kind=trigger.condition.kind.value,
                            observed=trigger.observed)
-        self.listeners.fire("stop_condition", label=label, observed=trigger.observed)
+        self.listeners.fire(ListenerEvent.STOP_CONDITION, label=label, observed=trigger.observed)
         if trigger.condition.kind is StopKind.MAX_DURATION:
             self._run_stopped = True
             raise _DrillStopped()

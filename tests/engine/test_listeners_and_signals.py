@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from drill.engine.listeners import Listeners, RunListener
+from drill.engine.listeners import ListenerEvent, Listeners, RunListener
 from drill.engine.signals import SignalGuard
 from drill.errors import RunInterrupted
 
@@ -30,9 +30,45 @@ def test_a_raising_listener_is_isolated_and_reported() -> None:
     errors = []
     recorder = Recorder()
     listeners = Listeners([Broken(), recorder], on_error=lambda name, event, exc: errors.append((name, event, str(exc))))
-    listeners.fire("phase_started", phase="fault", planned_s=1.0)
+    listeners.fire(ListenerEvent.PHASE_STARTED, phase="fault", planned_s=1.0)
     assert recorder.seen == ["fault"]
     assert errors == [("Broken", "phase_started", "listener bug")]
+
+
+def test_every_listener_event_is_a_run_listener_method_and_back() -> None:
+    methods = {name for name, value in vars(RunListener).items() if callable(value) and not name.startswith("_")}
+    assert methods == {event.value for event in ListenerEvent}
+
+
+def test_a_misspelt_event_name_is_an_error_not_silence() -> None:
+    listeners = Listeners([Recorder()])
+    with pytest.raises(TypeError, match="not a ListenerEvent"):
+        listeners.fire("phase_startd", phase="fault", planned_s=1.0)   # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="not a ListenerEvent"):
+        listeners.fire("phase_started", phase="fault", planned_s=1.0)   # type: ignore[arg-type]
+    with pytest.raises(AttributeError):
+        ListenerEvent.PHASE_STARTD   # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_a_misspelt_argument_is_an_error_before_any_listener_runs() -> None:
+    recorder = Recorder()
+    listeners = Listeners([recorder])
+    with pytest.raises(TypeError):
+        listeners.fire(ListenerEvent.PHASE_STARTED, phase="fault", planed_s=1.0)
+    with pytest.raises(TypeError):
+        listeners.fire(ListenerEvent.PHASE_STARTED, phase="fault")
+    assert recorder.seen == []
+
+
+class Misspelt(RunListener):
+    def fault_injectd(self, fault_id: str, kind: str) -> None: ...
+
+
+def test_a_listener_method_named_like_a_misspelt_event_is_refused() -> None:
+    with pytest.raises(TypeError, match="Misspelt.fault_injectd is no listener event .did you mean fault_injected"):
+        Listeners([Misspelt()])
+    with pytest.raises(TypeError, match="fault_injectd"):
+        Listeners().add(Misspelt())
 
 
 def test_a_signal_outside_a_critical_section_interrupts_at_once() -> None:

@@ -8,6 +8,12 @@ records, reverts, the end of the run) are also ``fsync``-ed before the call
 returns, so a revert is on disk *before* its fault is injected.
 
 Readers tolerate a torn last line: a crash leaves everything up to it readable.
+
+Each :class:`Event` has a typed payload record (:data:`PAYLOADS`, frozen dataclasses): ``Journal.write``
+checks its fields against the record, so a misspelt or missing field is a ``TypeError`` at the call, not a
+line that nobody reads back; ``JournalEntry.get`` refuses a key that no event has, and
+``JournalEntry.payload`` gives the typed record. The lines on disk are as before: the envelope and
+exactly the fields the writer gave.
 """
 
 from __future__ import annotations
@@ -17,13 +23,13 @@ import json
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Iterator
 
 from drill.jsonl import ReadReport, read_jsonl
 
-__all__ = ["Event", "Journal", "JournalEntry", "read_journal"]
+__all__ = ["Event", "Journal", "JournalEntry", "PAYLOADS", "read_journal"]
 
 
 class Event(str, enum.Enum):
@@ -48,6 +54,180 @@ class Event(str, enum.Enum):
     CHECK = "check"
 
 
+# --- one typed payload per event (the fields after the envelope; ``None`` defaults are written only if given) ---
+
+@dataclass(frozen=True)
+class RunStarted:
+    run_id: str
+    pid: int
+    pid_start: float | None
+    drill: str | None = None
+    argv: list[str] | None = None
+    time_scale: float | None = None
+    kind: str | None = None                # `drill fault inject`: the fault held by hand
+    hold_s: float | None = None
+    target: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class RunFinished:
+    status: str
+    exit_code: int
+    stopped_by: str | None = None
+    revert_failures: list[Any] | None = None
+
+
+@dataclass(frozen=True)
+class PhaseStarted:
+    phase: str
+    planned_s: float | None
+
+
+@dataclass(frozen=True)
+class PhaseEnded:
+    phase: str
+    elapsed_s: float
+    stopped_by: str | None = None
+    planned_s: float | None = None
+    summary: Any = None                    # the replay phase's results
+
+
+@dataclass(frozen=True)
+class TargetStarting:
+    target_id: str
+    target_kind: str
+    teardown: Any                          # how to tear the target down after a crash
+
+
+@dataclass(frozen=True)
+class TargetReady:
+    target_id: str
+    base_url: str
+    first_good_response_s: float
+    probe_s: float
+    target: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TargetStopped:
+    target_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RevertRegistered:                    # drill.engine.reverts.RevertRecord, as JSON
+    fault_id: str
+    kind: str
+    params: dict[str, Any]
+    target: dict[str, Any]
+    targets: dict[str, Any]
+    saved: dict[str, Any] | None = None
+    planned_end_ts: float | None = None
+    timeout_s: float | None = None
+
+
+@dataclass(frozen=True)
+class FaultInjected:
+    fault_id: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class FaultInjectFailed:
+    fault_id: str
+    kind: str
+    error: str
+
+
+@dataclass(frozen=True)
+class FaultVerified:
+    fault_id: str
+    kind: str
+    summary: str
+    observations: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class FaultNotLanded:
+    fault_id: str
+    kind: str
+    error: str
+
+
+@dataclass(frozen=True)
+class FaultReverted:
+    fault_id: str
+    kind: str
+    reason: str | None = None
+    seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class RevertFailed:
+    fault_id: str
+    kind: str
+    reason: str
+    error: str | None
+
+
+@dataclass(frozen=True)
+class StopConditionMet:
+    condition: str
+    kind: str
+    observed: Any
+
+
+@dataclass(frozen=True)
+class SignalReceived:
+    signal: str
+
+
+@dataclass(frozen=True)
+class ListenerFailed:
+    listener: str
+    event_name: str
+    error: str
+
+
+@dataclass(frozen=True)
+class Note:
+    message: str
+    fault_id: str | None = None
+    files: list[str] | None = None
+    summary: Any = None
+
+
+@dataclass(frozen=True)
+class CheckJudged:
+    name: str
+    status: str
+
+
+PAYLOADS: dict[Event, type] = {
+    Event.RUN_STARTED: RunStarted, Event.RUN_FINISHED: RunFinished,
+    Event.PHASE_STARTED: PhaseStarted, Event.PHASE_ENDED: PhaseEnded,
+    Event.TARGET_STARTING: TargetStarting, Event.TARGET_READY: TargetReady, Event.TARGET_STOPPED: TargetStopped,
+    Event.REVERT_REGISTERED: RevertRegistered, Event.FAULT_INJECTED: FaultInjected,
+    Event.FAULT_INJECT_FAILED: FaultInjectFailed, Event.FAULT_VERIFIED: FaultVerified,
+    Event.FAULT_NOT_LANDED: FaultNotLanded, Event.FAULT_REVERTED: FaultReverted, Event.REVERT_FAILED: RevertFailed,
+    Event.STOP_CONDITION: StopConditionMet, Event.SIGNAL: SignalReceived, Event.LISTENER_ERROR: ListenerFailed,
+    Event.NOTE: Note, Event.CHECK: CheckJudged,
+}
+_FIELDS = {event: frozenset(f.name for f in fields(record)) for event, record in PAYLOADS.items()}
+_ANY_FIELD = frozenset().union(*_FIELDS.values())
+
+
+def check_payload(event: Event, data: dict[str, Any]) -> None:
+    """``TypeError`` unless ``data`` has exactly the fields of ``event``'s record (the optional ones may go)."""
+    if not isinstance(event, Event):
+        raise TypeError(f"journal event {event!r} is not an Event")
+    try:
+        PAYLOADS[event](**data)
+    except TypeError as exc:
+        raise TypeError(f"journal event {event.value}: {exc}; its fields are {', '.join(sorted(_FIELDS[event]))}"
+                        ) from None
+
+
 _DURABLE = {Event.REVERT_REGISTERED, Event.FAULT_REVERTED, Event.REVERT_FAILED, Event.RUN_FINISHED,
             Event.TARGET_STARTING, Event.TARGET_STOPPED, Event.FAULT_INJECTED}
 
@@ -62,7 +242,19 @@ class JournalEntry:
     data: dict[str, Any]
 
     def get(self, key: str, default: Any = None) -> Any:
+        """The field ``key`` (``default`` when this entry lacks it); a key that no event has is a ``KeyError``."""
+        if key not in _ANY_FIELD:
+            raise KeyError(f"no journal event has a field {key!r}")
         return self.data.get(key, default)
+
+    @property
+    def payload(self) -> Any:
+        """The typed record of a known event (fields it does not know are left out); ``None`` for others."""
+        try:
+            event = Event(self.event)
+        except ValueError:
+            return None
+        return PAYLOADS[event](**{k: v for k, v in self.data.items() if k in _FIELDS[event]})
 
 
 class Journal:
@@ -76,7 +268,8 @@ class Journal:
         self._seq = _last_seq(path)
 
     def write(self, event: Event, **data: Any) -> JournalEntry:
-        """Append one event; fsync it when it matters for reverting."""
+        """Append one event; fsync it when it matters for reverting. Fields not of its record: ``TypeError``."""
+        check_payload(event, data)
         with self._lock:
             self._seq += 1
             entry = JournalEntry(self._seq, event.value, time.time(), time.monotonic(), self.by, data)

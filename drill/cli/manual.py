@@ -25,7 +25,7 @@ from drill import registry
 from drill.api import Capability, Fault, FaultContext, FaultTargets, Selector, TargetContext, TargetInfo
 from drill.engine import active
 from drill.engine.fault_schedule import FAULT_TIMEOUT_S, register_and_inject, resolve_targets, verify_and_journal
-from drill.engine.journal import Event, Journal
+from drill.engine.journal import Event, Journal, RunStatus
 from drill.engine.reverts import RevertStack
 from drill.engine.rundir import RunDir, create_run_dir
 from drill.engine.safety import check_host_list
@@ -278,8 +278,8 @@ class ManualInjection:
 
     def _finish(self) -> None:
         code = self.outcome.exit_code
-        self.journal.write(Event.RUN_FINISHED, status="interrupted" if self.outcome.interrupted else "completed",
-                           exit_code=code, revert_failures=self.outcome.revert_errors)
+        status = RunStatus.INTERRUPTED if self.outcome.interrupted else RunStatus.COMPLETED
+        self.journal.write(Event.RUN_FINISHED, status=status, exit_code=code, revert_failures=self.outcome.revert_errors)
         self.journal.close()
         self.ctx.close()
         if self.watchdog is not None:

@@ -17,6 +17,7 @@ For each fault, in this order and never otherwise:
 
 from __future__ import annotations
 
+import enum
 import time
 from dataclasses import dataclass
 
@@ -30,9 +31,17 @@ from drill.engine.timeline import FaultWindow, Timeline
 from drill.errors import InputError
 from drill.spec.loader import LoadedDrill
 
-__all__ = ["FaultRunner", "register_and_inject", "resolve_targets", "verify_and_journal"]
+__all__ = ["FaultRunner", "FaultState", "register_and_inject", "resolve_targets", "verify_and_journal"]
 
 FAULT_TIMEOUT_S = 10.0
+
+
+class FaultState(enum.StrEnum):
+    """Where a scheduled fault is in its window: pending -> active -> done."""
+
+    PENDING = "pending"
+    ACTIVE = "active"
+    DONE = "done"
 
 
 @dataclass
@@ -40,7 +49,7 @@ class _Scheduled:
     window: FaultWindow
     fault: Fault
     ctx: FaultContext
-    state: str = "pending"     # pending -> active -> done
+    state: FaultState = FaultState.PENDING
 
 
 def resolve_targets(fault: Fault, selector, target: TargetInfo, default_seed: int) -> FaultTargets:
@@ -133,24 +142,24 @@ class FaultRunner:
             raise InputError("; ".join(problems), hint="fix the selectors; `drill plan` shows the target's replicas")
 
     def next_event_in(self, t: float) -> float:
-        times = [s.window.start_s for s in self.scheduled if s.state == "pending"]
-        times += [s.window.end_s for s in self.scheduled if s.state == "active"]
+        times = [s.window.start_s for s in self.scheduled if s.state is FaultState.PENDING]
+        times += [s.window.end_s for s in self.scheduled if s.state is FaultState.ACTIVE]
         return max(0.0, min(times) - t) if times else float("inf")
 
     def inject_and_revert_due(self, t: float) -> None:
         """Inject and revert whatever is due at fault-phase offset ``t`` (seconds)."""
         for item in self.scheduled:
-            if item.state == "active" and t >= item.window.end_s:
+            if item.state is FaultState.ACTIVE and t >= item.window.end_s:
                 self._revert(item, "window ended")
         for item in self.scheduled:
-            if item.state == "pending" and t >= item.window.start_s:
+            if item.state is FaultState.PENDING and t >= item.window.start_s:
                 self._inject(item, t)
 
     def revert_all(self, reason: str) -> list[RevertOutcome]:
         with self.guard.critical():
             outcomes = self.stack.revert_all(reason)
         for item in self.scheduled:
-            item.state = "done" if item.state != "pending" else item.state
+            item.state = FaultState.DONE if item.state is not FaultState.PENDING else item.state
         for outcome in outcomes:
             self.listeners.fire(ListenerEvent.FAULT_REVERTED, fault_id=outcome.fault_id, ok=outcome.ok,
                                 error=outcome.error)
@@ -159,13 +168,13 @@ class FaultRunner:
         return outcomes
 
     def _inject(self, item: _Scheduled, t: float) -> None:
-        item.state = "active"
+        item.state = FaultState.ACTIVE
         fid, kind = item.window.fault_id, item.window.kind
         with self.guard.critical():
             error = register_and_inject(item.fault, item.ctx, kind, self.stack, self.journal,
                                         time.time() + (item.window.end_s - t))
             if error is not None and fid not in self.stack.pending():   # prepare failed: nothing to revert
-                item.state = "done"
+                item.state = FaultState.DONE
                 return
         if error is not None:
             self.listeners.fire(ListenerEvent.FAULT_NOT_LANDED, fault_id=fid, error=error)
@@ -179,7 +188,7 @@ class FaultRunner:
             self.listeners.fire(ListenerEvent.FAULT_VERIFIED, fault_id=fid, summary=evidence.summary)
 
     def _revert(self, item: _Scheduled, reason: str) -> None:
-        item.state = "done"
+        item.state = FaultState.DONE
         with self.guard.critical():
             outcome = self.stack.revert(item.window.fault_id, reason)
         if outcome is not None:

@@ -29,7 +29,7 @@ from typing import Any, Iterator
 
 from drill.jsonl import ReadReport, read_jsonl
 
-__all__ = ["Event", "Journal", "JournalEntry", "PAYLOADS", "read_journal"]
+__all__ = ["Event", "Journal", "JournalEntry", "PAYLOADS", "RunStatus", "read_journal"]
 
 
 class Event(str, enum.Enum):
@@ -54,6 +54,15 @@ class Event(str, enum.Enum):
     CHECK = "check"
 
 
+class RunStatus(enum.StrEnum):
+    """How a run (or a fault held by hand) ended: RUN_FINISHED's ``status`` and ``verdicts.json``'s ``status``."""
+
+    COMPLETED = "completed"
+    INTERRUPTED = "interrupted"
+    ERROR = "error"
+    UNFINISHED = "unfinished"   # read back only: the journal has no RUN_FINISHED (the runner died)
+
+
 # --- one typed payload per event (the fields after the envelope; ``None`` defaults are written only if given) ---
 
 @dataclass(frozen=True)
@@ -71,10 +80,13 @@ class RunStarted:
 
 @dataclass(frozen=True)
 class RunFinished:
-    status: str
+    status: str                            # a RunStatus value
     exit_code: int
     stopped_by: str | None = None
     revert_failures: list[Any] | None = None
+
+    def __post_init__(self) -> None:
+        RunStatus(self.status)             # ValueError for a status that is none
 
 
 @dataclass(frozen=True)
@@ -218,13 +230,14 @@ _ANY_FIELD = frozenset().union(*_FIELDS.values())
 
 
 def check_payload(event: Event, data: dict[str, Any]) -> None:
-    """``TypeError`` unless ``data`` has exactly the fields of ``event``'s record (the optional ones may go)."""
+    """``TypeError`` unless ``data`` has exactly the fields of ``event``'s record (the optional ones may go);
+    ``ValueError`` for a value the record refuses (a RUN_FINISHED status that is no :class:`RunStatus`)."""
     if not isinstance(event, Event):
         raise TypeError(f"journal event {event!r} is not an Event")
     try:
         PAYLOADS[event](**data)
-    except TypeError as exc:
-        raise TypeError(f"journal event {event.value}: {exc}; its fields are {', '.join(sorted(_FIELDS[event]))}"
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"journal event {event.value}: {exc}; its fields are {', '.join(sorted(_FIELDS[event]))}"
                         ) from None
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from drill import registry
 from drill.checks.base import RunEvidence, Verdict
-from drill.engine.journal import Event
+from drill.engine.journal import Event, RunStatus
 from drill.engine.verdicts import judge_one, plan_checks, verdicts_document
 from drill.errors import InputError
 
@@ -27,7 +27,7 @@ class Judgement:
     run_dir: Path
     run_id: str
     drill: str
-    status: str                 # how the run ended, from its journal
+    status: str                 # how the run ended, from its journal: a RunStatus value
     stopped_by: str | None
     verdicts: list[Verdict]
     evidence: RunEvidence
@@ -69,6 +69,6 @@ def _read_resolved(run_dir: Path) -> dict:
 def _how_it_ended(evidence: RunEvidence) -> tuple[str, str | None]:
     finished = [e for e in evidence.journal if e.event == Event.RUN_FINISHED.value]
     if not finished:
-        return "unfinished", None
+        return RunStatus.UNFINISHED, None
     last = finished[-1]
     return str(last.get("status", "?")), last.get("stopped_by")

@@ -31,7 +31,7 @@ from drill.api import Capability, TargetContext, TargetInfo
 from drill.checks.base import RunEvidence, Status, Verdict
 from drill.engine import active
 from drill.engine.fault_schedule import FaultRunner
-from drill.engine.journal import Event, Journal
+from drill.engine.journal import Event, Journal, RunStatus
 from drill.engine.listeners import ListenerEvent, Listeners, RunListener
 from drill.engine.reverts import RevertStack
 from drill.engine.rundir import RunDir, create_run_dir, environment
@@ -67,7 +67,7 @@ class RunOptions:
 @dataclass
 class RunResult:
     run_dir: Path | None
-    status: str = "error"
+    status: RunStatus = RunStatus.ERROR
     exit_code: int = 3
     verdicts: list[Verdict] = field(default_factory=list)
     stopped_by: str | None = None
@@ -109,16 +109,16 @@ class Runner:
         self.guard.install()
         try:
             self._execute()
-            self.result.status = "completed"
+            self.result.status = RunStatus.COMPLETED
         except RunInterrupted as exc:
-            self._fail("interrupted", exc.exit_code, str(exc))
+            self._fail(RunStatus.INTERRUPTED, exc.exit_code, str(exc))
         except DrillError as exc:
-            self._fail("error", exc.exit_code, str(exc), exc)
+            self._fail(RunStatus.ERROR, exc.exit_code, str(exc), exc)
         except Exception as exc:  # noqa: BLE001 - an internal error still reverts and is logged
-            self._fail("error", 3, f"internal error: {type(exc).__name__}: {exc}", exc)
+            self._fail(RunStatus.ERROR, 3, f"internal error: {type(exc).__name__}: {exc}", exc)
         finally:
             self._shutdown()
-        if self.result.status == "completed":
+        if self.result.status is RunStatus.COMPLETED:
             self._evaluate()
         self._finish()
         return self.result
@@ -213,7 +213,7 @@ class Runner:
             log.error("%s failed: %s", what, exc)
             self.journal.write(Event.NOTE, message=f"{what} failed: {type(exc).__name__}: {exc}")
 
-    def _fail(self, status: str, code: int, message: str, exc: BaseException | None = None) -> None:
+    def _fail(self, status: RunStatus, code: int, message: str, exc: BaseException | None = None) -> None:
         self.result.status, self.result.exit_code, self.result.message = status, code, message
         self.journal.write(Event.NOTE, message=message)
         if exc is not None and code == 3:
@@ -222,7 +222,7 @@ class Runner:
     def _exit_code(self) -> int:
         if self.result.revert_failures:
             return 4
-        if self.result.status != "completed":
+        if self.result.status is not RunStatus.COMPLETED:
             return self.result.exit_code
         bad = [v for v in self.result.verdicts if v.status is not Status.PASS]
         return 1 if bad else 0

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from drill.engine.journal import PAYLOADS, Event, FaultInjected, Journal, check_payload, read_journal
+from drill.engine.fault_schedule import FaultState
+from drill.engine.journal import PAYLOADS, Event, FaultInjected, Journal, RunStatus, check_payload, read_journal
 from drill.engine.reverts import pending_reverts, pending_teardowns
+from drill.engine.runner import RunResult
 
 RECORDED = sorted((Path(__file__).parents[1] / "fixtures" / "recorded-runs").glob("*/journal.jsonl"))
 
@@ -84,3 +86,24 @@ def test_an_old_journal_with_a_pending_revert_still_rebuilds_it(tmp_path: Path) 
     assert (record.fault_id, record.kind, record.target.base_url) == ("f1", "partition", "http://127.0.0.1:1")
     assert {f.name for f in fields(PAYLOADS[Event.REVERT_REGISTERED])} >= set(lines[1]) - {"seq", "event", "ts",
                                                                                          "mono", "by"}
+
+
+def test_a_run_status_that_is_none_is_an_error_at_write(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    with pytest.raises(ValueError, match="run_finished.*'complted' is not a valid RunStatus"):
+        journal.write(Event.RUN_FINISHED, status="complted", exit_code=0)
+    journal.write(Event.RUN_FINISHED, status=RunStatus.INTERRUPTED, exit_code=130)
+    journal.close()
+    [line] = path.read_text().splitlines()
+    assert json.loads(line)["status"] == "interrupted"
+
+
+def test_states_are_str_enums_whose_json_and_text_are_the_old_strings() -> None:
+    assert json.dumps({"status": RunStatus.COMPLETED}) == '{"status": "completed"}'
+    assert f"{RunStatus.ERROR} {FaultState.ACTIVE}" == "error active"
+    assert {s.value for s in RunStatus} == {"completed", "interrupted", "error", "unfinished"}
+    assert [s.value for s in FaultState] == ["pending", "active", "done"]
+    assert RunResult(run_dir=None).status is RunStatus.ERROR
+    with pytest.raises(AttributeError):
+        RunStatus.COMPLETD   # type: ignore[attr-defined]  # noqa: B018

@@ -31,7 +31,7 @@ from drill.load.payload import PromptText, attempt_headers, build_body, endpoint
 from drill.load.records import ErrorClass, RequestRecord
 from drill.load.samples import FailingSample
 from drill.load.schedule import PlannedRequest, build_schedule
-from drill.load.child.streaming import Cancelled, Outcome, Transport, send_attempt
+from drill.load.child.streaming import Cancelled, ClientOutcome, Transport, send_attempt
 from drill.spec.scenario import ClientRetryOn, Pool, RetryPolicy
 
 __all__ = ["OpenLoop", "Sink", "Counters"]
@@ -186,7 +186,7 @@ class OpenLoop:
             self.counters.in_flight -= 1
             self.counters.finished += 1
 
-    def _attempt(self, job: _Job, attempt: int, intended: float, idem: str) -> Outcome:
+    def _attempt(self, job: _Job, attempt: int, intended: float, idem: str) -> ClientOutcome:
         trace_id, span_id = new_trace_ids()
         request_id = f"{idem}-{attempt}"
         headers = attempt_headers(trace_id=trace_id, span_id=span_id, idempotency_key=idem, request_id=request_id,
@@ -199,13 +199,13 @@ class OpenLoop:
         self._emit(job, attempt, intended, outcome, trace_id, idem, headers=headers)
         return outcome
 
-    def _should_retry(self, outcome: Outcome, attempt: int, policy: RetryPolicy) -> bool:
+    def _should_retry(self, outcome: ClientOutcome, attempt: int, policy: RetryPolicy) -> bool:
         reason = _RETRYABLE.get(outcome.error)
         return (reason is not None and reason in policy.on and attempt <= policy.attempts
                 and not self.stopping.is_set())
 
     # ---------------------------------------------------------------- records
-    def _emit(self, job: _Job, attempt: int, intended: float, outcome: Outcome | None, trace_id: str, idem: str,
+    def _emit(self, job: _Job, attempt: int, intended: float, outcome: ClientOutcome | None, trace_id: str, idem: str,
               *, headers: dict[str, str] | None = None, error: tuple[ErrorClass, str] | None = None) -> None:
         record = self._record(job, attempt, intended, outcome, trace_id, idem or
                               f"{self.plan.run_nonce}-{job.logical_id}", error)
@@ -220,7 +220,7 @@ class OpenLoop:
         if self.on_attempt is not None:
             self.on_attempt(job.pool.name, record.e2e_ms or 0.0, record.error.value if record.error else None)
 
-    def _record(self, job: _Job, attempt: int, intended: float, outcome: Outcome | None, trace_id: str,
+    def _record(self, job: _Job, attempt: int, intended: float, outcome: ClientOutcome | None, trace_id: str,
                 idem: str, error: tuple[ErrorClass, str] | None) -> RequestRecord:
         base = dict(request_id=f"{idem}-{attempt}", logical_id=job.logical_id, pool=job.pool.name, attempt=attempt,
                     intended_ts=round(self.wall(intended), 6), planned_input_tokens=job.planned.input_tokens,

@@ -32,7 +32,7 @@ from drill.load.child.reactor import reactor
 from drill.load.records import ErrorClass, classify_status
 from drill.load.sse import LineKind, classify_line, is_role_only, parse_error_message, parse_usage
 
-__all__ = ["Outcome", "Cancelled", "Transport", "send_attempt"]
+__all__ = ["Cancelled", "ClientOutcome", "Transport", "send_attempt"]
 
 
 class Cancelled(BaseException):
@@ -44,8 +44,8 @@ class _Deadline(BaseException):
 
 
 @dataclass(slots=True)
-class Outcome:
-    """What happened to one attempt; times are ``perf_counter`` seconds."""
+class ClientOutcome:
+    """What happened to one attempt, as the load driver's client saw it; times are ``perf_counter`` seconds."""
 
     sent_at: float
     status: int | None = None
@@ -60,7 +60,7 @@ class Outcome:
     retry_after_s: float | None = None
     output: OutputDigest | None = None   # the generated text's digest, for a watched (control) request
 
-    def fail(self, error: ErrorClass, detail: str) -> "Outcome":
+    def fail(self, error: ErrorClass, detail: str) -> "ClientOutcome":
         if self.error is None:
             self.error, self.detail = error, detail
         self.end_at = self.end_at or time.perf_counter()
@@ -146,15 +146,15 @@ class Transport:
 
 
 def send_attempt(transport: Transport, path: str, body: bytes, headers: dict[str, str], *, stream: bool,
-                 timeout_s: float, capture: bool = False) -> Outcome:
+                 timeout_s: float, capture: bool = False) -> ClientOutcome:
     """POST ``body`` to ``path`` and read the whole response within ``timeout_s`` seconds.
 
-    Never raises for request failures: they come back as ``Outcome.error``. An
+    Never raises for request failures: they come back as ``ClientOutcome.error``. An
     attempt cancelled with :class:`Cancelled` returns with ``ErrorClass.CANCELLED``.
-    With ``capture``, ``Outcome.output`` digests the generated text (parsing every
+    With ``capture``, ``ClientOutcome.output`` digests the generated text (parsing every
     content chunk: for the few control requests only).
     """
-    outcome = Outcome(sent_at=time.perf_counter(), output=OutputDigest() if capture else None)
+    outcome = ClientOutcome(sent_at=time.perf_counter(), output=OutputDigest() if capture else None)
     timer = gevent.Timeout(timeout_s, _Deadline)
     timer.start()
     got_headers = False
@@ -179,7 +179,7 @@ def send_attempt(transport: Transport, path: str, body: bytes, headers: dict[str
         timer.close()
 
 
-def _read(response, outcome: Outcome, stream: bool) -> None:
+def _read(response, outcome: ClientOutcome, stream: bool) -> None:
     if outcome.status != 200 or not stream:
         data = response.read()
         outcome.end_at = time.perf_counter()
@@ -200,7 +200,7 @@ class _SseLines:
 
     __slots__ = ("outcome", "pending", "done")
 
-    def __init__(self, outcome: Outcome) -> None:
+    def __init__(self, outcome: ClientOutcome) -> None:
         self.outcome = outcome
         self.pending = b""
         self.done = False
@@ -268,7 +268,7 @@ class _ReactorStream:
         self.error = exc
 
 
-def _read_stream(response, outcome: Outcome) -> None:
+def _read_stream(response, outcome: ClientOutcome) -> None:
     """Read the SSE stream through the process's reactor (one greenlet for every stream)."""
     buf = getattr(response, "_body_buffer", None)
     sock = getattr(response, "_sock", None)
@@ -291,7 +291,7 @@ def _read_stream(response, outcome: Outcome) -> None:
     _end_stream(response, outcome, stream)
 
 
-def _end_stream(response, outcome: Outcome, stream: _ReactorStream) -> None:
+def _end_stream(response, outcome: ClientOutcome, stream: _ReactorStream) -> None:
     if stream.error is not None:
         response.release()
         raise stream.error
@@ -305,7 +305,7 @@ def _end_stream(response, outcome: Outcome, stream: _ReactorStream) -> None:
     outcome.fail(ErrorClass.CONNECTION_RESET, "the stream ended before data: [DONE]")
 
 
-def _read_stream_blocking(response, outcome: Outcome) -> None:
+def _read_stream_blocking(response, outcome: ClientOutcome) -> None:
     """The fallback (TLS, an unexpected response layout): read in this greenlet."""
     read = _reader(response)
     lines = _SseLines(outcome)

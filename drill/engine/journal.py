@@ -160,7 +160,7 @@ class FaultVerified:
 
 
 @dataclass(frozen=True)
-class FaultNotLanded:
+class FaultDidNotLand:
     fault_id: str
     kind: str
     error: str
@@ -221,7 +221,7 @@ PAYLOADS: dict[Event, type] = {
     Event.TARGET_STARTING: TargetStarting, Event.TARGET_READY: TargetReady, Event.TARGET_STOPPED: TargetStopped,
     Event.REVERT_REGISTERED: RevertRegistered, Event.FAULT_INJECTED: FaultInjected,
     Event.FAULT_INJECT_FAILED: FaultInjectFailed, Event.FAULT_VERIFIED: FaultVerified,
-    Event.FAULT_NOT_LANDED: FaultNotLanded, Event.FAULT_REVERTED: FaultReverted, Event.REVERT_FAILED: RevertFailed,
+    Event.FAULT_NOT_LANDED: FaultDidNotLand, Event.FAULT_REVERTED: FaultReverted, Event.REVERT_FAILED: RevertFailed,
     Event.STOP_CONDITION: StopConditionMet, Event.SIGNAL: SignalReceived, Event.LISTENER_ERROR: ListenerFailed,
     Event.NOTE: Note, Event.CHECK: CheckJudged,
 }

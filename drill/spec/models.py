@@ -22,8 +22,9 @@ from drill.spec.validation import SpecModel, at_key
 from drill.units import BindHost, Duration, format_duration
 
 __all__ = [
-    "CheckSpec", "ColdStart", "Drill", "FaultSpec", "MetricsSpec", "OtlpSpec", "Phase", "Phases",
-    "ReplayPhase", "StopCondition", "StopKind", "TargetSpec",
+    "Acceptance", "BaselineSpec", "CandidateSpec", "CheckSpec", "ColdStart", "DecisionSpec", "Drill", "FaultSpec",
+    "MetricsSpec", "OtlpSpec", "Phase", "Phases", "ReplayPhase", "ReportSpec", "StopCondition", "StopKind",
+    "TargetSpec",
 ]
 
 
@@ -217,6 +218,60 @@ class MetricsSpec(SpecModel):
         return value
 
 
+class ReportSpec(SpecModel):
+    """How the run's reports are rendered.
+
+    - ``include_text`` (false): show prompt and completion text in reports; by default each text is shown as
+      its digest (``sha256:<12 hex> (N chars)``) and never reaches a report.
+    - ``gpu_hour_price`` (unset): the price of one GPU-hour, for the cost per successful request; unset, the
+      report shows the cost as unset rather than guess a price.
+    - ``currency`` ("USD"): the currency of ``gpu_hour_price``.
+    - ``owner`` (unset): who owns the report's action items.
+    """
+
+    include_text: bool = False
+    gpu_hour_price: float | None = Field(None, ge=0)
+    currency: str = Field("USD", min_length=1, max_length=10)
+    owner: str | None = None
+
+
+class BaselineSpec(SpecModel):
+    """What the candidate is compared with: the version in service and the dataset it was measured on."""
+
+    version: str | None = None
+    dataset: str | None = None
+
+
+class CandidateSpec(SpecModel):
+    """The version under test and the one change it makes."""
+
+    version: str | None = None
+    change: str | None = None
+
+
+class Acceptance(SpecModel):
+    """The thresholds the candidate must meet to be accepted; an unset one is shown as unset."""
+
+    quality_not_lower: bool | None = None
+    p95_latency_within_slo: bool | None = None
+    cost_per_success_max: float | None = Field(None, ge=0)
+    error_rate_max: float | None = Field(None, ge=0, le=1)
+    notes: str | None = None
+
+
+class DecisionSpec(SpecModel):
+    """A release decision record in the method's shape; every field is optional and an unset one is shown as
+    "unset" in the report, never filled in."""
+
+    topic: str | None = None
+    baseline: BaselineSpec = BaselineSpec()
+    candidate: CandidateSpec = CandidateSpec()
+    changed_variable: str | None = None
+    acceptance: Acceptance = Acceptance()
+    rollback_trigger: str | None = None
+    owner: str | None = None
+
+
 class Drill(SpecModel):
     schema_: Literal["drill/v1"] = Field("drill/v1", alias="schema")
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=100)   # a folder name under reports/
@@ -234,6 +289,8 @@ class Drill(SpecModel):
     allowed_hosts: list[str] = Field(default_factory=list)
     otlp: OtlpSpec = OtlpSpec()
     metrics: MetricsSpec = MetricsSpec()
+    report: ReportSpec = ReportSpec()
+    decision: DecisionSpec | None = None
 
     def fault_names(self) -> list[str]:
         """Each fault's name, defaulting to ``<kind>-<index>``."""

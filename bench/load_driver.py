@@ -113,19 +113,31 @@ def _busy_ticks() -> int:
 class Server:
     def __init__(self, gap_ms: float, cpu: int | None) -> None:
         ready = Path(tempfile.mkdtemp(prefix="bench-sse-")) / "ready.json"
-        self.proc = subprocess.Popen([sys.executable, str(REPO / "bench" / "sse_server.py"), "--port", "0",
-                                      "--ready-file", str(ready), "--gap-ms", str(gap_ms)],
-                                     preexec_fn=(lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(REPO / "bench" / "sse_server.py"),
+                "--port",
+                "0",
+                "--ready-file",
+                str(ready),
+                "--gap-ms",
+                str(gap_ms),
+            ],
+            preexec_fn=(lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None,
+        )
         while not ready.exists():
             time.sleep(0.05)
         self.url = f"http://127.0.0.1:{json.loads(ready.read_text())['port']}"
 
     def log(self) -> list[dict]:
         import httpx
+
         return httpx.get(self.url + "/_bench/log", timeout=120).json()["requests"]
 
     def clear(self) -> None:
         import httpx
+
         httpx.delete(self.url + "/_bench/log", timeout=30)
 
     def close(self) -> None:
@@ -140,21 +152,38 @@ def run_drill(server: Server, streams: int, args, out: Path) -> tuple[list, int,
     from drill.spec.scenario import Scenario
 
     rate = streams / (args.chunks * args.gap_ms / 1000.0)
-    scenario = Scenario.model_validate({"seed": 1, "max_in_flight": streams * 3, "arrival": {
-        "process": "constant", "rate": rate}, "pools": [{"name": "bench", "endpoint": "completions",
-        "input_tokens": {"dist": "fixed", "value": 20}, "output_tokens": {"dist": "fixed", "value": args.chunks},
-        "sampling": {"ignore_eos": True}}]})
+    scenario = Scenario.model_validate(
+        {
+            "seed": 1,
+            "max_in_flight": streams * 3,
+            "arrival": {"process": "constant", "rate": rate},
+            "pools": [
+                {
+                    "name": "bench",
+                    "endpoint": "completions",
+                    "input_tokens": {"dist": "fixed", "value": 20},
+                    "output_tokens": {"dist": "fixed", "value": args.chunks},
+                    "sampling": {"ignore_eos": True},
+                }
+            ],
+        }
+    )
     duration = args.warmup + args.measure + 0.5
-    driver = LoadDriver(LoadPlan(scenario=scenario, target_url=server.url, model="bench-model", duration_s=duration,
-                                 run_dir=out, seed=1))
+    driver = LoadDriver(
+        LoadPlan(
+            scenario=scenario, target_url=server.url, model="bench-model", duration_s=duration, run_dir=out, seed=1
+        )
+    )
     driver.start()
     pid, t0 = driver._proc.pid, driver.t0
     probe = CpuProbe({"client": pid, "server": server.proc.pid})
     time.sleep(max(0.0, t0 + duration - time.time()))
     driver.stop(drain_s=60)
     probe.stop()
-    samples = [[r.request_id, [r.intended_ts + o / 1000.0 for o in r.chunk_offsets_ms]]
-               for r in read_records(out / "requests.jsonl")]
+    samples = [
+        [r.request_id, [r.intended_ts + o / 1000.0 for o in r.chunk_offsets_ms]]
+        for r in read_records(out / "requests.jsonl")
+    ]
     return samples, probe, t0
 
 
@@ -171,18 +200,44 @@ def run_subprocess_peer(cmd: list[str], env: dict, server: Server, args, out_fil
 def run_locust_fasthttp(server: Server, streams: int, args, out: Path):
     out_file = out / "samples.json"
     seconds = int(args.warmup + args.measure + 2)
-    cmd = [sys.executable, "-m", "locust", "-f", str(REPO / "bench" / "peers" / "locust_fasthttp_peer.py"),
-           "--headless", "-u", str(streams), "-r", str(streams), "-t", f"{seconds}s", "--host", server.url,
-           "--only-summary", "--loglevel", "ERROR", "--stop-timeout", "30"]
-    return run_subprocess_peer(cmd, {"BENCH_OUT": str(out_file), "BENCH_CHUNKS": str(args.chunks)}, server, args,
-                               out_file)
+    cmd = [
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(REPO / "bench" / "peers" / "locust_fasthttp_peer.py"),
+        "--headless",
+        "-u",
+        str(streams),
+        "-r",
+        str(streams),
+        "-t",
+        f"{seconds}s",
+        "--host",
+        server.url,
+        "--only-summary",
+        "--loglevel",
+        "ERROR",
+        "--stop-timeout",
+        "30",
+    ]
+    return run_subprocess_peer(
+        cmd, {"BENCH_OUT": str(out_file), "BENCH_CHUNKS": str(args.chunks)}, server, args, out_file
+    )
 
 
 def run_aiohttp(server: Server, streams: int, args, out: Path):
     out_file = out / "samples.json"
     rate = streams / (args.chunks * args.gap_ms / 1000.0)
-    cmd = [args.aiohttp_python, str(REPO / "bench" / "peers" / "aiohttp_vllm_bench_peer.py"), server.url, str(rate),
-           str(args.warmup + args.measure + 0.5), str(args.chunks), str(out_file)]
+    cmd = [
+        args.aiohttp_python,
+        str(REPO / "bench" / "peers" / "aiohttp_vllm_bench_peer.py"),
+        server.url,
+        str(rate),
+        str(args.warmup + args.measure + 0.5),
+        str(args.chunks),
+        str(out_file),
+    ]
     return run_subprocess_peer(cmd, {}, server, args, out_file)
 
 
@@ -193,16 +248,25 @@ def measure(tool: str, streams: int, samples: list, probe: CpuProbe, t0: float, 
     """Match client chunk times to the server's send times inside the steady window."""
     start, end = t0 + args.warmup, t0 + args.warmup + args.measure
     sends = {e["request_id"]: e["sends"] for e in log}
-    errors = [(c - s) * 1000.0 for rid, times in samples for c, s in zip(times, sends.get(rid, []))
-              if start <= s < end]
+    errors = [(c - s) * 1000.0 for rid, times in samples for c, s in zip(times, sends.get(rid, [])) if start <= s < end]
     busy = sum(max(0.0, min(e["finish_ts"] or end, end) - max(e["arrival_ts"], start)) for e in log)
     cores = probe.cores(start, end)
     chunks_per_s = len(errors) / args.measure
-    return Result(tool, streams, round(busy / args.measure, 1), round(chunks_per_s), round(cores["client"], 3),
-                  round(chunks_per_s / cores["client"]) if cores["client"] > 0 else 0,
-                  _round(percentile(errors, 50)), _round(percentile(errors, 99)), _round(max(errors, default=None)),
-                  len(errors), round(cores["server"], 3),
-                  round(max(0.0, cores["machine"] - cores["client"] - cores["server"]), 3), os.getloadavg()[0])
+    return Result(
+        tool,
+        streams,
+        round(busy / args.measure, 1),
+        round(chunks_per_s),
+        round(cores["client"], 3),
+        round(chunks_per_s / cores["client"]) if cores["client"] > 0 else 0,
+        _round(percentile(errors, 50)),
+        _round(percentile(errors, 99)),
+        _round(max(errors, default=None)),
+        len(errors),
+        round(cores["server"], 3),
+        round(max(0.0, cores["machine"] - cores["client"] - cores["server"]), 3),
+        os.getloadavg()[0],
+    )
 
 
 def quietest(server: Server, tool: str, streams: int, args) -> Result:
@@ -239,18 +303,22 @@ def main() -> None:
     parser.add_argument("--max-others", type=float, default=0.25, help="cores used by other processes tolerated")
     parser.add_argument("--tries", type=int, default=3)
     parser.add_argument("--pause", type=float, default=5.0, help="seconds between tries")
-    parser.add_argument("--nice", type=int, default=0,
-                        help="niceness for the server and every client (e.g. -10 on a shared machine; needs root)")
+    parser.add_argument(
+        "--nice",
+        type=int,
+        default=0,
+        help="niceness for the server and every client (e.g. -10 on a shared machine; needs root)",
+    )
     args = parser.parse_args()
     if args.nice:
-        os.nice(args.nice)              # the server and the clients started below inherit it
+        os.nice(args.nice)  # the server and the clients started below inherit it
     tools = [t for t in args.tools.split(",") if t != "aiohttp-vllm-bench" or Path(args.aiohttp_python).exists()]
     if len(tools) < len(args.tools.split(",")):
         print(f"skipping aiohttp-vllm-bench: no Python with aiohttp at {args.aiohttp_python}", file=sys.stderr)
     two = (os.cpu_count() or 1) >= 2
     server = Server(args.gap_ms, 1 if two else None)
     if two:
-        os.sched_setaffinity(0, {0})    # this process and every client it starts run on CPU 0
+        os.sched_setaffinity(0, {0})  # this process and every client it starts run on CPU 0
     results = []
     try:
         for streams in (int(s) for s in args.streams.split(",")):
@@ -270,13 +338,18 @@ def _row(r: Result) -> str:
 
 
 def _table(results: list[Result], args) -> str:
-    head = (f"\n{args.chunks} chunks per stream, {args.gap_ms:g} ms apart; steady window {args.measure:g} s after "
-            f"{args.warmup:g} s warm-up; client on CPU 0, server on CPU 1\n"
-            "| tool | streams (target) | sustained streams | chunks/s | client CPU (cores) | chunks/s per core "
-            "| ts error p50 / p99 / max (ms) | other processes' CPU (cores) | load avg 1m |\n|---|---|---|---|---|---|---|---|---|")
-    rows = [f"| {r.tool} | {r.target_streams} | {r.sustained_streams} | {r.chunks_per_s:,} | {r.client_cpu_cores:.2f} | "
-            f"{r.chunks_per_s_per_core:,} | {r.error_p50_ms} / {r.error_p99_ms} / {r.error_max_ms} | "
-            f"{r.others_cpu_cores:.2f} | {r.loadavg_1m:.2f} |" for r in results]
+    head = (
+        f"\n{args.chunks} chunks per stream, {args.gap_ms:g} ms apart; steady window {args.measure:g} s after "
+        f"{args.warmup:g} s warm-up; client on CPU 0, server on CPU 1\n"
+        "| tool | streams (target) | sustained streams | chunks/s | client CPU (cores) | chunks/s per core "
+        "| ts error p50 / p99 / max (ms) | other processes' CPU (cores) | load avg 1m |\n|---|---|---|---|---|---|---|---|---|"
+    )
+    rows = [
+        f"| {r.tool} | {r.target_streams} | {r.sustained_streams} | {r.chunks_per_s:,} | {r.client_cpu_cores:.2f} | "
+        f"{r.chunks_per_s_per_core:,} | {r.error_p50_ms} / {r.error_p99_ms} / {r.error_max_ms} | "
+        f"{r.others_cpu_cores:.2f} | {r.loadavg_1m:.2f} |"
+        for r in results
+    ]
     return "\n".join([head, *rows])
 
 

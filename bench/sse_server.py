@@ -41,11 +41,11 @@ class Config:
     def __init__(self, gap_ms: float, ttft_ms: float) -> None:
         self.gap_ms = gap_ms
         self.ttft_ms = ttft_ms
-        self.fail_status = 0          # answer every `fail_every`-th request with this status (0: never)
+        self.fail_status = 0  # answer every `fail_every`-th request with this status (0: never)
         self.fail_every = 1
         self.midstream_error_after = -1  # send an error event after this many chunks (-1: never)
-        self.cut_after = -1           # close the connection after this many chunks (-1: never)
-        self.hang_headers = 0.0       # delay the response headers by this many seconds
+        self.cut_after = -1  # close the connection after this many chunks (-1: never)
+        self.hang_headers = 0.0  # delay the response headers by this many seconds
 
 
 class Stream:
@@ -105,8 +105,12 @@ class Server:
         if stream.sent == 0 and stream.chat:
             out.append(_chunk(_role_chunk(stream.entry["request_id"], self.model)))
         if stream.sent == cfg.midstream_error_after:
-            out.append(_chunk(b'data: {"error":{"message":"simulated mid-stream error","type":"InternalServerError",'
-                              b'"param":null,"code":500}}\n\n'))
+            out.append(
+                _chunk(
+                    b'data: {"error":{"message":"simulated mid-stream error","type":"InternalServerError",'
+                    b'"param":null,"code":500}}\n\n'
+                )
+            )
             out.append(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
             conn.write(b"".join(out))
             stream.entry["finish_ts"] = time.time()
@@ -121,13 +125,21 @@ class Server:
         last = stream.sent >= stream.total
         if last:
             if stream.usage:
-                usage = {"id": stream.entry["request_id"], "object": "chat.completion.chunk", "created": 0,
-                         "model": self.model, "choices": [],
-                         "usage": {"prompt_tokens": stream.prompt_tokens, "completion_tokens": stream.total,
-                                   "total_tokens": stream.prompt_tokens + stream.total}}
+                usage = {
+                    "id": stream.entry["request_id"],
+                    "object": "chat.completion.chunk",
+                    "created": 0,
+                    "model": self.model,
+                    "choices": [],
+                    "usage": {
+                        "prompt_tokens": stream.prompt_tokens,
+                        "completion_tokens": stream.total,
+                        "total_tokens": stream.prompt_tokens + stream.total,
+                    },
+                }
                 out.append(_chunk(b"data: " + json.dumps(usage, separators=(",", ":")).encode() + b"\n\n"))
             out.append(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
-        now = time.time()          # taken just before the write: a client can never see the chunk earlier
+        now = time.time()  # taken just before the write: a client can never see the chunk earlier
         conn.write(b"".join(out))
         entry = stream.entry
         entry["sends"].append(now)
@@ -146,9 +158,11 @@ def _chunk(data: bytes) -> bytes:
 
 
 def _role_chunk(rid: str, model: str) -> bytes:
-    return (f'data: {{"id":"{rid}","object":"chat.completion.chunk","created":0,"model":"{model}","choices":'
-            f'[{{"index":0,"delta":{{"role":"assistant","content":""}},"logprobs":null,"finish_reason":null}}]}}'
-            f'\n\n').encode()
+    return (
+        f'data: {{"id":"{rid}","object":"chat.completion.chunk","created":0,"model":"{model}","choices":'
+        f'[{{"index":0,"delta":{{"role":"assistant","content":""}},"logprobs":null,"finish_reason":null}}]}}'
+        f"\n\n"
+    ).encode()
 
 
 class Conn(asyncio.Protocol):
@@ -182,15 +196,18 @@ class Conn(asyncio.Protocol):
             length = int(headers.get("content-length", "0"))
             if len(self.buffer) < head_end + 4 + length:
                 return
-            body = self.buffer[head_end + 4:head_end + 4 + length]
-            self.buffer = self.buffer[head_end + 4 + length:]
+            body = self.buffer[head_end + 4 : head_end + 4 + length]
+            self.buffer = self.buffer[head_end + 4 + length :]
             method, path = head[0].split(" ")[:2]
             self.handle(method, path, headers, body)
 
     def respond(self, status: int, payload: object, reason: str = "OK") -> None:
         data = json.dumps(payload).encode()
-        self.write(f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
-                   f"\r\n".encode() + data)
+        self.write(
+            f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+            f"\r\n".encode()
+            + data
+        )
 
     def handle(self, method: str, path: str, headers: dict, body: bytes) -> None:
         server = self.server
@@ -212,8 +229,11 @@ class Conn(asyncio.Protocol):
             return self.respond(200, {"stall_until": server.stall_until})
         if method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
             return self.generate(path, headers, body)
-        return self.respond(404, {"error": {"message": f"no route {method} {path}", "type": "NotFoundError",
-                                            "param": None, "code": 404}}, "Not Found")
+        return self.respond(
+            404,
+            {"error": {"message": f"no route {method} {path}", "type": "NotFoundError", "param": None, "code": 404}},
+            "Not Found",
+        )
 
     def generate(self, path: str, headers: dict, body: bytes) -> None:
         server, cfg = self.server, self.server.config
@@ -221,26 +241,48 @@ class Conn(asyncio.Protocol):
         chat = path.endswith("chat/completions")
         text = " ".join(m["content"] for m in request.get("messages", [])) if chat else request.get("prompt", "")
         prompt_tokens = len(text.split())
-        entry = {"request_id": headers.get("x-request-id", f"req-{server.count}"),
-                 "idempotency_key": headers.get("idempotency-key"), "traceparent": headers.get("traceparent"),
-                 "priority": headers.get("x-drill-priority"), "arrival_ts": time.time(), "first_token_ts": None,
-                 "finish_ts": None, "sends": [], "status": None, "prompt_tokens": prompt_tokens,
-                 "completion_tokens": 0, "body_sha256": hashlib.sha256(body).hexdigest()}
+        entry = {
+            "request_id": headers.get("x-request-id", f"req-{server.count}"),
+            "idempotency_key": headers.get("idempotency-key"),
+            "traceparent": headers.get("traceparent"),
+            "priority": headers.get("x-drill-priority"),
+            "arrival_ts": time.time(),
+            "first_token_ts": None,
+            "finish_ts": None,
+            "sends": [],
+            "status": None,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": 0,
+            "body_sha256": hashlib.sha256(body).hexdigest(),
+        }
         server.log.append(entry)
         server.count += 1
         if cfg.fail_status and server.count % max(1, int(cfg.fail_every)) == 0:
             entry["status"] = cfg.fail_status
-            return self.respond(int(cfg.fail_status), {"error": {"message": "simulated refusal", "type": "Service Unavailable",
-                                                                  "param": None, "code": int(cfg.fail_status)}},
-                                "Service Unavailable")
+            return self.respond(
+                int(cfg.fail_status),
+                {
+                    "error": {
+                        "message": "simulated refusal",
+                        "type": "Service Unavailable",
+                        "param": None,
+                        "code": int(cfg.fail_status),
+                    }
+                },
+                "Service Unavailable",
+            )
         total = max(1, int(request.get("max_tokens") or 16))
         if not request.get("stream"):
             return self._non_stream(entry, request, chat, prompt_tokens, total)
         usage = bool((request.get("stream_options") or {}).get("include_usage"))
         stream = Stream(self, entry, total, chat, usage, prompt_tokens, server.model)
-        start = lambda: (self.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"  # noqa: E731
-                                    b"Transfer-Encoding: chunked\r\n\r\n"),
-                         server.schedule(stream, cfg.ttft_ms / 1000.0))
+        start = lambda: (
+            self.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"  # noqa: E731
+                b"Transfer-Encoding: chunked\r\n\r\n"
+            ),
+            server.schedule(stream, cfg.ttft_ms / 1000.0),
+        )
         if cfg.hang_headers:
             asyncio.get_running_loop().call_later(cfg.hang_headers, start)
         else:
@@ -252,10 +294,21 @@ class Conn(asyncio.Protocol):
             entry["first_token_ts"] = entry["finish_ts"] = time.time()
             entry["status"] = 200
             entry["completion_tokens"] = total
-            self.respond(200, {"id": entry["request_id"], "object": "chat.completion" if chat else "text_completion",
-                               "model": self.server.model, "choices": [],
-                               "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": total,
-                                         "total_tokens": prompt_tokens + total}})
+            self.respond(
+                200,
+                {
+                    "id": entry["request_id"],
+                    "object": "chat.completion" if chat else "text_completion",
+                    "model": self.server.model,
+                    "choices": [],
+                    "usage": {
+                        "prompt_tokens": prompt_tokens,
+                        "completion_tokens": total,
+                        "total_tokens": prompt_tokens + total,
+                    },
+                },
+            )
+
         asyncio.get_running_loop().create_task(later())
 
 

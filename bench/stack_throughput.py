@@ -54,12 +54,13 @@ PATTERN = b',"text":"'
 # ---------------------------------------------------------------------------------------------
 def _request_bytes(body: dict) -> bytes:
     data = json.dumps(body).encode()
-    return (b"POST /v1/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n%b" % (len(data), data))
+    return (
+        b"POST /v1/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%b" % (len(data), data)
+    )
 
 
-async def _client_loop(host: str, port: int, body: dict, first_tokens: int, stop_at: float,
-                       counts: list[int]) -> None:
+async def _client_loop(host: str, port: int, body: dict, first_tokens: int, stop_at: float, counts: list[int]) -> None:
     """One client: a stream at a time on one keep-alive connection, counting content events.
 
     The first request asks for ``first_tokens`` tokens so that the clients' requests end at different
@@ -126,17 +127,29 @@ class _DiscardSink(BaseHTTPRequestHandler):
 def _start_replica(workdir: Path, args: argparse.Namespace, otlp: str | None) -> tuple[subprocess.Popen, str, str]:
     token = secrets.token_hex(16)
     spec = {
-        "name": "bench-replica", "index": 0, "port": 0, "admin_token": token, "otlp_endpoint": otlp,
-        "ledger_path": str(workdir / "ledger.jsonl"), "log_path": str(workdir / "replica.log"),
+        "name": "bench-replica",
+        "index": 0,
+        "port": 0,
+        "admin_token": token,
+        "otlp_endpoint": otlp,
+        "ledger_path": str(workdir / "ledger.jsonl"),
+        "log_path": str(workdir / "replica.log"),
         "ready_file": str(workdir / "ready.json"),
-        "config": {"model": args.model, "gpu": args.gpu,
-                   "engine": {"weight_load_time": "0s", "max_num_seqs": args.max_num_seqs,
-                              "max_num_batched_tokens": max(8192, args.max_num_seqs)}},
+        "config": {
+            "model": args.model,
+            "gpu": args.gpu,
+            "engine": {
+                "weight_load_time": "0s",
+                "max_num_seqs": args.max_num_seqs,
+                "max_num_batched_tokens": max(8192, args.max_num_seqs),
+            },
+        },
     }
     (workdir / "spec.json").write_text(json.dumps(spec))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "drill.stack.replica.api_server", "--spec", str(workdir / "spec.json")],
-                            env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "drill.stack.replica.api_server", "--spec", str(workdir / "spec.json")], env=env
+    )
     deadline = time.monotonic() + 30
     while not (workdir / "ready.json").exists():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -185,11 +198,20 @@ def run_once(args: argparse.Namespace, tracing: bool) -> dict:
             if args.realtime:  # SCHED_FIFO: the replica runs whenever it is runnable, as on a dedicated core
                 os.sched_setscheduler(proc.pid, os.SCHED_FIFO, os.sched_param(1))
             host, port = url.removeprefix("http://").split(":")
-            body = json.dumps({"prompt": " ".join(["bench"] * args.prompt_tokens), "max_tokens": args.max_tokens,
-                               "ignore_eos": True, "stream": True})
+            body = json.dumps(
+                {
+                    "prompt": " ".join(["bench"] * args.prompt_tokens),
+                    "max_tokens": args.max_tokens,
+                    "ignore_eos": True,
+                    "stream": True,
+                }
+            )
             total = args.warmup + args.duration
-            client = subprocess.Popen([sys.executable, __file__, "--client", host, port, str(args.clients), body,
-                                       str(total)], stdout=subprocess.PIPE, text=True)
+            client = subprocess.Popen(
+                [sys.executable, __file__, "--client", host, port, str(args.clients), body, str(total)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             if args.pin:
                 _pin(client.pid, 1)
             return _measure(args, proc, client, url, token)
@@ -202,8 +224,7 @@ def run_once(args: argparse.Namespace, tracing: bool) -> dict:
                 sink.shutdown()
 
 
-def _measure(args: argparse.Namespace, proc: subprocess.Popen, client: subprocess.Popen, url: str,
-             token: str) -> dict:
+def _measure(args: argparse.Namespace, proc: subprocess.Popen, client: subprocess.Popen, url: str, token: str) -> dict:
     replica = psutil.Process(proc.pid)
     headers = {"Authorization": f"Bearer {token}"}
     time.sleep(args.warmup)
@@ -220,26 +241,41 @@ def _measure(args: argparse.Namespace, proc: subprocess.Popen, client: subproces
     ticks = json.loads(out)["ticks"]
     tokens = _tokens_at(ticks, t1) - _tokens_at(ticks, t0)
     elapsed, cpu = t1 - t0, cpu1 - cpu0
-    return {"tokens_per_s": tokens / elapsed, "cpu_util": cpu / elapsed, "tokens_per_core_s": tokens / cpu,
-            "steps": steps, "mean_step_ms": lateness["mean_step"], "p50_ms": lateness["p50"],
-            "p99_ms": lateness["p99"], "max_ms": lateness["max"], "load": (load_before + load_after) / 2,
-            "tokens": tokens, "elapsed": elapsed}
+    return {
+        "tokens_per_s": tokens / elapsed,
+        "cpu_util": cpu / elapsed,
+        "tokens_per_core_s": tokens / cpu,
+        "steps": steps,
+        "mean_step_ms": lateness["mean_step"],
+        "p50_ms": lateness["p50"],
+        "p99_ms": lateness["p99"],
+        "max_ms": lateness["max"],
+        "load": (load_before + load_after) / 2,
+        "tokens": tokens,
+        "elapsed": elapsed,
+    }
 
 
 def _print(args: argparse.Namespace, results: dict[str, dict]) -> None:
-    print(f"\nreference-stack replica throughput: {args.model} on {args.gpu}, {args.clients} streaming clients, "
-          f"prompt {args.prompt_tokens} tok, {args.max_tokens} tok/request, max_num_seqs {args.max_num_seqs}, "
-          f"{args.duration:g}s measured after {args.warmup:g}s warm-up; {os.cpu_count()} CPUs, "
-          f"{'pinned' if args.pin else 'not pinned'}, replica nice {args.nice}"
-          f"{', SCHED_FIFO' if args.realtime else ''}")
-    header = (f"{'tracing':8} {'tokens/s':>9} {'replica CPU':>11} {'tok/s/core':>10} {'steps':>6} "
-              f"{'step ms':>7} {'err p50':>8} {'err p99':>8} {'err max':>8} {'load avg':>8}")
+    print(
+        f"\nreference-stack replica throughput: {args.model} on {args.gpu}, {args.clients} streaming clients, "
+        f"prompt {args.prompt_tokens} tok, {args.max_tokens} tok/request, max_num_seqs {args.max_num_seqs}, "
+        f"{args.duration:g}s measured after {args.warmup:g}s warm-up; {os.cpu_count()} CPUs, "
+        f"{'pinned' if args.pin else 'not pinned'}, replica nice {args.nice}"
+        f"{', SCHED_FIFO' if args.realtime else ''}"
+    )
+    header = (
+        f"{'tracing':8} {'tokens/s':>9} {'replica CPU':>11} {'tok/s/core':>10} {'steps':>6} "
+        f"{'step ms':>7} {'err p50':>8} {'err p99':>8} {'err max':>8} {'load avg':>8}"
+    )
     print(header)
     print("-" * len(header))
     for name, r in results.items():
-        print(f"{name:8} {r['tokens_per_s']:9,.0f} {r['cpu_util']:10.0%} {r['tokens_per_core_s']:10,.0f} "
-              f"{r['steps']:6d} {r['mean_step_ms']:7.2f} {r['p50_ms']:6.2f}ms {r['p99_ms']:6.2f}ms "
-              f"{r['max_ms']:6.2f}ms {r['load']:8.2f}")
+        print(
+            f"{name:8} {r['tokens_per_s']:9,.0f} {r['cpu_util']:10.0%} {r['tokens_per_core_s']:10,.0f} "
+            f"{r['steps']:6d} {r['mean_step_ms']:7.2f} {r['p50_ms']:6.2f}ms {r['p99_ms']:6.2f}ms "
+            f"{r['max_ms']:6.2f}ms {r['load']:8.2f}"
+        )
     ok = all(r["tokens_per_core_s"] >= 20_000 and r["p99_ms"] <= 2.0 for r in results.values())
     print(f"target >= 20,000 tokens/s per core and p99 step error <= 2 ms: {'met' if ok else 'NOT met'}")
 
@@ -259,12 +295,20 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--tracing", choices=["off", "on", "both"], default="both")
-    parser.add_argument("--no-pin", dest="pin", action="store_false",
-                        help="do not pin the replica to CPU 0 and the clients to CPU 1")
-    parser.add_argument("--nice", type=int, default=0,
-                        help="nice value for the replica (negative needs root): shields it from other load")
-    parser.add_argument("--realtime", action="store_true",
-                        help="run the replica under SCHED_FIFO (root): emulates a dedicated core on a shared box")
+    parser.add_argument(
+        "--no-pin", dest="pin", action="store_false", help="do not pin the replica to CPU 0 and the clients to CPU 1"
+    )
+    parser.add_argument(
+        "--nice",
+        type=int,
+        default=0,
+        help="nice value for the replica (negative needs root): shields it from other load",
+    )
+    parser.add_argument(
+        "--realtime",
+        action="store_true",
+        help="run the replica under SCHED_FIFO (root): emulates a dedicated core on a shared box",
+    )
     parser.add_argument("--json", action="store_true", help="also print the results as JSON")
     args = parser.parse_args()
     modes = {"off": [False], "on": [True], "both": [False, True]}[args.tracing]

@@ -51,26 +51,50 @@ import msgspec
 
 SPANS_PER_REQUEST = 7
 T0_NS = 1_760_000_000 * 10**9
-REQUEST_GAP_NS = 2_000_000            # 500 requests/s
-FAULT_FROM = 2 / 3                    # share of requests before the fault window
-BATCH = 64                            # requests per export batch
-RESOURCE = {"service.name": "", "telemetry.sdk.language": "python", "telemetry.sdk.name": "opentelemetry",
-            "telemetry.sdk.version": "1.38.0", "service.instance.id": ""}
+REQUEST_GAP_NS = 2_000_000  # 500 requests/s
+FAULT_FROM = 2 / 3  # share of requests before the fault window
+BATCH = 64  # requests per export batch
+RESOURCE = {
+    "service.name": "",
+    "telemetry.sdk.language": "python",
+    "telemetry.sdk.name": "opentelemetry",
+    "telemetry.sdk.version": "1.38.0",
+    "service.instance.id": "",
+}
 
 
 def _ids(rng: random.Random) -> tuple[str, list[str]]:
     return f"{rng.getrandbits(128):032x}", [f"{rng.getrandbits(64):016x}" for _ in range(SPANS_PER_REQUEST + 1)]
 
 
-def _span(trace: str, span_id: str, parent: str | None, name: str, kind: str, service: str, start: int,
-          end: int, error: bool = False, attributes: dict | None = None) -> dict:
-    return {"trace_id": trace, "span_id": span_id, "parent_span_id": parent, "name": name, "kind": kind,
-            "service": service, "scope": "drill.stack", "start_ns": start, "end_ns": end,
-            "duration_ms": (end - start) / 1e6,
-            "status": {"code": "ERROR" if error else "UNSET", "message": "engine error" if error else None},
-            "attributes": attributes or {}, "resource": {**RESOURCE, "service.name": service,
-                                                         "service.instance.id": service + "-1"},
-            "events": []}
+def _span(
+    trace: str,
+    span_id: str,
+    parent: str | None,
+    name: str,
+    kind: str,
+    service: str,
+    start: int,
+    end: int,
+    error: bool = False,
+    attributes: dict | None = None,
+) -> dict:
+    return {
+        "trace_id": trace,
+        "span_id": span_id,
+        "parent_span_id": parent,
+        "name": name,
+        "kind": kind,
+        "service": service,
+        "scope": "drill.stack",
+        "start_ns": start,
+        "end_ns": end,
+        "duration_ms": (end - start) / 1e6,
+        "status": {"code": "ERROR" if error else "UNSET", "message": "engine error" if error else None},
+        "attributes": attributes or {},
+        "resource": {**RESOURCE, "service.name": service, "service.instance.id": service + "-1"},
+        "events": [],
+    }
 
 
 def request_spans(rng: random.Random, index: int, faulty: bool) -> list[dict]:
@@ -79,9 +103,9 @@ def request_spans(rng: random.Random, index: int, faulty: bool) -> list[dict]:
     replica = index % 2
     service = f"drill-replica-{replica}"
     start = T0_NS + index * REQUEST_GAP_NS
-    queue = int(rng.lognormvariate(13.0, 0.4))              # ~0.5 ms
-    prefill = int(rng.lognormvariate(16.5, 0.2))            # ~15 ms
-    decode = int(rng.lognormvariate(18.4, 0.2))             # ~100 ms
+    queue = int(rng.lognormvariate(13.0, 0.4))  # ~0.5 ms
+    prefill = int(rng.lognormvariate(16.5, 0.2))  # ~15 ms
+    decode = int(rng.lognormvariate(18.4, 0.2))  # ~100 ms
     slow = faulty and replica == 0
     if slow:
         decode *= 8
@@ -89,21 +113,65 @@ def request_spans(rng: random.Random, index: int, faulty: bool) -> list[dict]:
     t_llm = start + 600_000
     t_prefill, t_decode = t_llm + queue, t_llm + queue + prefill
     t_end = t_decode + decode
-    llm_attrs = {"gen_ai.request.id": f"req-{index}", "gen_ai.usage.prompt_tokens": rng.randint(64, 2048),
-                 "gen_ai.usage.completion_tokens": 128, "gen_ai.response.finish_reasons": '["stop"]',
-                 "gen_ai.latency.e2e": (t_end - t_llm) / 1e9, "gen_ai.latency.time_in_queue": queue / 1e9,
-                 "gen_ai.latency.time_to_first_token": (queue + prefill) / 1e9, "gen_ai.request.max_tokens": 128,
-                 "drill.replica": replica, "drill.idempotency_key": f"idem-{index}", "drill.side_effect.seq": index}
+    llm_attrs = {
+        "gen_ai.request.id": f"req-{index}",
+        "gen_ai.usage.prompt_tokens": rng.randint(64, 2048),
+        "gen_ai.usage.completion_tokens": 128,
+        "gen_ai.response.finish_reasons": '["stop"]',
+        "gen_ai.latency.e2e": (t_end - t_llm) / 1e9,
+        "gen_ai.latency.time_in_queue": queue / 1e9,
+        "gen_ai.latency.time_to_first_token": (queue + prefill) / 1e9,
+        "gen_ai.request.max_tokens": 128,
+        "drill.replica": replica,
+        "drill.idempotency_key": f"idem-{index}",
+        "drill.side_effect.seq": index,
+    }
     route = "POST /v1/chat/completions"
     return [
-        _span(trace, ids[1], ids[0], route, "SERVER", "drill-router", start, t_end + 1_400_000, error,
-              {"http.request.method": "POST", "url.path": "/v1/chat/completions",
-               "http.response.status_code": 500 if error else 200}),
-        _span(trace, ids[2], ids[1], "POST", "CLIENT", "drill-router", start + 200_000, t_end + 1_200_000, error,
-              {"drill.attempt": 1, "drill.upstream": f"replica-{replica}"}),
-        _span(trace, ids[3], ids[2], route, "SERVER", service, start + 400_000, t_end + 1_000_000, error,
-              {"http.request.method": "POST", "url.path": "/v1/chat/completions",
-               "http.response.status_code": 500 if error else 200}),
+        _span(
+            trace,
+            ids[1],
+            ids[0],
+            route,
+            "SERVER",
+            "drill-router",
+            start,
+            t_end + 1_400_000,
+            error,
+            {
+                "http.request.method": "POST",
+                "url.path": "/v1/chat/completions",
+                "http.response.status_code": 500 if error else 200,
+            },
+        ),
+        _span(
+            trace,
+            ids[2],
+            ids[1],
+            "POST",
+            "CLIENT",
+            "drill-router",
+            start + 200_000,
+            t_end + 1_200_000,
+            error,
+            {"drill.attempt": 1, "drill.upstream": f"replica-{replica}"},
+        ),
+        _span(
+            trace,
+            ids[3],
+            ids[2],
+            route,
+            "SERVER",
+            service,
+            start + 400_000,
+            t_end + 1_000_000,
+            error,
+            {
+                "http.request.method": "POST",
+                "url.path": "/v1/chat/completions",
+                "http.response.status_code": 500 if error else 200,
+            },
+        ),
         _span(trace, ids[4], ids[3], "llm_request", "SERVER", service, t_llm, t_end, error, llm_attrs),
         _span(trace, ids[5], ids[4], "queue", "INTERNAL", service, t_llm, t_prefill),
         _span(trace, ids[6], ids[4], "prefill", "INTERNAL", service, t_prefill, t_decode),
@@ -157,11 +225,21 @@ def measure(path: Path, fault_start_ns: int) -> dict:
     c2, t2 = _cpu(), time.perf_counter()
     first = _analyze(table, fault_start_ns)
     c3, t3 = _cpu(), time.perf_counter()
-    return {"spans": len(table), "unreadable": source.report.unreadable, "orphans": completeness.orphans,
-            "load_normalize_s": t1 - t0, "completeness_s": t2 - t1, "analyze_s": t3 - t2, "total_s": t3 - t0,
-            "load_normalize_cpu_s": c1 - c0, "completeness_cpu_s": c2 - c1, "analyze_cpu_s": c3 - c2,
-            "cpu_s": c3 - c0, "first_abnormal": first,
-            "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {
+        "spans": len(table),
+        "unreadable": source.report.unreadable,
+        "orphans": completeness.orphans,
+        "load_normalize_s": t1 - t0,
+        "completeness_s": t2 - t1,
+        "analyze_s": t3 - t2,
+        "total_s": t3 - t0,
+        "load_normalize_cpu_s": c1 - c0,
+        "completeness_cpu_s": c2 - c1,
+        "analyze_cpu_s": c3 - c2,
+        "cpu_s": c3 - c0,
+        "first_abnormal": first,
+        "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 def _cpu() -> float:
@@ -191,30 +269,49 @@ def _report(results: list[dict], generated: int, file_mib: float) -> dict:
         return statistics.median(r[key] for r in results)
 
     spans = results[0]["spans"]
-    return {"spans": spans, "generated": generated, "file_mib": round(file_mib, 1), "reps": len(results),
-            "total_s": median("total_s"), "spans_per_s": spans / median("total_s"),
-            "cpu_s": median("cpu_s"), "spans_per_cpu_s": spans / median("cpu_s"),
-            "load_normalize_spans_per_s": spans / median("load_normalize_s"),
-            "completeness_s": median("completeness_s"), "analyze_s": median("analyze_s"),
-            "load_normalize_s": median("load_normalize_s"), "peak_rss_mib": median("maxrss_mib"),
-            "load_normalize_cpu_s": median("load_normalize_cpu_s"), "completeness_cpu_s": median("completeness_cpu_s"),
-            "analyze_cpu_s": median("analyze_cpu_s"),
-            "first_abnormal": results[0]["first_abnormal"], "unreadable": results[0]["unreadable"]}
+    return {
+        "spans": spans,
+        "generated": generated,
+        "file_mib": round(file_mib, 1),
+        "reps": len(results),
+        "total_s": median("total_s"),
+        "spans_per_s": spans / median("total_s"),
+        "cpu_s": median("cpu_s"),
+        "spans_per_cpu_s": spans / median("cpu_s"),
+        "load_normalize_spans_per_s": spans / median("load_normalize_s"),
+        "completeness_s": median("completeness_s"),
+        "analyze_s": median("analyze_s"),
+        "load_normalize_s": median("load_normalize_s"),
+        "peak_rss_mib": median("maxrss_mib"),
+        "load_normalize_cpu_s": median("load_normalize_cpu_s"),
+        "completeness_cpu_s": median("completeness_cpu_s"),
+        "analyze_cpu_s": median("analyze_cpu_s"),
+        "first_abnormal": results[0]["first_abnormal"],
+        "unreadable": results[0]["unreadable"],
+    }
 
 
 def _print(summary: dict) -> None:
     spans = summary["spans"]
-    print(f"spans {spans:,} ({summary['file_mib']} MiB spans.jsonl); median of {summary['reps']} runs, "
-          "wall and CPU seconds of the one-core child")
+    print(
+        f"spans {spans:,} ({summary['file_mib']} MiB spans.jsonl); median of {summary['reps']} runs, "
+        "wall and CPU seconds of the one-core child"
+    )
     print(f"{'stage':<18}{'wall s':>8}{'CPU s':>8}{'spans/CPU-s':>14}")
-    for label, key in (("load + normalize", "load_normalize"), ("completeness", "completeness"),
-                       ("analyze", "analyze")):
+    for label, key in (
+        ("load + normalize", "load_normalize"),
+        ("completeness", "completeness"),
+        ("analyze", "analyze"),
+    ):
         cpu = summary[f"{key}_cpu_s"]
         print(f"{label:<18}{summary[f'{key}_s']:>8.2f}{cpu:>8.2f}{spans / cpu if cpu else float('inf'):>14,.0f}")
-    print(f"{'end to end':<18}{summary['total_s']:>8.2f}{summary['cpu_s']:>8.2f}{summary['spans_per_cpu_s']:>14,.0f}"
-          f"   ({summary['spans_per_s']:,.0f} spans/s wall; target >= 300,000 on one core)")
-    print(f"peak RSS {summary['peak_rss_mib']:.0f} MiB (target < 1024); "
-          f"first abnormal span: {summary['first_abnormal']}")
+    print(
+        f"{'end to end':<18}{summary['total_s']:>8.2f}{summary['cpu_s']:>8.2f}{summary['spans_per_cpu_s']:>14,.0f}"
+        f"   ({summary['spans_per_s']:,.0f} spans/s wall; target >= 300,000 on one core)"
+    )
+    print(
+        f"peak RSS {summary['peak_rss_mib']:.0f} MiB (target < 1024); first abnormal span: {summary['first_abnormal']}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

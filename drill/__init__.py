@@ -4,7 +4,8 @@ The engine lives in this package; the fault library in :mod:`faults`; plugins
 (faults, targets, trace sources, checks) see only :mod:`drill.api`.
 """
 
-from importlib.metadata import PackageNotFoundError, version as _version
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
 
 try:
     __version__ = _version("llm-drill")

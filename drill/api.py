@@ -40,14 +40,22 @@ from __future__ import annotations
 import abc
 import enum
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from drill.errors import (
-    AdminApiError, BackendError, DockerError, FaultError, FaultNotLanded, InjectError,
-    ProcessControlError, RevertError, ToxiproxyError,
+    AdminApiError,
+    BackendError,
+    DockerError,
+    FaultError,
+    FaultNotLanded,
+    InjectError,
+    ProcessControlError,
+    RevertError,
+    ToxiproxyError,
 )
 from drill.units import Duration, Size, format_duration, parse_duration, parse_size
 
@@ -60,12 +68,37 @@ if TYPE_CHECKING:  # pragma: no cover
     from drill.backends.toxiproxy import ToxiproxyClient
 
 __all__ = [
-    "AdminApiError", "BackendError", "Capability", "DockerError", "Duration", "Evidence", "Fault",
+    "AdminApiError",
+    "BackendError",
+    "Capability",
+    "DockerError",
+    "Duration",
+    "Evidence",
+    "Fault",
     "LandingProof",
-    "FaultContext", "FaultError", "FaultNotLanded", "FaultParams", "FaultTargets", "InjectError",
-    "LinkKind", "LinkRef", "LoadControl", "PluginParams", "Mechanism", "ProcessControlError", "Realism", "ReplicaRef", "RevertError",
+    "FaultContext",
+    "FaultError",
+    "FaultNotLanded",
+    "FaultParams",
+    "FaultTargets",
+    "InjectError",
+    "LinkKind",
+    "LinkRef",
+    "LoadControl",
+    "PluginParams",
+    "Mechanism",
+    "ProcessControlError",
+    "Realism",
+    "ReplicaRef",
+    "RevertError",
     "RouterRetryOn",
-    "Saved", "Selector", "Size", "TargetInfo", "ToxiproxyError", "format_duration", "parse_duration",
+    "Saved",
+    "Selector",
+    "Size",
+    "TargetInfo",
+    "ToxiproxyError",
+    "format_duration",
+    "parse_duration",
     "parse_size",
 ]
 
@@ -73,16 +106,16 @@ __all__ = [
 class Capability(str, enum.Enum):
     """What a target offers to faults. A fault's ``needs`` must be a subset."""
 
-    TOXIPROXY_REPLICA = "toxiproxy.replica"   # a Toxiproxy proxy between router and each replica
-    TOXIPROXY_TP_LINK = "toxiproxy.tp_link"   # a proxy on each TP rank link
-    TOXIPROXY_PP_LINK = "toxiproxy.pp_link"   # a proxy on each PP stage link
-    DOCKER = "docker"                         # replicas run in Docker containers
-    PROCESS = "process"                       # replicas are local processes (PID known)
-    SUPERVISOR = "supervisor"                 # something restarts a replica that exits
-    STACK_ADMIN = "stack.admin"               # the reference stack's admin API (simulated GPU conditions)
-    ROUTER_ADMIN = "router.admin"             # the router's configuration API
-    LOAD_CONTROL = "load.control"             # the drill's load driver (always present in a run)
-    NVIDIA_GPU = "nvidia.gpu"                 # real NVIDIA GPUs with nvidia-smi where the replicas run
+    TOXIPROXY_REPLICA = "toxiproxy.replica"  # a Toxiproxy proxy between router and each replica
+    TOXIPROXY_TP_LINK = "toxiproxy.tp_link"  # a proxy on each TP rank link
+    TOXIPROXY_PP_LINK = "toxiproxy.pp_link"  # a proxy on each PP stage link
+    DOCKER = "docker"  # replicas run in Docker containers
+    PROCESS = "process"  # replicas are local processes (PID known)
+    SUPERVISOR = "supervisor"  # something restarts a replica that exits
+    STACK_ADMIN = "stack.admin"  # the reference stack's admin API (simulated GPU conditions)
+    ROUTER_ADMIN = "router.admin"  # the router's configuration API
+    LOAD_CONTROL = "load.control"  # the drill's load driver (always present in a run)
+    NVIDIA_GPU = "nvidia.gpu"  # real NVIDIA GPUs with nvidia-smi where the replicas run
 
 
 class Realism(str, enum.Enum):
@@ -106,8 +139,8 @@ class RouterRetryOn(str, enum.Enum):
     Not the load driver's client retries: those are :class:`drill.spec.scenario.ClientRetryOn`.
     """
 
-    ERROR = "error"       # connect/read failure or a 5xx answer
-    TIMEOUT = "timeout"   # no answer (or no next chunk) within the attempt timeout
+    ERROR = "error"  # connect/read failure or a 5xx answer
+    TIMEOUT = "timeout"  # no answer (or no next chunk) within the attempt timeout
 
 
 class _Frozen(BaseModel):
@@ -120,7 +153,7 @@ class LinkRef(_Frozen):
     name: str
     kind: LinkKind
     rank: int
-    proxy: str | None = None     # Toxiproxy proxy carrying this link
+    proxy: str | None = None  # Toxiproxy proxy carrying this link
 
 
 class ReplicaRef(_Frozen):
@@ -128,7 +161,7 @@ class ReplicaRef(_Frozen):
 
     name: str
     index: int
-    url: str                      # as the router (or client) reaches it
+    url: str  # as the router (or client) reaches it
     direct_url: str | None = None
     admin_url: str | None = None
     admin_token: str | None = None
@@ -136,7 +169,7 @@ class ReplicaRef(_Frozen):
     pid: int | None = None
     pid_file: str | None = None
     process_name: str | None = None
-    proxy: str | None = None      # Toxiproxy proxy in front of it
+    proxy: str | None = None  # Toxiproxy proxy in front of it
     links: list[LinkRef] = Field(default_factory=list)
 
 
@@ -174,7 +207,7 @@ class Selector(_Frozen):
     pools: list[str] | None = None
 
     @model_validator(mode="after")
-    def _one_way(self) -> "Selector":
+    def _one_way(self) -> Selector:
         ways = [w for w in ("replicas", "fraction", "count") if getattr(self, w) is not None]
         if len(ways) > 1:
             raise ValueError(f"choose replicas one way only; got {' and '.join(ways)}")
@@ -192,7 +225,7 @@ class Selector(_Frozen):
                 raise ValueError(f"selector wants {self.count} replicas; the target has {len(replicas)}")
             n = self.count
         elif len(replicas) > 1:
-            n = 1   # a fault hits one replica unless told otherwise: the smallest blast radius
+            n = 1  # a fault hits one replica unless told otherwise: the smallest blast radius
         if self.random:
             rng = random.Random(self.seed if self.seed is not None else default_seed)
             return sorted(rng.sample(replicas, n), key=lambda r: r.index)
@@ -243,7 +276,7 @@ class LandingProof(_Frozen):
     observations: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
 
 
-Evidence = LandingProof   # its earlier name, kept so fault plugins written against it still import
+Evidence = LandingProof  # its earlier name, kept so fault plugins written against it still import
 
 
 class Mechanism(_Frozen):
@@ -259,8 +292,9 @@ class LoadControl(abc.ABC):
     """How a fault drives the drill's load driver (e.g. a queue flood)."""
 
     @abc.abstractmethod
-    def start_burst(self, burst_id: str, *, rate_multiplier: float, prompt_multiplier: float,
-                    pools: list[str]) -> None: ...
+    def start_burst(
+        self, burst_id: str, *, rate_multiplier: float, prompt_multiplier: float, pools: list[str]
+    ) -> None: ...
 
     @abc.abstractmethod
     def end_burst(self, burst_id: str) -> None:
@@ -285,47 +319,57 @@ class FaultContext:
     _cache: dict = field(default_factory=dict, repr=False)
 
     @property
-    def toxiproxy(self) -> "ToxiproxyClient":
+    def toxiproxy(self) -> ToxiproxyClient:
         if self.target.toxiproxy_url is None:
-            raise ToxiproxyError("this target has no Toxiproxy server",
-                                 hint="use the embedded stack, or set target.config.toxiproxy_url")
+            raise ToxiproxyError(
+                "this target has no Toxiproxy server", hint="use the embedded stack, or set target.config.toxiproxy_url"
+            )
         return self._backend("toxiproxy", lambda: _toxiproxy(self.target.toxiproxy_url, self.timeout_s))
 
     @property
-    def docker(self) -> "DockerBackend":
+    def docker(self) -> DockerBackend:
         return self._backend("docker", lambda: _docker(self.timeout_s))
 
     @property
-    def processes(self) -> "ProcessControl":
+    def processes(self) -> ProcessControl:
         return self._backend("process", lambda: _processes(self.timeout_s))
 
     @property
-    def gpus(self) -> "GpuControl":
+    def gpus(self) -> GpuControl:
         """Real NVIDIA GPUs: ``nvidia-smi`` on this host or in a replica's container (not verified on hardware)."""
         return self._backend("gpus", lambda: _gpus(self.timeout_s, lambda: self.docker))
 
     @property
-    def nccl(self) -> "NcclControl":
+    def nccl(self) -> NcclControl:
         """NCCL link degradation on real multi-GPU hosts: netem, transport downgrade (not verified on hardware)."""
         return self._backend("nccl", lambda: _nccl(self.timeout_s, lambda: self.docker))
 
-    def stack_admin(self, replica: ReplicaRef) -> "StackAdminClient":
+    def stack_admin(self, replica: ReplicaRef) -> StackAdminClient:
         """The replica's admin API client (one per replica, cached); AdminApiError if it has none."""
         if not replica.admin_url:
-            raise AdminApiError(f"replica {replica.name} has no admin API",
-                                hint="GPU conditions are simulated only by the embedded reference stack")
+            raise AdminApiError(
+                f"replica {replica.name} has no admin API",
+                hint="GPU conditions are simulated only by the embedded reference stack",
+            )
         from drill.backends.stack_admin import StackAdminClient
-        return self._backend(f"stack_admin:{replica.name}", lambda: StackAdminClient(
-            replica.admin_url, replica.admin_token, timeout_s=self.timeout_s))
 
-    def router_admin(self) -> "RouterAdminClient":
+        return self._backend(
+            f"stack_admin:{replica.name}",
+            lambda: StackAdminClient(replica.admin_url, replica.admin_token, timeout_s=self.timeout_s),
+        )
+
+    def router_admin(self) -> RouterAdminClient:
         """The router's admin API client (cached); AdminApiError if the target has none."""
         if not self.target.router_admin_url:
-            raise AdminApiError("this target's router has no admin API",
-                                hint="router faults need the embedded reference stack's router")
+            raise AdminApiError(
+                "this target's router has no admin API", hint="router faults need the embedded reference stack's router"
+            )
         from drill.backends.stack_admin import RouterAdminClient
-        return self._backend("router_admin", lambda: RouterAdminClient(
-            self.target.router_admin_url, self.target.admin_token, timeout_s=self.timeout_s))
+
+        return self._backend(
+            "router_admin",
+            lambda: RouterAdminClient(self.target.router_admin_url, self.target.admin_token, timeout_s=self.timeout_s),
+        )
 
     def _backend(self, name: str, factory: Callable[[], object]):
         if name not in self._cache:
@@ -340,28 +384,33 @@ class FaultContext:
         self._cache.clear()
 
 
-def _toxiproxy(url: str, timeout_s: float) -> "ToxiproxyClient":
+def _toxiproxy(url: str, timeout_s: float) -> ToxiproxyClient:
     from drill.backends.toxiproxy import ToxiproxyClient
+
     return ToxiproxyClient(url, timeout_s=timeout_s)
 
 
-def _docker(timeout_s: float) -> "DockerBackend":
+def _docker(timeout_s: float) -> DockerBackend:
     from drill.backends.docker import DockerBackend
+
     return DockerBackend(timeout_s=timeout_s)
 
 
-def _processes(timeout_s: float) -> "ProcessControl":
+def _processes(timeout_s: float) -> ProcessControl:
     from drill.backends.process import ProcessControl
+
     return ProcessControl(timeout_s=timeout_s)
 
 
-def _gpus(timeout_s: float, docker: Callable[[], "DockerBackend"]) -> "GpuControl":
+def _gpus(timeout_s: float, docker: Callable[[], DockerBackend]) -> GpuControl:
     from drill.backends.nvidia import GpuControl
+
     return GpuControl(timeout_s=timeout_s, docker=docker)
 
 
-def _nccl(timeout_s: float, docker: Callable[[], "DockerBackend"]) -> "NcclControl":
+def _nccl(timeout_s: float, docker: Callable[[], DockerBackend]) -> NcclControl:
     from drill.backends.nccl import NcclControl
+
     return NcclControl(timeout_s=timeout_s, docker=docker)
 
 

@@ -157,8 +157,9 @@ class BackendError(DrillError):
 class ToxiproxyError(BackendError):
     backend = "toxiproxy"
 
-    def __init__(self, message: str, *, hint: str | None = None, operation: str | None = None,
-                 status: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, hint: str | None = None, operation: str | None = None, status: int | None = None
+    ) -> None:
         super().__init__(message, hint=hint, operation=operation)
         self.status = status
 
@@ -182,8 +183,9 @@ class NetemError(BackendError):
 class AdminApiError(BackendError):
     backend = "stack-admin"
 
-    def __init__(self, message: str, *, hint: str | None = None, operation: str | None = None,
-                 status: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, hint: str | None = None, operation: str | None = None, status: int | None = None
+    ) -> None:
         super().__init__(message, hint=hint, operation=operation)
         self.status = status
 

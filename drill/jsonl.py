@@ -9,9 +9,10 @@ a crash mid-write leaves and is reported as such (``torn_last_line``); any other
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, TypeVar
+from typing import TypeVar
 
 __all__ = ["BadLine", "ReadReport", "read_jsonl"]
 
@@ -23,7 +24,7 @@ KEPT_BAD_LINES = 20
 
 @dataclass(frozen=True)
 class BadLine:
-    line: int          # 1-based
+    line: int  # 1-based
     reason: str
 
     def where(self, path: Path | str) -> str:
@@ -36,9 +37,9 @@ class ReadReport:
 
     path: Path
     exists: bool = True
-    lines_read: int = 0                 # records returned
-    bad_count: int = 0                  # unreadable lines other than a torn last line
-    bad_lines: list[BadLine] = field(default_factory=list)   # the first KEPT_BAD_LINES of them
+    lines_read: int = 0  # records returned
+    bad_count: int = 0  # unreadable lines other than a torn last line
+    bad_lines: list[BadLine] = field(default_factory=list)  # the first KEPT_BAD_LINES of them
     torn_last_line: BadLine | None = None
 
     @property
@@ -58,16 +59,22 @@ class ReadReport:
             first = self.bad_lines[0].where(self.path.name)
             parts.append(f"{self.bad_count} unreadable line(s) in {self.path.name} (first: {first})")
         if self.torn_last_line is not None:
-            parts.append(f"a torn last line in {self.path.name} (line {self.torn_last_line.line}, "
-                         "a crash mid-write)")
+            parts.append(f"a torn last line in {self.path.name} (line {self.torn_last_line.line}, a crash mid-write)")
         return "; ".join(parts) or f"{self.path.name}: every line read"
 
     def to_json(self) -> dict:
-        return {"file": self.path.name, "exists": self.exists, "lines_read": self.lines_read,
-                "bad_count": self.bad_count,
-                "bad_lines": [{"line": b.line, "reason": b.reason} for b in self.bad_lines],
-                "torn_last_line": (None if self.torn_last_line is None
-                                   else {"line": self.torn_last_line.line, "reason": self.torn_last_line.reason})}
+        return {
+            "file": self.path.name,
+            "exists": self.exists,
+            "lines_read": self.lines_read,
+            "bad_count": self.bad_count,
+            "bad_lines": [{"line": b.line, "reason": b.reason} for b in self.bad_lines],
+            "torn_last_line": (
+                None
+                if self.torn_last_line is None
+                else {"line": self.torn_last_line.line, "reason": self.torn_last_line.reason}
+            ),
+        }
 
 
 def read_jsonl(path: Path, parse: Callable[[dict], T] = dict, report: ReadReport | None = None) -> Iterator[T]:
@@ -94,7 +101,7 @@ def read_jsonl(path: Path, parse: Callable[[dict], T] = dict, report: ReadReport
                 value = parse(data)
             except (ValueError, TypeError, KeyError) as exc:
                 bad = BadLine(number, _reason(exc))
-                if not raw.endswith(b"\n"):   # only the last line can lack its newline
+                if not raw.endswith(b"\n"):  # only the last line can lack its newline
                     report.torn_last_line = bad
                 else:
                     report.add_bad(bad)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 import os
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from importlib.metadata import EntryPoint, entry_points
 from typing import Generic, TypeVar
 
@@ -38,7 +38,7 @@ _REQUIREMENTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 @dataclass(frozen=True)
 class PluginInfo:
     kind: str
-    value: str          # "module:attr" of the entry point
+    value: str  # "module:attr" of the entry point
     distribution: str
 
 
@@ -95,10 +95,12 @@ def _verify(group: str, label: str, ep: EntryPoint, plugin: object) -> None:
     where = f"{label} plugin {ep.name!r}\ndefinition: {ep.value}"
     if not inspect.isclass(plugin):
         raise PluginError(f"{where}\nthe entry point must name a class, found {type(plugin).__name__}")
-    missing = [a for a in attrs if not hasattr(plugin, a)] + [m for m in methods if not callable(getattr(plugin, m, None))]
+    missing = [a for a in attrs if not hasattr(plugin, a)] + [
+        m for m in methods if not callable(getattr(plugin, m, None))
+    ]
     if missing:
         raise PluginError(f"{where}\nmissing: {', '.join(missing)}")
-    if getattr(plugin, "kind") != ep.name:
+    if plugin.kind != ep.name:
         raise PluginError(f"{where}\nits kind is {plugin.kind!r} but the entry point names it {ep.name!r}")
     params = getattr(plugin, "Params", None)
     if params is not None and not (inspect.isclass(params) and issubclass(params, BaseModel)):
@@ -119,14 +121,16 @@ def _extra_entry_points(group: str, spec: str) -> list[EntryPoint]:
         head, _, value = item.partition("=")
         item_group, _, name = head.rpartition(":")
         if not value or not name or not item_group:
-            raise PluginError(f"{EXTRA_PLUGINS_ENV}: cannot read {item!r}",
-                              hint="write GROUP:KIND=MODULE:CLASS, e.g. drill.faults:my_fault=my_pkg.faults:MyFault")
+            raise PluginError(
+                f"{EXTRA_PLUGINS_ENV}: cannot read {item!r}",
+                hint="write GROUP:KIND=MODULE:CLASS, e.g. drill.faults:my_fault=my_pkg.faults:MyFault",
+            )
         if item_group == group:
             found.append(EntryPoint(name=name, value=value, group=group))
     return found
 
 
-@lru_cache(maxsize=None)
+@cache
 def _entry_points_of(group: str, extra: str = "") -> dict[str, EntryPoint]:
     found: dict[str, EntryPoint] = {}
     for ep in list(entry_points(group=group)) + _extra_entry_points(group, extra):

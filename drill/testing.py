@@ -33,20 +33,34 @@ import math
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 
 from drill import errors, registry
 from drill.api import Fault, FaultContext, FaultNotLanded, LoadControl, Selector, TargetInfo
 
-__all__ = ["ContractReport", "ContractViolation", "Effect", "FaultCase", "Traffic", "TrafficSample",
-           "check_inject_verify_revert", "check_revert_after_failed_inject", "check_revert_from_journal",
-           "check_revert_without_inject", "errors_above", "latency_above", "latency_or_errors", "run_fault_contract",
-           "within_baseline"]
+__all__ = [
+    "ContractReport",
+    "ContractViolation",
+    "Effect",
+    "FaultCase",
+    "Traffic",
+    "TrafficSample",
+    "check_inject_verify_revert",
+    "check_revert_after_failed_inject",
+    "check_revert_from_journal",
+    "check_revert_without_inject",
+    "errors_above",
+    "latency_above",
+    "latency_or_errors",
+    "run_fault_contract",
+    "within_baseline",
+]
 
 
 class ContractViolation(AssertionError):
@@ -54,6 +68,7 @@ class ContractViolation(AssertionError):
 
 
 # -- live traffic ----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class TrafficSample:
@@ -69,8 +84,10 @@ class TrafficSample:
         return self.errors / self.count if self.count else 1.0
 
     def __str__(self) -> str:
-        return (f"{self.count} req, {self.error_share:.0%} errors, p50 {self.p50_s * 1e3:.0f} ms, "
-                f"p90 {self.p90_s * 1e3:.0f} ms")
+        return (
+            f"{self.count} req, {self.error_share:.0%} errors, p50 {self.p50_s * 1e3:.0f} ms, "
+            f"p90 {self.p90_s * 1e3:.0f} ms"
+        )
 
 
 @dataclass
@@ -87,14 +104,26 @@ class Traffic:
     :meth:`start` once, :meth:`sample` as often as needed, :meth:`stop` at the end.
     """
 
-    def __init__(self, url: str, model: str | None, *, rate_per_s: float = 10.0, prompt_tokens: int = 16,
-                 max_tokens: int = 8, timeout_s: float = 3.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        model: str | None,
+        *,
+        rate_per_s: float = 10.0,
+        prompt_tokens: int = 16,
+        max_tokens: int = 8,
+        timeout_s: float = 3.0,
+    ) -> None:
         self.url = url.rstrip("/") + "/v1/completions"
-        self.body = {"model": model or "default", "prompt": " ".join(["hello"] * prompt_tokens),
-                     "max_tokens": max_tokens, "temperature": 0}
+        self.body = {
+            "model": model or "default",
+            "prompt": " ".join(["hello"] * prompt_tokens),
+            "max_tokens": max_tokens,
+            "temperature": 0,
+        }
         self.rate_per_s, self.timeout_s = rate_per_s, timeout_s
         self._done: list[_Done] = []
-        self._inflight: dict[int, float] = {}   # request number -> start (monotonic s)
+        self._inflight: dict[int, float] = {}  # request number -> start (monotonic s)
         self._sent = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -102,7 +131,7 @@ class Traffic:
         self._http = httpx.Client(timeout=timeout_s, trust_env=False, limits=httpx.Limits(max_connections=32))
         self._thread = threading.Thread(target=self._arrivals, name="drill-contract-arrivals", daemon=True)
 
-    def start(self) -> "Traffic":
+    def start(self) -> Traffic:
         self._thread.start()
         return self
 
@@ -127,7 +156,7 @@ class Traffic:
     def _one(self, number: int, started: float) -> None:
         try:
             ok = self._http.post(self.url, json=self.body).status_code < 400
-        except (httpx.HTTPError, RuntimeError):   # RuntimeError: the client was closed at stop
+        except (httpx.HTTPError, RuntimeError):  # RuntimeError: the client was closed at stop
             ok = False
         with self._lock:
             self._done.append(_Done(started, time.monotonic() - started, ok))
@@ -144,8 +173,12 @@ class Traffic:
         with self._lock:
             window = [d for d in self._done if start <= d.started < end]
         latencies = sorted(d.latency_s for d in window if d.ok) or [self.timeout_s]
-        return TrafficSample(len(window), sum(not d.ok for d in window), statistics.median(latencies),
-                             latencies[min(len(latencies) - 1, int(0.9 * len(latencies)))])
+        return TrafficSample(
+            len(window),
+            sum(not d.ok for d in window),
+            statistics.median(latencies),
+            latencies[min(len(latencies) - 1, int(0.9 * len(latencies)))],
+        )
 
     def _pending(self, start: float, end: float) -> bool:
         with self._lock:
@@ -158,17 +191,21 @@ Effect = Callable[[TrafficSample, TrafficSample], str | None]
 
 def latency_above(extra_s: float) -> Effect:
     """The median latency is at least ``extra_s`` seconds above the baseline's."""
+
     def effect(base: TrafficSample, now: TrafficSample) -> str | None:
         grown = now.p50_s - base.p50_s
         return None if grown >= extra_s and now.count else f"p50 grew by {grown * 1e3:.0f} ms, not {extra_s * 1e3:.0f}"
+
     return effect
 
 
 def errors_above(share: float) -> Effect:
     """At least ``share`` of the requests failed (more than in the baseline)."""
+
     def effect(base: TrafficSample, now: TrafficSample) -> str | None:
         ok = now.error_share >= share and now.error_share > base.error_share
         return None if ok else f"{now.error_share:.0%} errors, not {share:.0%}"
+
     return effect
 
 
@@ -204,10 +241,12 @@ def latency_or_errors(extra_s: float, share: float) -> Effect:
     def effect(base: TrafficSample, now: TrafficSample) -> str | None:
         a, b = slow(base, now), failing(base, now)
         return None if a is None or b is None else f"{a}; {b}"
+
     return effect
 
 
 # -- the case --------------------------------------------------------------------------------------
+
 
 @dataclass
 class FaultCase:
@@ -240,7 +279,7 @@ class FaultCase:
         fault_cls = registry.faults.get(self.kind)
         return fault_cls(fault_cls.Params.model_validate(self.params))
 
-    def context(self, fault: Fault, suffix: str = "", tripwire: "_Tripwire | None" = None) -> FaultContext:
+    def context(self, fault: Fault, suffix: str = "", tripwire: _Tripwire | None = None) -> FaultContext:
         from drill.engine.fault_schedule import resolve_targets
 
         targets = resolve_targets(fault, self.selector, self.target, 0)
@@ -279,13 +318,21 @@ class ContractReport:
     def lines(self) -> list[str]:
         return [f"{self.kind}: {c}" for c in self.clauses] + [
             f"{self.kind}: baseline {self.baseline}; faulted {self.faulted}; recovered {self.recovered} "
-            f"after {self.recovery_s:.1f}s", f"{self.kind}: evidence: {self.evidence}"]
+            f"after {self.recovery_s:.1f}s",
+            f"{self.kind}: evidence: {self.evidence}",
+        ]
 
 
 # -- failure injection at the backend seam ----------------------------------------------------------
 
-_ERRORS = {"toxiproxy": errors.ToxiproxyError, "docker": errors.DockerError, "process": errors.ProcessControlError,
-           "stack_admin": errors.AdminApiError, "router_admin": errors.AdminApiError, "load": errors.LoadError}
+_ERRORS = {
+    "toxiproxy": errors.ToxiproxyError,
+    "docker": errors.DockerError,
+    "process": errors.ProcessControlError,
+    "stack_admin": errors.AdminApiError,
+    "router_admin": errors.AdminApiError,
+    "load": errors.LoadError,
+}
 
 
 class _Tripwire:
@@ -335,6 +382,7 @@ class _TrippingContext(FaultContext):
 
 # -- the clauses -----------------------------------------------------------------------------------
 
+
 def _sample_until(traffic: Traffic, case: FaultCase, base: TrafficSample) -> tuple[TrafficSample, float]:
     """Sample until the traffic is back within the baseline's band (:func:`within_baseline`)."""
     start = time.monotonic()
@@ -344,8 +392,10 @@ def _sample_until(traffic: Traffic, case: FaultCase, base: TrafficSample) -> tup
         if why is None:
             return sample, time.monotonic() - start
         if time.monotonic() - start > case.recovery_timeout_s:
-            raise ContractViolation(f"the effect did not go after revert within {case.recovery_timeout_s:g}s: "
-                                    f"{why} (baseline {base}; now {sample})")
+            raise ContractViolation(
+                f"the effect did not go after revert within {case.recovery_timeout_s:g}s: "
+                f"{why} (baseline {base}; now {sample})"
+            )
 
 
 def check_inject_verify_revert(case: FaultCase, traffic: Traffic, report: ContractReport) -> None:
@@ -364,8 +414,9 @@ def check_inject_verify_revert(case: FaultCase, traffic: Traffic, report: Contra
         report.faulted = traffic.sample(case.sample_s)
         why = case.effect(report.baseline, report.faulted)
         if why is not None:
-            raise ContractViolation(f"inject: clients do not see the fault ({why}; baseline {report.baseline}, "
-                                    f"faulted {report.faulted})")
+            raise ContractViolation(
+                f"inject: clients do not see the fault ({why}; baseline {report.baseline}, faulted {report.faulted})"
+            )
     finally:
         fault.revert(ctx)
     case.assert_clean(fault, ctx, "revert")
@@ -429,9 +480,16 @@ def check_revert_from_journal(case: FaultCase, traffic: Traffic, report: Contrac
     run_dir.mkdir(parents=True, exist_ok=True)
     journal = Journal(run_dir / "journal.jsonl")
     ctx.saved = fault.prepare(ctx)
-    record = RevertRecord(fault_id=ctx.fault_id, kind=case.kind, params=fault.params.model_dump(mode="json"),
-                          target=case.target, targets=ctx.targets, saved=ctx.saved.model_dump(mode="json"),
-                          planned_end_ts=time.time() + 60, timeout_s=ctx.timeout_s)
+    record = RevertRecord(
+        fault_id=ctx.fault_id,
+        kind=case.kind,
+        params=fault.params.model_dump(mode="json"),
+        target=case.target,
+        targets=ctx.targets,
+        saved=ctx.saved.model_dump(mode="json"),
+        planned_end_ts=time.time() + 60,
+        timeout_s=ctx.timeout_s,
+    )
     RevertStack(journal).push(record, lambda: None)
     journal.close()
     fault.inject(ctx)

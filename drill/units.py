@@ -18,8 +18,14 @@ __all__ = ["BindHost", "Duration", "Size", "format_duration", "parse_bind_host",
 
 _DURATION_UNITS = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 _SIZE_UNITS = {
-    "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3,
-    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
+    "b": 1,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
 }
 #: Longest duration accepted anywhere (a year): longer values overflow timers and mean a typo.
 MAX_DURATION_S = 366 * 86400.0
@@ -38,14 +44,12 @@ def parse_duration(text: object) -> float:
         raise ValueError(f"expected a duration such as '30s' or '500ms', got {text!r}")
     number, unit = float(match.group(1)), match.group(2)
     if not unit:
-        raise ValueError(
-            f"duration {text!r} has no unit; write e.g. '{match.group(1)}s' (units: us, ms, s, m, h)"
-        )
+        raise ValueError(f"duration {text!r} has no unit; write e.g. '{match.group(1)}s' (units: us, ms, s, m, h)")
     factor = _DURATION_UNITS.get(unit)
     if factor is None:
         raise ValueError(f"unknown duration unit {unit!r} in {text!r}; use one of us, ms, s, m, h")
     seconds = number * factor
-    if not abs(seconds) <= MAX_DURATION_S:   # also refuses inf and nan
+    if not abs(seconds) <= MAX_DURATION_S:  # also refuses inf and nan
         raise ValueError(f"duration {text!r} is longer than {MAX_DURATION_S / 86400:g} days, the longest accepted")
     return seconds
 
@@ -63,7 +67,7 @@ def parse_size(text: object) -> int:
     factor = _SIZE_UNITS.get(unit)
     if factor is None:
         raise ValueError(f"unknown size unit {match.group(2)!r} in {text!r}; use B, KB, MB, GB, KiB, MiB, GiB")
-    if not abs(number * factor) <= 2**63 - 1:   # also refuses inf and nan
+    if not abs(number * factor) <= 2**63 - 1:  # also refuses inf and nan
         raise ValueError(f"size {text!r} is larger than a 64-bit count of bytes")
     return int(number * factor)
 
@@ -82,7 +86,9 @@ def format_duration(seconds: float) -> str:
 
 
 #: A pydantic field type: written with a unit in YAML, held as seconds (float).
-Duration = Annotated[float, BeforeValidator(parse_duration), PlainSerializer(format_duration, return_type=str, when_used="json")]
+Duration = Annotated[
+    float, BeforeValidator(parse_duration), PlainSerializer(format_duration, return_type=str, when_used="json")
+]
 
 #: A pydantic field type: written with a unit in YAML, held as bytes (int).
 Size = Annotated[int, BeforeValidator(parse_size)]

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, TypeVar
+from typing import TypeVar
 
-from drill.api import LandingProof, FaultContext, FaultNotLanded, InjectError, ToxiproxyError
+from drill.api import FaultContext, FaultNotLanded, InjectError, LandingProof, ToxiproxyError
 
 __all__ = ["Direction", "ToxicPlan", "add_toxics", "artefact", "poll", "refused", "remove_toxics", "verify_toxics"]
 
@@ -23,8 +24,8 @@ T = TypeVar("T")
 class Direction(enum.StrEnum):
     """Which bytes a toxic delays, seen from the proxy's client (Toxiproxy's ``stream``)."""
 
-    DOWNSTREAM = "downstream"   # answers: server -> client
-    UPSTREAM = "upstream"       # requests: client -> server
+    DOWNSTREAM = "downstream"  # answers: server -> client
+    UPSTREAM = "upstream"  # requests: client -> server
     BOTH = "both"
 
     def streams(self) -> list[str]:
@@ -51,12 +52,16 @@ class ToxicPlan:
 def add_toxics(ctx: FaultContext, proxies: list[str], plans: list[ToxicPlan]) -> None:
     """Add every planned toxic to every proxy (raises ToxiproxyError on the first failure)."""
     if not proxies:
-        raise InjectError("no Toxiproxy proxy to put the toxic on", fault=ctx.fault_id,
-                          hint="the target must route this traffic through Toxiproxy (target.config.links)")
+        raise InjectError(
+            "no Toxiproxy proxy to put the toxic on",
+            fault=ctx.fault_id,
+            hint="the target must route this traffic through Toxiproxy (target.config.links)",
+        )
     for proxy in proxies:
         for plan in plans:
-            ctx.toxiproxy.add_toxic(proxy, plan.type, plan.attributes, name=plan.name, stream=plan.stream,
-                                    toxicity=plan.toxicity)
+            ctx.toxiproxy.add_toxic(
+                proxy, plan.type, plan.attributes, name=plan.name, stream=plan.stream, toxicity=plan.toxicity
+            )
 
 
 def verify_toxics(ctx: FaultContext, proxies: list[str], plans: list[ToxicPlan]) -> LandingProof:
@@ -67,13 +72,17 @@ def verify_toxics(ctx: FaultContext, proxies: list[str], plans: list[ToxicPlan])
         for plan in plans:
             toxic = listed.get(plan.name)
             if toxic is None:
-                raise FaultNotLanded(f"toxic {plan.name} is not on proxy {proxy} (it lists: "
-                                     f"{', '.join(listed) or 'no toxics'})", fault=ctx.fault_id)
+                raise FaultNotLanded(
+                    f"toxic {plan.name} is not on proxy {proxy} (it lists: {', '.join(listed) or 'no toxics'})",
+                    fault=ctx.fault_id,
+                )
             wrong = {k: v for k, v in plan.attributes.items() if toxic.attributes.get(k) != v}
             if wrong or str(toxic.type) != plan.type or str(toxic.stream) != plan.stream:
-                raise FaultNotLanded(f"toxic {plan.name} on {proxy} is {toxic.type} {toxic.stream} "
-                                     f"{toxic.attributes}, not {plan.type} {plan.stream} {plan.attributes}",
-                                     fault=ctx.fault_id)
+                raise FaultNotLanded(
+                    f"toxic {plan.name} on {proxy} is {toxic.type} {toxic.stream} "
+                    f"{toxic.attributes}, not {plan.type} {plan.stream} {plan.attributes}",
+                    fault=ctx.fault_id,
+                )
             seen[f"{proxy}/{plan.name}"] = f"{plan.type} {plan.stream} {plan.attributes} toxicity {toxic.toxicity:g}"
     names = ", ".join(sorted({p.name for p in plans}))
     return LandingProof(summary=f"toxic(s) {names} listed on {', '.join(proxies)}", observations=seen)

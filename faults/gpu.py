@@ -8,15 +8,25 @@ from __future__ import annotations
 
 import enum
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from pydantic import Field, model_validator
 
 from drill.api import (
-    AdminApiError, Capability, Duration, LandingProof, Fault, FaultContext, FaultNotLanded, FaultParams, Mechanism,
-    Realism, ReplicaRef, Saved,
+    AdminApiError,
+    Capability,
+    Duration,
+    Fault,
+    FaultContext,
+    FaultNotLanded,
+    FaultParams,
+    LandingProof,
+    Mechanism,
+    Realism,
+    ReplicaRef,
+    Saved,
 )
-
 from faults._toxics import artefact, refused
 
 __all__ = ["ClockMethod", "GpuClockCap", "GpuOom", "OomMethod", "restore_clock", "verify_clock"]
@@ -49,9 +59,10 @@ def with_admin_retry(ctx: FaultContext, call: Callable[[], T], *, gone_ok: bool 
 
 # -- gpu_clock_cap ---------------------------------------------------------------------------------
 
+
 class ClockMethod(enum.StrEnum):
-    STACK_ADMIN = "stack_admin"   # the reference stack's simulated SM clock
-    NVIDIA_SMI = "nvidia_smi"     # nvidia-smi -lgc / -rgc on this host's GPUs
+    STACK_ADMIN = "stack_admin"  # the reference stack's simulated SM clock
+    NVIDIA_SMI = "nvidia_smi"  # nvidia-smi -lgc / -rgc on this host's GPUs
 
 
 class GpuClockCapParams(FaultParams):
@@ -60,7 +71,7 @@ class GpuClockCapParams(FaultParams):
     gpu_indices: list[int] | None = Field(None, description="nvidia_smi: host GPU indices the replica uses (required)")
 
     @model_validator(mode="after")
-    def _indices_for_smi(self) -> "GpuClockCapParams":
+    def _indices_for_smi(self) -> GpuClockCapParams:
         if self.method is ClockMethod.NVIDIA_SMI and not self.gpu_indices:
             raise ValueError("method nvidia_smi needs gpu_indices: the host GPUs (nvidia-smi -i) of the replica")
         if self.method is ClockMethod.STACK_ADMIN and self.gpu_indices is not None:
@@ -69,8 +80,8 @@ class GpuClockCapParams(FaultParams):
 
 
 class GpuClockCapSaved(Saved):
-    clock_fraction: dict[str, float] = Field(default_factory=dict)   # replica -> fraction before (stack_admin)
-    max_sm_mhz: dict[str, float] = Field(default_factory=dict)       # GPU index -> clocks.max.sm (nvidia_smi)
+    clock_fraction: dict[str, float] = Field(default_factory=dict)  # replica -> fraction before (stack_admin)
+    max_sm_mhz: dict[str, float] = Field(default_factory=dict)  # GPU index -> clocks.max.sm (nvidia_smi)
 
 
 class GpuClockCap(Fault):
@@ -98,21 +109,32 @@ class GpuClockCap(Fault):
     Params = GpuClockCapParams
     Saved = GpuClockCapSaved
     mechanisms = (
-        Mechanism(name="stack_admin", needs=frozenset({Capability.STACK_ADMIN}), realism=Realism.SIMULATED,
-                  summary="the reference stack's simulated SM clock cap"),
-        Mechanism(name="nvidia_smi", needs=frozenset({Capability.NVIDIA_GPU}), realism=Realism.HARDWARE_UNVERIFIED,
-                  summary="nvidia-smi -lgc on this host's GPUs, -rgc to revert"),
+        Mechanism(
+            name="stack_admin",
+            needs=frozenset({Capability.STACK_ADMIN}),
+            realism=Realism.SIMULATED,
+            summary="the reference stack's simulated SM clock cap",
+        ),
+        Mechanism(
+            name="nvidia_smi",
+            needs=frozenset({Capability.NVIDIA_GPU}),
+            realism=Realism.HARDWARE_UNVERIFIED,
+            summary="nvidia-smi -lgc on this host's GPUs, -rgc to revert",
+        ),
     )
     summary = "a GPU's SM clock capped: simulated by the stack, or nvidia-smi -lgc on real GPUs"
-    revert_semantics = ("stack_admin: puts back the clock fraction from before (nominal: cap removed). nvidia_smi: "
-                        "nvidia-smi -rgc (default clocks; a lock set before the fault is not restored). Idempotent.")
+    revert_semantics = (
+        "stack_admin: puts back the clock fraction from before (nominal: cap removed). nvidia_smi: "
+        "nvidia-smi -rgc (default clocks; a lock set before the fault is not restored). Idempotent."
+    )
 
     def prepare(self, ctx: FaultContext) -> GpuClockCapSaved:
         if self.params.method is ClockMethod.NVIDIA_SMI:
             gpus = {g.index: g for g in ctx.gpus.query()}
             return GpuClockCapSaved(max_sm_mhz={str(i): gpus[i].clocks_max_sm_mhz for i in self._indices(gpus)})
-        return GpuClockCapSaved(clock_fraction={r.name: ctx.stack_admin(r).state().gpu.clock_fraction
-                                                for r in ctx.targets.replicas})
+        return GpuClockCapSaved(
+            clock_fraction={r.name: ctx.stack_admin(r).state().gpu.clock_fraction for r in ctx.targets.replicas}
+        )
 
     def _indices(self, gpus: dict) -> list[int]:
         missing = [i for i in self.params.gpu_indices if i not in gpus]
@@ -140,9 +162,11 @@ class GpuClockCap(Fault):
         over = {i: f"{mhz:g} MHz > {caps[i]} MHz" for i, mhz in seen.items() if not mhz <= caps[i] * 1.02}
         if over or len(seen) != len(caps):
             raise FaultNotLanded(f"SM clock not capped: {over or 'GPU missing'}", fault=ctx.fault_id)
-        return LandingProof(summary=f"GPU(s) {sorted(seen)} at or under {self.params.fraction:g} of max SM clock "
-                                    "(nvidia-smi; not verified on hardware)",
-                            observations={f"gpu{i}.clocks_sm_mhz": mhz for i, mhz in seen.items()})
+        return LandingProof(
+            summary=f"GPU(s) {sorted(seen)} at or under {self.params.fraction:g} of max SM clock "
+            "(nvidia-smi; not verified on hardware)",
+            observations={f"gpu{i}.clocks_sm_mhz": mhz for i, mhz in seen.items()},
+        )
 
     def revert(self, ctx: FaultContext) -> None:
         if self.params.method is ClockMethod.NVIDIA_SMI:
@@ -159,22 +183,26 @@ def verify_clock(ctx: FaultContext, fraction: float) -> LandingProof:
     wrong = {name: f for name, f in seen.items() if abs(f - fraction) > 1e-6}
     if wrong:
         raise FaultNotLanded(f"clock fraction is {wrong}, not {fraction:g}", fault=ctx.fault_id)
-    return LandingProof(summary=f"SM clock of {', '.join(seen)} capped at {fraction:g} of nominal (simulated)",
-                        observations={f"{name}.clock_fraction": f for name, f in seen.items()})
+    return LandingProof(
+        summary=f"SM clock of {', '.join(seen)} capped at {fraction:g} of nominal (simulated)",
+        observations={f"{name}.clock_fraction": f for name, f in seen.items()},
+    )
 
 
 def restore_clock(ctx: FaultContext, replica: ReplicaRef, fraction: float) -> None:
     """Put the simulated clock back to ``fraction`` (nominal: remove the cap); retries while the replica restarts."""
     admin = ctx.stack_admin(replica)
-    with_admin_retry(ctx, admin.clear_clock_cap if fraction >= 1.0 else lambda: admin.set_clock_cap(fraction),
-                     gone_ok=True)
+    with_admin_retry(
+        ctx, admin.clear_clock_cap if fraction >= 1.0 else lambda: admin.set_clock_cap(fraction), gone_ok=True
+    )
 
 
 # -- gpu_oom ---------------------------------------------------------------------------------------
 
+
 class OomMethod(enum.StrEnum):
-    STACK_ADMIN = "stack_admin"   # the reference stack's simulated memory hog
-    CUDA_HOG = "cuda_hog"         # a process holding GPU memory through the CUDA runtime
+    STACK_ADMIN = "stack_admin"  # the reference stack's simulated memory hog
+    CUDA_HOG = "cuda_hog"  # a process holding GPU memory through the CUDA runtime
 
 
 class GpuOomParams(FaultParams):
@@ -187,10 +215,10 @@ class GpuOomParams(FaultParams):
 
 
 class GpuOomSaved(Saved):
-    hog_gib: dict[str, float] = Field(default_factory=dict)       # replica -> simulated hog before
-    pid: dict[str, int] = Field(default_factory=dict)             # replica -> its pid before (death detection)
-    kv_usable: dict[str, int] = Field(default_factory=dict)       # replica -> usable KV blocks before
-    used_mib: dict[str, float] = Field(default_factory=dict)      # replica -> GPU memory used before (cuda_hog)
+    hog_gib: dict[str, float] = Field(default_factory=dict)  # replica -> simulated hog before
+    pid: dict[str, int] = Field(default_factory=dict)  # replica -> its pid before (death detection)
+    kv_usable: dict[str, int] = Field(default_factory=dict)  # replica -> usable KV blocks before
+    used_mib: dict[str, float] = Field(default_factory=dict)  # replica -> GPU memory used before (cuda_hog)
 
 
 class GpuOom(Fault):
@@ -223,14 +251,24 @@ class GpuOom(Fault):
     Params = GpuOomParams
     Saved = GpuOomSaved
     mechanisms = (
-        Mechanism(name="stack_admin", needs=frozenset({Capability.STACK_ADMIN}), realism=Realism.SIMULATED,
-                  summary="the reference stack's simulated memory hog"),
-        Mechanism(name="cuda_hog", needs=frozenset({Capability.NVIDIA_GPU}), realism=Realism.HARDWARE_UNVERIFIED,
-                  summary="a CUDA process holding the memory, started through docker exec"),
+        Mechanism(
+            name="stack_admin",
+            needs=frozenset({Capability.STACK_ADMIN}),
+            realism=Realism.SIMULATED,
+            summary="the reference stack's simulated memory hog",
+        ),
+        Mechanism(
+            name="cuda_hog",
+            needs=frozenset({Capability.NVIDIA_GPU}),
+            realism=Realism.HARDWARE_UNVERIFIED,
+            summary="a CUDA process holding the memory, started through docker exec",
+        ),
     )
     summary = "GPU memory taken by another process: KV cache shrinks or CUDA OOM (simulated, or a real CUDA hog)"
-    revert_semantics = ("stack_admin: puts back the simulated hog from before (usually none; a restarted replica has "
-                        "none anyway). cuda_hog: SIGTERMs the hog process (SIGKILL after 5 s). Idempotent.")
+    revert_semantics = (
+        "stack_admin: puts back the simulated hog from before (usually none; a restarted replica has "
+        "none anyway). cuda_hog: SIGTERMs the hog process (SIGKILL after 5 s). Idempotent."
+    )
 
     def _tag(self, ctx: FaultContext) -> str:
         return artefact(ctx)
@@ -239,9 +277,11 @@ class GpuOom(Fault):
         if self.params.method is OomMethod.CUDA_HOG:
             return GpuOomSaved(used_mib={r.name: self._used_mib(ctx, r) for r in ctx.targets.replicas})
         states = {r.name: ctx.stack_admin(r).state() for r in ctx.targets.replicas}
-        return GpuOomSaved(hog_gib={n: s.gpu.memory_hog_gib for n, s in states.items()},
-                           pid={n: s.pid for n, s in states.items()},
-                           kv_usable={n: s.gpu.kv_blocks_usable or s.gpu.kv_blocks_total for n, s in states.items()})
+        return GpuOomSaved(
+            hog_gib={n: s.gpu.memory_hog_gib for n, s in states.items()},
+            pid={n: s.pid for n, s in states.items()},
+            kv_usable={n: s.gpu.kv_blocks_usable or s.gpu.kv_blocks_total for n, s in states.items()},
+        )
 
     def _used_mib(self, ctx: FaultContext, replica: ReplicaRef) -> float:
         gpus = ctx.gpus.query(replica.container)
@@ -253,16 +293,25 @@ class GpuOom(Fault):
         p: GpuOomParams = self.params
         for replica in ctx.targets.replicas:
             if p.method is OomMethod.CUDA_HOG:
-                ctx.gpus.start_memory_hog(replica.container, tag=self._tag(ctx), gib=p.gib, device=p.device,
-                                          lease_s=p.hog_lease, cuda_lib=p.cuda_lib, python=p.python)
+                ctx.gpus.start_memory_hog(
+                    replica.container,
+                    tag=self._tag(ctx),
+                    gib=p.gib,
+                    device=p.device,
+                    lease_s=p.hog_lease,
+                    cuda_lib=p.cuda_lib,
+                    python=p.python,
+                )
             else:
                 ctx.stack_admin(replica).set_memory_hog(p.gib)
 
     def verify(self, ctx: FaultContext) -> LandingProof:
         saved = ctx.saved if isinstance(ctx.saved, GpuOomSaved) else GpuOomSaved()
         found = [self._verify_one(ctx, r, saved) for r in ctx.targets.replicas]
-        return LandingProof(summary="; ".join(e.summary for e in found),
-                            observations={k: v for e in found for k, v in e.observations.items()})
+        return LandingProof(
+            summary="; ".join(e.summary for e in found),
+            observations={k: v for e in found for k, v in e.observations.items()},
+        )
 
     def _verify_one(self, ctx: FaultContext, replica: ReplicaRef, saved: GpuOomSaved) -> LandingProof:
         if self.params.method is OomMethod.CUDA_HOG:
@@ -272,13 +321,19 @@ class GpuOom(Fault):
         if (before is not None and state.pid != before) or not state.engine_alive:
             return self._verify_death(ctx, replica, state, before)
         if abs(state.gpu.memory_hog_gib - self.params.gib) > 1e-6:
-            raise FaultNotLanded(f"{replica.name} reports {state.gpu.memory_hog_gib:g} GiB taken, not "
-                                 f"{self.params.gib:g}", fault=ctx.fault_id)
+            raise FaultNotLanded(
+                f"{replica.name} reports {state.gpu.memory_hog_gib:g} GiB taken, not {self.params.gib:g}",
+                fault=ctx.fault_id,
+            )
         kv_after = state.gpu.kv_blocks_usable if state.gpu.kv_blocks_usable is not None else state.gpu.kv_blocks_total
-        return LandingProof(summary=f"{replica.name}: {self.params.gib:g} GiB taken (simulated); usable KV blocks "
-                                    f"{saved.kv_usable.get(replica.name, '?')} -> {kv_after}",
-                            observations={f"{replica.name}.memory_hog_gib": state.gpu.memory_hog_gib,
-                                          f"{replica.name}.kv_blocks_usable": kv_after})
+        return LandingProof(
+            summary=f"{replica.name}: {self.params.gib:g} GiB taken (simulated); usable KV blocks "
+            f"{saved.kv_usable.get(replica.name, '?')} -> {kv_after}",
+            observations={
+                f"{replica.name}.memory_hog_gib": state.gpu.memory_hog_gib,
+                f"{replica.name}.kv_blocks_usable": kv_after,
+            },
+        )
 
     def _verify_death(self, ctx: FaultContext, replica: ReplicaRef, state, before: int | None) -> LandingProof:
         """A dead or restarted engine is evidence only when it died of CUDA OOM with the hog's memory taken.
@@ -297,29 +352,40 @@ class GpuOom(Fault):
         hog = f"{self.params.gib:.2f} GiB memory in use"
         if reason is None or "CUDA out of memory" not in reason or hog not in reason:
             why = f"it died of: {reason}" if reason else "the replica reports no death of pid " + str(before)
-            raise FaultNotLanded(f"{replica.name}: pid {before} {how}, but not of this memory hog ({why})",
-                                 fault=ctx.fault_id)
-        return LandingProof(summary=f"{replica.name}: the engine died of CUDA OOM under the "
-                                    f"{self.params.gib:g} GiB hog (pid {pid}: {how})",
-                            observations={f"{replica.name}.pid": state.pid, f"{replica.name}.died": True,
-                                          f"{replica.name}.dead_reason": reason})
+            raise FaultNotLanded(
+                f"{replica.name}: pid {before} {how}, but not of this memory hog ({why})", fault=ctx.fault_id
+            )
+        return LandingProof(
+            summary=f"{replica.name}: the engine died of CUDA OOM under the "
+            f"{self.params.gib:g} GiB hog (pid {pid}: {how})",
+            observations={
+                f"{replica.name}.pid": state.pid,
+                f"{replica.name}.died": True,
+                f"{replica.name}.dead_reason": reason,
+            },
+        )
 
     def _verify_hog(self, ctx: FaultContext, replica: ReplicaRef, saved: GpuOomSaved) -> LandingProof:
         status = ctx.gpus.hog_status(replica.container, self._tag(ctx), python=self.params.python)
         wanted_mib = self.params.gib * MIB_PER_GIB
         if status is None or status.held < status.wanted:
             held = f"{status.held / 2**30:.2f} GiB" if status else "nothing (no hog running)"
-            raise FaultNotLanded(f"{replica.name}: the memory hog holds {held} of {self.params.gib:g} GiB",
-                                 fault=ctx.fault_id)
+            raise FaultNotLanded(
+                f"{replica.name}: the memory hog holds {held} of {self.params.gib:g} GiB", fault=ctx.fault_id
+            )
         grown = self._used_mib(ctx, replica) - saved.used_mib.get(replica.name, 0.0)
         if grown < 0.9 * wanted_mib:
-            raise FaultNotLanded(f"{replica.name}: nvidia-smi memory.used grew by {grown:.0f} MiB, less than 90% of "
-                                 f"{wanted_mib:.0f} MiB", fault=ctx.fault_id)
-        return LandingProof(summary=f"{replica.name}: hog pid {status.pid} holds {status.held / 2**30:.2f} GiB on "
-                                    f"device {status.device} ({status.api}); memory.used +{grown:.0f} MiB "
-                                    "(not verified on hardware)",
-                            observations={f"{replica.name}.hog_pid": status.pid,
-                                          f"{replica.name}.used_mib_grown": grown})
+            raise FaultNotLanded(
+                f"{replica.name}: nvidia-smi memory.used grew by {grown:.0f} MiB, less than 90% of "
+                f"{wanted_mib:.0f} MiB",
+                fault=ctx.fault_id,
+            )
+        return LandingProof(
+            summary=f"{replica.name}: hog pid {status.pid} holds {status.held / 2**30:.2f} GiB on "
+            f"device {status.device} ({status.api}); memory.used +{grown:.0f} MiB "
+            "(not verified on hardware)",
+            observations={f"{replica.name}.hog_pid": status.pid, f"{replica.name}.used_mib_grown": grown},
+        )
 
     def revert(self, ctx: FaultContext) -> None:
         saved = ctx.saved if isinstance(ctx.saved, GpuOomSaved) else GpuOomSaved()
@@ -328,5 +394,6 @@ class GpuOom(Fault):
                 ctx.gpus.stop_memory_hog(replica.container, self._tag(ctx), python=self.params.python)
                 continue
             admin, before = ctx.stack_admin(replica), saved.hog_gib.get(replica.name, 0.0)
-            with_admin_retry(ctx, admin.clear_memory_hog if before <= 0 else lambda: admin.set_memory_hog(before),
-                             gone_ok=True)
+            with_admin_retry(
+                ctx, admin.clear_memory_hog if before <= 0 else lambda: admin.set_memory_hog(before), gone_ok=True
+            )

@@ -7,10 +7,18 @@ import enum
 from pydantic import Field, model_validator
 
 from drill.api import (
-    Capability, LandingProof, Fault, FaultContext, FaultNotLanded, FaultParams, InjectError, LinkKind, LinkRef,
-    Mechanism, Realism,
+    Capability,
+    Fault,
+    FaultContext,
+    FaultNotLanded,
+    FaultParams,
+    InjectError,
+    LandingProof,
+    LinkKind,
+    LinkRef,
+    Mechanism,
+    Realism,
 )
-
 from faults._toxics import Direction, ToxicPlan, add_toxics, artefact, remove_toxics, verify_toxics
 
 __all__ = ["NcclDegradation", "NcclDegradationParams", "NcclMethod"]
@@ -21,9 +29,9 @@ _LINK_CAPABILITY = {LinkKind.TP: Capability.TOXIPROXY_TP_LINK, LinkKind.PP: Capa
 
 
 class NcclMethod(enum.StrEnum):
-    TOXIPROXY = "toxiproxy"                       # toxics on the stack's TP/PP link proxies
-    NETEM = "netem"                               # tc netem on the NCCL socket interface (real hosts)
-    TRANSPORT_DOWNGRADE = "transport_downgrade"   # restart with NCCL_P2P_DISABLE=1 ... (real hosts)
+    TOXIPROXY = "toxiproxy"  # toxics on the stack's TP/PP link proxies
+    NETEM = "netem"  # tc netem on the NCCL socket interface (real hosts)
+    TRANSPORT_DOWNGRADE = "transport_downgrade"  # restart with NCCL_P2P_DISABLE=1 ... (real hosts)
 
 
 class NcclDegradationParams(FaultParams):
@@ -35,11 +43,13 @@ class NcclDegradationParams(FaultParams):
     link_kinds: list[LinkKind] = Field([LinkKind.TP], min_length=1, description="toxiproxy: tp and/or pp links")
     interface: str | None = Field(None, description="netem: the NCCL socket interface (NCCL_SOCKET_IFNAME)")
     loss_pct: float = Field(0.0, ge=0, le=100, description="netem: packet loss (%)")
-    env: dict[str, str] = Field(default_factory=lambda: dict(DOWNGRADE_ENV),
-                                description="transport_downgrade: environment set on the restarted container")
+    env: dict[str, str] = Field(
+        default_factory=lambda: dict(DOWNGRADE_ENV),
+        description="transport_downgrade: environment set on the restarted container",
+    )
 
     @model_validator(mode="after")
-    def _fits_method(self) -> "NcclDegradationParams":
+    def _fits_method(self) -> NcclDegradationParams:
         shaping = self.latency_ms or self.jitter_ms or self.bandwidth_kbps or self.loss_pct
         if self.method is NcclMethod.NETEM and not self.interface:
             raise ValueError("method netem needs interface (the NCCL_SOCKET_IFNAME of the replica, e.g. eth1)")
@@ -82,20 +92,33 @@ class NcclDegradation(Fault):
 
     kind = "nccl_degradation"
     Params = NcclDegradationParams
-    scope = "links"   # the toxiproxy method's; the real-host methods act on whole replicas (see __init__)
+    scope = "links"  # the toxiproxy method's; the real-host methods act on whole replicas (see __init__)
     mechanisms = (
-        Mechanism(name="toxiproxy", needs=frozenset({Capability.TOXIPROXY_TP_LINK}), realism=Realism.REAL,
-                  summary="toxics on the stack's TP/PP link proxies (needs follow link_kinds)"),
-        Mechanism(name="netem", needs=frozenset({Capability.NVIDIA_GPU}), realism=Realism.HARDWARE_UNVERIFIED,
-                  summary="tc netem on the NCCL socket interface"),
-        Mechanism(name="transport_downgrade", needs=frozenset({Capability.NVIDIA_GPU, Capability.DOCKER}),
-                  realism=Realism.HARDWARE_UNVERIFIED,
-                  summary="container restarted with NCCL_P2P_DISABLE=1, NCCL_SHM_DISABLE=1, NCCL_NVLS_ENABLE=0"),
+        Mechanism(
+            name="toxiproxy",
+            needs=frozenset({Capability.TOXIPROXY_TP_LINK}),
+            realism=Realism.REAL,
+            summary="toxics on the stack's TP/PP link proxies (needs follow link_kinds)",
+        ),
+        Mechanism(
+            name="netem",
+            needs=frozenset({Capability.NVIDIA_GPU}),
+            realism=Realism.HARDWARE_UNVERIFIED,
+            summary="tc netem on the NCCL socket interface",
+        ),
+        Mechanism(
+            name="transport_downgrade",
+            needs=frozenset({Capability.NVIDIA_GPU, Capability.DOCKER}),
+            realism=Realism.HARDWARE_UNVERIFIED,
+            summary="container restarted with NCCL_P2P_DISABLE=1, NCCL_SHM_DISABLE=1, NCCL_NVLS_ENABLE=0",
+        ),
     )
     summary = "slow TP/PP links: Toxiproxy toxics on the stack's rank links, or netem / NCCL transport downgrade"
-    revert_semantics = ("toxiproxy: deletes the toxics drill-<fault id>-* from each link proxy. netem: deletes the "
-                        "netem qdisc whose handle derives from the fault id (nothing else). transport_downgrade: "
-                        "removes the copy and restarts the original container. Idempotent.")
+    revert_semantics = (
+        "toxiproxy: deletes the toxics drill-<fault id>-* from each link proxy. netem: deletes the "
+        "netem qdisc whose handle derives from the fault id (nothing else). transport_downgrade: "
+        "removes the copy and restarts the original container. Idempotent."
+    )
 
     def __init__(self, params: NcclDegradationParams) -> None:
         super().__init__(params)
@@ -115,9 +138,12 @@ class NcclDegradation(Fault):
         links = self._links(ctx)
         unproxied = [ln.name for ln in links if not ln.proxy]
         if unproxied or not links:
-            raise InjectError(f"link(s) {', '.join(unproxied) or '(none of kind ' + str(self.params.link_kinds) + ')'}"
-                              " carry no Toxiproxy proxy", fault=ctx.fault_id,
-                              hint="enable target.config.links.tp_proxies / pp_proxies, or check selector.links")
+            raise InjectError(
+                f"link(s) {', '.join(unproxied) or '(none of kind ' + str(self.params.link_kinds) + ')'}"
+                " carry no Toxiproxy proxy",
+                fault=ctx.fault_id,
+                hint="enable target.config.links.tp_proxies / pp_proxies, or check selector.links",
+            )
         return [ln.proxy for ln in links]
 
     def _plans(self, ctx: FaultContext) -> list[ToxicPlan]:
@@ -125,11 +151,18 @@ class NcclDegradation(Fault):
         plans = []
         for stream in p.direction.streams():
             if p.latency_ms or p.jitter_ms:
-                plans.append(ToxicPlan(artefact(ctx, "latency", stream), "latency",
-                                       {"latency": p.latency_ms, "jitter": p.jitter_ms}, stream))
+                plans.append(
+                    ToxicPlan(
+                        artefact(ctx, "latency", stream),
+                        "latency",
+                        {"latency": p.latency_ms, "jitter": p.jitter_ms},
+                        stream,
+                    )
+                )
             if p.bandwidth_kbps:
-                plans.append(ToxicPlan(artefact(ctx, "bandwidth", stream), "bandwidth", {"rate": p.bandwidth_kbps},
-                                       stream))
+                plans.append(
+                    ToxicPlan(artefact(ctx, "bandwidth", stream), "bandwidth", {"rate": p.bandwidth_kbps}, stream)
+                )
         return plans
 
     # -- the fault -------------------------------------------------------------------------------
@@ -140,8 +173,15 @@ class NcclDegradation(Fault):
             return
         for replica in ctx.targets.replicas:
             if p.method is NcclMethod.NETEM:
-                ctx.nccl.add_netem(replica.container, p.interface, artefact(ctx), delay_ms=p.latency_ms,
-                                   jitter_ms=p.jitter_ms, loss_pct=p.loss_pct, rate_kbit=(p.bandwidth_kbps or 0) * 8)
+                ctx.nccl.add_netem(
+                    replica.container,
+                    p.interface,
+                    artefact(ctx),
+                    delay_ms=p.latency_ms,
+                    jitter_ms=p.jitter_ms,
+                    loss_pct=p.loss_pct,
+                    rate_kbit=(p.bandwidth_kbps or 0) * 8,
+                )
             else:
                 ctx.nccl.restart_with_env(_container(ctx, replica), artefact(ctx), dict(p.env))
 
@@ -153,23 +193,28 @@ class NcclDegradation(Fault):
         for replica in ctx.targets.replicas:
             seen[replica.name] = self._verify_one(ctx, replica)
         what = "netem qdisc" if p.method is NcclMethod.NETEM else "NCCL transport environment"
-        return LandingProof(summary=f"{what} in place on {', '.join(seen)} (not verified on hardware)",
-                            observations=seen)
+        return LandingProof(
+            summary=f"{what} in place on {', '.join(seen)} (not verified on hardware)", observations=seen
+        )
 
     def _verify_one(self, ctx: FaultContext, replica) -> str:
         p: NcclDegradationParams = self.params
         if p.method is NcclMethod.NETEM:
             line = ctx.nccl.netem_line(replica.container, p.interface, artefact(ctx))
             if line is None:
-                raise FaultNotLanded(f"no netem qdisc of this fault on {p.interface} of {replica.name}",
-                                     fault=ctx.fault_id)
+                raise FaultNotLanded(
+                    f"no netem qdisc of this fault on {p.interface} of {replica.name}", fault=ctx.fault_id
+                )
             return line
         env = ctx.nccl.applied_env(_container(ctx, replica), artefact(ctx))
         missing = {k: v for k, v in p.env.items() if env is None or env.get(k) != v}
         if missing:
-            raise FaultNotLanded(f"{replica.name}: the restarted container lacks {missing}" if env is not None
-                                 else f"{replica.name}: no running copy of the container with the NCCL environment",
-                                 fault=ctx.fault_id)
+            raise FaultNotLanded(
+                f"{replica.name}: the restarted container lacks {missing}"
+                if env is not None
+                else f"{replica.name}: no running copy of the container with the NCCL environment",
+                fault=ctx.fault_id,
+            )
         return " ".join(f"{k}={v}" for k, v in p.env.items())
 
     def revert(self, ctx: FaultContext) -> None:
@@ -187,6 +232,9 @@ class NcclDegradation(Fault):
 
 def _container(ctx: FaultContext, replica) -> str:
     if not replica.container:
-        raise InjectError(f"replica {replica.name} runs in no container; transport_downgrade restarts a container",
-                          fault=ctx.fault_id, hint="give the target's replicas a container")
+        raise InjectError(
+            f"replica {replica.name} runs in no container; transport_downgrade restarts a container",
+            fault=ctx.fault_id,
+            hint="give the target's replicas a container",
+        )
     return replica.container

@@ -9,18 +9,30 @@ import time
 from pydantic import Field
 
 from drill.api import (
-    Capability, DockerError, Duration, LandingProof, Fault, FaultContext, FaultNotLanded, FaultParams, InjectError,
-    Mechanism, ProcessControlError, Realism, ReplicaRef, RevertError, Saved,
+    Capability,
+    DockerError,
+    Duration,
+    Fault,
+    FaultContext,
+    FaultNotLanded,
+    FaultParams,
+    InjectError,
+    LandingProof,
+    Mechanism,
+    ProcessControlError,
+    Realism,
+    ReplicaRef,
+    RevertError,
+    Saved,
 )
-
 from faults._toxics import poll
 
 __all__ = ["CrashSignal", "LifecycleMethod", "ReplicaCrash", "ReplicaPause"]
 
 
 class LifecycleMethod(enum.StrEnum):
-    PROCESS = "process"   # the replica's local process, by PID file, process name or PID
-    DOCKER = "docker"     # the replica's container
+    PROCESS = "process"  # the replica's local process, by PID file, process name or PID
+    DOCKER = "docker"  # the replica's container
 
 
 class CrashSignal(enum.StrEnum):
@@ -38,12 +50,16 @@ def _find(ctx: FaultContext, replica: ReplicaRef):
 
 def _container(ctx: FaultContext, replica: ReplicaRef) -> str:
     if not replica.container:
-        raise InjectError(f"replica {replica.name} runs in no container", fault=ctx.fault_id,
-                          hint="use method: process for local replicas")
+        raise InjectError(
+            f"replica {replica.name} runs in no container",
+            fault=ctx.fault_id,
+            hint="use method: process for local replicas",
+        )
     return replica.container
 
 
 # -- replica_crash ----------------------------------------------------------------------------------
+
 
 class ReplicaCrashParams(FaultParams):
     method: LifecycleMethod = Field(LifecycleMethod.PROCESS, description="what is killed (see Methods)")
@@ -53,8 +69,8 @@ class ReplicaCrashParams(FaultParams):
 
 
 class CrashSaved(Saved):
-    pid: dict[str, int] = Field(default_factory=dict)            # replica -> pid killed (host pid for docker)
-    start_ticks: dict[str, int] = Field(default_factory=dict)    # replica -> that process's start time
+    pid: dict[str, int] = Field(default_factory=dict)  # replica -> pid killed (host pid for docker)
+    start_ticks: dict[str, int] = Field(default_factory=dict)  # replica -> that process's start time
     restart_count: dict[str, int] = Field(default_factory=dict)  # replica -> container RestartCount before
 
 
@@ -83,14 +99,24 @@ class ReplicaCrash(Fault):
     Params = ReplicaCrashParams
     Saved = CrashSaved
     mechanisms = (
-        Mechanism(name="process", needs=frozenset({Capability.PROCESS}), realism=Realism.REAL,
-                  summary="a signal to the replica's process (PID file, name or PID)"),
-        Mechanism(name="docker", needs=frozenset({Capability.DOCKER}), realism=Realism.REAL,
-                  summary="the container's main process killed from the host; the restart policy restarts it"),
+        Mechanism(
+            name="process",
+            needs=frozenset({Capability.PROCESS}),
+            realism=Realism.REAL,
+            summary="a signal to the replica's process (PID file, name or PID)",
+        ),
+        Mechanism(
+            name="docker",
+            needs=frozenset({Capability.DOCKER}),
+            realism=Realism.REAL,
+            summary="the container's main process killed from the host; the restart policy restarts it",
+        ),
     )
     summary = "a replica's process or container is killed; the supervisor or Docker brings it back"
-    revert_semantics = ("a crash cannot be undone: revert waits (up to restart_timeout) until the replica runs "
-                        "again and starts an exited container; it fails (exit 4) if the replica stays down.")
+    revert_semantics = (
+        "a crash cannot be undone: revert waits (up to restart_timeout) until the replica runs "
+        "again and starts an exited container; it fails (exit 4) if the replica stays down."
+    )
 
     def needs_for(self, params: ReplicaCrashParams) -> frozenset[Capability]:
         needs = super().needs_for(params)
@@ -120,8 +146,9 @@ class ReplicaCrash(Fault):
         for replica in ctx.targets.replicas:
             ref = ctx.processes.ref(saved.pid[replica.name], saved.start_ticks[replica.name])
             if not ctx.processes.kill(ref, sig):
-                raise InjectError(f"replica {replica.name}'s process {ref.pid} was gone before the kill",
-                                  fault=ctx.fault_id)
+                raise InjectError(
+                    f"replica {replica.name}'s process {ref.pid} was gone before the kill", fault=ctx.fault_id
+                )
 
     def verify(self, ctx: FaultContext) -> LandingProof:
         seen: dict[str, str | int | float | bool | None] = {}
@@ -134,16 +161,20 @@ class ReplicaCrash(Fault):
         old = ctx.processes.ref(saved.pid[replica.name], saved.start_ticks[replica.name])
         info = ctx.processes.info(old.pid)
         if info is not None and info.start_ticks == old.start_ticks and not info.state.gone:
-            raise FaultNotLanded(f"{replica.name}: process {old.pid} is still alive ({info.state.value})",
-                                 fault=ctx.fault_id)
+            raise FaultNotLanded(
+                f"{replica.name}: process {old.pid} is still alive ({info.state.value})", fault=ctx.fault_id
+            )
         died = f"process {old.pid} killed ({p.signal.value})"
         if not p.expect_restart:
             return died
         start = time.monotonic()
         back = self._wait_back(ctx, replica, old)
         if back is None:
-            raise FaultNotLanded(f"{replica.name}: {died}, but it did not come back within {p.restart_timeout:g}s",
-                                 fault=ctx.fault_id, hint="is a supervisor or restart policy in place?")
+            raise FaultNotLanded(
+                f"{replica.name}: {died}, but it did not come back within {p.restart_timeout:g}s",
+                fault=ctx.fault_id,
+                hint="is a supervisor or restart policy in place?",
+            )
         return f"{died}; back as {back} after {time.monotonic() - start:.1f}s"
 
     def _wait_back(self, ctx: FaultContext, replica: ReplicaRef, old) -> str | None:
@@ -154,8 +185,9 @@ class ReplicaCrash(Fault):
             info = poll(lambda: _restarted(ctx, name, before), timeout, 0.1)
             return None if info is None else f"pid {info.pid} (restart count {info.restart_count})"
         try:
-            new = ctx.processes.wait_new(old, pid_file=replica.pid_file, process_name=replica.process_name,
-                                         timeout_s=timeout)
+            new = ctx.processes.wait_new(
+                old, pid_file=replica.pid_file, process_name=replica.process_name, timeout_s=timeout
+            )
         except ProcessControlError:
             return None
         return f"pid {new.pid}"
@@ -165,21 +197,26 @@ class ReplicaCrash(Fault):
             if self.params.method is LifecycleMethod.DOCKER:
                 self._revert_container(ctx, replica)
             elif poll(lambda r=replica: _running(ctx, r), self.params.restart_timeout, 0.1) is None:
-                raise RevertError(f"replica {replica.name} is still down {self.params.restart_timeout:g}s after the "
-                                  "crash", fault=ctx.fault_id, hint="start it by hand; nothing restarts it")
+                raise RevertError(
+                    f"replica {replica.name} is still down {self.params.restart_timeout:g}s after the crash",
+                    fault=ctx.fault_id,
+                    hint="start it by hand; nothing restarts it",
+                )
 
     def _revert_container(self, ctx: FaultContext, replica: ReplicaRef) -> None:
         name = _container(ctx, replica)
         try:
             info = ctx.docker.info(name)
         except DockerError as exc:
-            raise RevertError(f"replica {replica.name}'s container {name} is gone: {exc.message}",
-                              fault=ctx.fault_id) from exc
+            raise RevertError(
+                f"replica {replica.name}'s container {name} is gone: {exc.message}", fault=ctx.fault_id
+            ) from exc
         if info.state.value in ("exited", "created", "dead"):
             ctx.docker.start(name)
         if poll(lambda: _state_is(ctx, name, "running"), self.params.restart_timeout, 0.1) is None:
-            raise RevertError(f"container {name} is not running {self.params.restart_timeout:g}s after the crash",
-                              fault=ctx.fault_id)
+            raise RevertError(
+                f"container {name} is not running {self.params.restart_timeout:g}s after the crash", fault=ctx.fault_id
+            )
 
 
 def _restarted(ctx: FaultContext, container: str, before: int):
@@ -201,14 +238,15 @@ def _state_is(ctx: FaultContext, container: str, state: str):
 
 # -- replica_pause ----------------------------------------------------------------------------------
 
+
 class ReplicaPauseParams(FaultParams):
     method: LifecycleMethod = Field(LifecycleMethod.PROCESS, description="what is frozen (see Methods)")
 
 
 class PauseSaved(Saved):
-    pid: dict[str, int] = Field(default_factory=dict)             # replica -> pid stopped (process)
+    pid: dict[str, int] = Field(default_factory=dict)  # replica -> pid stopped (process)
     start_ticks: dict[str, int] = Field(default_factory=dict)
-    already: dict[str, bool] = Field(default_factory=dict)        # replica -> stopped/paused before the fault
+    already: dict[str, bool] = Field(default_factory=dict)  # replica -> stopped/paused before the fault
 
 
 class ReplicaPause(Fault):
@@ -236,14 +274,24 @@ class ReplicaPause(Fault):
     Params = ReplicaPauseParams
     Saved = PauseSaved
     mechanisms = (
-        Mechanism(name="process", needs=frozenset({Capability.PROCESS}), realism=Realism.REAL,
-                  summary="SIGSTOP / SIGCONT to the replica's process"),
-        Mechanism(name="docker", needs=frozenset({Capability.DOCKER}), realism=Realism.REAL,
-                  summary="docker pause / unpause of the replica's container"),
+        Mechanism(
+            name="process",
+            needs=frozenset({Capability.PROCESS}),
+            realism=Realism.REAL,
+            summary="SIGSTOP / SIGCONT to the replica's process",
+        ),
+        Mechanism(
+            name="docker",
+            needs=frozenset({Capability.DOCKER}),
+            realism=Realism.REAL,
+            summary="docker pause / unpause of the replica's container",
+        ),
     )
     summary = "a replica freezes (SIGSTOP or docker pause) for the fault's window"
-    revert_semantics = ("SIGCONT to the same process (by PID and start time) / docker unpause; a replica that was "
-                        "already stopped or paused before the fault is left so. Idempotent.")
+    revert_semantics = (
+        "SIGCONT to the same process (by PID and start time) / docker unpause; a replica that was "
+        "already stopped or paused before the fault is left so. Idempotent."
+    )
 
     def _docker(self) -> bool:
         return self.params.method is LifecycleMethod.DOCKER
@@ -304,5 +352,5 @@ def _unpause(ctx: FaultContext, container: str) -> None:
         if ctx.docker.info(container).state.value == "paused":
             ctx.docker.unpause(container)
     except DockerError as exc:
-        if "no such container" not in exc.message:   # a removed container is paused no more
+        if "no such container" not in exc.message:  # a removed container is paused no more
             raise

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from drill.api import Capability, LandingProof, Fault, FaultContext, FaultNotLanded, FaultParams, InjectError, Realism
-
+from drill.api import Capability, Fault, FaultContext, FaultNotLanded, FaultParams, InjectError, LandingProof, Realism
 from faults._toxics import artefact, poll
 
 __all__ = ["QueueFlood", "QueueFloodParams"]
@@ -14,8 +13,12 @@ _SEND_WAIT_S = 5.0
 
 
 class QueueFloodParams(FaultParams):
-    rate_multiplier: float = Field(4.0, gt=1, le=1000, description=(
-        "total arrival rate as a multiple of the scenario's (4 = three times more on top of it)"))
+    rate_multiplier: float = Field(
+        4.0,
+        gt=1,
+        le=1000,
+        description=("total arrival rate as a multiple of the scenario's (4 = three times more on top of it)"),
+    )
     prompt_multiplier: float = Field(1.0, gt=0, le=100, description="burst prompts are this many times longer")
 
 
@@ -48,19 +51,28 @@ class QueueFlood(Fault):
     realism = Realism.REAL
     scope = "pools"
     summary = "a burst of extra arrivals on top of the scenario's load (rate and prompt multipliers)"
-    revert_semantics = ("ends the burst; idempotent. After a runner crash there is nothing to revert: the load "
-                        "generator dies with the runner.")
+    revert_semantics = (
+        "ends the burst; idempotent. After a runner crash there is nothing to revert: the load "
+        "generator dies with the runner."
+    )
 
     def _burst(self, ctx: FaultContext) -> str:
         return artefact(ctx)
 
     def inject(self, ctx: FaultContext) -> None:
         if ctx.load is None:
-            raise InjectError("queue_flood drives the drill's load driver, and there is none here", fault=ctx.fault_id,
-                              hint="use it inside `drill run`; `drill fault inject` has no load to multiply")
+            raise InjectError(
+                "queue_flood drives the drill's load driver, and there is none here",
+                fault=ctx.fault_id,
+                hint="use it inside `drill run`; `drill fault inject` has no load to multiply",
+            )
         p: QueueFloodParams = self.params
-        ctx.load.start_burst(self._burst(ctx), rate_multiplier=p.rate_multiplier,
-                             prompt_multiplier=p.prompt_multiplier, pools=list(ctx.targets.pools))
+        ctx.load.start_burst(
+            self._burst(ctx),
+            rate_multiplier=p.rate_multiplier,
+            prompt_multiplier=p.prompt_multiplier,
+            pools=list(ctx.targets.pools),
+        )
 
     def verify(self, ctx: FaultContext) -> LandingProof:
         if ctx.load is None:
@@ -69,13 +81,18 @@ class QueueFlood(Fault):
         status = poll(lambda: _sending(ctx.load.burst_status(burst)), min(ctx.timeout_s, _SEND_WAIT_S), 0.1)
         if status is None:
             last = ctx.load.burst_status(burst)
-            raise FaultNotLanded(f"burst {burst} is not sending: the driver reports active={last.get('active', 0):g}, "
-                                 f"sent={last.get('sent', 0):g} after {_SEND_WAIT_S:g}s", fault=ctx.fault_id,
-                                 hint="is the scenario's rate zero for these pools right now?")
+            raise FaultNotLanded(
+                f"burst {burst} is not sending: the driver reports active={last.get('active', 0):g}, "
+                f"sent={last.get('sent', 0):g} after {_SEND_WAIT_S:g}s",
+                fault=ctx.fault_id,
+                hint="is the scenario's rate zero for these pools right now?",
+            )
         pools = ", ".join(ctx.targets.pools) or "every pool"
-        return LandingProof(summary=f"burst {burst} active on {pools}: {status['sent']:g} extra requests sent, "
-                                    f"{status['offered_rate']:.1f} req/s offered",
-                            observations={k: float(v) for k, v in status.items()})
+        return LandingProof(
+            summary=f"burst {burst} active on {pools}: {status['sent']:g} extra requests sent, "
+            f"{status['offered_rate']:.1f} req/s offered",
+            observations={k: float(v) for k, v in status.items()},
+        )
 
     def revert(self, ctx: FaultContext) -> None:
         if ctx.load is None:

@@ -7,9 +7,16 @@ import enum
 from pydantic import Field
 
 from drill.api import (
-    Capability, LandingProof, Fault, FaultContext, FaultNotLanded, FaultParams, Realism, Saved, ToxiproxyError,
+    Capability,
+    Fault,
+    FaultContext,
+    FaultNotLanded,
+    FaultParams,
+    LandingProof,
+    Realism,
+    Saved,
+    ToxiproxyError,
 )
-
 from faults._toxics import Direction, ToxicPlan, add_toxics, artefact, refused, remove_toxics, verify_toxics
 
 __all__ = ["LinkReset", "LinkResetParams", "Partition", "PartitionMode", "PartitionParams"]
@@ -54,8 +61,10 @@ class LinkReset(Fault):
 
     def _plans(self, ctx: FaultContext) -> list[ToxicPlan]:
         p: LinkResetParams = self.params
-        return [ToxicPlan(artefact(ctx, stream), "reset_peer", {"timeout": p.after_ms}, stream, p.toxicity)
-                for stream in p.direction.streams()]
+        return [
+            ToxicPlan(artefact(ctx, stream), "reset_peer", {"timeout": p.after_ms}, stream, p.toxicity)
+            for stream in p.direction.streams()
+        ]
 
     def inject(self, ctx: FaultContext) -> None:
         add_toxics(ctx, _proxies(ctx), self._plans(ctx))
@@ -68,18 +77,22 @@ class LinkReset(Fault):
 
 
 class PartitionMode(enum.StrEnum):
-    BLACKHOLE = "blackhole"   # connections open, no byte passes (Toxiproxy timeout toxic, both directions)
-    REFUSE = "refuse"         # the proxy is disabled: connections are refused and cut
+    BLACKHOLE = "blackhole"  # connections open, no byte passes (Toxiproxy timeout toxic, both directions)
+    REFUSE = "refuse"  # the proxy is disabled: connections are refused and cut
 
 
 class PartitionParams(FaultParams):
     mode: PartitionMode = Field(PartitionMode.BLACKHOLE, description="blackhole: silent link; refuse: link down")
-    close_after_ms: int = Field(0, ge=0, le=3_600_000, description=(
-        "blackhole only: close each silent connection after this long (ms); 0 keeps it open"))
+    close_after_ms: int = Field(
+        0,
+        ge=0,
+        le=3_600_000,
+        description=("blackhole only: close each silent connection after this long (ms); 0 keeps it open"),
+    )
 
 
 class PartitionSaved(Saved):
-    enabled: dict[str, bool] = Field(default_factory=dict)   # proxy -> enabled before the fault
+    enabled: dict[str, bool] = Field(default_factory=dict)  # proxy -> enabled before the fault
 
 
 class Partition(Fault):
@@ -108,8 +121,10 @@ class Partition(Fault):
     needs = frozenset({Capability.TOXIPROXY_REPLICA})
     realism = Realism.REAL
     summary = "the router cannot reach a replica: silent link (timeout toxics) or link down (proxy disabled)"
-    revert_semantics = ("blackhole: deletes the toxics drill-<fault id>-upstream/-downstream. refuse: sets each proxy "
-                        "back to its enabled state before the fault (enabled when unknown). Idempotent.")
+    revert_semantics = (
+        "blackhole: deletes the toxics drill-<fault id>-upstream/-downstream. refuse: sets each proxy "
+        "back to its enabled state before the fault (enabled when unknown). Idempotent."
+    )
 
     def _plans(self, ctx: FaultContext) -> list[ToxicPlan]:
         timeout = self.params.close_after_ms
@@ -134,8 +149,10 @@ class Partition(Fault):
         still = [p for p, enabled in states.items() if enabled]
         if still or not states:
             raise FaultNotLanded(f"proxy {', '.join(still) or '(none)'} is still enabled", fault=ctx.fault_id)
-        return LandingProof(summary=f"proxy {', '.join(states)} disabled: connections refused",
-                            observations={f"{p}.enabled": e for p, e in states.items()})
+        return LandingProof(
+            summary=f"proxy {', '.join(states)} disabled: connections refused",
+            observations={f"{p}.enabled": e for p, e in states.items()},
+        )
 
     def revert(self, ctx: FaultContext) -> None:
         if self.params.mode is PartitionMode.BLACKHOLE:
@@ -151,5 +168,5 @@ def _enable(ctx: FaultContext, proxy: str) -> None:
     try:
         ctx.toxiproxy.enable(proxy)
     except ToxiproxyError as exc:
-        if exc.status != 404 and not refused(exc):   # no proxy (or no server): no traffic to restore
+        if exc.status != 404 and not refused(exc):  # no proxy (or no server): no traffic to restore
             raise

@@ -5,10 +5,18 @@ from __future__ import annotations
 from pydantic import Field
 
 from drill.api import (
-    AdminApiError, Capability, Duration, LandingProof, Fault, FaultContext, FaultNotLanded, FaultParams, Realism,
-    RouterRetryOn, Saved,
+    AdminApiError,
+    Capability,
+    Duration,
+    Fault,
+    FaultContext,
+    FaultNotLanded,
+    FaultParams,
+    LandingProof,
+    Realism,
+    RouterRetryOn,
+    Saved,
 )
-
 from faults._toxics import refused
 
 __all__ = ["RouterRetryStorm", "RouterRetryStormParams"]
@@ -16,12 +24,23 @@ __all__ = ["RouterRetryStorm", "RouterRetryStormParams"]
 
 class RouterRetryStormParams(FaultParams):
     attempts: int = Field(3, ge=1, le=10, description="extra tries after the first")
-    retry_on: list[RouterRetryOn] = Field([RouterRetryOn.ERROR, RouterRetryOn.TIMEOUT], min_length=1, description=(
-        "failures retried (YAML reads a bare key 'on' as true, hence the name)"))
-    attempt_timeout: Duration | None = Field(None, description=(
-        "per-attempt timeout; a short one makes slow answers count as failures (default: keep the router's)"))
-    idempotency: bool | None = Field(None, description=(
-        "set the router's Idempotency-Key handling (default: keep it; false = every retry may duplicate work)"))
+    retry_on: list[RouterRetryOn] = Field(
+        [RouterRetryOn.ERROR, RouterRetryOn.TIMEOUT],
+        min_length=1,
+        description=("failures retried (YAML reads a bare key 'on' as true, hence the name)"),
+    )
+    attempt_timeout: Duration | None = Field(
+        None,
+        description=(
+            "per-attempt timeout; a short one makes slow answers count as failures (default: keep the router's)"
+        ),
+    )
+    idempotency: bool | None = Field(
+        None,
+        description=(
+            "set the router's Idempotency-Key handling (default: keep it; false = every retry may duplicate work)"
+        ),
+    )
 
 
 class RetryStormSaved(Saved):
@@ -61,13 +80,19 @@ class RouterRetryStorm(Fault):
     realism = Realism.REAL
     scope = "none"
     summary = "the router's naive retries turned on (a configuration fault: duplicate side effects, storms)"
-    revert_semantics = ("PATCHes back the retries and idempotency settings saved by prepare; idempotent. A router "
-                        "that refuses connections is not running (it restarts with its configured settings).")
+    revert_semantics = (
+        "PATCHes back the retries and idempotency settings saved by prepare; idempotent. A router "
+        "that refuses connections is not running (it restarts with its configured settings)."
+    )
 
     def prepare(self, ctx: FaultContext) -> RetryStormSaved:
         config = ctx.router_admin().config()
-        return RetryStormSaved(attempts=config.retries.attempts, retry_on=list(config.retries.on),
-                               timeout_s=config.retries.timeout, idempotency=config.idempotency)
+        return RetryStormSaved(
+            attempts=config.retries.attempts,
+            retry_on=list(config.retries.on),
+            timeout_s=config.retries.timeout,
+            idempotency=config.idempotency,
+        )
 
     def _patch(self) -> dict:
         p: RouterRetryStormParams = self.params
@@ -94,18 +119,26 @@ class RouterRetryStorm(Fault):
             wrong.append(f"idempotency {config.idempotency}")
         if wrong:
             raise FaultNotLanded(f"the router reports {', '.join(wrong)}", fault=ctx.fault_id)
-        return LandingProof(summary=f"router retries {config.retries.attempts} time(s) on "
-                                    f"{', '.join(config.retries.on)} (attempt timeout {config.retries.timeout:g}s, idempotency {config.idempotency})",
-                            observations={"attempts": config.retries.attempts, "timeout_s": config.retries.timeout,
-                                          "idempotency": config.idempotency})
+        return LandingProof(
+            summary=f"router retries {config.retries.attempts} time(s) on "
+            f"{', '.join(config.retries.on)} (attempt timeout {config.retries.timeout:g}s, idempotency {config.idempotency})",
+            observations={
+                "attempts": config.retries.attempts,
+                "timeout_s": config.retries.timeout,
+                "idempotency": config.idempotency,
+            },
+        )
 
     def revert(self, ctx: FaultContext) -> None:
         saved = ctx.saved if isinstance(ctx.saved, RetryStormSaved) else RetryStormSaved()
-        retries = {"attempts": saved.attempts, "on": saved.retry_on or ["error", "timeout"],
-                   "timeout": f"{saved.timeout_s:g}s"}
+        retries = {
+            "attempts": saved.attempts,
+            "on": saved.retry_on or ["error", "timeout"],
+            "timeout": f"{saved.timeout_s:g}s",
+        }
         try:
             ctx.router_admin().patch_config({"retries": retries, "idempotency": saved.idempotency})
         except AdminApiError as exc:
             if not refused(exc):
-                raise   # a router that refuses connections is not running: its restart reads its own config
+                raise  # a router that refuses connections is not running: its restart reads its own config
             ctx.note(f"router_retry_storm: {exc.message}; nothing to restore")

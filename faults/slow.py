@@ -7,25 +7,38 @@ import enum
 from pydantic import Field, model_validator
 
 from drill.api import (
-    Capability, DockerError, LandingProof, Fault, FaultContext, FaultNotLanded, FaultParams, Mechanism, Realism, Saved,
+    Capability,
+    DockerError,
+    Fault,
+    FaultContext,
+    FaultNotLanded,
+    FaultParams,
+    LandingProof,
+    Mechanism,
+    Realism,
+    Saved,
 )
-
 from faults._toxics import Direction, ToxicPlan, add_toxics, artefact, remove_toxics, verify_toxics
 from faults.gpu import restore_clock, verify_clock
 
 __all__ = ["SlowMethod", "SlowReplica", "SlowReplicaParams"]
 
-CPU_PERIOD_US = 100_000   # Docker's default CFS period
+CPU_PERIOD_US = 100_000  # Docker's default CFS period
 
 
 class SlowMethod(enum.StrEnum):
-    TOXIPROXY = "toxiproxy"     # latency / jitter / bandwidth on the replica's proxy
-    DOCKER_CPU = "docker_cpu"   # CFS quota on the replica's container
-    CLOCK_CAP = "clock_cap"     # the reference stack's simulated SM clock cap
+    TOXIPROXY = "toxiproxy"  # latency / jitter / bandwidth on the replica's proxy
+    DOCKER_CPU = "docker_cpu"  # CFS quota on the replica's container
+    CLOCK_CAP = "clock_cap"  # the reference stack's simulated SM clock cap
 
 
-_ONLY = {"latency_ms": SlowMethod.TOXIPROXY, "jitter_ms": SlowMethod.TOXIPROXY,
-         "bandwidth_kbps": SlowMethod.TOXIPROXY, "cpus": SlowMethod.DOCKER_CPU, "clock_fraction": SlowMethod.CLOCK_CAP}
+_ONLY = {
+    "latency_ms": SlowMethod.TOXIPROXY,
+    "jitter_ms": SlowMethod.TOXIPROXY,
+    "bandwidth_kbps": SlowMethod.TOXIPROXY,
+    "cpus": SlowMethod.DOCKER_CPU,
+    "clock_fraction": SlowMethod.CLOCK_CAP,
+}
 
 
 class SlowReplicaParams(FaultParams):
@@ -39,7 +52,7 @@ class SlowReplicaParams(FaultParams):
     clock_fraction: float | None = Field(None, ge=0.01, le=1, description="clock_cap: SM clock, fraction of nominal")
 
     @model_validator(mode="after")
-    def _fits_method(self) -> "SlowReplicaParams":
+    def _fits_method(self) -> SlowReplicaParams:
         wrong = [k for k, m in _ONLY.items() if getattr(self, k) is not None and m is not self.method]
         if wrong:
             raise ValueError(f"{', '.join(wrong)} belong(s) to method {_ONLY[wrong[0]].value}, not {self.method.value}")
@@ -53,8 +66,8 @@ class SlowReplicaParams(FaultParams):
 
 
 class SlowReplicaSaved(Saved):
-    cpu_quota_us: dict[str, int] = Field(default_factory=dict)       # container -> CFS quota before (0: none)
-    clock_fraction: dict[str, float] = Field(default_factory=dict)   # replica -> clock fraction before
+    cpu_quota_us: dict[str, int] = Field(default_factory=dict)  # container -> CFS quota before (0: none)
+    clock_fraction: dict[str, float] = Field(default_factory=dict)  # replica -> clock fraction before
 
 
 class SlowReplica(Fault):
@@ -89,17 +102,31 @@ class SlowReplica(Fault):
     Params = SlowReplicaParams
     Saved = SlowReplicaSaved
     mechanisms = (
-        Mechanism(name="toxiproxy", needs=frozenset({Capability.TOXIPROXY_REPLICA}), realism=Realism.REAL,
-                  summary="latency/jitter/bandwidth toxics on the replica's proxy"),
-        Mechanism(name="docker_cpu", needs=frozenset({Capability.DOCKER}), realism=Realism.REAL,
-                  summary="a CFS CPU quota on the replica's container"),
-        Mechanism(name="clock_cap", needs=frozenset({Capability.STACK_ADMIN}), realism=Realism.SIMULATED,
-                  summary="the reference stack's simulated SM clock cap"),
+        Mechanism(
+            name="toxiproxy",
+            needs=frozenset({Capability.TOXIPROXY_REPLICA}),
+            realism=Realism.REAL,
+            summary="latency/jitter/bandwidth toxics on the replica's proxy",
+        ),
+        Mechanism(
+            name="docker_cpu",
+            needs=frozenset({Capability.DOCKER}),
+            realism=Realism.REAL,
+            summary="a CFS CPU quota on the replica's container",
+        ),
+        Mechanism(
+            name="clock_cap",
+            needs=frozenset({Capability.STACK_ADMIN}),
+            realism=Realism.SIMULATED,
+            summary="the reference stack's simulated SM clock cap",
+        ),
     )
     summary = "one replica gets slow: Toxiproxy latency/bandwidth, a Docker CPU cap, or a (simulated) clock cap"
-    revert_semantics = ("toxiproxy: deletes the toxics drill-<fault id>-*. docker_cpu: puts back the CPU quota the "
-                        "container had before (none: removed). clock_cap: puts back the clock fraction from before. "
-                        "Idempotent.")
+    revert_semantics = (
+        "toxiproxy: deletes the toxics drill-<fault id>-*. docker_cpu: puts back the CPU quota the "
+        "container had before (none: removed). clock_cap: puts back the clock fraction from before. "
+        "Idempotent."
+    )
 
     # -- toxiproxy -------------------------------------------------------------------------------
     def _plans(self, ctx: FaultContext) -> list[ToxicPlan]:
@@ -107,11 +134,21 @@ class SlowReplica(Fault):
         plans = []
         for stream in p.direction.streams():
             if p.latency_ms or p.jitter_ms:
-                plans.append(ToxicPlan(artefact(ctx, "latency", stream), "latency",
-                                       {"latency": p.latency_ms or 0, "jitter": p.jitter_ms or 0}, stream, p.toxicity))
+                plans.append(
+                    ToxicPlan(
+                        artefact(ctx, "latency", stream),
+                        "latency",
+                        {"latency": p.latency_ms or 0, "jitter": p.jitter_ms or 0},
+                        stream,
+                        p.toxicity,
+                    )
+                )
             if p.bandwidth_kbps:
-                plans.append(ToxicPlan(artefact(ctx, "bandwidth", stream), "bandwidth", {"rate": p.bandwidth_kbps},
-                                       stream, p.toxicity))
+                plans.append(
+                    ToxicPlan(
+                        artefact(ctx, "bandwidth", stream), "bandwidth", {"rate": p.bandwidth_kbps}, stream, p.toxicity
+                    )
+                )
         return plans
 
     def _proxies(self, ctx: FaultContext) -> list[str]:
@@ -123,8 +160,9 @@ class SlowReplica(Fault):
         if method is SlowMethod.DOCKER_CPU:
             return SlowReplicaSaved(cpu_quota_us={c: ctx.docker.info(c).cpu_quota_us for c in _containers(ctx)})
         if method is SlowMethod.CLOCK_CAP:
-            return SlowReplicaSaved(clock_fraction={r.name: ctx.stack_admin(r).state().gpu.clock_fraction
-                                                    for r in ctx.targets.replicas})
+            return SlowReplicaSaved(
+                clock_fraction={r.name: ctx.stack_admin(r).state().gpu.clock_fraction for r in ctx.targets.replicas}
+            )
         return SlowReplicaSaved()
 
     def inject(self, ctx: FaultContext) -> None:
@@ -162,8 +200,11 @@ class SlowReplica(Fault):
 def _containers(ctx: FaultContext) -> list[str]:
     missing = [r.name for r in ctx.targets.replicas if not r.container]
     if missing:
-        raise DockerError(f"replica(s) {', '.join(missing)} run in no container", operation="find container",
-                          hint="method docker_cpu needs a target whose replicas are containers")
+        raise DockerError(
+            f"replica(s) {', '.join(missing)} run in no container",
+            operation="find container",
+            hint="method docker_cpu needs a target whose replicas are containers",
+        )
     return [r.container for r in ctx.targets.replicas]
 
 
@@ -176,8 +217,10 @@ def _verify_quota(ctx: FaultContext, quota_us: int) -> LandingProof:
     wrong = {c: q for c, q in quotas.items() if q != quota_us}
     if wrong:
         raise FaultNotLanded(f"CPU quota is {wrong}, not {quota_us} µs per {CPU_PERIOD_US} µs", fault=ctx.fault_id)
-    return LandingProof(summary=f"container(s) {', '.join(quotas)} capped at {quota_us / CPU_PERIOD_US:g} CPU",
-                        observations={f"{c}.cpu_quota_us": q for c, q in quotas.items()})
+    return LandingProof(
+        summary=f"container(s) {', '.join(quotas)} capped at {quota_us / CPU_PERIOD_US:g} CPU",
+        observations={f"{c}.cpu_quota_us": q for c, q in quotas.items()},
+    )
 
 
 def _restore_quota(ctx: FaultContext, container: str, quota_us: int) -> None:
@@ -187,5 +230,5 @@ def _restore_quota(ctx: FaultContext, container: str, quota_us: int) -> None:
         else:
             ctx.docker.clear_cpu_limit(container)
     except DockerError as exc:
-        if "no such container" not in exc.message:   # a removed container holds no quota
+        if "no such container" not in exc.message:  # a removed container holds no quota
             raise

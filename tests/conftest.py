@@ -10,11 +10,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
-TEST_PLUGINS = ";".join([
-    "drill.faults:test_toxic_latency=tests.plugins.faults:ToxicLatency",
-    "drill.faults:test_docker_pause=tests.plugins.faults:DockerPause",
-    "drill.faults:test_raising_revert=tests.plugins.faults:RaisingRevert",
-])
+TEST_PLUGINS = ";".join(
+    [
+        "drill.faults:test_toxic_latency=tests.plugins.faults:ToxicLatency",
+        "drill.faults:test_docker_pause=tests.plugins.faults:DockerPause",
+        "drill.faults:test_raising_revert=tests.plugins.faults:RaisingRevert",
+    ]
+)
 
 
 @pytest.fixture(autouse=True, scope="session")

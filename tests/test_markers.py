@@ -30,7 +30,7 @@ def _test_functions():
         module = importlib.util.module_from_spec(spec)
         try:
             spec.loader.exec_module(module)
-        except Exception:   # noqa: BLE001 - a module that does not import here is not this test's business
+        except Exception:  # noqa: BLE001 - a module that does not import here is not this test's business
             continue
         module_marks = _marks(module)
         for name, func in vars(module).items():
@@ -39,8 +39,11 @@ def _test_functions():
 
 
 def integration_tests_with_a_mock_transport() -> list[str]:
-    return [f"{path.relative_to(TESTS)}::{name}" for path, name, func, marks in _test_functions()
-            if "integration" in marks and "MockTransport" in inspect.getsource(func)]
+    return [
+        f"{path.relative_to(TESTS)}::{name}"
+        for path, name, func, marks in _test_functions()
+        if "integration" in marks and "MockTransport" in inspect.getsource(func)
+    ]
 
 
 def test_no_integration_test_uses_a_mock_transport() -> None:
@@ -50,7 +53,8 @@ def test_no_integration_test_uses_a_mock_transport() -> None:
 def test_the_marker_check_finds_a_mislabelled_test(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "test_fake.py").write_text(
         "import pytest, httpx\npytestmark = pytest.mark.integration\n"
-        "def test_mocked():\n    httpx.MockTransport(lambda r: httpx.Response(200))\n")
+        "def test_mocked():\n    httpx.MockTransport(lambda r: httpx.Response(200))\n"
+    )
     monkeypatch.setattr(sys.modules[__name__], "TESTS", tmp_path)
     assert integration_tests_with_a_mock_transport() == ["test_fake.py::test_mocked"]
 
@@ -68,6 +72,7 @@ def test_an_unmarked_test_gets_no_docker_engine() -> None:
 @pytest.mark.docker
 def test_a_docker_marked_test_keeps_the_machines_engine() -> None:
     assert not os.environ.get("DOCKER_HOST", "").startswith("unix:///nonexistent/")
-    done = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('DOCKER_HOST', ''))"],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.environ.get('DOCKER_HOST', ''))"], capture_output=True, text=True
+    )
     assert "nonexistent" not in done.stdout

@@ -31,8 +31,10 @@ SAME_CONCEPT: dict[str, tuple[tuple[str, ...], str]] = {
     "gpu": (("drill/stack", "faults"), "the stack's simulated GPU, and the faults that act on it"),
     "interconnect": (("drill/stack", "faults"), "the stack's TP/PP interconnect, and the faults that act on it"),
     "router": (("drill/stack", "faults"), "the stack's router, and the faults that act on it"),
-    "load": (("drill", "drill/cli", "faults"),
-             "the load driver, `drill load` that runs it, and `queue_flood` that adds load through it"),
+    "load": (
+        ("drill", "drill/cli", "faults"),
+        "the load driver, `drill load` that runs it, and `queue_flood` that adds load through it",
+    ),
     # A record the stack or the load driver writes, and the check that judges it.
     "ledger": (("drill/checks", "drill/stack"), "a replica's side-effect ledger, and its reader for the checks"),
     "replay": (("drill/checks", "drill/load"), "the replay phase, and the check that judges it"),
@@ -95,8 +97,10 @@ def test_the_name_census_reads_the_whole_tree() -> None:
 
 def test_no_two_modules_share_a_basename_for_different_concepts() -> None:
     clashes = module_clashes()
-    assert clashes == [], "modules that share a basename (rename one, or say in SAME_CONCEPT why both are one "\
-                          "concept):\n" + "\n".join(clashes)
+    assert clashes == [], (
+        "modules that share a basename (rename one, or say in SAME_CONCEPT why both are one "
+        "concept):\n" + "\n".join(clashes)
+    )
 
 
 def test_every_same_concept_entry_is_still_needed() -> None:
@@ -112,11 +116,20 @@ def test_no_two_top_level_classes_share_a_name() -> None:
 
 def test_the_census_finds_planted_clashes(tmp_path: Path) -> None:
     """The census itself can fail: a package and a module of one name in other layers, a class twice."""
-    for name, text in {"drill/__init__.py": "", "drill/engine/__init__.py": "", "drill/engine/judge.py": "",
-                       "drill/cli/judge.py": "class Outcome: ...\n", "drill/stack/engine.py": "class Outcome: ...\n",
-                       "drill/stack/__main__.py": "", "faults/__init__.py": "", "faults/judge.py": ""}.items():
+    for name, text in {
+        "drill/__init__.py": "",
+        "drill/engine/__init__.py": "",
+        "drill/engine/judge.py": "",
+        "drill/cli/judge.py": "class Outcome: ...\n",
+        "drill/stack/engine.py": "class Outcome: ...\n",
+        "drill/stack/__main__.py": "",
+        "faults/__init__.py": "",
+        "faults/judge.py": "",
+    }.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
-    assert module_clashes(tmp_path) == ["engine: drill/engine/, drill/stack/engine.py",
-                                        "judge: drill/cli/judge.py, drill/engine/judge.py, faults/judge.py"]
+    assert module_clashes(tmp_path) == [
+        "engine: drill/engine/, drill/stack/engine.py",
+        "judge: drill/cli/judge.py, drill/engine/judge.py, faults/judge.py",
+    ]
     assert class_clashes(tmp_path) == ["Outcome: drill/cli/judge.py:1, drill/stack/engine.py:1"]

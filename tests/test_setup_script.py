@@ -17,8 +17,26 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-TOOLS = ("bash", "sh", "sort", "head", "awk", "mktemp", "rmdir", "rm", "mv", "id", "uname", "cat", "printf", "dirname",
-         "sed", "seq", "sleep", "tail")
+TOOLS = (
+    "bash",
+    "sh",
+    "sort",
+    "head",
+    "awk",
+    "mktemp",
+    "rmdir",
+    "rm",
+    "mv",
+    "id",
+    "uname",
+    "cat",
+    "printf",
+    "dirname",
+    "sed",
+    "seq",
+    "sleep",
+    "tail",
+)
 
 
 def _bin(tmp_path: Path, go_version: str | None = None) -> Path:
@@ -30,19 +48,31 @@ def _bin(tmp_path: Path, go_version: str | None = None) -> Path:
             (folder / tool).symlink_to(found)
     if go_version is not None:
         go = folder / "go"
-        go.write_text(f'#!/bin/sh\nif [ "$1" = env ]; then echo go{go_version}; '
-                      f'else echo "go version go{go_version} linux/amd64"; fi\n'
-                      'if [ "$1" = install ]; then exit 3; fi\n')
+        go.write_text(
+            f'#!/bin/sh\nif [ "$1" = env ]; then echo go{go_version}; '
+            f'else echo "go version go{go_version} linux/amd64"; fi\n'
+            'if [ "$1" = install ]; then exit 3; fi\n'
+        )
         go.chmod(0o755)
     return folder
 
 
 def _step(tmp_path: Path, script: str, go_version: str | None = None) -> subprocess.CompletedProcess:
-    env = {"PATH": str(_bin(tmp_path, go_version)), "HOME": str(tmp_path), "VENV": str(tmp_path / "venv"),
-           "DRILL_SETUP_OFFLINE": "1"}
+    env = {
+        "PATH": str(_bin(tmp_path, go_version)),
+        "HOME": str(tmp_path),
+        "VENV": str(tmp_path / "venv"),
+        "DRILL_SETUP_OFFLINE": "1",
+    }
     (tmp_path / "venv" / "bin").mkdir(parents=True)
-    return subprocess.run(["bash", "-c", f"set -euo pipefail; source scripts/setup.sh; {script}"], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["bash", "-c", f"set -euo pipefail; source scripts/setup.sh; {script}"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_without_go_toxiproxy_setup_stops_with_exit_1_and_says_what_to_do(tmp_path: Path) -> None:
@@ -59,15 +89,17 @@ def test_debian_12s_go_1_19_is_too_old_for_toxiproxy_2_12(tmp_path: Path) -> Non
     assert "Go 1.19.8 is too old: building the Toxiproxy server v2.12.0 needs Go >= 1.23.0" in done.stderr
 
 
-@pytest.mark.parametrize("version, ok", [("1.23.0", True), ("1.23.4", True), ("1.24.6", True), ("1.22.12", False),
-                                         ("1.9", False), ("1.100.0", True)])
+@pytest.mark.parametrize(
+    "version, ok",
+    [("1.23.0", True), ("1.23.4", True), ("1.24.6", True), ("1.22.12", False), ("1.9", False), ("1.100.0", True)],
+)
 def test_the_go_version_is_compared_as_a_version(tmp_path: Path, version: str, ok: bool) -> None:
     done = _step(tmp_path, 'setup_go "$TOXIPROXY_MIN_GO"', go_version=version)
     assert (done.returncode == 0) is ok, done
 
 
 def test_a_failed_go_install_stops_setup(tmp_path: Path) -> None:
-    done = _step(tmp_path, "setup_toxiproxy; echo carried-on", go_version="1.24.6")   # the fake go install exits 3
+    done = _step(tmp_path, "setup_toxiproxy; echo carried-on", go_version="1.24.6")  # the fake go install exits 3
     assert done.returncode == 1 and "carried-on" not in done.stdout, done
     assert "go install of the Toxiproxy server failed" in done.stderr
 
@@ -108,7 +140,7 @@ def test_the_gpu_tests_fail_rather_than_skip_without_a_c_compiler(tmp_path: Path
     monkeypatch.delenv("DRILL_ALLOW_NO_CC", raising=False)
     with pytest.raises(pytest.fail.Exception, match="no C compiler"):
         build_fake_cudart(tmp_path / "lib")
-    monkeypatch.setenv("DRILL_ALLOW_NO_CC", "1")   # asked for by name: a visible skip
+    monkeypatch.setenv("DRILL_ALLOW_NO_CC", "1")  # asked for by name: a visible skip
     with pytest.raises(pytest.skip.Exception):
         build_fake_cudart(tmp_path / "lib")
 
@@ -120,7 +152,7 @@ def test_dev_setup_on_a_machine_without_go_stops_with_exit_1(tmp_path: Path) -> 
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").symlink_to(sys.executable)
     (venv / ".llm-drill-installed").touch()
-    os.utime(venv / ".llm-drill-installed", (2**31, 2**31))   # newer than pyproject.toml: no reinstall
+    os.utime(venv / ".llm-drill-installed", (2**31, 2**31))  # newer than pyproject.toml: no reinstall
     env = {"PATH": str(_bin(tmp_path)), "HOME": str(tmp_path), "VENV": str(venv), "DRILL_SETUP_OFFLINE": "1"}
     done = subprocess.run([str(REPO / "dev"), "setup"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1, done

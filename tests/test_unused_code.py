@@ -43,8 +43,11 @@ def _defined(tree: ast.Module):
             yield node.lineno, node.target.id
         if isinstance(node, ast.ClassDef):
             for member in node.body:
-                if (isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)) and not member.name.startswith("_")
-                        and _plain(member)):
+                if (
+                    isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and not member.name.startswith("_")
+                    and _plain(member)
+                ):
                     yield member.lineno, member.name
 
 
@@ -72,5 +75,6 @@ def test_the_check_finds_an_unused_function_constant_and_property(tmp_path: Path
     (tmp_path / "pyproject.toml").write_text("")
     (tmp_path / "drill" / "m.py").write_text(
         '__all__ = ["helper", "used"]\nLIMIT = 3\n\ndef helper():\n    return 1\n\ndef used():\n    return LIMIT\n\n'
-        "class Thing:\n    @property\n    def spare(self):\n        return 2\n\nused()\nThing()\n")
+        "class Thing:\n    @property\n    def spare(self):\n        return 2\n\nused()\nThing()\n"
+    )
     assert unused_names(tmp_path) == ["drill/m.py:4: helper", "drill/m.py:12: spare"]

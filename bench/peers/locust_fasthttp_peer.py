@@ -26,11 +26,15 @@ class StreamUser(FastHttpUser):
     @task
     def stream(self):
         rid = uuid.uuid4().hex
-        body = {"model": "bench-model", "prompt": "hello " * 20, "max_tokens": int(os.environ["BENCH_CHUNKS"]),
-                "stream": True, "ignore_eos": True}
+        body = {
+            "model": "bench-model",
+            "prompt": "hello " * 20,
+            "max_tokens": int(os.environ["BENCH_CHUNKS"]),
+            "stream": True,
+            "ignore_eos": True,
+        }
         times = []
-        for line in self.client.iter_lines("/v1/completions", method="POST", json=body,
-                                           headers={"X-Request-Id": rid}):
+        for line in self.client.iter_lines("/v1/completions", method="POST", json=body, headers={"X-Request-Id": rid}):
             if line.startswith("data: {"):
                 times.append(time.time())
         SAMPLES.append([rid, times])

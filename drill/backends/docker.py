@@ -83,10 +83,15 @@ def _info(container: Container) -> ContainerInfo:
     attrs = container.attrs
     state = attrs.get("State", {})
     return ContainerInfo(
-        id=container.id, name=container.name, state=ContainerState(state.get("Status", "dead")),
-        labels=dict(attrs.get("Config", {}).get("Labels") or {}), pid=int(state.get("Pid") or 0),
-        exit_code=state.get("ExitCode"), restart_count=int(attrs.get("RestartCount") or 0),
-        cpu_quota_us=int(attrs.get("HostConfig", {}).get("CpuQuota") or 0))
+        id=container.id,
+        name=container.name,
+        state=ContainerState(state.get("Status", "dead")),
+        labels=dict(attrs.get("Config", {}).get("Labels") or {}),
+        pid=int(state.get("Pid") or 0),
+        exit_code=state.get("ExitCode"),
+        restart_count=int(attrs.get("RestartCount") or 0),
+        cpu_quota_us=int(attrs.get("HostConfig", {}).get("CpuQuota") or 0),
+    )
 
 
 @contextmanager
@@ -95,20 +100,30 @@ def _translated(operation: str, timeout_s: float) -> Iterator[None]:
     try:
         yield
     except docker.errors.NotFound as exc:
-        raise DockerError(f"{operation}: no such container or image ({exc.explanation})",
-                          hint="it may have been removed; list containers with DockerBackend.find()",
-                          operation=operation) from exc
+        raise DockerError(
+            f"{operation}: no such container or image ({exc.explanation})",
+            hint="it may have been removed; list containers with DockerBackend.find()",
+            operation=operation,
+        ) from exc
     except docker.errors.APIError as exc:
-        hint = "the container is in the wrong state for this (see DockerBackend.info())" \
-            if exc.status_code == 409 else None
-        raise DockerError(f"{operation}: Docker engine said {exc.status_code}: {exc.explanation}",
-                          hint=hint, operation=operation) from exc
+        hint = (
+            "the container is in the wrong state for this (see DockerBackend.info())"
+            if exc.status_code == 409
+            else None
+        )
+        raise DockerError(
+            f"{operation}: Docker engine said {exc.status_code}: {exc.explanation}", hint=hint, operation=operation
+        ) from exc
     except (requests.exceptions.Timeout, requests.exceptions.ConnectionError) as exc:
-        raise DockerError(f"{operation}: the Docker engine did not answer within {timeout_s:g}s",
-                          hint="is dockerd overloaded or hung? `docker ps` should answer", operation=operation) from exc
+        raise DockerError(
+            f"{operation}: the Docker engine did not answer within {timeout_s:g}s",
+            hint="is dockerd overloaded or hung? `docker ps` should answer",
+            operation=operation,
+        ) from exc
     except docker.errors.DockerException as exc:
-        raise DockerError(f"{operation}: {exc}", hint="is dockerd running? (`./dev test` starts one)",
-                          operation=operation) from exc
+        raise DockerError(
+            f"{operation}: {exc}", hint="is dockerd running? (`./dev test` starts one)", operation=operation
+        ) from exc
 
 
 class DockerBackend:
@@ -135,8 +150,9 @@ class DockerBackend:
         self.close()
 
     # -- lookup ------------------------------------------------------------------------------
-    def find(self, *, name: str | None = None, labels: dict[str, str] | None = None,
-             include_stopped: bool = True) -> list[ContainerInfo]:
+    def find(
+        self, *, name: str | None = None, labels: dict[str, str] | None = None, include_stopped: bool = True
+    ) -> list[ContainerInfo]:
         """Containers whose name contains ``name`` and that carry every label in ``labels``."""
         filters: dict[str, Any] = {}
         if name:
@@ -181,8 +197,7 @@ class DockerBackend:
         if cpus <= 0:
             raise DockerError(f"set cpu limit: cpus must be > 0, got {cpus}", operation="set cpu limit")
         quota = max(1000, round(cpus * CPU_PERIOD_US))
-        self._call(container, f"set cpu limit {cpus:g}",
-                   lambda c: c.update(cpu_quota=quota, cpu_period=CPU_PERIOD_US))
+        self._call(container, f"set cpu limit {cpus:g}", lambda c: c.update(cpu_quota=quota, cpu_period=CPU_PERIOD_US))
 
     def clear_cpu_limit(self, container: str) -> None:
         """Remove the CPU cap (``cpu_quota=-1``); idempotent."""
@@ -205,8 +220,14 @@ class DockerBackend:
             raise
         return True
 
-    def wait_for_state(self, container: str, states: set[ContainerState] | ContainerState,
-                       *, timeout_s: float = 10.0, poll_s: float = 0.05) -> ContainerInfo:
+    def wait_for_state(
+        self,
+        container: str,
+        states: set[ContainerState] | ContainerState,
+        *,
+        timeout_s: float = 10.0,
+        poll_s: float = 0.05,
+    ) -> ContainerInfo:
         """Poll until the container is in one of ``states``; returns that snapshot.
 
         Raises DockerError when ``timeout_s`` passes first (with the last state seen).
@@ -219,9 +240,10 @@ class DockerBackend:
                 return info
             if time.monotonic() >= deadline:
                 raise DockerError(
-                    f"wait for state: {container} is {info.state} after {timeout_s:g}s, "
-                    f"wanted {sorted(wanted)}", hint="see `docker logs " + container + "`",
-                    operation="wait for state")
+                    f"wait for state: {container} is {info.state} after {timeout_s:g}s, wanted {sorted(wanted)}",
+                    hint="see `docker logs " + container + "`",
+                    operation="wait for state",
+                )
             time.sleep(poll_s)
 
     def run(self, image: str, command: list[str], *, name: str, **kwargs: Any) -> ContainerInfo:
@@ -241,16 +263,22 @@ def _empty_rootfs() -> bytes:
     """A tarball of empty top-level directories: mount points for the read-only host binds."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name, mode in (("tmp", 0o1777), ("proc", 0o555), ("sys", 0o555), ("dev", 0o755),
-                           ("etc", 0o755), ("run", 0o755), ("root", 0o700)):
+        for name, mode in (
+            ("tmp", 0o1777),
+            ("proc", 0o555),
+            ("sys", 0o555),
+            ("dev", 0o755),
+            ("etc", 0o755),
+            ("run", 0o755),
+            ("root", 0o700),
+        ):
             entry = tarfile.TarInfo(name)
             entry.type, entry.mode, entry.mtime = tarfile.DIRTYPE, mode, 0
             tar.addfile(entry)
     return buffer.getvalue()
 
 
-def ensure_empty_image(backend: DockerBackend, repository: str = "llm-drill-host",
-                       tag: str = "v1") -> str:
+def ensure_empty_image(backend: DockerBackend, repository: str = "llm-drill-host", tag: str = "v1") -> str:
     """Import (once) an image with an empty rootfs and return its reference ``repository:tag``.
 
     Containers from it run host binaries through read-only bind mounts (dependency-notes.md §3):

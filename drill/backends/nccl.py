@@ -30,10 +30,10 @@ from __future__ import annotations
 import shutil
 import subprocess
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from drill.errors import DockerError, NetemError
 
@@ -76,8 +76,13 @@ class NetemSpec:
 class NcclControl:
     """netem on an interface (host or container) and the NCCL transport-downgrade container swap."""
 
-    def __init__(self, *, timeout_s: float = DEFAULT_TIMEOUT_S, docker: Callable[[], "DockerBackend"] | None = None,
-                 tc: str = "tc") -> None:
+    def __init__(
+        self,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        docker: Callable[[], DockerBackend] | None = None,
+        tc: str = "tc",
+    ) -> None:
         self.timeout_s = timeout_s
         self._docker = docker
         self.tc = tc
@@ -86,8 +91,17 @@ class NcclControl:
         """Nothing to release (the Docker connection belongs to the fault context)."""
 
     # -- netem -----------------------------------------------------------------------------------
-    def add_netem(self, container: str | None, interface: str, tag: str, *, delay_ms: float = 0.0,
-                  jitter_ms: float = 0.0, rate_kbit: int = 0, loss_pct: float = 0.0) -> None:
+    def add_netem(
+        self,
+        container: str | None,
+        interface: str,
+        tag: str,
+        *,
+        delay_ms: float = 0.0,
+        jitter_ms: float = 0.0,
+        rate_kbit: int = 0,
+        loss_pct: float = 0.0,
+    ) -> None:
         """Put a netem qdisc with the handle of ``tag`` at the root of ``interface`` (units as :class:`NetemSpec`)."""
         spec = NetemSpec(delay_ms, jitter_ms, rate_kbit, loss_pct)
         args = ["qdisc", "add", "dev", interface, "root", "handle", f"{netem_handle(tag)}:", "netem", *spec.args()]
@@ -103,8 +117,11 @@ class NcclControl:
         """Delete our netem qdisc; False when it was not there (nothing else is touched)."""
         if self.netem_line(container, interface, tag) is None:
             return False
-        self._tc(container, ["qdisc", "del", "dev", interface, "root", "handle", f"{netem_handle(tag)}:"],
-                 f"delete netem on {interface}")
+        self._tc(
+            container,
+            ["qdisc", "del", "dev", interface, "root", "handle", f"{netem_handle(tag)}:"],
+            f"delete netem on {interface}",
+        )
         return True
 
     def _tc(self, container: str | None, args: list[str], operation: str) -> str:
@@ -114,8 +131,11 @@ class NcclControl:
             result = self._docker().exec(container, [self.tc, *args])
             return _checked(result.exit_code, result.output.decode(errors="replace"), operation)
         if shutil.which(self.tc) is None:
-            raise NetemError(f"{operation}: {self.tc} not found", operation=operation,
-                               hint="install iproute2; netem also needs the sch_netem kernel module")
+            raise NetemError(
+                f"{operation}: {self.tc} not found",
+                operation=operation,
+                hint="install iproute2; netem also needs the sch_netem kernel module",
+            )
         try:
             done = subprocess.run([self.tc, *args], capture_output=True, text=True, timeout=self.timeout_s)
         except (OSError, subprocess.SubprocessError) as exc:
@@ -145,8 +165,11 @@ class NcclControl:
     def _park(self, api: Any, container: str, parked: str) -> None:
         attrs = api.inspect_container(container)
         if attrs["HostConfig"].get("AutoRemove"):
-            raise DockerError(f"{container} has AutoRemove set: stopping it would delete it, so it could not be "
-                              "restored", operation="restart with env", hint="use the netem method instead")
+            raise DockerError(
+                f"{container} has AutoRemove set: stopping it would delete it, so it could not be restored",
+                operation="restart with env",
+                hint="use the netem method instead",
+            )
         api.rename(attrs["Id"], parked)
         api.stop(attrs["Id"], timeout=_STOP_GRACE_S)
 
@@ -172,8 +195,11 @@ class NcclControl:
                 api.rename(parked, container)
                 api.start(container)
                 return True
-        raise DockerError(f"cannot restore {container}: another container took its name while {parked} was parked",
-                          operation="restore", hint=f"remove or rename {container}, then run `drill cleanup` again")
+        raise DockerError(
+            f"cannot restore {container}: another container took its name while {parked} was parked",
+            operation="restore",
+            hint=f"remove or rename {container}, then run `drill cleanup` again",
+        )
 
     def _api(self) -> Any:
         if self._docker is None:
@@ -209,11 +235,19 @@ def _copy_of(attrs: dict, env: dict[str, str], tag: str) -> dict[str, Any]:
     """``create_container`` arguments for a copy of ``attrs`` with ``env`` set and the fault label."""
     config = attrs["Config"]
     kept = [e for e in config.get("Env") or [] if e.split("=", 1)[0] not in env]
-    return {"image": config["Image"], "command": config.get("Cmd"), "entrypoint": config.get("Entrypoint"),
-            "environment": kept + [f"{k}={v}" for k, v in env.items()], "working_dir": config.get("WorkingDir") or None,
-            "user": config.get("User") or None, "labels": {**_labels(attrs), FAULT_LABEL: tag},
-            "stop_signal": config.get("StopSignal"), "tty": bool(config.get("Tty")), "detach": True,
-            "host_config": attrs["HostConfig"]}
+    return {
+        "image": config["Image"],
+        "command": config.get("Cmd"),
+        "entrypoint": config.get("Entrypoint"),
+        "environment": kept + [f"{k}={v}" for k, v in env.items()],
+        "working_dir": config.get("WorkingDir") or None,
+        "user": config.get("User") or None,
+        "labels": {**_labels(attrs), FAULT_LABEL: tag},
+        "stop_signal": config.get("StopSignal"),
+        "tty": bool(config.get("Tty")),
+        "detach": True,
+        "host_config": attrs["HostConfig"],
+    }
 
 
 @contextmanager
@@ -224,8 +258,8 @@ def _docker_errors(operation: str) -> Iterator[None]:
     try:
         yield
     except docker.errors.APIError as exc:
-        raise DockerError(f"{operation}: Docker engine said {exc.status_code}: {exc.explanation}",
-                          operation=operation) from exc
+        raise DockerError(
+            f"{operation}: Docker engine said {exc.status_code}: {exc.explanation}", operation=operation
+        ) from exc
     except (requests.exceptions.RequestException, docker.errors.DockerException) as exc:
-        raise DockerError(f"{operation}: {exc}", operation=operation,
-                          hint="is dockerd running and answering?") from exc
+        raise DockerError(f"{operation}: {exc}", operation=operation, hint="is dockerd running and answering?") from exc

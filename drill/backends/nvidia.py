@@ -26,8 +26,9 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from drill.errors import GpuError
 
@@ -37,13 +38,17 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["GpuControl", "GpuInfo", "HOG_SCRIPT", "HogStatus"]
 
 DEFAULT_TIMEOUT_S = 10.0
-GIB = 1024 ** 3
+GIB = 1024**3
 _QUERY = "index,uuid,name,memory.used,memory.total,clocks.sm,clocks.max.sm"
-_SMI_EXIT = {4: "insufficient permissions (locking clocks needs root)", 6: "the query failed",
-             9: "the NVIDIA driver is not loaded", 15: "the GPU is lost or fell off the bus"}
+_SMI_EXIT = {
+    4: "insufficient permissions (locking clocks needs root)",
+    6: "the query failed",
+    9: "the NVIDIA driver is not loaded",
+    15: "the GPU is lost or fell off the bus",
+}
 
 #: The memory hog: ``python3 -c HOG_SCRIPT TAG BYTES DEVICE LEASE_S CUDA_LIB``.
-HOG_SCRIPT = r'''
+HOG_SCRIPT = r"""
 import ctypes, glob, json, os, signal, sys, time
 tag, want, device, lease, lib = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
 path = "/tmp/drill-hog-%s.json" % tag
@@ -132,10 +137,10 @@ while time.time() < deadline:
         sys.exit("the hog process exited before holding any memory (no CUDA library, or no device %d)" % device)
     time.sleep(0.05)
 sys.exit("the hog did not report within 60s")
-'''
+"""
 
 #: Read a hog's status, or stop it: ``python3 -c ... TAG stop|status``.
-_HOG_CTL = r'''
+_HOG_CTL = r"""
 import json, os, signal, sys, time
 path = "/tmp/drill-hog-%s.json" % sys.argv[1]
 try:
@@ -161,7 +166,7 @@ if not alive and os.path.exists(path):
     os.unlink(path)
 status["alive"] = alive
 print(json.dumps(status))
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -194,8 +199,14 @@ class HogStatus:
 class GpuControl:
     """``nvidia-smi`` and the CUDA memory hog, on this host or in a container (through ``docker``)."""
 
-    def __init__(self, *, timeout_s: float = DEFAULT_TIMEOUT_S, docker: Callable[[], "DockerBackend"] | None = None,
-                 nvidia_smi: str = "nvidia-smi", python: str = "python3") -> None:
+    def __init__(
+        self,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        docker: Callable[[], DockerBackend] | None = None,
+        nvidia_smi: str = "nvidia-smi",
+        python: str = "python3",
+    ) -> None:
         self.timeout_s = timeout_s
         self._docker = docker
         self.nvidia_smi = nvidia_smi
@@ -213,8 +224,11 @@ class GpuControl:
     def lock_clocks(self, indices: list[int], max_mhz: int, min_mhz: int | None = None) -> None:
         """Lock the SM clock of GPUs ``indices`` into ``min_mhz``–``max_mhz`` (host only; root)."""
         for index in indices:
-            self._smi(["-i", str(index), "-lgc", f"{min_mhz or max_mhz},{max_mhz}"], None,
-                      f"lock GPU {index} clocks at {max_mhz} MHz")
+            self._smi(
+                ["-i", str(index), "-lgc", f"{min_mhz or max_mhz},{max_mhz}"],
+                None,
+                f"lock GPU {index} clocks at {max_mhz} MHz",
+            )
 
     def reset_clocks(self, indices: list[int]) -> None:
         """Remove the clock lock of GPUs ``indices`` (``-rgc``; idempotent)."""
@@ -225,20 +239,40 @@ class GpuControl:
         if container is not None:
             return self._in_container(container, [self.nvidia_smi, *args], operation)
         if shutil.which(self.nvidia_smi) is None:
-            raise GpuError(f"{operation}: {self.nvidia_smi} not found on this host", operation=operation,
-                               hint="this method needs real NVIDIA GPUs and their driver tools")
+            raise GpuError(
+                f"{operation}: {self.nvidia_smi} not found on this host",
+                operation=operation,
+                hint="this method needs real NVIDIA GPUs and their driver tools",
+            )
         return self._host([self.nvidia_smi, *args], operation)
 
     # -- memory hog ------------------------------------------------------------------------------
-    def start_memory_hog(self, container: str | None, *, tag: str, gib: float, device: int = 0,
-                         lease_s: float = 3600.0, cuda_lib: str = "", python: str | None = None) -> HogStatus:
+    def start_memory_hog(
+        self,
+        container: str | None,
+        *,
+        tag: str,
+        gib: float,
+        device: int = 0,
+        lease_s: float = 3600.0,
+        cuda_lib: str = "",
+        python: str | None = None,
+    ) -> HogStatus:
         """Start a process holding ``gib`` GiB on ``device``; returns once it holds them (or fails).
 
         ``python`` is the interpreter where it runs (default ``self.python``). Idempotent for one
         ``tag``: a hog already running is reported, not doubled.
         """
-        args = [python or self.python, "-c", HOG_SCRIPT, tag, str(int(gib * GIB)), str(device), f"{lease_s:g}",
-                cuda_lib]
+        args = [
+            python or self.python,
+            "-c",
+            HOG_SCRIPT,
+            tag,
+            str(int(gib * GIB)),
+            str(device),
+            f"{lease_s:g}",
+            cuda_lib,
+        ]
         out = self._run(container, args, f"start a {gib:g} GiB memory hog on GPU {device}")
         status = _hog(out)
         if status is None:
@@ -266,8 +300,9 @@ class GpuControl:
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout_s)
         except subprocess.TimeoutExpired as exc:
-            raise GpuError(f"{operation}: {argv[0]} did not finish within {self.timeout_s:g}s",
-                               operation=operation) from exc
+            raise GpuError(
+                f"{operation}: {argv[0]} did not finish within {self.timeout_s:g}s", operation=operation
+            ) from exc
         except OSError as exc:
             raise GpuError(f"{operation}: cannot run {argv[0]}: {exc}", operation=operation) from exc
         return _checked(done.returncode, done.stdout + done.stderr, argv[0], operation)
@@ -276,17 +311,20 @@ class GpuControl:
         if self._docker is None:
             raise GpuError(f"{operation}: no Docker backend to reach container {container}", operation=operation)
         result = self._docker().exec(container, argv)
-        return _checked(result.exit_code, result.output.decode(errors="replace"), argv[0],
-                        f"{operation} in container {container}")
+        return _checked(
+            result.exit_code, result.output.decode(errors="replace"), argv[0], f"{operation} in container {container}"
+        )
 
 
 def _checked(code: int, output: str, program: str, operation: str) -> str:
     if code == 0:
         return output
     why = _SMI_EXIT.get(code, "") if "nvidia-smi" in program else ""
-    raise GpuError(f"{operation}: {program} exited {code}{' (' + why + ')' if why else ''}: "
-                       f"{output.strip()[-300:]}", operation=operation,
-                       hint="real-GPU methods need NVIDIA GPUs, their driver and CUDA where the replica runs")
+    raise GpuError(
+        f"{operation}: {program} exited {code}{' (' + why + ')' if why else ''}: {output.strip()[-300:]}",
+        operation=operation,
+        hint="real-GPU methods need NVIDIA GPUs, their driver and CUDA where the replica runs",
+    )
 
 
 def _gpu_line(line: str) -> GpuInfo:
@@ -300,7 +338,7 @@ def _number(text: str) -> float:
     try:
         return float(text)
     except ValueError:
-        return float("nan")   # "[N/A]" on GPUs that do not report it
+        return float("nan")  # "[N/A]" on GPUs that do not report it
 
 
 def _hog(output: str) -> HogStatus | None:
@@ -311,6 +349,13 @@ def _hog(output: str) -> HogStatus | None:
         return None
     if not data:
         return None
-    return HogStatus(pid=int(data["pid"]), api=str(data["api"]), wanted=int(data["wanted"]), held=int(data["held"]),
-                     free=int(data["free"]), total=int(data["total"]), device=int(data["device"]),
-                     alive=bool(data.get("alive", True)))
+    return HogStatus(
+        pid=int(data["pid"]),
+        api=str(data["api"]),
+        wanted=int(data["wanted"]),
+        held=int(data["held"]),
+        free=int(data["free"]),
+        total=int(data["total"]),
+        device=int(data["device"]),
+        alive=bool(data.get("alive", True)),
+    )

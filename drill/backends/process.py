@@ -107,8 +107,11 @@ def read_pid_file(path: str | Path) -> int:
     try:
         text = Path(path).read_text(encoding="utf-8").strip()
     except OSError as exc:
-        raise ProcessControlError(f"cannot read PID file {path}: {exc}", operation="read pid file",
-                                  hint="is the replica running? the PID file is written when it starts") from exc
+        raise ProcessControlError(
+            f"cannot read PID file {path}: {exc}",
+            operation="read pid file",
+            hint="is the replica running? the PID file is written when it starts",
+        ) from exc
     if not text.isdigit():
         raise ProcessControlError(f"PID file {path} holds {text[:40]!r}, not a process id", operation="read pid file")
     return int(text)
@@ -133,8 +136,9 @@ class ProcessControl:
         """A fresh snapshot of ``pid``; None once it no longer exists."""
         return read_stat(pid)
 
-    def find(self, *, pid: int | None = None, pid_file: str | None = None,
-             process_name: str | None = None) -> ProcessInfo:
+    def find(
+        self, *, pid: int | None = None, pid_file: str | None = None, process_name: str | None = None
+    ) -> ProcessInfo:
         """The one live process named by ``pid``, else ``pid_file``, else ``process_name``.
 
         ``process_name`` matches ``comm`` or the base name of ``argv[0]`` exactly, else a
@@ -148,14 +152,20 @@ class ProcessControl:
             return self._alive(pid, f"PID file {pid_file}" if pid_file else f"PID {pid}")
         if process_name:
             return self._by_name(process_name)
-        raise ProcessControlError("no PID, PID file or process name to find the process by",
-                                  operation="find process", hint="give the replica a pid_file or process_name")
+        raise ProcessControlError(
+            "no PID, PID file or process name to find the process by",
+            operation="find process",
+            hint="give the replica a pid_file or process_name",
+        )
 
     def _alive(self, pid: int, source: str) -> ProcessInfo:
         info = read_stat(pid)
         if info is None or info.state.gone:
-            raise ProcessControlError(f"process {pid} (from {source}) is not running", operation="find process",
-                                      hint="the replica may have exited; check that it is up")
+            raise ProcessControlError(
+                f"process {pid} (from {source}) is not running",
+                operation="find process",
+                hint="the replica may have exited; check that it is up",
+            )
         return info
 
     def _by_name(self, name: str) -> ProcessInfo:
@@ -163,13 +173,19 @@ class ProcessControl:
         live = [i for i in _all_processes() if i.pid != me and not i.state.gone]
         found = [i for i in live if _named(i, name)] or [i for i in live if _mentions(i, name)]
         if not found:
-            raise ProcessControlError(f"no running process matches name {name!r}", operation="find process",
-                                      hint="match is on comm, argv[0] or the command line (like pgrep -f)")
+            raise ProcessControlError(
+                f"no running process matches name {name!r}",
+                operation="find process",
+                hint="match is on comm, argv[0] or the command line (like pgrep -f)",
+            )
         roots = [i for i in found if i.ppid not in {f.pid for f in found}]
         if len(roots) > 1:
             pids = ", ".join(str(i.pid) for i in roots[:8])
-            raise ProcessControlError(f"{len(roots)} processes match name {name!r} (PIDs {pids})",
-                                      operation="find process", hint="use a PID file, or a more specific name")
+            raise ProcessControlError(
+                f"{len(roots)} processes match name {name!r} (PIDs {pids})",
+                operation="find process",
+                hint="use a PID file, or a more specific name",
+            )
         return roots[0]
 
     # -- signals ---------------------------------------------------------------------------------
@@ -183,8 +199,11 @@ class ProcessControl:
         except ProcessLookupError:
             return False
         except PermissionError as exc:
-            raise ProcessControlError(f"not allowed to send {sig.name} to process {ref.pid}: {exc}",
-                                      operation=f"send {sig.name}", hint="run as the process's user or root") from exc
+            raise ProcessControlError(
+                f"not allowed to send {sig.name} to process {ref.pid}: {exc}",
+                operation=f"send {sig.name}",
+                hint="run as the process's user or root",
+            ) from exc
         return True
 
     def stop(self, ref: ProcessRef) -> ProcessInfo:
@@ -205,18 +224,23 @@ class ProcessControl:
         if not self.send(ref, sig):
             return False
         if sig == signal.SIGKILL:
-            self.send(ref, signal.SIGCONT)   # a stopped process dies of SIGKILL anyway; be explicit
+            self.send(ref, signal.SIGCONT)  # a stopped process dies of SIGKILL anyway; be explicit
         self.wait_gone(ref)
         return True
 
     # -- waiting ---------------------------------------------------------------------------------
     def wait_gone(self, ref: ProcessRef, timeout_s: float | None = None) -> None:
         """Wait until ``ref`` has exited (gone, zombie, or its PID reused)."""
-        self._wait(ref, lambda i: i is None or i.state.gone or i.start_ticks != ref.start_ticks,
-                   "gone", timeout_s)
+        self._wait(ref, lambda i: i is None or i.state.gone or i.start_ticks != ref.start_ticks, "gone", timeout_s)
 
-    def wait_new(self, old: ProcessRef, *, pid_file: str | None = None, process_name: str | None = None,
-                 timeout_s: float | None = None) -> ProcessInfo:
+    def wait_new(
+        self,
+        old: ProcessRef,
+        *,
+        pid_file: str | None = None,
+        process_name: str | None = None,
+        timeout_s: float | None = None,
+    ) -> ProcessInfo:
         """Wait until a live process other than ``old`` is found by ``pid_file``/``process_name``.
 
         Called after a kill to see the supervisor bring the replica back with a new PID.
@@ -232,9 +256,11 @@ class ProcessControl:
             except ProcessControlError as exc:
                 last = exc.message
             if time.monotonic() >= deadline:
-                raise ProcessControlError(f"no new process replaced {old.pid} within {self._span(timeout_s):g}s "
-                                          f"({last})", operation="wait for restart",
-                                          hint="is a supervisor restarting it? (target capability 'supervisor')")
+                raise ProcessControlError(
+                    f"no new process replaced {old.pid} within {self._span(timeout_s):g}s ({last})",
+                    operation="wait for restart",
+                    hint="is a supervisor restarting it? (target capability 'supervisor')",
+                )
             time.sleep(_POLL_S * 5)
 
     def _span(self, timeout_s: float | None) -> float:
@@ -248,8 +274,10 @@ class ProcessControl:
                 return info
             if time.monotonic() >= deadline:
                 state = info.state.value if info else "gone"
-                raise ProcessControlError(f"process {ref.pid} is not {what} after {self._span(timeout_s):g}s "
-                                          f"(state {state})", operation=f"wait until {what}")
+                raise ProcessControlError(
+                    f"process {ref.pid} is not {what} after {self._span(timeout_s):g}s (state {state})",
+                    operation=f"wait until {what}",
+                )
             time.sleep(_POLL_S)
 
 

@@ -23,8 +23,19 @@ from drill import __version__
 from drill.errors import AdminApiError
 from drill.units import Duration
 
-__all__ = ["ConfigChange", "EngineCondition", "GpuCondition", "LastDeath", "ReplicaAdminState", "RetrySettings", "RouterAdminClient",
-           "RouterReplica", "RouterSettings", "RouterState", "StackAdminClient"]
+__all__ = [
+    "ConfigChange",
+    "EngineCondition",
+    "GpuCondition",
+    "LastDeath",
+    "ReplicaAdminState",
+    "RetrySettings",
+    "RouterAdminClient",
+    "RouterReplica",
+    "RouterSettings",
+    "RouterState",
+    "StackAdminClient",
+]
 
 DEFAULT_TIMEOUT_S = 5.0
 _USER_AGENT = f"llm-drill/{__version__} (admin client)"
@@ -124,15 +135,26 @@ class _AdminHttp:
 
     what = "admin API"
 
-    def __init__(self, base_url: str, token: str | None, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         headers = {"User-Agent": _USER_AGENT}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        self._http = httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(timeout_s), headers=headers,
-                                  transport=transport, trust_env=False)
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            timeout=httpx.Timeout(timeout_s),
+            headers=headers,
+            transport=transport,
+            trust_env=False,
+        )
 
     def close(self) -> None:
         """Close the connection pool. Called once when the client is no longer needed."""
@@ -148,34 +170,45 @@ class _AdminHttp:
         try:
             response = self._http.request(method, path, json=body)
         except httpx.TimeoutException as exc:
-            raise AdminApiError(f"{operation}: the {self.what} at {self.base_url} did not answer within "
-                                f"{self.timeout_s:g}s", hint="the process may be stopped or overloaded",
-                                operation=operation) from exc
+            raise AdminApiError(
+                f"{operation}: the {self.what} at {self.base_url} did not answer within {self.timeout_s:g}s",
+                hint="the process may be stopped or overloaded",
+                operation=operation,
+            ) from exc
         except httpx.HTTPError as exc:
-            raise AdminApiError(f"{operation}: cannot reach the {self.what} at {self.base_url} "
-                                f"({type(exc).__name__}: {exc})", hint="is it running? (`drill stack status`)",
-                                operation=operation) from exc
+            raise AdminApiError(
+                f"{operation}: cannot reach the {self.what} at {self.base_url} ({type(exc).__name__}: {exc})",
+                hint="is it running? (`drill stack status`)",
+                operation=operation,
+            ) from exc
         if response.status_code != 200:
             raise _status_error(response, operation, self.what)
         try:
             return response.json()
         except ValueError as exc:
-            raise AdminApiError(f"{operation}: the {self.what} answered non-JSON: {response.text[:200]!r}",
-                                operation=operation, status=response.status_code) from exc
+            raise AdminApiError(
+                f"{operation}: the {self.what} answered non-JSON: {response.text[:200]!r}",
+                operation=operation,
+                status=response.status_code,
+            ) from exc
 
     def _model(self, model: type[M], data: Any, operation: str) -> M:
         try:
             return model.model_validate(data)
         except ValidationError as exc:
-            raise AdminApiError(f"{operation}: unexpected answer from the {self.what}: {exc.errors()[0]['msg']} "
-                                f"at {'.'.join(str(p) for p in exc.errors()[0]['loc'])}",
-                                hint="is this the llm-drill reference stack (stack-contracts.md §5)?",
-                                operation=operation) from exc
+            raise AdminApiError(
+                f"{operation}: unexpected answer from the {self.what}: {exc.errors()[0]['msg']} "
+                f"at {'.'.join(str(p) for p in exc.errors()[0]['loc'])}",
+                hint="is this the llm-drill reference stack (stack-contracts.md §5)?",
+                operation=operation,
+            ) from exc
 
 
-_HINTS = {401: "the admin token is wrong: it is in the stack's state file (`drill stack status --json`)",
-          403: "the admin API answers loopback clients only",
-          404: "this server has no such admin route: is it the llm-drill reference stack?"}
+_HINTS = {
+    401: "the admin token is wrong: it is in the stack's state file (`drill stack status --json`)",
+    403: "the admin API answers loopback clients only",
+    404: "this server has no such admin route: is it the llm-drill reference stack?",
+}
 
 
 def _status_error(response: httpx.Response, operation: str, what: str) -> AdminApiError:
@@ -184,8 +217,12 @@ def _status_error(response: httpx.Response, operation: str, what: str) -> AdminA
     except (ValueError, KeyError, TypeError):
         message = response.text.strip()[:300]
     status = response.status_code
-    return AdminApiError(f"{operation}: the {what} answered HTTP {status}: {message}", hint=_HINTS.get(status),
-                         operation=operation, status=status)
+    return AdminApiError(
+        f"{operation}: the {what} answered HTTP {status}: {message}",
+        hint=_HINTS.get(status),
+        operation=operation,
+        status=status,
+    )
 
 
 class StackAdminClient(_AdminHttp):
@@ -198,8 +235,9 @@ class StackAdminClient(_AdminHttp):
 
     def state(self) -> ReplicaAdminState:
         """The replica's state (pid, engine alive, simulated GPU conditions, stall)."""
-        return self._model(ReplicaAdminState, self._json("GET", "/admin/state", "get replica state"),
-                           "get replica state")
+        return self._model(
+            ReplicaAdminState, self._json("GET", "/admin/state", "get replica state"), "get replica state"
+        )
 
     def set_memory_hog(self, gib: float) -> float:
         """Another process takes ``gib`` GiB of the GPU; returns the previous amount (GiB)."""
@@ -248,8 +286,7 @@ class RouterAdminClient(_AdminHttp):
 
     def config(self) -> RouterSettings:
         """The configuration in force."""
-        return self._model(RouterSettings, self._json("GET", "/admin/config", "get router config"),
-                           "get router config")
+        return self._model(RouterSettings, self._json("GET", "/admin/config", "get router config"), "get router config")
 
     def patch_config(self, patch: dict[str, Any]) -> ConfigChange:
         """Change ``retries`` (merged key by key), ``idempotency``, ``policy``, ``health_check_interval``.

@@ -54,21 +54,21 @@ _USER_AGENT = f"llm-drill/{__version__} (toxiproxy client)"
 class ToxicType(StrEnum):
     """The toxic types of Toxiproxy 2.x; attribute names and units in the comments."""
 
-    LATENCY = "latency"          # latency ms, jitter ms (measured from each chunk's arrival)
-    BANDWIDTH = "bandwidth"      # rate KB/s (1 KB = 1000 bytes)
-    SLOW_CLOSE = "slow_close"    # delay ms
-    TIMEOUT = "timeout"          # timeout ms (0 = hold forever)
-    RESET_PEER = "reset_peer"    # timeout ms, then TCP RST
-    SLICER = "slicer"            # average_size B, size_variation B, delay µs
-    LIMIT_DATA = "limit_data"    # bytes
+    LATENCY = "latency"  # latency ms, jitter ms (measured from each chunk's arrival)
+    BANDWIDTH = "bandwidth"  # rate KB/s (1 KB = 1000 bytes)
+    SLOW_CLOSE = "slow_close"  # delay ms
+    TIMEOUT = "timeout"  # timeout ms (0 = hold forever)
+    RESET_PEER = "reset_peer"  # timeout ms, then TCP RST
+    SLICER = "slicer"  # average_size B, size_variation B, delay µs
+    LIMIT_DATA = "limit_data"  # bytes
     NOOP = "noop"
 
 
 class Stream(StrEnum):
     """Direction a toxic applies to, seen from the proxy's client."""
 
-    UPSTREAM = "upstream"        # client -> server
-    DOWNSTREAM = "downstream"    # server -> client
+    UPSTREAM = "upstream"  # client -> server
+    DOWNSTREAM = "downstream"  # server -> client
 
 
 class _ToxiproxyWire(BaseModel):
@@ -132,12 +132,17 @@ class ToxiproxyClient:
     read, write and pool wait). Use as a context manager or call :meth:`close`.
     """
 
-    def __init__(self, base_url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self, base_url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, transport: httpx.BaseTransport | None = None
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
-        self._http = httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(timeout_s),
-                                  headers={"User-Agent": _USER_AGENT}, transport=transport)
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            timeout=httpx.Timeout(timeout_s),
+            headers={"User-Agent": _USER_AGENT},
+            transport=transport,
+        )
 
     @classmethod
     def from_env(cls, default: str | None = None, **kwargs: Any) -> ToxiproxyClient:
@@ -147,8 +152,10 @@ class ToxiproxyClient:
         """
         url = os.environ.get("TOXIPROXY_URL") or default
         if not url:
-            raise NotAvailableError("no Toxiproxy server configured",
-                                    hint="set TOXIPROXY_URL=http://host:port, or start one with ToxiproxyServer")
+            raise NotAvailableError(
+                "no Toxiproxy server configured",
+                hint="set TOXIPROXY_URL=http://host:port, or start one with ToxiproxyServer",
+            )
         return cls(url, **kwargs)
 
     def __enter__(self) -> ToxiproxyClient:
@@ -184,17 +191,16 @@ class ToxiproxyClient:
         """One proxy; raises ToxiproxyError (status 404) when it does not exist."""
         return self._model(Proxy, "GET", f"/proxies/{name}", f"get proxy {name!r}")
 
-    def create_proxy(self, name: str, upstream: str, *, listen: str = "127.0.0.1:0",
-                     enabled: bool = True) -> Proxy:
+    def create_proxy(self, name: str, upstream: str, *, listen: str = "127.0.0.1:0", enabled: bool = True) -> Proxy:
         """Create a proxy; ``listen`` port 0 lets the server pick one (read it from the result)."""
         body = ProxySpec(name=name, upstream=upstream, listen=listen, enabled=enabled).model_dump()
         return self._model(Proxy, "POST", "/proxies", f"create proxy {name!r}", json=body, ok=(201,))
 
-    def update_proxy(self, name: str, *, enabled: bool | None = None, listen: str | None = None,
-                     upstream: str | None = None) -> Proxy:
+    def update_proxy(
+        self, name: str, *, enabled: bool | None = None, listen: str | None = None, upstream: str | None = None
+    ) -> Proxy:
         """PATCH a proxy. Changing listen/upstream restarts it; ``enabled=False`` drops every link."""
-        body = {k: v for k, v in {"enabled": enabled, "listen": listen, "upstream": upstream}.items()
-                if v is not None}
+        body = {k: v for k, v in {"enabled": enabled, "listen": listen, "upstream": upstream}.items() if v is not None}
         return self._model(Proxy, "PATCH", f"/proxies/{name}", f"update proxy {name!r}", json=body)
 
     def enable(self, name: str) -> Proxy:
@@ -225,19 +231,31 @@ class ToxiproxyClient:
         data = self._request("GET", f"/proxies/{proxy}/toxics", f"list toxics of {proxy!r}").json()
         return [Toxic.from_wire(t) for t in data]
 
-    def add_toxic(self, proxy: str, type: ToxicType | str, attributes: dict[str, int] | None = None, *,
-                  name: str | None = None, stream: Stream | str = Stream.DOWNSTREAM,
-                  toxicity: float = 1.0) -> Toxic:
+    def add_toxic(
+        self,
+        proxy: str,
+        type: ToxicType | str,
+        attributes: dict[str, int] | None = None,
+        *,
+        name: str | None = None,
+        stream: Stream | str = Stream.DOWNSTREAM,
+        toxicity: float = 1.0,
+    ) -> Toxic:
         """Add a toxic; its default name is ``<type>_<stream>``. Units per :class:`ToxicType`."""
-        body: dict[str, Any] = {"type": str(ToxicType(type)), "stream": str(Stream(stream)),
-                                "toxicity": toxicity, "attributes": dict(attributes or {})}
+        body: dict[str, Any] = {
+            "type": str(ToxicType(type)),
+            "stream": str(Stream(stream)),
+            "toxicity": toxicity,
+            "attributes": dict(attributes or {}),
+        }
         if name is not None:
             body["name"] = name
         op = f"add {body['type']} toxic to {proxy!r}"
         return self._model(Toxic, "POST", f"/proxies/{proxy}/toxics", op, json=body)
 
-    def update_toxic(self, proxy: str, name: str, *, attributes: dict[str, int] | None = None,
-                     toxicity: float | None = None) -> Toxic:
+    def update_toxic(
+        self, proxy: str, name: str, *, attributes: dict[str, int] | None = None, toxicity: float | None = None
+    ) -> Toxic:
         """PATCH a toxic in place; ``attributes`` are merged into the existing ones."""
         body: dict[str, Any] = {}
         if attributes is not None:
@@ -249,8 +267,7 @@ class ToxiproxyClient:
 
     def delete_toxic(self, proxy: str, name: str, *, missing_ok: bool = True) -> bool:
         """Remove a toxic. Returns False when it (or its proxy) did not exist (and ``missing_ok``)."""
-        return self._delete(f"/proxies/{proxy}/toxics/{name}", f"delete toxic {name!r} of {proxy!r}",
-                            missing_ok)
+        return self._delete(f"/proxies/{proxy}/toxics/{name}", f"delete toxic {name!r} of {proxy!r}", missing_ok)
 
     # -- plumbing ----------------------------------------------------------------------------
     def _model(self, model: type[M], method: str, path: str, operation: str, **kwargs: Any) -> M:
@@ -265,19 +282,23 @@ class ToxiproxyClient:
             raise
         return True
 
-    def _request(self, method: str, path: str, operation: str, *, json: Any = None,
-                 ok: tuple[int, ...] = (200,)) -> httpx.Response:
+    def _request(
+        self, method: str, path: str, operation: str, *, json: Any = None, ok: tuple[int, ...] = (200,)
+    ) -> httpx.Response:
         try:
             response = self._http.request(method, path, json=json)
         except httpx.TimeoutException as exc:
             raise ToxiproxyError(
                 f"{operation}: Toxiproxy at {self.base_url} did not answer within {self.timeout_s:g}s",
-                hint="the server may be hung or overloaded; check its log", operation=operation) from exc
+                hint="the server may be hung or overloaded; check its log",
+                operation=operation,
+            ) from exc
         except httpx.HTTPError as exc:
             raise ToxiproxyError(
                 f"{operation}: cannot reach Toxiproxy at {self.base_url} ({type(exc).__name__}: {exc})",
                 hint="start one (`drill stack up` does), or point TOXIPROXY_URL at a running server",
-                operation=operation) from exc
+                operation=operation,
+            ) from exc
         if response.status_code not in ok:
             raise _status_error(response, operation)
         return response
@@ -289,26 +310,32 @@ def _status_error(response: httpx.Response, operation: str) -> ToxiproxyError:
     except ValueError:
         message = response.text.strip()
     status = response.status_code
-    return ToxiproxyError(f"{operation}: HTTP {status}: {message}", hint=_HINTS.get(status),
-                          operation=operation, status=status)
+    return ToxiproxyError(
+        f"{operation}: HTTP {status}: {message}", hint=_HINTS.get(status), operation=operation, status=status
+    )
 
 
 # -- the server ------------------------------------------------------------------------------
+
 
 def find_toxiproxy_binary() -> Path:
     """Locate the real server: ``$TOXIPROXY_BIN``, ``toxiproxy-server`` on PATH, or next to Python.
 
     Raises :class:`NotAvailableError` with an install hint when none is found.
     """
-    candidates = [os.environ.get("TOXIPROXY_BIN"), shutil.which("toxiproxy-server"),
-                  str(Path(sys.executable).parent / "toxiproxy-server")]
+    candidates = [
+        os.environ.get("TOXIPROXY_BIN"),
+        shutil.which("toxiproxy-server"),
+        str(Path(sys.executable).parent / "toxiproxy-server"),
+    ]
     for candidate in candidates:
         if candidate and os.access(candidate, os.X_OK) and Path(candidate).is_file():
             return Path(candidate)
     raise NotAvailableError(
         "the Toxiproxy server binary (toxiproxy-server) was not found",
         hint="run ./dev setup (go install github.com/Shopify/toxiproxy/v2/cmd/server@v2.12.0), "
-             "set TOXIPROXY_BIN to the binary, or TOXIPROXY_URL to a running server")
+        "set TOXIPROXY_BIN to the binary, or TOXIPROXY_URL to a running server",
+    )
 
 
 def _free_port(host: str) -> int:
@@ -324,8 +351,15 @@ class ToxiproxyServer:
     die with its parent). ``log_path`` receives the server's JSON log (default: discarded).
     """
 
-    def __init__(self, *, binary: Path | None = None, host: str = "127.0.0.1", port: int | None = None,
-                 log_path: Path | None = None, preexec_fn: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        binary: Path | None = None,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        log_path: Path | None = None,
+        preexec_fn: Callable[[], None] | None = None,
+    ) -> None:
         self.binary = binary or find_toxiproxy_binary()
         self.host = host
         self.port = port
@@ -357,16 +391,22 @@ class ToxiproxyServer:
             if self._try_start(port, timeout_s):
                 self.port = port
                 return self
-        raise ToxiproxyError(f"toxiproxy-server ({self.binary}) did not start on {self.host}",
-                             hint=f"see its log: {self.log_path or '(not kept; pass log_path)'}",
-                             operation="start server")
+        raise ToxiproxyError(
+            f"toxiproxy-server ({self.binary}) did not start on {self.host}",
+            hint=f"see its log: {self.log_path or '(not kept; pass log_path)'}",
+            operation="start server",
+        )
 
     def _try_start(self, port: int | None, timeout_s: float) -> bool:
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         try:
             self._process = subprocess.Popen(
-                [str(self.binary), "-host", self.host, "-port", str(port)], stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, preexec_fn=self._preexec_fn)
+                [str(self.binary), "-host", self.host, "-port", str(port)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=self._preexec_fn,
+            )
         finally:
             if log is not subprocess.DEVNULL:
                 log.close()

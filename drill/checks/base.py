@@ -18,10 +18,11 @@ from __future__ import annotations
 import abc
 import enum
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel
 
@@ -36,8 +37,17 @@ if TYPE_CHECKING:  # the heavy parts are imported only by the checks that use th
     from drill.checks.replay import ReplayEvidence
     from drill.traces.evidence import TraceEvidence
 
-__all__ = ["Check", "CheckParams", "RunEvidence", "EvidenceKind", "EvidenceRef", "FaultOutcome", "PhaseWindow",
-           "Status", "Verdict"]
+__all__ = [
+    "Check",
+    "CheckParams",
+    "RunEvidence",
+    "EvidenceKind",
+    "EvidenceRef",
+    "FaultOutcome",
+    "PhaseWindow",
+    "Status",
+    "Verdict",
+]
 
 T = TypeVar("T")
 
@@ -55,15 +65,15 @@ class Status(str, enum.Enum):
 class EvidenceKind(str, enum.Enum):
     """What an :class:`EvidenceRef` points at in the run directory."""
 
-    TRACE = "trace_id"              # spans.jsonl / requests.jsonl trace_id
-    SPAN = "span_id"                # spans.jsonl span_id
-    REQUEST = "request_id"          # requests.jsonl request_id (one attempt)
-    LOGICAL = "logical_id"          # requests.jsonl logical_id (all attempts of one request)
+    TRACE = "trace_id"  # spans.jsonl / requests.jsonl trace_id
+    SPAN = "span_id"  # spans.jsonl span_id
+    REQUEST = "request_id"  # requests.jsonl request_id (one attempt)
+    LOGICAL = "logical_id"  # requests.jsonl logical_id (all attempts of one request)
     IDEMPOTENCY_KEY = "idempotency_key"
-    REPLAY = "replay_request_id"    # replay.jsonl request_id
-    JOURNAL = "journal_seq"         # journal.jsonl seq
-    FILE = "file"                   # a file (and line) of the run directory
-    MEASUREMENT = "measurement"     # a derived figure the verdict relied on (e.g. client vs server TTFT)
+    REPLAY = "replay_request_id"  # replay.jsonl request_id
+    JOURNAL = "journal_seq"  # journal.jsonl seq
+    FILE = "file"  # a file (and line) of the run directory
+    MEASUREMENT = "measurement"  # a derived figure the verdict relied on (e.g. client vs server TTFT)
 
 
 @dataclass(frozen=True)
@@ -79,35 +89,51 @@ class EvidenceRef:
         return data
 
     @classmethod
-    def from_json(cls, data: dict) -> "EvidenceRef":
+    def from_json(cls, data: dict) -> EvidenceRef:
         return cls(EvidenceKind(data["kind"]), str(data["value"]), str(data.get("note", "")))
 
 
 @dataclass(frozen=True)
 class Verdict:
-    kind: str                  # the check's kind
-    name: str                  # its name in the drill (default: kind)
+    kind: str  # the check's kind
+    name: str  # its name in the drill (default: kind)
     status: Status
     message: str
-    observed: dict[str, Any] = field(default_factory=dict)   # figure -> value (numbers stay numbers)
-    expected: dict[str, Any] = field(default_factory=dict)   # figure -> the condition it had to meet
-    units: dict[str, str] = field(default_factory=dict)      # figure -> unit of its observed/expected value
+    observed: dict[str, Any] = field(default_factory=dict)  # figure -> value (numbers stay numbers)
+    expected: dict[str, Any] = field(default_factory=dict)  # figure -> the condition it had to meet
+    units: dict[str, str] = field(default_factory=dict)  # figure -> unit of its observed/expected value
     evidence: tuple[EvidenceRef, ...] = ()
     window: str | None = None  # the phase it judged
     notes: tuple[str, ...] = ()  # e.g. what could not be read, how complete the traces were
 
     def to_json(self) -> dict:
-        return {"name": self.name, "kind": self.kind, "status": self.status.value, "message": self.message,
-                "observed": self.observed, "expected": self.expected, "units": self.units,
-                "evidence": [e.to_json() for e in self.evidence], "window": self.window, "notes": list(self.notes)}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "status": self.status.value,
+            "message": self.message,
+            "observed": self.observed,
+            "expected": self.expected,
+            "units": self.units,
+            "evidence": [e.to_json() for e in self.evidence],
+            "window": self.window,
+            "notes": list(self.notes),
+        }
 
     @classmethod
-    def from_json(cls, data: dict) -> "Verdict":
-        return cls(kind=data["kind"], name=data["name"], status=Status(data["status"]), message=data["message"],
-                   observed=dict(data.get("observed") or {}), expected=dict(data.get("expected") or {}),
-                   units=dict(data.get("units") or {}),
-                   evidence=tuple(EvidenceRef.from_json(e) for e in data.get("evidence") or ()),
-                   window=data.get("window"), notes=tuple(data.get("notes") or ()))
+    def from_json(cls, data: dict) -> Verdict:
+        return cls(
+            kind=data["kind"],
+            name=data["name"],
+            status=Status(data["status"]),
+            message=data["message"],
+            observed=dict(data.get("observed") or {}),
+            expected=dict(data.get("expected") or {}),
+            units=dict(data.get("units") or {}),
+            evidence=tuple(EvidenceRef.from_json(e) for e in data.get("evidence") or ()),
+            window=data.get("window"),
+            notes=tuple(data.get("notes") or ()),
+        )
 
 
 class CheckParams(SpecModel):
@@ -120,7 +146,7 @@ class PhaseWindow:
     start_ts: float
     end_ts: float
     planned_s: float | None = None
-    stopped_by: str | None = None      # a stop condition ended it early
+    stopped_by: str | None = None  # a stop condition ended it early
 
     def contains(self, ts: float) -> bool:
         return self.start_ts <= ts < self.end_ts
@@ -135,7 +161,7 @@ class FaultOutcome:
     fault_id: str
     kind: str
     injected: bool
-    landed: bool | None          # None: never verified
+    landed: bool | None  # None: never verified
     evidence: str | None
     error: str | None
     reverted: bool
@@ -189,21 +215,21 @@ class RunEvidence:
         return self.read("requests.jsonl", read_records)
 
     @cached_property
-    def traces(self) -> "TraceEvidence":
+    def traces(self) -> TraceEvidence:
         """The run's spans as one table, how complete they are, and client records joined to them."""
         from drill.traces.evidence import load_trace_evidence
 
         return load_trace_evidence(self)
 
     @cached_property
-    def ledger(self) -> "RunLedger":
+    def ledger(self) -> RunLedger:
         """The stack's side-effect ledgers copied into the run directory (``ledger/*.jsonl``)."""
         from drill.checks.ledger import load_run_ledger
 
         return load_run_ledger(self)
 
     @cached_property
-    def replay(self) -> "ReplayEvidence":
+    def replay(self) -> ReplayEvidence:
         """``replay.jsonl``: the recovery replay's originals and controls."""
         from drill.checks.replay import load_replay_evidence
 
@@ -219,8 +245,7 @@ class RunEvidence:
                 starts[phase] = entry
             elif entry.event == Event.PHASE_ENDED.value and phase in starts:
                 start = starts[phase]
-                windows[phase] = PhaseWindow(phase, start.ts, entry.ts, start.get("planned_s"),
-                                             entry.get("stopped_by"))
+                windows[phase] = PhaseWindow(phase, start.ts, entry.ts, start.get("planned_s"), entry.get("stopped_by"))
         return windows
 
     def requests_in(self, phase: str) -> list[RequestRecord]:
@@ -237,9 +262,19 @@ class RunEvidence:
             fid = entry.get("fault_id")
             if fid is None:
                 continue
-            s = state.setdefault(fid, {"kind": entry.get("kind"), "injected": False, "landed": None,
-                                       "evidence": None, "error": None, "reverted": False,
-                                       "injected_ts": None, "reverted_ts": None})
+            s = state.setdefault(
+                fid,
+                {
+                    "kind": entry.get("kind"),
+                    "injected": False,
+                    "landed": None,
+                    "evidence": None,
+                    "error": None,
+                    "reverted": False,
+                    "injected_ts": None,
+                    "reverted_ts": None,
+                },
+            )
             _apply_fault_event(s, entry)
         return [FaultOutcome(fid, **s) for fid, s in state.items()]
 
@@ -288,6 +323,7 @@ class Check(abc.ABC):
     def evaluate(self, evidence: RunEvidence) -> Verdict:
         """Judge the evidence; never raise for missing data (return INCONCLUSIVE)."""
 
-    def verdict(self, status: Status, message: str, *, evidence: "list[EvidenceRef] | tuple[EvidenceRef, ...]" = (),
-                **kwargs) -> Verdict:
+    def verdict(
+        self, status: Status, message: str, *, evidence: list[EvidenceRef] | tuple[EvidenceRef, ...] = (), **kwargs
+    ) -> Verdict:
         return Verdict(self.kind, self.name, status, message, evidence=tuple(evidence)[:MAX_EVIDENCE], **kwargs)

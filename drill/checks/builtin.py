@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from drill.checks.base import Check, CheckParams, RunEvidence, EvidenceKind, EvidenceRef, Status, Verdict
+from drill.checks.base import Check, CheckParams, EvidenceKind, EvidenceRef, RunEvidence, Status, Verdict
 from drill.checks.judging import measurement_truth_figures, measurement_truth_units, meets_slo, record_metric_ms
 from drill.engine.journal import Event
 from drill.load.records import ErrorClass, latency_values
@@ -43,13 +43,24 @@ class FaultLandedCheck(Check):
         never = [fid for fid in ids if fid not in faults or not (faults[fid].injected or faults[fid].error)]
         missing = [fid for fid in ids if fid not in never and not faults[fid].landed]
         observed = {fid: _fault_state(faults.get(fid)) for fid in ids}
-        observed.update(planned=len(planned), injected=sum(f.injected for f in faults.values()),
-                        landed=sum(bool(f.landed) for f in faults.values()))
+        observed.update(
+            planned=len(planned),
+            injected=sum(f.injected for f in faults.values()),
+            landed=sum(bool(f.landed) for f in faults.values()),
+        )
         units = {"planned": "faults", "injected": "faults", "landed": "faults"}
-        common = dict(observed=observed, expected={"all": "injected and landed"}, units=units, window="fault",
-                      evidence=_fault_refs(evidence, ids, never))
-        notes = () if planned else ("the planned faults are unknown (resolved.json has none): judged the "
-                                    "journal's faults only",)
+        common = dict(
+            observed=observed,
+            expected={"all": "injected and landed"},
+            units=units,
+            window="fault",
+            evidence=_fault_refs(evidence, ids, never),
+        )
+        notes = (
+            ()
+            if planned
+            else ("the planned faults are unknown (resolved.json has none): judged the journal's faults only",)
+        )
         problems = []
         if never:
             problems.append(f"fault(s) never injected: {', '.join(never)}{_cut_short(evidence)}")
@@ -57,8 +68,9 @@ class FaultLandedCheck(Check):
             problems.append(f"fault(s) did not land: {', '.join(missing)}")
         if problems:
             return self.verdict(Status.FAIL, "; ".join(problems), notes=notes, **common)
-        return self.verdict(Status.PASS, f"all {len(ids)} fault(s) were injected, landed and were verified",
-                            notes=notes, **common)
+        return self.verdict(
+            Status.PASS, f"all {len(ids)} fault(s) were injected, landed and were verified", notes=notes, **common
+        )
 
 
 def _planned_faults(evidence: RunEvidence) -> list[str]:
@@ -75,18 +87,27 @@ def _fault_state(fault) -> str:
     return f"not landed: {fault.error or 'never verified'}"
 
 
-_FAULT_EVENTS = {Event.FAULT_INJECTED.value, Event.FAULT_INJECT_FAILED.value, Event.FAULT_VERIFIED.value,
-                 Event.FAULT_NOT_LANDED.value}
+_FAULT_EVENTS = {
+    Event.FAULT_INJECTED.value,
+    Event.FAULT_INJECT_FAILED.value,
+    Event.FAULT_VERIFIED.value,
+    Event.FAULT_NOT_LANDED.value,
+}
 
 
 def _fault_refs(evidence: RunEvidence, ids: list[str], never: list[str]) -> list[EvidenceRef]:
-    refs = [EvidenceRef(EvidenceKind.JOURNAL, str(e.seq), f"{e.event} {e.get('fault_id')}")
-            for e in evidence.journal if e.event in _FAULT_EVENTS and e.get("fault_id") in ids]
+    refs = [
+        EvidenceRef(EvidenceKind.JOURNAL, str(e.seq), f"{e.event} {e.get('fault_id')}")
+        for e in evidence.journal
+        if e.event in _FAULT_EVENTS and e.get("fault_id") in ids
+    ]
     fault = evidence.phases.get("fault")
     if never and fault is not None:
-        refs.extend(EvidenceRef(EvidenceKind.JOURNAL, str(e.seq), f"{e.event} fault")
-                    for e in evidence.journal if e.event in (Event.PHASE_STARTED.value, Event.PHASE_ENDED.value)
-                    and e.get("phase") == "fault")
+        refs.extend(
+            EvidenceRef(EvidenceKind.JOURNAL, str(e.seq), f"{e.event} fault")
+            for e in evidence.journal
+            if e.event in (Event.PHASE_STARTED.value, Event.PHASE_ENDED.value) and e.get("phase") == "fault"
+        )
     return refs
 
 
@@ -103,10 +124,10 @@ def _cut_short(evidence: RunEvidence) -> str:
 
 class SloParams(CheckParams):
     phase: PhaseName = "baseline"
-    pools: list[str] | None = None            # default: every pool with an SLO
-    slo: Slo = Field(default_factory=dict)     # overrides the pools' and the drill's SLO
+    pools: list[str] | None = None  # default: every pool with an SLO
+    slo: Slo = Field(default_factory=dict)  # overrides the pools' and the drill's SLO
     min_requests: int = Field(20, ge=1)
-    min_goodput: float | None = Field(None, ge=0, le=1)   # also FAIL when a pool's goodput in phase is lower
+    min_goodput: float | None = Field(None, ge=0, le=1)  # also FAIL when a pool's goodput in phase is lower
 
 
 #: The phases goodput is reported for (when the run has them).
@@ -135,8 +156,11 @@ class SloCheck(Check):
     def evaluate(self, evidence: RunEvidence) -> Verdict:
         p: SloParams = self.params
         records = evidence.requests_in(p.phase)
-        targets = {pool: (p.slo or slo) for pool, slo in evidence.slo_by_pool.items()
-                   if (p.pools is None or pool in p.pools) and (p.slo or slo)}
+        targets = {
+            pool: (p.slo or slo)
+            for pool, slo in evidence.slo_by_pool.items()
+            if (p.pools is None or pool in p.pools) and (p.slo or slo)
+        }
         if not targets:
             return self.verdict(Status.INCONCLUSIVE, "no pool has an SLO to check", window=p.phase)
         observed, expected, units, breaches, thin, refs = {}, {}, {}, [], [], []
@@ -162,8 +186,9 @@ class SloCheck(Check):
         truth, notes, truth_refs = measurement_truth_figures(evidence)
         observed.update(truth)
         units.update(measurement_truth_units(truth))
-        return self._judge(breaches, thin, observed, expected, p.phase, units=units, evidence=refs + truth_refs,
-                           notes=tuple(notes))
+        return self._judge(
+            breaches, thin, observed, expected, p.phase, units=units, evidence=refs + truth_refs, notes=tuple(notes)
+        )
 
     def _goodput_breaches(self, goodput: dict, targets: dict, expected: dict) -> list[str]:
         p: SloParams = self.params
@@ -180,13 +205,21 @@ class SloCheck(Check):
 
     def _judge(self, breaches, thin, observed, expected, phase, **extra) -> Verdict:
         if breaches:
-            return self.verdict(Status.FAIL, "; ".join(breaches), observed=observed, expected=expected, window=phase,
-                                **extra)
+            return self.verdict(
+                Status.FAIL, "; ".join(breaches), observed=observed, expected=expected, window=phase, **extra
+            )
         if thin:
-            return self.verdict(Status.INCONCLUSIVE, f"too few samples for {', '.join(thin)}",
-                                observed=observed, expected=expected, window=phase, **extra)
-        return self.verdict(Status.PASS, f"every SLO held in {phase}", observed=observed, expected=expected,
-                            window=phase, **extra)
+            return self.verdict(
+                Status.INCONCLUSIVE,
+                f"too few samples for {', '.join(thin)}",
+                observed=observed,
+                expected=expected,
+                window=phase,
+                **extra,
+            )
+        return self.verdict(
+            Status.PASS, f"every SLO held in {phase}", observed=observed, expected=expected, window=phase, **extra
+        )
 
 
 _GOODPUT_UNITS = {"share": "ratio", "requests_per_s": "requests/s", "tokens_per_s": "tokens/s", "requests": "requests"}
@@ -229,7 +262,7 @@ class ErrorRateParams(CheckParams):
     phase: PhaseName = "fault"
     max: float = Field(0.01, ge=0, le=1)
     pools: list[str] | None = None
-    classes: list[ErrorClass] | None = None   # default: every error class
+    classes: list[ErrorClass] | None = None  # default: every error class
     min_requests: int = Field(20, ge=1)
 
 

@@ -9,11 +9,17 @@ from dataclasses import dataclass, field
 
 from pydantic import Field
 
-from drill.checks.base import Check, CheckParams, RunEvidence, EvidenceKind, EvidenceRef, Status, Verdict
+from drill.checks.base import Check, CheckParams, EvidenceKind, EvidenceRef, RunEvidence, Status, Verdict
 from drill.checks.builtin import PhaseName
 from drill.checks.judging import (
-    is_counted, measurement_truth_figures, measurement_truth_units, pool_settings, records_in, time_to_failure_ms,
-    wait_limit_ms, window_of,
+    is_counted,
+    measurement_truth_figures,
+    measurement_truth_units,
+    pool_settings,
+    records_in,
+    time_to_failure_ms,
+    wait_limit_ms,
+    window_of,
 )
 from drill.load.records import ErrorClass, RequestRecord
 from drill.stats import percentiles
@@ -33,13 +39,13 @@ WAITED = ("left_to_wait", "timeout", "slow_failure")
 
 class FastFailureParams(CheckParams):
     phase: PhaseName = "fault"
-    refusal_p99: Duration = 0.5                      # refusals must arrive this fast (p99 of time-to-failure)
-    max_timeout_share: float = Field(0.05, ge=0, le=1)   # of the failures, at most this share timed out or was slow
-    max_wait_share: float = Field(0.05, ge=0, le=1)      # of the attempts not on time, at most this share waited
-    slow_fraction: float = Field(0.9, gt=0, le=1)    # a failure after this share of the deadline is slow
-    min_failures: int = Field(20, ge=1)              # fewer failed or late attempts: INCONCLUSIVE
-    pools: list[str] | None = None                   # default: every pool
-    wait_limit: Duration | None = None               # overrides each pool's SLO-derived wait limit
+    refusal_p99: Duration = 0.5  # refusals must arrive this fast (p99 of time-to-failure)
+    max_timeout_share: float = Field(0.05, ge=0, le=1)  # of the failures, at most this share timed out or was slow
+    max_wait_share: float = Field(0.05, ge=0, le=1)  # of the attempts not on time, at most this share waited
+    slow_fraction: float = Field(0.9, gt=0, le=1)  # a failure after this share of the deadline is slow
+    min_failures: int = Field(20, ge=1)  # fewer failed or late attempts: INCONCLUSIVE
+    pools: list[str] | None = None  # default: every pool
+    wait_limit: Duration | None = None  # overrides each pool's SLO-derived wait limit
 
 
 @dataclass
@@ -49,7 +55,7 @@ class _OutcomeTally:
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
     refusal_ms: list[float] = field(default_factory=list)
     failure_ms: list[float] = field(default_factory=list)
-    waited: list[tuple[float, RequestRecord, str]] = field(default_factory=list)   # (ms, record, outcome)
+    waited: list[tuple[float, RequestRecord, str]] = field(default_factory=list)  # (ms, record, outcome)
     with_retry_after: int = 0
     client_drops: int = 0
     cancelled: int = 0
@@ -131,14 +137,25 @@ class FastFailureCheck(Check):
         truth, truth_notes, truth_refs = measurement_truth_figures(evidence)
         observed.update(truth)
         units.update(measurement_truth_units(truth))
-        expected = {"timeout_share": f"<= {p.max_timeout_share:g}", "waited_share": f"<= {p.max_wait_share:g}",
-                    "refusal_ttf_p99_ms": f"<= {p.refusal_p99 * 1000:g}",
-                    "not_on_time": f">= {p.min_failures} (enough overload to judge)"}
+        expected = {
+            "timeout_share": f"<= {p.max_timeout_share:g}",
+            "waited_share": f"<= {p.max_wait_share:g}",
+            "refusal_ttf_p99_ms": f"<= {p.refusal_p99 * 1000:g}",
+            "not_on_time": f">= {p.min_failures} (enough overload to judge)",
+        }
         notes = self._notes(tally) + truth_notes
         refs = _evidence_refs(tally) + truth_refs
         status, message = self._judge(tally, observed)
-        return self.verdict(status, message, observed=observed, expected=expected, units=units, evidence=refs,
-                            window=p.phase, notes=tuple(notes))
+        return self.verdict(
+            status,
+            message,
+            observed=observed,
+            expected=expected,
+            units=units,
+            evidence=refs,
+            window=p.phase,
+            notes=tuple(notes),
+        )
 
     # --- sorting the attempts -------------------------------------------------------------------------
 
@@ -150,8 +167,11 @@ class FastFailureCheck(Check):
             if not is_counted(record):
                 tally.client_drops += 1
                 continue
-            limit = (("ttft", p.wait_limit * 1000) if p.wait_limit is not None
-                     else wait_limit_ms(evidence.slo_by_pool.get(record.pool) or {}))
+            limit = (
+                ("ttft", p.wait_limit * 1000)
+                if p.wait_limit is not None
+                else wait_limit_ms(evidence.slo_by_pool.get(record.pool) or {})
+            )
             pool = settings.get(record.pool)
             deadline_ms = pool.timeout_s * 1000 if pool and pool.timeout_s else None
             if limit is None:
@@ -161,8 +181,9 @@ class FastFailureCheck(Check):
             self._sort(tally, record, limit, deadline_ms)
         return tally
 
-    def _sort(self, tally: _OutcomeTally, record: RequestRecord, limit: tuple[str, float] | None,
-              deadline_ms: float | None) -> None:
+    def _sort(
+        self, tally: _OutcomeTally, record: RequestRecord, limit: tuple[str, float] | None, deadline_ms: float | None
+    ) -> None:
         if record.ok:
             waited = _success_wait_ms(record, limit[0]) if limit else None
             if limit is not None and waited is not None and waited > limit[1]:
@@ -190,7 +211,7 @@ class FastFailureCheck(Check):
         if record.error is ErrorClass.TIMEOUT or record.status in GATEWAY_TIMEOUTS:
             return "timeout"
         if record.error is ErrorClass.CANCELLED:
-            return "left_to_wait"          # still waiting when the load stopped
+            return "left_to_wait"  # still waiting when the load stopped
         if record.error is ErrorClass.REFUSED:
             return "slow_failure" if slow else "refused"
         return "slow_failure" if slow else "other_error"
@@ -198,17 +219,30 @@ class FastFailureCheck(Check):
     # --- figures and the verdict ------------------------------------------------------------------------
 
     def _observed(self, tally: _OutcomeTally, records: list[RequestRecord]) -> tuple[dict, dict]:
-        observed: dict = {"attempts": len(records), "client_drops": tally.client_drops, **tally.counts,
-                          "cancelled": tally.cancelled, "not_on_time": tally.not_on_time,
-                          "failures": tally.failures,
-                          "timeout_share": _share(tally.counts["timeout"] + tally.counts["slow_failure"],
-                                                  tally.failures),
-                          "waited_share": _share(tally.waited_count, tally.not_on_time),
-                          "refused_share": (round(tally.counts["refused"] / tally.not_on_time, 4)
-                                            if tally.not_on_time else None),
-                          "refusals_with_retry_after": tally.with_retry_after}
-        units = {name: "requests" for name in ("attempts", "client_drops", "cancelled", "not_on_time", "failures",
-                                                 "refusals_with_retry_after", *OUTCOMES)}
+        observed: dict = {
+            "attempts": len(records),
+            "client_drops": tally.client_drops,
+            **tally.counts,
+            "cancelled": tally.cancelled,
+            "not_on_time": tally.not_on_time,
+            "failures": tally.failures,
+            "timeout_share": _share(tally.counts["timeout"] + tally.counts["slow_failure"], tally.failures),
+            "waited_share": _share(tally.waited_count, tally.not_on_time),
+            "refused_share": (round(tally.counts["refused"] / tally.not_on_time, 4) if tally.not_on_time else None),
+            "refusals_with_retry_after": tally.with_retry_after,
+        }
+        units = {
+            name: "requests"
+            for name in (
+                "attempts",
+                "client_drops",
+                "cancelled",
+                "not_on_time",
+                "failures",
+                "refusals_with_retry_after",
+                *OUTCOMES,
+            )
+        }
         units.update(timeout_share="ratio", waited_share="ratio", refused_share="ratio")
         for name, values in (("refusal_ttf", tally.refusal_ms), ("failure_ttf", tally.failure_ms)):
             for pct, value in percentiles(values, (50.0, 95.0, 99.0)).items():
@@ -218,21 +252,27 @@ class FastFailureCheck(Check):
 
     def _judge(self, tally: _OutcomeTally, observed: dict) -> tuple[Status, str]:
         p: FastFailureParams = self.params
-        summary = (f"{tally.counts['refused']} refused, {tally.counts['timeout']} timed out, "
-                   f"{tally.counts['slow_failure']} failed slowly, {tally.counts['left_to_wait']} left to wait, "
-                   f"{tally.counts['other_error']} other errors, {tally.counts['on_time']} on time")
+        summary = (
+            f"{tally.counts['refused']} refused, {tally.counts['timeout']} timed out, "
+            f"{tally.counts['slow_failure']} failed slowly, {tally.counts['left_to_wait']} left to wait, "
+            f"{tally.counts['other_error']} other errors, {tally.counts['on_time']} on time"
+        )
         if tally.not_on_time < p.min_failures:
-            return Status.INCONCLUSIVE, (f"only {tally.not_on_time} attempt(s) in the {p.phase} window failed or "
-                                         f"were late (< {p.min_failures}): not overloaded enough to show how the "
-                                         f"stack fails ({summary})")
+            return Status.INCONCLUSIVE, (
+                f"only {tally.not_on_time} attempt(s) in the {p.phase} window failed or "
+                f"were late (< {p.min_failures}): not overloaded enough to show how the "
+                f"stack fails ({summary})"
+            )
         problems = []
         timeouts = observed["timeout_share"]
         if timeouts is not None and timeouts > p.max_timeout_share:
             problems.append(f"{timeouts:.1%} of the failures were timeouts or slow (max {p.max_timeout_share:.1%})")
         share = observed["waited_share"]
         if share > p.max_wait_share:
-            problems.append(f"{share:.1%} of the attempts not served on time waited instead of being refused "
-                            f"(max {p.max_wait_share:.1%})")
+            problems.append(
+                f"{share:.1%} of the attempts not served on time waited instead of being refused "
+                f"(max {p.max_wait_share:.1%})"
+            )
         refusal_p99 = observed["refusal_ttf_p99_ms"]
         if refusal_p99 is not None and refusal_p99 > p.refusal_p99 * 1000:
             problems.append(f"refusals took {refusal_p99:.0f}ms at p99 (budget {p.refusal_p99 * 1000:.0f}ms)")
@@ -244,14 +284,20 @@ class FastFailureCheck(Check):
     def _notes(self, tally: _OutcomeTally) -> list[str]:
         notes = []
         if tally.pools_without_limit:
-            notes.append(f"pools without a TTFT or E2E SLO (their successes are never 'left to wait'): "
-                         f"{', '.join(sorted(tally.pools_without_limit))}")
+            notes.append(
+                f"pools without a TTFT or E2E SLO (their successes are never 'left to wait'): "
+                f"{', '.join(sorted(tally.pools_without_limit))}"
+            )
         if tally.pools_without_deadline:
-            notes.append(f"pools without a known client deadline (only timeouts count as slow): "
-                         f"{', '.join(sorted(tally.pools_without_deadline))}")
+            notes.append(
+                f"pools without a known client deadline (only timeouts count as slow): "
+                f"{', '.join(sorted(tally.pools_without_deadline))}"
+            )
         if tally.cancelled:
-            notes.append(f"{tally.cancelled} attempt(s) were still in flight when the load stopped (cancelled): "
-                         "counted as left to wait")
+            notes.append(
+                f"{tally.cancelled} attempt(s) were still in flight when the load stopped (cancelled): "
+                "counted as left to wait"
+            )
         if tally.counts["refused"]:
             notes.append(f"{tally.with_retry_after} of {tally.counts['refused']} refusal(s) carried Retry-After")
         return notes
@@ -270,7 +316,7 @@ def _success_wait_ms(record: RequestRecord, metric: str) -> float | None:
 def _evidence_refs(tally: _OutcomeTally) -> list[EvidenceRef]:
     """The worst waits first (request and trace ids), then the slowest refusals."""
     waited = sorted((w for w in tally.waited if w[2] in WAITED), key=lambda w: -w[0])[:WORST]
-    refused = sorted((w for w in tally.waited if w[2] == "refused"), key=lambda w: -w[0])[:WORST // 2]
+    refused = sorted((w for w in tally.waited if w[2] == "refused"), key=lambda w: -w[0])[: WORST // 2]
     refs = []
     for ms, record, outcome in waited + refused:
         note = f"{outcome} after {ms:.0f}ms" if ms != float("inf") else outcome

@@ -7,8 +7,9 @@ Nothing here decides a verdict; the checks (:mod:`drill.checks.failures`, :mod:`
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from drill.load.records import ErrorClass, RequestRecord
 from drill.spec.scenario import parse_slo_key
@@ -16,12 +17,23 @@ from drill.stats import percentile
 from drill.units import parse_duration
 
 if TYPE_CHECKING:
-    from drill.checks.base import RunEvidence, EvidenceRef
+    from drill.checks.base import EvidenceRef, RunEvidence
     from drill.traces.evidence import TraceEvidence
 
-__all__ = ["PoolSettings", "is_counted", "meets_slo", "measurement_truth_figures", "measurement_truth_units",
-           "pool_settings", "record_metric_ms", "records_in", "span_evidence", "time_to_failure_ms", "wait_limit_ms",
-           "window_of"]
+__all__ = [
+    "PoolSettings",
+    "is_counted",
+    "meets_slo",
+    "measurement_truth_figures",
+    "measurement_truth_units",
+    "pool_settings",
+    "record_metric_ms",
+    "records_in",
+    "span_evidence",
+    "time_to_failure_ms",
+    "wait_limit_ms",
+    "window_of",
+]
 
 
 @dataclass(frozen=True)
@@ -29,11 +41,11 @@ class PoolSettings:
     """What the scenario promised a pool's clients: their deadline and retries."""
 
     name: str
-    timeout_s: float | None     # the client's deadline for one attempt
+    timeout_s: float | None  # the client's deadline for one attempt
     retry_attempts: int | None  # extra tries after the first
 
 
-def pool_settings(evidence: "RunEvidence") -> dict[str, PoolSettings]:
+def pool_settings(evidence: RunEvidence) -> dict[str, PoolSettings]:
     """Each pool of ``resolved.json``'s scenario (durations are written with units there)."""
     out = {}
     for raw in (evidence.resolved.get("scenario") or {}).get("pools") or []:
@@ -53,7 +65,7 @@ def _duration(value: object) -> float | None:
         return None
 
 
-def window_of(evidence: "RunEvidence", phase: str) -> tuple[float, float] | None:
+def window_of(evidence: RunEvidence, phase: str) -> tuple[float, float] | None:
     """The judged window (UNIX s): the fault window (injection to revert) for ``fault``, else the phase."""
     if phase == "fault" and evidence.fault_window is not None:
         return evidence.fault_window
@@ -61,8 +73,11 @@ def window_of(evidence: "RunEvidence", phase: str) -> tuple[float, float] | None
     return (window.start_ts, window.end_ts) if window else None
 
 
-def records_in(evidence: "RunEvidence", window: tuple[float, float], pools: Iterable[str] | None = None,
-               ) -> list[RequestRecord]:
+def records_in(
+    evidence: RunEvidence,
+    window: tuple[float, float],
+    pools: Iterable[str] | None = None,
+) -> list[RequestRecord]:
     """Attempts whose intended start falls in ``window`` (and in ``pools``, when given)."""
     wanted = None if pools is None else set(pools)
     start, end = window
@@ -129,7 +144,7 @@ def is_counted(record: RequestRecord) -> bool:
     return record.error is not ErrorClass.CLIENT_DROP
 
 
-def span_evidence(evidence: "RunEvidence") -> tuple["TraceEvidence | None", str | None]:
+def span_evidence(evidence: RunEvidence) -> tuple[TraceEvidence | None, str | None]:
     """The run's spans, or why there are none to use ("the target exported no spans", or the error)."""
     try:
         traces = evidence.traces
@@ -141,7 +156,7 @@ def span_evidence(evidence: "RunEvidence") -> tuple["TraceEvidence | None", str 
     return traces, None
 
 
-def measurement_truth_figures(evidence: "RunEvidence") -> tuple[dict, list[str], list["EvidenceRef"]]:
+def measurement_truth_figures(evidence: RunEvidence) -> tuple[dict, list[str], list[EvidenceRef]]:
     """Client-vs-server TTFT/E2E difference percentiles for verdicts (empty without joined spans).
 
     Returns (observed figures ``measurement_truth.ttft_diff_ms.p50``..., notes, evidence refs).
@@ -164,8 +179,9 @@ def measurement_truth_figures(evidence: "RunEvidence") -> tuple[dict, list[str],
         for pct, value in (getattr(truth, name) or {}).items():
             observed[f"measurement_truth.{name}.{pct}"] = round(value, 3)
     ttft = truth.ttft_diff_ms or {}
-    note = (f"measurement truth: {truth.joined} request(s) joined to server spans; client - server TTFT "
-            + (", ".join(f"{k} {v:.1f}ms" for k, v in ttft.items()) or "not measured"))
+    note = f"measurement truth: {truth.joined} request(s) joined to server spans; client - server TTFT " + (
+        ", ".join(f"{k} {v:.1f}ms" for k, v in ttft.items()) or "not measured"
+    )
     refs = [EvidenceRef(EvidenceKind.MEASUREMENT, f"{k}={v:.3f}ms", "client - server TTFT") for k, v in ttft.items()]
     return observed, [note], refs
 

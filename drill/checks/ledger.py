@@ -20,9 +20,10 @@ not in the ledger at all.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from drill.jsonl import BadLine, ReadReport, read_jsonl
 from drill.stack.replica.ledger import LedgerRecord, LedgerStatus
@@ -47,9 +48,17 @@ def parse_ledger_record(raw: dict) -> LedgerRecord:
         raise KeyError(f"a ledger record needs {', '.join(missing)}")
     values = {k: v for k, v in raw.items() if k in _FIELDS}
     values["status"] = LedgerStatus(values["status"])
-    defaults = {"idempotency_key": None, "trace_id": None, "prompt_tokens": 0, "completion_tokens": 0,
-                "billed_tokens": 0, "finish_reason": "", "arrival_ts": values["ts"], "first_token_ts": None,
-                "finish_ts": values["ts"]}
+    defaults = {
+        "idempotency_key": None,
+        "trace_id": None,
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "billed_tokens": 0,
+        "finish_reason": "",
+        "arrival_ts": values["ts"],
+        "first_token_ts": None,
+        "finish_ts": values["ts"],
+    }
     for name, default in defaults.items():
         values.setdefault(name, default)
     return LedgerRecord(**values)
@@ -64,9 +73,9 @@ def is_side_effect(record: LedgerRecord) -> bool:
 class RunLedger:
     """Every replica's ledger records of one run, and how completely they could be read."""
 
-    files: tuple[str, ...]                           # run-directory names, e.g. "ledger/replica-0.jsonl"
+    files: tuple[str, ...]  # run-directory names, e.g. "ledger/replica-0.jsonl"
     records: tuple[LedgerRecord, ...]
-    replicas_expected: int | None = None             # from the run's target, when it says
+    replicas_expected: int | None = None  # from the run's target, when it says
     reports: dict[str, ReadReport] = field(default_factory=dict)
 
     @property
@@ -104,7 +113,7 @@ class RunLedger:
         return sum(1 for r in self.side_effects() if not r.idempotency_key)
 
 
-def load_run_ledger(evidence: "RunEvidence") -> RunLedger:
+def load_run_ledger(evidence: RunEvidence) -> RunLedger:
     """Read ``ledger/*.jsonl`` of the run directory; an absent directory is an empty :class:`RunLedger`."""
     folder = evidence.run_dir / LEDGER_DIR
     names = sorted(f"{LEDGER_DIR}/{p.name}" for p in folder.glob("*.jsonl")) if folder.is_dir() else []
@@ -113,8 +122,9 @@ def load_run_ledger(evidence: "RunEvidence") -> RunLedger:
         records.extend(evidence.read(name, _read_ledger_file))
     reports = {name: evidence.reports[name] for name in names}
     evidence.reports[LEDGER_READS] = _union(folder, reports)
-    return RunLedger(files=tuple(names), records=tuple(records), replicas_expected=_replicas_expected(evidence),
-                     reports=reports)
+    return RunLedger(
+        files=tuple(names), records=tuple(records), replicas_expected=_replicas_expected(evidence), reports=reports
+    )
 
 
 def _read_ledger_file(path: Path, report: ReadReport) -> Iterator[LedgerRecord]:
@@ -135,7 +145,7 @@ def _union(folder: Path, reports: dict[str, ReadReport]) -> ReadReport:
     return union
 
 
-def _replicas_expected(evidence: "RunEvidence") -> int | None:
+def _replicas_expected(evidence: RunEvidence) -> int | None:
     """How many replicas the run's embedded target had (from ``resolved.json``), else None."""
     resolved = evidence.resolved
     target = (resolved.get("drill") or {}).get("target") or {}

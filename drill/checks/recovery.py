@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from drill.checks.base import Check, CheckParams, RunEvidence, EvidenceKind, EvidenceRef, Status, Verdict
+from drill.checks.base import Check, CheckParams, EvidenceKind, EvidenceRef, RunEvidence, Status, Verdict
 from drill.checks.judging import record_metric_ms
 from drill.load.records import ErrorClass, RequestRecord
 from drill.stats import percentile
@@ -22,16 +22,16 @@ __all__ = ["RecoveryTimeCheck", "RecoveryTimeParams"]
 class RecoveryTimeParams(CheckParams):
     metric: str = Field("ttft", pattern="^(ttft|e2e|tpot)$")
     percentile: float = Field(95.0, gt=0, le=100)
-    tolerance: float = Field(0.5, ge=0)          # the band: baseline percentile x (1 + tolerance) ...
-    min_slack: Duration = 0.05                   # ... and at least baseline + min_slack
-    error_margin: float = Field(0.01, ge=0, le=1)   # error rate <= baseline error rate + margin
-    window: Duration = 10.0                      # the rolling window
-    step: Duration = 1.0                         # how far apart the windows start
-    hold: Duration = 10.0                        # the band must keep holding this long
-    max: Duration = 60.0                         # recovered within this long after the revert: PASS
-    pools: list[str] | None = None               # default: every pool
-    min_requests: int = Field(5, ge=1)           # a window with fewer samples cannot show recovery
-    min_baseline: int = Field(20, ge=1)          # a pool with fewer baseline samples is not judged
+    tolerance: float = Field(0.5, ge=0)  # the band: baseline percentile x (1 + tolerance) ...
+    min_slack: Duration = 0.05  # ... and at least baseline + min_slack
+    error_margin: float = Field(0.01, ge=0, le=1)  # error rate <= baseline error rate + margin
+    window: Duration = 10.0  # the rolling window
+    step: Duration = 1.0  # how far apart the windows start
+    hold: Duration = 10.0  # the band must keep holding this long
+    max: Duration = 60.0  # recovered within this long after the revert: PASS
+    pools: list[str] | None = None  # default: every pool
+    min_requests: int = Field(5, ge=1)  # a window with fewer samples cannot show recovery
+    min_baseline: int = Field(20, ge=1)  # a pool with fewer baseline samples is not judged
 
 
 @dataclass(frozen=True)
@@ -48,9 +48,9 @@ class _Band:
 @dataclass(frozen=True)
 class _PoolRecovery:
     band: _Band
-    recovered_s: float | None       # after the revert; None: not seen
-    searched_s: float               # how long after the revert the recovery phase let us look
-    last_bad: str                   # what the last window out of band showed
+    recovered_s: float | None  # after the revert; None: not seen
+    searched_s: float  # how long after the revert the recovery phase let us look
+    last_bad: str  # what the last window out of band showed
 
 
 class RecoveryTimeCheck(Check):
@@ -86,18 +86,26 @@ class RecoveryTimeCheck(Check):
         revert, revert_ref = _revert(evidence)
         recovery = evidence.phases.get("recovery")
         baseline = evidence.phases.get("baseline")
-        missing = [name for name, value in (("baseline", baseline), ("recovery", recovery), ("fault", revert))
-                   if value is None]
+        missing = [
+            name for name, value in (("baseline", baseline), ("recovery", recovery), ("fault", revert)) if value is None
+        ]
         if missing:
-            return self.verdict(Status.INCONCLUSIVE, f"the run has no {' and no '.join(missing)} phase to time "
-                                "the recovery with", window="recovery")
+            return self.verdict(
+                Status.INCONCLUSIVE,
+                f"the run has no {' and no '.join(missing)} phase to time the recovery with",
+                window="recovery",
+            )
         bands, thin = self._bands(evidence)
         if not bands:
-            return self.verdict(Status.INCONCLUSIVE, "no pool has enough baseline samples for a band"
-                                + (f" ({', '.join(thin)})" if thin else ""), window="recovery")
+            return self.verdict(
+                Status.INCONCLUSIVE,
+                "no pool has enough baseline samples for a band" + (f" ({', '.join(thin)})" if thin else ""),
+                window="recovery",
+            )
         after = [r for r in evidence.requests if revert <= r.intended_ts < recovery.end_ts]
-        results = [self._recover(band, [r for r in after if r.pool == band.pool], revert, recovery.end_ts)
-                   for band in bands]
+        results = [
+            self._recover(band, [r for r in after if r.pool == band.pool], revert, recovery.end_ts) for band in bands
+        ]
         return self._judge(results, thin, [revert_ref] if revert_ref else [])
 
     def _bands(self, evidence: RunEvidence) -> tuple[list[_Band], list[str]]:
@@ -113,13 +121,20 @@ class RecoveryTimeCheck(Check):
                 continue
             base = percentile(values, p.percentile)
             errors = _error_rate(mine) or 0.0
-            bands.append(_Band(pool, base, max(base * (1 + p.tolerance), base + p.min_slack * 1000), errors,
-                               min(1.0, errors + p.error_margin)))
+            bands.append(
+                _Band(
+                    pool,
+                    base,
+                    max(base * (1 + p.tolerance), base + p.min_slack * 1000),
+                    errors,
+                    min(1.0, errors + p.error_margin),
+                )
+            )
         return bands, thin
 
     def _recover(self, band: _Band, records: list[RequestRecord], revert: float, end: float) -> _PoolRecovery:
         p: RecoveryTimeParams = self.params
-        last_start = end - p.window       # the last window that fits in the recovery phase
+        last_start = end - p.window  # the last window that fits in the recovery phase
         count = max(0, math.floor((last_start - revert) / p.step + 1e-9) + 1)
         starts = [revert + i * p.step for i in range(count)]
         verdicts = [self._in_band(band, records, s) for s in starts]
@@ -155,23 +170,42 @@ class RecoveryTimeCheck(Check):
         units: dict = {}
         for r in results:
             pool = r.band.pool
-            observed.update({f"{pool}.recovery_s": None if r.recovered_s is None else round(r.recovered_s, 3),
-                             f"{pool}.baseline_{p.metric}_p{p.percentile:g}_ms": round(r.band.baseline_ms, 3),
-                             f"{pool}.band_{p.metric}_ms": round(r.band.limit_ms, 3),
-                             f"{pool}.baseline_error_rate": round(r.band.baseline_errors, 4),
-                             f"{pool}.band_error_rate": round(r.band.limit_errors, 4),
-                             f"{pool}.searched_s": round(r.searched_s, 3)})
-            units.update({f"{pool}.recovery_s": "s", f"{pool}.searched_s": "s", f"{pool}.band_{p.metric}_ms": "ms",
-                          f"{pool}.baseline_{p.metric}_p{p.percentile:g}_ms": "ms",
-                          f"{pool}.baseline_error_rate": "ratio", f"{pool}.band_error_rate": "ratio"})
+            observed.update(
+                {
+                    f"{pool}.recovery_s": None if r.recovered_s is None else round(r.recovered_s, 3),
+                    f"{pool}.baseline_{p.metric}_p{p.percentile:g}_ms": round(r.band.baseline_ms, 3),
+                    f"{pool}.band_{p.metric}_ms": round(r.band.limit_ms, 3),
+                    f"{pool}.baseline_error_rate": round(r.band.baseline_errors, 4),
+                    f"{pool}.band_error_rate": round(r.band.limit_errors, 4),
+                    f"{pool}.searched_s": round(r.searched_s, 3),
+                }
+            )
+            units.update(
+                {
+                    f"{pool}.recovery_s": "s",
+                    f"{pool}.searched_s": "s",
+                    f"{pool}.band_{p.metric}_ms": "ms",
+                    f"{pool}.baseline_{p.metric}_p{p.percentile:g}_ms": "ms",
+                    f"{pool}.baseline_error_rate": "ratio",
+                    f"{pool}.band_error_rate": "ratio",
+                }
+            )
         recovered = [r.recovered_s for r in results if r.recovered_s is not None]
         observed["recovery_s"] = round(max(recovered), 3) if len(recovered) == len(results) else None
         units["recovery_s"] = "s"
         expected = {"recovery_s": f"<= {p.max:g}"}
         notes = tuple(f"not judged (too few baseline samples): {t}" for t in thin)
         status, message = self._status(results)
-        return self.verdict(status, message, observed=observed, expected=expected, units=units, evidence=refs,
-                            window="recovery", notes=notes)
+        return self.verdict(
+            status,
+            message,
+            observed=observed,
+            expected=expected,
+            units=units,
+            evidence=refs,
+            window="recovery",
+            notes=notes,
+        )
 
     def _status(self, results: list[_PoolRecovery]) -> tuple[Status, str]:
         p: RecoveryTimeParams = self.params
@@ -180,16 +214,23 @@ class RecoveryTimeCheck(Check):
         long_never = [r for r in never if r.searched_s > p.max]
         if late or long_never:
             parts = [f"{r.band.pool} back in band {r.recovered_s:.1f}s after the revert" for r in late]
-            parts += [f"{r.band.pool} not back in band {r.searched_s:.1f}s after the revert ({r.last_bad})"
-                      for r in long_never]
+            parts += [
+                f"{r.band.pool} not back in band {r.searched_s:.1f}s after the revert ({r.last_bad})"
+                for r in long_never
+            ]
             return Status.FAIL, "; ".join(parts) + f" (max {p.max:g}s)"
         if never:
-            parts = [f"{r.band.pool} not back in band when the recovery phase ended, {r.searched_s:.1f}s after "
-                     f"the revert ({r.last_bad})" for r in never]
+            parts = [
+                f"{r.band.pool} not back in band when the recovery phase ended, {r.searched_s:.1f}s after "
+                f"the revert ({r.last_bad})"
+                for r in never
+            ]
             return Status.INCONCLUSIVE, "; ".join(parts) + f": the recovery phase ended before {p.max:g}s had passed"
         slowest = max(results, key=lambda r: r.recovered_s)
-        return Status.PASS, (f"back within the baseline band {slowest.recovered_s:.1f}s after the revert "
-                             f"(slowest pool {slowest.band.pool}; max {p.max:g}s)")
+        return Status.PASS, (
+            f"back within the baseline band {slowest.recovered_s:.1f}s after the revert "
+            f"(slowest pool {slowest.band.pool}; max {p.max:g}s)"
+        )
 
 
 def _revert(evidence: RunEvidence) -> tuple[float | None, EvidenceRef | None]:

@@ -34,8 +34,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from drill.checks.base import (Check, CheckParams, RunEvidence, EvidenceKind, EvidenceRef, PhaseWindow, Status,
-                               Verdict)
+from drill.checks.base import Check, CheckParams, EvidenceKind, EvidenceRef, PhaseWindow, RunEvidence, Status, Verdict
 from drill.checks.judging import meets_slo
 from drill.engine.journal import Event
 from drill.load.records import ErrorClass, RequestRecord
@@ -51,11 +50,11 @@ __all__ = ["RecoveryReplayCheck", "RecoveryReplayParams", "ReplayEvidence", "abo
 class ReplayEvidence:
     """What the run's replay phase left: its window, its lines and the samples it replayed from."""
 
-    window: PhaseWindow | None             # the replay phase (None: it did not run)
-    results: tuple[ReplayResult, ...]      # replay.jsonl
-    samples: tuple[FailingSample, ...]     # failing_samples.jsonl
-    summary: dict | None                   # the phase's summary in the journal
-    stopped_by: str | None                 # a stop condition that ended the run early, if any
+    window: PhaseWindow | None  # the replay phase (None: it did not run)
+    results: tuple[ReplayResult, ...]  # replay.jsonl
+    samples: tuple[FailingSample, ...]  # failing_samples.jsonl
+    summary: dict | None  # the phase's summary in the journal
+    stopped_by: str | None  # a stop condition that ended the run early, if any
 
     @property
     def ran(self) -> bool:
@@ -74,11 +73,18 @@ def load_replay_evidence(evidence: RunEvidence) -> ReplayEvidence:
     """Read the replay's files through ``evidence`` (each read is counted in ``evidence.reports``)."""
     results = evidence.read("replay.jsonl", read_replay)
     samples = evidence.read("failing_samples.jsonl", read_samples)
-    summary = next((e.get("summary") for e in evidence.journal
-                    if e.event == Event.PHASE_ENDED.value and e.get("phase") == "replay"), None)
+    summary = next(
+        (
+            e.get("summary")
+            for e in evidence.journal
+            if e.event == Event.PHASE_ENDED.value and e.get("phase") == "replay"
+        ),
+        None,
+    )
     stops = [e.get("condition") for e in evidence.journal if e.event == Event.STOP_CONDITION.value]
-    return ReplayEvidence(evidence.phases.get("replay"), tuple(results), tuple(samples), summary,
-                          stops[-1] if stops else None)
+    return ReplayEvidence(
+        evidence.phases.get("replay"), tuple(results), tuple(samples), summary, stops[-1] if stops else None
+    )
 
 
 def above_noise(raw: int, noise: int, total: int, relative_pct: float = 20.0, absolute_pct: float = 0.03) -> bool:
@@ -91,13 +97,13 @@ def above_noise(raw: int, noise: int, total: int, relative_pct: float = 20.0, ab
 
 
 class RecoveryReplayParams(CheckParams):
-    min_success: float = Field(0.99, ge=0, le=1)       # share of originals (and of controls) that must pass
-    latency_factor: float = Field(1.5, gt=0)          # controls: latency at most this x the baseline band
-    latency_slack: Duration = 0.05                    # ... plus this (s): scheduler jitter on tiny latencies
+    min_success: float = Field(0.99, ge=0, le=1)  # share of originals (and of controls) that must pass
+    latency_factor: float = Field(1.5, gt=0)  # controls: latency at most this x the baseline band
+    latency_slack: Duration = 0.05  # ... plus this (s): scheduler jitter on tiny latencies
     band_percentile: float = Field(99.0, gt=0, le=100)
-    min_baseline: int = Field(5, ge=1)                # baseline successes a pool needs for a latency band
-    noise_relative: float = Field(20.0, ge=0)         # percent (Diffy threshold.relative)
-    noise_absolute: float = Field(0.03, ge=0)         # percent (Diffy threshold.absolute)
+    min_baseline: int = Field(5, ge=1)  # baseline successes a pool needs for a latency band
+    noise_relative: float = Field(20.0, ge=0)  # percent (Diffy threshold.relative)
+    noise_absolute: float = Field(0.03, ge=0)  # percent (Diffy threshold.absolute)
 
 
 @dataclass
@@ -111,9 +117,9 @@ class _ReplayFindings:
     controls_failed: list[ReplayResult]
     control_ids: set[str]
     controls_passed: int
-    mismatches: list[ReplayResult]           # deterministic outputs that differ from the baseline
-    noisy: dict[str, tuple[int, int, int]]   # field -> (raw, noise, total) for non-deterministic controls
-    regressions: list[str]                   # fields above the noise floor
+    mismatches: list[ReplayResult]  # deterministic outputs that differ from the baseline
+    noisy: dict[str, tuple[int, int, int]]  # field -> (raw, noise, total) for non-deterministic controls
+    regressions: list[str]  # fields above the noise floor
     notes: list[str]
 
 
@@ -130,9 +136,13 @@ class RecoveryReplayCheck(Check):
             why = f" (the run was stopped by {replay.stopped_by})" if replay.stopped_by else ""
             return self.verdict(Status.INCONCLUSIVE, f"the replay phase did not run{why}", window="replay")
         if not replay.samples:
-            return self.verdict(Status.INCONCLUSIVE, "no failing samples: the drill had no failed request to replay",
-                                observed={"failing_samples": 0}, units={"failing_samples": "requests"},
-                                window="replay")
+            return self.verdict(
+                Status.INCONCLUSIVE,
+                "no failing samples: the drill had no failed request to replay",
+                observed={"failing_samples": 0},
+                units={"failing_samples": "requests"},
+                window="replay",
+            )
         tally = self._tally(evidence, replay)
         return self._judge(replay, tally)
 
@@ -157,8 +167,12 @@ class RecoveryReplayCheck(Check):
         by_control: dict[str, list[ReplayResult]] = defaultdict(list)
         for result in replay.controls:
             baseline = records.get(result.original_request_id)
-            if (baseline is None or not baseline.ok or not baseline.output_digest
-                    or result.payload_digest != baseline.payload_digest):
+            if (
+                baseline is None
+                or not baseline.ok
+                or not baseline.output_digest
+                or result.payload_digest != baseline.payload_digest
+            ):
                 tally.not_identical.append(result)
                 continue
             by_control[result.original_request_id].append(result)
@@ -167,16 +181,25 @@ class RecoveryReplayCheck(Check):
         self._noise_floor(records, by_control, tally)
         lag = _send_lag_s(replay.results)
         if lag is not None and lag > 1.0:
-            tally.notes.append(f"replayed requests were sent up to {lag:.1f}s (p95) after their planned times: "
-                               "the replay's concurrency cap held them back from the planned rate")
+            tally.notes.append(
+                f"replayed requests were sent up to {lag:.1f}s (p95) after their planned times: "
+                "the replay's concurrency cap held them back from the planned rate"
+            )
         missing = sorted({r.pool for r in replay.controls} - set(bands))
         if missing:
-            tally.notes.append(f"no latency band for pool(s) {', '.join(missing)} (fewer than {p.min_baseline} "
-                               "baseline successes): control latency not judged")
+            tally.notes.append(
+                f"no latency band for pool(s) {', '.join(missing)} (fewer than {p.min_baseline} "
+                "baseline successes): control latency not judged"
+            )
         return tally
 
-    def _judge_control(self, baseline: RequestRecord, sends: list[ReplayResult],
-                       bands: dict[str, dict[str, float]], tally: _ReplayFindings) -> None:
+    def _judge_control(
+        self,
+        baseline: RequestRecord,
+        sends: list[ReplayResult],
+        bands: dict[str, dict[str, float]],
+        tally: _ReplayFindings,
+    ) -> None:
         tally.control_ids.add(baseline.request_id)
         band = bands.get(baseline.pool, {})
         failed = [s for s in sends if not s.ok or any(_over(s, metric, bound) for metric, bound in band.items())]
@@ -185,8 +208,9 @@ class RecoveryReplayCheck(Check):
         if sends[0].deterministic:
             tally.mismatches.extend(s for s in sends if s.ok and s.output_digest != baseline.output_digest)
 
-    def _noise_floor(self, records: dict[str, RequestRecord], by_control: dict[str, list[ReplayResult]],
-                     tally: _ReplayFindings) -> None:
+    def _noise_floor(
+        self, records: dict[str, RequestRecord], by_control: dict[str, list[ReplayResult]], tally: _ReplayFindings
+    ) -> None:
         """Raw differences (first replay vs baseline) against noise (first vs second replay), per field."""
         p: RecoveryReplayParams = self.params
         pairs = []
@@ -194,7 +218,10 @@ class RecoveryReplayCheck(Check):
             ok = sorted((s for s in sends if s.ok), key=lambda s: s.repetition)
             if len(ok) >= 2 and not ok[0].deterministic:
                 pairs.append((records[request_id], ok[0], ok[1]))
-        for name, value in (("output", lambda x: x.output_digest), ("completion_tokens", lambda x: x.completion_tokens)):
+        for name, value in (
+            ("output", lambda x: x.output_digest),
+            ("completion_tokens", lambda x: x.completion_tokens),
+        ):
             raw = sum(value(first) != value(base) for base, first, _ in pairs)
             noise = sum(value(first) != value(second) for _, first, second in pairs)
             tally.noisy[name] = (raw, noise, len(pairs))
@@ -209,39 +236,56 @@ class RecoveryReplayCheck(Check):
         common = dict(observed=observed, expected=expected, units=units, window="replay", notes=tuple(t.notes))
         problems = []
         if t.not_identical:
-            problems.append(f"{len(t.not_identical)} replay(s) did not send the original bytes (payload digest "
-                            "differs or no such original): a replay of new requests proves nothing")
+            problems.append(
+                f"{len(t.not_identical)} replay(s) did not send the original bytes (payload digest "
+                "differs or no such original): a replay of new requests proves nothing"
+            )
         if originals and passed < p.min_success * originals:
-            problems.append(f"{len(t.originals_failed)} of {originals} original(s) still fail or miss the SLO "
-                            f"({t.reproduced} reproduced the original error)")
+            problems.append(
+                f"{len(t.originals_failed)} of {originals} original(s) still fail or miss the SLO "
+                f"({t.reproduced} reproduced the original error)"
+            )
         controls = len(t.control_ids)
         if controls and t.controls_passed < p.min_success * controls:
-            problems.append(f"{controls - t.controls_passed} of {controls} control(s) regressed "
-                            f"(failed, or slower than {p.latency_factor:g}x the baseline p{p.band_percentile:g})")
+            problems.append(
+                f"{controls - t.controls_passed} of {controls} control(s) regressed "
+                f"(failed, or slower than {p.latency_factor:g}x the baseline p{p.band_percentile:g})"
+            )
         if t.mismatches:
             problems.append(f"{len(t.mismatches)} deterministic control output(s) differ from the baseline")
         problems.extend(f"non-deterministic controls above the noise floor: {r}" for r in t.regressions)
         if problems:
             return self.verdict(Status.FAIL, "; ".join(problems), evidence=_refs(t), **common)
         if not originals:
-            return self.verdict(Status.INCONCLUSIVE, f"no original was replayed ({len(replay.samples)} failing "
-                                "sample(s))", **common)
+            return self.verdict(
+                Status.INCONCLUSIVE, f"no original was replayed ({len(replay.samples)} failing sample(s))", **common
+            )
         if not controls:
-            return self.verdict(Status.INCONCLUSIVE, f"{passed}/{originals} original(s) pass, but no "
-                                "control was replayed: no regression cannot be shown", **common)
-        return self.verdict(Status.PASS, f"{passed}/{originals} original(s) now pass within the SLO; "
-                            f"{t.controls_passed}/{controls} control(s) unchanged", evidence=_refs(t, passing=True),
-                            **common)
+            return self.verdict(
+                Status.INCONCLUSIVE,
+                f"{passed}/{originals} original(s) pass, but no control was replayed: no regression cannot be shown",
+                **common,
+            )
+        return self.verdict(
+            Status.PASS,
+            f"{passed}/{originals} original(s) now pass within the SLO; "
+            f"{t.controls_passed}/{controls} control(s) unchanged",
+            evidence=_refs(t, passing=True),
+            **common,
+        )
 
     def _figures(self, replay: ReplayEvidence, t: _ReplayFindings, originals: int) -> tuple[dict, dict, dict]:
         p: RecoveryReplayParams = self.params
         observed = {
             "failing_samples": len(replay.samples),
-            "failed_requests": len({s.logical_id for s in replay.samples}),   # distinct logical requests
+            "failed_requests": len({s.logical_id for s in replay.samples}),  # distinct logical requests
             "originals_replayed": originals,
-            "originals_passed": len(t.originals_ok), "reproduced_failures": t.reproduced,
-            "controls_replayed": len(t.control_ids), "control_sends": sum(1 for r in replay.controls),
-            "controls_passed": t.controls_passed, "output_mismatches": len(t.mismatches),
+            "originals_passed": len(t.originals_ok),
+            "reproduced_failures": t.reproduced,
+            "controls_replayed": len(t.control_ids),
+            "control_sends": sum(1 for r in replay.controls),
+            "controls_passed": t.controls_passed,
+            "output_mismatches": len(t.mismatches),
             "not_identical": len(t.not_identical),
         }
         for name, (raw, noise, total) in t.noisy.items():
@@ -250,11 +294,11 @@ class RecoveryReplayCheck(Check):
         expected = {
             "originals_passed": f">= {p.min_success:g} x originals_replayed, each within its pool's SLO",
             "controls_passed": f">= {p.min_success:g} x controls_replayed, latency <= {p.latency_factor:g} x "
-                               f"baseline p{p.band_percentile:g} + {p.latency_slack * 1000:g}ms",
+            f"baseline p{p.band_percentile:g} + {p.latency_slack * 1000:g}ms",
             "output_mismatches": "0 (temperature 0: byte-equal to the baseline)",
             "not_identical": "0 (replayed payload_digest == original's)",
             "nondeterministic": f"raw <= noise, or |raw-noise|/(raw+noise) <= {p.noise_relative:g}% or "
-                                f"|raw-noise|/total <= {p.noise_absolute:g}%",
+            f"|raw-noise|/total <= {p.noise_absolute:g}%",
         }
         units = {k: "requests" for k in observed if not k.startswith("nondeterministic")}
         units.update({k: "requests (raw, noise, total)" for k in observed if k.startswith("nondeterministic")})
@@ -297,18 +341,32 @@ def _as_record(result: ReplayResult) -> RequestRecord:
     try:
         error = None if result.error is None else ErrorClass(result.error)
     except ValueError:
-        error = ErrorClass.SERVER_ERROR   # an error class this version does not know is still a failure
-    return RequestRecord(request_id=result.request_id, logical_id=result.logical_id, pool=result.pool, attempt=1,
-                         intended_ts=result.sent_ts, sent_ts=result.sent_ts, schedule_lag_ms=0.0,
-                         status=result.status, error=error, ttft_ms=result.ttft_ms, e2e_ms=result.e2e_ms,
-                         completion_tokens=result.completion_tokens)
+        error = ErrorClass.SERVER_ERROR  # an error class this version does not know is still a failure
+    return RequestRecord(
+        request_id=result.request_id,
+        logical_id=result.logical_id,
+        pool=result.pool,
+        attempt=1,
+        intended_ts=result.sent_ts,
+        sent_ts=result.sent_ts,
+        schedule_lag_ms=0.0,
+        status=result.status,
+        error=error,
+        ttft_ms=result.ttft_ms,
+        e2e_ms=result.e2e_ms,
+        completion_tokens=result.completion_tokens,
+    )
 
 
 def _refs(t: _ReplayFindings, passing: bool = False) -> list[EvidenceRef]:
     """Replay ids, original request ids and trace ids of each finding, the most telling first."""
     refs: list[EvidenceRef] = []
-    groups = [("not the original bytes", t.not_identical), ("original still fails", t.originals_failed),
-              ("deterministic output differs", t.mismatches), ("control regressed", t.controls_failed)]
+    groups = [
+        ("not the original bytes", t.not_identical),
+        ("original still fails", t.originals_failed),
+        ("deterministic output differs", t.mismatches),
+        ("control regressed", t.controls_failed),
+    ]
     for note, results in groups:
         for r in results:
             refs.extend(_ref_triple(r, note))
@@ -320,6 +378,8 @@ def _refs(t: _ReplayFindings, passing: bool = False) -> list[EvidenceRef]:
 
 def _ref_triple(r: ReplayResult, note: str) -> list[EvidenceRef]:
     detail = f"{note}: {r.error or r.status}" if r.error else note
-    return [EvidenceRef(EvidenceKind.REPLAY, r.request_id, detail),
-            EvidenceRef(EvidenceKind.REQUEST, r.original_request_id, f"original of {r.request_id}"),
-            EvidenceRef(EvidenceKind.TRACE, r.trace_id, f"replay trace (original {r.original_trace_id})")]
+    return [
+        EvidenceRef(EvidenceKind.REPLAY, r.request_id, detail),
+        EvidenceRef(EvidenceKind.REQUEST, r.original_request_id, f"original of {r.request_id}"),
+        EvidenceRef(EvidenceKind.TRACE, r.trace_id, f"replay trace (original {r.original_trace_id})"),
+    ]

@@ -12,24 +12,30 @@ from dataclasses import dataclass, field
 import numpy as np
 from pydantic import Field
 
-from drill.checks.base import Check, CheckParams, RunEvidence, EvidenceKind, EvidenceRef, Status, Verdict
+from drill.checks.base import Check, CheckParams, EvidenceKind, EvidenceRef, RunEvidence, Status, Verdict
 from drill.checks.builtin import PhaseName
 from drill.checks.judging import records_in, span_evidence, window_of
 from drill.checks.ledger import LEDGER_READS
 from drill.jsonl import read_jsonl
 from drill.load.records import ErrorClass, RequestRecord
 
-__all__ = ["DuplicateSideEffectsCheck", "DuplicateSideEffectsParams", "Execution", "RetryBudgetCheck",
-           "RetryBudgetParams"]
+__all__ = [
+    "DuplicateSideEffectsCheck",
+    "DuplicateSideEffectsParams",
+    "Execution",
+    "RetryBudgetCheck",
+    "RetryBudgetParams",
+]
 
 SPANS = "spans.jsonl"
 REPLAY = "replay.jsonl"
 #: Span kinds (OTLP SpanKind codes).
 SERVER, CLIENT = 2, 3
-ERROR = 2   # OTLP status code
+ERROR = 2  # OTLP status code
 
 
 # --- duplicate side effects -----------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Execution:
@@ -41,15 +47,15 @@ class Execution:
     replica: str
     start_ts: float
     end_ts: float
-    where: str = ""        # the record it was counted from: "ledger seq 12", "span 8f3a..."
+    where: str = ""  # the record it was counted from: "ledger seq 12", "span 8f3a..."
 
 
 class DuplicateSideEffectsParams(CheckParams):
-    source: str = Field("auto", pattern="^(auto|ledger|spans)$")   # auto: the ledger, else spans
-    span_name: str = "llm_request"                 # the server span that is one execution (spans fallback)
-    key_attribute: str = "drill.idempotency_key"   # the span attribute that carries the key
-    pools: list[str] | None = None                 # default: every pool
-    min_keys: int = Field(1, ge=1)                 # fewer keyed client requests: INCONCLUSIVE
+    source: str = Field("auto", pattern="^(auto|ledger|spans)$")  # auto: the ledger, else spans
+    span_name: str = "llm_request"  # the server span that is one execution (spans fallback)
+    key_attribute: str = "drill.idempotency_key"  # the span attribute that carries the key
+    pools: list[str] | None = None  # default: every pool
+    min_keys: int = Field(1, ge=1)  # fewer keyed client requests: INCONCLUSIVE
 
 
 @dataclass
@@ -105,13 +111,21 @@ class DuplicateSideEffectsCheck(Check):
         p: DuplicateSideEffectsParams = self.params
         attempts = _keyed(evidence.requests, p.pools)
         if len(attempts) < p.min_keys:
-            return self.verdict(Status.INCONCLUSIVE, f"only {len(attempts)} client request(s) carried an "
-                                f"Idempotency-Key (< {p.min_keys}): nothing to count executions of",
-                                observed={"keys_requested": len(attempts)}, units={"keys_requested": "keys"})
+            return self.verdict(
+                Status.INCONCLUSIVE,
+                f"only {len(attempts)} client request(s) carried an "
+                f"Idempotency-Key (< {p.min_keys}): nothing to count executions of",
+                observed={"keys_requested": len(attempts)},
+                units={"keys_requested": "keys"},
+            )
         executions, source, gaps = self._executions(evidence)
         if executions is None:
-            return self.verdict(Status.INCONCLUSIVE, source, observed={"keys_requested": len(attempts)},
-                                units={"keys_requested": "keys"})
+            return self.verdict(
+                Status.INCONCLUSIVE,
+                source,
+                observed={"keys_requested": len(attempts)},
+                units={"keys_requested": "keys"},
+            )
         requested = set(_keyed(evidence.requests, None)) | _replay_keys(evidence)
         classes = _classify(attempts, executions, requested)
         return self._judge(classes, attempts, executions, source, gaps)
@@ -131,44 +145,86 @@ class DuplicateSideEffectsCheck(Check):
             return None, f"no side-effect ledger and no spans: {reason}", []
         executions = _span_executions(traces.table, p.span_name, p.key_attribute)
         if not executions:
-            return None, (f"no side-effect ledger, and no {p.span_name!r} span carries {p.key_attribute!r}: "
-                          "executions cannot be counted"), []
+            return (
+                None,
+                (
+                    f"no side-effect ledger, and no {p.span_name!r} span carries {p.key_attribute!r}: "
+                    "executions cannot be counted"
+                ),
+                [],
+            )
         return executions, "spans", []
 
-    def _judge(self, classes: _Classes, attempts: dict[str, list[RequestRecord]],
-               executions: dict[str, list[Execution]], source: str, gaps: list[str]) -> Verdict:
+    def _judge(
+        self,
+        classes: _Classes,
+        attempts: dict[str, list[RequestRecord]],
+        executions: dict[str, list[Execution]],
+        source: str,
+        gaps: list[str],
+    ) -> Verdict:
         extra = {k: len(executions[k]) - 1 for k in classes.duplicated}
-        observed = {"keys_requested": len(attempts), "keys_executed": sum(1 for k in attempts if executions.get(k)),
-                    "executions": sum(len(executions.get(k, ())) for k in attempts),
-                    "executions_total": sum(len(v) for v in executions.values()),
-                    "duplicated": len(classes.duplicated), "extra_executions": sum(extra.values()),
-                    "concurrent": len(classes.concurrent), "lost": len(classes.lost),
-                    "unexpected": len(classes.unexpected), "different_payload": len(classes.different_payload),
-                    "recovered": len(classes.recovered)}
-        units = {k: "keys" for k in observed} | dict.fromkeys(("executions", "executions_total", "extra_executions"),
-                                                           "executions")
+        observed = {
+            "keys_requested": len(attempts),
+            "keys_executed": sum(1 for k in attempts if executions.get(k)),
+            "executions": sum(len(executions.get(k, ())) for k in attempts),
+            "executions_total": sum(len(v) for v in executions.values()),
+            "duplicated": len(classes.duplicated),
+            "extra_executions": sum(extra.values()),
+            "concurrent": len(classes.concurrent),
+            "lost": len(classes.lost),
+            "unexpected": len(classes.unexpected),
+            "different_payload": len(classes.different_payload),
+            "recovered": len(classes.recovered),
+        }
+        units = {k: "keys" for k in observed} | dict.fromkeys(
+            ("executions", "executions_total", "extra_executions"), "executions"
+        )
         expected = {"duplicated": "== 0", "unexpected": "== 0", "different_payload": "== 0", "lost": "== 0"}
         refs = _refs(classes, attempts, executions)
         caveat = " (an exporter may drop spans: a key with no span is not proven lost)" if source == "spans" else ""
-        notes = (f"executions counted from the {source}{caveat}",
-                 *(f"the source may be incomplete: {g}" for g in gaps))
-        bad = [f"{len(getattr(classes, name))} {name.replace('_', ' ')}" for name in
-               ("duplicated", "unexpected", "different_payload") if getattr(classes, name)]
+        notes = (f"executions counted from the {source}{caveat}", *(f"the source may be incomplete: {g}" for g in gaps))
+        bad = [
+            f"{len(getattr(classes, name))} {name.replace('_', ' ')}"
+            for name in ("duplicated", "unexpected", "different_payload")
+            if getattr(classes, name)
+        ]
         complete = source == "ledger" and not gaps
         if classes.lost and complete:
             bad.append(f"{len(classes.lost)} lost (answered with success, never executed)")
-        summary = (f"{observed['keys_requested']} keys, {observed['executions']} executions ({source})")
+        summary = f"{observed['keys_requested']} keys, {observed['executions']} executions ({source})"
         if bad:
             message = f"{', '.join(bad)} idempotency key(s): {summary}"
-            return self.verdict(Status.FAIL, message, observed=observed, expected=expected, units=units,
-                                evidence=refs, notes=notes)
+            return self.verdict(
+                Status.FAIL, message, observed=observed, expected=expected, units=units, evidence=refs, notes=notes
+            )
         if classes.lost or gaps:
-            why = "; ".join(([f"{len(classes.lost)} key(s) answered with success have no execution in the "
-                              f"{source}"] if classes.lost else []) + gaps)
-            return self.verdict(Status.INCONCLUSIVE, f"no duplicate found, but {why}: {summary}", observed=observed,
-                                expected=expected, units=units, evidence=refs, notes=notes)
-        return self.verdict(Status.PASS, f"every idempotency key executed at most once: {summary}",
-                            observed=observed, expected=expected, units=units, evidence=refs, notes=notes)
+            why = "; ".join(
+                (
+                    [f"{len(classes.lost)} key(s) answered with success have no execution in the {source}"]
+                    if classes.lost
+                    else []
+                )
+                + gaps
+            )
+            return self.verdict(
+                Status.INCONCLUSIVE,
+                f"no duplicate found, but {why}: {summary}",
+                observed=observed,
+                expected=expected,
+                units=units,
+                evidence=refs,
+                notes=notes,
+            )
+        return self.verdict(
+            Status.PASS,
+            f"every idempotency key executed at most once: {summary}",
+            observed=observed,
+            expected=expected,
+            units=units,
+            evidence=refs,
+            notes=notes,
+        )
 
 
 def _keyed(records: list[RequestRecord], pools: list[str] | None) -> dict[str, list[RequestRecord]]:
@@ -189,9 +245,13 @@ def _replay_keys(evidence: RunEvidence) -> set[str]:
 
 
 def _ledger_executions(ledger) -> dict[str, list[Execution]]:
-    return {key: [Execution(key, r.request_id, r.trace_id or "", r.replica, r.arrival_ts, r.finish_ts,
-                            f"ledger seq {r.seq}")
-                  for r in records] for key, records in ledger.by_key().items()}
+    return {
+        key: [
+            Execution(key, r.request_id, r.trace_id or "", r.replica, r.arrival_ts, r.finish_ts, f"ledger seq {r.seq}")
+            for r in records
+        ]
+        for key, records in ledger.by_key().items()
+    }
 
 
 def _span_executions(table, span_name: str, key_attribute: str) -> dict[str, list[Execution]]:
@@ -209,15 +269,23 @@ def _span_executions(table, span_name: str, key_attribute: str) -> dict[str, lis
         counts = billed > 0 if isinstance(billed, (int, float)) else table.status[row] != ERROR
         if not counts:
             continue
-        out[str(key)].append(Execution(
-            str(key), str(attributes.get("gen_ai.request.id", table.span_id[row])), table.trace_id[row],
-            str(attributes.get("drill.replica", table.services[table.service[row]])),
-            int(table.start_ns[row]) / 1e9, int(table.end_ns[row]) / 1e9, f"span {table.span_id[row]}"))
+        out[str(key)].append(
+            Execution(
+                str(key),
+                str(attributes.get("gen_ai.request.id", table.span_id[row])),
+                table.trace_id[row],
+                str(attributes.get("drill.replica", table.services[table.service[row]])),
+                int(table.start_ns[row]) / 1e9,
+                int(table.end_ns[row]) / 1e9,
+                f"span {table.span_id[row]}",
+            )
+        )
     return {k: sorted(v, key=lambda e: e.start_ts) for k, v in out.items()}
 
 
-def _classify(attempts: dict[str, list[RequestRecord]], executions: dict[str, list[Execution]],
-              requested: set[str]) -> _Classes:
+def _classify(
+    attempts: dict[str, list[RequestRecord]], executions: dict[str, list[Execution]], requested: set[str]
+) -> _Classes:
     classes = _Classes()
     for key, tries in attempts.items():
         done = executions.get(key, [])
@@ -241,8 +309,9 @@ def _overlap(executions: list[Execution]) -> bool:
     return any(b.start_ts < a.end_ts for a, b in zip(ordered, ordered[1:]))
 
 
-def _refs(classes: _Classes, attempts: dict[str, list[RequestRecord]],
-          executions: dict[str, list[Execution]]) -> list[EvidenceRef]:
+def _refs(
+    classes: _Classes, attempts: dict[str, list[RequestRecord]], executions: dict[str, list[Execution]]
+) -> list[EvidenceRef]:
     """Per bad key: the key, each execution (request id, replica, the ledger line or span), its traces,
     and for keys without a duplicate the client's attempts."""
     refs: list[EvidenceRef] = []
@@ -250,29 +319,43 @@ def _refs(classes: _Classes, attempts: dict[str, list[RequestRecord]],
         for key in getattr(classes, name)[:10]:
             done = executions.get(key, [])
             replicas = ", ".join(sorted({e.replica for e in done}))
-            refs.append(EvidenceRef(EvidenceKind.IDEMPOTENCY_KEY, key, f"{name}: {len(done)} execution(s)"
-                                    + (f" on {replicas}" if replicas else "")))
+            refs.append(
+                EvidenceRef(
+                    EvidenceKind.IDEMPOTENCY_KEY,
+                    key,
+                    f"{name}: {len(done)} execution(s)" + (f" on {replicas}" if replicas else ""),
+                )
+            )
             for n, e in enumerate(done[:3], 1):
-                refs.append(EvidenceRef(EvidenceKind.REQUEST, e.request_id,
-                                        f"execution {n} on {e.replica} ({e.where})"))
-            refs += [EvidenceRef(EvidenceKind.TRACE, t, f"execution of {key}")
-                     for t in dict.fromkeys(e.trace_id for e in done[:3] if e.trace_id)]
+                refs.append(
+                    EvidenceRef(EvidenceKind.REQUEST, e.request_id, f"execution {n} on {e.replica} ({e.where})")
+                )
+            refs += [
+                EvidenceRef(EvidenceKind.TRACE, t, f"execution of {key}")
+                for t in dict.fromkeys(e.trace_id for e in done[:3] if e.trace_id)
+            ]
             if name != "duplicated":
-                refs += [EvidenceRef(EvidenceKind.REQUEST, r.request_id, f"client attempt {r.attempt}: "
-                                     f"{'ok' if r.ok else r.error.value if r.error else r.status}")
-                         for r in attempts.get(key, [])[:3]]
+                refs += [
+                    EvidenceRef(
+                        EvidenceKind.REQUEST,
+                        r.request_id,
+                        f"client attempt {r.attempt}: {'ok' if r.ok else r.error.value if r.error else r.status}",
+                    )
+                    for r in attempts.get(key, [])[:3]
+                ]
     return refs
 
 
 # --- retry budget ---------------------------------------------------------------------------------------
 
+
 class RetryBudgetParams(CheckParams):
-    phase: PhaseName | None = "fault"               # None: the whole run
-    max_retry_share: float = Field(0.10, ge=0, le=1)   # retries / attempts, per layer
-    max_attempts: int = Field(3, ge=1)               # attempts of one logical request, end to end
+    phase: PhaseName | None = "fault"  # None: the whole run
+    max_retry_share: float = Field(0.10, ge=0, le=1)  # retries / attempts, per layer
+    max_attempts: int = Field(3, ge=1)  # attempts of one logical request, end to end
     pools: list[str] | None = None
-    min_requests: int = Field(20, ge=1)              # fewer logical requests: INCONCLUSIVE
-    use_spans: bool = True                           # count the server-side (router) retries from spans
+    min_requests: int = Field(20, ge=1)  # fewer logical requests: INCONCLUSIVE
+    use_spans: bool = True  # count the server-side (router) retries from spans
 
 
 @dataclass
@@ -280,7 +363,7 @@ class _Layer:
     """One layer's attempts: the client's, or a server's upstream calls."""
 
     attempts: int = 0
-    calls: int = 0          # logical requests (client) / calls made (server: one per parent SERVER span)
+    calls: int = 0  # logical requests (client) / calls made (server: one per parent SERVER span)
 
     @property
     def retries(self) -> int:
@@ -330,9 +413,13 @@ class RetryBudgetCheck(Check):
         if logical is None:
             return self.verdict(Status.INCONCLUSIVE, f"the run has no {p.phase} phase", window=p.phase)
         if len(logical) < p.min_requests:
-            return self.verdict(Status.INCONCLUSIVE, f"only {len(logical)} logical request(s) in {window_name} "
-                                f"(< {p.min_requests})", observed={"logical_requests": len(logical)},
-                                units={"logical_requests": "requests"}, window=p.phase)
+            return self.verdict(
+                Status.INCONCLUSIVE,
+                f"only {len(logical)} logical request(s) in {window_name} (< {p.min_requests})",
+                observed={"logical_requests": len(logical)},
+                units={"logical_requests": "requests"},
+                window=p.phase,
+            )
         client = _Layer(sum(len(v) for v in logical.values()), len(logical))
         server, per_trace, note = self._server_layer(evidence, logical)
         return self._judge(logical, client, server, per_trace, note)
@@ -340,8 +427,11 @@ class RetryBudgetCheck(Check):
     def _logical(self, evidence: RunEvidence) -> tuple[dict[str, list[RequestRecord]] | None, str]:
         p: RetryBudgetParams = self.params
         pools = None if p.pools is None else set(p.pools)
-        every = [r for r in evidence.requests if r.sent_ts is not None and r.error is not ErrorClass.CLIENT_DROP
-                 and (pools is None or r.pool in pools)]
+        every = [
+            r
+            for r in evidence.requests
+            if r.sent_ts is not None and r.error is not ErrorClass.CLIENT_DROP and (pools is None or r.pool in pools)
+        ]
         by_logical: dict[str, list[RequestRecord]] = defaultdict(list)
         for r in every:
             by_logical[r.logical_id].append(r)
@@ -354,8 +444,11 @@ class RetryBudgetCheck(Check):
         chosen = {k: sorted(v, key=lambda r: r.attempt) for k, v in by_logical.items() if k in first}
         return chosen, f"the {p.phase} window"
 
-    def _server_layer(self, evidence: RunEvidence, logical: dict[str, list[RequestRecord]],
-                      ) -> tuple[_Layer | None, dict[str, int], str | None]:
+    def _server_layer(
+        self,
+        evidence: RunEvidence,
+        logical: dict[str, list[RequestRecord]],
+    ) -> tuple[_Layer | None, dict[str, int], str | None]:
         """The server layer's attempts, upstream attempts per client trace id, or why none."""
         if not self.params.use_spans:
             return None, {}, "server-side retries not counted (use_spans: false)"
@@ -366,53 +459,107 @@ class RetryBudgetCheck(Check):
         wanted = {r.trace_id.lower() for records in logical.values() for r in records if r.trace_id}
         layer, per_trace = _upstream_attempts(traces.table, wanted)
         unseen = len(wanted) - len(per_trace)
-        note = (f"{unseen} of {len(wanted)} client attempt(s) have no upstream CLIENT span under a SERVER span "
+        note = (
+            (
+                f"{unseen} of {len(wanted)} client attempt(s) have no upstream CLIENT span under a SERVER span "
                 "(answered without an upstream call — e.g. from an idempotency store — or not traced): "
-                "server-side retries of those are not counted") if unseen else None
+                "server-side retries of those are not counted"
+            )
+            if unseen
+            else None
+        )
         return layer, per_trace, note
 
-    def _judge(self, logical: dict[str, list[RequestRecord]], client: _Layer, server: _Layer | None,
-               per_trace: dict[str, int], note: str | None) -> Verdict:
+    def _judge(
+        self,
+        logical: dict[str, list[RequestRecord]],
+        client: _Layer,
+        server: _Layer | None,
+        per_trace: dict[str, int],
+        note: str | None,
+    ) -> Verdict:
         p: RetryBudgetParams = self.params
-        end_to_end = {lid: sum(per_trace.get(r.trace_id.lower(), 1) for r in records)
-                      for lid, records in logical.items()}
+        end_to_end = {
+            lid: sum(per_trace.get(r.trace_id.lower(), 1) for r in records) for lid, records in logical.items()
+        }
         over = sorted((lid for lid, n in end_to_end.items() if n > p.max_attempts), key=lambda k: -end_to_end[k])
         pools = sorted(_per_pool(logical).items())
         observed, expected, units = self._figures(logical, client, server, pools, end_to_end, per_trace, over)
         layers = [(f"pool {pool}'s client", layer.share) for pool, layer in pools]
         layers.append(("the server's", server.share if server is not None else None))
-        problems = [f"{name} retries were {share:.1%} of its attempts (budget {p.max_retry_share:.0%})"
-                    for name, share in layers if share is not None and share > p.max_retry_share]
+        problems = [
+            f"{name} retries were {share:.1%} of its attempts (budget {p.max_retry_share:.0%})"
+            for name, share in layers
+            if share is not None and share > p.max_retry_share
+        ]
         if over:
-            problems.append(f"{len(over)} logical request(s) made more than {p.max_attempts} attempts "
-                            f"(most: {end_to_end[over[0]]})")
+            problems.append(
+                f"{len(over)} logical request(s) made more than {p.max_attempts} attempts (most: {end_to_end[over[0]]})"
+            )
         refs = [EvidenceRef(EvidenceKind.LOGICAL, lid, f"{end_to_end[lid]} attempts end to end") for lid in over[:20]]
-        refs += [EvidenceRef(EvidenceKind.TRACE, r.trace_id, f"attempt {r.attempt} of {lid}")
-                 for lid in over[:5] for r in logical[lid] if r.trace_id]
+        refs += [
+            EvidenceRef(EvidenceKind.TRACE, r.trace_id, f"attempt {r.attempt} of {lid}")
+            for lid in over[:5]
+            for r in logical[lid]
+            if r.trace_id
+        ]
         status = Status.FAIL if problems else Status.PASS
-        message = "; ".join(problems) if problems else (
-            f"retries within budget: client {client.share:.1%}"
-            + (f", server {server.share:.1%}" if server is not None and server.share is not None else "")
-            + f", at most {observed['max_attempts_seen']} attempt(s) per logical request")
-        return self.verdict(status, message, observed=observed, expected=expected, units=units, evidence=refs,
-                            window=p.phase, notes=(note,) if note else ())
+        message = (
+            "; ".join(problems)
+            if problems
+            else (
+                f"retries within budget: client {client.share:.1%}"
+                + (f", server {server.share:.1%}" if server is not None and server.share is not None else "")
+                + f", at most {observed['max_attempts_seen']} attempt(s) per logical request"
+            )
+        )
+        return self.verdict(
+            status,
+            message,
+            observed=observed,
+            expected=expected,
+            units=units,
+            evidence=refs,
+            window=p.phase,
+            notes=(note,) if note else (),
+        )
 
-    def _figures(self, logical, client: _Layer, server: _Layer | None, pools: list[tuple[str, _Layer]],
-                 end_to_end: dict[str, int], per_trace: dict[str, int], over: list[str]) -> tuple[dict, dict, dict]:
+    def _figures(
+        self,
+        logical,
+        client: _Layer,
+        server: _Layer | None,
+        pools: list[tuple[str, _Layer]],
+        end_to_end: dict[str, int],
+        per_trace: dict[str, int],
+        over: list[str],
+    ) -> tuple[dict, dict, dict]:
         p: RetryBudgetParams = self.params
-        both = [lid for lid, records in logical.items()
-                if len(records) > 1 and any(per_trace.get(r.trace_id.lower(), 1) > 1 for r in records)]
-        observed = {"logical_requests": len(logical), "client_attempts": client.attempts,
-                    "client_retries": client.retries, "client_retry_share": _round(client.share),
-                    "max_attempts_seen": max(end_to_end.values()), "over_max_attempts": len(over),
-                    "retried_at_both_layers": len(both)}
+        both = [
+            lid
+            for lid, records in logical.items()
+            if len(records) > 1 and any(per_trace.get(r.trace_id.lower(), 1) > 1 for r in records)
+        ]
+        observed = {
+            "logical_requests": len(logical),
+            "client_attempts": client.attempts,
+            "client_retries": client.retries,
+            "client_retry_share": _round(client.share),
+            "max_attempts_seen": max(end_to_end.values()),
+            "over_max_attempts": len(over),
+            "retried_at_both_layers": len(both),
+        }
         expected = {"max_attempts_seen": f"<= {p.max_attempts}"}
         for pool, layer in pools:
             observed[f"{pool}.client_retry_share"] = _round(layer.share)
             expected[f"{pool}.client_retry_share"] = f"<= {p.max_retry_share:g}"
         if server is not None:
-            observed.update(server_calls=server.calls, server_attempts=server.attempts,
-                            server_retries=server.retries, server_retry_share=_round(server.share))
+            observed.update(
+                server_calls=server.calls,
+                server_attempts=server.attempts,
+                server_retries=server.retries,
+                server_retry_share=_round(server.share),
+            )
             expected["server_retry_share"] = f"<= {p.max_retry_share:g}"
         units = {k: ("ratio" if k.endswith("_share") else "requests") for k in observed}
         units["max_attempts_seen"] = "attempts"

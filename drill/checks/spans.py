@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field, field_validator
 
-from drill.checks.base import Check, CheckParams, RunEvidence, EvidenceKind, EvidenceRef, Status, Verdict
+from drill.checks.base import Check, CheckParams, EvidenceKind, EvidenceRef, RunEvidence, Status, Verdict
 from drill.traces.analysis import AbnormalPair, AbnormalReport, AbnormalSpan, AnalysisOptions, find_abnormal
 from drill.units import Duration
 
@@ -28,7 +28,7 @@ class SpanExpectation(CheckParams):
 
     service: str | None = None
     name: str | None = None
-    attributes: dict[str, str] = Field(default_factory=dict)   # key -> regex of the value (span or same-service parent)
+    attributes: dict[str, str] = Field(default_factory=dict)  # key -> regex of the value (span or same-service parent)
 
     @field_validator("service", "name")
     @classmethod
@@ -46,9 +46,11 @@ class SpanExpectation(CheckParams):
 
     def matches(self, span: AbnormalSpan) -> bool:
         attributes = {**span.context_attributes, **span.attributes}
-        return (_full(self.service, span.service) and _full(self.name, span.name)
-                and all(key in attributes and re.fullmatch(rx, str(attributes[key])) for key, rx in
-                        self.attributes.items()))
+        return (
+            _full(self.service, span.service)
+            and _full(self.name, span.name)
+            and all(key in attributes and re.fullmatch(rx, str(attributes[key])) for key, rx in self.attributes.items())
+        )
 
     def describe(self) -> str:
         parts = [f"service ~ {self.service}"] if self.service else []
@@ -69,25 +71,31 @@ def _full(pattern: str | None, value: str) -> bool:
 
 
 class FirstAbnormalSpanParams(CheckParams):
-    expect: SpanExpectation | list[SpanExpectation] | None = None   # one of these must match the first span
-    require: bool = False                 # nothing abnormal in the fault window is a FAIL
-    min_spans: int = Field(50, ge=1)      # fewer spans in the run: INCONCLUSIVE
-    min_baseline_spans: int = Field(10, ge=2)   # per (service, name) before its latency/children are judged
-    max_orphan_share: float = Field(0.25, ge=0, le=1)   # more spans with a lost parent: INCONCLUSIVE
+    expect: SpanExpectation | list[SpanExpectation] | None = None  # one of these must match the first span
+    require: bool = False  # nothing abnormal in the fault window is a FAIL
+    min_spans: int = Field(50, ge=1)  # fewer spans in the run: INCONCLUSIVE
+    min_baseline_spans: int = Field(10, ge=2)  # per (service, name) before its latency/children are judged
+    max_orphan_share: float = Field(0.25, ge=0, le=1)  # more spans with a lost parent: INCONCLUSIVE
     latency_mads: float = Field(5.0, gt=0)
-    min_excess: Duration = 0.001          # a slow span is at least this far above its baseline median
+    min_excess: Duration = 0.001  # a slow span is at least this far above its baseline median
     child_presence: float = Field(0.95, gt=0, le=1)
     alpha: float = Field(0.01, gt=0, lt=1)
     explain_share: float = Field(0.5, gt=0)
-    onset_tolerance: Duration = 0.010     # onsets this close are simultaneous (clock skew); the deeper wins
+    onset_tolerance: Duration = 0.010  # onsets this close are simultaneous (clock skew); the deeper wins
     min_impact: float = Field(0.5, ge=0)  # a slow cause matters when it adds this share of the user-facing span
-    top: int = Field(5, ge=1)             # abnormal (service, name) pairs listed in observed
+    top: int = Field(5, ge=1)  # abnormal (service, name) pairs listed in observed
 
     def options(self) -> AnalysisOptions:
-        return AnalysisOptions(latency_mads=self.latency_mads, min_excess_ms=self.min_excess * 1e3,
-                               min_baseline_spans=self.min_baseline_spans, child_presence=self.child_presence,
-                               alpha=self.alpha, explain_share=self.explain_share,
-                               onset_tolerance_ms=self.onset_tolerance * 1e3, min_impact=self.min_impact)
+        return AnalysisOptions(
+            latency_mads=self.latency_mads,
+            min_excess_ms=self.min_excess * 1e3,
+            min_baseline_spans=self.min_baseline_spans,
+            child_presence=self.child_presence,
+            alpha=self.alpha,
+            explain_share=self.explain_share,
+            onset_tolerance_ms=self.onset_tolerance * 1e3,
+            min_impact=self.min_impact,
+        )
 
     def expectations(self) -> list[SpanExpectation]:
         if self.expect is None:
@@ -144,9 +152,15 @@ class FirstAbnormalSpanCheck(Check):
         if baseline is None or window is None:
             missing = "baseline phase" if baseline is None else "fault window"
             return self.verdict(Status.INCONCLUSIVE, f"the run has no {missing} to compare", window="fault")
-        report = find_abnormal(traces.table, baseline_from_ns=_ns(baseline.start_ts),
-                               baseline_until_ns=_ns(baseline.end_ts), fault_start_ns=_ns(window[0]),
-                               fault_end_ns=_ns(window[1]), top=p.top, options=p.options())
+        report = find_abnormal(
+            traces.table,
+            baseline_from_ns=_ns(baseline.start_ts),
+            baseline_until_ns=_ns(baseline.end_ts),
+            fault_start_ns=_ns(window[0]),
+            fault_end_ns=_ns(window[1]),
+            top=p.top,
+            options=p.options(),
+        )
         notes = notes + _report_notes(report)
         thin = _thin(report, p)
         if thin is not None:
@@ -155,41 +169,68 @@ class FirstAbnormalSpanCheck(Check):
 
     def _judge(self, report: AbnormalReport, p: FirstAbnormalSpanParams, notes: tuple[str, ...]) -> Verdict:
         expectations = p.expectations()
-        expected = ({"first_abnormal_span": " or ".join(e.describe() for e in expectations)} if expectations
-                    else {"first_abnormal_span": "found" if p.require else "found, or nothing abnormal"})
+        expected = (
+            {"first_abnormal_span": " or ".join(e.describe() for e in expectations)}
+            if expectations
+            else {"first_abnormal_span": "found" if p.require else "found, or nothing abnormal"}
+        )
         first = report.first
         if first is None:
             status = Status.FAIL if (p.require or expectations) else Status.PASS
-            return self.verdict(status, "no span of the fault window deviates from the baseline",
-                                observed=_counts(report), expected=expected, window="fault", notes=notes)
+            return self.verdict(
+                status,
+                "no span of the fault window deviates from the baseline",
+                observed=_counts(report),
+                expected=expected,
+                window="fault",
+                notes=notes,
+            )
         observed = {**_observed(first), "pairs": [_pair_json(x) for x in report.pairs], **_counts(report)}
         units = {"onset_s": "s", "duration_ms": "ms", "impact": "share of the user-facing span's baseline median"}
         where = f"{first.service}/{first.name} (trace {first.trace_id}, span {first.span_id}): {first.deviation}"
         if expectations and not any(e.matches(first) for e in expectations):
             wanted = expected["first_abnormal_span"]
-            return self.verdict(Status.FAIL, f"the first abnormal span is {where}; expected {wanted}",
-                                observed=observed, expected=expected, units=units, evidence=_refs(first),
-                                window="fault", notes=notes)
+            return self.verdict(
+                Status.FAIL,
+                f"the first abnormal span is {where}; expected {wanted}",
+                observed=observed,
+                expected=expected,
+                units=units,
+                evidence=_refs(first),
+                window="fault",
+                notes=notes,
+            )
         onset = "" if first.onset_s is None else f", {first.onset_s:+.3f}s after the {report.reference}"
         if not first.material:
-            notes = notes + (f"no abnormal span adds {p.min_impact:.0%} of its user-facing span's usual duration; "
-                             "the earliest unexplained one is reported",)
-        return self.verdict(Status.PASS, f"first abnormal span: {where}{onset}", observed=observed,
-                            expected=expected, units=units, evidence=_refs(first), window="fault", notes=notes)
+            notes = notes + (
+                f"no abnormal span adds {p.min_impact:.0%} of its user-facing span's usual duration; "
+                "the earliest unexplained one is reported",
+            )
+        return self.verdict(
+            Status.PASS,
+            f"first abnormal span: {where}{onset}",
+            observed=observed,
+            expected=expected,
+            units=units,
+            evidence=_refs(first),
+            window="fault",
+            notes=notes,
+        )
 
 
 def _ns(ts: float) -> int:
     return int(round(ts * 1e9))
 
 
-def _thin_traces(traces: "TraceEvidence", p: FirstAbnormalSpanParams) -> str | None:
+def _thin_traces(traces: TraceEvidence, p: FirstAbnormalSpanParams) -> str | None:
     """Why the run's spans are too thin to look at, or None."""
     # the client join does not matter here: spans whose traceparent the client did not set still count
     c = traces.completeness
     reason = traces.no_spans_reason or replace(c, requests=0).thin_reason(p.min_spans)
     if reason is None and c.orphan_share > p.max_orphan_share:
-        reason = (f"{c.orphans} of {c.spans} spans have a parent that was never exported "
-                  f"(more than {p.max_orphan_share:.0%})")
+        reason = (
+            f"{c.orphans} of {c.spans} spans have a parent that was never exported (more than {p.max_orphan_share:.0%})"
+        )
     return reason
 
 
@@ -199,51 +240,87 @@ def _thin(report: AbnormalReport, p: FirstAbnormalSpanParams) -> str | None:
     if report.fault_spans == 0:
         return "no span started in the fault window"
     if report.judged_pairs == 0:
-        return (f"no (service, span name) of the fault window has {p.min_baseline_spans} or more baseline spans "
-                f"({len(report.thin_pairs)} with fewer, {len(report.new_pairs)} absent from the baseline)")
+        return (
+            f"no (service, span name) of the fault window has {p.min_baseline_spans} or more baseline spans "
+            f"({len(report.thin_pairs)} with fewer, {len(report.new_pairs)} absent from the baseline)"
+        )
     return None
 
 
 def _counts(report: AbnormalReport) -> dict:
-    return {"spans": report.spans, "baseline_spans": report.baseline_spans, "fault_spans": report.fault_spans,
-            "judged_pairs": report.judged_pairs, "candidates": report.candidates, "orphans": report.orphans}
+    return {
+        "spans": report.spans,
+        "baseline_spans": report.baseline_spans,
+        "fault_spans": report.fault_spans,
+        "judged_pairs": report.judged_pairs,
+        "candidates": report.candidates,
+        "orphans": report.orphans,
+    }
 
 
 def _observed(first: AbnormalSpan) -> dict:
-    return {"service": first.service, "name": first.name, "kind": first.kind, "trace_id": first.trace_id,
-            "span_id": first.span_id, "deviation": first.deviation, "onset_s": first.onset_s,
-            "impact": first.impact, "material": first.material,
-            "duration_ms": first.duration_ms, "attributes": {**first.context_attributes, **first.attributes},
-            "link": None if first.link is None else first.link.text,
-            "chain": [f"{c.service}/{c.name}" for c in first.chain]}
+    return {
+        "service": first.service,
+        "name": first.name,
+        "kind": first.kind,
+        "trace_id": first.trace_id,
+        "span_id": first.span_id,
+        "deviation": first.deviation,
+        "onset_s": first.onset_s,
+        "impact": first.impact,
+        "material": first.material,
+        "duration_ms": first.duration_ms,
+        "attributes": {**first.context_attributes, **first.attributes},
+        "link": None if first.link is None else first.link.text,
+        "chain": [f"{c.service}/{c.name}" for c in first.chain],
+    }
 
 
 def _pair_json(pair: AbnormalPair) -> dict:
-    return {"service": pair.service, "name": pair.name, "flagged": pair.flagged, "spans": pair.spans,
-            "share": pair.share, "root_causes": pair.root_causes, "material": pair.material,
-            "median_ratio": pair.median_ratio,
-            "deviation": pair.deviation, "attributes": [a.text for a in pair.attributes]}
+    return {
+        "service": pair.service,
+        "name": pair.name,
+        "flagged": pair.flagged,
+        "spans": pair.spans,
+        "share": pair.share,
+        "root_causes": pair.root_causes,
+        "material": pair.material,
+        "median_ratio": pair.median_ratio,
+        "deviation": pair.deviation,
+        "attributes": [a.text for a in pair.attributes],
+    }
 
 
 def _refs(first: AbnormalSpan) -> list[EvidenceRef]:
-    refs = [EvidenceRef(EvidenceKind.TRACE, first.trace_id, "trace of the first abnormal span"),
-            EvidenceRef(EvidenceKind.SPAN, first.span_id, f"first abnormal: {first.service}/{first.name}: "
-                                                          f"{first.deviation}")]
+    refs = [
+        EvidenceRef(EvidenceKind.TRACE, first.trace_id, "trace of the first abnormal span"),
+        EvidenceRef(
+            EvidenceKind.SPAN, first.span_id, f"first abnormal: {first.service}/{first.name}: {first.deviation}"
+        ),
+    ]
     for link in first.chain[1:]:
         state = link.deviation or "normal"
         refs.append(EvidenceRef(EvidenceKind.SPAN, link.span_id, f"chain: {link.service}/{link.name} ({state})"))
     if first.link is not None and first.link.server_span_id:
-        refs.append(EvidenceRef(EvidenceKind.SPAN, first.link.server_span_id,
-                                f"the SERVER span under the slow link ({first.link.server_service}, normal)"))
+        refs.append(
+            EvidenceRef(
+                EvidenceKind.SPAN,
+                first.link.server_span_id,
+                f"the SERVER span under the slow link ({first.link.server_service}, normal)",
+            )
+        )
     return refs
 
 
 def _report_notes(report: AbnormalReport) -> tuple[str, ...]:
-    notes = [f"baseline: {report.baseline_rule} ({report.baseline_spans} spans); "
-             f"fault window: {report.fault_spans} spans"]
+    notes = [
+        f"baseline: {report.baseline_rule} ({report.baseline_spans} spans); fault window: {report.fault_spans} spans"
+    ]
     if report.thin_pairs:
-        notes.append(f"{len(report.thin_pairs)} pair(s) with too few baseline spans to judge latency: "
-                     + ", ".join(report.thin_pairs[:5]))
+        notes.append(
+            f"{len(report.thin_pairs)} pair(s) with too few baseline spans to judge latency: "
+            + ", ".join(report.thin_pairs[:5])
+        )
     if report.new_pairs:
         notes.append(f"{len(report.new_pairs)} pair(s) absent from the baseline: " + ", ".join(report.new_pairs[:5]))
     return tuple(notes)

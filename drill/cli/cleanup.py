@@ -13,10 +13,21 @@ from drill.engine.cleanup import clean_run, dead_runs
 
 
 @click.command("cleanup")
-@click.option("--run-dir", "run_dirs", multiple=True, type=click.Path(file_okay=False, exists=True),
-              help="Clean this run directory (repeatable); default: every dead run found.")
-@click.option("--reports", "reports_dir", type=click.Path(file_okay=False), default="reports", show_default=True,
-              help="Also look for dead runs' journals under this directory.")
+@click.option(
+    "--run-dir",
+    "run_dirs",
+    multiple=True,
+    type=click.Path(file_okay=False, exists=True),
+    help="Clean this run directory (repeatable); default: every dead run found.",
+)
+@click.option(
+    "--reports",
+    "reports_dir",
+    type=click.Path(file_okay=False),
+    default="reports",
+    show_default=True,
+    help="Also look for dead runs' journals under this directory.",
+)
 @click.option("--dry-run", is_flag=True, help="Only list what would be reverted.")
 def cleanup(run_dirs: tuple[str, ...], reports_dir: str, dry_run: bool) -> None:
     """Find runs whose runner is gone and revert their faults and targets from the journal."""

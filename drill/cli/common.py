@@ -6,10 +6,10 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import click
 from rich.console import Console
@@ -75,8 +75,12 @@ def handle_errors() -> Iterator[CrashSite]:
     except Exception as exc:  # noqa: BLE001 - last resort: keep a report a maintainer can use
         log = site.write(exc)
         where = f"traceback in {log}" if log else "traceback above"
-        err_console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc} ({where})",
-                          markup=True, highlight=False, soft_wrap=True)
+        err_console.print(
+            f"[bold red]internal error:[/] {type(exc).__name__}: {exc} ({where})",
+            markup=True,
+            highlight=False,
+            soft_wrap=True,
+        )
         sys.exit(3)
 
 

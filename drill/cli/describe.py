@@ -53,6 +53,7 @@ def _default(info: FieldInfo) -> str:
     value = info.get_default(call_default_factory=True)
     if isinstance(value, (int, float)) and _type_name(info).startswith("duration"):
         from drill.units import format_duration
+
         return f"default {format_duration(value)}"
     if isinstance(value, enum.Enum):
         value = value.value
@@ -97,6 +98,12 @@ def describe_fault(fault_cls) -> str:
     doc = inspect.cleandoc(fault_cls.__doc__ or "(no description)")
     lines = [f"{fault_cls.kind} — {fault_cls.summary}", "", doc, "", "Params:"]
     lines += describe_params(fault_cls.Params)
-    lines += ["", *_mechanism_lines(fault_cls), f"Acts on: {fault_cls.scope} (chosen by the fault's selector)",
-              "", "Revert:", f"  {fault_cls.revert_semantics or 'see above'}"]
+    lines += [
+        "",
+        *_mechanism_lines(fault_cls),
+        f"Acts on: {fault_cls.scope} (chosen by the fault's selector)",
+        "",
+        "Revert:",
+        f"  {fault_cls.revert_semantics or 'see above'}",
+    ]
     return "\n".join(lines)

@@ -56,31 +56,74 @@ def fault() -> None:
 
 @fault.command("inject")
 @click.argument("kind")
-@click.option("--target", "target_spec", required=True, metavar="stack[:NAME] | FILE.yaml",
-              help="A stack started by `drill stack up` (name: default), or the target: section of a drill file.")
-@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
-              help="A fault param (value read as YAML; repeatable).")
-@click.option("--selector", "selectors", multiple=True, metavar="KEY=VALUE",
-              help="Which replicas/links: replicas=[0], fraction=0.5, count=1, random=true, seed=7, links=[tp] "
-                   "(repeatable).")
-@click.option("--for", "hold_s", required=True, callback=parse_duration_option, metavar="DURATION",
-              help="How long the fault stays (e.g. 30s); the watchdog reverts it if this process dies.")
+@click.option(
+    "--target",
+    "target_spec",
+    required=True,
+    metavar="stack[:NAME] | FILE.yaml",
+    help="A stack started by `drill stack up` (name: default), or the target: section of a drill file.",
+)
+@click.option(
+    "--param", "params", multiple=True, metavar="KEY=VALUE", help="A fault param (value read as YAML; repeatable)."
+)
+@click.option(
+    "--selector",
+    "selectors",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Which replicas/links: replicas=[0], fraction=0.5, count=1, random=true, seed=7, links=[tp] (repeatable).",
+)
+@click.option(
+    "--for",
+    "hold_s",
+    required=True,
+    callback=parse_duration_option,
+    metavar="DURATION",
+    help="How long the fault stays (e.g. 30s); the watchdog reverts it if this process dies.",
+)
 @click.option("--name", "fault_id", default=None, help="The fault's id in the journal (default: KIND).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="reports", show_default=True,
-              help="Base directory: the run goes to OUT/manual/<run id>/.")
-@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where `drill stack up` keeps state (default: $DRILL_STATE_DIR or ~/.local/state/llm-drill).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default="reports",
+    show_default=True,
+    help="Base directory: the run goes to OUT/manual/<run id>/.",
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where `drill stack up` keeps state (default: $DRILL_STATE_DIR or ~/.local/state/llm-drill).",
+)
 @click.option("--allow-host", "allow_hosts", multiple=True, help="Allow a non-loopback host (repeatable).")
-def inject(kind: str, target_spec: str, params: tuple[str, ...], selectors: tuple[str, ...], hold_s: float,
-           fault_id: str | None, out_dir: str, state_dir: Path | None, allow_hosts: tuple[str, ...]) -> None:
+def inject(
+    kind: str,
+    target_spec: str,
+    params: tuple[str, ...],
+    selectors: tuple[str, ...],
+    hold_s: float,
+    fault_id: str | None,
+    out_dir: str,
+    state_dir: Path | None,
+    allow_hosts: tuple[str, ...],
+) -> None:
     """Inject KIND now, prove it landed, hold it for --for, then revert it (Ctrl-C reverts at once)."""
     from drill.cli.manual import ManualInjection, manual_request
 
     with handle_errors() as crash:
         if hold_s <= 0:
             raise click.BadParameter("must be a positive duration", param_hint="--for")
-        request = manual_request(kind, target_spec, params, selectors, hold_s=hold_s, fault_id=fault_id,
-                                 state_dir=state_dir, allow_hosts=allow_hosts)
+        request = manual_request(
+            kind,
+            target_spec,
+            params,
+            selectors,
+            hold_s=hold_s,
+            fault_id=fault_id,
+            state_dir=state_dir,
+            allow_hosts=allow_hosts,
+        )
         injection = ManualInjection(request, Path(out_dir), say=_say, argv=tuple(sys.argv))
         crash.run_dir = injection.rundir.path
         outcome = injection.run()

@@ -32,4 +32,3 @@ def judge(run_dir: Path, as_json: bool) -> None:
         print_verdicts(judgement.verdicts)
         console.print(f"run directory: {run_dir}")
     sys.exit(0 if all(v.status is Status.PASS for v in judgement.verdicts) else 1)
-

@@ -31,27 +31,62 @@ DEFAULT_DURATION_S = 60.0
 @click.command("load")
 @click.argument("scenario_file")
 @click.option("--target", required=True, help="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000.")
-@click.option("--duration", callback=parse_duration_option, help="How long arrivals run, e.g. 60s (default: the "
-              "scenario's duration, else 60s).")
+@click.option(
+    "--duration",
+    callback=parse_duration_option,
+    help="How long arrivals run, e.g. 60s (default: the scenario's duration, else 60s).",
+)
 @click.option("--rate", help="Total arrival rate, e.g. 20 or '600/min': rescales every pool, keeping proportions.")
 @click.option("--workers", type=int, default=0, show_default=True, help="Locust worker processes (0: one runner).")
-@click.option("--expect-workers", type=int, default=0, show_default=True,
-              help="Also wait for this many remote `drill worker` processes.")
-@click.option("--master-bind", default="127.0.0.1:0", show_default=True,
-              help="HOST:PORT the master listens on for workers (remote workers need a reachable address).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Run directory (default: a new "
-              "reports/load/<UTC time>-<id>).")
+@click.option(
+    "--expect-workers",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Also wait for this many remote `drill worker` processes.",
+)
+@click.option(
+    "--master-bind",
+    default="127.0.0.1:0",
+    show_default=True,
+    help="HOST:PORT the master listens on for workers (remote workers need a reachable address).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    help="Run directory (default: a new reports/load/<UTC time>-<id>).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--allow-host", "allow_hosts", multiple=True, help="Allow a non-loopback target host (repeatable).")
 @click.option("--seed", type=int, help="Seed of the request set (default: the scenario's).")
 @click.option("--model", help="Model name to request (default: the scenario's, else the first of /v1/models).")
 @click.option("--header", "headers", multiple=True, metavar="'NAME: VALUE'", help="Extra request header (repeatable).")
-@click.option("--drain", callback=parse_duration_option, default="30s", show_default=True,
-              help="At the end, how long in-flight requests may finish before they are cancelled.")
+@click.option(
+    "--drain",
+    callback=parse_duration_option,
+    default="30s",
+    show_default=True,
+    help="At the end, how long in-flight requests may finish before they are cancelled.",
+)
 @click.option("--progress/--no-progress", default=None, help="Live status line (default: on a terminal).")
-def load(scenario_file: str, target: str, duration: float | None, rate: str | None, workers: int,
-         expect_workers: int, master_bind: str, out_dir: str | None, as_json: bool, allow_hosts: tuple[str, ...],
-         seed: int | None, model: str | None, headers: tuple[str, ...], drain: float, progress: bool | None) -> None:
+def load(
+    scenario_file: str,
+    target: str,
+    duration: float | None,
+    rate: str | None,
+    workers: int,
+    expect_workers: int,
+    master_bind: str,
+    out_dir: str | None,
+    as_json: bool,
+    allow_hosts: tuple[str, ...],
+    seed: int | None,
+    model: str | None,
+    headers: tuple[str, ...],
+    drain: float,
+    progress: bool | None,
+) -> None:
     """Run open-loop load from SCENARIO against --target and print latency, throughput, errors and goodput."""
     from drill.load.driver import LoadPlan
 
@@ -63,10 +98,19 @@ def load(scenario_file: str, target: str, duration: float | None, rate: str | No
         scenario = _with_rate(scenario, rate, length)
         _check_planned(scenario, length)
         run_dir = Path(out_dir) if out_dir else _new_run_dir()
-        plan = LoadPlan(scenario=scenario, target_url=target, model=model, duration_s=length, run_dir=run_dir,
-                        seed=scenario.seed if seed is None else seed, workers=workers,
-                        progress=sys.stderr.isatty() if progress is None else progress,
-                        headers=_headers(headers), expect_remote_workers=expect_workers, master_bind=master_bind)
+        plan = LoadPlan(
+            scenario=scenario,
+            target_url=target,
+            model=model,
+            duration_s=length,
+            run_dir=run_dir,
+            seed=scenario.seed if seed is None else seed,
+            workers=workers,
+            progress=sys.stderr.isatty() if progress is None else progress,
+            headers=_headers(headers),
+            expect_remote_workers=expect_workers,
+            master_bind=master_bind,
+        )
         interrupted, summary, t0 = _run(plan, drain)
         _print(plan, summary, t0, as_json)
     sys.exit(130 if interrupted else 0)
@@ -90,7 +134,7 @@ def _scenario(name: str):
 def _exists(path: Path) -> bool:
     try:
         return path.exists()
-    except (OSError, ValueError):   # a name too long to look up: load_scenario reports it, located
+    except (OSError, ValueError):  # a name too long to look up: load_scenario reports it, located
         return False
 
 
@@ -111,11 +155,15 @@ def _check_master(expect_workers: int, master_bind: str) -> None:
     if not sep or not port.isdigit():
         raise InputError(f"--master-bind expects HOST:PORT, got {master_bind!r}")
     if expect_workers and int(port) == 0:
-        raise InputError("--expect-workers needs a fixed port in --master-bind (e.g. 0.0.0.0:5557) so remote "
-                         "workers can reach the master")
+        raise InputError(
+            "--expect-workers needs a fixed port in --master-bind (e.g. 0.0.0.0:5557) so remote "
+            "workers can reach the master"
+        )
     if expect_workers:
-        err_console.print(f"waiting for {expect_workers} remote worker(s): run `drill worker --master "
-                          f"<this host>:{port}` on each", highlight=False)
+        err_console.print(
+            f"waiting for {expect_workers} remote worker(s): run `drill worker --master <this host>:{port}` on each",
+            highlight=False,
+        )
 
 
 def _with_rate(scenario, rate: str | None, duration_s: float):
@@ -181,31 +229,40 @@ def _print(plan, summary, t0: float | None, as_json: bool) -> None:
     from drill.load.summary import render_text, summarize
 
     slos = {p.name: dict(p.slo) for p in plan.scenario.pools if p.slo}
-    report = summarize(read_records(plan.run_dir / "requests.jsonl"), slos=slos, duration_s=plan.duration_s,
-                       start_ts=t0)
+    report = summarize(
+        read_records(plan.run_dir / "requests.jsonl"), slos=slos, duration_s=plan.duration_s, start_ts=t0
+    )
     doc = {"run_dir": str(plan.run_dir), "load": summary.to_dict(), "report": report.to_dict()}
     (plan.run_dir / "load-summary.json").write_text(json.dumps(doc, indent=2) + "\n")
     if as_json:
         click.echo(json.dumps(doc, indent=2))
         return
     console.print(render_text(report), highlight=False, soft_wrap=True)
-    console.print(f"sent {summary.sent} of {summary.due} arrivals due (target {summary.target_rate:.2f}/s, achieved "
-                  f"{summary.achieved_rate:.2f}/s), client drops {summary.client_drops}, cancelled at stop "
-                  f"{summary.cancelled}, records {summary.records_written} (lost {summary.records_lost})",
-                  highlight=False, soft_wrap=True)
+    console.print(
+        f"sent {summary.sent} of {summary.due} arrivals due (target {summary.target_rate:.2f}/s, achieved "
+        f"{summary.achieved_rate:.2f}/s), client drops {summary.client_drops}, cancelled at stop "
+        f"{summary.cancelled}, records {summary.records_written} (lost {summary.records_lost})",
+        highlight=False,
+        soft_wrap=True,
+    )
     if summary.unreadable_messages:
-        err_console.print(f"{len(summary.unreadable_messages)} message(s) from the load generator could not be "
-                          f"read (their counters are lost): {'; '.join(summary.unreadable_messages[:3])}",
-                          highlight=False, soft_wrap=True)
+        err_console.print(
+            f"{len(summary.unreadable_messages)} message(s) from the load generator could not be "
+            f"read (their counters are lost): {'; '.join(summary.unreadable_messages[:3])}",
+            highlight=False,
+            soft_wrap=True,
+        )
     console.print(f"run directory: {plan.run_dir}", highlight=False, soft_wrap=True)
 
 
 @click.command("worker")
-@click.option("--master", required=True, metavar="HOST:PORT", help="The master's address (printed by its `drill load`).")
+@click.option(
+    "--master", required=True, metavar="HOST:PORT", help="The master's address (printed by its `drill load`)."
+)
 def worker(master: str) -> None:
     """Run a load worker for a master on another machine; it gets the plan and its share from the master."""
     host, sep, port = master.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise click.BadParameter(f"expected HOST:PORT, got {master!r}", param_hint="--master")
     cmd = [sys.executable, "-m", "drill.load.child.locustfile", "--worker", "--master", f"{host}:{port}"]
-    os.execv(sys.executable, cmd)   # a fresh process: Locust must be its first import
+    os.execv(sys.executable, cmd)  # a fresh process: Locust must be its first import

@@ -49,8 +49,9 @@ class LazyGroup(click.Group):
 
 
 def _missing_command(name: str, module_name: str) -> click.Command:
-    @click.command(name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-                   help="(not built yet)")
+    @click.command(
+        name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True}, help="(not built yet)"
+    )
     def missing() -> None:
         raise click.ClickException(f"'drill {name}' is not built yet ({module_name} is missing)")
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from drill import registry
 from drill.api import Capability, Fault, FaultContext, FaultTargets, Selector, TargetContext, TargetInfo
@@ -75,9 +75,18 @@ class ManualOutcome:
 
 # -- the request ---------------------------------------------------------------------------------
 
-def manual_request(kind: str, target_spec: str, params: tuple[str, ...], selectors: tuple[str, ...], *,
-                   hold_s: float, fault_id: str | None = None, state_dir: Path | None = None,
-                   allow_hosts: tuple[str, ...] = ()) -> ManualRequest:
+
+def manual_request(
+    kind: str,
+    target_spec: str,
+    params: tuple[str, ...],
+    selectors: tuple[str, ...],
+    *,
+    hold_s: float,
+    fault_id: str | None = None,
+    state_dir: Path | None = None,
+    allow_hosts: tuple[str, ...] = (),
+) -> ManualRequest:
     """Validate everything before touching anything; raises InputError/SpecError (exit 2)."""
     fault_cls = registry.faults.get(kind)
     fault_params = _validated(fault_cls.Params, _pairs(params, "--param"), "<--param>", ("params",))
@@ -125,16 +134,23 @@ def _validated(model, data: dict, source: str, prefix: tuple):
 
 
 def _check_capabilities(fault: Fault, params, target: TargetInfo) -> None:
-    offered = target.capabilities - {Capability.LOAD_CONTROL}   # no load driver runs in a manual injection
+    offered = target.capabilities - {Capability.LOAD_CONTROL}  # no load driver runs in a manual injection
     missing = sorted(c.value for c in fault.needs_for(params) - offered)
     if missing:
-        hint = ("queue_flood multiplies a drill's load: use it in `drill run`" if "load.control" in missing else
-                "change the fault's method (--param method=...) or use a target that offers it")
-        raise InputError(f"fault {fault.kind!r} needs {', '.join(missing)}; the target provides "
-                         f"{', '.join(sorted(c.value for c in offered)) or '(nothing)'}", hint=hint)
+        hint = (
+            "queue_flood multiplies a drill's load: use it in `drill run`"
+            if "load.control" in missing
+            else "change the fault's method (--param method=...) or use a target that offers it"
+        )
+        raise InputError(
+            f"fault {fault.kind!r} needs {', '.join(missing)}; the target provides "
+            f"{', '.join(sorted(c.value for c in offered)) or '(nothing)'}",
+            hint=hint,
+        )
 
 
 # -- the target ----------------------------------------------------------------------------------
+
 
 def target_info(spec: str, state_dir: Path | None = None, allow_hosts: tuple[str, ...] = ()) -> TargetInfo:
     """The TargetInfo of ``stack[:NAME]`` or of a drill file's ``target:`` section."""
@@ -142,8 +158,10 @@ def target_info(spec: str, state_dir: Path | None = None, allow_hosts: tuple[str
         return _stack_info(spec.partition(":")[2] or "default", state_dir, allow_hosts)
     path = Path(spec)
     if not path.is_file():
-        raise InputError(f"--target {spec!r} is neither stack[:NAME] nor a drill file",
-                         hint="start a stack with `drill stack up` and pass --target stack, or give a drill YAML")
+        raise InputError(
+            f"--target {spec!r} is neither stack[:NAME] nor a drill file",
+            hint="start a stack with `drill stack up` and pass --target stack, or give a drill YAML",
+        )
     return _file_info(path, allow_hosts)
 
 
@@ -156,8 +174,10 @@ def _stack_info(name: str, state_dir: Path | None, allow_hosts: tuple[str, ...])
     if state is None:
         raise InputError(f"no stack named {name!r} is running", hint=f"start one: drill stack up --name {name}")
     if not supervisor_alive(state):
-        raise TargetError(f"stack {name!r} is not running (its supervisor is gone)",
-                          hint=f"drill stack down --name {name}, then up again")
+        raise TargetError(
+            f"stack {name!r} is not running (its supervisor is gone)",
+            hint=f"drill stack down --name {name}, then up again",
+        )
     plan = StackPlan.model_validate_json((state.run_dir / "plan.json").read_text(encoding="utf-8"))
     config = plan.replica_specs[0].config.model_copy(update={"runtime": state.runtime})
     check_host_list(EmbeddedStack.hosts(config), allow_hosts)
@@ -174,8 +194,10 @@ def _file_info(path: Path, allow_hosts: tuple[str, ...]) -> TargetInfo:
         raise SpecError(doc.diagnostics or [Diagnostic(Position(str(path), 1, 1), (), "no 'target:' mapping here")])
     kind = section.get("kind", "embedded")
     if kind == "embedded":
-        raise InputError(f"{path}: an embedded target is started per run; a manual fault needs a running one",
-                         hint="drill stack up --config STACK.yaml, then --target stack")
+        raise InputError(
+            f"{path}: an embedded target is started per run; a manual fault needs a running one",
+            hint="drill stack up --config STACK.yaml, then --target stack",
+        )
     target_cls = registry.targets.get(kind)
     params = _validated_located(target_cls.Params, section.get("config") or {}, doc.locations)
     check_host_list(target_cls.hosts(params), (*allow_hosts, *(data.get("allowed_hosts") or [])))
@@ -194,11 +216,13 @@ def _validated_located(model, data: object, locations: Locations):
 
 # -- the session ---------------------------------------------------------------------------------
 
+
 class ManualInjection:
     """Runs one :class:`ManualRequest`: open, inject, verify, hold, revert, close — reverting on every path."""
 
-    def __init__(self, request: ManualRequest, out_dir: Path, say: Say = lambda line, **kw: None,
-                 argv: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, request: ManualRequest, out_dir: Path, say: Say = lambda line, **kw: None, argv: tuple[str, ...] = ()
+    ) -> None:
         self.request = request
         self.say = say
         self.rundir: RunDir = create_run_dir(out_dir, "manual")
@@ -208,9 +232,13 @@ class ManualInjection:
         self.guard = SignalGuard(on_signal=lambda name: self.journal.write(Event.SIGNAL, signal=name))
         self.argv = argv
         self.watchdog: Watchdog | None = None
-        self.ctx = FaultContext(request.fault_id, request.target, request.targets, timeout_s=FAULT_TIMEOUT_S,
-                                note=lambda message: self.journal.write(Event.NOTE, fault_id=request.fault_id,
-                                                                        message=message))
+        self.ctx = FaultContext(
+            request.fault_id,
+            request.target,
+            request.targets,
+            timeout_s=FAULT_TIMEOUT_S,
+            note=lambda message: self.journal.write(Event.NOTE, fault_id=request.fault_id, message=message),
+        )
 
     def run(self) -> ManualOutcome:
         """Inject, verify, hold for ``hold_s``, revert. Returns the outcome (its ``exit_code``)."""
@@ -231,9 +259,17 @@ class ManualInjection:
 
     def _open(self) -> None:
         r = self.request
-        self.journal.write(Event.RUN_STARTED, run_id=self.rundir.run_id, drill="manual", pid=os.getpid(),
-                           pid_start=active.process_start_time(os.getpid()), argv=list(self.argv), kind=r.kind,
-                           hold_s=r.hold_s, target=r.target.model_dump(mode="json"))
+        self.journal.write(
+            Event.RUN_STARTED,
+            run_id=self.rundir.run_id,
+            drill="manual",
+            pid=os.getpid(),
+            pid_start=active.process_start_time(os.getpid()),
+            argv=list(self.argv),
+            kind=r.kind,
+            hold_s=r.hold_s,
+            target=r.target.model_dump(mode="json"),
+        )
         active.register(self.rundir.run_id, self.rundir.path)
         self.watchdog = Watchdog(self.rundir.path, lease_grace_s=LEASE_GRACE_S)
         self.say(f"run directory {self.rundir.path}")
@@ -273,13 +309,18 @@ class ManualInjection:
                 self.say(f"reverted {outcome.fault_id} in {outcome.seconds:.2f}s ({reason})")
             else:
                 self.outcome.revert_errors.append(f"{outcome.fault_id}: {outcome.error}")
-                self.say(f"REVERT FAILED for {outcome.fault_id}: {outcome.error}; the target may still be "
-                         f"faulted: run `drill cleanup --run-dir {self.rundir.path}`", error=True)
+                self.say(
+                    f"REVERT FAILED for {outcome.fault_id}: {outcome.error}; the target may still be "
+                    f"faulted: run `drill cleanup --run-dir {self.rundir.path}`",
+                    error=True,
+                )
 
     def _finish(self) -> None:
         code = self.outcome.exit_code
         status = RunStatus.INTERRUPTED if self.outcome.interrupted else RunStatus.COMPLETED
-        self.journal.write(Event.RUN_FINISHED, status=status, exit_code=code, revert_failures=self.outcome.revert_errors)
+        self.journal.write(
+            Event.RUN_FINISHED, status=status, exit_code=code, revert_failures=self.outcome.revert_errors
+        )
         self.journal.close()
         self.ctx.close()
         if self.watchdog is not None:

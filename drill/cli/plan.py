@@ -61,9 +61,11 @@ def _timeline(loaded: LoadedDrill, info) -> list[str]:
     lines = ["timeline (offsets from the start of load):"]
     for slot in timeline.phases:
         if slot.length_s is None:
-            what = ("until the first good response (timeout " + fmt(drill.phases.cold_start.timeout) + ")"
-                    if slot.phase.value == "cold_start" else
-                    f"after recovery: resend up to {drill.phases.replay.max_samples} failing requests")
+            what = (
+                "until the first good response (timeout " + fmt(drill.phases.cold_start.timeout) + ")"
+                if slot.phase.value == "cold_start"
+                else f"after recovery: resend up to {drill.phases.replay.max_samples} failing requests"
+            )
             lines.append(f"  {slot.phase.value:<11} {what}")
             continue
         lines.append(f"  {slot.phase.value:<11} {fmt(slot.start_s)} – {fmt(slot.end_s)}")
@@ -82,8 +84,10 @@ def _faults(loaded: LoadedDrill, timeline, info) -> list[str]:
             lines += [f"      {key} = {value}" for key, value in spec.params.items()]
             continue
         fault = registry.faults.get(spec.kind)(params)
-        lines.append(f"    fault {window.fault_id} ({spec.kind}, {fault.realism_for(params).value}): "
-                     f"{fmt(base + window.start_s)} – {fmt(base + window.end_s)}")
+        lines.append(
+            f"    fault {window.fault_id} ({spec.kind}, {fault.realism_for(params).value}): "
+            f"{fmt(base + window.start_s)} – {fmt(base + window.end_s)}"
+        )
         for key, value in params.model_dump(mode="json").items():
             lines.append(f"      {key} = {value}")
         lines += [f"      touches {t}" for t in _touches(fault, spec, info, loaded.drill.seed)]
@@ -109,6 +113,8 @@ def _load(loaded: LoadedDrill) -> list[str]:
         share = f"{pool.share:.0%} of " if pool.share is not None and pool.arrival is None else ""
         rate = f"{arrival.rate:g} req/s" if arrival.rate is not None else arrival.process.value
         slo = ", ".join(f"{k} {fmt(v)}" for k, v in (pool.slo or loaded.drill.slo).items()) or "none"
-        lines.append(f"  pool {pool.name}: {share}{arrival.process.value} {rate}, priority {pool.priority}, "
-                     f"{pool.endpoint.value}{' stream' if pool.stream else ''}, SLO {slo}")
+        lines.append(
+            f"  pool {pool.name}: {share}{arrival.process.value} {rate}, priority {pool.priority}, "
+            f"{pool.endpoint.value}{' stream' if pool.stream else ''}, SLO {slo}"
+        )
     return lines

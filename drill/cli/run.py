@@ -22,19 +22,39 @@ def _preflight() -> None:
 @click.command("run")
 @click.argument("drill_file")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override any field by its key path.")
-@click.option("--time-scale", type=float, default=1.0, show_default=True,
-              help="Multiply every timeline duration (0.1 = ten times shorter, for smoke runs).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="reports", show_default=True,
-              help="Base directory for run directories.")
+@click.option(
+    "--time-scale",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Multiply every timeline duration (0.1 = ten times shorter, for smoke runs).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default="reports",
+    show_default=True,
+    help="Base directory for run directories.",
+)
 @click.option("--allow-host", "allow_hosts", multiple=True, help="Allow a non-loopback host (repeatable).")
-@click.option("--workers", type=int, default=0, show_default=True, help="Locust worker processes (0: one local runner).")
+@click.option(
+    "--workers", type=int, default=0, show_default=True, help="Locust worker processes (0: one local runner)."
+)
 @click.option("--progress/--no-progress", default=None, help="Live status line (default: on a terminal).")
-def run(drill_file: str, overrides: tuple[str, ...], time_scale: float, out_dir: str,
-        allow_hosts: tuple[str, ...], workers: int, progress: bool | None) -> None:
+def run(
+    drill_file: str,
+    overrides: tuple[str, ...],
+    time_scale: float,
+    out_dir: str,
+    allow_hosts: tuple[str, ...],
+    workers: int,
+    progress: bool | None,
+) -> None:
     """Run a drill: start the target, drive load, inject faults, revert them, judge the evidence."""
     from pathlib import Path
 
-    from drill.engine.runner import RunOptions, Runner
+    from drill.engine.runner import Runner, RunOptions
 
     with handle_errors() as crash:
         if time_scale <= 0:
@@ -46,7 +66,7 @@ def run(drill_file: str, overrides: tuple[str, ...], time_scale: float, out_dir:
         options = RunOptions(out_dir=Path(out_dir), workers=workers, progress=show, argv=tuple(sys.argv))
         listeners = [_progress_listener()] if show else []
         runner = Runner(loaded, options, listeners)
-        crash.run_dir = lambda: getattr(getattr(runner, "rundir", None), "path", None)   # once the run has one
+        crash.run_dir = lambda: getattr(getattr(runner, "rundir", None), "path", None)  # once the run has one
         result = runner.run()
     _report(result)
     sys.exit(result.exit_code)
@@ -68,7 +88,9 @@ def _report(result) -> None:
         err_console.print("[bold red]REVERT FAILED — the target may still be faulted:[/]")
         for line in result.revert_failures:
             err_console.print(f"  {line}")
-        err_console.print("  run `drill cleanup` to retry the reverts from the journal; "
-                          "if it fails again, undo them by hand as the journal's revert records describe.")
+        err_console.print(
+            "  run `drill cleanup` to retry the reverts from the journal; "
+            "if it fails again, undo them by hand as the journal's revert records describe."
+        )
     if result.run_dir:
         console.print(f"run directory: {result.run_dir}")

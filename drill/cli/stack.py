@@ -17,8 +17,12 @@ from drill.cli.common import console, handle_errors, parse_duration_option
 __all__ = ["stack"]
 
 _NAME = click.option("--name", default="default", show_default=True, help="Which stack (several may run at once).")
-_STATE_DIR = click.option("--state-dir", type=click.Path(path_type=Path), default=None,
-                          help="Where state files live (default: $DRILL_STATE_DIR or ~/.local/state/llm-drill).")
+_STATE_DIR = click.option(
+    "--state-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where state files live (default: $DRILL_STATE_DIR or ~/.local/state/llm-drill).",
+)
 
 
 @click.group()
@@ -27,18 +31,41 @@ def stack() -> None:
 
 
 @stack.command()
-@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Stack YAML (stack-contracts.md §1); the defaults without it.")
-@click.option("--runtime", type=click.Choice(["local", "docker"]), default=None,
-              help="Override the config's runtime: local processes or one Docker container per replica.")
-@click.option("--otlp-endpoint", default=None, help="Send the stack's traces here (OTLP/HTTP, e.g. http://127.0.0.1:4318).")
-@click.option("--timeout", "timeout_s", default="120s", show_default=True, callback=parse_duration_option,
-              help="How long to wait for every part to answer.")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Stack YAML (stack-contracts.md §1); the defaults without it.",
+)
+@click.option(
+    "--runtime",
+    type=click.Choice(["local", "docker"]),
+    default=None,
+    help="Override the config's runtime: local processes or one Docker container per replica.",
+)
+@click.option(
+    "--otlp-endpoint", default=None, help="Send the stack's traces here (OTLP/HTTP, e.g. http://127.0.0.1:4318)."
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    default="120s",
+    show_default=True,
+    callback=parse_duration_option,
+    help="How long to wait for every part to answer.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the state as JSON instead of a table.")
 @_NAME
 @_STATE_DIR
-def up(config_path: Path | None, runtime: str | None, otlp_endpoint: str | None, timeout_s: float,
-       as_json: bool, name: str, state_dir: Path | None) -> None:
+def up(
+    config_path: Path | None,
+    runtime: str | None,
+    otlp_endpoint: str | None,
+    timeout_s: float,
+    as_json: bool,
+    name: str,
+    state_dir: Path | None,
+) -> None:
     """Start a stack and print its endpoints."""
     with handle_errors():
         from drill.stack.config import StackConfig, load_stack_config
@@ -46,11 +73,14 @@ def up(config_path: Path | None, runtime: str | None, otlp_endpoint: str | None,
 
         config = load_stack_config(config_path) if config_path else StackConfig()
         if not as_json:
-            console.print(f"starting stack [bold]{name}[/]: {config.replicas} replica(s) of {config.model} "
-                          f"on {config.gpu}, tp={config.engine.tensor_parallel_size} "
-                          f"pp={config.engine.pipeline_parallel_size} ...")
-        state = start_stack(config, name=name, runtime=runtime, otlp_endpoint=otlp_endpoint,
-                            state_dir=state_dir, timeout_s=timeout_s)
+            console.print(
+                f"starting stack [bold]{name}[/]: {config.replicas} replica(s) of {config.model} "
+                f"on {config.gpu}, tp={config.engine.tensor_parallel_size} "
+                f"pp={config.engine.pipeline_parallel_size} ..."
+            )
+        state = start_stack(
+            config, name=name, runtime=runtime, otlp_endpoint=otlp_endpoint, state_dir=state_dir, timeout_s=timeout_s
+        )
         _show(state, as_json, running=True)
 
 
@@ -77,8 +107,14 @@ def status(as_json: bool, name: str, state_dir: Path | None) -> None:
 
 
 @stack.command()
-@click.option("--timeout", "timeout_s", default="30s", show_default=True, callback=parse_duration_option,
-              help="How long to wait for a graceful stop before killing.")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    default="30s",
+    show_default=True,
+    callback=parse_duration_option,
+    help="How long to wait for a graceful stop before killing.",
+)
 @_NAME
 @_STATE_DIR
 def down(timeout_s: float, name: str, state_dir: Path | None) -> None:
@@ -96,16 +132,21 @@ def _show(state, as_json: bool, *, running: bool) -> None:
         data["running"] = running
         click.echo(json.dumps(data, indent=2))
         return
-    lines = [f"stack [bold]{state.name}[/] ({state.runtime.value}, model {state.model}) "
-             f"{'running' if running else '[red]not running[/]'}",
-             f"  router      {state.router}    admin {state.router_admin_url}",
-             f"  toxiproxy   {state.toxiproxy_url}"]
+    lines = [
+        f"stack [bold]{state.name}[/] ({state.runtime.value}, model {state.model}) "
+        f"{'running' if running else '[red]not running[/]'}",
+        f"  router      {state.router}    admin {state.router_admin_url}",
+        f"  toxiproxy   {state.toxiproxy_url}",
+    ]
     for replica in state.replicas:
         where = replica.container or f"pid {replica.pid}"
-        lines.append(f"  {replica.name:<11} {replica.url}  (direct {replica.direct_url}, {where}, "
-                     f"proxy {replica.proxy or '-'})")
-        lines.extend(f"    {link.kind} rank {link.rank}: {link.listen} -> {link.upstream} (proxy {link.proxy or '-'})"
-                     for link in replica.links)
+        lines.append(
+            f"  {replica.name:<11} {replica.url}  (direct {replica.direct_url}, {where}, proxy {replica.proxy or '-'})"
+        )
+        lines.extend(
+            f"    {link.kind} rank {link.rank}: {link.listen} -> {link.upstream} (proxy {link.proxy or '-'})"
+            for link in replica.links
+        )
     lines.append(f"  state file {state.run_dir.parent / (state.name + '.json')} (admin token); logs in {state.run_dir}")
     for line in lines:
         console.print(line, soft_wrap=True)

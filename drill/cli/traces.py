@@ -29,7 +29,7 @@ __all__ = ["detect_source", "parse_time_ns", "traces"]
 #: Bytes of a file looked at to tell its format.
 HEAD_BYTES = 64 * 1024
 
-_FILE_PARAM = {"receiver": "file"}       # the source's Params field naming the file (default "path")
+_FILE_PARAM = {"receiver": "file"}  # the source's Params field naming the file (default "path")
 
 
 def detect_source(path: Path) -> str:
@@ -48,11 +48,15 @@ def detect_source(path: Path) -> str:
     if not _is_text(head):
         return "otlp_proto_file"
     if text[:1] == b"[":
-        raise InputError(f"{path}: a JSON array of spans (Zipkin v2?) is not a supported span format; "
-                         "supported: receiver JSON lines, OTLP JSON lines, OTLP protobuf, Jaeger JSON")
+        raise InputError(
+            f"{path}: a JSON array of spans (Zipkin v2?) is not a supported span format; "
+            "supported: receiver JSON lines, OTLP JSON lines, OTLP protobuf, Jaeger JSON"
+        )
     if text[:1] != b"{":
-        raise InputError(f"{path}: not a span file (it starts with {text[:20]!r}); supported: receiver JSON lines, "
-                         "OTLP JSON lines, OTLP protobuf, Jaeger JSON")
+        raise InputError(
+            f"{path}: not a span file (it starts with {text[:20]!r}); supported: receiver JSON lines, "
+            "OTLP JSON lines, OTLP protobuf, Jaeger JSON"
+        )
     keys = _top_keys(text)
     if keys & {"resourceSpans", "resource_spans", "batches"}:
         return "otlp_file"
@@ -60,8 +64,10 @@ def detect_source(path: Path) -> str:
         return "jaeger_file"
     if {"trace_id", "span_id"} <= keys:
         return "receiver"
-    raise InputError(f"{path}: JSON, but neither OTLP (resourceSpans/batches), Jaeger (data) nor receiver spans "
-                     f"(trace_id, span_id); its first keys: {', '.join(sorted(keys)[:8]) or 'none'}")
+    raise InputError(
+        f"{path}: JSON, but neither OTLP (resourceSpans/batches), Jaeger (data) nor receiver spans "
+        f"(trace_id, span_id); its first keys: {', '.join(sorted(keys)[:8]) or 'none'}"
+    )
 
 
 def _is_text(head: bytes) -> bool:
@@ -70,7 +76,7 @@ def _is_text(head: bytes) -> bool:
     try:
         head.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return exc.start >= len(head) - 4      # a multi-byte character cut by HEAD_BYTES
+        return exc.start >= len(head) - 4  # a multi-byte character cut by HEAD_BYTES
     return True
 
 
@@ -92,16 +98,16 @@ def parse_time_ns(text: str, option: str) -> int:
     value = text.strip()
     try:
         return int(round(float(value) * 1e9))
-    except (ValueError, OverflowError):     # not a number, or nan/inf
+    except (ValueError, OverflowError):  # not a number, or nan/inf
         pass
     try:
         stamp = datetime.fromisoformat(value.replace("z", "Z"))
     except ValueError:
-        raise click.BadParameter(f"{text!r} is neither epoch seconds nor an RFC 3339 time", param_hint=option) \
-            from None
+        raise click.BadParameter(f"{text!r} is neither epoch seconds nor an RFC 3339 time", param_hint=option) from None
     if stamp.tzinfo is None:
-        raise click.BadParameter(f"{text!r} has no UTC offset (RFC 3339 needs one, e.g. Z or +02:00)",
-                                 param_hint=option)
+        raise click.BadParameter(
+            f"{text!r} has no UTC offset (RFC 3339 needs one, e.g. Z or +02:00)", param_hint=option
+        )
     return int(round(stamp.timestamp() * 1e6)) * 1000
 
 
@@ -114,11 +120,16 @@ class _Loaded:
     where: tuple[str, ...]
 
     def to_json(self) -> dict:
-        return {"path": str(self.path), "format": self.kind, "spans": self.spans, "unreadable": self.unreadable,
-                "where": list(self.where)}
+        return {
+            "path": str(self.path),
+            "format": self.kind,
+            "spans": self.spans,
+            "unreadable": self.unreadable,
+            "where": list(self.where),
+        }
 
 
-def _read(path: Path) -> tuple["SpanTable", _Loaded]:
+def _read(path: Path) -> tuple[SpanTable, _Loaded]:
     from drill.registry import traces as sources
 
     kind = detect_source(path)
@@ -130,7 +141,7 @@ def _read(path: Path) -> tuple["SpanTable", _Loaded]:
     return table, _Loaded(path, kind, len(table), report.unreadable, tuple(report.where))
 
 
-def _read_all(paths: tuple[Path, ...]) -> tuple["SpanTable", list[_Loaded]]:
+def _read_all(paths: tuple[Path, ...]) -> tuple[SpanTable, list[_Loaded]]:
     from drill.traces.table import SpanTable
 
     tables, loaded = [], []
@@ -162,20 +173,44 @@ def traces() -> None:
 
 @traces.command("analyze")
 @click.argument("spans", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--records", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Client request records (requests.jsonl), joined to the spans by trace id.")
-@click.option("--baseline-until", metavar="TIME",
-              help="Traces starting before TIME are the baseline (RFC 3339 or epoch seconds).")
-@click.option("--baseline", "baseline_files", multiple=True, metavar="FILE",
-              type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Span files of a normal period, the baseline (repeatable).")
-@click.option("--fault-start", metavar="TIME",
-              help="The fault's injection: the fault window starts here; onsets are relative to it.")
-@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True,
-              help="How many abnormal (service, span name) pairs to list.")
+@click.option(
+    "--records",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Client request records (requests.jsonl), joined to the spans by trace id.",
+)
+@click.option(
+    "--baseline-until", metavar="TIME", help="Traces starting before TIME are the baseline (RFC 3339 or epoch seconds)."
+)
+@click.option(
+    "--baseline",
+    "baseline_files",
+    multiple=True,
+    metavar="FILE",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Span files of a normal period, the baseline (repeatable).",
+)
+@click.option(
+    "--fault-start",
+    metavar="TIME",
+    help="The fault's injection: the fault window starts here; onsets are relative to it.",
+)
+@click.option(
+    "--top",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="How many abnormal (service, span name) pairs to list.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def analyze(spans: tuple[Path, ...], records: Path | None, baseline_until: str | None,
-            baseline_files: tuple[Path, ...], fault_start: str | None, top: int, as_json: bool) -> None:
+def analyze(
+    spans: tuple[Path, ...],
+    records: Path | None,
+    baseline_until: str | None,
+    baseline_files: tuple[Path, ...],
+    fault_start: str | None,
+    top: int,
+    as_json: bool,
+) -> None:
     """Find the first abnormal span in SPANS and rank the abnormal (service, span name) pairs.
 
     The baseline is --baseline FILE..., else the traces starting before --baseline-until, else the first
@@ -189,8 +224,15 @@ def analyze(spans: tuple[Path, ...], records: Path | None, baseline_until: str |
         _analyze(spans, records, until_ns, baseline_files, start_ns, top, as_json)
 
 
-def _analyze(spans: tuple[Path, ...], records_path: Path | None, until_ns: int | None,
-             baseline_files: tuple[Path, ...], start_ns: int | None, top: int, as_json: bool) -> None:
+def _analyze(
+    spans: tuple[Path, ...],
+    records_path: Path | None,
+    until_ns: int | None,
+    baseline_files: tuple[Path, ...],
+    start_ns: int | None,
+    top: int,
+    as_json: bool,
+) -> None:
     import numpy as np
 
     from drill.traces.analysis import find_abnormal
@@ -205,41 +247,61 @@ def _analyze(spans: tuple[Path, ...], records_path: Path | None, until_ns: int |
         mask = np.concatenate([np.ones(len(base), dtype=bool), np.zeros(len(table), dtype=bool)])
         table = SpanTable.concat([base, table])
     records, records_read = _records(records_path)
-    evidence = trace_evidence(table, records, source=", ".join(f"{x.kind}: {x.path}" for x in loaded),
-                              unreadable=sum(x.unreadable for x in loaded),
-                              where=tuple(w for x in loaded for w in x.where))
+    evidence = trace_evidence(
+        table,
+        records,
+        source=", ".join(f"{x.kind}: {x.path}" for x in loaded),
+        unreadable=sum(x.unreadable for x in loaded),
+        where=tuple(w for x in loaded for w in x.where),
+    )
     if not len(table):
-        raise InputError(f"no span could be read from {', '.join(str(p) for p in spans)} "
-                         f"({evidence.no_spans_reason})")
+        raise InputError(f"no span could be read from {', '.join(str(p) for p in spans)} ({evidence.no_spans_reason})")
     if mask is not None and not mask.any():
         raise InputError("the --baseline files hold no span")
     report = find_abnormal(table, baseline=mask, baseline_until_ns=until_ns, fault_start_ns=start_ns, top=top)
     if as_json:
-        click.echo(json.dumps({"schema": "llm-drill/traces-analysis/v1", "files": [x.to_json() for x in loaded],
-                               "records": records_read, "completeness": evidence.completeness.to_json(),
-                               "analysis": report.to_json()}, indent=2, default=str))
+        click.echo(
+            json.dumps(
+                {
+                    "schema": "llm-drill/traces-analysis/v1",
+                    "files": [x.to_json() for x in loaded],
+                    "records": records_read,
+                    "completeness": evidence.completeness.to_json(),
+                    "analysis": report.to_json(),
+                },
+                indent=2,
+                default=str,
+            )
+        )
         return
     _print(report, loaded, evidence)
 
 
 # -- human output ---------------------------------------------------------------------------------
 
-def _print(report: "AbnormalReport", loaded: list[_Loaded], evidence: "TraceEvidence") -> None:
+
+def _print(report: AbnormalReport, loaded: list[_Loaded], evidence: TraceEvidence) -> None:
     for info in loaded:
         bad = f", [yellow]{info.unreadable} unreadable[/] (first: {info.where[0]})" if info.unreadable else ""
         console.print(f"{info.path}: {info.kind}, {info.spans:,} spans{bad}", markup=True)
-    console.print(f"baseline: {report.baseline_rule}: {report.baseline_spans:,} spans; "
-                  f"fault window: {report.fault_spans:,} spans")
+    console.print(
+        f"baseline: {report.baseline_rule}: {report.baseline_spans:,} spans; fault window: {report.fault_spans:,} spans"
+    )
     c = evidence.completeness
     if c.requests:
-        console.print(f"client records: {c.requests:,} requests, {c.requests_with_spans:,} with spans of their trace "
-                      f"id (p50 {c.spans_per_request_p50 or 0:g} spans per request)")
+        console.print(
+            f"client records: {c.requests:,} requests, {c.requests_with_spans:,} with spans of their trace "
+            f"id (p50 {c.spans_per_request_p50 or 0:g} spans per request)"
+        )
     for note in evidence.completeness.notes():
         console.print(f"[dim]note: {note}[/]", markup=True)
     for count, what in ((report.baseline_spans, "baseline"), (report.fault_spans, "fault window")):
         if count == 0:
-            err_console.print(f"[yellow]warning:[/] the {what} holds no span: nothing can be compared "
-                              "(check --baseline-until / --fault-start against the spans' times)", markup=True)
+            err_console.print(
+                f"[yellow]warning:[/] the {what} holds no span: nothing can be compared "
+                "(check --baseline-until / --fault-start against the spans' times)",
+                markup=True,
+            )
     console.print()
     if report.first is None:
         console.print("[bold]no abnormal span:[/] the fault window's spans match the baseline", markup=True)
@@ -254,15 +316,21 @@ def _print(report: "AbnormalReport", loaded: list[_Loaded], evidence: "TraceEvid
         for pair, skew in skews:
             console.print(f"  {pair.service} / {pair.name}: {skew.text}")
     if report.thin_pairs or report.new_pairs:
-        console.print(f"[dim]{len(report.thin_pairs)} pair(s) with too few baseline spans to judge latency, "
-                      f"{len(report.new_pairs)} absent from the baseline[/]", markup=True)
+        console.print(
+            f"[dim]{len(report.thin_pairs)} pair(s) with too few baseline spans to judge latency, "
+            f"{len(report.new_pairs)} absent from the baseline[/]",
+            markup=True,
+        )
 
 
-def _print_first(first: "AbnormalSpan", reference: str) -> None:
+def _print_first(first: AbnormalSpan, reference: str) -> None:
     from rich.markup import escape
 
-    console.print(f"[bold]first abnormal span:[/] {escape(first.service)} / [bold]{escape(first.name)}[/] "
-                  f"({first.kind}, {first.status}, {first.duration_ms:,.3f} ms)", markup=True)
+    console.print(
+        f"[bold]first abnormal span:[/] {escape(first.service)} / [bold]{escape(first.name)}[/] "
+        f"({first.kind}, {first.status}, {first.duration_ms:,.3f} ms)",
+        markup=True,
+    )
     console.print(f"  trace {first.trace_id}  span {first.span_id}")
     console.print(f"  deviation: {escape(first.deviation)}", markup=True)
     if first.onset_s is not None:
@@ -272,14 +340,18 @@ def _print_first(first: "AbnormalSpan", reference: str) -> None:
         console.print(f"  impact: adds {first.impact:.0%} of the user-facing span's usual duration{minor}")
     attributes = {**first.context_attributes, **first.attributes}
     if attributes:
-        console.print("  attributes: " + escape(", ".join(f"{k}={_short(v)}" for k, v in attributes.items())),
-                      markup=True)
+        console.print(
+            "  attributes: " + escape(", ".join(f"{k}={_short(v)}" for k, v in attributes.items())), markup=True
+        )
     lost = " (its parent was lost)" if first.root_missing else ""
     console.print(f"  chain, from the user-facing span{lost} down to it:")
     for depth, link in enumerate(reversed(first.chain)):
         state = f"  {escape(link.deviation)}" if link.deviation else "  normal"
-        console.print(f"    {'  ' * depth}{'└ ' if depth else ''}{escape(link.service)} / {escape(link.name)} "
-                      f"[dim]{link.kind} {link.duration_ms:,.3f} ms[/]{state}", markup=True)
+        console.print(
+            f"    {'  ' * depth}{'└ ' if depth else ''}{escape(link.service)} / {escape(link.name)} "
+            f"[dim]{link.kind} {link.duration_ms:,.3f} ms[/]{state}",
+            markup=True,
+        )
 
 
 def _short(value: Any) -> str:
@@ -287,16 +359,31 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _pairs_table(report: "AbnormalReport"):
+def _pairs_table(report: AbnormalReport):
     from rich.table import Table
 
     table = Table(title="abnormal (service, span name) pairs", title_justify="left", show_edge=False)
-    for column, justify in [("#", "right"), ("service", "left"), ("span name", "left"), ("flagged", "right"),
-                            ("share", "right"), ("causes (material)", "right"), ("median ratio", "right"),
-                            ("deviation", "left")]:
+    for column, justify in [
+        ("#", "right"),
+        ("service", "left"),
+        ("span name", "left"),
+        ("flagged", "right"),
+        ("share", "right"),
+        ("causes (material)", "right"),
+        ("median ratio", "right"),
+        ("deviation", "left"),
+    ]:
         table.add_column(column, justify=justify)
     for i, pair in enumerate(report.pairs, 1):
         ratio = "" if pair.median_ratio is None else f"{pair.median_ratio:.1f}x"
-        table.add_row(str(i), pair.service, pair.name, f"{pair.flagged}/{pair.spans}", f"{pair.share:.0%}",
-                      f"{pair.root_causes} ({pair.material})", ratio, pair.deviation)
+        table.add_row(
+            str(i),
+            pair.service,
+            pair.name,
+            f"{pair.flagged}/{pair.spans}",
+            f"{pair.share:.0%}",
+            f"{pair.root_causes} ({pair.material})",
+            ratio,
+            pair.deviation,
+        )
     return table

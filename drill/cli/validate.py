@@ -26,7 +26,7 @@ def _expand(paths: tuple[str, ...]) -> list[Path]:
 def _is_dir(path: Path) -> bool:
     try:
         return path.is_dir()
-    except (OSError, ValueError):   # e.g. a name too long: validation reports it as unreadable
+    except (OSError, ValueError):  # e.g. a name too long: validation reports it as unreadable
         return False
 
 
@@ -36,7 +36,7 @@ def _is_dir(path: Path) -> bool:
 def validate(drills: tuple[str, ...], overrides: tuple[str, ...]) -> None:
     """Validate drill files (or every *.yaml in a folder). Exit 2 if any is invalid."""
     bad = 0
-    with handle_errors():   # a bug shows as 'internal error' with a crash log, never as a traceback
+    with handle_errors():  # a bug shows as 'internal error' with a crash log, never as a traceback
         for path in _expand(drills):
             try:
                 load_drill(path, overrides=overrides)

@@ -67,8 +67,11 @@ def register(run_id: str, run_dir: Path, pid: int | None = None) -> Path:
     runs = state_dir() / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     path = runs / f"{run_id}.json"
-    path.write_text(json.dumps({"run_id": run_id, "run_dir": str(run_dir.resolve()), "pid": pid,
-                                "pid_start": process_start_time(pid)}))
+    path.write_text(
+        json.dumps(
+            {"run_id": run_id, "run_dir": str(run_dir.resolve()), "pid": pid, "pid_start": process_start_time(pid)}
+        )
+    )
     return path
 
 

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 
 from drill import registry
-from drill.api import LandingProof, Fault, FaultContext, FaultTargets, LoadControl, TargetInfo
+from drill.api import Fault, FaultContext, FaultTargets, LandingProof, LoadControl, TargetInfo
 from drill.engine.journal import Event, Journal
 from drill.engine.listeners import ListenerEvent, Listeners
 from drill.engine.reverts import RevertOutcome, RevertRecord, RevertStack
@@ -69,8 +69,9 @@ def resolve_targets(fault: Fault, selector, target: TargetInfo, default_seed: in
     return FaultTargets(replicas=replicas, links=links)
 
 
-def register_and_inject(fault: Fault, ctx: FaultContext, kind: str, stack: RevertStack, journal: Journal,
-                        planned_end_ts: float) -> str | None:
+def register_and_inject(
+    fault: Fault, ctx: FaultContext, kind: str, stack: RevertStack, journal: Journal, planned_end_ts: float
+) -> str | None:
     """``prepare``, journal the revert record (fsync) on ``stack``, then ``inject``; call inside a critical section.
 
     Returns None once injected, or why it failed (journaled as ``fault_inject_failed``). After a failed
@@ -81,9 +82,16 @@ def register_and_inject(fault: Fault, ctx: FaultContext, kind: str, stack: Rever
         ctx.saved = fault.prepare(ctx)
     except Exception as exc:  # noqa: BLE001 - journaled; nothing was changed
         return _inject_failed(journal, fid, kind, f"prepare failed: {_describe(exc)}")
-    record = RevertRecord(fault_id=fid, kind=kind, params=fault.params.model_dump(mode="json"),
-                          target=ctx.target, targets=ctx.targets, saved=ctx.saved.model_dump(mode="json"),
-                          planned_end_ts=planned_end_ts, timeout_s=ctx.timeout_s)
+    record = RevertRecord(
+        fault_id=fid,
+        kind=kind,
+        params=fault.params.model_dump(mode="json"),
+        target=ctx.target,
+        targets=ctx.targets,
+        saved=ctx.saved.model_dump(mode="json"),
+        planned_end_ts=planned_end_ts,
+        timeout_s=ctx.timeout_s,
+    )
     stack.push(record, lambda: fault.revert(ctx))
     try:
         fault.inject(ctx)
@@ -98,22 +106,37 @@ def _inject_failed(journal: Journal, fid: str, kind: str, error: str) -> str:
     return error
 
 
-def verify_and_journal(fault: Fault, ctx: FaultContext, kind: str,
-                       journal: Journal) -> tuple[LandingProof | None, str | None]:
+def verify_and_journal(
+    fault: Fault, ctx: FaultContext, kind: str, journal: Journal
+) -> tuple[LandingProof | None, str | None]:
     """``verify``, journaled as ``fault_verified`` or ``fault_not_landed``: (evidence, None) or (None, why)."""
     try:
         evidence = fault.verify(ctx)
     except Exception as exc:  # noqa: BLE001 - any failure means "not proven"
         journal.write(Event.FAULT_NOT_LANDED, fault_id=ctx.fault_id, kind=kind, error=_describe(exc))
         return None, _describe(exc)
-    journal.write(Event.FAULT_VERIFIED, fault_id=ctx.fault_id, kind=kind, summary=evidence.summary,
-                  observations=evidence.observations)
+    journal.write(
+        Event.FAULT_VERIFIED,
+        fault_id=ctx.fault_id,
+        kind=kind,
+        summary=evidence.summary,
+        observations=evidence.observations,
+    )
     return evidence, None
 
 
 class FaultRunner:
-    def __init__(self, loaded: LoadedDrill, target: TargetInfo, timeline: Timeline, stack: RevertStack,
-                 journal: Journal, guard: SignalGuard, listeners: Listeners, load: LoadControl | None) -> None:
+    def __init__(
+        self,
+        loaded: LoadedDrill,
+        target: TargetInfo,
+        timeline: Timeline,
+        stack: RevertStack,
+        journal: Journal,
+        guard: SignalGuard,
+        listeners: Listeners,
+        load: LoadControl | None,
+    ) -> None:
         self.loaded = loaded
         self.target = target
         self.timeline = timeline
@@ -135,8 +158,14 @@ class FaultRunner:
             except ValueError as exc:
                 problems.append(f"faults[{window.index}] ({window.fault_id}): {exc}")
                 continue
-            ctx = FaultContext(window.fault_id, self.target, targets, timeout_s=FAULT_TIMEOUT_S, load=self.load,
-                               note=lambda message, fid=window.fault_id: self.journal.write(Event.NOTE, fault_id=fid, message=message))
+            ctx = FaultContext(
+                window.fault_id,
+                self.target,
+                targets,
+                timeout_s=FAULT_TIMEOUT_S,
+                load=self.load,
+                note=lambda message, fid=window.fault_id: self.journal.write(Event.NOTE, fault_id=fid, message=message),
+            )
             self.scheduled.append(_Scheduled(window, fault, ctx))
         if problems:
             raise InputError("; ".join(problems), hint="fix the selectors; `drill plan` shows the target's replicas")
@@ -161,8 +190,9 @@ class FaultRunner:
         for item in self.scheduled:
             item.state = FaultState.DONE if item.state is not FaultState.PENDING else item.state
         for outcome in outcomes:
-            self.listeners.fire(ListenerEvent.FAULT_REVERTED, fault_id=outcome.fault_id, ok=outcome.ok,
-                                error=outcome.error)
+            self.listeners.fire(
+                ListenerEvent.FAULT_REVERTED, fault_id=outcome.fault_id, ok=outcome.ok, error=outcome.error
+            )
             if not outcome.ok:
                 self.failed_reverts.append(outcome)
         return outcomes
@@ -171,9 +201,10 @@ class FaultRunner:
         item.state = FaultState.ACTIVE
         fid, kind = item.window.fault_id, item.window.kind
         with self.guard.critical():
-            error = register_and_inject(item.fault, item.ctx, kind, self.stack, self.journal,
-                                        time.time() + (item.window.end_s - t))
-            if error is not None and fid not in self.stack.pending():   # prepare failed: nothing to revert
+            error = register_and_inject(
+                item.fault, item.ctx, kind, self.stack, self.journal, time.time() + (item.window.end_s - t)
+            )
+            if error is not None and fid not in self.stack.pending():  # prepare failed: nothing to revert
                 item.state = FaultState.DONE
                 return
         if error is not None:
@@ -192,8 +223,9 @@ class FaultRunner:
         with self.guard.critical():
             outcome = self.stack.revert(item.window.fault_id, reason)
         if outcome is not None:
-            self.listeners.fire(ListenerEvent.FAULT_REVERTED, fault_id=outcome.fault_id, ok=outcome.ok,
-                                error=outcome.error)
+            self.listeners.fire(
+                ListenerEvent.FAULT_REVERTED, fault_id=outcome.fault_id, ok=outcome.ok, error=outcome.error
+            )
             if not outcome.ok:
                 self.failed_reverts.append(outcome)
 

@@ -23,9 +23,10 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from drill.jsonl import ReadReport, read_jsonl
 
@@ -37,7 +38,7 @@ class Event(str, enum.Enum):
     RUN_FINISHED = "run_finished"
     PHASE_STARTED = "phase_started"
     PHASE_ENDED = "phase_ended"
-    TARGET_STARTING = "target_starting"      # carries how to tear the target down after a crash
+    TARGET_STARTING = "target_starting"  # carries how to tear the target down after a crash
     TARGET_READY = "target_ready"
     TARGET_STOPPED = "target_stopped"
     REVERT_REGISTERED = "revert_registered"  # written (fsync) before a fault is injected
@@ -60,10 +61,11 @@ class RunStatus(enum.StrEnum):
     COMPLETED = "completed"
     INTERRUPTED = "interrupted"
     ERROR = "error"
-    UNFINISHED = "unfinished"   # read back only: the journal has no RUN_FINISHED (the runner died)
+    UNFINISHED = "unfinished"  # read back only: the journal has no RUN_FINISHED (the runner died)
 
 
 # --- one typed payload per event (the fields after the envelope; ``None`` defaults are written only if given) ---
+
 
 @dataclass(frozen=True)
 class RunStarted:
@@ -73,20 +75,20 @@ class RunStarted:
     drill: str | None = None
     argv: list[str] | None = None
     time_scale: float | None = None
-    kind: str | None = None                # `drill fault inject`: the fault held by hand
+    kind: str | None = None  # `drill fault inject`: the fault held by hand
     hold_s: float | None = None
     target: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
 class RunFinished:
-    status: str                            # a RunStatus value
+    status: str  # a RunStatus value
     exit_code: int
     stopped_by: str | None = None
     revert_failures: list[Any] | None = None
 
     def __post_init__(self) -> None:
-        RunStatus(self.status)             # ValueError for a status that is none
+        RunStatus(self.status)  # ValueError for a status that is none
 
 
 @dataclass(frozen=True)
@@ -101,14 +103,14 @@ class PhaseEnded:
     elapsed_s: float
     stopped_by: str | None = None
     planned_s: float | None = None
-    summary: Any = None                    # the replay phase's results
+    summary: Any = None  # the replay phase's results
 
 
 @dataclass(frozen=True)
 class TargetStarting:
     target_id: str
     target_kind: str
-    teardown: Any                          # how to tear the target down after a crash
+    teardown: Any  # how to tear the target down after a crash
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,7 @@ class TargetStopped:
 
 
 @dataclass(frozen=True)
-class RevertRegistered:                    # drill.engine.reverts.RevertRecord, as JSON
+class RevertRegistered:  # drill.engine.reverts.RevertRecord, as JSON
     fault_id: str
     kind: str
     params: dict[str, Any]
@@ -216,14 +218,25 @@ class CheckJudged:
 
 
 PAYLOADS: dict[Event, type] = {
-    Event.RUN_STARTED: RunStarted, Event.RUN_FINISHED: RunFinished,
-    Event.PHASE_STARTED: PhaseStarted, Event.PHASE_ENDED: PhaseEnded,
-    Event.TARGET_STARTING: TargetStarting, Event.TARGET_READY: TargetReady, Event.TARGET_STOPPED: TargetStopped,
-    Event.REVERT_REGISTERED: RevertRegistered, Event.FAULT_INJECTED: FaultInjected,
-    Event.FAULT_INJECT_FAILED: FaultInjectFailed, Event.FAULT_VERIFIED: FaultVerified,
-    Event.FAULT_NOT_LANDED: FaultDidNotLand, Event.FAULT_REVERTED: FaultReverted, Event.REVERT_FAILED: RevertFailed,
-    Event.STOP_CONDITION: StopConditionMet, Event.SIGNAL: SignalReceived, Event.LISTENER_ERROR: ListenerFailed,
-    Event.NOTE: Note, Event.CHECK: CheckJudged,
+    Event.RUN_STARTED: RunStarted,
+    Event.RUN_FINISHED: RunFinished,
+    Event.PHASE_STARTED: PhaseStarted,
+    Event.PHASE_ENDED: PhaseEnded,
+    Event.TARGET_STARTING: TargetStarting,
+    Event.TARGET_READY: TargetReady,
+    Event.TARGET_STOPPED: TargetStopped,
+    Event.REVERT_REGISTERED: RevertRegistered,
+    Event.FAULT_INJECTED: FaultInjected,
+    Event.FAULT_INJECT_FAILED: FaultInjectFailed,
+    Event.FAULT_VERIFIED: FaultVerified,
+    Event.FAULT_NOT_LANDED: FaultDidNotLand,
+    Event.FAULT_REVERTED: FaultReverted,
+    Event.REVERT_FAILED: RevertFailed,
+    Event.STOP_CONDITION: StopConditionMet,
+    Event.SIGNAL: SignalReceived,
+    Event.LISTENER_ERROR: ListenerFailed,
+    Event.NOTE: Note,
+    Event.CHECK: CheckJudged,
 }
 _FIELDS = {event: frozenset(f.name for f in fields(record)) for event, record in PAYLOADS.items()}
 _ANY_FIELD = frozenset().union(*_FIELDS.values())
@@ -237,12 +250,20 @@ def check_payload(event: Event, data: dict[str, Any]) -> None:
     try:
         PAYLOADS[event](**data)
     except (TypeError, ValueError) as exc:
-        raise type(exc)(f"journal event {event.value}: {exc}; its fields are {', '.join(sorted(_FIELDS[event]))}"
-                        ) from None
+        raise type(exc)(
+            f"journal event {event.value}: {exc}; its fields are {', '.join(sorted(_FIELDS[event]))}"
+        ) from None
 
 
-_DURABLE = {Event.REVERT_REGISTERED, Event.FAULT_REVERTED, Event.REVERT_FAILED, Event.RUN_FINISHED,
-            Event.TARGET_STARTING, Event.TARGET_STOPPED, Event.FAULT_INJECTED}
+_DURABLE = {
+    Event.REVERT_REGISTERED,
+    Event.FAULT_REVERTED,
+    Event.REVERT_FAILED,
+    Event.RUN_FINISHED,
+    Event.TARGET_STARTING,
+    Event.TARGET_STOPPED,
+    Event.FAULT_INJECTED,
+}
 
 
 @dataclass(frozen=True)
@@ -286,8 +307,11 @@ class Journal:
         with self._lock:
             self._seq += 1
             entry = JournalEntry(self._seq, event.value, time.time(), time.monotonic(), self.by, data)
-            line = json.dumps({"seq": entry.seq, "event": entry.event, "ts": entry.ts, "mono": entry.mono,
-                               "by": entry.by, **data}, default=_json_default, separators=(",", ":"))
+            line = json.dumps(
+                {"seq": entry.seq, "event": entry.event, "ts": entry.ts, "mono": entry.mono, "by": entry.by, **data},
+                default=_json_default,
+                separators=(",", ":"),
+            )
             os.write(self._fd, (line + "\n").encode("utf-8"))
             if event in _DURABLE:
                 os.fsync(self._fd)
@@ -330,5 +354,11 @@ def read_journal(path: Path, report: ReadReport | None = None) -> Iterator[Journ
 
 def _entry(raw: dict) -> JournalEntry:
     data = {k: v for k, v in raw.items() if k not in _ENVELOPE}
-    return JournalEntry(int(raw.get("seq", 0)), str(raw["event"]), float(raw.get("ts", 0.0)),
-                        float(raw.get("mono", 0.0)), str(raw.get("by", "?")), data)
+    return JournalEntry(
+        int(raw.get("seq", 0)),
+        str(raw["event"]),
+        float(raw.get("ts", 0.0)),
+        float(raw.get("mono", 0.0)),
+        str(raw.get("by", "?")),
+        data,
+    )

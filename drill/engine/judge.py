@@ -27,7 +27,7 @@ class Judgement:
     run_dir: Path
     run_id: str
     drill: str
-    status: str                 # how the run ended, from its journal: a RunStatus value
+    status: str  # how the run ended, from its journal: a RunStatus value
     stopped_by: str | None
     verdicts: list[Verdict]
     evidence: RunEvidence
@@ -43,8 +43,7 @@ def rejudge(run_dir: Path) -> Judgement:
     drill = resolved.get("drill") or {}
     specs = drill.get("checks") or []
     dumps = resolved.get("check_params") or [{} for _ in specs]
-    params = [registry.checks.get(spec["kind"]).Params.model_validate(dump or {})
-              for spec, dump in zip(specs, dumps)]
+    params = [registry.checks.get(spec["kind"]).Params.model_validate(dump or {}) for spec, dump in zip(specs, dumps)]
     planned = plan_checks([(s["kind"], s.get("name")) for s in specs], params, bool(drill.get("faults")))
     evidence = RunEvidence(run_dir)
     verdicts = [judge_one(c.kind, c.name, c.params, evidence) for c in planned]
@@ -57,13 +56,17 @@ def _read_resolved(run_dir: Path) -> dict:
     if not run_dir.is_dir():
         raise InputError(f"{run_dir}: no such run directory", hint="pass a directory such as reports/<drill>/<run id>")
     if not path.exists():
-        raise InputError(f"{run_dir}: not a run directory (it has no resolved.json)",
-                         hint="pass a directory that `drill run` created, such as reports/<drill>/<run id>")
+        raise InputError(
+            f"{run_dir}: not a run directory (it has no resolved.json)",
+            hint="pass a directory that `drill run` created, such as reports/<drill>/<run id>",
+        )
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read the resolved drill: {exc}",
-                         hint="the run directory is damaged; its raw files can still be read by hand") from exc
+        raise InputError(
+            f"{path}: cannot read the resolved drill: {exc}",
+            hint="the run directory is damaged; its raw files can still be read by hand",
+        ) from exc
 
 
 def _how_it_ended(evidence: RunEvidence) -> tuple[str, str | None]:

@@ -21,7 +21,7 @@ import enum
 import functools
 import inspect
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["ListenerEvent", "Listeners", "RunListener"]
 
@@ -66,8 +66,11 @@ class Listeners:
     (``fault_injectd``) are ``TypeError`` at once, never an event that silently reaches nobody.
     """
 
-    def __init__(self, listeners: list[RunListener] | None = None,
-                 on_error: Callable[[str, str, BaseException], None] | None = None) -> None:
+    def __init__(
+        self,
+        listeners: list[RunListener] | None = None,
+        on_error: Callable[[str, str, BaseException], None] | None = None,
+    ) -> None:
         self._listeners: list[RunListener] = []
         self._on_error = on_error
         for listener in listeners or []:
@@ -80,7 +83,7 @@ class Listeners:
     def fire(self, event: ListenerEvent, **kwargs: object) -> None:
         if not isinstance(event, ListenerEvent):
             raise TypeError(f"listener event {event!r} is not a ListenerEvent")
-        _signature(event).bind(None, **kwargs)   # a misspelt or missing argument is a TypeError here
+        _signature(event).bind(None, **kwargs)  # a misspelt or missing argument is a TypeError here
         for listener in self._listeners:
             handler = getattr(listener, event.value, None)
             if handler is None:

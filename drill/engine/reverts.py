@@ -18,16 +18,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from drill.api import FaultContext, FaultTargets, TargetInfo
 from drill.engine.journal import Event, Journal, JournalEntry
 
-__all__ = ["RevertOutcome", "RevertRecord", "RevertStack", "pending_reverts", "pending_teardowns",
-           "revert_from_record", "run_bounded"]
+__all__ = [
+    "RevertOutcome",
+    "RevertRecord",
+    "RevertStack",
+    "pending_reverts",
+    "pending_teardowns",
+    "revert_from_record",
+    "run_bounded",
+]
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +51,7 @@ class RevertRecord(BaseModel):
     target: TargetInfo
     targets: FaultTargets
     saved: dict[str, Any] = {}
-    planned_end_ts: float | None = None   # wall clock; the watchdog's lease runs from here
+    planned_end_ts: float | None = None  # wall clock; the watchdog's lease runs from here
     timeout_s: float = 10.0
 
 
@@ -123,13 +131,15 @@ class RevertStack:
             run_bounded(item.revert, item.record.timeout_s * 3, f"revert of {fid}")
         except BaseException as exc:  # noqa: BLE001 - every failure is journaled, and the stack goes on
             outcome = RevertOutcome(fid, False, f"{type(exc).__name__}: {exc}", time.monotonic() - start)
-            self.journal.write(Event.REVERT_FAILED, fault_id=fid, kind=item.record.kind, reason=reason,
-                               error=outcome.error)
+            self.journal.write(
+                Event.REVERT_FAILED, fault_id=fid, kind=item.record.kind, reason=reason, error=outcome.error
+            )
             log.error("revert of %s failed: %s", fid, outcome.error)
             return outcome
         outcome = RevertOutcome(fid, True, None, time.monotonic() - start)
-        self.journal.write(Event.FAULT_REVERTED, fault_id=fid, kind=item.record.kind, reason=reason,
-                           seconds=round(outcome.seconds, 4))
+        self.journal.write(
+            Event.FAULT_REVERTED, fault_id=fid, kind=item.record.kind, reason=reason, seconds=round(outcome.seconds, 4)
+        )
         return outcome
 
 
@@ -167,8 +177,9 @@ def revert_from_record(record: RevertRecord) -> None:
     fault_cls = registry.faults.get(record.kind)
     params = fault_cls.Params.model_validate(record.params)
     saved = fault_cls.Saved.model_validate(record.saved) if record.saved else None
-    ctx = FaultContext(fault_id=record.fault_id, target=record.target, targets=record.targets,
-                       saved=saved, timeout_s=record.timeout_s)
+    ctx = FaultContext(
+        fault_id=record.fault_id, target=record.target, targets=record.targets, saved=saved, timeout_s=record.timeout_s
+    )
     try:
         fault_cls(params).revert(ctx)
     finally:

@@ -26,8 +26,21 @@ from drill import __version__
 
 __all__ = ["RunDir", "create_run_dir", "package_versions"]
 
-_PACKAGES = ("locust", "gevent", "geventhttpclient", "httpx", "docker", "opentelemetry-sdk", "opentelemetry-proto",
-             "prometheus-client", "pydantic", "pyyaml", "jinja2", "click", "rich")
+_PACKAGES = (
+    "locust",
+    "gevent",
+    "geventhttpclient",
+    "httpx",
+    "docker",
+    "opentelemetry-sdk",
+    "opentelemetry-proto",
+    "prometheus-client",
+    "pydantic",
+    "pyyaml",
+    "jinja2",
+    "click",
+    "rich",
+)
 
 
 @dataclass(frozen=True)

@@ -80,8 +80,9 @@ class _DrillStopped(Exception):
 
 
 class Runner:
-    def __init__(self, loaded: LoadedDrill, options: RunOptions = RunOptions(),
-                 listeners: list[RunListener] | None = None) -> None:
+    def __init__(
+        self, loaded: LoadedDrill, options: RunOptions = RunOptions(), listeners: list[RunListener] | None = None
+    ) -> None:
         self.loaded = loaded
         self.drill = loaded.drill
         self.options = options
@@ -100,7 +101,7 @@ class Runner:
         self.faults: FaultRunner | None = None
         self.monitor: StopMonitor | None = None
         self.started_mono = time.monotonic()
-        self._run_stopped = False   # max_duration ended the whole run
+        self._run_stopped = False  # max_duration ended the whole run
 
     # --- the run ----------------------------------------------------------------------------------
 
@@ -146,38 +147,63 @@ class Runner:
         self.rundir = create_run_dir(self.options.out_dir, self.drill.name)
         self.result.run_dir = self.rundir.path
         self.journal = Journal(self.rundir.journal)
-        self.journal.write(Event.RUN_STARTED, run_id=self.rundir.run_id, drill=self.drill.name, pid=os.getpid(),
-                           pid_start=active.process_start_time(os.getpid()), argv=list(self.options.argv),
-                           time_scale=self.loaded.time_scale)
+        self.journal.write(
+            Event.RUN_STARTED,
+            run_id=self.rundir.run_id,
+            drill=self.drill.name,
+            pid=os.getpid(),
+            pid_start=active.process_start_time(os.getpid()),
+            argv=list(self.options.argv),
+            time_scale=self.loaded.time_scale,
+        )
         self._write_inputs()
         active.register(self.rundir.run_id, self.rundir.path)
-        self.watchdog = Watchdog(self.rundir.path, heartbeat_timeout_s=self.options.heartbeat_timeout_s,
-                                 lease_grace_s=self.options.lease_grace_s)
+        self.watchdog = Watchdog(
+            self.rundir.path,
+            heartbeat_timeout_s=self.options.heartbeat_timeout_s,
+            lease_grace_s=self.options.lease_grace_s,
+        )
         self.listeners.fire(ListenerEvent.RUN_STARTED, run_id=self.rundir.run_id, run_dir=str(self.rundir.path))
 
     def _write_inputs(self) -> None:
         loaded = self.loaded
         self.rundir.write_text("drill.yaml", loaded.text)
-        self.rundir.write_json("resolved.json", {
-            "drill_file": str(loaded.path),
-            "overrides": list(loaded.overrides),
-            "time_scale": loaded.time_scale,
-            "drill": loaded.drill.model_dump(mode="json", by_alias=True),
-            "scenario_file": str(loaded.scenario_path) if loaded.scenario_path else None,
-            "scenario": loaded.scenario.model_dump(mode="json", by_alias=True),
-            "target_params": _dump(loaded.target_params),
-            "fault_params": [_dump(p) for p in loaded.fault_params],
-            "check_params": [_dump(p) for p in loaded.check_params],
-        })
+        self.rundir.write_json(
+            "resolved.json",
+            {
+                "drill_file": str(loaded.path),
+                "overrides": list(loaded.overrides),
+                "time_scale": loaded.time_scale,
+                "drill": loaded.drill.model_dump(mode="json", by_alias=True),
+                "scenario_file": str(loaded.scenario_path) if loaded.scenario_path else None,
+                "scenario": loaded.scenario.model_dump(mode="json", by_alias=True),
+                "target_params": _dump(loaded.target_params),
+                "fault_params": [_dump(p) for p in loaded.fault_params],
+                "check_params": [_dump(p) for p in loaded.check_params],
+            },
+        )
 
     def _write_env(self) -> None:
         seeds = {"drill": self.drill.seed, "scenario": self.loaded.scenario.seed}
         model, version = served_model(self.target_info.base_url)
-        self.rundir.write_json("env.json", environment(self.rundir.run_id, list(self.options.argv), seeds, {
-            "target": {"kind": self.target_info.kind, "base_url": self.target_info.base_url,
-                       "model": model, "version": version, "runtime": self.target_info.runtime,
-                       "replicas": [r.name for r in self.target_info.replicas]},
-        }))
+        self.rundir.write_json(
+            "env.json",
+            environment(
+                self.rundir.run_id,
+                list(self.options.argv),
+                seeds,
+                {
+                    "target": {
+                        "kind": self.target_info.kind,
+                        "base_url": self.target_info.base_url,
+                        "model": model,
+                        "version": version,
+                        "runtime": self.target_info.runtime,
+                        "replicas": [r.name for r in self.target_info.replicas],
+                    },
+                },
+            ),
+        )
         if self.target_info.model is None and model:
             self.target_info = self.target_info.model_copy(update={"model": model})
 
@@ -196,8 +222,13 @@ class Runner:
     def _finish(self) -> None:
         code = self._exit_code()
         self.result.exit_code = code
-        self.journal.write(Event.RUN_FINISHED, status=self.result.status, exit_code=code,
-                           stopped_by=self.result.stopped_by, revert_failures=self.result.revert_failures)
+        self.journal.write(
+            Event.RUN_FINISHED,
+            status=self.result.status,
+            exit_code=code,
+            stopped_by=self.result.stopped_by,
+            revert_failures=self.result.revert_failures,
+        )
         self.journal.close()
         if self.watchdog is not None:
             self.watchdog.finish()
@@ -237,20 +268,30 @@ class Runner:
 
     def _start_target(self) -> None:
         kind = self.drill.target.kind
-        ctx = TargetContext(self.rundir.run_id, str(self.rundir.path),
-                            self.receiver.endpoint if self.receiver else None, self.drill.seed)
+        ctx = TargetContext(
+            self.rundir.run_id,
+            str(self.rundir.path),
+            self.receiver.endpoint if self.receiver else None,
+            self.drill.seed,
+        )
         self.target = registry.targets.get(kind)(self.loaded.target_params, ctx)
-        self.journal.write(Event.TARGET_STARTING, target_id="target", target_kind=kind,
-                           teardown=self.target.teardown_data())
+        self.journal.write(
+            Event.TARGET_STARTING, target_id="target", target_kind=kind, teardown=self.target.teardown_data()
+        )
         cold = self.drill.phases.cold_start
         if cold.enabled:
             self._phase_started(Phase.COLD_START, None)
         t0 = time.monotonic()
         self.target_info = self.target.start()
         seconds = first_good_response(self.target_info.base_url, self.target_info.model, timeout_s=cold.timeout)
-        self.journal.write(Event.TARGET_READY, target_id="target", base_url=self.target_info.base_url,
-                           first_good_response_s=round(time.monotonic() - t0, 3), probe_s=round(seconds, 3),
-                           target=self.target_info.model_dump(mode="json"))
+        self.journal.write(
+            Event.TARGET_READY,
+            target_id="target",
+            base_url=self.target_info.base_url,
+            first_good_response_s=round(time.monotonic() - t0, 3),
+            probe_s=round(seconds, 3),
+            target=self.target_info.model_dump(mode="json"),
+        )
         if cold.enabled:
             self._phase_ended(Phase.COLD_START, time.monotonic() - t0)
 
@@ -269,24 +310,45 @@ class Runner:
 
     def _start_scraper(self) -> None:
         if self.drill.metrics.enabled and self.target_info.metrics_urls:
-            self.scraper = MetricsScraper(self.target_info.metrics_urls, self.rundir.file("metrics.jsonl"),
-                                          self.drill.metrics.interval).start()
+            self.scraper = MetricsScraper(
+                self.target_info.metrics_urls, self.rundir.file("metrics.jsonl"), self.drill.metrics.interval
+            ).start()
 
     def _start_load(self) -> None:
         from drill.load.driver import LoadDriver, LoadPlan
 
-        plan = LoadPlan(scenario=self.loaded.scenario, target_url=self.target_info.base_url,
-                        model=self.target_info.model or self.loaded.scenario.model,
-                        duration_s=self.timeline.load_length_s, run_dir=self.rundir.path,
-                        seed=self.drill.seed, workers=self.options.workers, progress=self.options.progress,
-                        control_ids=tuple(self._control_ids()))
+        plan = LoadPlan(
+            scenario=self.loaded.scenario,
+            target_url=self.target_info.base_url,
+            model=self.target_info.model or self.loaded.scenario.model,
+            duration_s=self.timeline.load_length_s,
+            run_dir=self.rundir.path,
+            seed=self.drill.seed,
+            workers=self.options.workers,
+            progress=self.options.progress,
+            control_ids=tuple(self._control_ids()),
+        )
         self.load = LoadDriver(plan)
         self.load.start()
-        self.monitor = StopMonitor(list(self.drill.stop_conditions), self.rundir.file("requests.jsonl"),
-                                   self.scraper.latest if self.scraper else dict, self.started_mono)
-        info = self.target_info.model_copy(update={"capabilities": self.target_info.capabilities | {Capability.LOAD_CONTROL}})
-        self.faults = FaultRunner(self.loaded, info, self.timeline, RevertStack(self.journal), self.journal,
-                                  self.guard, self.listeners, self.load.control)
+        self.monitor = StopMonitor(
+            list(self.drill.stop_conditions),
+            self.rundir.file("requests.jsonl"),
+            self.scraper.latest if self.scraper else dict,
+            self.started_mono,
+        )
+        info = self.target_info.model_copy(
+            update={"capabilities": self.target_info.capabilities | {Capability.LOAD_CONTROL}}
+        )
+        self.faults = FaultRunner(
+            self.loaded,
+            info,
+            self.timeline,
+            RevertStack(self.journal),
+            self.journal,
+            self.guard,
+            self.listeners,
+            self.load.control,
+        )
         self.faults.resolve_all()
 
     def _stop_load(self) -> None:
@@ -342,8 +404,9 @@ class Runner:
             return None
         label = trigger.condition.label()
         self.result.stopped_by = label
-        self.journal.write(Event.STOP_CONDITION, condition=label, kind=trigger.condition.kind.value,
-                           observed=trigger.observed)
+        self.journal.write(
+            Event.STOP_CONDITION, condition=label, kind=trigger.condition.kind.value, observed=trigger.observed
+        )
         self.listeners.fire(ListenerEvent.STOP_CONDITION, label=label, observed=trigger.observed)
         if trigger.condition.kind is StopKind.MAX_DURATION:
             self._run_stopped = True
@@ -359,8 +422,14 @@ class Runner:
         if not spec.enabled or slot is None:
             return []
         seed = self.drill.seed if spec.seed is None else spec.seed
-        return choose_control_ids(self.loaded.scenario, self.timeline.load_length_s, self.drill.seed,
-                                  (slot.start_s, slot.end_s), spec.controls, sample_seed=seed)
+        return choose_control_ids(
+            self.loaded.scenario,
+            self.timeline.load_length_s,
+            self.drill.seed,
+            (slot.start_s, slot.end_s),
+            spec.controls,
+            sample_seed=seed,
+        )
 
     def _replay_phase(self) -> None:
         """After recovery: the original failing requests and the baseline controls, at the baseline's rate."""
@@ -371,16 +440,28 @@ class Runner:
         window = evidence.phases.get(Phase.BASELINE.value)
         baseline = (window.start_ts, window.end_ts) if window is not None else None
         rate = spec.rate or (baseline_rate(evidence.requests, baseline) if baseline else None)
-        plan = ReplayPlan(target_url=self.target_info.base_url, timeout_s=spec.timeout,
-                          concurrency=spec.concurrency, max_samples=spec.max_samples, controls=spec.controls,
-                          seed=self.drill.seed if spec.seed is None else spec.seed, rate=rate,
-                          repetitions=spec.repetitions)
+        plan = ReplayPlan(
+            target_url=self.target_info.base_url,
+            timeout_s=spec.timeout,
+            concurrency=spec.concurrency,
+            max_samples=spec.max_samples,
+            controls=spec.controls,
+            seed=self.drill.seed if spec.seed is None else spec.seed,
+            rate=rate,
+            repetitions=spec.repetitions,
+        )
         self._phase_started(Phase.REPLAY, None)
         start = time.monotonic()
-        summary = replay_after_recovery(self.rundir.file("failing_samples.jsonl"), evidence.requests,
-                                        self.rundir.file("replay.jsonl"), plan, scenario=self.loaded.scenario,
-                                        model=self.target_info.model or self.loaded.scenario.model or "",
-                                        load_seed=self.drill.seed, baseline_ts=baseline)
+        summary = replay_after_recovery(
+            self.rundir.file("failing_samples.jsonl"),
+            evidence.requests,
+            self.rundir.file("replay.jsonl"),
+            plan,
+            scenario=self.loaded.scenario,
+            model=self.target_info.model or self.loaded.scenario.model or "",
+            load_seed=self.drill.seed,
+            baseline_ts=baseline,
+        )
         self._phase_ended(Phase.REPLAY, time.monotonic() - start, summary=_dump(summary))
 
     # --- verdicts ---------------------------------------------------------------------------------
@@ -388,13 +469,15 @@ class Runner:
     def _evaluate(self) -> None:
         from drill.engine.verdicts import evaluate_checks, write_verdicts
 
-        evidence = RunEvidence(self.rundir.path)   # SLOs and params as resolved.json has them, like `drill judge`
+        evidence = RunEvidence(self.rundir.path)  # SLOs and params as resolved.json has them, like `drill judge`
         self.result.verdicts = evaluate_checks(self.loaded, evidence)
         write_verdicts(self.rundir, self.loaded, self.result, evidence)
 
     def _listener_failed(self, name: str, event: str, exc: BaseException) -> None:
         if self.journal is not None:
-            self.journal.write(Event.LISTENER_ERROR, listener=name, event_name=event, error=f"{type(exc).__name__}: {exc}")
+            self.journal.write(
+                Event.LISTENER_ERROR, listener=name, event_name=event, error=f"{type(exc).__name__}: {exc}"
+            )
 
     def _signal_received(self, name: str) -> None:
         if self.journal is not None:
@@ -408,6 +491,6 @@ def _dump(value: object) -> object:
         return value.model_dump(mode="json", by_alias=True)
     if hasattr(value, "__dataclass_fields__"):
         from dataclasses import asdict
+
         return asdict(value)
     return value
-

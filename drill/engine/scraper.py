@@ -56,7 +56,7 @@ class MetricsScraper:
         self._thread = threading.Thread(target=self._loop, name="metrics-scraper", daemon=True)
         self.scrapes = 0
 
-    def start(self) -> "MetricsScraper":
+    def start(self) -> MetricsScraper:
         self._thread.start()
         return self
 
@@ -83,7 +83,7 @@ class MetricsScraper:
                 self._scrape(source, url)
             tick += 1
             delay = start + tick * self.interval_s - time.monotonic()
-            if delay < 0:   # fell behind (a slow endpoint): skip missed ticks rather than burst
+            if delay < 0:  # fell behind (a slow endpoint): skip missed ticks rather than burst
                 tick += int(-delay // self.interval_s) + 1
                 delay = start + tick * self.interval_s - time.monotonic()
             self._stop.wait(max(0.0, delay))

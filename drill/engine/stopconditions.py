@@ -19,9 +19,9 @@ import json
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from drill.load.records import ErrorClass, RequestRecord
 from drill.spec.models import StopCondition, StopKind
@@ -73,8 +73,13 @@ def _finished_at(record: RequestRecord) -> float:
 class StopMonitor:
     """Keeps a sliding window of finished requests and evaluates the drill's stop conditions."""
 
-    def __init__(self, conditions: list[StopCondition], requests_path: Path,
-                 latest_metrics: Callable[[], dict[str, float]], started_mono: float) -> None:
+    def __init__(
+        self,
+        conditions: list[StopCondition],
+        requests_path: Path,
+        latest_metrics: Callable[[], dict[str, float]],
+        started_mono: float,
+    ) -> None:
         self.conditions = conditions
         self.tail = RecordTail(requests_path)
         self.latest_metrics = latest_metrics
@@ -83,7 +88,9 @@ class StopMonitor:
         self._horizon = max([c.for_ for c in conditions] + [1.0])
         self._above_since: dict[int, float] = {}
 
-    def poll(self, *, fault_phase: bool, now_wall: float | None = None, now_mono: float | None = None) -> StopTrigger | None:
+    def poll(
+        self, *, fault_phase: bool, now_wall: float | None = None, now_mono: float | None = None
+    ) -> StopTrigger | None:
         now_wall = time.time() if now_wall is None else now_wall
         now_mono = time.monotonic() if now_mono is None else now_mono
         self._ingest(now_wall)

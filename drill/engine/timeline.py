@@ -19,7 +19,7 @@ __all__ = ["FaultWindow", "PhaseSlot", "Timeline", "plan_timeline"]
 class PhaseSlot:
     phase: Phase
     start_s: float
-    length_s: float | None     # None: until done (cold start, replay)
+    length_s: float | None  # None: until done (cold start, replay)
 
     @property
     def end_s(self) -> float | None:
@@ -31,7 +31,7 @@ class FaultWindow:
     index: int
     fault_id: str
     kind: str
-    start_s: float             # offset into the fault phase
+    start_s: float  # offset into the fault phase
     end_s: float
 
     @property
@@ -54,8 +54,12 @@ def plan_timeline(loaded: LoadedDrill) -> Timeline:
     if p.cold_start.enabled:
         slots.append(PhaseSlot(Phase.COLD_START, 0.0, None))
     offset = 0.0
-    for phase, length in ((Phase.WARMUP, p.warmup), (Phase.BASELINE, p.baseline),
-                          (Phase.FAULT, p.fault), (Phase.RECOVERY, p.recovery)):
+    for phase, length in (
+        (Phase.WARMUP, p.warmup),
+        (Phase.BASELINE, p.baseline),
+        (Phase.FAULT, p.fault),
+        (Phase.RECOVERY, p.recovery),
+    ):
         if length > 0:
             slots.append(PhaseSlot(phase, offset, length))
         offset += length
@@ -63,7 +67,9 @@ def plan_timeline(loaded: LoadedDrill) -> Timeline:
         slots.append(PhaseSlot(Phase.REPLAY, offset, None))
     names = drill.fault_names()
     faults = tuple(
-        FaultWindow(i, names[i], f.kind, f.start, f.start + (f.duration if f.duration is not None else p.fault - f.start))
+        FaultWindow(
+            i, names[i], f.kind, f.start, f.start + (f.duration if f.duration is not None else p.fault - f.start)
+        )
         for i, f in enumerate(drill.faults)
     )
     return Timeline(tuple(slots), faults, p.warmup + p.baseline, p.loaded_length())

@@ -26,8 +26,15 @@ from drill.checks.base import Check, RunEvidence, Status, Verdict
 from drill.engine.rundir import RunDir
 from drill.spec.loader import LoadedDrill
 
-__all__ = ["VERDICTS_SCHEMA", "PlannedCheck", "evaluate_checks", "judge_one", "plan_checks", "verdicts_document",
-           "write_verdicts"]
+__all__ = [
+    "VERDICTS_SCHEMA",
+    "PlannedCheck",
+    "evaluate_checks",
+    "judge_one",
+    "plan_checks",
+    "verdicts_document",
+    "write_verdicts",
+]
 
 VERDICTS_SCHEMA = "llm-drill/verdicts/v1"
 
@@ -39,8 +46,9 @@ class PlannedCheck:
     params: BaseModel
 
 
-def plan_checks(kinds_and_names: list[tuple[str, str | None]], params: list[BaseModel],
-                has_faults: bool) -> list[PlannedCheck]:
+def plan_checks(
+    kinds_and_names: list[tuple[str, str | None]], params: list[BaseModel], has_faults: bool
+) -> list[PlannedCheck]:
     """The drill's checks in order, with ``fault_landed`` first when the drill has faults and lacks it."""
     planned = [PlannedCheck(kind, name or kind, p) for (kind, name), p in zip(kinds_and_names, params)]
     if has_faults and not any(c.kind == "fault_landed" for c in planned):
@@ -49,8 +57,9 @@ def plan_checks(kinds_and_names: list[tuple[str, str | None]], params: list[Base
 
 
 def evaluate_checks(loaded: LoadedDrill, evidence: RunEvidence) -> list[Verdict]:
-    planned = plan_checks([(c.kind, c.name) for c in loaded.drill.checks], list(loaded.check_params),
-                          bool(loaded.drill.faults))
+    planned = plan_checks(
+        [(c.kind, c.name) for c in loaded.drill.checks], list(loaded.check_params), bool(loaded.drill.faults)
+    )
     return [judge_one(c.kind, c.name, c.params, evidence) for c in planned]
 
 
@@ -73,22 +82,41 @@ def _account_for_reads(verdict: Verdict, reads: tuple[str, ...], evidence: RunEv
     damaged = [r for r in reports if not r.clean]
     if damaged and verdict.status in (Status.PASS, Status.FAIL):
         was = verdict.status.value
-        message = (f"evidence could not be read in full — {'; '.join(r.describe() for r in damaged)}; "
-                   f"on what could be read: {was}: {verdict.message}")
+        message = (
+            f"evidence could not be read in full — {'; '.join(r.describe() for r in damaged)}; "
+            f"on what could be read: {was}: {verdict.message}"
+        )
         return replace(verdict, status=Status.INCONCLUSIVE, message=message, notes=verdict.notes + tuple(notes))
     return replace(verdict, notes=verdict.notes + tuple(notes))
 
 
-def verdicts_document(run_id: str, drill_name: str, status: str, stopped_by: str | None,
-                      verdicts: list[Verdict], evidence: RunEvidence | None) -> dict:
+def verdicts_document(
+    run_id: str,
+    drill_name: str,
+    status: str,
+    stopped_by: str | None,
+    verdicts: list[Verdict],
+    evidence: RunEvidence | None,
+) -> dict:
     reads = {name: r.to_json() for name, r in sorted(evidence.reports.items())} if evidence is not None else {}
-    return {"schema": VERDICTS_SCHEMA, "run_id": run_id, "drill": drill_name, "status": status,
-            "stopped_by": stopped_by, "reads": reads, "checks": [v.to_json() for v in verdicts]}
+    return {
+        "schema": VERDICTS_SCHEMA,
+        "run_id": run_id,
+        "drill": drill_name,
+        "status": status,
+        "stopped_by": stopped_by,
+        "reads": reads,
+        "checks": [v.to_json() for v in verdicts],
+    }
 
 
 def write_verdicts(rundir: RunDir, loaded: LoadedDrill, result, evidence: RunEvidence | None = None) -> None:
-    rundir.write_json("verdicts.json", verdicts_document(rundir.run_id, loaded.drill.name, result.status,
-                                                         result.stopped_by, result.verdicts, evidence))
+    rundir.write_json(
+        "verdicts.json",
+        verdicts_document(
+            rundir.run_id, loaded.drill.name, result.status, result.stopped_by, result.verdicts, evidence
+        ),
+    )
     rundir.write_text("summary.md", render_summary(rundir, loaded, result))
 
 
@@ -102,6 +130,10 @@ def render_summary(rundir: RunDir, loaded: LoadedDrill, result) -> str:
     lines += ["| check | status | message |", "|---|---|---|"]
     for v in result.verdicts:
         lines.append(f"| {v.name} | {v.status.value} | {v.message.replace('|', '/')} |")
-    lines += ["", "Raw evidence in this directory: `journal.jsonl`, `requests.jsonl`, `spans.jsonl`, "
-              "`metrics.jsonl`, `failing_samples.jsonl`, `replay.jsonl`.", ""]
+    lines += [
+        "",
+        "Raw evidence in this directory: `journal.jsonl`, `requests.jsonl`, `spans.jsonl`, "
+        "`metrics.jsonl`, `failing_samples.jsonl`, `replay.jsonl`.",
+        "",
+    ]
     return "\n".join(lines)

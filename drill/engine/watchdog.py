@@ -47,9 +47,22 @@ class Watchdog:
         log_file = open(run_dir / "watchdog.log", "ab")
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "drill.engine.watchdog", "--run-dir", str(run_dir),
-                 "--heartbeat-timeout", str(heartbeat_timeout_s), "--lease-grace", str(lease_grace_s)],
-                stdin=read_fd, stdout=log_file, stderr=log_file, start_new_session=True, close_fds=True,
+                [
+                    sys.executable,
+                    "-m",
+                    "drill.engine.watchdog",
+                    "--run-dir",
+                    str(run_dir),
+                    "--heartbeat-timeout",
+                    str(heartbeat_timeout_s),
+                    "--lease-grace",
+                    str(lease_grace_s),
+                ],
+                stdin=read_fd,
+                stdout=log_file,
+                stderr=log_file,
+                start_new_session=True,
+                close_fds=True,
             )
         finally:
             os.close(read_fd)
@@ -114,8 +127,11 @@ def _runner_gone(run_dir: Path, done: bool) -> int:
 
 def _enforce_lease(run_dir: Path, grace_s: float) -> None:
     now = time.time()
-    overdue = {r.fault_id for r in pending_reverts(list(read_journal(run_dir / "journal.jsonl")))
-               if r.planned_end_ts is not None and now > r.planned_end_ts + grace_s}
+    overdue = {
+        r.fault_id
+        for r in pending_reverts(list(read_journal(run_dir / "journal.jsonl")))
+        if r.planned_end_ts is not None and now > r.planned_end_ts + grace_s
+    }
     if overdue:
         log.warning("lease expired for %s; reverting", ", ".join(sorted(overdue)))
         _report(clean_run(run_dir, by="watchdog-lease", only=overdue, teardown=False))

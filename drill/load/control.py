@@ -45,19 +45,19 @@ class Msg(str, enum.Enum):
 class GeneratorPlan:
     """Everything a generating process needs; built by the driver, JSON on the wire."""
 
-    scenario: dict                 # Scenario.model_dump(mode="json", by_alias=True)
+    scenario: dict  # Scenario.model_dump(mode="json", by_alias=True)
     target_url: str
     model: str
     duration_s: float
     seed: int
-    run_nonce: str                 # makes idempotency keys and request ids unique to this run
+    run_nonce: str  # makes idempotency keys and request ids unique to this run
     run_dir: str
     workers: int = 0
     expect_remote_workers: int = 0
     master_bind: str = "127.0.0.1:0"
     headers: dict[str, str] = field(default_factory=dict)
-    start_lead_s: float = 0.3      # t0 is this far after the plan is applied, so offset 0 is not late
-    control_ids: list[str] = field(default_factory=list)   # logical ids whose output text is digested
+    start_lead_s: float = 0.3  # t0 is this far after the plan is applied, so offset 0 is not late
+    control_ids: list[str] = field(default_factory=list)  # logical ids whose output text is digested
 
     def scenario_model(self) -> Scenario:
         return Scenario.model_validate(self.scenario)
@@ -66,7 +66,7 @@ class GeneratorPlan:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "GeneratorPlan":
+    def from_dict(cls, data: dict) -> GeneratorPlan:
         return cls(**data)
 
 

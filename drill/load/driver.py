@@ -46,15 +46,15 @@ class LoadPlan:
     """What to run: the scenario against ``target_url`` for ``duration_s`` seconds of arrivals."""
 
     scenario: Scenario
-    target_url: str              # base URL, e.g. http://127.0.0.1:8000 (OpenAI-compatible)
-    model: str | None            # None: scenario.model, else the first of GET /v1/models
-    duration_s: float            # how long arrivals run (the runner may stop earlier)
-    run_dir: Path                # requests.jsonl and failing_samples.jsonl are appended here
+    target_url: str  # base URL, e.g. http://127.0.0.1:8000 (OpenAI-compatible)
+    model: str | None  # None: scenario.model, else the first of GET /v1/models
+    duration_s: float  # how long arrivals run (the runner may stop earlier)
+    run_dir: Path  # requests.jsonl and failing_samples.jsonl are appended here
     seed: int
-    workers: int = 0             # 0: one local Locust runner in one child process; N: master + N worker processes
-    progress: bool = False       # the rich live status line (on a TTY)
-    headers: dict[str, str] = field(default_factory=dict)   # extra headers, e.g. Authorization
-    expect_remote_workers: int = 0   # also wait for this many `drill worker --master HOST:PORT` processes
+    workers: int = 0  # 0: one local Locust runner in one child process; N: master + N worker processes
+    progress: bool = False  # the rich live status line (on a TTY)
+    headers: dict[str, str] = field(default_factory=dict)  # extra headers, e.g. Authorization
+    expect_remote_workers: int = 0  # also wait for this many `drill worker --master HOST:PORT` processes
     master_bind: str = "127.0.0.1:0"  # where the master listens for workers (0: a free port)
     control_ids: tuple[str, ...] = ()  # logical ids whose output is digested (the recovery replay's controls)
 
@@ -63,22 +63,22 @@ class LoadPlan:
 class LoadSummary:
     """What the load generator did, from its own counters (latencies: see :mod:`drill.load.summary`)."""
 
-    duration_s: float            # planned arrival window (s)
-    elapsed_s: float             # from the run's start to the stop command (s)
-    scheduled: int               # arrivals planned in the window
-    due: int                     # arrivals whose intended time came before the stop (drops included)
-    sent: int                    # logical requests sent (first attempts)
-    attempts: int                # attempts sent, retries included
-    ok: int                      # logical requests that succeeded (possibly after retries)
-    client_drops: int            # arrivals dropped at max_in_flight, never sent
-    cancelled: int               # attempts cancelled when the drain period ran out
-    errors: dict[str, int]       # attempts by error class
-    records_written: int         # lines appended to requests.jsonl
-    failing_samples: int         # lines appended to failing_samples.jsonl
-    records_lost: int            # records made by a generator that never reached the file (should be 0)
-    target_rate: float           # due / elapsed (requests/s offered by the schedule)
-    achieved_rate: float         # sent / elapsed (requests/s actually sent)
-    workers: int                 # 0: local runner
+    duration_s: float  # planned arrival window (s)
+    elapsed_s: float  # from the run's start to the stop command (s)
+    scheduled: int  # arrivals planned in the window
+    due: int  # arrivals whose intended time came before the stop (drops included)
+    sent: int  # logical requests sent (first attempts)
+    attempts: int  # attempts sent, retries included
+    ok: int  # logical requests that succeeded (possibly after retries)
+    client_drops: int  # arrivals dropped at max_in_flight, never sent
+    cancelled: int  # attempts cancelled when the drain period ran out
+    errors: dict[str, int]  # attempts by error class
+    records_written: int  # lines appended to requests.jsonl
+    failing_samples: int  # lines appended to failing_samples.jsonl
+    records_lost: int  # records made by a generator that never reached the file (should be 0)
+    target_rate: float  # due / elapsed (requests/s offered by the schedule)
+    achieved_rate: float  # sent / elapsed (requests/s actually sent)
+    workers: int  # 0: local runner
     bursts: dict[str, dict] = field(default_factory=dict)
     #: Messages from the generator that could not be read (first few, with why); their content is lost.
     unreadable_messages: tuple[str, ...] = ()
@@ -87,19 +87,31 @@ class LoadSummary:
         return asdict(self)
 
     @classmethod
-    def from_child(cls, data: dict, duration_s: float, scheduled: int,
-                   unreadable: tuple[str, ...] = ()) -> "LoadSummary":
+    def from_child(
+        cls, data: dict, duration_s: float, scheduled: int, unreadable: tuple[str, ...] = ()
+    ) -> LoadSummary:
         c = data.get("counters") or {}
         elapsed = max(1e-9, min(float(data.get("elapsed_s", duration_s)), duration_s))
         return cls(
-            duration_s=duration_s, elapsed_s=float(data.get("elapsed_s", 0.0)), scheduled=scheduled,
-            due=int(c.get("due", 0)), sent=int(c.get("sent", 0)), attempts=int(c.get("attempts", 0)),
-            ok=int(c.get("ok", 0)), client_drops=int(c.get("dropped", 0)), cancelled=int(data.get("cancelled", 0)),
+            duration_s=duration_s,
+            elapsed_s=float(data.get("elapsed_s", 0.0)),
+            scheduled=scheduled,
+            due=int(c.get("due", 0)),
+            sent=int(c.get("sent", 0)),
+            attempts=int(c.get("attempts", 0)),
+            ok=int(c.get("ok", 0)),
+            client_drops=int(c.get("dropped", 0)),
+            cancelled=int(data.get("cancelled", 0)),
             errors={k: int(v) for k, v in (c.get("errors") or {}).items()},
-            records_written=int(data.get("records_written", 0)), failing_samples=int(data.get("samples_written", 0)),
-            records_lost=int(data.get("records_lost", 0)), target_rate=round(int(c.get("due", 0)) / elapsed, 3),
-            achieved_rate=round(int(c.get("sent", 0)) / elapsed, 3), workers=int(data.get("workers", 0)),
-            bursts=dict(data.get("bursts") or {}), unreadable_messages=unreadable)
+            records_written=int(data.get("records_written", 0)),
+            failing_samples=int(data.get("samples_written", 0)),
+            records_lost=int(data.get("records_lost", 0)),
+            target_rate=round(int(c.get("due", 0)) / elapsed, 3),
+            achieved_rate=round(int(c.get("sent", 0)) / elapsed, 3),
+            workers=int(data.get("workers", 0)),
+            bursts=dict(data.get("bursts") or {}),
+            unreadable_messages=unreadable,
+        )
 
 
 def resolve_model(target_url: str, headers: dict[str, str], timeout_s: float = 10.0) -> str:
@@ -110,8 +122,10 @@ def resolve_model(target_url: str, headers: dict[str, str], timeout_s: float = 1
         response.raise_for_status()
         models = response.json().get("data") or []
     except (httpx.HTTPError, ValueError, AttributeError) as exc:
-        raise LoadError(f"cannot list the target's models at {url}: {exc}",
-                        hint="set 'model:' in the scenario or pass the model explicitly") from exc
+        raise LoadError(
+            f"cannot list the target's models at {url}: {exc}",
+            hint="set 'model:' in the scenario or pass the model explicitly",
+        ) from exc
     if not models:
         raise LoadError(f"{url} lists no models", hint="set 'model:' in the scenario")
     return str(models[0]["id"])
@@ -133,7 +147,7 @@ class LoadDriver:
         self._summary_data: dict | None = None
         self._error: str | None = None
         self._summary: LoadSummary | None = None
-        self._unreadable: list[str] = []      # control messages that were not JSON objects, counted and described
+        self._unreadable: list[str] = []  # control messages that were not JSON objects, counted and described
         self._closing = False
         self._scheduled = 0
         self._progress = None
@@ -153,10 +167,19 @@ class LoadDriver:
         model = plan.model or plan.scenario.model or resolve_model(plan.target_url, plan.headers)
         self._scheduled = len(build_schedule(plan.scenario, plan.duration_s, plan.seed).requests)
         wire = GeneratorPlan(
-            scenario=plan.scenario.model_dump(mode="json", by_alias=True), target_url=plan.target_url, model=model,
-            duration_s=plan.duration_s, seed=plan.seed, run_nonce=uuid.uuid4().hex[:12], run_dir=str(plan.run_dir),
-            workers=plan.workers, expect_remote_workers=plan.expect_remote_workers, master_bind=plan.master_bind,
-            headers=dict(plan.headers), control_ids=list(plan.control_ids))
+            scenario=plan.scenario.model_dump(mode="json", by_alias=True),
+            target_url=plan.target_url,
+            model=model,
+            duration_s=plan.duration_s,
+            seed=plan.seed,
+            run_nonce=uuid.uuid4().hex[:12],
+            run_dir=str(plan.run_dir),
+            workers=plan.workers,
+            expect_remote_workers=plan.expect_remote_workers,
+            master_bind=plan.master_bind,
+            headers=dict(plan.headers),
+            control_ids=list(plan.control_ids),
+        )
         self._spawn(wire)
         self._await_ready(timeout_s)
         if plan.progress:
@@ -165,11 +188,24 @@ class LoadDriver:
     def _spawn(self, wire: GeneratorPlan) -> None:
         ours, theirs = socket.socketpair()
         log = open(self.plan.run_dir / _LOG_NAME, "ab")
-        cmd = [sys.executable, "-m", "drill.load.child.locustfile", "--control-fd", str(theirs.fileno()),
-               "--parent-pid", str(os.getpid())]
+        cmd = [
+            sys.executable,
+            "-m",
+            "drill.load.child.locustfile",
+            "--control-fd",
+            str(theirs.fileno()),
+            "--parent-pid",
+            str(os.getpid()),
+        ]
         try:
-            self._proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),), stdout=log, stderr=log,
-                                          stdin=subprocess.DEVNULL, start_new_session=True)
+            self._proc = subprocess.Popen(
+                cmd,
+                pass_fds=(theirs.fileno(),),
+                stdout=log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         except OSError as exc:
             ours.close()
             raise LoadError(f"cannot start the load generator ({cmd[0]}): {exc}") from exc
@@ -220,8 +256,9 @@ class LoadDriver:
     def _unreadable_note(self) -> str:
         if not self._unreadable:
             return ""
-        return (f"; {len(self._unreadable)} message(s) from the generator could not be read "
-                f"(first: {self._unreadable[0]})")
+        return (
+            f"; {len(self._unreadable)} message(s) from the generator could not be read (first: {self._unreadable[0]})"
+        )
 
     def _dispatch(self, msg: dict) -> None:
         kind = msg.pop("type", None)
@@ -297,10 +334,15 @@ class LoadDriver:
             self._reap()
         if self._summary_data is None:
             why = f": {self._error}" if self._error else ""
-            raise LoadError(f"the load generator stopped without a summary{why}{self._unreadable_note()}",
-                            hint=self._log_hint())
-        self._summary = LoadSummary.from_child(self._summary_data, self.plan.duration_s, self._scheduled,
-                                               tuple(self._unreadable[:20]) + self._more_unreadable())
+            raise LoadError(
+                f"the load generator stopped without a summary{why}{self._unreadable_note()}", hint=self._log_hint()
+            )
+        self._summary = LoadSummary.from_child(
+            self._summary_data,
+            self.plan.duration_s,
+            self._scheduled,
+            tuple(self._unreadable[:20]) + self._more_unreadable(),
+        )
         return self._summary
 
     def _await_summary(self, timeout_s: float) -> None:
@@ -338,6 +380,7 @@ class LoadDriver:
     # --------------------------------------------------------------- progress
     def _start_progress(self) -> None:
         from drill.load.live_status import LiveProgress
+
         if sys.stderr.isatty():
             self._progress = LiveProgress(self, self.plan.run_dir / "requests.jsonl")
             self._progress.start()
@@ -347,7 +390,7 @@ class LoadDriver:
             self._progress.stop()
             self._progress = None
 
-    def __enter__(self) -> "LoadDriver":
+    def __enter__(self) -> LoadDriver:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -364,17 +407,23 @@ class _Control(LoadControl):
     def __init__(self, driver: LoadDriver) -> None:
         self.driver = driver
 
-    def start_burst(self, burst_id: str, *, rate_multiplier: float, prompt_multiplier: float,
-                    pools: list[str]) -> None:
+    def start_burst(self, burst_id: str, *, rate_multiplier: float, prompt_multiplier: float, pools: list[str]) -> None:
         known = [p.name for p in self.driver.plan.scenario.pools]
         unknown = [p for p in pools if p not in known]
         if unknown:
             raise InputError(f"burst {burst_id!r} names unknown pools {unknown}; the scenario has {known}")
         if rate_multiplier < 1 or prompt_multiplier <= 0:
-            raise InputError(f"burst {burst_id!r}: rate_multiplier must be >= 1 and prompt_multiplier > 0, "
-                             f"got {rate_multiplier:g} and {prompt_multiplier:g}")
-        self.driver.send(Msg.START_BURST, burst_id=burst_id, rate_multiplier=rate_multiplier,
-                         prompt_multiplier=prompt_multiplier, pools=list(pools))
+            raise InputError(
+                f"burst {burst_id!r}: rate_multiplier must be >= 1 and prompt_multiplier > 0, "
+                f"got {rate_multiplier:g} and {prompt_multiplier:g}"
+            )
+        self.driver.send(
+            Msg.START_BURST,
+            burst_id=burst_id,
+            rate_multiplier=rate_multiplier,
+            prompt_multiplier=prompt_multiplier,
+            pools=list(pools),
+        )
 
     def end_burst(self, burst_id: str) -> None:
         if self.driver.alive():
@@ -382,5 +431,8 @@ class _Control(LoadControl):
 
     def burst_status(self, burst_id: str) -> dict[str, float]:
         value = self.driver.request(Msg.BURST_STATUS, burst_id=burst_id)
-        return {"active": float(value.get("active", 0)), "sent": float(value.get("sent", 0)),
-                "offered_rate": float(value.get("offered_rate", 0.0))}
+        return {
+            "active": float(value.get("active", 0)),
+            "sent": float(value.get("sent", 0)),
+            "offered_rate": float(value.get("offered_rate", 0.0)),
+        }

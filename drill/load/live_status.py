@@ -45,30 +45,42 @@ class WindowStats:
     errors: dict[str, int]
 
 
-def window_stats(records: list[RequestRecord], counters: dict, rates: tuple[float, float], elapsed_s: float
-                 ) -> WindowStats:
+def window_stats(
+    records: list[RequestRecord], counters: dict, rates: tuple[float, float], elapsed_s: float
+) -> WindowStats:
     """Exact percentiles over ``records`` (the window) and the child's latest ``counters``."""
     ttft = [r.ttft_ms for r in records if r.ok and r.ttft_ms is not None]
     tpot = [t for r in records if (t := r.tpot_ms) is not None]
     errors = Counter(r.error.value for r in records if r.error is not None)
-    return WindowStats(elapsed_s, rates[0], rates[1], int(counters.get("in_flight", 0)),
-                       int(counters.get("dropped", 0)), percentile(ttft, 50), percentile(ttft, 95),
-                       percentile(tpot, 50), percentile(tpot, 95), dict(errors))
+    return WindowStats(
+        elapsed_s,
+        rates[0],
+        rates[1],
+        int(counters.get("in_flight", 0)),
+        int(counters.get("dropped", 0)),
+        percentile(ttft, 50),
+        percentile(ttft, 95),
+        percentile(tpot, 50),
+        percentile(tpot, 95),
+        dict(errors),
+    )
 
 
 def format_status(s: WindowStats) -> str:
     """``load 12s  rate 20.0/s → 19.8/s  in flight 34  TTFT p50 120ms p95 340ms  ...``"""
     ms = lambda v: "-" if v is None else f"{v:.0f}ms"  # noqa: E731
     errors = " ".join(f"{k} {v}" for k, v in sorted(s.errors.items())) or "none"
-    return (f"load {s.elapsed_s:5.0f}s  rate {s.target_rate:.1f}/s → {s.achieved_rate:.1f}/s  "
-            f"in flight {s.in_flight}  TTFT p50 {ms(s.ttft_p50)} p95 {ms(s.ttft_p95)}  "
-            f"TPOT p50 {ms(s.tpot_p50)} p95 {ms(s.tpot_p95)}  drops {s.drops}  errors ({WINDOW_S:g}s): {errors}")
+    return (
+        f"load {s.elapsed_s:5.0f}s  rate {s.target_rate:.1f}/s → {s.achieved_rate:.1f}/s  "
+        f"in flight {s.in_flight}  TTFT p50 {ms(s.ttft_p50)} p95 {ms(s.ttft_p95)}  "
+        f"TPOT p50 {ms(s.tpot_p50)} p95 {ms(s.tpot_p95)}  drops {s.drops}  errors ({WINDOW_S:g}s): {errors}"
+    )
 
 
 class LiveProgress:
     """A rich ``Live`` line on stderr, refreshed every half second until :meth:`stop`."""
 
-    def __init__(self, driver: "LoadDriver", requests_path: Path) -> None:
+    def __init__(self, driver: LoadDriver, requests_path: Path) -> None:
         self.driver = driver
         self.tail = RecordTail(requests_path)
         self.window: deque[tuple[float, RequestRecord]] = deque()
@@ -86,6 +98,7 @@ class LiveProgress:
     def _run(self) -> None:
         from rich.console import Console
         from rich.live import Live
+
         with Live("", console=Console(stderr=True), transient=True, refresh_per_second=4) as live:
             while not self._stop.wait(_REFRESH_S):
                 live.update(format_status(self.snapshot()))

@@ -27,20 +27,19 @@ import zlib
 
 from drill.spec.scenario import Endpoint, Pool
 
-__all__ = ["CHAT_TOKENS_PER_CONVERSATION", "CHAT_TOKENS_PER_MESSAGE", "PromptText", "build_body", "attempt_headers", "new_trace_ids", "traceparent", "endpoint_path",
-           "payload_digest"]
+__all__ = [
+    "CHAT_TOKENS_PER_CONVERSATION",
+    "CHAT_TOKENS_PER_MESSAGE",
+    "PromptText",
+    "build_body",
+    "attempt_headers",
+    "new_trace_ids",
+    "traceparent",
+    "endpoint_path",
+    "payload_digest",
+]
 
-_WORDS = (
-    "the of and to in is that for it as was with be by on not he this are or his from at which but have an they "
-    "you were her all she there would their we him been has when who will more no if out so said what up its about "
-    "into than them can only other new some could time these two may then do first any my now such like our over "
-    "man me even most made after also did many before must through back years where much your way well down should "
-    "because each just those people how too little state good very make world still own see men work long get here "
-    "between both life being under never day same another know while last might us great old year off come since "
-    "against go came right used take three place small found part water city point line house world river light "
-    "number sound word story music table paper answer garden window market letter course order field open early "
-    "system report power money night green plan study rest close road common simple short clear round voice"
-).split()
+_WORDS = ["the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on", "not", "he", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an", "they", "you", "were", "her", "all", "she", "there", "would", "their", "we", "him", "been", "has", "when", "who", "will", "more", "no", "if", "out", "so", "said", "what", "up", "its", "about", "into", "than", "them", "can", "only", "other", "new", "some", "could", "time", "these", "two", "may", "then", "do", "first", "any", "my", "now", "such", "like", "our", "over", "man", "me", "even", "most", "made", "after", "also", "did", "many", "before", "must", "through", "back", "years", "where", "much", "your", "way", "well", "down", "should", "because", "each", "just", "those", "people", "how", "too", "little", "state", "good", "very", "make", "world", "still", "own", "see", "men", "work", "long", "get", "here", "between", "both", "life", "being", "under", "never", "day", "same", "another", "know", "while", "last", "might", "us", "great", "old", "year", "off", "come", "since", "against", "go", "came", "right", "used", "take", "three", "place", "small", "found", "part", "water", "city", "point", "line", "house", "world", "river", "light", "number", "sound", "word", "story", "music", "table", "paper", "answer", "garden", "window", "market", "letter", "course", "order", "field", "open", "early", "system", "report", "power", "money", "night", "green", "plan", "study", "rest", "close", "road", "common", "simple", "short", "clear", "round", "voice"]
 
 _CORPUS_WORDS = 1 << 16
 #: Chat-template tokens (Llama-3 style): per message (start/end header, role, end of turn) and per conversation.
@@ -63,8 +62,8 @@ class PromptText:
             return ""
         start = zlib.crc32(f"{self.seed}:{key}".encode()) % _CORPUS_WORDS
         if count <= _CORPUS_WORDS:
-            return " ".join(self._doubled[start:start + count])
-        reps = self._doubled[start:start + _CORPUS_WORDS]
+            return " ".join(self._doubled[start : start + count])
+        reps = self._doubled[start : start + _CORPUS_WORDS]
         return " ".join((reps * (count // _CORPUS_WORDS + 1))[:count])
 
 
@@ -72,8 +71,9 @@ def endpoint_path(endpoint: Endpoint) -> str:
     return "/v1/chat/completions" if endpoint is Endpoint.CHAT else "/v1/completions"
 
 
-def build_body(pool: Pool, model: str, logical_id: str, input_tokens: int, output_tokens: int,
-               text: PromptText) -> bytes:
+def build_body(
+    pool: Pool, model: str, logical_id: str, input_tokens: int, output_tokens: int, text: PromptText
+) -> bytes:
     """The exact JSON body bytes of one logical request (ASCII, compact separators).
 
     The prompt is ``pool.prefix_tokens`` shared words (the pool's system prompt,
@@ -101,14 +101,14 @@ def _generation_fields(pool: Pool, output_tokens: int) -> dict[str, object]:
     s = pool.sampling
     fields: dict[str, object] = {"max_tokens": output_tokens, "stream": pool.stream}
     if pool.stream:
-        fields["stream_options"] = {"include_usage": True}   # final usage chunk (§3.1)
+        fields["stream_options"] = {"include_usage": True}  # final usage chunk (§3.1)
     fields.update(temperature=s.temperature, top_p=s.top_p)
     if s.seed is not None:
         fields["seed"] = s.seed
     if s.ignore_eos:
         fields["ignore_eos"] = True
     if pool.priority:
-        fields["priority"] = pool.priority    # vLLM's request priority (lower = more urgent)
+        fields["priority"] = pool.priority  # vLLM's request priority (lower = more urgent)
     return fields
 
 
@@ -130,8 +130,16 @@ def traceparent(trace_id: str, span_id: str) -> str:
     return f"00-{trace_id}-{span_id}-01"
 
 
-def attempt_headers(*, trace_id: str, span_id: str, idempotency_key: str, request_id: str, priority: int,
-                    stream: bool, extra: dict[str, str]) -> dict[str, str]:
+def attempt_headers(
+    *,
+    trace_id: str,
+    span_id: str,
+    idempotency_key: str,
+    request_id: str,
+    priority: int,
+    stream: bool,
+    extra: dict[str, str],
+) -> dict[str, str]:
     """Headers of one attempt: JSON, SSE accept, trace context, idempotency, request id, priority."""
     headers = {
         "Content-Type": "application/json",

@@ -27,8 +27,16 @@ from typing import Protocol
 from drill.load.azure_trace import TraceRow, read_trace
 from drill.spec.scenario import Arrival, ArrivalProcess, Stage, StageKind
 
-__all__ = ["RateCurve", "ConstantRate", "StagedRate", "WindowedRate", "arrival_offsets", "rate_curve",
-           "trace_window", "mean_rate"]
+__all__ = [
+    "RateCurve",
+    "ConstantRate",
+    "StagedRate",
+    "WindowedRate",
+    "arrival_offsets",
+    "rate_curve",
+    "trace_window",
+    "mean_rate",
+]
 
 
 class RateCurve(Protocol):
@@ -154,6 +162,6 @@ def mean_rate(arrival: Arrival, duration_s: float) -> float:
         return float(arrival.rate or 0.0)
     curve, total = staged(arrival.stages), 0.0
     steps = 1000
-    for i in range(steps):   # midpoint rule: exact for the piecewise-linear pieces up to breakpoints
+    for i in range(steps):  # midpoint rule: exact for the piecewise-linear pieces up to breakpoints
         total += curve((i + 0.5) * duration_s / steps)
     return total / steps

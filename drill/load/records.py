@@ -16,25 +16,25 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from drill.jsonl import ReadReport, read_jsonl
-from typing import Iterable, Iterator
 
 __all__ = ["ErrorClass", "RequestRecord", "classify_status", "latency_values", "read_records"]
 
 
 class ErrorClass(str, enum.Enum):
-    REFUSED = "refused"                    # 429 / 503: admission control said no
-    CLIENT_ERROR = "client_error"          # other 4xx (e.g. 400 prompt too long)
-    SERVER_ERROR = "server_error"          # other 5xx (e.g. 500 engine dead)
-    TIMEOUT = "timeout"                    # the client's timeout expired
+    REFUSED = "refused"  # 429 / 503: admission control said no
+    CLIENT_ERROR = "client_error"  # other 4xx (e.g. 400 prompt too long)
+    SERVER_ERROR = "server_error"  # other 5xx (e.g. 500 engine dead)
+    TIMEOUT = "timeout"  # the client's timeout expired
     CONNECTION_RESET = "connection_reset"  # reset or closed mid-request
     CONNECTION_ERROR = "connection_error"  # could not connect
     MID_STREAM_ERROR = "mid_stream_error"  # HTTP 200, then an error event in the stream
-    CLIENT_DROP = "client_drop"            # never sent: the in-flight cap was reached
-    CANCELLED = "cancelled"                # still in flight when the drain period at stop ran out
+    CLIENT_DROP = "client_drop"  # never sent: the in-flight cap was reached
+    CANCELLED = "cancelled"  # still in flight when the drain period at stop ran out
 
 
 def classify_status(status: int) -> ErrorClass | None:
@@ -47,33 +47,33 @@ def classify_status(status: int) -> ErrorClass | None:
 
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
-    request_id: str                 # unique per attempt (sent as X-Request-Id)
-    logical_id: str                 # shared by all attempts of one logical request
+    request_id: str  # unique per attempt (sent as X-Request-Id)
+    logical_id: str  # shared by all attempts of one logical request
     pool: str
-    attempt: int                    # 1-based
-    intended_ts: float              # UNIX s: when the arrival was scheduled
-    sent_ts: float | None           # UNIX s: when it was actually sent (None: never sent)
-    schedule_lag_ms: float | None   # sent - intended
-    status: int | None = None       # HTTP status (None: no response)
+    attempt: int  # 1-based
+    intended_ts: float  # UNIX s: when the arrival was scheduled
+    sent_ts: float | None  # UNIX s: when it was actually sent (None: never sent)
+    schedule_lag_ms: float | None  # sent - intended
+    status: int | None = None  # HTTP status (None: no response)
     error: ErrorClass | None = None
     error_detail: str | None = None
     headers_ms: float | None = None  # from the intended start
-    ttft_ms: float | None = None     # first content chunk, from the intended start
-    e2e_ms: float | None = None      # last byte, from the intended start
+    ttft_ms: float | None = None  # first content chunk, from the intended start
+    e2e_ms: float | None = None  # last byte, from the intended start
     chunk_offsets_ms: list[float] = field(default_factory=list)
-    prompt_tokens: int | None = None      # from the server's usage
+    prompt_tokens: int | None = None  # from the server's usage
     completion_tokens: int | None = None
     planned_input_tokens: int | None = None
     planned_output_tokens: int | None = None
     trace_id: str = ""
     idempotency_key: str = ""
-    payload_digest: str = ""        # sha256 of the exact request body bytes
+    payload_digest: str = ""  # sha256 of the exact request body bytes
     endpoint: str = "chat"
     stream: bool = True
     retry_after_s: float | None = None
-    burst: str | None = None        # the queue_flood burst that produced it, if any
+    burst: str | None = None  # the queue_flood burst that produced it, if any
     worker: str | None = None
-    output_digest: str | None = None   # sha256 of the generated text (control requests only)
+    output_digest: str | None = None  # sha256 of the generated text (control requests only)
 
     @property
     def ok(self) -> bool:
@@ -102,7 +102,7 @@ class RequestRecord:
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
-    def from_dict(cls, data: dict) -> "RequestRecord":
+    def from_dict(cls, data: dict) -> RequestRecord:
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         if values.get("error") is not None:

@@ -61,23 +61,42 @@ from urllib.parse import urlsplit
 
 from drill.jsonl import ReadReport, read_jsonl
 from drill.load.output import OutputDigest
-from drill.load.payload import (PromptText, attempt_headers, build_body, endpoint_path, new_trace_ids,
-                                payload_digest, traceparent)
+from drill.load.payload import (
+    PromptText,
+    attempt_headers,
+    build_body,
+    endpoint_path,
+    new_trace_ids,
+    payload_digest,
+    traceparent,
+)
 from drill.load.records import ErrorClass, RequestRecord, classify_status
 from drill.load.samples import FailingSample, read_samples
 from drill.load.schedule import build_schedule
 from drill.load.sse import LineKind, classify_line, parse_error_message, parse_usage
 from drill.spec.scenario import Scenario
 
-__all__ = ["ReplayItem", "ReplayPlan", "ReplayResult", "ReplaySet", "ReplaySummary", "baseline_rate",
-           "choose_control_ids", "control_items", "original_items", "read_replay", "replay_after_recovery",
-           "replay_failing"]
+__all__ = [
+    "ReplayItem",
+    "ReplayPlan",
+    "ReplayResult",
+    "ReplaySet",
+    "ReplaySummary",
+    "baseline_rate",
+    "choose_control_ids",
+    "control_items",
+    "original_items",
+    "read_replay",
+    "replay_after_recovery",
+    "replay_failing",
+]
+
 
 class ReplaySet(str, enum.Enum):
     """Which set a replayed request belongs to (``set`` in ``replay.jsonl``)."""
 
-    ORIGINAL = "original"     # a request that failed during the run
-    CONTROL = "control"       # a request that succeeded in the baseline
+    ORIGINAL = "original"  # a request that failed during the run
+    CONTROL = "control"  # a request that succeeded in the baseline
 
 
 ORIGINAL, CONTROL = ReplaySet.ORIGINAL, ReplaySet.CONTROL
@@ -93,9 +112,9 @@ class ReplayItem:
     pool: str
     original_trace_id: str
     idempotency_key: str
-    recorded_digest: str           # the run's payload_digest of this request
+    recorded_digest: str  # the run's payload_digest of this request
     method: str
-    endpoint: str                  # path, e.g. /v1/chat/completions
+    endpoint: str  # path, e.g. /v1/chat/completions
     headers: dict[str, str]
     body: bytes
     stream: bool
@@ -129,7 +148,7 @@ class ReplayResult:
     idempotency_key: str
     original_error: str | None
     original_status: int | None
-    payload_digest: str            # of the bytes sent
+    payload_digest: str  # of the bytes sent
     sent_ts: float
     set: ReplaySet = ORIGINAL
     repetition: int = 1
@@ -158,7 +177,7 @@ class ReplayResult:
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
-    def from_dict(cls, data: dict) -> "ReplayResult":
+    def from_dict(cls, data: dict) -> ReplayResult:
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         values["set"] = ReplaySet(values.get("set", ReplaySet.ORIGINAL.value))
@@ -169,17 +188,17 @@ class ReplayResult:
 class ReplaySummary:
     """How the replays went: counts by outcome (``ok`` or an error class)."""
 
-    samples: int                 # samples in the file
+    samples: int  # samples in the file
     replayed: int
     skipped_digest_mismatch: int  # samples whose stored body no longer matches its digest (not sent)
     outcomes: dict[str, int] = field(default_factory=dict)
-    reproduced: int = 0          # replays that failed with the original error class
+    reproduced: int = 0  # replays that failed with the original error class
     out_path: str = ""
-    originals: int = 0           # original requests chosen (distinct failed logical requests)
-    controls: int = 0            # control requests chosen
+    originals: int = 0  # original requests chosen (distinct failed logical requests)
+    controls: int = 0  # control requests chosen
     control_candidates: int = 0  # baseline successes with a digested output
     controls_skipped_digest_mismatch: int = 0
-    rate: float | None = None    # sends per second (None: not paced)
+    rate: float | None = None  # sends per second (None: not paced)
     elapsed_s: float = 0.0
 
     def to_dict(self) -> dict:
@@ -191,21 +210,29 @@ class ReplayPlan:
     """How to replay: where, how many, how fast."""
 
     target_url: str
-    timeout_s: float             # per request
-    concurrency: int             # requests in flight at most
-    max_samples: int             # originals at most (a seeded sample when there are more)
-    controls: int                # controls at most
-    seed: int                    # the sampling seed (the drill's)
-    rate: float | None           # sends per second; None: as fast as ``concurrency`` allows
-    repetitions: int = 2         # sends of each control
+    timeout_s: float  # per request
+    concurrency: int  # requests in flight at most
+    max_samples: int  # originals at most (a seeded sample when there are more)
+    controls: int  # controls at most
+    seed: int  # the sampling seed (the drill's)
+    rate: float | None  # sends per second; None: as fast as ``concurrency`` allows
+    repetitions: int = 2  # sends of each control
     headers: dict[str, str] = field(default_factory=dict)
     same_idempotency_key: bool = False
 
 
 # --- choosing what to replay ---------------------------------------------------------------------------
 
-def choose_control_ids(scenario: Scenario, duration_s: float, seed: int, window_s: tuple[float, float],
-                       count: int, *, sample_seed: int | None = None) -> list[str]:
+
+def choose_control_ids(
+    scenario: Scenario,
+    duration_s: float,
+    seed: int,
+    window_s: tuple[float, float],
+    count: int,
+    *,
+    sample_seed: int | None = None,
+) -> list[str]:
     """Logical ids of the planned requests the load generator watches as control candidates.
 
     A sample of ``2 * count`` (spares for the ones that fail), seeded by ``sample_seed`` (default
@@ -225,13 +252,30 @@ def original_items(samples: Iterable[FailingSample]) -> list[ReplayItem]:
     first: dict[str, FailingSample] = {}
     for sample in sorted(samples, key=lambda s: (s.intended_ts, s.attempt, s.request_id)):
         first.setdefault(sample.logical_id, sample)
-    return [ReplayItem(ORIGINAL, s.request_id, s.logical_id, s.pool, s.trace_id, s.idempotency_key,
-                       s.payload_digest, s.method, s.endpoint, dict(s.headers), s.body, s.stream, s.error, s.status)
-            for s in first.values()]
+    return [
+        ReplayItem(
+            ORIGINAL,
+            s.request_id,
+            s.logical_id,
+            s.pool,
+            s.trace_id,
+            s.idempotency_key,
+            s.payload_digest,
+            s.method,
+            s.endpoint,
+            dict(s.headers),
+            s.body,
+            s.stream,
+            s.error,
+            s.status,
+        )
+        for s in first.values()
+    ]
 
 
-def control_items(records: Iterable[RequestRecord], window_ts: tuple[float, float], scenario: Scenario, model: str,
-                  seed: int) -> list[ReplayItem]:
+def control_items(
+    records: Iterable[RequestRecord], window_ts: tuple[float, float], scenario: Scenario, model: str, seed: int
+) -> list[ReplayItem]:
     """The baseline successes whose output was digested, with their bodies rebuilt from the plan (``seed``:
     the load's). Headers are rebuilt as the load generator makes them (trace and request ids are replaced
     per replay)."""
@@ -240,15 +284,44 @@ def control_items(records: Iterable[RequestRecord], window_ts: tuple[float, floa
     text = PromptText(seed)
     items = []
     for r in records:
-        if not (r.ok and r.output_digest and r.attempt == 1 and r.burst is None and start <= r.intended_ts < end
-                and r.pool in pools and r.planned_input_tokens is not None and r.planned_output_tokens is not None):
+        if not (
+            r.ok
+            and r.output_digest
+            and r.attempt == 1
+            and r.burst is None
+            and start <= r.intended_ts < end
+            and r.pool in pools
+            and r.planned_input_tokens is not None
+            and r.planned_output_tokens is not None
+        ):
             continue
         pool = pools[r.pool]
         body = build_body(pool, model, r.logical_id, r.planned_input_tokens, r.planned_output_tokens, text)
-        headers = attempt_headers(trace_id=r.trace_id, span_id="0" * 16, idempotency_key=r.idempotency_key,
-                                  request_id=r.request_id, priority=pool.priority, stream=pool.stream, extra={})
-        items.append(ReplayItem(CONTROL, r.request_id, r.logical_id, r.pool, r.trace_id, r.idempotency_key,
-                                r.payload_digest, "POST", endpoint_path(pool.endpoint), headers, body, pool.stream))
+        headers = attempt_headers(
+            trace_id=r.trace_id,
+            span_id="0" * 16,
+            idempotency_key=r.idempotency_key,
+            request_id=r.request_id,
+            priority=pool.priority,
+            stream=pool.stream,
+            extra={},
+        )
+        items.append(
+            ReplayItem(
+                CONTROL,
+                r.request_id,
+                r.logical_id,
+                r.pool,
+                r.trace_id,
+                r.idempotency_key,
+                r.payload_digest,
+                "POST",
+                endpoint_path(pool.endpoint),
+                headers,
+                body,
+                pool.stream,
+            )
+        )
     return items
 
 
@@ -274,9 +347,18 @@ def _sort_key(item: object) -> str:
 
 # --- replaying ----------------------------------------------------------------------------------------
 
-def replay_after_recovery(samples_path: Path, records: Sequence[RequestRecord], out_path: Path, plan: ReplayPlan,
-                          *, scenario: Scenario, model: str, load_seed: int,
-                          baseline_ts: tuple[float, float] | None) -> ReplaySummary:
+
+def replay_after_recovery(
+    samples_path: Path,
+    records: Sequence[RequestRecord],
+    out_path: Path,
+    plan: ReplayPlan,
+    *,
+    scenario: Scenario,
+    model: str,
+    load_seed: int,
+    baseline_ts: tuple[float, float] | None,
+) -> ReplaySummary:
     """Replay the originals and the controls (see the module docstring); appends to ``out_path``.
 
     ``scenario``, ``model`` and ``load_seed`` are the load's (they rebuild the controls' bodies);
@@ -286,8 +368,11 @@ def replay_after_recovery(samples_path: Path, records: Sequence[RequestRecord], 
     samples = list(read_samples(samples_path))
     distinct = original_items(samples)
     originals = _sample([i for i in distinct if i.intact], plan.max_samples, f"{plan.seed}:replay:originals")
-    candidates = (control_items(records, baseline_ts, scenario, model, load_seed)
-                  if baseline_ts is not None and plan.controls > 0 else [])
+    candidates = (
+        control_items(records, baseline_ts, scenario, model, load_seed)
+        if baseline_ts is not None and plan.controls > 0
+        else []
+    )
     controls = _sample([i for i in candidates if i.intact], plan.controls, f"{plan.seed}:replay:controls")
     first = originals + controls
     random.Random(f"{plan.seed}:replay:order").shuffle(first)
@@ -295,39 +380,86 @@ def replay_after_recovery(samples_path: Path, records: Sequence[RequestRecord], 
     results, elapsed = _send_paced(sends, out_path, plan)
     outcomes = Counter(r.error or "ok" for r in results)
     return ReplaySummary(
-        samples=len(samples), replayed=len(results), skipped_digest_mismatch=sum(not i.intact for i in distinct),
-        outcomes=dict(outcomes), reproduced=sum(r.reproduced for r in results), out_path=str(out_path),
-        originals=len(originals), controls=len(controls), control_candidates=len(candidates),
-        controls_skipped_digest_mismatch=sum(not i.intact for i in candidates), rate=plan.rate,
-        elapsed_s=round(elapsed, 3))
+        samples=len(samples),
+        replayed=len(results),
+        skipped_digest_mismatch=sum(not i.intact for i in distinct),
+        outcomes=dict(outcomes),
+        reproduced=sum(r.reproduced for r in results),
+        out_path=str(out_path),
+        originals=len(originals),
+        controls=len(controls),
+        control_candidates=len(candidates),
+        controls_skipped_digest_mismatch=sum(not i.intact for i in candidates),
+        rate=plan.rate,
+        elapsed_s=round(elapsed, 3),
+    )
 
 
-def replay_failing(samples_path: Path, out_path: Path, target_url: str, *, concurrency: int, timeout_s: float,
-                   max_samples: int, headers: dict[str, str] | None = None,
-                   same_idempotency_key: bool = False) -> ReplaySummary:
+def replay_failing(
+    samples_path: Path,
+    out_path: Path,
+    target_url: str,
+    *,
+    concurrency: int,
+    timeout_s: float,
+    max_samples: int,
+    headers: dict[str, str] | None = None,
+    same_idempotency_key: bool = False,
+) -> ReplaySummary:
     """Re-send the first ``max_samples`` failed attempts (every attempt, no controls, not paced).
 
     Appends one line per replay to ``out_path``; samples whose body no longer matches its
     digest are not sent.
     """
     samples = list(read_samples(samples_path))
-    items = [ReplayItem(ORIGINAL, s.request_id, s.logical_id, s.pool, s.trace_id, s.idempotency_key,
-                        s.payload_digest, s.method, s.endpoint, dict(s.headers), s.body, s.stream, s.error, s.status)
-             for s in samples]
+    items = [
+        ReplayItem(
+            ORIGINAL,
+            s.request_id,
+            s.logical_id,
+            s.pool,
+            s.trace_id,
+            s.idempotency_key,
+            s.payload_digest,
+            s.method,
+            s.endpoint,
+            dict(s.headers),
+            s.body,
+            s.stream,
+            s.error,
+            s.status,
+        )
+        for s in samples
+    ]
     chosen = [i for i in items if i.intact][:max_samples]
-    plan = ReplayPlan(target_url=target_url, timeout_s=timeout_s, concurrency=concurrency, max_samples=max_samples,
-                      controls=0, seed=0, rate=None, repetitions=1, headers=dict(headers or {}),
-                      same_idempotency_key=same_idempotency_key)
+    plan = ReplayPlan(
+        target_url=target_url,
+        timeout_s=timeout_s,
+        concurrency=concurrency,
+        max_samples=max_samples,
+        controls=0,
+        seed=0,
+        rate=None,
+        repetitions=1,
+        headers=dict(headers or {}),
+        same_idempotency_key=same_idempotency_key,
+    )
     results, elapsed = _send_paced([(i, 1) for i in chosen], out_path, plan)
-    return ReplaySummary(samples=len(samples), replayed=len(results),
-                         skipped_digest_mismatch=sum(not i.intact for i in items),
-                         outcomes=dict(Counter(r.error or "ok" for r in results)),
-                         reproduced=sum(r.reproduced for r in results), out_path=str(out_path),
-                         originals=len(chosen), elapsed_s=round(elapsed, 3))
+    return ReplaySummary(
+        samples=len(samples),
+        replayed=len(results),
+        skipped_digest_mismatch=sum(not i.intact for i in items),
+        outcomes=dict(Counter(r.error or "ok" for r in results)),
+        reproduced=sum(r.reproduced for r in results),
+        out_path=str(out_path),
+        originals=len(chosen),
+        elapsed_s=round(elapsed, 3),
+    )
 
 
-def _send_paced(sends: list[tuple[ReplayItem, int]], out_path: Path, plan: ReplayPlan
-                ) -> tuple[list[ReplayResult], float]:
+def _send_paced(
+    sends: list[tuple[ReplayItem, int]], out_path: Path, plan: ReplayPlan
+) -> tuple[list[ReplayResult], float]:
     """Send ``sends`` in order, the i-th at ``i / rate`` s, at most ``concurrency`` at once; write each result."""
     out_path.parent.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
@@ -336,6 +468,7 @@ def _send_paced(sends: list[tuple[ReplayItem, int]], out_path: Path, plan: Repla
     start_mono, start_wall = time.monotonic() + 0.05, time.time() + 0.05
     gap = 1.0 / plan.rate if plan.rate else 0.0
     with out_path.open("a", encoding="utf-8") as out, ThreadPoolExecutor(max(1, plan.concurrency)) as pool:
+
         def one(index: int, item: ReplayItem, repetition: int) -> None:
             delay = start_mono + index * gap - time.monotonic()
             if (delay > 0 and cancel.wait(delay)) or cancel.is_set():
@@ -345,12 +478,13 @@ def _send_paced(sends: list[tuple[ReplayItem, int]], out_path: Path, plan: Repla
                 out.write(result.to_json() + "\n")
                 out.flush()
                 results.append(result)
+
         futures = [pool.submit(one, i, item, rep) for i, (item, rep) in enumerate(sends)]
         try:
             for future in futures:
                 future.result()
         except BaseException:
-            cancel.set()   # an interrupt: requests not yet sent are not sent
+            cancel.set()  # an interrupt: requests not yet sent are not sent
             raise
     return results, time.monotonic() - start_mono
 
@@ -359,13 +493,30 @@ def _replay_one(item: ReplayItem, repetition: int, plan: ReplayPlan, *, planned_
     trace_id, span_id = new_trace_ids()
     suffix = "-replay" if repetition == 1 else f"-replay-{repetition}"
     key = item.idempotency_key if plan.same_idempotency_key else f"{item.idempotency_key}{suffix}"
-    headers = {**item.headers, **plan.headers, "traceparent": traceparent(trace_id, span_id),
-               "X-Request-Id": f"{item.original_request_id}{suffix}", "Idempotency-Key": key}
-    base = dict(request_id=headers["X-Request-Id"], original_request_id=item.original_request_id,
-                logical_id=item.logical_id, pool=item.pool, trace_id=trace_id, original_trace_id=item.original_trace_id,
-                idempotency_key=key, original_error=item.original_error, original_status=item.original_status,
-                payload_digest=payload_digest(item.body), set=item.set, repetition=repetition,
-                deterministic=item.deterministic, planned_ts=planned_ts, sent_ts=round(time.time(), 6))
+    headers = {
+        **item.headers,
+        **plan.headers,
+        "traceparent": traceparent(trace_id, span_id),
+        "X-Request-Id": f"{item.original_request_id}{suffix}",
+        "Idempotency-Key": key,
+    }
+    base = dict(
+        request_id=headers["X-Request-Id"],
+        original_request_id=item.original_request_id,
+        logical_id=item.logical_id,
+        pool=item.pool,
+        trace_id=trace_id,
+        original_trace_id=item.original_trace_id,
+        idempotency_key=key,
+        original_error=item.original_error,
+        original_status=item.original_status,
+        payload_digest=payload_digest(item.body),
+        set=item.set,
+        repetition=repetition,
+        deterministic=item.deterministic,
+        planned_ts=planned_ts,
+        sent_ts=round(time.time(), 6),
+    )
     return ReplayResult(**base, **_exchange(plan.target_url, item, headers, plan.timeout_s))
 
 
@@ -411,8 +562,12 @@ def _read_stream(response: http.client.HTTPResponse, start: float, deadline: flo
             return {**out, "error": ErrorClass.TIMEOUT.value, "error_detail": "replay timeout"}
         line = response.readline()
         if not line:
-            return {**out, "error": ErrorClass.CONNECTION_RESET.value,
-                    "error_detail": "the stream ended before data: [DONE]", "e2e_ms": _ms(start)}
+            return {
+                **out,
+                "error": ErrorClass.CONNECTION_RESET.value,
+                "error_detail": "the stream ended before data: [DONE]",
+                "e2e_ms": _ms(start),
+            }
         kind = classify_line(line)
         if kind is LineKind.CONTENT:
             out["chunks"] += 1

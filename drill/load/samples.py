@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from drill.jsonl import ReadReport, read_jsonl
-from typing import Iterator
 
 __all__ = ["FailingSample", "read_samples"]
 
@@ -23,7 +23,7 @@ __all__ = ["FailingSample", "read_samples"]
 class FailingSample:
     """The full payload of one failed attempt and a reference to its record."""
 
-    request_id: str            # the record's request_id (X-Request-Id of the failed attempt)
+    request_id: str  # the record's request_id (X-Request-Id of the failed attempt)
     logical_id: str
     pool: str
     attempt: int
@@ -31,7 +31,7 @@ class FailingSample:
     idempotency_key: str
     payload_digest: str
     method: str
-    endpoint: str              # path, e.g. /v1/chat/completions
+    endpoint: str  # path, e.g. /v1/chat/completions
     headers: dict[str, str] = field(default_factory=dict)
     body_b64: str = ""
     stream: bool = True
@@ -53,7 +53,7 @@ class FailingSample:
         return json.dumps(asdict(self), separators=(",", ":"))
 
     @classmethod
-    def from_dict(cls, data: dict) -> "FailingSample":
+    def from_dict(cls, data: dict) -> FailingSample:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 

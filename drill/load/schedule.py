@@ -92,8 +92,10 @@ def _shared_arrivals(scenario: Scenario, duration_s: float, seed: int) -> list[_
         return []
     shares = [p.share if p.share is not None else 1.0 for p in shared]
     pick = random.Random(f"{seed}:share")
-    return [_Arrived(offset, _choose(shared, shares, pick.random()), row)
-            for offset, row in _offsets(scenario.arrival, duration_s, random.Random(f"{seed}:arrival"))]
+    return [
+        _Arrived(offset, _choose(shared, shares, pick.random()), row)
+        for offset, row in _offsets(scenario.arrival, duration_s, random.Random(f"{seed}:arrival"))
+    ]
 
 
 def _pool_arrivals(pool: Pool, duration_s: float, seed: int) -> list[_Arrived]:
@@ -141,8 +143,11 @@ class _Scaled:
 
 def nominal_rate(scenario: Scenario, duration_s: float) -> float:
     """Expected arrivals per second of the whole scenario over ``[0, duration_s)``."""
-    total = mean_rate(scenario.arrival, duration_s) if scenario.arrival is not None and any(
-        p.arrival is None for p in scenario.pools) else 0.0
+    total = (
+        mean_rate(scenario.arrival, duration_s)
+        if scenario.arrival is not None and any(p.arrival is None for p in scenario.pools)
+        else 0.0
+    )
     return total + sum(mean_rate(p.arrival, duration_s) for p in scenario.pools if p.arrival is not None)
 
 
@@ -166,7 +171,11 @@ def with_total_rate(scenario: Scenario, rate: float, duration_s: float) -> Scena
 def _scale(arrival: Arrival | None, factor: float) -> Arrival | None:
     if arrival is None:
         return None
-    stages = [s.model_copy(update={k: getattr(s, k) * factor for k in ("rate", "from_rate", "to_rate")
-                                   if getattr(s, k) is not None}) for s in arrival.stages]
+    stages = [
+        s.model_copy(
+            update={k: getattr(s, k) * factor for k in ("rate", "from_rate", "to_rate") if getattr(s, k) is not None}
+        )
+        for s in arrival.stages
+    ]
     rate = None if arrival.rate is None else arrival.rate * factor
     return arrival.model_copy(update={"rate": rate, "stages": stages})

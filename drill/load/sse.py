@@ -36,7 +36,7 @@ def classify_line(line: bytes) -> LineKind:
     """What one raw SSE line (with or without its newline) is."""
     if not line.startswith(_DATA):
         return LineKind.IGNORED
-    if _CHOICES[0] in line:            # the hot path: a vLLM content chunk
+    if _CHOICES[0] in line:  # the hot path: a vLLM content chunk
         return LineKind.CONTENT if not line.startswith(b'data: {"error"') else LineKind.ERROR
     payload = line[5:].strip()
     if payload.startswith(b"{"):
@@ -58,7 +58,7 @@ def _slow(payload: bytes) -> LineKind:
         return LineKind.IGNORED
     if not isinstance(data, dict):
         return LineKind.IGNORED
-    if "error" in data or data.get("object") == "error":   # current and legacy (<= 0.9) vLLM error shapes
+    if "error" in data or data.get("object") == "error":  # current and legacy (<= 0.9) vLLM error shapes
         return LineKind.ERROR
     if data.get("choices"):
         return LineKind.CONTENT

@@ -22,15 +22,23 @@ pool-level SLO verdict (``slo``) compares the phase's percentile with the bound.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Mapping
 
 from drill.load.records import ErrorClass, RequestRecord, latency_values
 from drill.spec.scenario import parse_slo_key
 from drill.stats import percentile, percentiles
 
-__all__ = ["MetricStats", "SloResult", "GroupSummary", "LoadReport", "summarize", "render_text", "ALL_POOLS",
-           "WHOLE_RUN"]
+__all__ = [
+    "MetricStats",
+    "SloResult",
+    "GroupSummary",
+    "LoadReport",
+    "summarize",
+    "render_text",
+    "ALL_POOLS",
+    "WHOLE_RUN",
+]
 
 ALL_POOLS = "*"
 WHOLE_RUN = "run"
@@ -47,7 +55,7 @@ class MetricStats:
     percentiles: dict[str, float | None]
 
     @classmethod
-    def from_values(cls, values: list[float]) -> "MetricStats":
+    def from_values(cls, values: list[float]) -> MetricStats:
         if not values:
             return cls(0, None, None, None, percentiles([]))
         return cls(len(values), sum(values) / len(values), min(values), max(values), percentiles(values))
@@ -60,7 +68,7 @@ class MetricStats:
 class SloResult:
     """One SLO of a pool in one phase: the bound, the observed percentile, and whether it holds."""
 
-    key: str                 # e.g. ttft_p95
+    key: str  # e.g. ttft_p95
     bound_ms: float
     observed_ms: float | None
     met: bool
@@ -73,16 +81,16 @@ class GroupSummary:
     phase: str
     pool: str
     window_s: float
-    attempts: int                     # attempts, client drops included
-    logical: int                      # distinct logical requests
-    ok: int                           # successful attempts
+    attempts: int  # attempts, client drops included
+    logical: int  # distinct logical requests
+    ok: int  # successful attempts
     client_drops: int
-    errors: dict[str, int]            # attempts by error class
-    error_rate: float                 # failed attempts / attempts, both without those cancelled at stop
-    requests_per_s: float             # successful attempts per second of the window
+    errors: dict[str, int]  # attempts by error class
+    error_rate: float  # failed attempts / attempts, both without those cancelled at stop
+    requests_per_s: float  # successful attempts per second of the window
     output_tokens_per_s: float
-    goodput_per_s: float              # successful attempts meeting every SLO of their pool, per second
-    goodput_share: float              # of the successful attempts
+    goodput_per_s: float  # successful attempts meeting every SLO of their pool, per second
+    goodput_share: float  # of the successful attempts
     ttft: MetricStats
     tpot: MetricStats
     itl: MetricStats
@@ -104,16 +112,22 @@ class LoadReport:
         for g in self.groups:
             if g.phase == phase and g.pool == pool:
                 return g
-        raise KeyError(f"no figures for phase {phase!r}, pool {pool!r}; have "
-                       f"{sorted({(g.phase, g.pool) for g in self.groups})}")
+        raise KeyError(
+            f"no figures for phase {phase!r}, pool {pool!r}; have {sorted({(g.phase, g.pool) for g in self.groups})}"
+        )
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def summarize(records: Iterable[RequestRecord], *, phases: Mapping[str, tuple[float, float]] | None = None,
-              slos: Mapping[str, Mapping[str, float]] | None = None, duration_s: float | None = None,
-              start_ts: float | None = None) -> LoadReport:
+def summarize(
+    records: Iterable[RequestRecord],
+    *,
+    phases: Mapping[str, tuple[float, float]] | None = None,
+    slos: Mapping[str, Mapping[str, float]] | None = None,
+    duration_s: float | None = None,
+    start_ts: float | None = None,
+) -> LoadReport:
     """Figures per phase and pool from raw ``records``.
 
     ``phases`` maps a phase name to its ``(start_ts, end_ts)`` window (UNIX s); a
@@ -130,13 +144,14 @@ def summarize(records: Iterable[RequestRecord], *, phases: Mapping[str, tuple[fl
         inside = [r for r in records if start <= r.intended_ts < end]
         pools = sorted({r.pool for r in inside} | set(slos))
         groups.append(_group(phase, ALL_POOLS, inside, end - start, {}))
-        groups.extend(_group(phase, pool, [r for r in inside if r.pool == pool], end - start, slos.get(pool, {}))
-                      for pool in pools)
+        groups.extend(
+            _group(phase, pool, [r for r in inside if r.pool == pool], end - start, slos.get(pool, {}))
+            for pool in pools
+        )
     return LoadReport(tuple(groups), windows)
 
 
-def _run_window(records: list[RequestRecord], duration_s: float | None, start_ts: float | None
-                ) -> tuple[float, float]:
+def _run_window(records: list[RequestRecord], duration_s: float | None, start_ts: float | None) -> tuple[float, float]:
     starts = [r.intended_ts for r in records]
     start = start_ts if start_ts is not None else (min(starts) if starts else 0.0)
     if duration_s is not None:
@@ -145,8 +160,9 @@ def _run_window(records: list[RequestRecord], duration_s: float | None, start_ts
     return start, max(end + 1e-6, start + 1e-6)
 
 
-def _group(phase: str, pool: str, records: list[RequestRecord], window_s: float,
-           slo: Mapping[str, float]) -> GroupSummary:
+def _group(
+    phase: str, pool: str, records: list[RequestRecord], window_s: float, slo: Mapping[str, float]
+) -> GroupSummary:
     ok = [r for r in records if r.ok]
     errors = Counter(r.error.value for r in records if r.error is not None)
     window = max(window_s, 1e-9)
@@ -154,12 +170,23 @@ def _group(phase: str, pool: str, records: list[RequestRecord], window_s: float,
     stats = {name: MetricStats.from_values(latency_values(ok, name)) for name in ("ttft", "tpot", "itl", "e2e")}
     lag = MetricStats.from_values([r.schedule_lag_ms for r in records if r.schedule_lag_ms is not None])
     return GroupSummary(
-        phase=phase, pool=pool, window_s=window_s, attempts=len(records), logical=len({r.logical_id for r in records}),
-        ok=len(ok), client_drops=errors.get(ErrorClass.CLIENT_DROP.value, 0), errors=dict(errors),
-        error_rate=_error_rate(errors, len(records)), requests_per_s=len(ok) / window,
-        output_tokens_per_s=sum(r.completion_tokens or 0 for r in ok) / window, goodput_per_s=len(good) / window,
-        goodput_share=(len(good) / len(ok)) if ok else 0.0, schedule_lag=lag,
-        slo=tuple(_slo_results(slo, stats)), **stats)
+        phase=phase,
+        pool=pool,
+        window_s=window_s,
+        attempts=len(records),
+        logical=len({r.logical_id for r in records}),
+        ok=len(ok),
+        client_drops=errors.get(ErrorClass.CLIENT_DROP.value, 0),
+        errors=dict(errors),
+        error_rate=_error_rate(errors, len(records)),
+        requests_per_s=len(ok) / window,
+        output_tokens_per_s=sum(r.completion_tokens or 0 for r in ok) / window,
+        goodput_per_s=len(good) / window,
+        goodput_share=(len(good) / len(ok)) if ok else 0.0,
+        schedule_lag=lag,
+        slo=tuple(_slo_results(slo, stats)),
+        **stats,
+    )
 
 
 def _error_rate(errors: Counter, attempts: int) -> float:
@@ -211,12 +238,16 @@ def render_text(report: LoadReport) -> str:
         if not groups:
             continue
         lines.append(f"phase {phase} ({groups[0].window_s:.1f}s)")
-        lines.append(f"  {'pool':<14}{'attempts':>9}{'ok':>7}{'err%':>7}{'req/s':>8}{'tok/s':>9}{'good/s':>8}"
-                     + "".join(f"{m + ' ' + '/'.join(pcts):>24}" for m in ("TTFT", "TPOT", "ITL", "E2E")))
+        lines.append(
+            f"  {'pool':<14}{'attempts':>9}{'ok':>7}{'err%':>7}{'req/s':>8}{'tok/s':>9}{'good/s':>8}"
+            + "".join(f"{m + ' ' + '/'.join(pcts):>24}" for m in ("TTFT", "TPOT", "ITL", "E2E"))
+        )
         for g in groups:
             cells = "".join(f"{_triple(g.metric(m), pcts):>24}" for m in ("ttft", "tpot", "itl", "e2e"))
-            lines.append(f"  {g.pool:<14}{g.attempts:>9}{g.ok:>7}{g.error_rate * 100:>6.1f}%{g.requests_per_s:>8.2f}"
-                         f"{g.output_tokens_per_s:>9.1f}{g.goodput_per_s:>8.2f}{cells}")
+            lines.append(
+                f"  {g.pool:<14}{g.attempts:>9}{g.ok:>7}{g.error_rate * 100:>6.1f}%{g.requests_per_s:>8.2f}"
+                f"{g.output_tokens_per_s:>9.1f}{g.goodput_per_s:>8.2f}{cells}"
+            )
         for g in groups:
             if g.errors:
                 lines.append(f"  errors {g.pool}: " + ", ".join(f"{k} {v}" for k, v in sorted(g.errors.items())))
@@ -229,4 +260,3 @@ def render_text(report: LoadReport) -> str:
 def _triple(stats: MetricStats, pcts: tuple[str, ...]) -> str:
     vals = [stats.percentiles.get(p) for p in pcts]
     return "/".join("-" if v is None else f"{v:.0f}" for v in vals)
-

@@ -13,8 +13,8 @@ to type.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 __all__ = ["Diagnostic", "KeyPath", "Position", "did_you_mean", "format_path", "describe_value"]
 
@@ -74,8 +74,15 @@ def did_you_mean(word: object, choices: Iterable[str]) -> str | None:
 
 def describe_value(value: object) -> str:
     """Short, safe rendering of a bad value with its YAML type."""
-    kind = {dict: "mapping", list: "list", str: "text", bool: "boolean", int: "integer",
-            float: "number", type(None): "null"}.get(type(value), type(value).__name__)
+    kind = {
+        dict: "mapping",
+        list: "list",
+        str: "text",
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
     text = repr(value)
     if len(text) > 60:
         text = text[:57] + "..."

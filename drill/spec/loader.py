@@ -29,8 +29,15 @@ from drill.spec.validation import validate_model
 from drill.spec.yamlio import Locations, load_located
 from drill.units import MAX_DURATION_S
 
-__all__ = ["LoadedDrill", "load_drill", "load_model_file", "load_scenario", "parse_override", "read_input_file",
-           "resolve_drill_path"]
+__all__ = [
+    "LoadedDrill",
+    "load_drill",
+    "load_model_file",
+    "load_scenario",
+    "parse_override",
+    "read_input_file",
+    "resolve_drill_path",
+]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -81,8 +88,14 @@ def _spec_error(diagnostics: list[Diagnostic]) -> SpecError:
         return SpecError(ordered)
     rest = len(ordered) - MAX_SHOWN
     shown = ordered[:MAX_SHOWN]
-    shown.append(Diagnostic(ordered[MAX_SHOWN].position, (), f"... and {rest} more problem{'s' if rest != 1 else ''} "
-                            "after this position, not listed", hint="fix the ones above and validate again"))
+    shown.append(
+        Diagnostic(
+            ordered[MAX_SHOWN].position,
+            (),
+            f"... and {rest} more problem{'s' if rest != 1 else ''} after this position, not listed",
+            hint="fix the ones above and validate again",
+        )
+    )
     return SpecError(shown, f"{len(ordered)} errors; nothing was run.")
 
 
@@ -101,7 +114,7 @@ def resolve_drill_path(name: str | Path, drills_dir: Path = Path("drills")) -> P
 def _exists(path: Path) -> bool:
     try:
         return path.exists()
-    except (OSError, ValueError):   # a name too long, or with a NUL: reading it reports why
+    except (OSError, ValueError):  # a name too long, or with a NUL: reading it reports why
         return False
 
 
@@ -116,12 +129,15 @@ def read_input_file(path: Path, *, what: str = "drill") -> str:
     except OSError as exc:
         raise SpecError([Diagnostic(where, (), f"cannot read file: {exc.strerror or exc}")]) from None
     if len(data) > MAX_FILE_BYTES:
-        raise SpecError([Diagnostic(where, (), f"file is {len(data)} bytes; {what} files are limited to "
-                                               f"{MAX_FILE_BYTES}")])
+        raise SpecError(
+            [Diagnostic(where, (), f"file is {len(data)} bytes; {what} files are limited to {MAX_FILE_BYTES}")]
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise SpecError([Diagnostic(where, (), f"not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})")]) from None
+        raise SpecError(
+            [Diagnostic(where, (), f"not UTF-8 text (byte {exc.start}: {data[exc.start : exc.start + 1]!r})")]
+        ) from None
 
 
 def load_model_file(path: str | Path, model: type[M], *, what: str) -> M:
@@ -137,7 +153,7 @@ def load_model_file(path: str | Path, model: type[M], *, what: str) -> M:
     instance = None
     if not isinstance(data, dict):
         out.add((), f"expected a mapping of {what} keys at the top level, got {type(data).__name__}")
-    elif not (out.diagnostics and doc.data is None):   # nothing to validate when the YAML itself was unreadable
+    elif not (out.diagnostics and doc.data is None):  # nothing to validate when the YAML itself was unreadable
         instance, problems = validate_model(model, data, doc.locations)
         out.extend(problems)
     if out.diagnostics or instance is None:
@@ -145,8 +161,13 @@ def load_model_file(path: str | Path, model: type[M], *, what: str) -> M:
     return instance
 
 
-def load_drill(path: str | Path, *, overrides: list[str] | tuple[str, ...] = (), time_scale: float = 1.0,
-               allow_missing: bool = False) -> LoadedDrill:
+def load_drill(
+    path: str | Path,
+    *,
+    overrides: list[str] | tuple[str, ...] = (),
+    time_scale: float = 1.0,
+    allow_missing: bool = False,
+) -> LoadedDrill:
     """Validate the drill at ``path``; raises SpecError listing every problem.
 
     Kinds that are planned but not built yet are problems too, unless ``allow_missing``
@@ -175,6 +196,7 @@ def load_drill(path: str | Path, *, overrides: list[str] | tuple[str, ...] = (),
         loaded = replace(loaded, missing=tuple(sorted(out.missing, key=Diagnostic.sort_key)))
     if time_scale != 1.0:
         from drill.spec.timescale import scale_timeline
+
         loaded = scale_timeline(loaded, time_scale)
         _check_scaled(loaded, time_scale)
     return loaded
@@ -185,8 +207,16 @@ _TIME_SCALE = Position("<--time-scale>", 1, 1)
 
 def _check_time_scale(time_scale: float) -> None:
     if not (math.isfinite(time_scale) and time_scale > 0):
-        raise SpecError([Diagnostic(_TIME_SCALE, (), f"--time-scale must be a positive finite number, got "
-                                                     f"{time_scale!r}", hint="e.g. --time-scale 0.1 for a run ten times shorter")])
+        raise SpecError(
+            [
+                Diagnostic(
+                    _TIME_SCALE,
+                    (),
+                    f"--time-scale must be a positive finite number, got {time_scale!r}",
+                    hint="e.g. --time-scale 0.1 for a run ten times shorter",
+                )
+            ]
+        )
 
 
 def _check_scaled(loaded: LoadedDrill, time_scale: float) -> None:
@@ -196,8 +226,9 @@ def _check_scaled(loaded: LoadedDrill, time_scale: float) -> None:
     if length > MAX_DURATION_S:
         problem = f"the phases last {length:g}s once scaled, longer than the longest accepted ({MAX_DURATION_S:g}s)"
     if problem:
-        raise SpecError([Diagnostic(_TIME_SCALE, (), f"--time-scale {time_scale:g}: {problem}",
-                                    hint="use a smaller --time-scale")])
+        raise SpecError(
+            [Diagnostic(_TIME_SCALE, (), f"--time-scale {time_scale:g}: {problem}", hint="use a smaller --time-scale")]
+        )
 
 
 def _validate(path: Path, text: str, data: dict, out: _Collector, overrides: tuple[str, ...]) -> LoadedDrill | None:
@@ -205,29 +236,51 @@ def _validate(path: Path, text: str, data: dict, out: _Collector, overrides: tup
     out.extend(problems)
     scenario, scenario_path = _scenario(path, data.get("scenario"), out)
     if drill is None:
-        _plugins_for_raw(data, out)   # still report plugin-level problems in the same pass
+        _plugins_for_raw(data, out)  # still report plugin-level problems in the same pass
         return None
-    target_params = _plugin_params(registry.targets, drill.target.kind, drill.target.config,
-                                   ("target", "kind"), ("target", "config"), out)
-    fault_params = [_plugin_params(registry.faults, f.kind, f.params, ("faults", i, "kind"),
-                                   ("faults", i, "params"), out) for i, f in enumerate(drill.faults)]
-    check_params = [_plugin_params(registry.checks, c.kind, c.params, ("checks", i, "kind"),
-                                   ("checks", i, "params"), out) for i, c in enumerate(drill.checks)]
+    target_params = _plugin_params(
+        registry.targets, drill.target.kind, drill.target.config, ("target", "kind"), ("target", "config"), out
+    )
+    fault_params = [
+        _plugin_params(registry.faults, f.kind, f.params, ("faults", i, "kind"), ("faults", i, "params"), out)
+        for i, f in enumerate(drill.faults)
+    ]
+    check_params = [
+        _plugin_params(registry.checks, c.kind, c.params, ("checks", i, "kind"), ("checks", i, "params"), out)
+        for i, c in enumerate(drill.checks)
+    ]
     runbook = _runbook(path, drill, out)
     if scenario is not None:
         _cross_checks(drill, scenario, fault_params, target_params, out)
     if out.diagnostics or scenario is None:
         return None
-    return LoadedDrill(path, text, drill, scenario, scenario_path, target_params, tuple(fault_params),
-                       tuple(check_params), overrides, 1.0, runbook)
+    return LoadedDrill(
+        path,
+        text,
+        drill,
+        scenario,
+        scenario_path,
+        target_params,
+        tuple(fault_params),
+        tuple(check_params),
+        overrides,
+        1.0,
+        runbook,
+    )
 
 
 def _plugins_for_raw(data: dict, out: _Collector) -> None:
     """When the envelope is invalid, still check plugin kinds and params where they are readable."""
     target = data.get("target")
     if isinstance(target, dict) and isinstance(target.get("kind", "embedded"), str):
-        _plugin_params(registry.targets, target.get("kind", "embedded"), target.get("config") or {},
-                       ("target", "kind"), ("target", "config"), out)
+        _plugin_params(
+            registry.targets,
+            target.get("kind", "embedded"),
+            target.get("config") or {},
+            ("target", "kind"),
+            ("target", "config"),
+            out,
+        )
     for group, key in ((registry.faults, "faults"), (registry.checks, "checks")):
         items = data.get(key)
         if not isinstance(items, list):
@@ -237,16 +290,22 @@ def _plugins_for_raw(data: dict, out: _Collector) -> None:
                 _plugin_params(group, item["kind"], item.get("params") or {}, (key, i, "kind"), (key, i, "params"), out)
 
 
-def _plugin_params(reg: registry.Registry, kind: str, params: object, kind_path: KeyPath,
-                   params_path: KeyPath, out: _Collector) -> BaseModel | None:
+def _plugin_params(
+    reg: registry.Registry, kind: str, params: object, kind_path: KeyPath, params_path: KeyPath, out: _Collector
+) -> BaseModel | None:
     try:
         plugin = reg.get(kind)
     except UnknownPluginError as exc:
         coming = registry.planned(reg.group, kind)
         if coming is not None:
-            out.missing.append(Diagnostic(out.locations.position_of(kind_path), kind_path,
-                                          f"{reg.label} kind {kind!r} is not built yet: it comes with {coming}",
-                                          hint="nothing was started; remove it from the drill to run the rest now"))
+            out.missing.append(
+                Diagnostic(
+                    out.locations.position_of(kind_path),
+                    kind_path,
+                    f"{reg.label} kind {kind!r} is not built yet: it comes with {coming}",
+                    hint="nothing was started; remove it from the drill to run the rest now",
+                )
+            )
             return None
         out.add(kind_path, exc.message, hint=exc.hint)
         return None
@@ -283,7 +342,7 @@ def load_scenario(path: Path) -> tuple[Scenario | None, list[Diagnostic]]:
 
 def _scenario(drill_path: Path, value: object, out: _Collector) -> tuple[Scenario | None, Path | None]:
     if value is None:
-        return None, None   # the envelope reports the missing key
+        return None, None  # the envelope reports the missing key
     if isinstance(value, dict):
         scenario, problems = validate_model(Scenario, value, out.locations, ("scenario",))
         out.extend(problems)
@@ -294,8 +353,11 @@ def _scenario(drill_path: Path, value: object, out: _Collector) -> tuple[Scenari
         return None, None
     found = _find_scenario(drill_path, value)
     if found is None:
-        out.add(("scenario",), f"scenario file {value!r} not found",
-                hint=f"looked next to the drill and in scenarios/; available: {', '.join(_known_scenarios(drill_path)) or '(none)'}")
+        out.add(
+            ("scenario",),
+            f"scenario file {value!r} not found",
+            hint=f"looked next to the drill and in scenarios/; available: {', '.join(_known_scenarios(drill_path)) or '(none)'}",
+        )
         return None, None
     scenario, problems = load_scenario(found)
     out.extend(problems)
@@ -325,7 +387,9 @@ def _known_scenarios(drill_path: Path) -> list[str]:
 
 def _resolve_trace(scenario: Scenario, base: Path, out: _Collector, prefix: KeyPath) -> Scenario:
     """Make trace file paths absolute (relative to the scenario file) and check they exist."""
-    arrivals = [(("arrival",), scenario.arrival)] + [(("pools", i, "arrival"), p.arrival) for i, p in enumerate(scenario.pools)]
+    arrivals = [(("arrival",), scenario.arrival)] + [
+        (("pools", i, "arrival"), p.arrival) for i, p in enumerate(scenario.pools)
+    ]
     replaced = scenario
     for path, arrival in arrivals:
         if arrival is None or arrival.process is not ArrivalProcess.TRACE or arrival.trace is None:
@@ -333,15 +397,21 @@ def _resolve_trace(scenario: Scenario, base: Path, out: _Collector, prefix: KeyP
         file = Path(arrival.trace.file)
         resolved = file if file.is_absolute() else (base / file)
         if not arrival.trace.file.strip() or not _is_file(resolved):
-            out.add(prefix + path + ("trace", "file"), f"trace file {arrival.trace.file!r} not found (looked at {resolved})",
-                    hint="paths are relative to the scenario file")
+            out.add(
+                prefix + path + ("trace", "file"),
+                f"trace file {arrival.trace.file!r} not found (looked at {resolved})",
+                hint="paths are relative to the scenario file",
+            )
             continue
         unreadable = _trace_problem(resolved)
         if unreadable:
-            out.add(prefix + path + ("trace", "file"), unreadable,
-                    hint="the file must be an Azure LLM inference trace CSV")
+            out.add(
+                prefix + path + ("trace", "file"), unreadable, hint="the file must be an Azure LLM inference trace CSV"
+            )
             continue
-        new_arrival = arrival.model_copy(update={"trace": arrival.trace.model_copy(update={"file": str(resolved.resolve())})})
+        new_arrival = arrival.model_copy(
+            update={"trace": arrival.trace.model_copy(update={"file": str(resolved.resolve())})}
+        )
         replaced = _replace_arrival(replaced, path, new_arrival)
     return replaced
 
@@ -373,7 +443,11 @@ def _runbook(drill_path: Path, drill: Drill, out: _Collector) -> Path | None:
         candidates = [drill_path.parent / drill.runbook, Path(drill.runbook), drill_path.parent.parent / drill.runbook]
         found = next((c for c in candidates if _is_file(c)), None)
     if found is None:
-        out.add(("runbook",), f"runbook {drill.runbook!r} not found", hint="paths are relative to the drill file or the project root")
+        out.add(
+            ("runbook",),
+            f"runbook {drill.runbook!r} not found",
+            hint="paths are relative to the drill file or the project root",
+        )
     return found
 
 
@@ -384,8 +458,9 @@ def _is_file(path: Path) -> bool:
         return False
 
 
-def _cross_checks(drill: Drill, scenario: Scenario, fault_params: list, target_params: BaseModel | None,
-                  out: _Collector) -> None:
+def _cross_checks(
+    drill: Drill, scenario: Scenario, fault_params: list, target_params: BaseModel | None, out: _Collector
+) -> None:
     _check_fault_windows(drill, out)
     too_much = planned_load_problem(scenario, drill.phases.loaded_length())
     if too_much:
@@ -396,8 +471,11 @@ def _cross_checks(drill: Drill, scenario: Scenario, fault_params: list, target_p
         for j, pool in enumerate(fault.selector.pools or []):
             if pool not in pools:
                 suggestion = did_you_mean(pool, pools)
-                out.add(("faults", i, "selector", "pools", j), f"no pool {pool!r} in the scenario (pools: {', '.join(pools)})",
-                        hint=f"did you mean '{suggestion}'?" if suggestion else None)
+                out.add(
+                    ("faults", i, "selector", "pools", j),
+                    f"no pool {pool!r} in the scenario (pools: {', '.join(pools)})",
+                    hint=f"did you mean '{suggestion}'?" if suggestion else None,
+                )
     if target_params is not None:
         _check_capabilities(drill, fault_params, target_params, out)
         target_cls = registry.targets.get(drill.target.kind)
@@ -413,19 +491,28 @@ def _has_location(out: _Collector, path: KeyPath) -> bool:
 def _check_fault_windows(drill: Drill, out: _Collector) -> None:
     length = drill.phases.fault
     if drill.faults and length <= 0:
-        out.add(("phases", "fault"), "the drill has faults but its fault phase lasts 0s",
-                hint="set phases.fault to a duration such as 60s")
+        out.add(
+            ("phases", "fault"),
+            "the drill has faults but its fault phase lasts 0s",
+            hint="set phases.fault to a duration such as 60s",
+        )
         return
     for i, fault in enumerate(drill.faults):
         end = fault.start + (fault.duration if fault.duration is not None else length - fault.start)
         name = drill.fault_names()[i]
         hint = "faults must start and end inside the fault phase; lengthen phases.fault or move the fault"
         if fault.start >= length:
-            out.add(("faults", i, "start"), f"fault {name!r} starts at {fault.start:g}s, but the fault phase "
-                    f"ends at {length:g}s", hint=hint)
+            out.add(
+                ("faults", i, "start"),
+                f"fault {name!r} starts at {fault.start:g}s, but the fault phase ends at {length:g}s",
+                hint=hint,
+            )
         elif end > length + 1e-9:
-            out.add(("faults", i, "duration"), f"fault {name!r} runs from {fault.start:g}s to {end:g}s of the "
-                    f"fault phase, which lasts {length:g}s", hint=hint)
+            out.add(
+                ("faults", i, "duration"),
+                f"fault {name!r} runs from {fault.start:g}s to {end:g}s of the fault phase, which lasts {length:g}s",
+                hint=hint,
+            )
 
 
 def _check_unique_names(drill: Drill, out: _Collector) -> None:
@@ -448,10 +535,12 @@ def _check_capabilities(drill: Drill, fault_params: list, target_params: BaseMod
         needed = fault_cls(params).needs_for(params)
         missing = sorted(c.value for c in needed - offered)
         if missing:
-            out.add(("faults", i, "kind"),
-                    f"fault {fault.kind!r} needs {', '.join(missing)}; target {drill.target.kind!r} as configured "
-                    f"provides: {', '.join(sorted(c.value for c in offered)) or '(nothing)'}",
-                    hint="change the fault's method or enable it on the target (e.g. target.config.links)")
+            out.add(
+                ("faults", i, "kind"),
+                f"fault {fault.kind!r} needs {', '.join(missing)}; target {drill.target.kind!r} as configured "
+                f"provides: {', '.join(sorted(c.value for c in offered)) or '(nothing)'}",
+                hint="change the fault's method or enable it on the target (e.g. target.config.links)",
+            )
 
 
 # --- --set overrides -------------------------------------------------------------------------------
@@ -473,12 +562,12 @@ def parse_override(text: str) -> tuple[KeyPath, object]:
     path = tuple(m.group(1) if m.group(1) is not None else int(m.group(2)) for m in _SEGMENT.finditer(key))
     if not raw:
         return path, ""
-    doc = load_located(raw, "<--set>")   # the same bounded reader as drill files: no alias bombs, no .inf
+    doc = load_located(raw, "<--set>")  # the same bounded reader as drill files: no alias bombs, no .inf
     if doc.diagnostics:
         first = doc.diagnostics[0]
         error = ValueError(f"cannot read the value: {first.message}")
-        where = text.index("=") + 1 + text.split("=", 1)[1].index(raw)   # the value's offset in KEY=VALUE
-        error.column = where + first.position.col   # type: ignore[attr-defined]
+        where = text.index("=") + 1 + text.split("=", 1)[1].index(raw)  # the value's offset in KEY=VALUE
+        error.column = where + first.position.col  # type: ignore[attr-defined]
         raise error
     return path, doc.data
 

@@ -28,9 +28,24 @@ from drill.spec.validation import SpecModel, at_key
 from drill.units import Duration
 
 __all__ = [
-    "Arrival", "ArrivalProcess", "Endpoint", "LengthDistribution", "Pool", "RetryPolicy", "Sampling",
-    "Scenario", "Slo", "Stage", "StageKind", "TraceReplay", "parse_rate", "parse_slo_key", "planned_load_problem",
-    "SLO_METRICS", "MAX_PLANNED_ARRIVALS", "MAX_RATE",
+    "Arrival",
+    "ArrivalProcess",
+    "Endpoint",
+    "LengthDistribution",
+    "Pool",
+    "RetryPolicy",
+    "Sampling",
+    "Scenario",
+    "Slo",
+    "Stage",
+    "StageKind",
+    "TraceReplay",
+    "parse_rate",
+    "parse_slo_key",
+    "planned_load_problem",
+    "SLO_METRICS",
+    "MAX_PLANNED_ARRIVALS",
+    "MAX_RATE",
 ]
 
 
@@ -69,9 +84,9 @@ class ArrivalProcess(str, enum.Enum):
 
 
 class StageKind(str, enum.Enum):
-    RAMP = "ramp"     # linear from `from` to `to` over the stage
-    STEP = "step"     # constant `rate`
-    SPIKE = "spike"   # a short burst at `rate` (same as step; named for intent)
+    RAMP = "ramp"  # linear from `from` to `to` over the stage
+    STEP = "step"  # constant `rate`
+    SPIKE = "spike"  # a short burst at `rate` (same as step; named for intent)
 
 
 class Stage(SpecModel):
@@ -82,7 +97,7 @@ class Stage(SpecModel):
     to_rate: Rate | None = Field(None, alias="to")
 
     @model_validator(mode="after")
-    def _rates_for_kind(self) -> "Stage":
+    def _rates_for_kind(self) -> Stage:
         if self.duration <= 0:
             raise at_key("duration", f"a stage needs a positive duration, got {self.duration:g}s")
         if self.kind is StageKind.RAMP and (self.from_rate is None or self.to_rate is None):
@@ -97,20 +112,20 @@ class TraceReplay(SpecModel):
 
     file: str
     speedup: float = Field(1.0, ge=0.001, le=1e6)
-    start: Duration = Field(0.0, ge=0)          # offset into the trace
+    start: Duration = Field(0.0, ge=0)  # offset into the trace
     duration: Duration | None = Field(None, gt=0)  # window length in trace time; None = to the end
-    use_lengths: bool = True       # take input/output tokens from the trace rows
+    use_lengths: bool = True  # take input/output tokens from the trace rows
 
 
 class Arrival(SpecModel):
     process: ArrivalProcess = ArrivalProcess.POISSON
     rate: Rate | None = None
-    burstiness: float = Field(1.0, ge=0.01, le=100)   # gamma shape; 1 = Poisson (smaller overflows the sampler)
+    burstiness: float = Field(1.0, ge=0.01, le=100)  # gamma shape; 1 = Poisson (smaller overflows the sampler)
     stages: list[Stage] = Field(default_factory=list)
     trace: TraceReplay | None = None
 
     @model_validator(mode="after")
-    def _fields_for_process(self) -> "Arrival":
+    def _fields_for_process(self) -> Arrival:
         p = self.process
         if p in (ArrivalProcess.POISSON, ArrivalProcess.GAMMA, ArrivalProcess.CONSTANT) and self.rate is None:
             raise at_key("process", f"a {p.value} arrival process needs 'rate' (requests per second)")
@@ -127,7 +142,7 @@ class DistributionKind(str, enum.Enum):
     LOGNORMAL = "lognormal"
     GAMMA = "gamma"
     EMPIRICAL = "empirical"
-    TRACE = "trace"   # lengths come from the trace rows (trace arrivals only)
+    TRACE = "trace"  # lengths come from the trace rows (trace arrivals only)
 
 
 class LengthDistribution(SpecModel):
@@ -135,20 +150,22 @@ class LengthDistribution(SpecModel):
 
     dist: DistributionKind
     # Bounds keep every draw finite: exp(mu + 9 sigma) and shape x scale stay far below float overflow.
-    value: int | None = Field(None, ge=1)                 # fixed
-    mu: float | None = Field(None, ge=-50, le=50)          # lognormal (of ln tokens)
+    value: int | None = Field(None, ge=1)  # fixed
+    mu: float | None = Field(None, ge=-50, le=50)  # lognormal (of ln tokens)
     sigma: float | None = Field(None, gt=0, le=10)
-    shape: float | None = Field(None, ge=0.01, le=1e6)     # gamma (smaller shapes overflow the sampler)
+    shape: float | None = Field(None, ge=0.01, le=1e6)  # gamma (smaller shapes overflow the sampler)
     scale: float | None = Field(None, gt=0, le=1e7)
-    quantiles: list[float] | None = None                   # empirical: equally spaced q0..q100
+    quantiles: list[float] | None = None  # empirical: equally spaced q0..q100
     min: int = Field(1, ge=1)
     max: int = Field(1_000_000, ge=1)
 
     @model_validator(mode="after")
-    def _params_for_kind(self) -> "LengthDistribution":
+    def _params_for_kind(self) -> LengthDistribution:
         needs = {
-            DistributionKind.FIXED: ("value",), DistributionKind.LOGNORMAL: ("mu", "sigma"),
-            DistributionKind.GAMMA: ("shape", "scale"), DistributionKind.EMPIRICAL: ("quantiles",),
+            DistributionKind.FIXED: ("value",),
+            DistributionKind.LOGNORMAL: ("mu", "sigma"),
+            DistributionKind.GAMMA: ("shape", "scale"),
+            DistributionKind.EMPIRICAL: ("quantiles",),
             DistributionKind.UNIFORM: (),
         }.get(self.dist, ())
         missing = [n for n in needs if getattr(self, n) is None]
@@ -174,16 +191,16 @@ class Sampling(SpecModel):
     temperature: float = Field(0.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     seed: int | None = None
-    ignore_eos: bool = True   # generate exactly the sampled output length (vLLM extension)
+    ignore_eos: bool = True  # generate exactly the sampled output length (vLLM extension)
 
 
 class ClientRetryOn(str, enum.Enum):
     """Which failures the load driver's client retries (a pool's ``retry.on``); not the router's."""
 
-    REFUSED = "refused"            # 429 / 503
+    REFUSED = "refused"  # 429 / 503
     SERVER_ERROR = "server_error"  # other 5xx
     TIMEOUT = "timeout"
-    CONNECTION = "connection"      # connect error / reset
+    CONNECTION = "connection"  # connect error / reset
 
 
 class RetryPolicy(SpecModel):
@@ -194,8 +211,14 @@ class RetryPolicy(SpecModel):
     multiplier: float = Field(2.0, ge=1)
     max_backoff: Duration = Field(10.0, ge=0)
     jitter: Literal["none", "full", "equal"] = "full"
-    on: list[ClientRetryOn] = Field(default_factory=lambda: [ClientRetryOn.REFUSED, ClientRetryOn.SERVER_ERROR,
-                                                              ClientRetryOn.TIMEOUT, ClientRetryOn.CONNECTION])
+    on: list[ClientRetryOn] = Field(
+        default_factory=lambda: [
+            ClientRetryOn.REFUSED,
+            ClientRetryOn.SERVER_ERROR,
+            ClientRetryOn.TIMEOUT,
+            ClientRetryOn.CONNECTION,
+        ]
+    )
 
 
 SLO_METRICS = ("ttft", "tpot", "itl", "e2e")
@@ -234,7 +257,7 @@ class Pool(SpecModel):
     stream: bool = True
     input_tokens: LengthDistribution
     output_tokens: LengthDistribution
-    prefix_tokens: int = Field(0, ge=0)   # a shared prefix (system prompt) for prefix-cache hits
+    prefix_tokens: int = Field(0, ge=0)  # a shared prefix (system prompt) for prefix-cache hits
     sampling: Sampling = Sampling()
     timeout: Duration = Field(60.0, gt=0)
     retry: RetryPolicy = RetryPolicy()
@@ -245,10 +268,10 @@ class Scenario(SpecModel):
     name: str | None = None
     description: str | None = None
     seed: int = 0
-    duration: Duration | None = Field(None, gt=0)   # default length for `drill load`
-    arrival: Arrival | None = None          # shared by pools that have a `share`
+    duration: Duration | None = Field(None, gt=0)  # default length for `drill load`
+    arrival: Arrival | None = None  # shared by pools that have a `share`
     max_in_flight: int = Field(1000, ge=1)  # beyond it, arrivals are client-side drops
-    model: str | None = None                # default: the first model from /v1/models
+    model: str | None = None  # default: the first model from /v1/models
     pools: list[Pool] = Field(min_length=1)
 
     @field_validator("pools")
@@ -261,7 +284,7 @@ class Scenario(SpecModel):
         return pools
 
     @model_validator(mode="after")
-    def _shares_and_arrivals(self) -> "Scenario":
+    def _shares_and_arrivals(self) -> Scenario:
         shared = [p for p in self.pools if p.arrival is None]
         if shared and self.arrival is None:
             names = ", ".join(p.name for p in shared)
@@ -275,20 +298,26 @@ class Scenario(SpecModel):
         return self
 
     @model_validator(mode="after")
-    def _trace_lengths(self) -> "Scenario":
+    def _trace_lengths(self) -> Scenario:
         """``dist: trace`` takes a request's length from its trace row: only with a trace arrival that keeps them."""
         for pool in self.pools:
-            kinds = [k for k in ("input_tokens", "output_tokens")
-                     if getattr(pool, k).dist is DistributionKind.TRACE]
+            kinds = [k for k in ("input_tokens", "output_tokens") if getattr(pool, k).dist is DistributionKind.TRACE]
             arrival = pool.arrival or self.arrival
-            if not kinds or (arrival is not None and arrival.process is ArrivalProcess.TRACE
-                             and arrival.trace is not None and arrival.trace.use_lengths):
+            if not kinds or (
+                arrival is not None
+                and arrival.process is ArrivalProcess.TRACE
+                and arrival.trace is not None
+                and arrival.trace.use_lengths
+            ):
                 continue
             process = "none" if arrival is None else arrival.process.value
             detail = " with use_lengths: false" if arrival is not None and arrival.trace is not None else ""
-            raise at_key("pools", f"pool {pool.name!r} takes {' and '.join(kinds)} from trace rows (dist: trace), "
-                                  f"but its arrival process is {process}{detail}; use a trace arrival with "
-                                  f"use_lengths: true, or another distribution")
+            raise at_key(
+                "pools",
+                f"pool {pool.name!r} takes {' and '.join(kinds)} from trace rows (dist: trace), "
+                f"but its arrival process is {process}{detail}; use a trace arrival with "
+                f"use_lengths: true, or another distribution",
+            )
         return self
 
 
@@ -312,5 +341,7 @@ def planned_load_problem(scenario: Scenario, duration_s: float) -> str | None:
     planned = peak * duration_s
     if planned <= MAX_PLANNED_ARRIVALS:
         return None
-    return (f"the arrival rates (up to {peak:g}/s in all) over {duration_s:g}s plan about {planned:.3g} requests; "
-            f"a run plans at most {MAX_PLANNED_ARRIVALS}")
+    return (
+        f"the arrival rates (up to {peak:g}/s in all) over {duration_s:g}s plan about {planned:.3g} requests; "
+        f"a run plans at most {MAX_PLANNED_ARRIVALS}"
+    )

@@ -29,20 +29,26 @@ def scale_timeline(loaded: LoadedDrill, factor: float) -> LoadedDrill:
 def _scale_drill(drill: Drill, f: float) -> Drill:
     p = drill.phases
     phases = p.model_copy(update={k: getattr(p, k) * f for k in ("warmup", "baseline", "fault", "recovery")})
-    faults = [x.model_copy(update={"start": x.start * f, "duration": None if x.duration is None else x.duration * f})
-              for x in drill.faults]
-    stops = [s.model_copy(update={"for_": s.for_ * f, "value": None if s.value is None else s.value * f})
-             for s in drill.stop_conditions]
+    faults = [
+        x.model_copy(update={"start": x.start * f, "duration": None if x.duration is None else x.duration * f})
+        for x in drill.faults
+    ]
+    stops = [
+        s.model_copy(update={"for_": s.for_ * f, "value": None if s.value is None else s.value * f})
+        for s in drill.stop_conditions
+    ]
     return drill.model_copy(update={"phases": phases, "faults": faults, "stop_conditions": stops})
 
 
 def scale_scenario(scenario: Scenario, f: float) -> Scenario:
     pools = [p.model_copy(update={"arrival": _scale_arrival(p.arrival, f)}) for p in scenario.pools]
-    return scenario.model_copy(update={
-        "arrival": _scale_arrival(scenario.arrival, f),
-        "duration": None if scenario.duration is None else scenario.duration * f,
-        "pools": pools,
-    })
+    return scenario.model_copy(
+        update={
+            "arrival": _scale_arrival(scenario.arrival, f),
+            "duration": None if scenario.duration is None else scenario.duration * f,
+            "pools": pools,
+        }
+    )
 
 
 def _scale_arrival(arrival: Arrival | None, f: float) -> Arrival | None:

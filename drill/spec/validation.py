@@ -37,8 +37,9 @@ class SpecModel(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
 
-def validate_model(model: type[M], data: object, locations: Locations, prefix: KeyPath = ()
-                   ) -> tuple[M | None, list[Diagnostic]]:
+def validate_model(
+    model: type[M], data: object, locations: Locations, prefix: KeyPath = ()
+) -> tuple[M | None, list[Diagnostic]]:
     """Validate ``data`` (found at ``prefix`` of the document) as ``model``.
 
     Returns the instance, or None and every problem found.
@@ -61,10 +62,7 @@ def _clean_loc(loc: tuple, data: object, keep_last: bool) -> KeyPath:
     path: list = []
     node = data
     for i, part in enumerate(loc):
-        if isinstance(node, dict) and part in node:
-            path.append(part)
-            node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+        if isinstance(node, dict) and part in node or isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
             path.append(part)
             node = node[part]
         elif keep_last and i == len(loc) - 1:
@@ -72,8 +70,7 @@ def _clean_loc(loc: tuple, data: object, keep_last: bool) -> KeyPath:
     return tuple(path)
 
 
-def _diagnostic(model: type[BaseModel], err: dict, data: object, locations: Locations,
-                prefix: KeyPath) -> Diagnostic:
+def _diagnostic(model: type[BaseModel], err: dict, data: object, locations: Locations, prefix: KeyPath) -> Diagnostic:
     kind = err["type"]
     loc = _clean_loc(tuple(err["loc"]), data, keep_last=kind == "missing")
     path = prefix + loc
@@ -87,7 +84,7 @@ def _diagnostic(model: type[BaseModel], err: dict, data: object, locations: Loca
     pointed = _AT_KEY.match(message)
     if pointed:
         path = path + (pointed.group(1),)
-        message = message[pointed.end():]
+        message = message[pointed.end() :]
     return Diagnostic(locations.position_of(path), path, message, hint=hint)
 
 
@@ -113,11 +110,21 @@ def _unknown_key(model: type[BaseModel], loc: KeyPath, path: KeyPath, locations:
 
 
 _EXPECTED = {
-    "int_type": "an integer", "int_parsing": "an integer", "int_from_float": "a whole number",
-    "float_type": "a number", "float_parsing": "a number", "bool_type": "true or false",
-    "bool_parsing": "true or false", "string_type": "text", "list_type": "a list",
-    "dict_type": "a mapping", "model_type": "a mapping", "model_attributes_type": "a mapping",
-    "tuple_type": "a list", "none_required": "nothing (null)", "finite_number": "a finite number",
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "a whole number",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "string_type": "text",
+    "list_type": "a list",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+    "model_attributes_type": "a mapping",
+    "tuple_type": "a list",
+    "none_required": "nothing (null)",
+    "finite_number": "a finite number",
 }
 
 
@@ -197,4 +204,3 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
             if found is not None:
                 return found
     return None
-

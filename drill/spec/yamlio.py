@@ -27,8 +27,18 @@ import re
 from dataclasses import dataclass, field
 
 import yaml
-from yaml.events import (AliasEvent, DocumentEndEvent, DocumentStartEvent, MappingEndEvent, MappingStartEvent,
-                         ScalarEvent, SequenceEndEvent, SequenceStartEvent, StreamEndEvent, StreamStartEvent)
+from yaml.events import (
+    AliasEvent,
+    DocumentEndEvent,
+    DocumentStartEvent,
+    MappingEndEvent,
+    MappingStartEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+    SequenceStartEvent,
+    StreamEndEvent,
+    StreamStartEvent,
+)
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from drill.spec.diagnostics import Diagnostic, KeyPath, Position
@@ -44,7 +54,7 @@ MAX_ALIASES = 1_000
 #: Largest integer magnitude accepted: what a 64-bit signed integer holds.
 MAX_INT = 2**63 - 1
 
-_Parser = getattr(yaml, "CSafeLoader", yaml.SafeLoader)   # libyaml's event parser when installed
+_Parser = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's event parser when installed
 
 
 @dataclass
@@ -100,9 +110,11 @@ def load_located(text: str, source: str) -> LocatedDocument:
 def _compose(text: str, source: str) -> Node | None:
     bad = yaml.reader.Reader.NON_PRINTABLE.search(text)
     if bad:
-        raise _Problem(_offset_position(text, bad.start(), source),
-                       f"character {bad.group()!r} is not allowed in YAML",
-                       hint="remove control characters; the file must be plain UTF-8 text")
+        raise _Problem(
+            _offset_position(text, bad.start(), source),
+            f"character {bad.group()!r} is not allowed in YAML",
+            hint="remove control characters; the file must be plain UTF-8 text",
+        )
     parser = _Parser(text)
     try:
         return _Composer(parser, source).document()
@@ -110,8 +122,11 @@ def _compose(text: str, source: str) -> Node | None:
         mark = exc.problem_mark or exc.context_mark
         where = Position(source, mark.line + 1, mark.column + 1) if mark else Position(source, 1, 1)
         problem = " ".join(p for p in (exc.context, exc.problem) if p)
-        raise _Problem(where, f"YAML syntax error: {problem or exc}",
-                       hint="check indentation, colons and quotes around this position") from None
+        raise _Problem(
+            where,
+            f"YAML syntax error: {problem or exc}",
+            hint="check indentation, colons and quotes around this position",
+        ) from None
     except yaml.reader.ReaderError as exc:
         raise _Problem(Position(source, 1, 1), f"YAML error: {exc}") from None
     finally:
@@ -171,8 +186,11 @@ class _Composer:
         self.expect(DocumentEndEvent)
         event = self.parser.get_event()
         if not isinstance(event, StreamEndEvent):
-            raise _Problem(self.where(event), "a second YAML document ('---') follows the first",
-                           hint="a file holds one document; remove the '---' and what follows, or merge them")
+            raise _Problem(
+                self.where(event),
+                "a second YAML document ('---') follows the first",
+                hint="a file holds one document; remove the '---' and what follows, or merge them",
+            )
         return root
 
     def expect(self, kind: type) -> None:
@@ -202,15 +220,21 @@ class _Composer:
     def count(self, event, size: int) -> None:
         self.expanded += size
         if self.expanded > MAX_NODES:
-            raise _Problem(self.where(event), f"the document expands to more than {MAX_NODES} values "
-                           "(each alias counts as many values as its anchor holds, every time it is used)",
-                           hint="drill, scenario and stack files need a few hundred values; "
-                                "remove aliases that repeat large parts")
+            raise _Problem(
+                self.where(event),
+                f"the document expands to more than {MAX_NODES} values "
+                "(each alias counts as many values as its anchor holds, every time it is used)",
+                hint="drill, scenario and stack files need a few hundred values; "
+                "remove aliases that repeat large parts",
+            )
 
     def open(self, event, depth: int) -> _Open:
         if depth + 1 > MAX_DEPTH:
-            raise _Problem(self.where(event), f"lists and mappings nest deeper than {MAX_DEPTH} levels",
-                           hint="drill, scenario and stack files nest a few levels; check for an unclosed '[' or '{'")
+            raise _Problem(
+                self.where(event),
+                f"lists and mappings nest deeper than {MAX_DEPTH} levels",
+                hint="drill, scenario and stack files nest a few levels; check for an unclosed '[' or '{'",
+            )
         self.check_anchor(event)
         self.count(event, 1)
         tag = self.tag(event, SequenceNode if isinstance(event, SequenceStartEvent) else MappingNode)
@@ -233,8 +257,9 @@ class _Composer:
     def scalar(self, event: ScalarEvent) -> _Anchored:
         self.check_anchor(event)
         self.count(event, 1)
-        node = ScalarNode(self.tag(event, ScalarNode, event.value), event.value, event.start_mark, event.end_mark,
-                          style=event.style)
+        node = ScalarNode(
+            self.tag(event, ScalarNode, event.value), event.value, event.start_mark, event.end_mark, style=event.style
+        )
         done = _Anchored(node, 1, 0)
         if event.anchor is not None:
             self.anchors[event.anchor] = done
@@ -243,18 +268,25 @@ class _Composer:
     def alias(self, event: AliasEvent, depth: int) -> _Anchored:
         name = event.anchor
         if name in self.open_anchors:
-            raise _Problem(self.where(event), f"alias *{name} is used inside the value it names "
-                           "(a recursive structure)", hint="an alias may only repeat a value that is complete")
+            raise _Problem(
+                self.where(event),
+                f"alias *{name} is used inside the value it names (a recursive structure)",
+                hint="an alias may only repeat a value that is complete",
+            )
         found = self.anchors.get(name)
         if found is None:
-            raise _Problem(self.where(event), f"alias *{name} names no anchor written before it",
-                           hint=f"write '&{name}' on the value to repeat, above this line")
+            raise _Problem(
+                self.where(event),
+                f"alias *{name} names no anchor written before it",
+                hint=f"write '&{name}' on the value to repeat, above this line",
+            )
         self.aliases += 1
         if self.aliases > MAX_ALIASES:
             raise _Problem(self.where(event), f"the document uses more than {MAX_ALIASES} aliases")
         if depth + found.height > MAX_DEPTH:
-            raise _Problem(self.where(event), f"alias *{name} makes lists and mappings nest deeper than "
-                           f"{MAX_DEPTH} levels")
+            raise _Problem(
+                self.where(event), f"alias *{name} makes lists and mappings nest deeper than {MAX_DEPTH} levels"
+            )
         self.count(event, found.size)
         return found
 
@@ -272,8 +304,7 @@ class _Composer:
     def check_anchor(self, event) -> None:
         name = event.anchor
         if name is not None and (name in self.anchors or name in self.open_anchors):
-            raise _Problem(self.where(event), f"anchor &{name} is defined twice",
-                           hint="give each anchor its own name")
+            raise _Problem(self.where(event), f"anchor &{name} is defined twice", hint="give each anchor its own name")
 
     def tag(self, event, kind: type, value: str | None = None) -> str:
         if event.tag is not None and event.tag != "!":
@@ -296,7 +327,7 @@ class _Builder:
 
     def build(self, node: Node, path: KeyPath, depth: int) -> object:
         self.locations.values[path] = self.position(node)
-        if depth > MAX_DEPTH:   # the composer already refused it; kept so building can never recurse unbounded
+        if depth > MAX_DEPTH:  # the composer already refused it; kept so building can never recurse unbounded
             self.error(node, path, f"nesting deeper than {MAX_DEPTH} levels")
             return None
         if isinstance(node, MappingNode):
@@ -311,7 +342,7 @@ class _Builder:
         except yaml.YAMLError as exc:
             self.error(node, path, f"cannot read value: {getattr(exc, 'problem', None) or exc}")
             return None
-        except (ValueError, OverflowError) as exc:   # e.g. an integer with more digits than Python converts
+        except (ValueError, OverflowError) as exc:  # e.g. an integer with more digits than Python converts
             self.error(node, path, f"cannot read value {_clip(node.value)!r}: {exc}")
             return None
         return self.checked_number(node, path, value)
@@ -319,8 +350,12 @@ class _Builder:
     def checked_number(self, node: Node, path: KeyPath, value: object) -> object:
         """Refuse non-finite and oversized numbers; the value is kept, so validation adds no second error there."""
         if isinstance(value, float) and not math.isfinite(value):
-            self.error(node, path, f"{_clip(node.value)!r} is not a finite number",
-                       hint="write a finite number; infinity and NaN mean nothing as a rate, duration or threshold")
+            self.error(
+                node,
+                path,
+                f"{_clip(node.value)!r} is not a finite number",
+                hint="write a finite number; infinity and NaN mean nothing as a rate, duration or threshold",
+            )
         elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
             self.error(node, path, f"integer {_clip(node.value)!r} is larger than a 64-bit integer holds")
         return value
@@ -339,8 +374,12 @@ class _Builder:
             if key in result:
                 first = self.locations.keys.get(child)
                 where = f" (first written at line {first.line})" if first else ""
-                self.error(key_node, child, f"duplicate key {key!r}{where}",
-                           hint="remove one of them; YAML would silently keep only the last")
+                self.error(
+                    key_node,
+                    child,
+                    f"duplicate key {key!r}{where}",
+                    hint="remove one of them; YAML would silently keep only the last",
+                )
                 continue
             self.locations.keys[child] = self.position(key_node)
             result[key] = self.build(value_node, child, depth + 1)

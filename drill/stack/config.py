@@ -149,8 +149,14 @@ class LinksConfig(BaseModel):
     replica_proxies: bool = True
     tp_proxies: bool = True
     pp_proxies: bool = True
-    byte_scale: float = Field(1 / 1024, gt=0, le=1, description=(
-        "TP/PP bytes actually sent per modelled byte (drill.stack.interconnect.tcp); link predictions use it too"))
+    byte_scale: float = Field(
+        1 / 1024,
+        gt=0,
+        le=1,
+        description=(
+            "TP/PP bytes actually sent per modelled byte (drill.stack.interconnect.tcp); link predictions use it too"
+        ),
+    )
 
 
 class StackConfig(BaseModel):

@@ -46,6 +46,7 @@ def watch_fd(fd: int, on_lost: Callable[[], None]) -> threading.Thread:
     Called by a process whose parent holds the other end of a pipe or socket; returns the
     started thread.
     """
+
     def watch() -> None:
         try:
             while os.read(fd, 4096):

@@ -58,7 +58,8 @@ class ReplicaSpec(BaseModel):
     seed: int = 0
     peers: tuple[PeerSpec, ...] = ()
     ready_file: Path | None = Field(
-        None, description="written (JSON: pid, port, url) once the replica listens; optional")
+        None, description="written (JSON: pid, port, url) once the replica listens; optional"
+    )
 
     @model_validator(mode="after")
     def _peers_match_parallelism(self) -> ReplicaSpec:

@@ -30,12 +30,17 @@ def stack_name(run_id: str) -> str:
 class EmbeddedStack(Target):
     kind = "embedded"
     Params = StackConfig
-    _state = None   # the StackState ``start`` got (its replicas' ledger paths)
+    _state = None  # the StackState ``start`` got (its replicas' ledger paths)
 
     @classmethod
     def static_capabilities(cls, params: StackConfig) -> frozenset[Capability]:
-        caps = {Capability.SUPERVISOR, Capability.STACK_ADMIN, Capability.ROUTER_ADMIN, Capability.LOAD_CONTROL,
-                Capability.DOCKER if params.runtime is Runtime.DOCKER else Capability.PROCESS}
+        caps = {
+            Capability.SUPERVISOR,
+            Capability.STACK_ADMIN,
+            Capability.ROUTER_ADMIN,
+            Capability.LOAD_CONTROL,
+            Capability.DOCKER if params.runtime is Runtime.DOCKER else Capability.PROCESS,
+        }
         if params.links.replica_proxies:
             caps.add(Capability.TOXIPROXY_REPLICA)
         if params.links.tp_proxies and params.engine.tensor_parallel_size > 1:
@@ -54,10 +59,14 @@ class EmbeddedStack(Target):
         urgent = sorted({p.priority for p in scenario.pools if p.priority != 0})
         if urgent and params.engine.scheduling_policy.value != "priority":
             pools = ", ".join(p.name for p in scenario.pools if p.priority != 0)
-            return [(("engine", "scheduling_policy"),
-                     f"the scenario's pools {pools} send priorities {urgent}, which the stack refuses with 400 "
-                     f"under scheduling_policy {params.engine.scheduling_policy.value!r} (as vLLM does)",
-                     "set target.config.engine.scheduling_policy: priority, or give every pool priority 0")]
+            return [
+                (
+                    ("engine", "scheduling_policy"),
+                    f"the scenario's pools {pools} send priorities {urgent}, which the stack refuses with 400 "
+                    f"under scheduling_policy {params.engine.scheduling_policy.value!r} (as vLLM does)",
+                    "set target.config.engine.scheduling_policy: priority, or give every pool priority 0",
+                )
+            ]
         return []
 
     @property
@@ -67,13 +76,22 @@ class EmbeddedStack(Target):
     def describe_plan(self) -> list[str]:
         p: StackConfig = self.params
         e = p.engine
-        return [f"start the embedded reference stack ({p.runtime.value}): {p.replicas} replica(s) of {p.model} on "
-                f"{p.gpu}, TP={e.tensor_parallel_size} PP={e.pipeline_parallel_size}, router {p.router.policy.value}",
-                f"admission control: max_num_queued_reqs={e.max_num_queued_reqs}, "
-                f"max_num_queued_tokens={e.max_num_queued_tokens}, max_queue_wait={e.max_queue_wait}",
-                "Toxiproxy proxies: " + ", ".join(k for k, on in (("replicas", p.links.replica_proxies),
-                                                                   ("TP links", p.links.tp_proxies),
-                                                                   ("PP links", p.links.pp_proxies)) if on)]
+        return [
+            f"start the embedded reference stack ({p.runtime.value}): {p.replicas} replica(s) of {p.model} on "
+            f"{p.gpu}, TP={e.tensor_parallel_size} PP={e.pipeline_parallel_size}, router {p.router.policy.value}",
+            f"admission control: max_num_queued_reqs={e.max_num_queued_reqs}, "
+            f"max_num_queued_tokens={e.max_num_queued_tokens}, max_queue_wait={e.max_queue_wait}",
+            "Toxiproxy proxies: "
+            + ", ".join(
+                k
+                for k, on in (
+                    ("replicas", p.links.replica_proxies),
+                    ("TP links", p.links.tp_proxies),
+                    ("PP links", p.links.pp_proxies),
+                )
+                if on
+            ),
+        ]
 
     def teardown_data(self) -> dict:
         return {"name": self.name}
@@ -81,8 +99,9 @@ class EmbeddedStack(Target):
     def start(self) -> TargetInfo:
         from drill.stack.supervision.launcher import start_stack
 
-        state = start_stack(self.params, name=self.name, otlp_endpoint=self.ctx.otlp_endpoint,
-                            timeout_s=START_TIMEOUT_S)
+        state = start_stack(
+            self.params, name=self.name, otlp_endpoint=self.ctx.otlp_endpoint, timeout_s=START_TIMEOUT_S
+        )
         self._state = state
         return info_from_state(state, self.static_capabilities(self.params))
 
@@ -120,10 +139,17 @@ class EmbeddedStack(Target):
 
     def planned_info(self) -> TargetInfo:
         p: StackConfig = self.params
-        replicas = [ReplicaRef(name=f"replica-{i}", index=i, url="(assigned at start)", links=_planned_links(p, i))
-                    for i in range(p.replicas)]
-        return TargetInfo(kind=self.kind, base_url="(assigned at start)", runtime=p.runtime.value,
-                          replicas=replicas, capabilities=self.static_capabilities(p))
+        replicas = [
+            ReplicaRef(name=f"replica-{i}", index=i, url="(assigned at start)", links=_planned_links(p, i))
+            for i in range(p.replicas)
+        ]
+        return TargetInfo(
+            kind=self.kind,
+            base_url="(assigned at start)",
+            runtime=p.runtime.value,
+            replicas=replicas,
+            capabilities=self.static_capabilities(p),
+        )
 
 
 def copy_complete_lines(source: Path, target: Path) -> bool:
@@ -133,32 +159,61 @@ def copy_complete_lines(source: Path, target: Path) -> bool:
     except FileNotFoundError:
         return False
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(data[:data.rfind(b"\n") + 1])
+    target.write_bytes(data[: data.rfind(b"\n") + 1])
     return True
 
 
 def _planned_links(p: StackConfig, index: int) -> list[LinkRef]:
     """Link names as the launcher will make them, less the ``<stack>-`` prefix known only at start."""
-    links = [LinkRef(name=f"replica-{index}-tp{r}", kind=LinkKind.TP, rank=r,
-                     proxy=f"<stack>-replica-{index}-tp{r}" if p.links.tp_proxies else None)
-             for r in range(1, p.engine.tensor_parallel_size)]
-    links += [LinkRef(name=f"replica-{index}-pp{r}", kind=LinkKind.PP, rank=r,
-                      proxy=f"<stack>-replica-{index}-pp{r}" if p.links.pp_proxies else None)
-              for r in range(1, p.engine.pipeline_parallel_size)]
+    links = [
+        LinkRef(
+            name=f"replica-{index}-tp{r}",
+            kind=LinkKind.TP,
+            rank=r,
+            proxy=f"<stack>-replica-{index}-tp{r}" if p.links.tp_proxies else None,
+        )
+        for r in range(1, p.engine.tensor_parallel_size)
+    ]
+    links += [
+        LinkRef(
+            name=f"replica-{index}-pp{r}",
+            kind=LinkKind.PP,
+            rank=r,
+            proxy=f"<stack>-replica-{index}-pp{r}" if p.links.pp_proxies else None,
+        )
+        for r in range(1, p.engine.pipeline_parallel_size)
+    ]
     return links
 
 
 def info_from_state(state, capabilities: frozenset[Capability]) -> TargetInfo:
-    replicas = [ReplicaRef(
-        name=r.name, index=r.index, url=r.url, direct_url=r.direct_url, admin_url=r.admin_url,
-        admin_token=state.admin_token, container=r.container, pid=r.pid, pid_file=str(r.pid_file),
-        proxy=r.proxy, links=[LinkRef(name=ln.name, kind=LinkKind(ln.kind), rank=ln.rank, proxy=ln.proxy)
-                              for ln in r.links],
-    ) for r in state.replicas]
+    replicas = [
+        ReplicaRef(
+            name=r.name,
+            index=r.index,
+            url=r.url,
+            direct_url=r.direct_url,
+            admin_url=r.admin_url,
+            admin_token=state.admin_token,
+            container=r.container,
+            pid=r.pid,
+            pid_file=str(r.pid_file),
+            proxy=r.proxy,
+            links=[LinkRef(name=ln.name, kind=LinkKind(ln.kind), rank=ln.rank, proxy=ln.proxy) for ln in r.links],
+        )
+        for r in state.replicas
+    ]
     metrics = {"router": f"{state.router}/metrics"}
     metrics.update({r.name: f"{r.direct_url}/metrics" for r in state.replicas})
-    return TargetInfo(kind=EmbeddedStack.kind, base_url=state.router, model=state.model,
-                      runtime=state.runtime.value, replicas=replicas, toxiproxy_url=state.toxiproxy_url,
-                      router_admin_url=state.router_admin_url, admin_token=state.admin_token,
-                      metrics_urls=metrics, capabilities=capabilities)
-
+    return TargetInfo(
+        kind=EmbeddedStack.kind,
+        base_url=state.router,
+        model=state.model,
+        runtime=state.runtime.value,
+        replicas=replicas,
+        toxiproxy_url=state.toxiproxy_url,
+        router_admin_url=state.router_admin_url,
+        admin_token=state.admin_token,
+        metrics_urls=metrics,
+        capabilities=capabilities,
+    )

@@ -49,11 +49,11 @@ class OpenAITargetParams(SpecModel):
     model: str | None = None
     replicas: list[ReplicaConfig] = Field(default_factory=list)
     toxiproxy_url: str | None = None
-    metrics_urls: dict[str, str] | None = None   # default: <url>/metrics and each replica's metrics_url
+    metrics_urls: dict[str, str] | None = None  # default: <url>/metrics and each replica's metrics_url
     health_path: str = "/health"
-    start_command: list[str] | None = None       # run at cold start (e.g. ["docker", "start", "vllm"])
-    supervised: bool = False                      # something restarts a replica that exits
-    gpus: bool = False                            # real NVIDIA GPUs (nvidia-smi/NVML) are reachable for GPU faults
+    start_command: list[str] | None = None  # run at cold start (e.g. ["docker", "start", "vllm"])
+    supervised: bool = False  # something restarts a replica that exits
+    gpus: bool = False  # real NVIDIA GPUs (nvidia-smi/NVML) are reachable for GPU faults
     startup_timeout: Duration = 600.0
 
 
@@ -111,15 +111,32 @@ class OpenAITarget(Target):
 
     def info(self) -> TargetInfo:
         p: OpenAITargetParams = self.params
-        replicas = [ReplicaRef(name=r.name, index=i, url=r.url, container=r.container, pid_file=r.pid_file,
-                               process_name=r.process_name, proxy=r.proxy) for i, r in enumerate(p.replicas)]
+        replicas = [
+            ReplicaRef(
+                name=r.name,
+                index=i,
+                url=r.url,
+                container=r.container,
+                pid_file=r.pid_file,
+                process_name=r.process_name,
+                proxy=r.proxy,
+            )
+            for i, r in enumerate(p.replicas)
+        ]
         metrics = p.metrics_urls
         if metrics is None:
             metrics = {"target": p.url.rstrip("/") + "/metrics"}
             metrics.update({r.name: r.metrics_url for r in p.replicas if r.metrics_url})
-        return TargetInfo(kind=self.kind, base_url=p.url.rstrip("/"), model=p.model, runtime="external",
-                          replicas=replicas, toxiproxy_url=p.toxiproxy_url, metrics_urls=metrics,
-                          capabilities=self.static_capabilities(p))
+        return TargetInfo(
+            kind=self.kind,
+            base_url=p.url.rstrip("/"),
+            model=p.model,
+            runtime="external",
+            replicas=replicas,
+            toxiproxy_url=p.toxiproxy_url,
+            metrics_urls=metrics,
+            capabilities=self.static_capabilities(p),
+        )
 
     def stop(self) -> None:
         """Attached only: nothing to stop."""
@@ -145,5 +162,7 @@ class OpenAITarget(Target):
                 except httpx.HTTPError as exc:
                     last = f"{type(exc).__name__}: {exc}"
                 time.sleep(0.5)
-        raise TargetError(f"target not healthy at {url} after {timeout_s:g}s ({last})",
-                          hint="is it running? check target.config.url and health_path")
+        raise TargetError(
+            f"target not healthy at {url} after {timeout_s:g}s ({last})",
+            hint="is it running? check target.config.url and health_path",
+        )

@@ -39,13 +39,17 @@ def first_good_response(base_url: str, model: str | None, *, timeout_s: float, p
             name = model or served_model(base_url)[0]
             if name:
                 try:
-                    response = client.post(f"{base_url}/v1/completions",
-                                           json={"model": name, "prompt": "ping", "max_tokens": 1, "temperature": 0})
+                    response = client.post(
+                        f"{base_url}/v1/completions",
+                        json={"model": name, "prompt": "ping", "max_tokens": 1, "temperature": 0},
+                    )
                     if response.status_code == 200:
                         return time.monotonic() - start
                     last = f"HTTP {response.status_code}: {response.text[:200]}"
                 except httpx.HTTPError as exc:
                     last = f"{type(exc).__name__}: {exc}"
             time.sleep(poll_s)
-    raise TargetError(f"no good response from {base_url} within {timeout_s:g}s (last: {last})",
-                      hint="raise phases.cold_start.timeout, or check the target's logs")
+    raise TargetError(
+        f"no good response from {base_url} within {timeout_s:g}s (last: {last})",
+        hint="raise phases.cold_start.timeout, or check the target's logs",
+    )

@@ -63,8 +63,17 @@ import numpy as np
 
 from drill.traces.table import KIND_NAMES, STATUS_NAMES, SpanTable
 
-__all__ = ["AbnormalPair", "AbnormalReport", "AbnormalSpan", "AnalysisOptions", "AttributeSkew", "ChainSpan",
-           "Deviation", "Link", "find_abnormal"]
+__all__ = [
+    "AbnormalPair",
+    "AbnormalReport",
+    "AbnormalSpan",
+    "AnalysisOptions",
+    "AttributeSkew",
+    "ChainSpan",
+    "Deviation",
+    "Link",
+    "find_abnormal",
+]
 
 _SERVER = KIND_NAMES.index("SERVER")
 _CLIENT = KIND_NAMES.index("CLIENT")
@@ -73,8 +82,21 @@ _ERROR = STATUS_NAMES.index("ERROR")
 _MAD_TO_SIGMA = 1.4826
 _NEVER = np.iinfo(np.int64).max
 #: Attribute prefixes shown first among a span's key attributes.
-_KEY_PREFIXES = ("drill.", "gen_ai.", "http.", "server.", "url.", "rpc.", "db.", "net.", "peer.", "network.",
-                 "error.", "exception.", "messaging.")
+_KEY_PREFIXES = (
+    "drill.",
+    "gen_ai.",
+    "http.",
+    "server.",
+    "url.",
+    "rpc.",
+    "db.",
+    "net.",
+    "peer.",
+    "network.",
+    "error.",
+    "exception.",
+    "messaging.",
+)
 _MAX_ATTRIBUTES = 24
 
 
@@ -82,22 +104,22 @@ _MAX_ATTRIBUTES = 24
 class AnalysisOptions:
     """Thresholds of the analysis (defaults in parentheses are the check's defaults too)."""
 
-    latency_mads: float = 5.0        # robust z: a span is slow above median + latency_mads·1.4826·MAD
-    min_excess_ms: float = 1.0       # ... and at least this far above the baseline median
-    min_baseline_spans: int = 10     # baseline spans a pair needs before its latency and children are judged
-    child_presence: float = 0.95     # a child pair is usual when present under this share of baseline parents
-    alpha: float = 0.01              # significance of a pair's flag rate against its baseline rate
-    explain_share: float = 0.5       # slow children explain a slow parent when they cover this share of its excess
+    latency_mads: float = 5.0  # robust z: a span is slow above median + latency_mads·1.4826·MAD
+    min_excess_ms: float = 1.0  # ... and at least this far above the baseline median
+    min_baseline_spans: int = 10  # baseline spans a pair needs before its latency and children are judged
+    child_presence: float = 0.95  # a child pair is usual when present under this share of baseline parents
+    alpha: float = 0.01  # significance of a pair's flag rate against its baseline rate
+    explain_share: float = 0.5  # slow children explain a slow parent when they cover this share of its excess
     onset_tolerance_ms: float = 10.0  # onsets this close are simultaneous (clock skew); the deeper span wins
-    min_impact: float = 0.5          # a slow cause is material when its excess is this share of the user-facing
+    min_impact: float = 0.5  # a slow cause is material when its excess is this share of the user-facing
     #                                  span's baseline median (errors and missing children always are)
 
 
 @dataclass(frozen=True)
 class Deviation:
-    kind: str                      # "latency" | "error" | "missing_child"
-    text: str                      # e.g. "14x baseline p99 (2.1 s vs p99 150 ms)"
-    ratio: float | None = None     # latency: duration / baseline p99
+    kind: str  # "latency" | "error" | "missing_child"
+    text: str  # e.g. "14x baseline p99 (2.1 s vs p99 150 ms)"
+    ratio: float | None = None  # latency: duration / baseline p99
     baseline: float | None = None  # latency: baseline p99 (ms); error: baseline error rate; missing: presence
 
 
@@ -106,8 +128,8 @@ class Link:
     """A slow CLIENT span over a normal (or absent) SERVER span: the time went between the two."""
 
     client_service: str
-    server_service: str | None     # the SERVER child's service, None when the server never showed a span
-    peer: str | None               # server.address[:server.port] / net.peer.name / peer.service of the CLIENT span
+    server_service: str | None  # the SERVER child's service, None when the server never showed a span
+    peer: str | None  # server.address[:server.port] / net.peer.name / peer.service of the CLIENT span
     server_span_id: str | None
     text: str
 
@@ -122,7 +144,7 @@ class ChainSpan:
     kind: str
     status: str
     duration_ms: float
-    deviation: str                 # "" when the span is normal
+    deviation: str  # "" when the span is normal
 
 
 @dataclass(frozen=True)
@@ -136,16 +158,16 @@ class AbnormalSpan:
     status: str
     start_ns: int
     duration_ms: float
-    depth: int                     # edges to the top span of its trace
+    depth: int  # edges to the top span of its trace
     deviations: tuple[Deviation, ...]
     onset_ns: int
-    onset_s: float | None          # seconds after the reference (the fault's injection, else the baseline's end)
-    impact: float | None           # excess that reached the user-facing span / that span's baseline median
-    material: bool                 # impact >= min_impact, or an error / missing child
-    attributes: dict[str, Any]     # the span's own key attributes
+    onset_s: float | None  # seconds after the reference (the fault's injection, else the baseline's end)
+    impact: float | None  # excess that reached the user-facing span / that span's baseline median
+    material: bool  # impact >= min_impact, or an error / missing child
+    attributes: dict[str, Any]  # the span's own key attributes
     context_attributes: dict[str, Any]  # key attributes of its ancestors in the same service (nearest wins)
-    chain: tuple[ChainSpan, ...]   # this span first, the user-facing (top) span last
-    root_missing: bool             # the chain's top span is not a root: its parent is lost (not a remote caller)
+    chain: tuple[ChainSpan, ...]  # this span first, the user-facing (top) span last
+    root_missing: bool  # the chain's top span is not a root: its parent is lost (not a remote caller)
     link: Link | None = None
 
     @property
@@ -162,13 +184,14 @@ class AttributeSkew:
 
     key: str
     value: Any
-    flagged_share: float           # of the flagged spans, how many carry key=value
-    others_share: float            # of the pair's other spans (baseline and unflagged)
+    flagged_share: float  # of the flagged spans, how many carry key=value
+    others_share: float  # of the pair's other spans (baseline and unflagged)
 
     @property
     def text(self) -> str:
-        return (f"{self.key}={self.value} on {_pct(self.flagged_share)} of flagged "
-                f"vs {_pct(self.others_share)} of others")
+        return (
+            f"{self.key}={self.value} on {_pct(self.flagged_share)} of flagged vs {_pct(self.others_share)} of others"
+        )
 
 
 @dataclass(frozen=True)
@@ -177,21 +200,21 @@ class AbnormalPair:
 
     service: str
     name: str
-    spans: int                     # spans of the pair in the fault window
-    flagged: int                   # of them abnormal
-    share: float                   # flagged / spans
-    root_causes: int               # abnormal and not explained by an abnormal child
-    material: int                  # of them material (see AnalysisOptions.min_impact)
-    latency: int                   # flagged for latency, error, missing child (a span may have several)
+    spans: int  # spans of the pair in the fault window
+    flagged: int  # of them abnormal
+    share: float  # flagged / spans
+    root_causes: int  # abnormal and not explained by an abnormal child
+    material: int  # of them material (see AnalysisOptions.min_impact)
+    latency: int  # flagged for latency, error, missing child (a span may have several)
     errors: int
     missing_child: int
-    median_ratio: float | None     # median duration of the flagged spans / baseline median
+    median_ratio: float | None  # median duration of the flagged spans / baseline median
     baseline_spans: int
     baseline_median_ms: float | None
     baseline_p99_ms: float | None
     baseline_error_rate: float | None
     deviation: str
-    attributes: tuple[AttributeSkew, ...] = ()   # what the flagged spans have in common, most telling first
+    attributes: tuple[AttributeSkew, ...] = ()  # what the flagged spans have in common, most telling first
 
 
 @dataclass(frozen=True)
@@ -201,14 +224,14 @@ class AbnormalReport:
     spans: int
     baseline_spans: int
     fault_spans: int
-    baseline_rule: str             # how the baseline was chosen, in words
-    reference_ns: int | None       # what onset_s is relative to
-    reference: str                 # "fault injection" | "baseline end"
-    orphans: int                   # spans whose parent was lost (a SERVER span's remote caller is not lost)
-    candidates: int                # root-cause spans in the fault window
-    judged_pairs: int              # fault-window pairs with enough baseline spans to judge latency
-    thin_pairs: tuple[str, ...]    # fault-window pairs with some but too few baseline spans
-    new_pairs: tuple[str, ...]     # fault-window pairs absent from the baseline
+    baseline_rule: str  # how the baseline was chosen, in words
+    reference_ns: int | None  # what onset_s is relative to
+    reference: str  # "fault injection" | "baseline end"
+    orphans: int  # spans whose parent was lost (a SERVER span's remote caller is not lost)
+    candidates: int  # root-cause spans in the fault window
+    judged_pairs: int  # fault-window pairs with enough baseline spans to judge latency
+    thin_pairs: tuple[str, ...]  # fault-window pairs with some but too few baseline spans
+    new_pairs: tuple[str, ...]  # fault-window pairs absent from the baseline
     options: AnalysisOptions = field(default_factory=AnalysisOptions)
 
     def to_json(self) -> dict:
@@ -220,11 +243,12 @@ class AbnormalReport:
 
 # -- structure ------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class _Tree:
-    parent: np.ndarray             # int64 parent row, -1 for a top span
-    top: np.ndarray                # int64 row of the top span of each row's (sub)tree
-    depth: np.ndarray              # int64 edges to the top
+    parent: np.ndarray  # int64 parent row, -1 for a top span
+    top: np.ndarray  # int64 row of the top span of each row's (sub)tree
+    depth: np.ndarray  # int64 edges to the top
 
 
 def _tree(table: SpanTable) -> _Tree:
@@ -232,7 +256,7 @@ def _tree(table: SpanTable) -> _Tree:
     parent = np.asarray(table.parent_row, dtype=np.int64).copy()
     parent[parent == rows] = -1
     top, depth, stuck = _jump(parent, rows)
-    if stuck.any():                # a parent cycle (malformed ids): its members become tops
+    if stuck.any():  # a parent cycle (malformed ids): its members become tops
         parent[stuck] = -1
         top, depth, _ = _jump(parent, rows)
     return _Tree(parent, top, depth)
@@ -270,6 +294,7 @@ def _group_codes(table: SpanTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 # -- windows --------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class _Windows:
     baseline: np.ndarray
@@ -279,8 +304,15 @@ class _Windows:
     reference: str
 
 
-def _windows(table: SpanTable, tree: _Tree, baseline: np.ndarray | None, baseline_from_ns: int | None,
-             baseline_until_ns: int | None, fault_start_ns: int | None, fault_end_ns: int | None) -> _Windows:
+def _windows(
+    table: SpanTable,
+    tree: _Tree,
+    baseline: np.ndarray | None,
+    baseline_from_ns: int | None,
+    baseline_until_ns: int | None,
+    fault_start_ns: int | None,
+    fault_end_ns: int | None,
+) -> _Windows:
     trace_start = table.start_ns[tree.top]
     if baseline is not None:
         base = np.asarray(baseline, dtype=bool)
@@ -294,8 +326,11 @@ def _windows(table: SpanTable, tree: _Tree, baseline: np.ndarray | None, baselin
             baseline_until_ns = first + (last - first) // 3
             rule = "the first third of the time range (no baseline given)"
         else:
-            rule = ("traces starting in the baseline window" if baseline_from_ns is not None
-                    else "traces starting before the baseline's end")
+            rule = (
+                "traces starting in the baseline window"
+                if baseline_from_ns is not None
+                else "traces starting before the baseline's end"
+            )
         base = trace_start < baseline_until_ns
         if baseline_from_ns is not None:
             base &= trace_start >= baseline_from_ns
@@ -315,20 +350,22 @@ def _windows(table: SpanTable, tree: _Tree, baseline: np.ndarray | None, baselin
 
 # -- baseline model -------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class _Model:
-    count: np.ndarray              # baseline spans per pair
-    median: np.ndarray             # ns (nan without baseline)
-    p99: np.ndarray                # ns
-    threshold: np.ndarray          # ns; inf where latency is not judged
-    latency_rate: np.ndarray       # smoothed baseline share above the threshold
-    error_rate: np.ndarray         # raw baseline error rate (nan without baseline)
-    error_prior: np.ndarray        # smoothed
-    never_erred: np.ndarray        # bool: min_baseline_spans or more baseline spans, none of them an error
+    count: np.ndarray  # baseline spans per pair
+    median: np.ndarray  # ns (nan without baseline)
+    p99: np.ndarray  # ns
+    threshold: np.ndarray  # ns; inf where latency is not judged
+    latency_rate: np.ndarray  # smoothed baseline share above the threshold
+    error_rate: np.ndarray  # raw baseline error rate (nan without baseline)
+    error_prior: np.ndarray  # smoothed
+    never_erred: np.ndarray  # bool: min_baseline_spans or more baseline spans, none of them an error
 
 
-def _group_quantiles(values: np.ndarray, group: np.ndarray, groups: int, qs: tuple[float, ...]
-                     ) -> tuple[np.ndarray, list[np.ndarray]]:
+def _group_quantiles(
+    values: np.ndarray, group: np.ndarray, groups: int, qs: tuple[float, ...]
+) -> tuple[np.ndarray, list[np.ndarray]]:
     """Per-group counts and linear-interpolated quantiles ``qs`` (nan for empty groups)."""
     order = np.lexsort((values, group))
     ordered = values[order].astype(np.float64)
@@ -347,21 +384,31 @@ def _group_quantiles(values: np.ndarray, group: np.ndarray, groups: int, qs: tup
     return counts, out
 
 
-def _model(duration: np.ndarray, status: np.ndarray, group: np.ndarray, groups: int, base: np.ndarray,
-           options: AnalysisOptions) -> _Model:
+def _model(
+    duration: np.ndarray, status: np.ndarray, group: np.ndarray, groups: int, base: np.ndarray, options: AnalysisOptions
+) -> _Model:
     d, g = duration[base], group[base]
     count, (median, p99) = _group_quantiles(d, g, groups, (0.5, 0.99))
     _, (mad,) = _group_quantiles(np.abs(d - median[g]), g, groups, (0.5,))
-    threshold = np.fmax(p99, np.fmax(median + options.latency_mads * _MAD_TO_SIGMA * mad,
-                                     median + options.min_excess_ms * 1e6))
+    threshold = np.fmax(
+        p99, np.fmax(median + options.latency_mads * _MAD_TO_SIGMA * mad, median + options.min_excess_ms * 1e6)
+    )
     threshold[(count < options.min_baseline_spans) | np.isnan(threshold)] = np.inf
     above = np.bincount(g, weights=d > threshold[g], minlength=groups)
     errors = np.bincount(g, weights=status[base] == _ERROR, minlength=groups)
     with np.errstate(invalid="ignore", divide="ignore"):
         error_rate = errors / count
     never_erred = (errors == 0) & (count >= options.min_baseline_spans)
-    return _Model(count, median, p99, threshold, (above + 0.5) / (count + 1), error_rate, (errors + 0.5) / (count + 1),
-                  never_erred)
+    return _Model(
+        count,
+        median,
+        p99,
+        threshold,
+        (above + 0.5) / (count + 1),
+        error_rate,
+        (errors + 0.5) / (count + 1),
+        never_erred,
+    )
 
 
 def _significant(k: np.ndarray, n: np.ndarray, prior: np.ndarray, alpha: float) -> np.ndarray:
@@ -370,18 +417,20 @@ def _significant(k: np.ndarray, n: np.ndarray, prior: np.ndarray, alpha: float) 
     with np.errstate(invalid="ignore", divide="ignore"):
         q = np.where(n > 0, k / n, 0.0)
         p = np.clip(prior, 1e-12, 1 - 1e-12)
-        kl = (np.where(q > 0, q * np.log(np.where(q > 0, q, 1) / p), 0.0)
-              + np.where(q < 1, (1 - q) * np.log(np.where(q < 1, 1 - q, 1) / (1 - p)), 0.0))
+        kl = np.where(q > 0, q * np.log(np.where(q > 0, q, 1) / p), 0.0) + np.where(
+            q < 1, (1 - q) * np.log(np.where(q < 1, 1 - q, 1) / (1 - p)), 0.0
+        )
     return (k > 0) & (q > prior) & (n * kl >= math.log(1 / alpha))
 
 
 # -- children -------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class _Missing:
-    rows: np.ndarray               # parent rows (fault window) missing a usual child
-    child: np.ndarray              # the missing child pair of each
-    presence: np.ndarray           # how often the baseline had it
+    rows: np.ndarray  # parent rows (fault window) missing a usual child
+    child: np.ndarray  # the missing child pair of each
+    presence: np.ndarray  # how often the baseline had it
 
 
 def _present_pairs(parent: np.ndarray, group: np.ndarray, groups: int, mask: np.ndarray) -> np.ndarray:
@@ -391,8 +440,9 @@ def _present_pairs(parent: np.ndarray, group: np.ndarray, groups: int, mask: np.
     return np.unique(parent[rows] * groups + group[rows])
 
 
-def _missing_children(tree: _Tree, group: np.ndarray, groups: int, win: _Windows, model: _Model,
-                      options: AnalysisOptions) -> _Missing:
+def _missing_children(
+    tree: _Tree, group: np.ndarray, groups: int, win: _Windows, model: _Model, options: AnalysisOptions
+) -> _Missing:
     present = _present_pairs(tree.parent, group, groups, win.baseline)
     pair = group[present // groups] * groups + present % groups
     pairs, with_child = np.unique(pair, return_counts=True)
@@ -403,16 +453,18 @@ def _missing_children(tree: _Tree, group: np.ndarray, groups: int, win: _Windows
     fault_present = _present_pairs(tree.parent, group, groups, win.fault)
     fault_rows = np.flatnonzero(win.fault)
     found_rows, found_child, found_presence = [], [], []
-    for gp, gc, share, n_base, n_with in zip(parent_pair[usual], child_pair[usual], presence[usual],
-                                             parents[usual], with_child[usual]):
+    for gp, gc, share, n_base, n_with in zip(
+        parent_pair[usual], child_pair[usual], presence[usual], parents[usual], with_child[usual]
+    ):
         rows = fault_rows[group[fault_rows] == gp]
         keys = rows * groups + gc
         at = np.minimum(np.searchsorted(fault_present, keys), max(len(fault_present) - 1, 0))
         absent = rows[fault_present[at] != keys] if len(fault_present) else rows
         prior = np.array([(n_base - n_with + 0.5) / (n_base + 1)])
-        always = n_with == n_base      # under every baseline parent: any absence counts
-        if len(absent) and (always or _significant(np.array([len(absent)]), np.array([len(rows)]), prior,
-                                                   options.alpha)[0]):
+        always = n_with == n_base  # under every baseline parent: any absence counts
+        if len(absent) and (
+            always or _significant(np.array([len(absent)]), np.array([len(rows)]), prior, options.alpha)[0]
+        ):
             found_rows.append(absent)
             found_child.append(np.full(len(absent), gc, dtype=np.int64))
             found_presence.append(np.full(len(absent), share))
@@ -424,21 +476,30 @@ def _missing_children(tree: _Tree, group: np.ndarray, groups: int, win: _Windows
 
 # -- flags and causes -----------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class _Flags:
-    latency: np.ndarray            # bool per row
+    latency: np.ndarray  # bool per row
     error: np.ndarray
     missing: np.ndarray
     abnormal: np.ndarray
-    cause: np.ndarray              # abnormal and not explained by a child
-    material: np.ndarray           # causes that matter to the user-facing span
-    impact: np.ndarray             # float: excess reaching the top / the top's baseline median (nan: not slow)
-    onset: np.ndarray              # int64 ns (_NEVER where not abnormal)
-    slow_raw: np.ndarray           # above the latency threshold, significant or not
+    cause: np.ndarray  # abnormal and not explained by a child
+    material: np.ndarray  # causes that matter to the user-facing span
+    impact: np.ndarray  # float: excess reaching the top / the top's baseline median (nan: not slow)
+    onset: np.ndarray  # int64 ns (_NEVER where not abnormal)
+    slow_raw: np.ndarray  # above the latency threshold, significant or not
 
 
-def _flags(table: SpanTable, tree: _Tree, group: np.ndarray, groups: int, win: _Windows, model: _Model,
-           missing: _Missing, options: AnalysisOptions) -> _Flags:
+def _flags(
+    table: SpanTable,
+    tree: _Tree,
+    group: np.ndarray,
+    groups: int,
+    win: _Windows,
+    model: _Model,
+    missing: _Missing,
+    options: AnalysisOptions,
+) -> _Flags:
     n = len(table)
     duration = table.duration_ns
     fault_group = group[win.fault]
@@ -454,8 +515,9 @@ def _flags(table: SpanTable, tree: _Tree, group: np.ndarray, groups: int, win: _
     miss[missing.rows] = True
     abnormal = latency | error | miss
     critical = _critical(table, tree, options)
-    cause = abnormal & ~_explained(tree.parent, critical, duration, group, model, latency, error, miss, abnormal,
-                                   options)
+    cause = abnormal & ~_explained(
+        tree.parent, critical, duration, group, model, latency, error, miss, abnormal, options
+    )
     ended = error | miss
     impact, usual = _impact(duration, group, tree, critical, model, latency)
     material = cause & (ended | (impact >= options.min_impact))
@@ -463,8 +525,16 @@ def _flags(table: SpanTable, tree: _Tree, group: np.ndarray, groups: int, win: _
     return _Flags(latency, error, miss, abnormal, cause, material, impact, onset, slow_raw)
 
 
-def _onset(table: SpanTable, group: np.ndarray, model: _Model, latency: np.ndarray, ended: np.ndarray,
-           material: np.ndarray, usual: np.ndarray, options: AnalysisOptions) -> np.ndarray:
+def _onset(
+    table: SpanTable,
+    group: np.ndarray,
+    model: _Model,
+    latency: np.ndarray,
+    ended: np.ndarray,
+    material: np.ndarray,
+    usual: np.ndarray,
+    options: AnalysisOptions,
+) -> np.ndarray:
     """When each abnormal span became abnormal (ns): a slow span when it passed its threshold — a material
     one when its excess reached ``min_impact`` of the user-facing span's usual duration — an error or a
     missing child at the span's end."""
@@ -496,16 +566,18 @@ def _critical(table: SpanTable, tree: _Tree, options: AnalysisOptions) -> np.nda
     last = np.ones(len(order), dtype=bool)
     last[:-1] = parent[order[1:]] != parent[order[:-1]]
     lfc = np.full(n, -1, dtype=np.int64)
-    lfc[parent[order[last]]] = order[last]               # each parent's last-finishing child
+    lfc[parent[order[last]]] = order[last]  # each parent's last-finishing child
     slack = int(options.onset_tolerance_ms * 1e6)
     final = lfc[parent[rows]]
-    critical[rows] = ((table.end_ns[rows] >= table.end_ns[final] - slack)
-                      | (table.end_ns[rows] <= table.start_ns[final] + slack))
+    critical[rows] = (table.end_ns[rows] >= table.end_ns[final] - slack) | (
+        table.end_ns[rows] <= table.start_ns[final] + slack
+    )
     return critical
 
 
-def _impact(duration: np.ndarray, group: np.ndarray, tree: _Tree, critical: np.ndarray, model: _Model,
-            latency: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _impact(
+    duration: np.ndarray, group: np.ndarray, tree: _Tree, critical: np.ndarray, model: _Model, latency: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """How much of each slow span's excess reached its user-facing (top) span, as a share of the top's usual
     duration, and that usual duration (ns; nan for spans that are not slow).
 
@@ -546,9 +618,18 @@ def _path_min(parent: np.ndarray, value: np.ndarray, link: np.ndarray) -> tuple[
     return low, ok
 
 
-def _explained(parent: np.ndarray, critical: np.ndarray, duration: np.ndarray, group: np.ndarray, model: _Model,
-               latency: np.ndarray, error: np.ndarray, miss: np.ndarray, abnormal: np.ndarray,
-               options: AnalysisOptions) -> np.ndarray:
+def _explained(
+    parent: np.ndarray,
+    critical: np.ndarray,
+    duration: np.ndarray,
+    group: np.ndarray,
+    model: _Model,
+    latency: np.ndarray,
+    error: np.ndarray,
+    miss: np.ndarray,
+    abnormal: np.ndarray,
+    options: AnalysisOptions,
+) -> np.ndarray:
     """Abnormal spans whose deviation a deeper abnormal span accounts for.
 
     A slow (only) span is explained when its children's time over their baseline medians covers
@@ -603,6 +684,7 @@ def _first_cause(table: SpanTable, tree: _Tree, flags: _Flags, options: Analysis
 
 # -- reporting ------------------------------------------------------------------------------------
 
+
 def _ms(ns: float) -> str:
     ms = ns / 1e6
     if ms >= 1000:
@@ -650,21 +732,38 @@ def _deviations(ctx: _Context, row: int) -> tuple[Deviation, ...]:
         duration = float(ctx.table.duration_ns[row])
         p99 = float(ctx.model.p99[g])
         ratio = duration / p99 if p99 > 0 else math.inf
-        out.append(Deviation("latency", f"{_ratio(ratio)} baseline p99 ({_ms(duration)} vs p99 {_ms(p99)}, "
-                                        f"median {_ms(float(ctx.model.median[g]))})", round(ratio, 3),
-                             round(p99 / 1e6, 6)))
+        out.append(
+            Deviation(
+                "latency",
+                f"{_ratio(ratio)} baseline p99 ({_ms(duration)} vs p99 {_ms(p99)}, "
+                f"median {_ms(float(ctx.model.median[g]))})",
+                round(ratio, 3),
+                round(p99 / 1e6, 6),
+            )
+        )
     if ctx.flags.error[row]:
         message = ctx.table.status_message[row]
         rate = ctx.model.error_rate[g]
         base = "pair not in baseline" if np.isnan(rate) else f"baseline error rate {_pct(float(rate))}"
-        out.append(Deviation("error", f"error{f' ({message})' if message else ''}, {base}", None,
-                             None if np.isnan(rate) else round(float(rate), 6)))
+        out.append(
+            Deviation(
+                "error",
+                f"error{f' ({message})' if message else ''}, {base}",
+                None,
+                None if np.isnan(rate) else round(float(rate), 6),
+            )
+        )
     if ctx.flags.missing[row]:
         at = np.flatnonzero(ctx.missing.rows == row)
         for child, presence in zip(ctx.missing.child[at], ctx.missing.presence[at]):
-            out.append(Deviation("missing_child", f"missing child {ctx.label(int(child))} "
-                                                  f"(under {_pct(float(presence))} of baseline parents)",
-                                 None, round(float(presence), 6)))
+            out.append(
+                Deviation(
+                    "missing_child",
+                    f"missing child {ctx.label(int(child))} (under {_pct(float(presence))} of baseline parents)",
+                    None,
+                    round(float(presence), 6),
+                )
+            )
     return tuple(out)
 
 
@@ -678,11 +777,13 @@ def _key_attributes(attributes: dict) -> dict[str, Any]:
     def wanted(value: Any) -> bool:
         if isinstance(value, (str, int, float, bool)):
             return True
-        return (isinstance(value, list) and len(value) <= 8
-                and all(isinstance(v, (str, int, float, bool)) for v in value))
+        return (
+            isinstance(value, list) and len(value) <= 8 and all(isinstance(v, (str, int, float, bool)) for v in value)
+        )
 
-    keys = sorted((k for k, v in attributes.items() if wanted(v)),
-                  key=lambda k: (not k.startswith(_KEY_PREFIXES), k))[:_MAX_ATTRIBUTES]
+    keys = sorted((k for k, v in attributes.items() if wanted(v)), key=lambda k: (not k.startswith(_KEY_PREFIXES), k))[
+        :_MAX_ATTRIBUTES
+    ]
     return {k: (attributes[k][:200] if isinstance(attributes[k], str) else attributes[k]) for k in keys}
 
 
@@ -722,8 +823,10 @@ def _link(ctx: _Context, row: int) -> Link | None:
     if len(servers):
         server = int(servers[0])
         name = table.services[table.service[server]]
-        text = (f"slow link {client} → {name}{f' ({peer})' if peer else ''}: the CLIENT span is slow, "
-                f"its SERVER span {_ms(float(table.duration_ns[server]))} is normal")
+        text = (
+            f"slow link {client} → {name}{f' ({peer})' if peer else ''}: the CLIENT span is slow, "
+            f"its SERVER span {_ms(float(table.duration_ns[server]))} is normal"
+        )
         return Link(client, name, peer, table.span_id[server], text)
     if len(children):
         return None
@@ -737,7 +840,7 @@ def _outside(ctx: _Context, client: int, servers: np.ndarray) -> bool:
     model, duration = ctx.model, ctx.table.duration_ns
     g = ctx.group[servers]
     if ctx.flags.slow_raw[servers].any() or not np.isfinite(model.threshold[g]).all():
-        return False     # the server was slow too, or its latency cannot be judged: no claim about the link
+        return False  # the server was slow too, or its latency cannot be judged: no claim about the link
     client_excess = duration[client] - model.median[ctx.group[client]]
     server_excess = np.maximum(duration[servers] - model.median[g], 0).sum()
     return bool(client_excess - server_excess >= ctx.options.explain_share * client_excess)
@@ -746,9 +849,17 @@ def _outside(ctx: _Context, client: int, servers: np.ndarray) -> bool:
 def _chain(ctx: _Context, row: int) -> tuple[ChainSpan, ...]:
     table, out = ctx.table, []
     while row >= 0:
-        out.append(ChainSpan(table.span_id[row], table.services[table.service[row]], table.names[table.name[row]],
-                             KIND_NAMES[int(table.kind[row])], STATUS_NAMES[int(table.status[row])],
-                             round(float(table.duration_ns[row]) / 1e6, 3), _short_deviation(ctx, row)))
+        out.append(
+            ChainSpan(
+                table.span_id[row],
+                table.services[table.service[row]],
+                table.names[table.name[row]],
+                KIND_NAMES[int(table.kind[row])],
+                STATUS_NAMES[int(table.status[row])],
+                round(float(table.duration_ns[row]) / 1e6, 3),
+                _short_deviation(ctx, row),
+            )
+        )
         row = int(ctx.tree.parent[row])
     return tuple(out)
 
@@ -760,15 +871,27 @@ def _abnormal_span(ctx: _Context, row: int) -> AbnormalSpan:
     onset = int(ctx.flags.onset[row])
     reference = ctx.win.reference_ns
     return AbnormalSpan(
-        trace_id=span.trace_id, span_id=span.span_id, parent_id=span.parent_id, service=span.service,
-        name=span.name, kind=span.kind, status=span.status, start_ns=span.start_ns,
-        duration_ms=round(span.duration_ms, 3), depth=int(ctx.tree.depth[row]), deviations=_deviations(ctx, row),
-        onset_ns=onset, onset_s=None if reference is None else round((onset - reference) / 1e9, 3),
+        trace_id=span.trace_id,
+        span_id=span.span_id,
+        parent_id=span.parent_id,
+        service=span.service,
+        name=span.name,
+        kind=span.kind,
+        status=span.status,
+        start_ns=span.start_ns,
+        duration_ms=round(span.duration_ms, 3),
+        depth=int(ctx.tree.depth[row]),
+        deviations=_deviations(ctx, row),
+        onset_ns=onset,
+        onset_s=None if reference is None else round((onset - reference) / 1e9, 3),
         impact=None if np.isnan(ctx.flags.impact[row]) else round(float(ctx.flags.impact[row]), 4),
         material=bool(ctx.flags.material[row]),
-        attributes=_key_attributes(span.attributes), context_attributes=_context_attributes(ctx, row),
+        attributes=_key_attributes(span.attributes),
+        context_attributes=_context_attributes(ctx, row),
         chain=_chain(ctx, row),
-        root_missing=bool(_lost_parent(table, np.array([top]))[0]), link=_link(ctx, row))
+        root_missing=bool(_lost_parent(table, np.array([top]))[0]),
+        link=_link(ctx, row),
+    )
 
 
 @dataclass(frozen=True)
@@ -782,7 +905,7 @@ class _PairCounts:
     latency: np.ndarray
     errors: np.ndarray
     missing: np.ndarray
-    flagged_median: np.ndarray     # ns, of the flagged spans
+    flagged_median: np.ndarray  # ns, of the flagged spans
 
 
 def _pair_counts(ctx: _Context, groups: int) -> _PairCounts:
@@ -793,8 +916,16 @@ def _pair_counts(ctx: _Context, groups: int) -> _PairCounts:
 
     duration = ctx.table.duration_ns[flags.abnormal]
     _, (flagged_median,) = _group_quantiles(duration, ctx.group[flags.abnormal], groups, (0.5,))
-    return _PairCounts(count(ctx.win.fault), count(flags.abnormal), count(flags.cause), count(flags.material),
-                       count(flags.latency), count(flags.error), count(flags.missing), flagged_median)
+    return _PairCounts(
+        count(ctx.win.fault),
+        count(flags.abnormal),
+        count(flags.cause),
+        count(flags.material),
+        count(flags.latency),
+        count(flags.error),
+        count(flags.missing),
+        flagged_median,
+    )
 
 
 def _pairs(ctx: _Context, groups: int, top: int) -> tuple[AbnormalPair, ...]:
@@ -802,8 +933,9 @@ def _pairs(ctx: _Context, groups: int, top: int) -> tuple[AbnormalPair, ...]:
     tier = np.where(c.material > 0, 0, np.where(c.causes > 0, 1, 2))
     flags = ctx.flags
     first_onset = _earliest(ctx.group, flags.onset, [flags.material, flags.cause, flags.abnormal], tier, groups)
-    order = sorted(np.flatnonzero(c.flagged > 0).tolist(),
-                   key=lambda g: (tier[g], first_onset[g], -c.flagged[g], ctx.label(g)))[:top]
+    order = sorted(
+        np.flatnonzero(c.flagged > 0).tolist(), key=lambda g: (tier[g], first_onset[g], -c.flagged[g], ctx.label(g))
+    )[:top]
     return tuple(_pair(ctx, c, g) for g in order)
 
 
@@ -816,16 +948,26 @@ def _pair(ctx: _Context, c: _PairCounts, g: int) -> AbnormalPair:
 
     judged = ctx.win.baseline | ctx.win.fault
     return AbnormalPair(
-        service=ctx.table.services[ctx.pair_service[g]], name=ctx.table.names[ctx.pair_name[g]],
-        spans=int(c.spans[g]), flagged=int(c.flagged[g]), share=round(float(c.flagged[g] / c.spans[g]), 4),
-        root_causes=int(c.causes[g]), material=int(c.material[g]), latency=int(c.latency[g]),
-        errors=int(c.errors[g]), missing_child=int(c.missing[g]),
+        service=ctx.table.services[ctx.pair_service[g]],
+        name=ctx.table.names[ctx.pair_name[g]],
+        spans=int(c.spans[g]),
+        flagged=int(c.flagged[g]),
+        share=round(float(c.flagged[g] / c.spans[g]), 4),
+        root_causes=int(c.causes[g]),
+        material=int(c.material[g]),
+        latency=int(c.latency[g]),
+        errors=int(c.errors[g]),
+        missing_child=int(c.missing[g]),
         median_ratio=round(float(c.flagged_median[g] / median), 3) if median > 0 else None,
-        baseline_spans=int(model.count[g]), baseline_median_ms=ms(median), baseline_p99_ms=ms(model.p99[g]),
+        baseline_spans=int(model.count[g]),
+        baseline_median_ms=ms(median),
+        baseline_p99_ms=ms(model.p99[g]),
         baseline_error_rate=None if np.isnan(model.error_rate[g]) else round(float(model.error_rate[g]), 4),
         deviation=_pair_deviation(ctx, c, g),
-        attributes=_attribute_skew(ctx.table, np.flatnonzero(flags.abnormal & mine),
-                                   np.flatnonzero(judged & ~flags.abnormal & mine)))
+        attributes=_attribute_skew(
+            ctx.table, np.flatnonzero(flags.abnormal & mine), np.flatnonzero(judged & ~flags.abnormal & mine)
+        ),
+    )
 
 
 def _pair_deviation(ctx: _Context, c: _PairCounts, g: int) -> str:
@@ -843,8 +985,9 @@ def _pair_deviation(ctx: _Context, c: _PairCounts, g: int) -> str:
     return "; ".join(parts)
 
 
-def _earliest(group: np.ndarray, onset: np.ndarray, masks: list[np.ndarray], tier: np.ndarray, groups: int
-              ) -> np.ndarray:
+def _earliest(
+    group: np.ndarray, onset: np.ndarray, masks: list[np.ndarray], tier: np.ndarray, groups: int
+) -> np.ndarray:
     """Per pair, the earliest onset among its rows in ``masks[tier[pair]]``."""
     out = np.full(groups, _NEVER, dtype=np.int64)
     for level, mask in enumerate(masks):
@@ -884,7 +1027,7 @@ def _attribute_skew(table: SpanTable, flagged: np.ndarray, others: np.ndarray) -
     out = []
     for (key, value), n in in_flagged.items():
         if len(values[key] | other_values.get(key, set())) > _SKEW_MAX_VALUES:
-            continue        # an id, a measurement: not a dimension
+            continue  # an id, a measurement: not a dimension
         share, elsewhere = n / len(flagged), in_others.get((key, value), 0) / len(others)
         if share >= _SKEW_MIN_SHARE and share - elsewhere >= _SKEW_MIN_LIFT:
             out.append(AttributeSkew(key, value, round(share, 4), round(elsewhere, 4)))
@@ -915,10 +1058,17 @@ def _empty_report(rule: str, options: AnalysisOptions) -> AbnormalReport:
     return AbnormalReport(None, (), 0, 0, 0, rule, None, "fault injection", 0, 0, 0, (), (), options)
 
 
-def find_abnormal(table: SpanTable, *, baseline: np.ndarray | None = None, baseline_until_ns: int | None = None,
-                  baseline_from_ns: int | None = None, fault_start_ns: int | None = None,
-                  fault_end_ns: int | None = None, top: int = 10,
-                  options: AnalysisOptions | None = None) -> AbnormalReport:
+def find_abnormal(
+    table: SpanTable,
+    *,
+    baseline: np.ndarray | None = None,
+    baseline_until_ns: int | None = None,
+    baseline_from_ns: int | None = None,
+    fault_start_ns: int | None = None,
+    fault_end_ns: int | None = None,
+    top: int = 10,
+    options: AnalysisOptions | None = None,
+) -> AbnormalReport:
     """Find the first abnormal span of the fault window and rank the abnormal (service, span name) pairs.
 
     The baseline is ``baseline`` (a bool mask over the table's rows), else the traces starting in
@@ -942,7 +1092,18 @@ def find_abnormal(table: SpanTable, *, baseline: np.ndarray | None = None, basel
     judged, thin, new = _coverage(ctx, groups, options)
     orphans = int(_lost_parent(table, np.flatnonzero(tree.parent < 0)).sum())
     return AbnormalReport(
-        first=None if first is None else _abnormal_span(ctx, first), pairs=_pairs(ctx, groups, top),
-        spans=len(table), baseline_spans=int(win.baseline.sum()), fault_spans=int(win.fault.sum()),
-        baseline_rule=win.rule, reference_ns=win.reference_ns, reference=win.reference, orphans=orphans,
-        candidates=int(flags.cause.sum()), judged_pairs=judged, thin_pairs=thin, new_pairs=new, options=options)
+        first=None if first is None else _abnormal_span(ctx, first),
+        pairs=_pairs(ctx, groups, top),
+        spans=len(table),
+        baseline_spans=int(win.baseline.sum()),
+        fault_spans=int(win.fault.sum()),
+        baseline_rule=win.rule,
+        reference_ns=win.reference_ns,
+        reference=win.reference,
+        orphans=orphans,
+        candidates=int(flags.cause.sum()),
+        judged_pairs=judged,
+        thin_pairs=thin,
+        new_pairs=new,
+        options=options,
+    )

@@ -28,8 +28,8 @@ overrun
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -51,21 +51,21 @@ _SERVER, _CONSUMER = 2, 5
 class Completeness:
     spans: int
     traces: int
-    orphans: int                              # parent set but not in the table (remote-parented roots excepted)
+    orphans: int  # parent set but not in the table (remote-parented roots excepted)
     traces_without_root: int
     spans_per_trace_p50: float | None
-    clock_skew_ms: float                      # largest cross-service early start of a child (0 when none)
-    skew_by_service_pair: dict[str, float]    # "parent-service -> child-service": largest skew, ms (> 0 only)
-    unreadable: int                           # records the source could not read
+    clock_skew_ms: float  # largest cross-service early start of a child (0 when none)
+    skew_by_service_pair: dict[str, float]  # "parent-service -> child-service": largest skew, ms (> 0 only)
+    unreadable: int  # records the source could not read
     unreadable_where: tuple[str, ...]
-    requests: int = 0                         # client records given (0: none)
-    requests_with_spans: int = 0              # of those, with at least one span of their trace id
+    requests: int = 0  # client records given (0: none)
+    requests_with_spans: int = 0  # of those, with at least one span of their trace id
     spans_per_request_p50: float | None = None
-    remote_roots: int = 0                     # roots whose parent is a remote caller (see module doc)
-    skewed_spans: int = 0                     # cross-service children beyond skew_tolerance_ms
+    remote_roots: int = 0  # roots whose parent is a remote caller (see module doc)
+    skewed_spans: int = 0  # cross-service children beyond skew_tolerance_ms
     skew_tolerance_ms: float = SKEW_TOLERANCE_MS
-    overrun_spans: int = 0                    # children ending > skew_tolerance_ms after their parent
-    overrun_ms: float = 0.0                   # the largest such overrun
+    overrun_spans: int = 0  # children ending > skew_tolerance_ms after their parent
+    overrun_ms: float = 0.0  # the largest such overrun
 
     @property
     def orphan_share(self) -> float:
@@ -82,8 +82,9 @@ class Completeness:
         if self.orphan_share > MAX_ORPHAN_SHARE:
             return f"{self.orphans} of {self.spans} spans have a parent that was never exported"
         if self.requests and self.requests_with_spans == 0:
-            return (f"none of the {self.requests} client requests has a span of its trace id "
-                    "(is traceparent propagated?)")
+            return (
+                f"none of the {self.requests} client requests has a span of its trace id (is traceparent propagated?)"
+            )
         return None
 
     def notes(self) -> tuple[str, ...]:
@@ -91,12 +92,17 @@ class Completeness:
         out = []
         if self.clock_skew_ms > 0:
             pair = max(self.skew_by_service_pair, key=self.skew_by_service_pair.get)
-            verdict = ("tolerated" if self.skewed_spans == 0
-                       else f"{self.skewed_spans} span(s) beyond {self.skew_tolerance_ms:g} ms")
+            verdict = (
+                "tolerated"
+                if self.skewed_spans == 0
+                else f"{self.skewed_spans} span(s) beyond {self.skew_tolerance_ms:g} ms"
+            )
             out.append(f"clock skew up to {self.clock_skew_ms:.3f} ms ({pair}); {verdict}")
         if self.overrun_spans:
-            out.append(f"{self.overrun_spans} span(s) ended after their parent (up to {self.overrun_ms:.3f} ms): "
-                       "work the caller no longer waited for")
+            out.append(
+                f"{self.overrun_spans} span(s) ended after their parent (up to {self.overrun_ms:.3f} ms): "
+                "work the caller no longer waited for"
+            )
         if self.orphans:
             out.append(f"{self.orphans} orphan span(s) (parent not exported)")
         if self.traces_without_root:
@@ -107,37 +113,76 @@ class Completeness:
         return tuple(out)
 
     def to_json(self) -> dict:
-        return {"spans": self.spans, "traces": self.traces, "orphans": self.orphans,
-                "traces_without_root": self.traces_without_root, "remote_roots": self.remote_roots,
-                "spans_per_trace_p50": self.spans_per_trace_p50, "clock_skew_ms": self.clock_skew_ms,
-                "skew_by_service_pair": dict(self.skew_by_service_pair), "skewed_spans": self.skewed_spans,
-                "skew_tolerance_ms": self.skew_tolerance_ms, "overrun_spans": self.overrun_spans,
-                "overrun_ms": self.overrun_ms, "unreadable": self.unreadable,
-                "unreadable_where": list(self.unreadable_where), "requests": self.requests,
-                "requests_with_spans": self.requests_with_spans, "spans_per_request_p50": self.spans_per_request_p50}
+        return {
+            "spans": self.spans,
+            "traces": self.traces,
+            "orphans": self.orphans,
+            "traces_without_root": self.traces_without_root,
+            "remote_roots": self.remote_roots,
+            "spans_per_trace_p50": self.spans_per_trace_p50,
+            "clock_skew_ms": self.clock_skew_ms,
+            "skew_by_service_pair": dict(self.skew_by_service_pair),
+            "skewed_spans": self.skewed_spans,
+            "skew_tolerance_ms": self.skew_tolerance_ms,
+            "overrun_spans": self.overrun_spans,
+            "overrun_ms": self.overrun_ms,
+            "unreadable": self.unreadable,
+            "unreadable_where": list(self.unreadable_where),
+            "requests": self.requests,
+            "requests_with_spans": self.requests_with_spans,
+            "spans_per_request_p50": self.spans_per_request_p50,
+        }
 
 
-def measure_completeness(table: SpanTable, records: Sequence | None = None, unreadable: int = 0,
-                         where: Iterable[str] = (), skew_tolerance_ms: float = SKEW_TOLERANCE_MS) -> Completeness:
+def measure_completeness(
+    table: SpanTable,
+    records: Sequence | None = None,
+    unreadable: int = 0,
+    where: Iterable[str] = (),
+    skew_tolerance_ms: float = SKEW_TOLERANCE_MS,
+) -> Completeness:
     """Completeness of ``table``; ``records`` are client :class:`~drill.load.records.RequestRecord` s (or
     anything with a ``trace_id``), ``unreadable``/``where`` what the source could not read."""
     n = len(table)
     if n == 0:
-        return Completeness(spans=0, traces=0, orphans=0, traces_without_root=0, spans_per_trace_p50=None,
-                            clock_skew_ms=0.0, skew_by_service_pair={}, unreadable=unreadable,
-                            unreadable_where=tuple(where), requests=len(records or ()),
-                            spans_per_request_p50=(0.0 if records else None), skew_tolerance_ms=skew_tolerance_ms)
+        return Completeness(
+            spans=0,
+            traces=0,
+            orphans=0,
+            traces_without_root=0,
+            spans_per_trace_p50=None,
+            clock_skew_ms=0.0,
+            skew_by_service_pair={},
+            unreadable=unreadable,
+            unreadable_where=tuple(where),
+            requests=len(records or ()),
+            spans_per_request_p50=(0.0 if records else None),
+            skew_tolerance_ms=skew_tolerance_ms,
+        )
     roots = _roots(table)
     skew, pairs, skewed = _clock_skew(table, skew_tolerance_ms)
     overruns, overrun_ms = _overruns(table, skew_tolerance_ms)
     per_trace = np.bincount(table.trace_code, minlength=len(table.trace_ids))
     requests, with_spans, per_request = _per_request(table, per_trace, records)
     return Completeness(
-        spans=n, traces=len(table.trace_ids), orphans=roots.orphans, traces_without_root=roots.without_root,
-        spans_per_trace_p50=float(np.median(per_trace)), clock_skew_ms=skew, skew_by_service_pair=pairs,
-        unreadable=unreadable, unreadable_where=tuple(where), requests=requests, requests_with_spans=with_spans,
-        spans_per_request_p50=per_request, remote_roots=roots.remote, skewed_spans=skewed,
-        skew_tolerance_ms=skew_tolerance_ms, overrun_spans=overruns, overrun_ms=overrun_ms)
+        spans=n,
+        traces=len(table.trace_ids),
+        orphans=roots.orphans,
+        traces_without_root=roots.without_root,
+        spans_per_trace_p50=float(np.median(per_trace)),
+        clock_skew_ms=skew,
+        skew_by_service_pair=pairs,
+        unreadable=unreadable,
+        unreadable_where=tuple(where),
+        requests=requests,
+        requests_with_spans=with_spans,
+        spans_per_request_p50=per_request,
+        remote_roots=roots.remote,
+        skewed_spans=skewed,
+        skew_tolerance_ms=skew_tolerance_ms,
+        overrun_spans=overruns,
+        overrun_ms=overrun_ms,
+    )
 
 
 @dataclass(frozen=True)
@@ -154,7 +199,7 @@ def root_mask(table: SpanTable) -> np.ndarray:
 
 
 def _roots(table: SpanTable) -> _Roots:
-    top = np.flatnonzero(table.parent_row < 0)           # parent absent from the table (or none)
+    top = np.flatnonzero(table.parent_row < 0)  # parent absent from the table (or none)
     traces = table.trace_code[top]
     # earliest top span per trace: sort by (trace, start), keep the first of each trace
     order = np.lexsort((table.start_ns[top], traces))

@@ -29,8 +29,8 @@ SPANS_FILE = "spans.jsonl"
 class TraceEvidence:
     table: SpanTable
     completeness: Completeness
-    source: str                       # what was read, e.g. "receiver: spans.jsonl"
-    no_spans_reason: str | None       # "the target exported no spans" when the run has no span at all
+    source: str  # what was read, e.g. "receiver: spans.jsonl"
+    no_spans_reason: str | None  # "the target exported no spans" when the run has no span at all
     joined: JoinedRequests
 
     def thin_reason(self, min_spans: int) -> str | None:
@@ -38,23 +38,34 @@ class TraceEvidence:
         return self.no_spans_reason or self.completeness.thin_reason(min_spans)
 
 
-def trace_evidence(table: SpanTable, records=(), *, source: str, unreadable: int = 0,
-                   where: tuple[str, ...] = ()) -> TraceEvidence:
+def trace_evidence(
+    table: SpanTable, records=(), *, source: str, unreadable: int = 0, where: tuple[str, ...] = ()
+) -> TraceEvidence:
     """TraceEvidence of an already-read table (any source) and client records."""
     records = list(records)
     completeness = measure_completeness(table, records, unreadable=unreadable, where=where)
     reason = None
     if len(table) == 0:
         reason = NO_SPANS if not unreadable else f"no span could be read ({unreadable} unreadable record(s))"
-    return TraceEvidence(table=table, completeness=completeness, source=source, no_spans_reason=reason,
-                         joined=JoinedRequests(table, records))
+    return TraceEvidence(
+        table=table,
+        completeness=completeness,
+        source=source,
+        no_spans_reason=reason,
+        joined=JoinedRequests(table, records),
+    )
 
 
-def load_trace_evidence(evidence: "RunEvidence") -> TraceEvidence:
+def load_trace_evidence(evidence: RunEvidence) -> TraceEvidence:
     """The run's ``spans.jsonl`` (receiver source) joined to ``evidence.requests``, with its completeness."""
     source = ReceiverSource(ReceiverParams(file=SPANS_FILE), str(evidence.run_dir))
     table = source.table()
     (report,) = source.report.files
     evidence.reports[SPANS_FILE] = report
-    return trace_evidence(table, evidence.requests, source=f"receiver: {SPANS_FILE}",
-                          unreadable=source.report.unreadable, where=source.report.where)
+    return trace_evidence(
+        table,
+        evidence.requests,
+        source=f"receiver: {SPANS_FILE}",
+        unreadable=source.report.unreadable,
+        where=source.report.where,
+    )

@@ -61,8 +61,16 @@ class _Process(msgspec.Struct, rename={"service_name": "serviceName"}):
     tags: list[_Tag] = []
 
 
-class _Span(msgspec.Struct, rename={"trace_id": "traceID", "span_id": "spanID", "operation_name": "operationName",
-                                    "start_time": "startTime", "process_id": "processID"}):
+class _Span(
+    msgspec.Struct,
+    rename={
+        "trace_id": "traceID",
+        "span_id": "spanID",
+        "operation_name": "operationName",
+        "start_time": "startTime",
+        "process_id": "processID",
+    },
+):
     trace_id: str
     span_id: str
     start_time: int
@@ -71,7 +79,7 @@ class _Span(msgspec.Struct, rename={"trace_id": "traceID", "span_id": "spanID", 
     references: list[_Reference] | None = None
     tags: list[_Tag] | None = None
     process_id: str = ""
-    process: _Process | None = None       # some exports embed the process in each span
+    process: _Process | None = None  # some exports embed the process in each span
 
 
 class _Trace(msgspec.Struct, rename={"trace_id": "traceID"}):
@@ -141,14 +149,24 @@ def _add_span(span: _Span, processes: dict[str, _Process], builder: TableBuilder
         raise ValueError(f"processID {span.process_id!r} is not in the trace's processes")
     status, message = _status(tags)
     start_ns = span.start_time * 1000
-    builder.add(trace_id, _hex_id(span.span_id, 16), _parent(span, trace_id), process.service_name,
-                span.operation_name, kind_code(str(tags.get("span.kind", "")).lower()), start_ns,
-                start_ns + span.duration * 1000, status, message,
-                {k: v for k, v in tags.items() if k not in _CONVERSION_TAGS})
+    builder.add(
+        trace_id,
+        _hex_id(span.span_id, 16),
+        _parent(span, trace_id),
+        process.service_name,
+        span.operation_name,
+        kind_code(str(tags.get("span.kind", "")).lower()),
+        start_ns,
+        start_ns + span.duration * 1000,
+        status,
+        message,
+        {k: v for k, v in tags.items() if k not in _CONVERSION_TAGS},
+    )
 
 
-def read_jaeger_document(body: bytes, where: str, report: SourceReport, builder: TableBuilder,
-                         seen: set[str] | None = None) -> int:
+def read_jaeger_document(
+    body: bytes, where: str, report: SourceReport, builder: TableBuilder, seen: set[str] | None = None
+) -> int:
     """Add the spans of one Jaeger JSON document to ``builder``; returns how many traces it held.
 
     Raises :class:`ValueError` when ``body`` is not Jaeger JSON at all; a span or trace that cannot be
@@ -158,10 +176,11 @@ def read_jaeger_document(body: bytes, where: str, report: SourceReport, builder:
     try:
         document = _DOCUMENT.decode(body)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise ValueError(f"not Jaeger JSON ({{\"data\": [trace, ...]}}): {exc}") from exc
+        raise ValueError(f'not Jaeger JSON ({{"data": [trace, ...]}}): {exc}') from exc
     for error in document.errors or ():
-        report.add_problem(where, f"Jaeger error {error.code}: {error.msg}"
-                                  + (f" (trace {error.trace_id})" if error.trace_id else ""))
+        report.add_problem(
+            where, f"Jaeger error {error.code}: {error.msg}" + (f" (trace {error.trace_id})" if error.trace_id else "")
+        )
     traces = document.data or []
     for t, trace in enumerate(traces):
         key = trace.trace_id.strip().lower().zfill(32)
@@ -181,8 +200,9 @@ def read_jaeger_document(body: bytes, where: str, report: SourceReport, builder:
 
 # --- Jaeger JSON files --------------------------------------------------------------------------------
 
+
 class JaegerFileParams(PluginParams):
-    path: str                         # a Jaeger JSON file, or a directory of *.json files
+    path: str  # a Jaeger JSON file, or a directory of *.json files
 
 
 class JaegerFileSource(TableSource):
@@ -206,12 +226,13 @@ class JaegerFileSource(TableSource):
 
 # --- Jaeger's HTTP query API ----------------------------------------------------------------------------
 
+
 class JaegerApiParams(PluginParams):
-    url: str = "http://127.0.0.1:16686"     # the query service (UI) base URL
-    services: list[str] | None = None       # None: every service Jaeger lists
-    limit: int = 10_000                     # traces per service query
+    url: str = "http://127.0.0.1:16686"  # the query service (UI) base URL
+    services: list[str] | None = None  # None: every service Jaeger lists
+    limit: int = 10_000  # traces per service query
     timeout_s: float = 30.0
-    lookback_s: float = 3600.0              # the window when none is given: the last lookback_s
+    lookback_s: float = 3600.0  # the window when none is given: the last lookback_s
 
 
 class JaegerApiSource(TableSource):
@@ -241,12 +262,22 @@ class JaegerApiSource(TableSource):
             response.raise_for_status()
             data = _SERVICES.decode(response.content).get("data") or []
         except (httpx.HTTPError, msgspec.DecodeError) as exc:
-            raise TargetError(f"cannot list Jaeger's services at {self.params.url}/api/services: {exc}",
-                              hint="is the Jaeger query service running there?") from exc
+            raise TargetError(
+                f"cannot list Jaeger's services at {self.params.url}/api/services: {exc}",
+                hint="is the Jaeger query service running there?",
+            ) from exc
         return sorted(str(s) for s in data)
 
-    def _query(self, client: httpx.Client, service: str, start_us: int, end_us: int, report: SourceReport,
-               builder: TableBuilder, seen: set[str]) -> None:
+    def _query(
+        self,
+        client: httpx.Client,
+        service: str,
+        start_us: int,
+        end_us: int,
+        report: SourceReport,
+        builder: TableBuilder,
+        seen: set[str],
+    ) -> None:
         params = {"service": service, "start": start_us, "end": end_us, "limit": self.params.limit}
         where = f"{self.params.url}/api/traces?service={service}"
         try:
@@ -261,5 +292,6 @@ class JaegerApiSource(TableSource):
             report.add_problem(where, str(exc)[:200])
             return
         if traces >= self.params.limit:
-            report.notes.append(f"{service}: {traces} traces, the query limit; older traces of the window "
-                                "may be missing (raise limit)")
+            report.notes.append(
+                f"{service}: {traces} traces, the query limit; older traces of the window may be missing (raise limit)"
+            )

@@ -18,9 +18,9 @@ difference client - server is what the network, the router and the client itself
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Sequence
 
 import numpy as np
 
@@ -62,9 +62,14 @@ class TruthRow:
         return _diff(self.client_e2e_ms, self.server_e2e_ms)
 
     def to_json(self) -> dict:
-        return {"request_id": self.request_id, "trace_id": self.trace_id, "client_ttft_ms": self.client_ttft_ms,
-                "server_ttft_ms": self.server_ttft_ms, "client_e2e_ms": self.client_e2e_ms,
-                "server_e2e_ms": self.server_e2e_ms}
+        return {
+            "request_id": self.request_id,
+            "trace_id": self.trace_id,
+            "client_ttft_ms": self.client_ttft_ms,
+            "server_ttft_ms": self.server_ttft_ms,
+            "client_e2e_ms": self.client_e2e_ms,
+            "server_e2e_ms": self.server_e2e_ms,
+        }
 
 
 def _diff(client: float | None, server: float | None) -> float | None:
@@ -76,8 +81,8 @@ class MeasurementTruth:
     """Client vs server TTFT and E2E per joined request, and the percentiles of client - server (ms)."""
 
     rows: tuple[TruthRow, ...]
-    ttft_diff_ms: dict[str, float] | None     # p50/p95/p99 of client - server TTFT
-    e2e_diff_ms: dict[str, float] | None      # p50/p95/p99 of client - server E2E
+    ttft_diff_ms: dict[str, float] | None  # p50/p95/p99 of client - server TTFT
+    e2e_diff_ms: dict[str, float] | None  # p50/p95/p99 of client - server E2E
 
     @property
     def joined(self) -> int:
@@ -85,9 +90,13 @@ class MeasurementTruth:
 
     def to_json(self, max_rows: int = 0) -> dict:
         """Summary (and the first ``max_rows`` rows) for a verdict's ``observed``."""
-        data = {"joined": self.joined, "ttft_diff_ms": self.ttft_diff_ms, "e2e_diff_ms": self.e2e_diff_ms,
-                "with_server_ttft": sum(1 for r in self.rows if r.ttft_diff_ms is not None),
-                "with_server_e2e": sum(1 for r in self.rows if r.e2e_diff_ms is not None)}
+        data = {
+            "joined": self.joined,
+            "ttft_diff_ms": self.ttft_diff_ms,
+            "e2e_diff_ms": self.e2e_diff_ms,
+            "with_server_ttft": sum(1 for r in self.rows if r.ttft_diff_ms is not None),
+            "with_server_e2e": sum(1 for r in self.rows if r.e2e_diff_ms is not None),
+        }
         if max_rows:
             data["rows"] = [r.to_json() for r in self.rows[:max_rows]]
         return data
@@ -130,8 +139,9 @@ class JoinedRequests:
         return [r for r in self.records if r.trace_id and r.trace_id.lower() in rows]
 
     def measurement_truth(self) -> MeasurementTruth:
-        rows = tuple(_truth_row(self.table, record, self.rows_by_trace[record.trace_id.lower()])
-                     for record in self.joined)
+        rows = tuple(
+            _truth_row(self.table, record, self.rows_by_trace[record.trace_id.lower()]) for record in self.joined
+        )
         ttft = [d for r in rows if (d := r.ttft_diff_ms) is not None]
         e2e = [d for r in rows if (d := r.e2e_diff_ms) is not None]
         return MeasurementTruth(rows=rows, ttft_diff_ms=percentiles(ttft), e2e_diff_ms=percentiles(e2e))
@@ -153,9 +163,14 @@ def _truth_row(table: SpanTable, record, rows: np.ndarray) -> TruthRow:
         if http >= 0:
             server_e2e = (int(table.end_ns[http]) - int(table.start_ns[http])) / 1e6
         server_ttft = _server_ttft(table, rows, llm, http, prefill_code)
-    return TruthRow(request_id=record.request_id, trace_id=record.trace_id.lower(),
-                    client_ttft_ms=_client_ms(record, record.ttft_ms), server_ttft_ms=server_ttft,
-                    client_e2e_ms=_client_ms(record, record.e2e_ms), server_e2e_ms=server_e2e)
+    return TruthRow(
+        request_id=record.request_id,
+        trace_id=record.trace_id.lower(),
+        client_ttft_ms=_client_ms(record, record.ttft_ms),
+        server_ttft_ms=server_ttft,
+        client_e2e_ms=_client_ms(record, record.e2e_ms),
+        server_e2e_ms=server_e2e,
+    )
 
 
 def _server_ttft(table: SpanTable, rows: np.ndarray, llm: int, http: int, prefill_code: int | None) -> float | None:

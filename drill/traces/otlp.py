@@ -25,23 +25,36 @@ import gzip
 import json
 import struct
 import zlib
+from collections.abc import Callable, Iterator
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import msgspec
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from drill.jsonl import BadLine, ReadReport
 from drill.traces.table import SpanTable, TableBuilder, kind_code, status_code
 
-__all__ = ["PROTO_FRAMINGS", "OtlpDecodeError", "TracesData", "decode_body", "decode_request", "encode_response",
-           "normalize", "read_json_file", "read_proto_file", "span_id_hex", "trace_id_hex"]
+__all__ = [
+    "PROTO_FRAMINGS",
+    "OtlpDecodeError",
+    "TracesData",
+    "decode_body",
+    "decode_request",
+    "encode_response",
+    "normalize",
+    "read_json_file",
+    "read_proto_file",
+    "span_id_hex",
+    "trace_id_hex",
+]
 
 _KINDS = {0: "UNSPECIFIED", 1: "INTERNAL", 2: "SERVER", 3: "CLIENT", 4: "PRODUCER", 5: "CONSUMER"}
 _STATUS = {0: "UNSET", 1: "OK", 2: "ERROR"}
@@ -115,7 +128,7 @@ def _hex_to_b64(value: str) -> str:
     try:
         return base64.b64encode(bytes.fromhex(value)).decode("ascii")
     except ValueError:
-        return value   # already base64 (some exporters do that); leave it
+        return value  # already base64 (some exporters do that); leave it
 
 
 def _any_value(value: AnyValue) -> Any:
@@ -159,12 +172,15 @@ def _span(span, service: str, scope: str, resource: dict[str, Any]) -> dict[str,
         "start_ns": span.start_time_unix_nano,
         "end_ns": span.end_time_unix_nano,
         "duration_ms": (span.end_time_unix_nano - span.start_time_unix_nano) / 1e6,
-        "status": {"code": _STATUS.get(span.status.code, str(span.status.code)),
-                   "message": span.status.message or None},
+        "status": {
+            "code": _STATUS.get(span.status.code, str(span.status.code)),
+            "message": span.status.message or None,
+        },
         "attributes": _attributes(span.attributes),
         "resource": resource,
-        "events": [{"name": e.name, "ts_ns": e.time_unix_nano, "attributes": _attributes(e.attributes)}
-                   for e in span.events],
+        "events": [
+            {"name": e.name, "ts_ns": e.time_unix_nano, "attributes": _attributes(e.attributes)} for e in span.events
+        ],
     }
 
 
@@ -176,15 +192,14 @@ def _span(span, service: str, scope: str, resource: dict[str, Any]) -> dict[str,
 # is hex (the OTLP/JSON spec). 64-bit times may be decimal strings (the spec) or numbers.
 
 
-
 class _AnyValue(msgspec.Struct, rename="camel"):
     string_value: str | None = None
     bool_value: bool | None = None
     int_value: int | str | None = None
     double_value: float | str | None = None
     bytes_value: str | None = None
-    array_value: "_ArrayValue | None" = None
-    kvlist_value: "_KvList | None" = None
+    array_value: _ArrayValue | None = None
+    kvlist_value: _KvList | None = None
 
 
 class _KeyValue(msgspec.Struct):
@@ -228,7 +243,7 @@ class _JsonResource(msgspec.Struct):
 class _JsonResourceSpans(msgspec.Struct, rename="camel"):
     resource: _JsonResource | None = None
     scope_spans: list[_JsonScopeSpans] = []
-    instrumentation_library_spans: list[_JsonScopeSpans] = []   # OTLP < 0.15, older Tempo
+    instrumentation_library_spans: list[_JsonScopeSpans] = []  # OTLP < 0.15, older Tempo
 
 
 class TracesData(msgspec.Struct, rename="camel"):
@@ -292,9 +307,22 @@ def _json_attributes(items: list[_KeyValue]) -> dict[str, Any]:
 
 
 _NO_STATUS = _JsonStatus()
-_GET = {name: attrgetter(name) for name in ("trace_id", "span_id", "parent_span_id", "name", "kind",
-                                            "start_time_unix_nano", "end_time_unix_nano", "attributes", "status",
-                                            "code", "message")}
+_GET = {
+    name: attrgetter(name)
+    for name in (
+        "trace_id",
+        "span_id",
+        "parent_span_id",
+        "name",
+        "kind",
+        "start_time_unix_nano",
+        "end_time_unix_nano",
+        "attributes",
+        "status",
+        "code",
+        "message",
+    )
+}
 
 
 def _ids_hex(values: list[str], hex_len: int, convert: Callable[[str], str]) -> list[str]:
@@ -322,13 +350,15 @@ def _add_traces_data(data: TracesData, builder: TableBuilder) -> None:
                 trace_id=_ids_hex(list(map(get["trace_id"], spans)), 32, trace_id_hex),
                 span_id=_ids_hex(list(map(get["span_id"], spans)), 16, span_id_hex),
                 parent_id=_ids_hex(list(map(get["parent_span_id"], spans)), 16, span_id_hex),
-                service=[service] * len(spans), name=list(map(get["name"], spans)),
+                service=[service] * len(spans),
+                name=list(map(get["name"], spans)),
                 kind=list(map(kind_code, map(get["kind"], spans))),
                 start_ns=list(map(int, map(get["start_time_unix_nano"], spans))),
                 end_ns=list(map(int, map(get["end_time_unix_nano"], spans))),
                 status=list(map(status_code, map(get["code"], statuses))),
                 status_message=[m or None for m in map(get["message"], statuses)],
-                attributes=list(map(_json_attributes, map(get["attributes"], spans))))
+                attributes=list(map(_json_attributes, map(get["attributes"], spans))),
+            )
 
 
 def read_json_file(path: Path, report: ReadReport | None = None) -> SpanTable:
@@ -408,7 +438,7 @@ def _frames(data: bytes, framing: str) -> Iterator[tuple[int, bytes | None, str]
         if offset + length > len(data):
             yield start, None, f"message of {length} bytes cut short at {len(data) - offset}"
             return
-        yield start, data[offset:offset + length], ""
+        yield start, data[offset : offset + length], ""
         offset += length
 
 

@@ -41,8 +41,10 @@ class OtlpReceiver:
             self._server = ThreadingHTTPServer((host, port), _handler_for(self))
         except OSError as exc:
             self._out.close()
-            raise TargetError(f"cannot listen for OTLP spans on {host}:{port}: {exc.strerror or exc}",
-                              hint="set otlp.port to a free port (0 picks one) or stop what uses it") from exc
+            raise TargetError(
+                f"cannot listen for OTLP spans on {host}:{port}: {exc.strerror or exc}",
+                hint="set otlp.port to a free port (0 picks one) or stop what uses it",
+            ) from exc
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="otlp-receiver", daemon=True)
 
@@ -56,7 +58,7 @@ class OtlpReceiver:
         host, port = self.address
         return f"http://{host}:{port}/v1/traces"
 
-    def start(self) -> "OtlpReceiver":
+    def start(self) -> OtlpReceiver:
         self._thread.start()
         return self
 

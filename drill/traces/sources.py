@@ -16,10 +16,11 @@ interface's ``spans(window)`` generator of normalized dicts, and leaves a :class
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 import msgspec
 import numpy as np
@@ -28,8 +29,15 @@ from drill.api import PluginParams, TraceSource
 from drill.jsonl import BadLine, ReadReport
 from drill.traces.table import KIND_NAMES, STATUS_NAMES, SpanTable, hex_u64, intern_codes, kind_code, status_code
 
-__all__ = ["OtlpFileSource", "OtlpProtoFileSource", "ReceiverSource", "SourceReport", "TableSource",
-           "read_receiver_file", "table_to_dicts"]
+__all__ = [
+    "OtlpFileSource",
+    "OtlpProtoFileSource",
+    "ReceiverSource",
+    "SourceReport",
+    "TableSource",
+    "read_receiver_file",
+    "table_to_dicts",
+]
 
 #: How many located problems a report keeps verbatim (all are counted).
 KEPT_PROBLEMS = 20
@@ -46,12 +54,12 @@ class SourceReport:
     problem (``url: reason``).
     """
 
-    source: str                                            # the source's kind, e.g. "otlp_file"
+    source: str  # the source's kind, e.g. "otlp_file"
     spans: int = 0
     files: list[ReadReport] = field(default_factory=list)
-    problems: int = 0                                      # unreadable records that are not file lines
+    problems: int = 0  # unreadable records that are not file lines
     problem_where: list[str] = field(default_factory=list)  # the first KEPT_PROBLEMS of them, located
-    notes: list[str] = field(default_factory=list)          # e.g. a query limit reached: maybe incomplete
+    notes: list[str] = field(default_factory=list)  # e.g. a query limit reached: maybe incomplete
 
     def file(self, path: Path) -> ReadReport:
         """A new ReadReport for ``path``, kept in :attr:`files`."""
@@ -91,8 +99,14 @@ class SourceReport:
         return f"{self.source}: {self.spans} spans, {self.unreadable} unreadable record(s) (first: {self.where[0]})"
 
     def to_json(self) -> dict:
-        return {"source": self.source, "spans": self.spans, "unreadable": self.unreadable,
-                "where": list(self.where), "files": [r.to_json() for r in self.files], "notes": list(self.notes)}
+        return {
+            "source": self.source,
+            "spans": self.spans,
+            "unreadable": self.unreadable,
+            "where": list(self.where),
+            "files": [r.to_json() for r in self.files],
+            "notes": list(self.notes),
+        }
 
 
 class TableSource(TraceSource):
@@ -124,13 +138,23 @@ def table_to_dicts(table: SpanTable) -> Iterator[dict]:
     """The rows of ``table`` as normalized span dicts (the plugin interface's shape)."""
     for row in range(len(table)):
         span = table.span(row)
-        yield {"trace_id": span.trace_id, "span_id": span.span_id, "parent_span_id": span.parent_id or None,
-               "name": span.name, "kind": span.kind, "service": span.service, "start_ns": span.start_ns,
-               "end_ns": span.end_ns, "duration_ms": span.duration_ms,
-               "status": {"code": span.status, "message": span.status_message}, "attributes": span.attributes}
+        yield {
+            "trace_id": span.trace_id,
+            "span_id": span.span_id,
+            "parent_span_id": span.parent_id or None,
+            "name": span.name,
+            "kind": span.kind,
+            "service": span.service,
+            "start_ns": span.start_ns,
+            "end_ns": span.end_ns,
+            "duration_ms": span.duration_ms,
+            "status": {"code": span.status, "message": span.status_message},
+            "attributes": span.attributes,
+        }
 
 
 # --- the receiver's spans.jsonl ----------------------------------------------------------------------
+
 
 class _Status(msgspec.Struct, gc=False):
     code: str | int = "UNSET"
@@ -169,10 +193,10 @@ def decode_json_lines(path: Path, decoder: msgspec.json.Decoder, report: ReadRep
         report.exists = False
         return
     buffer = bytearray(BLOCK_BYTES)
-    kept, offset = 0, 0            # bytes of a partial line at the buffer's start; its file offset
+    kept, offset = 0, 0  # bytes of a partial line at the buffer's start; its file offset
     with path.open("rb") as fh:
         while True:
-            if kept == len(buffer):                       # one line longer than the buffer
+            if kept == len(buffer):  # one line longer than the buffer
                 buffer.extend(bytes(len(buffer)))
             with memoryview(buffer) as view:
                 read = fh.readinto(view[kept:])
@@ -183,7 +207,7 @@ def decode_json_lines(path: Path, decoder: msgspec.json.Decoder, report: ReadRep
             if not read:
                 return
             offset += cut
-            buffer[:end - cut] = buffer[cut:end]
+            buffer[: end - cut] = buffer[cut:end]
             kept = end - cut
 
 
@@ -210,8 +234,7 @@ def _line_number(path: Path, offset: int) -> int:
     return lines
 
 
-def _decode_lines_one_by_one(block: bytes, first_line: int, decoder: msgspec.json.Decoder,
-                             report: ReadReport) -> list:
+def _decode_lines_one_by_one(block: bytes, first_line: int, decoder: msgspec.json.Decoder, report: ReadReport) -> list:
     items = []
     lines = block.split(b"\n")
     torn = not block.endswith(b"\n")
@@ -252,8 +275,23 @@ def read_receiver_file(path: Path, report: ReadReport | None = None) -> SpanTabl
 
 _KIND_OF = {name: code for code, name in enumerate(KIND_NAMES)}
 _STATUS_OF = {name: code for code, name in enumerate(STATUS_NAMES)}
-_GET = {name: attrgetter(name) for name in ("trace_id", "span_id", "parent_span_id", "service", "name", "kind",
-                                            "start_ns", "end_ns", "status", "attributes", "code", "message")}
+_GET = {
+    name: attrgetter(name)
+    for name in (
+        "trace_id",
+        "span_id",
+        "parent_span_id",
+        "service",
+        "name",
+        "kind",
+        "start_ns",
+        "end_ns",
+        "status",
+        "attributes",
+        "code",
+        "message",
+    )
+}
 
 
 def _lowercase(ids: list[str]) -> list[str]:
@@ -330,8 +368,11 @@ class _ReceiverColumns:
             self.ids_hex = False
             return
         columns = self.columns
-        columns["span_u64"][rows], columns["parent_u64"][rows], columns["has_parent"][rows] = \
-            span_u64, parent_u64, ~no_parent
+        columns["span_u64"][rows], columns["parent_u64"][rows], columns["has_parent"][rows] = (
+            span_u64,
+            parent_u64,
+            ~no_parent,
+        )
 
     def _room(self, n: int) -> None:
         capacity = len(self.columns["span_id"])
@@ -342,23 +383,37 @@ class _ReceiverColumns:
         capacity = max(estimate, self.rows + n, int(capacity * 1.25))
         for name, old in self.columns.items():
             new = np.empty(capacity, dtype=old.dtype)
-            new[:self.rows] = old[:self.rows]
+            new[: self.rows] = old[: self.rows]
             self.columns[name] = new
 
     def build(self) -> SpanTable:
-        columns = {name: column[:self.rows] for name, column in self.columns.items()}
+        columns = {name: column[: self.rows] for name, column in self.columns.items()}
         trace_code = columns.pop("trace_code")
         id_values = columns.pop("span_u64"), columns.pop("parent_u64"), columns.pop("has_parent")
         table = SpanTable(**columns, services=tuple(self.services), names=tuple(self.names))
-        return table.with_derived(trace_code=trace_code, trace_ids=tuple(self.traces),
-                                  id_values=id_values if self.ids_hex else None)
+        return table.with_derived(
+            trace_code=trace_code, trace_ids=tuple(self.traces), id_values=id_values if self.ids_hex else None
+        )
 
 
-_COLUMNS = {"trace_id": object, "span_id": object, "parent_id": object, "service": np.int32, "name": np.int32,
-            "kind": np.int8, "start_ns": np.int64, "end_ns": np.int64, "status": np.int8, "status_message": object,
-            "attributes": object,
-            # derived columns, handed to the table already computed
-            "trace_code": np.int32, "span_u64": np.uint64, "parent_u64": np.uint64, "has_parent": bool}
+_COLUMNS = {
+    "trace_id": object,
+    "span_id": object,
+    "parent_id": object,
+    "service": np.int32,
+    "name": np.int32,
+    "kind": np.int8,
+    "start_ns": np.int64,
+    "end_ns": np.int64,
+    "status": np.int8,
+    "status_message": object,
+    "attributes": object,
+    # derived columns, handed to the table already computed
+    "trace_code": np.int32,
+    "span_u64": np.uint64,
+    "parent_u64": np.uint64,
+    "has_parent": bool,
+}
 
 
 class ReceiverParams(PluginParams):
@@ -374,6 +429,7 @@ class ReceiverSource(TableSource):
 
 
 # --- OTLP files -------------------------------------------------------------------------------------
+
 
 class OtlpFileParams(PluginParams):
     path: str
@@ -391,7 +447,7 @@ class OtlpFileSource(TableSource):
 
 
 class OtlpProtoFileParams(PluginParams):
-    path: str                                                  # a file, or a directory of one-message files
+    path: str  # a file, or a directory of one-message files
     framing: Literal["message", "uint32", "varint"] = "message"  # see drill.traces.otlp.PROTO_FRAMINGS
 
 

@@ -12,21 +12,31 @@ Derived columns that need a pass over the ids (:attr:`SpanTable.trace_code`,
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
-__all__ = ["KIND_NAMES", "STATUS_NAMES", "Span", "SpanTable", "TableBuilder", "hex_u64", "intern_codes", "kind_code",
-           "status_code"]
+__all__ = [
+    "KIND_NAMES",
+    "STATUS_NAMES",
+    "Span",
+    "SpanTable",
+    "TableBuilder",
+    "hex_u64",
+    "intern_codes",
+    "kind_code",
+    "status_code",
+]
 
-KIND_NAMES = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")   # OTLP SpanKind codes 0..5
-STATUS_NAMES = ("UNSET", "OK", "ERROR")                                                # OTLP status codes 0..2
+KIND_NAMES = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")  # OTLP SpanKind codes 0..5
+STATUS_NAMES = ("UNSET", "OK", "ERROR")  # OTLP status codes 0..2
 
 _KIND_CODES: dict[Any, int] = {name: code for code, name in enumerate(KIND_NAMES)}
 _KIND_CODES.update({f"SPAN_KIND_{name}": code for code, name in enumerate(KIND_NAMES)})
-_KIND_CODES.update({name.lower(): code for code, name in enumerate(KIND_NAMES)})   # Jaeger's span.kind tag
+_KIND_CODES.update({name.lower(): code for code, name in enumerate(KIND_NAMES)})  # Jaeger's span.kind tag
 _KIND_CODES.update({code: code for code in range(len(KIND_NAMES))})
 _STATUS_CODES: dict[Any, int] = {name: code for code, name in enumerate(STATUS_NAMES)}
 _STATUS_CODES.update({f"STATUS_CODE_{name}": code for code, name in enumerate(STATUS_NAMES)})
@@ -81,17 +91,17 @@ def intern_codes(values: Sequence[str], names: dict[str, int]) -> list[int]:
 class SpanTable:
     """Columnar spans: every column has ``len(table)`` rows. Treat the columns and attribute dicts as read-only."""
 
-    trace_id: np.ndarray              # dtype object: lowercase 32-hex str
-    span_id: np.ndarray               # dtype object: lowercase 16-hex str
-    parent_id: np.ndarray             # dtype object: lowercase 16-hex str, "" for a root
-    service: np.ndarray               # int32 codes into .services
-    name: np.ndarray                  # int32 codes into .names
-    kind: np.ndarray                  # int8 OTLP SpanKind code
-    start_ns: np.ndarray              # int64 UNIX ns
-    end_ns: np.ndarray                # int64 UNIX ns
-    status: np.ndarray                # int8 OTLP status code
-    status_message: np.ndarray        # dtype object: str or None
-    attributes: np.ndarray            # dtype object: dict[str, scalar|list] per span (may be {})
+    trace_id: np.ndarray  # dtype object: lowercase 32-hex str
+    span_id: np.ndarray  # dtype object: lowercase 16-hex str
+    parent_id: np.ndarray  # dtype object: lowercase 16-hex str, "" for a root
+    service: np.ndarray  # int32 codes into .services
+    name: np.ndarray  # int32 codes into .names
+    kind: np.ndarray  # int8 OTLP SpanKind code
+    start_ns: np.ndarray  # int64 UNIX ns
+    end_ns: np.ndarray  # int64 UNIX ns
+    status: np.ndarray  # int8 OTLP status code
+    status_message: np.ndarray  # dtype object: str or None
+    attributes: np.ndarray  # dtype object: dict[str, scalar|list] per span (may be {})
     services: tuple[str, ...]
     names: tuple[str, ...]
 
@@ -107,7 +117,7 @@ class SpanTable:
 
     # construction -----------------------------------------------------------------------------------
     @classmethod
-    def from_spans(cls, spans: Iterable[dict]) -> "SpanTable":
+    def from_spans(cls, spans: Iterable[dict]) -> SpanTable:
         """A table of normalized span dicts (the shape :func:`drill.traces.otlp.normalize` makes).
 
         ``parent_span_id`` may be None/"" for a root; ``kind`` and ``status.code`` may be names or codes;
@@ -120,37 +130,63 @@ class SpanTable:
                 code, message = status.get("code"), status.get("message")
             else:
                 code, message = status, None
-            builder.add(str(span["trace_id"]).lower(), str(span["span_id"]).lower(),
-                        str(span.get("parent_span_id") or span.get("parent_id") or "").lower(),
-                        span.get("service") or "unknown", span.get("name") or "", kind_code(span.get("kind")),
-                        int(span["start_ns"]), int(span["end_ns"]), status_code(code), message or None,
-                        span.get("attributes") or {})
+            builder.add(
+                str(span["trace_id"]).lower(),
+                str(span["span_id"]).lower(),
+                str(span.get("parent_span_id") or span.get("parent_id") or "").lower(),
+                span.get("service") or "unknown",
+                span.get("name") or "",
+                kind_code(span.get("kind")),
+                int(span["start_ns"]),
+                int(span["end_ns"]),
+                status_code(code),
+                message or None,
+                span.get("attributes") or {},
+            )
         return builder.build()
 
     @classmethod
-    def empty(cls) -> "SpanTable":
+    def empty(cls) -> SpanTable:
         return TableBuilder().build()
 
     @classmethod
-    def from_columns(cls, *, trace_id: Sequence[str], span_id: Sequence[str], parent_id: Sequence[str],
-                     service: Sequence[str], name: Sequence[str], kind: Sequence[int], start_ns: Sequence[int],
-                     end_ns: Sequence[int], status: Sequence[int], status_message: Sequence[str | None],
-                     attributes: Sequence[dict]) -> "SpanTable":
+    def from_columns(
+        cls,
+        *,
+        trace_id: Sequence[str],
+        span_id: Sequence[str],
+        parent_id: Sequence[str],
+        service: Sequence[str],
+        name: Sequence[str],
+        kind: Sequence[int],
+        start_ns: Sequence[int],
+        end_ns: Sequence[int],
+        status: Sequence[int],
+        status_message: Sequence[str | None],
+        attributes: Sequence[dict],
+    ) -> SpanTable:
         """A table from equal-length Python sequences (service and name as strings, kind/status as codes)."""
         services: dict[str, int] = {}
         names: dict[str, int] = {}
         n = len(span_id)
         return cls(
-            trace_id=_objects(trace_id), span_id=_objects(span_id), parent_id=_objects(parent_id),
+            trace_id=_objects(trace_id),
+            span_id=_objects(span_id),
+            parent_id=_objects(parent_id),
             service=np.array(intern_codes(service, services), dtype=np.int32).reshape(n),
             name=np.array(intern_codes(name, names), dtype=np.int32).reshape(n),
-            kind=np.asarray(kind, dtype=np.int8).reshape(n), start_ns=np.asarray(start_ns, dtype=np.int64).reshape(n),
-            end_ns=np.asarray(end_ns, dtype=np.int64).reshape(n), status=np.asarray(status, dtype=np.int8).reshape(n),
-            status_message=_objects(status_message), attributes=_objects(attributes),
-            services=tuple(services), names=tuple(names))
+            kind=np.asarray(kind, dtype=np.int8).reshape(n),
+            start_ns=np.asarray(start_ns, dtype=np.int64).reshape(n),
+            end_ns=np.asarray(end_ns, dtype=np.int64).reshape(n),
+            status=np.asarray(status, dtype=np.int8).reshape(n),
+            status_message=_objects(status_message),
+            attributes=_objects(attributes),
+            services=tuple(services),
+            names=tuple(names),
+        )
 
     @classmethod
-    def concat(cls, tables: Sequence["SpanTable"]) -> "SpanTable":
+    def concat(cls, tables: Sequence[SpanTable]) -> SpanTable:
         """One table of all rows of ``tables``, in order; service/name codes are merged."""
         tables = [t for t in tables if len(t)]
         if not tables:
@@ -169,31 +205,56 @@ class SpanTable:
         def cat(column: str) -> np.ndarray:
             return np.concatenate([getattr(t, column) for t in tables])
 
-        return cls(trace_id=cat("trace_id"), span_id=cat("span_id"), parent_id=cat("parent_id"),
-                   service=np.concatenate(service_cols), name=np.concatenate(name_cols), kind=cat("kind"),
-                   start_ns=cat("start_ns"), end_ns=cat("end_ns"), status=cat("status"),
-                   status_message=cat("status_message"), attributes=cat("attributes"),
-                   services=tuple(services), names=tuple(names))
+        return cls(
+            trace_id=cat("trace_id"),
+            span_id=cat("span_id"),
+            parent_id=cat("parent_id"),
+            service=np.concatenate(service_cols),
+            name=np.concatenate(name_cols),
+            kind=cat("kind"),
+            start_ns=cat("start_ns"),
+            end_ns=cat("end_ns"),
+            status=cat("status"),
+            status_message=cat("status_message"),
+            attributes=cat("attributes"),
+            services=tuple(services),
+            names=tuple(names),
+        )
 
-    def take(self, rows: np.ndarray) -> "SpanTable":
+    def take(self, rows: np.ndarray) -> SpanTable:
         """The rows ``rows`` (int indices or a bool mask), same service/name codes."""
         rows = np.asarray(rows)
         if rows.dtype != bool:
             rows = rows.astype(np.intp, copy=False)
-        return SpanTable(trace_id=self.trace_id[rows], span_id=self.span_id[rows], parent_id=self.parent_id[rows],
-                         service=self.service[rows], name=self.name[rows], kind=self.kind[rows],
-                         start_ns=self.start_ns[rows], end_ns=self.end_ns[rows], status=self.status[rows],
-                         status_message=self.status_message[rows], attributes=self.attributes[rows],
-                         services=self.services, names=self.names)
+        return SpanTable(
+            trace_id=self.trace_id[rows],
+            span_id=self.span_id[rows],
+            parent_id=self.parent_id[rows],
+            service=self.service[rows],
+            name=self.name[rows],
+            kind=self.kind[rows],
+            start_ns=self.start_ns[rows],
+            end_ns=self.end_ns[rows],
+            status=self.status[rows],
+            status_message=self.status_message[rows],
+            attributes=self.attributes[rows],
+            services=self.services,
+            names=self.names,
+        )
 
-    def in_window(self, window: tuple[int, int] | None) -> "SpanTable":
+    def in_window(self, window: tuple[int, int] | None) -> SpanTable:
         """The spans that overlap ``window`` (UNIX ns, inclusive); all of them for None."""
         if window is None:
             return self
         return self.take((self.end_ns >= window[0]) & (self.start_ns <= window[1]))
 
-    def with_derived(self, *, trace_code: np.ndarray, trace_ids: tuple[str, ...],
-                     id_values: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> "SpanTable":
+    def with_derived(
+        self,
+        *,
+        trace_code: np.ndarray,
+        trace_ids: tuple[str, ...],
+        id_values: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    ) -> SpanTable:
         """This table with :attr:`trace_code`/:attr:`trace_ids` (and the ids' 64-bit values: span, parent,
         has_parent) already computed by a reader that had them cheaply; they must be what the properties
         would compute."""
@@ -205,11 +266,19 @@ class SpanTable:
     # one row ----------------------------------------------------------------------------------------
     def span(self, row: int) -> Span:
         row = int(row)
-        return Span(trace_id=self.trace_id[row], span_id=self.span_id[row], parent_id=self.parent_id[row],
-                    service=self.services[self.service[row]], name=self.names[self.name[row]],
-                    kind=_name_of(KIND_NAMES, self.kind[row]), start_ns=int(self.start_ns[row]),
-                    end_ns=int(self.end_ns[row]), status=_name_of(STATUS_NAMES, self.status[row]),
-                    status_message=self.status_message[row], attributes=self.attributes[row])
+        return Span(
+            trace_id=self.trace_id[row],
+            span_id=self.span_id[row],
+            parent_id=self.parent_id[row],
+            service=self.services[self.service[row]],
+            name=self.names[self.name[row]],
+            kind=_name_of(KIND_NAMES, self.kind[row]),
+            start_ns=int(self.start_ns[row]),
+            end_ns=int(self.end_ns[row]),
+            status=_name_of(STATUS_NAMES, self.status[row]),
+            status_message=self.status_message[row],
+            attributes=self.attributes[row],
+        )
 
     def service_code(self, name: str) -> int | None:
         return self._service_codes.get(name)
@@ -262,18 +331,21 @@ class SpanTable:
         """int64 row of each span's parent in this table (same trace), -1 for a root or a parent not here."""
         values = self._id_values
         rows = None if values is None else _parent_rows_by_value(*values)
-        if rows is None:                     # ids that are not 16 hex, or span ids repeated: by dict
+        if rows is None:  # ids that are not 16 hex, or span ids repeated: by dict
             rows = self._parent_rows_by_key()
         found = np.flatnonzero(rows >= 0)
         other_trace = self.trace_code[rows[found]] != self.trace_code[found]
-        rows[found[other_trace]] = -1        # a parent id that names a span of another trace
+        rows[found[other_trace]] = -1  # a parent id that names a span of another trace
         return rows
 
     def _parent_rows_by_key(self) -> np.ndarray:
         codes, span_ids = self.trace_code.tolist(), self.span_id.tolist()
         keyed = {(c, s): row for row, (c, s) in enumerate(zip(codes, span_ids))}
-        return np.fromiter((keyed.get((c, p), -1) if p else -1 for c, p in zip(codes, self.parent_id.tolist())),
-                           dtype=np.int64, count=len(self))
+        return np.fromiter(
+            (keyed.get((c, p), -1) if p else -1 for c, p in zip(codes, self.parent_id.tolist())),
+            dtype=np.int64,
+            count=len(self),
+        )
 
     def children_count(self) -> np.ndarray:
         """int64 number of children (in this table) of each row."""
@@ -298,7 +370,7 @@ def hex_u64(ids: np.ndarray | Sequence[str]) -> tuple[np.ndarray, np.ndarray, np
         return np.zeros(n, dtype=np.uint64), np.zeros(n, dtype=bool), np.asarray(ids, dtype=object) == ""
     nibbles = _HEX_NIBBLE[raw[:, :16]]
     ok = (raw[:, 16] == 0) & (nibbles.max(axis=1) != 255)
-    packed = (nibbles[:, 0::2] << 4) | nibbles[:, 1::2]          # (n, 8) bytes, most significant first
+    packed = (nibbles[:, 0::2] << 4) | nibbles[:, 1::2]  # (n, 8) bytes, most significant first
     return np.ascontiguousarray(packed).view(">u8").reshape(n).astype(np.uint64), ok, raw[:, 0] == 0
 
 
@@ -343,8 +415,20 @@ class TableBuilder:
     def __len__(self) -> int:
         return len(self.span_id)
 
-    def add(self, trace_id: str, span_id: str, parent_id: str, service: str, name: str, kind: int,
-            start_ns: int, end_ns: int, status: int, status_message: str | None, attributes: dict) -> None:
+    def add(
+        self,
+        trace_id: str,
+        span_id: str,
+        parent_id: str,
+        service: str,
+        name: str,
+        kind: int,
+        start_ns: int,
+        end_ns: int,
+        status: int,
+        status_message: str | None,
+        attributes: dict,
+    ) -> None:
         self.trace_id.append(trace_id)
         self.span_id.append(span_id)
         self.parent_id.append(parent_id)
@@ -364,12 +448,32 @@ class TableBuilder:
 
     def truncate(self, rows: int) -> None:
         """Drop every row after the first ``rows`` (a record that turned out unreadable half-way)."""
-        for column in (self.trace_id, self.span_id, self.parent_id, self.service, self.name, self.kind,
-                       self.start_ns, self.end_ns, self.status, self.status_message, self.attributes):
+        for column in (
+            self.trace_id,
+            self.span_id,
+            self.parent_id,
+            self.service,
+            self.name,
+            self.kind,
+            self.start_ns,
+            self.end_ns,
+            self.status,
+            self.status_message,
+            self.attributes,
+        ):
             del column[rows:]
 
     def build(self) -> SpanTable:
-        return SpanTable.from_columns(trace_id=self.trace_id, span_id=self.span_id, parent_id=self.parent_id,
-                                      service=self.service, name=self.name, kind=self.kind, start_ns=self.start_ns,
-                                      end_ns=self.end_ns, status=self.status, status_message=self.status_message,
-                                      attributes=self.attributes)
+        return SpanTable.from_columns(
+            trace_id=self.trace_id,
+            span_id=self.span_id,
+            parent_id=self.parent_id,
+            service=self.service,
+            name=self.name,
+            kind=self.kind,
+            start_ns=self.start_ns,
+            end_ns=self.end_ns,
+            status=self.status,
+            status_message=self.status_message,
+            attributes=self.attributes,
+        )

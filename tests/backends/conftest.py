@@ -10,7 +10,6 @@ from collections.abc import Iterator
 import pytest
 
 
-
 class _Echo(socketserver.BaseRequestHandler):
     def handle(self) -> None:
         while data := self.request.recv(65536):

@@ -38,8 +38,15 @@ def sleeper(backend: DockerBackend, run_label: str) -> str:
     """A running container (``init=True``, host binaries read-only) that sleeps; returns its name."""
     image = ensure_empty_image(backend)
     name = f"llm-drill-test-{run_label}"
-    backend.run(image, ["/usr/bin/sleep", "600"], name=name, init=True, network_mode="host",
-                volumes=HOST_BINDS, labels={"llm-drill.test": run_label})
+    backend.run(
+        image,
+        ["/usr/bin/sleep", "600"],
+        name=name,
+        init=True,
+        network_mode="host",
+        volumes=HOST_BINDS,
+        labels={"llm-drill.test": run_label},
+    )
     backend.wait_for_state(name, ContainerState.RUNNING)
     return name
 
@@ -129,8 +136,7 @@ def test_hung_engine_is_time_bounded() -> None:
     with socket.socket() as listener:  # accepts into the backlog, never answers
         listener.bind(("127.0.0.1", 0))
         listener.listen(8)
-        client = docker.DockerClient(base_url=f"tcp://127.0.0.1:{listener.getsockname()[1]}",
-                                     timeout=1, version="1.41")
+        client = docker.DockerClient(base_url=f"tcp://127.0.0.1:{listener.getsockname()[1]}", timeout=1, version="1.41")
         started = time.monotonic()
         with pytest.raises(DockerError) as info:
             DockerBackend(client=client, timeout_s=1)

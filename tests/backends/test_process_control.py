@@ -16,9 +16,9 @@ import pytest
 from drill.backends.process import ProcessControl, ProcState, read_pid_file, read_stat
 from drill.errors import ProcessControlError
 
-_SLEEPER = ("import signal, sys, time\n"
-            "if 'deaf' in sys.argv: signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-            "time.sleep(120)")
+_SLEEPER = (
+    "import signal, sys, time\nif 'deaf' in sys.argv: signal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(120)"
+)
 
 
 @pytest.fixture()
@@ -66,7 +66,7 @@ def test_stop_shows_state_t_and_cont_resumes_idempotently(spawn) -> None:
     assert stopped.state is ProcState.STOPPED and read_stat(proc.pid).state.stopped
     assert control.cont(ref) is True
     assert not read_stat(proc.pid).state.stopped
-    assert control.cont(ref) is True                     # already running: SIGCONT is harmless
+    assert control.cont(ref) is True  # already running: SIGCONT is harmless
 
 
 def test_kill_waits_until_gone_and_a_reused_pid_is_never_signalled(spawn) -> None:
@@ -74,18 +74,18 @@ def test_kill_waits_until_gone_and_a_reused_pid_is_never_signalled(spawn) -> Non
     control = ProcessControl(timeout_s=5)
     ref = control.find(pid=proc.pid).ref
     control.stop(ref)
-    assert control.kill(ref) is True                     # a stopped process dies of SIGKILL too
+    assert control.kill(ref) is True  # a stopped process dies of SIGKILL too
     assert read_stat(proc.pid) is None or read_stat(proc.pid).state.gone
     assert control.kill(ref) is False and control.cont(ref) is False
     other = spawn()
-    impostor = ProcessControl.ref(other.pid, read_stat(other.pid).start_ticks + 1)   # the PID of a later process
+    impostor = ProcessControl.ref(other.pid, read_stat(other.pid).start_ticks + 1)  # the PID of a later process
     assert control.send(impostor, signal.SIGSTOP) is False
     assert not read_stat(other.pid).state.stopped
 
 
 def test_waits_are_bounded_and_say_what_was_seen(spawn) -> None:
     proc = spawn("deaf")
-    time.sleep(0.2)                                      # let it install its SIGTERM handler
+    time.sleep(0.2)  # let it install its SIGTERM handler
     control = ProcessControl(timeout_s=0.3)
     ref = control.find(pid=proc.pid).ref
     start = time.monotonic()
@@ -104,6 +104,6 @@ def test_wait_new_sees_a_supervisor_restart_through_the_pid_file(spawn, tmp_path
     with pytest.raises(ProcessControlError, match="no new process replaced"):
         control.wait_new(old, pid_file=str(pid_file), timeout_s=0.3)
     second = spawn()
-    pid_file.write_text(str(second.pid))                 # what the supervisor does
+    pid_file.write_text(str(second.pid))  # what the supervisor does
     assert control.wait_new(old, pid_file=str(pid_file)).pid == second.pid
     assert read_pid_file(pid_file) == second.pid

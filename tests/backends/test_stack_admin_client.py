@@ -54,20 +54,36 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     from drill.stack.specs import ReplicaSpec, RouterSpec, UpstreamSpec
 
     tmp = tmp_path_factory.mktemp("admin")
-    spec = ReplicaSpec(name="replica-0", index=0, port=0, admin_token=TOKEN, ready_file=tmp / "replica.ready",
-                       config=parse_stack_config({"engine": {"weight_load_time": "0s"}}),
-                       ledger_path=tmp / "ledger.jsonl", log_path=tmp / "replica.log")
+    spec = ReplicaSpec(
+        name="replica-0",
+        index=0,
+        port=0,
+        admin_token=TOKEN,
+        ready_file=tmp / "replica.ready",
+        config=parse_stack_config({"engine": {"weight_load_time": "0s"}}),
+        ledger_path=tmp / "ledger.jsonl",
+        log_path=tmp / "replica.log",
+    )
     (tmp / "replica.json").write_text(spec.model_dump_json())
     procs = []
     try:
-        replica, info = _start(["drill.stack.replica.api_server", "--spec", str(tmp / "replica.json")], spec.ready_file,
-                               tmp / "replica.out")
+        replica, info = _start(
+            ["drill.stack.replica.api_server", "--spec", str(tmp / "replica.json")],
+            spec.ready_file,
+            tmp / "replica.out",
+        )
         procs.append(replica)
-        router_spec = RouterSpec(replicas=(UpstreamSpec(name="replica-0", index=0, url=info["url"]),),
-                                 admin_token=TOKEN, ready_file=tmp / "router.ready")
+        router_spec = RouterSpec(
+            replicas=(UpstreamSpec(name="replica-0", index=0, url=info["url"]),),
+            admin_token=TOKEN,
+            ready_file=tmp / "router.ready",
+        )
         (tmp / "router.json").write_text(router_spec.model_dump_json())
-        router, rinfo = _start(["drill.stack.router.gateway", "--spec", str(tmp / "router.json")], router_spec.ready_file,
-                               tmp / "router.out")
+        router, rinfo = _start(
+            ["drill.stack.router.gateway", "--spec", str(tmp / "router.json")],
+            router_spec.ready_file,
+            tmp / "router.out",
+        )
         procs.append(router)
         yield Servers(info["url"], rinfo["url"] + "/admin", replica)
     finally:
@@ -97,9 +113,8 @@ def test_bad_values_and_wrong_tokens_are_admin_api_errors_with_status_and_hint(s
         with pytest.raises(AdminApiError, match="clock cap 5: .* HTTP 400: fraction must be between") as bad:
             admin.set_clock_cap(5)
         assert bad.value.status == 400 and bad.value.operation == "set clock cap 5"
-    with StackAdminClient(servers.replica_url, "wrong-token") as admin:
-        with pytest.raises(AdminApiError) as denied:
-            admin.state()
+    with StackAdminClient(servers.replica_url, "wrong-token") as admin, pytest.raises(AdminApiError) as denied:
+        admin.state()
     assert denied.value.status == 401 and "state file" in denied.value.hint
 
 
@@ -131,8 +146,9 @@ def test_router_config_patch_answers_previous_and_new(servers: Servers) -> None:
         with pytest.raises(AdminApiError) as bad:
             router.patch_config({"retries": {"attempts": 99}})
         assert bad.value.status == 400
-        restored = router.patch_config({"retries": before.retries.model_dump(mode="json"),
-                                        "idempotency": before.idempotency})
+        restored = router.patch_config(
+            {"retries": before.retries.model_dump(mode="json"), "idempotency": before.idempotency}
+        )
         assert restored.config == before
 
 

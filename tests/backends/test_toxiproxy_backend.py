@@ -20,7 +20,7 @@ from drill.backends.toxiproxy import (
 )
 from drill.errors import NotAvailableError, ToxiproxyError
 
-real_server = pytest.mark.integration   # starts the real toxiproxy-server
+real_server = pytest.mark.integration  # starts the real toxiproxy-server
 
 
 @real_server
@@ -104,8 +104,7 @@ def test_reset_removes_toxics_and_reenables(toxiproxy: ToxiproxyClient, echo_add
 @real_server
 def test_populate_keeps_unchanged_proxies(toxiproxy: ToxiproxyClient, echo_addr: str) -> None:
     first = toxiproxy.create_proxy("keep", echo_addr)
-    specs = [ProxySpec(name="keep", upstream=echo_addr, listen=first.listen),
-             ProxySpec(name="new", upstream=echo_addr)]
+    specs = [ProxySpec(name="keep", upstream=echo_addr, listen=first.listen), ProxySpec(name="new", upstream=echo_addr)]
     result = {p.name: p for p in toxiproxy.populate(specs)}
     assert result["keep"].listen == first.listen
     assert result["new"].listen_port > 0
@@ -114,8 +113,7 @@ def test_populate_keeps_unchanged_proxies(toxiproxy: ToxiproxyClient, echo_addr:
 
 def test_unreachable_server_has_hint() -> None:
     port = _closed_port()
-    with ToxiproxyClient(f"http://127.0.0.1:{port}", timeout_s=1.0) as client, \
-            pytest.raises(ToxiproxyError) as info:
+    with ToxiproxyClient(f"http://127.0.0.1:{port}", timeout_s=1.0) as client, pytest.raises(ToxiproxyError) as info:
         client.proxies()
     assert info.value.status is None and "TOXIPROXY_URL" in (info.value.hint or "")
 
@@ -136,8 +134,10 @@ def test_403_is_translated_at_the_transport_seam() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(403, json={"error": "User agent not allowed", "status": 403})
 
-    with ToxiproxyClient("http://toxiproxy.invalid", transport=httpx.MockTransport(handler)) as client, \
-            pytest.raises(ToxiproxyError) as info:
+    with (
+        ToxiproxyClient("http://toxiproxy.invalid", transport=httpx.MockTransport(handler)) as client,
+        pytest.raises(ToxiproxyError) as info,
+    ):
         client.reset()
     assert info.value.status == 403 and "Mozilla" in (info.value.hint or "")
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from drill.checks.base import RunEvidence
 from drill.load.records import RequestRecord
@@ -76,8 +77,15 @@ class RunKit:
         for name in sorted(windows, key=lambda n: _PHASE_ORDER.index(n) if n in _PHASE_ORDER else 99):
             self.phase(name, *windows[name])
 
-    def fault(self, fault_id: str, *, injected: float, reverted: float | None = None, kind: str = "queue_flood",
-              landed: bool = True) -> None:
+    def fault(
+        self,
+        fault_id: str,
+        *,
+        injected: float,
+        reverted: float | None = None,
+        kind: str = "queue_flood",
+        landed: bool = True,
+    ) -> None:
         """A fault injected at ``injected`` (verified when ``landed``) and reverted at ``reverted``."""
         self.event("fault_injected", injected, fault_id=fault_id, kind=kind)
         if landed:
@@ -89,11 +97,25 @@ class RunKit:
 
     # --- scenario -----------------------------------------------------------------------------------
 
-    def pool(self, name: str, *, timeout: str = "60s", slo: dict[str, float] | None = None,
-             attempts: int = 0, stream: bool = True) -> None:
+    def pool(
+        self,
+        name: str,
+        *,
+        timeout: str = "60s",
+        slo: dict[str, float] | None = None,
+        attempts: int = 0,
+        stream: bool = True,
+    ) -> None:
         """A scenario pool (written to ``resolved.json``) and its SLO in seconds (``RunEvidence.slo_by_pool``)."""
-        self.pools.append({"name": name, "timeout": timeout, "stream": stream, "retry": {"attempts": attempts},
-                           "slo": {k: f"{v}s" for k, v in (slo or {}).items()}})
+        self.pools.append(
+            {
+                "name": name,
+                "timeout": timeout,
+                "stream": stream,
+                "retry": {"attempts": attempts},
+                "slo": {k: f"{v}s" for k, v in (slo or {}).items()},
+            }
+        )
         if slo:
             self.slo_by_pool[name] = dict(slo)
 
@@ -103,12 +125,26 @@ class RunKit:
 
     # --- client records -----------------------------------------------------------------------------
 
-    def request(self, at: float, *, pool: str = "interactive", status: int | None = 200, error: str | None = None,
-                ttft_ms: float | None = None, e2e_ms: float | None = None, headers_ms: float | None = None,
-                logical_id: str | None = None, attempt: int = 1, request_id: str | None = None,
-                trace_id: str | None = None, idempotency_key: str | None = None, payload_digest: str = "d0",
-                completion_tokens: int | None = None, retry_after_s: float | None = None,
-                **fields: Any) -> RequestRecord:
+    def request(
+        self,
+        at: float,
+        *,
+        pool: str = "interactive",
+        status: int | None = 200,
+        error: str | None = None,
+        ttft_ms: float | None = None,
+        e2e_ms: float | None = None,
+        headers_ms: float | None = None,
+        logical_id: str | None = None,
+        attempt: int = 1,
+        request_id: str | None = None,
+        trace_id: str | None = None,
+        idempotency_key: str | None = None,
+        payload_digest: str = "d0",
+        completion_tokens: int | None = None,
+        retry_after_s: float | None = None,
+        **fields: Any,
+    ) -> RequestRecord:
         """One attempt intended at ``at``. A success defaults to TTFT 100 ms, E2E 500 ms and 10 tokens."""
         n = next(self._ids)
         logical_id = logical_id or f"{pool}-{n}"
@@ -118,29 +154,67 @@ class RunKit:
             e2e_ms = max(ttft_ms, 500.0) if e2e_ms is None else e2e_ms
             headers_ms = ttft_ms if headers_ms is None else headers_ms
             completion_tokens = 10 if completion_tokens is None else completion_tokens
-        record = RequestRecord.from_dict({
-            "request_id": request_id or f"{logical_id}-{attempt}", "logical_id": logical_id, "pool": pool,
-            "attempt": attempt, "intended_ts": self.ts(at), "sent_ts": self.ts(at), "schedule_lag_ms": 0.0,
-            "status": status, "error": error, "headers_ms": headers_ms, "ttft_ms": ttft_ms, "e2e_ms": e2e_ms,
-            "completion_tokens": completion_tokens, "trace_id": trace_id or f"{n:032x}",
-            "idempotency_key": idempotency_key if idempotency_key is not None else f"key-{logical_id}",
-            "payload_digest": payload_digest, "retry_after_s": retry_after_s, **fields})
+        record = RequestRecord.from_dict(
+            {
+                "request_id": request_id or f"{logical_id}-{attempt}",
+                "logical_id": logical_id,
+                "pool": pool,
+                "attempt": attempt,
+                "intended_ts": self.ts(at),
+                "sent_ts": self.ts(at),
+                "schedule_lag_ms": 0.0,
+                "status": status,
+                "error": error,
+                "headers_ms": headers_ms,
+                "ttft_ms": ttft_ms,
+                "e2e_ms": e2e_ms,
+                "completion_tokens": completion_tokens,
+                "trace_id": trace_id or f"{n:032x}",
+                "idempotency_key": idempotency_key if idempotency_key is not None else f"key-{logical_id}",
+                "payload_digest": payload_digest,
+                "retry_after_s": retry_after_s,
+                **fields,
+            }
+        )
         self.records.append(record)
         return record
 
     # --- the stack's side-effect ledger ---------------------------------------------------------------
 
-    def ledger(self, replica: int, *, key: str | None, status: str = "ok", request_id: str | None = None,
-               trace_id: str | None = None, at: float = 0.0, billed_tokens: int = 110,
-               prompt_tokens: int = 100, completion_tokens: int = 10) -> dict[str, Any]:
+    def ledger(
+        self,
+        replica: int,
+        *,
+        key: str | None,
+        status: str = "ok",
+        request_id: str | None = None,
+        trace_id: str | None = None,
+        at: float = 0.0,
+        billed_tokens: int = 110,
+        prompt_tokens: int = 100,
+        completion_tokens: int = 10,
+    ) -> dict[str, Any]:
         """One record of ``ledger/replica-<replica>.jsonl`` (the fields of ``drill.stack.replica.ledger.LedgerRecord``)."""
         ts = self.ts(at)
-        record = {"seq": next(self._ledger_seq), "ts": ts, "replica": f"replica-{replica}",
-                  "request_id": request_id or f"req-{key}", "idempotency_key": key, "trace_id": trace_id,
-                  "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "billed_tokens": billed_tokens, "finish_reason": "length" if status == "ok" else "abort",
-                  "status": status, "arrival_ts": ts, "first_token_ts": ts + 0.05, "finish_ts": ts + 0.5,
-                  "cached_tokens": 0, "num_preemptions": 0, "priority": 0}
+        record = {
+            "seq": next(self._ledger_seq),
+            "ts": ts,
+            "replica": f"replica-{replica}",
+            "request_id": request_id or f"req-{key}",
+            "idempotency_key": key,
+            "trace_id": trace_id,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "billed_tokens": billed_tokens,
+            "finish_reason": "length" if status == "ok" else "abort",
+            "status": status,
+            "arrival_ts": ts,
+            "first_token_ts": ts + 0.05,
+            "finish_ts": ts + 0.5,
+            "cached_tokens": 0,
+            "num_preemptions": 0,
+            "priority": 0,
+        }
         self.ledgers.setdefault(replica, []).append(record)
         return record
 
@@ -150,15 +224,39 @@ class RunKit:
 
     # --- spans (normalized, as the run's receiver writes spans.jsonl) ----------------------------------
 
-    def span(self, *, trace_id: str, span_id: str, name: str, service: str, kind: str = "INTERNAL",
-             parent_id: str | None = None, start: float = 0.0, end: float = 0.1, status: str = "UNSET",
-             message: str | None = None, attributes: dict[str, Any] | None = None) -> dict[str, Any]:
+    def span(
+        self,
+        *,
+        trace_id: str,
+        span_id: str,
+        name: str,
+        service: str,
+        kind: str = "INTERNAL",
+        parent_id: str | None = None,
+        start: float = 0.0,
+        end: float = 0.1,
+        status: str = "UNSET",
+        message: str | None = None,
+        attributes: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """One span; ``start``/``end`` in seconds relative to ``t0``."""
         start_ns, end_ns = int(round(self.ts(start) * 1e9)), int(round(self.ts(end) * 1e9))
-        span = {"trace_id": trace_id, "span_id": span_id, "parent_span_id": parent_id, "name": name, "kind": kind,
-                "service": service, "scope": "test", "start_ns": start_ns, "end_ns": end_ns,
-                "duration_ms": (end_ns - start_ns) / 1e6, "status": {"code": status, "message": message},
-                "attributes": attributes or {}, "resource": {"service.name": service}, "events": []}
+        span = {
+            "trace_id": trace_id,
+            "span_id": span_id,
+            "parent_span_id": parent_id,
+            "name": name,
+            "kind": kind,
+            "service": service,
+            "scope": "test",
+            "start_ns": start_ns,
+            "end_ns": end_ns,
+            "duration_ms": (end_ns - start_ns) / 1e6,
+            "status": {"code": status, "message": message},
+            "attributes": attributes or {},
+            "resource": {"service.name": service},
+            "events": [],
+        }
         self.spans.append(span)
         return span
 
@@ -171,8 +269,10 @@ class RunKit:
 
     def write(self) -> Path:
         """Write the run directory (again, from scratch, on every call); returns its path."""
-        files: dict[str, str] = {"journal.jsonl": _lines(json.dumps(e) for e in self.journal),
-                                 "requests.jsonl": _lines(r.to_json() for r in self.records)}
+        files: dict[str, str] = {
+            "journal.jsonl": _lines(json.dumps(e) for e in self.journal),
+            "requests.jsonl": _lines(r.to_json() for r in self.records),
+        }
         if self.spans:
             files["spans.jsonl"] = _lines(json.dumps(s) for s in self.spans)
         for replica, records in sorted(self.ledgers.items()):

@@ -41,8 +41,8 @@ def test_overload_refused_quickly_passes(tmp_path: Path) -> None:
 def test_requests_outside_the_fault_window_do_not_count(tmp_path: Path) -> None:
     kit = _kit(tmp_path)
     for i in range(40):
-        kit.request(10 + i, status=None, error="timeout", e2e_ms=10_000)     # baseline: not judged
-        kit.request(135 + i * 0.1, status=None, error="timeout", e2e_ms=10_000)   # after the revert
+        kit.request(10 + i, status=None, error="timeout", e2e_ms=10_000)  # baseline: not judged
+        kit.request(135 + i * 0.1, status=None, error="timeout", e2e_ms=10_000)  # after the revert
         kit.request(75 + i, status=503, error="refused", headers_ms=20, e2e_ms=20)
     verdict = _judge(kit)
     assert verdict.status is Status.PASS, verdict.message
@@ -71,7 +71,7 @@ def test_timeouts_fail_and_name_the_slowest(tmp_path: Path) -> None:
 def test_a_slow_error_near_the_deadline_is_a_slow_failure(tmp_path: Path) -> None:
     kit = _kit(tmp_path)
     for i in range(25):
-        kit.request(75 + i, status=500, error="server_error", headers_ms=9_500, e2e_ms=9_500)   # 95% of 10s
+        kit.request(75 + i, status=500, error="server_error", headers_ms=9_500, e2e_ms=9_500)  # 95% of 10s
     verdict = _judge(kit)
     assert verdict.status is Status.FAIL
     assert verdict.observed["slow_failure"] == 25 and verdict.observed["other_error"] == 0
@@ -83,9 +83,9 @@ def test_a_slow_error_near_the_deadline_is_a_slow_failure(tmp_path: Path) -> Non
 def test_success_after_a_long_wait_fails_as_left_to_wait(tmp_path: Path) -> None:
     kit = _kit(tmp_path)
     for i in range(30):
-        kit.request(75 + i, ttft_ms=4_000 + i, e2e_ms=6_000)                 # past the 1 s TTFT SLO
+        kit.request(75 + i, ttft_ms=4_000 + i, e2e_ms=6_000)  # past the 1 s TTFT SLO
         kit.request(75 + i, ttft_ms=200)
-        kit.request(75 + i, pool="batch", status=200, ttft_ms=None, e2e_ms=30_000)   # within its 120 s
+        kit.request(75 + i, pool="batch", status=200, ttft_ms=None, e2e_ms=30_000)  # within its 120 s
     verdict = _judge(kit)
     assert verdict.status is Status.FAIL, verdict.message
     assert verdict.observed["left_to_wait"] == 30 and verdict.observed["on_time"] == 60

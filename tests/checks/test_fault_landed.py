@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from drill.checks.base import RunEvidence, EvidenceKind, Status
+from drill.checks.base import EvidenceKind, RunEvidence, Status
 from drill.checks.builtin import FaultLandedCheck
 from tests.checks.rundir_kit import RunKit
 
@@ -31,8 +31,10 @@ def test_a_fault_cut_off_by_a_stop_condition_is_a_fail(tmp_path: Path) -> None:
     kit.fault("slow", injected=31, reverted=40, kind="slow_replica")
     kit.event("stop_condition", 40, condition="error_rate > 50%", kind="error_rate", observed=0.8)
     kit.event("phase_ended", 40, phase="fault", elapsed_s=10, stopped_by="error_rate > 50%", planned_s=60)
-    verdict = _judge(kit, [{"name": "slow", "kind": "slow_replica", "start": 1.0},
-                           {"name": None, "kind": "replica_kill", "start": 45.0}])
+    verdict = _judge(
+        kit,
+        [{"name": "slow", "kind": "slow_replica", "start": 1.0}, {"name": None, "kind": "replica_kill", "start": 45.0}],
+    )
     assert verdict.status is Status.FAIL
     assert "never injected: replica_kill-1" in verdict.message and "error_rate > 50%" in verdict.message
     assert verdict.observed["slow"] == "landed" and verdict.observed["replica_kill-1"] == "never injected"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from drill.checks.base import RunEvidence, EvidenceKind, Status
+from drill.checks.base import EvidenceKind, RunEvidence, Status
 from drill.checks.spans import FirstAbnormalSpanCheck, FirstAbnormalSpanParams
 from drill.engine.verdicts import judge_one
 from drill.registry import checks
@@ -34,8 +34,14 @@ def run(tmp_path, *, slow_queue: bool = True, baseline: bool = True, n_base: int
     for i in range(n_base + N_FAULT):
         in_fault = i >= n_base
         queue = 400.0 if in_fault and slow_queue and i % 2 == 0 else 1 + rng.random() * 0.5
-        spans = drill_request(i + 1, replica=i % 2, start_ms=i * SPACING_MS, queue_ms=queue,
-                              prefill_ms=5 + rng.random(), decode_ms=20 + rng.random() * 2)
+        spans = drill_request(
+            i + 1,
+            replica=i % 2,
+            start_ms=i * SPACING_MS,
+            queue_ms=queue,
+            prefill_ms=5 + rng.random(),
+            decode_ms=20 + rng.random() * 2,
+        )
         if edit is not None and in_fault:
             spans = edit(spans)
         kit.spans.extend(spans)
@@ -70,8 +76,7 @@ def test_pass_names_the_span_its_chain_and_evidence(tmp_path):
 def test_expectations_match_or_fail(tmp_path):
     kit = run(tmp_path)
     assert judge(kit, expect={"service": "drill-replica-.*", "name": "queue"}).status is Status.PASS
-    assert judge(kit, expect={"service": "drill-replica-0", "attributes": {"drill.replica": "0"}}).status \
-        is Status.PASS
+    assert judge(kit, expect={"service": "drill-replica-0", "attributes": {"drill.replica": "0"}}).status is Status.PASS
     wrong = judge(kit, expect={"service": "drill-replica-1"})
     assert wrong.status is Status.FAIL and "expected service ~ drill-replica-1" in wrong.message
     either = judge(kit, expect=[{"service": "drill-router", "name": "POST"}, {"name": "queue"}])
@@ -96,9 +101,13 @@ def test_no_spans_is_inconclusive_with_the_reason(tmp_path):
 
 
 def test_too_many_orphans_is_inconclusive(tmp_path):
-    def lose_parents(spans):   # replica spans lose their llm_request/SERVER parents
-        return [s for s in spans if s["name"] not in ("llm_request",) and not
-                (s["service"].startswith("drill-replica") and s["kind"] == "SERVER")]
+    def lose_parents(spans):  # replica spans lose their llm_request/SERVER parents
+        return [
+            s
+            for s in spans
+            if s["name"] not in ("llm_request",)
+            and not (s["service"].startswith("drill-replica") and s["kind"] == "SERVER")
+        ]
 
     kit = run(tmp_path, edit=lose_parents)
     verdict = judge(kit, max_orphan_share=0.05)
@@ -106,7 +115,7 @@ def test_too_many_orphans_is_inconclusive(tmp_path):
 
 
 def test_thin_baseline_is_inconclusive(tmp_path):
-    verdict = judge(run(tmp_path, n_base=8))      # 8 router spans of each pair, 4 per replica
+    verdict = judge(run(tmp_path, n_base=8))  # 8 router spans of each pair, 4 per replica
     assert verdict.status is Status.INCONCLUSIVE
     assert "10 or more baseline spans" in verdict.message and verdict.observed["baseline_spans"] == 56
     assert judge(run(tmp_path, n_base=8), min_baseline_spans=8).status is Status.PASS
@@ -135,7 +144,7 @@ def test_params_are_validated():
 def test_spans_without_the_clients_trace_ids_are_still_judged(tmp_path):
     kit = run(tmp_path)
     for at in (1.0, 2.0):
-        kit.request(at=at, trace_id="f" * 32)        # the client's traceparent never reached the stack
+        kit.request(at=at, trace_id="f" * 32)  # the client's traceparent never reached the stack
     verdict = judge(kit)
     assert verdict.status is Status.PASS and verdict.observed["name"] == "queue"
 
@@ -160,22 +169,27 @@ def recorded(tmp_path: Path, drill: str) -> RunEvidence:
     return RunEvidence(tmp_path)
 
 
-@pytest.mark.parametrize("drill, expect", [
-    ("unbounded-queue", {"service": "drill-replica-.*", "name": "queue"}),        # the flood waits in the queue
-    ("slow-replica", {"service": "drill-router", "attributes": {"drill.upstream": "replica-0"}}),  # 400 ms toxic
-    ("nccl-degradation", {"service": "drill-replica-0", "name": "decode"}),        # replica 0's TP link
-    ("gpu-oom", {"service": "drill-replica-0"}),                                   # replica 0's engine died
-])
+@pytest.mark.parametrize(
+    "drill, expect",
+    [
+        ("unbounded-queue", {"service": "drill-replica-.*", "name": "queue"}),  # the flood waits in the queue
+        ("slow-replica", {"service": "drill-router", "attributes": {"drill.upstream": "replica-0"}}),  # 400 ms toxic
+        ("nccl-degradation", {"service": "drill-replica-0", "name": "decode"}),  # replica 0's TP link
+        ("gpu-oom", {"service": "drill-replica-0"}),  # replica 0's engine died
+    ],
+)
 def test_recorded_runs_name_where_the_fault_is(tmp_path, drill, expect):
     verdict = FirstAbnormalSpanCheck(FirstAbnormalSpanParams(expect=expect, require=True)).evaluate(
-        recorded(tmp_path, drill))
+        recorded(tmp_path, drill)
+    )
     assert verdict.status is Status.PASS, verdict.message
 
 
 def test_recorded_slow_replica_names_the_link(tmp_path):
     verdict = judge_one("first_abnormal_span", "where", FirstAbnormalSpanParams(), recorded(tmp_path, "slow-replica"))
     assert verdict.observed["kind"] == "CLIENT" and verdict.observed["link"].startswith(
-        "slow link drill-router → drill-replica-0")
+        "slow link drill-router → drill-replica-0"
+    )
     assert "drill.upstream=replica-0" in " ".join(verdict.observed["pairs"][0]["attributes"])
 
 
@@ -183,7 +197,7 @@ def test_recorded_tp_degradation_side_effects_are_listed_not_first(tmp_path):
     verdict = FirstAbnormalSpanCheck(FirstAbnormalSpanParams()).evaluate(recorded(tmp_path, "nccl-degradation"))
     pairs = {(x["service"], x["name"]): x for x in verdict.observed["pairs"]}
     assert pairs[("drill-replica-0", "decode")]["material"] > 0
-    assert pairs[("drill-replica-1", "queue")]["material"] == 0      # the healthy replica took more load
+    assert pairs[("drill-replica-1", "queue")]["material"] == 0  # the healthy replica took more load
     assert verdict.observed["pairs"][0]["name"] == "decode"
 
 

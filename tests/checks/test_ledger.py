@@ -26,9 +26,13 @@ def test_records_of_every_replica_are_read_with_their_status(tmp_path: Path) -> 
     ledger = kit.evidence().ledger
     assert ledger.files == ("ledger/replica-0.jsonl", "ledger/replica-1.jsonl")
     assert ledger.replicas == ("replica-0", "replica-1") and ledger.missing_replicas == ()
-    assert [r.status for r in ledger.records] == [LedgerStatus.OK, LedgerStatus.ABORTED, LedgerStatus.TIMEOUT,
-                                                  LedgerStatus.OK]
-    assert {k: len(v) for k, v in ledger.by_key().items()} == {"a": 2}    # b was not billed
+    assert [r.status for r in ledger.records] == [
+        LedgerStatus.OK,
+        LedgerStatus.ABORTED,
+        LedgerStatus.TIMEOUT,
+        LedgerStatus.OK,
+    ]
+    assert {k: len(v) for k, v in ledger.by_key().items()} == {"a": 2}  # b was not billed
     assert ledger.unkeyed() == 1
 
 
@@ -43,8 +47,8 @@ def test_unreadable_lines_are_counted_per_file_and_in_the_union(tmp_path: Path) 
     kit = RunKit(tmp_path / "run")
     kit.ledger(0, key="a")
     kit.ledger(1, key="b")
-    kit.raw_line("ledger/replica-1.jsonl", '{"seq": 9}\n')               # no status: unreadable
-    kit.raw_line("ledger/replica-1.jsonl", '{"seq": 10, "ts"')           # torn last line
+    kit.raw_line("ledger/replica-1.jsonl", '{"seq": 9}\n')  # no status: unreadable
+    kit.raw_line("ledger/replica-1.jsonl", '{"seq": 10, "ts"')  # torn last line
     evidence = kit.evidence()
     ledger = evidence.ledger
     assert len(ledger.records) == 2
@@ -76,18 +80,49 @@ def test_the_embedded_target_copies_each_replica_ledger_into_the_run_dir(tmp_pat
     entries = []
     for i in range(2):
         path = stack_dir / f"replica-{i}.ledger.jsonl"
-        ledger = Ledger(path, f"replica-{i}")      # the stack's own writer
-        ledger.append(request_id=f"r{i}", idempotency_key=f"k{i}", trace_id=None, prompt_tokens=3,
-                      completion_tokens=2, billed_tokens=5, finish_reason="length", status=LedgerStatus.OK,
-                      arrival_ts=time.time(), first_token_ts=None, finish_ts=time.time())
+        ledger = Ledger(path, f"replica-{i}")  # the stack's own writer
+        ledger.append(
+            request_id=f"r{i}",
+            idempotency_key=f"k{i}",
+            trace_id=None,
+            prompt_tokens=3,
+            completion_tokens=2,
+            billed_tokens=5,
+            finish_reason="length",
+            status=LedgerStatus.OK,
+            arrival_ts=time.time(),
+            first_token_ts=None,
+            finish_ts=time.time(),
+        )
         ledger.close()
-        entries.append(ReplicaEntry(name=f"replica-{i}", index=i, url="http://x", direct_url="http://x",
-                                    admin_url="http://x", pid_file=stack_dir / f"r{i}.pid", ledger_path=path,
-                                    log_path=stack_dir / f"r{i}.log"))
+        entries.append(
+            ReplicaEntry(
+                name=f"replica-{i}",
+                index=i,
+                url="http://x",
+                direct_url="http://x",
+                admin_url="http://x",
+                pid_file=stack_dir / f"r{i}.pid",
+                ledger_path=path,
+                log_path=stack_dir / f"r{i}.log",
+            )
+        )
     name = stack_name("RUN-LEDGER-COPY")
-    write_state(StackState(name=name, runtime=Runtime.LOCAL, model="m", router="http://r", router_admin_url="http://r",
-                           admin_token="t", toxiproxy_url="http://t", toxiproxy_owned=False, replicas=tuple(entries),
-                           run_dir=stack_dir, created_at=time.time()))
+    write_state(
+        StackState(
+            name=name,
+            runtime=Runtime.LOCAL,
+            model="m",
+            router="http://r",
+            router_admin_url="http://r",
+            admin_token="t",
+            toxiproxy_url="http://t",
+            toxiproxy_owned=False,
+            replicas=tuple(entries),
+            run_dir=stack_dir,
+            created_at=time.time(),
+        )
+    )
     try:
         assert target.collect_evidence(str(run_dir)) == ["ledger/replica-0.jsonl", "ledger/replica-1.jsonl"]
     finally:

@@ -29,35 +29,69 @@ class ReplayRun:
         if replay_ran:
             windows["replay"] = (180, 200)
         self.kit.phases(**windows)
-        self.baseline = [self.kit.request(at=1 + i * 5, pool=POOL, ttft_ms=100, e2e_ms=500,
-                                          payload_digest=f"sha256:body-b{i}", output_digest=f"sha256:out-b{i}")
-                         for i in range(baseline)]
+        self.baseline = [
+            self.kit.request(
+                at=1 + i * 5,
+                pool=POOL,
+                ttft_ms=100,
+                e2e_ms=500,
+                payload_digest=f"sha256:body-b{i}",
+                output_digest=f"sha256:out-b{i}",
+            )
+            for i in range(baseline)
+        ]
         self.failed = []
         for i in range(failed):
-            record = self.kit.request(at=70 + i, pool=POOL, status=503, error="refused",
-                                      payload_digest=f"sha256:body-f{i}")
+            record = self.kit.request(
+                at=70 + i, pool=POOL, status=503, error="refused", payload_digest=f"sha256:body-f{i}"
+            )
             self.failed.append(record)
             self.kit.raw_line("failing_samples.jsonl", _sample(record).to_json() + "\n")
         self._n = 0
 
-    def replay(self, original, *, set: str = "original", repetition: int = 1, status: int = 200,
-               error: str | None = None, ttft_ms: float | None = 150.0, e2e_ms: float | None = 600.0,
-               output: str | None = "same", digest: str | None = None, deterministic: bool = True,
-               completion_tokens: int = 10) -> str:
+    def replay(
+        self,
+        original,
+        *,
+        set: str = "original",
+        repetition: int = 1,
+        status: int = 200,
+        error: str | None = None,
+        ttft_ms: float | None = 150.0,
+        e2e_ms: float | None = 600.0,
+        output: str | None = "same",
+        digest: str | None = None,
+        deterministic: bool = True,
+        completion_tokens: int = 10,
+    ) -> str:
         """One replay.jsonl line for ``original`` (a record); ``output="same"`` repeats the baseline's digest."""
         self._n += 1
         request_id = original.request_id + ("-replay" if repetition == 1 else f"-replay-{repetition}")
         output_digest = original.output_digest if output == "same" else output
-        line = {"request_id": request_id, "original_request_id": original.request_id,
-                "logical_id": original.logical_id, "pool": original.pool, "trace_id": f"{self._n:032x}"[::-1],
-                "original_trace_id": original.trace_id, "idempotency_key": original.idempotency_key + "-replay",
-                "original_error": original.error.value if original.error else None,
-                "original_status": original.status, "payload_digest": digest or original.payload_digest,
-                "sent_ts": self.kit.ts(181 + self._n * 0.2), "planned_ts": self.kit.ts(181 + self._n * 0.2),
-                "set": set, "repetition": repetition, "deterministic": deterministic, "status": status,
-                "error": error, "ttft_ms": None if error else ttft_ms, "e2e_ms": e2e_ms, "chunks": 10,
-                "completion_tokens": None if error else completion_tokens,
-                "output_digest": None if error else output_digest}
+        line = {
+            "request_id": request_id,
+            "original_request_id": original.request_id,
+            "logical_id": original.logical_id,
+            "pool": original.pool,
+            "trace_id": f"{self._n:032x}"[::-1],
+            "original_trace_id": original.trace_id,
+            "idempotency_key": original.idempotency_key + "-replay",
+            "original_error": original.error.value if original.error else None,
+            "original_status": original.status,
+            "payload_digest": digest or original.payload_digest,
+            "sent_ts": self.kit.ts(181 + self._n * 0.2),
+            "planned_ts": self.kit.ts(181 + self._n * 0.2),
+            "set": set,
+            "repetition": repetition,
+            "deterministic": deterministic,
+            "status": status,
+            "error": error,
+            "ttft_ms": None if error else ttft_ms,
+            "e2e_ms": e2e_ms,
+            "chunks": 10,
+            "completion_tokens": None if error else completion_tokens,
+            "output_digest": None if error else output_digest,
+        }
         self.kit.raw_line("replay.jsonl", json.dumps(line) + "\n")
         return request_id
 
@@ -73,11 +107,21 @@ class ReplayRun:
 
 
 def _sample(record) -> FailingSample:
-    return FailingSample(request_id=record.request_id, logical_id=record.logical_id, pool=record.pool,
-                         attempt=record.attempt, trace_id=record.trace_id, idempotency_key=record.idempotency_key,
-                         payload_digest=record.payload_digest, method="POST", endpoint="/v1/chat/completions",
-                         body_b64=FailingSample.encode_body(b"{}"), error=record.error.value, status=record.status,
-                         intended_ts=record.intended_ts)
+    return FailingSample(
+        request_id=record.request_id,
+        logical_id=record.logical_id,
+        pool=record.pool,
+        attempt=record.attempt,
+        trace_id=record.trace_id,
+        idempotency_key=record.idempotency_key,
+        payload_digest=record.payload_digest,
+        method="POST",
+        endpoint="/v1/chat/completions",
+        body_b64=FailingSample.encode_body(b"{}"),
+        error=record.error.value,
+        status=record.status,
+        intended_ts=record.intended_ts,
+    )
 
 
 def _refs(verdict, kind: EvidenceKind) -> set[str]:
@@ -113,7 +157,7 @@ def test_an_original_that_still_fails_is_a_fail_with_its_ids(tmp_path: Path) -> 
 
 def test_an_original_that_succeeds_past_its_slo_does_not_pass(tmp_path: Path) -> None:
     run = ReplayRun(tmp_path, failed=1)
-    run.replay(run.failed[0], ttft_ms=1500.0, e2e_ms=1800.0)         # TTFT SLO 1 s
+    run.replay(run.failed[0], ttft_ms=1500.0, e2e_ms=1800.0)  # TTFT SLO 1 s
     for record in run.baseline[:3]:
         run.replay(record, set="control")
         run.replay(record, set="control", repetition=2)
@@ -138,7 +182,7 @@ def test_a_slow_control_is_a_regression(tmp_path: Path) -> None:
     run.replay_all(controls=3)
     slow = run.baseline[6]
     for rep in (1, 2):
-        run.replay(slow, set="control", repetition=rep, ttft_ms=400.0, e2e_ms=2000.0)   # band: 1.5 x 500 ms E2E
+        run.replay(slow, set="control", repetition=rep, ttft_ms=400.0, e2e_ms=2000.0)  # band: 1.5 x 500 ms E2E
     verdict = run.judge(min_success=1.0)
     assert verdict.status is Status.FAIL and "regressed" in verdict.message
     assert verdict.observed["controls_passed"] == 3 and verdict.observed["controls_replayed"] == 4
@@ -149,8 +193,8 @@ def test_nondeterministic_outputs_that_differ_only_as_much_as_the_noise_pass(tmp
     for record in run.failed:
         run.replay(record)
     for i, record in enumerate(run.baseline):
-        run.replay(record, set="control", deterministic=False, output=f"sha256:a{i}")   # != baseline
-        run.replay(record, set="control", repetition=2, deterministic=False, output=f"sha256:b{i}")   # != rep 1
+        run.replay(record, set="control", deterministic=False, output=f"sha256:a{i}")  # != baseline
+        run.replay(record, set="control", repetition=2, deterministic=False, output=f"sha256:b{i}")  # != rep 1
     verdict = run.judge()
     assert verdict.status is Status.PASS, verdict.message
     assert verdict.observed["nondeterministic.output"] == {"raw": 10, "noise": 10, "total": 10}
@@ -161,7 +205,7 @@ def test_nondeterministic_outputs_that_changed_above_the_noise_floor_fail(tmp_pa
     for record in run.failed:
         run.replay(record)
     for i, record in enumerate(run.baseline):
-        noisy = i < 2                      # the replays disagree on 2 of 10; 8 of 10 differ from the baseline
+        noisy = i < 2  # the replays disagree on 2 of 10; 8 of 10 differ from the baseline
         first = f"sha256:new{i}" if i < 8 else "same"
         run.replay(record, set="control", deterministic=False, output=first)
         second = f"sha256:other{i}" if noisy else first
@@ -172,11 +216,11 @@ def test_nondeterministic_outputs_that_changed_above_the_noise_floor_fail(tmp_pa
 
 
 def test_diffy_thresholds() -> None:
-    assert not above_noise(5, 5, 10)                 # no more than the noise
-    assert not above_noise(11, 10, 100)              # relative 4.8% <= 20%
-    assert above_noise(8, 2, 10)                     # relative 60%, absolute 60%
-    assert not above_noise(3, 0, 100_000)            # absolute 0.003% <= 0.03%
-    assert above_noise(1, 0, 1000)                   # relative 100%, absolute 0.1%
+    assert not above_noise(5, 5, 10)  # no more than the noise
+    assert not above_noise(11, 10, 100)  # relative 4.8% <= 20%
+    assert above_noise(8, 2, 10)  # relative 60%, absolute 60%
+    assert not above_noise(3, 0, 100_000)  # absolute 0.003% <= 0.03%
+    assert above_noise(1, 0, 1000)  # relative 100%, absolute 0.1%
     assert not above_noise(0, 0, 0)
 
 
@@ -212,7 +256,7 @@ def test_replayed_bytes_that_are_not_the_originals_are_not_a_pass(tmp_path: Path
 
 def test_a_replay_of_requests_that_were_never_failing_samples_does_not_pass(tmp_path: Path) -> None:
     run = ReplayRun(tmp_path)
-    for record in run.baseline[:4]:                   # "originals" that the run never failed
+    for record in run.baseline[:4]:  # "originals" that the run never failed
         run.replay(record)
     verdict = run.judge()
     assert verdict.status is Status.FAIL and verdict.observed["not_identical"] == 4

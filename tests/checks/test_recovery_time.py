@@ -18,7 +18,7 @@ def _kit(tmp_path: Path, recovery_end: float = 240.0) -> RunKit:
     kit.phases(baseline=(0, 60), fault=(60, REVERT), recovery=(REVERT, recovery_end))
     kit.fault("slow", injected=65, reverted=REVERT, kind="slow_replica")
     kit.pool("interactive", slo={"ttft_p95": 1.0})
-    for i in range(120):                                  # baseline: 2 req/s at TTFT 100..139 ms
+    for i in range(120):  # baseline: 2 req/s at TTFT 100..139 ms
         kit.request(i * 0.5, ttft_ms=100 + i % 40)
     return kit
 
@@ -41,7 +41,7 @@ def _judge(kit: RunKit, **params):
 
 def test_back_in_band_within_max_passes(tmp_path: Path) -> None:
     kit = _kit(tmp_path)
-    _load(kit, REVERT, REVERT + 20, ttft_ms=3_000)       # the backlog drains for 20 s
+    _load(kit, REVERT, REVERT + 20, ttft_ms=3_000)  # the backlog drains for 20 s
     _load(kit, REVERT + 20, 240, ttft_ms=110)
     verdict = _judge(kit)
     assert verdict.status is Status.PASS, verdict.message
@@ -65,7 +65,7 @@ def test_back_in_band_after_max_fails(tmp_path: Path) -> None:
 
 def test_errors_keep_it_out_of_band(tmp_path: Path) -> None:
     kit = _kit(tmp_path)
-    _load(kit, REVERT, REVERT + 30, ttft_ms=110, error_every=4)   # latency fine, 25% errors
+    _load(kit, REVERT, REVERT + 30, ttft_ms=110, error_every=4)  # latency fine, 25% errors
     _load(kit, REVERT + 30, 240, ttft_ms=110)
     verdict = _judge(kit)
     assert verdict.status is Status.PASS
@@ -91,8 +91,8 @@ def test_recovery_phase_ending_before_max_is_inconclusive(tmp_path: Path) -> Non
 def test_a_single_good_window_is_not_recovery_when_hold_asks_for_more(tmp_path: Path) -> None:
     kit = _kit(tmp_path)
     _load(kit, REVERT, REVERT + 10, ttft_ms=3_000)
-    _load(kit, REVERT + 10, REVERT + 20, ttft_ms=110)     # one good stretch...
-    _load(kit, REVERT + 20, REVERT + 40, ttft_ms=3_000)   # ...then bad again
+    _load(kit, REVERT + 10, REVERT + 20, ttft_ms=110)  # one good stretch...
+    _load(kit, REVERT + 20, REVERT + 40, ttft_ms=3_000)  # ...then bad again
     _load(kit, REVERT + 40, 240, ttft_ms=110)
     assert _judge(kit, hold="0s").observed["recovery_s"] == pytest.approx(10.0)
     assert _judge(kit, hold="10s").observed["recovery_s"] == pytest.approx(40.0)

@@ -7,7 +7,10 @@ from pathlib import Path
 
 from drill.checks.base import EvidenceKind, Status
 from drill.checks.retries import (
-    DuplicateSideEffectsCheck, DuplicateSideEffectsParams, RetryBudgetCheck, RetryBudgetParams,
+    DuplicateSideEffectsCheck,
+    DuplicateSideEffectsParams,
+    RetryBudgetCheck,
+    RetryBudgetParams,
 )
 from drill.engine.verdicts import judge_one
 from tests.checks.rundir_kit import RunKit
@@ -37,10 +40,11 @@ def _served(kit: RunKit, n: int, at: float = 70) -> None:
 
 # --- duplicate side effects ------------------------------------------------------------------------------
 
+
 def test_each_key_executed_once_passes(tmp_path: Path) -> None:
     kit = _kit(tmp_path)
     _served(kit, 10)
-    kit.ledger(0, key=None, request_id="probe")            # a health probe without a key is not judged
+    kit.ledger(0, key=None, request_id="probe")  # a health probe without a key is not judged
     verdict = _dupes(kit)
     assert verdict.status is Status.PASS, verdict.message
     assert verdict.observed["keys_requested"] == 10 and verdict.observed["executions"] == 10
@@ -52,7 +56,7 @@ def test_a_key_executed_on_two_replicas_is_duplicated(tmp_path: Path) -> None:
     _served(kit, 5)
     first = kit.request(80, status=None, error="timeout", e2e_ms=10_000, logical_id="dup", attempt=1)
     kit.request(91, logical_id="dup", attempt=2)
-    kit.ledger(0, key=first.idempotency_key, request_id="dup-1", at=80)              # abandoned, still billed
+    kit.ledger(0, key=first.idempotency_key, request_id="dup-1", at=80)  # abandoned, still billed
     kit.ledger(1, key=first.idempotency_key, request_id="dup-2", at=91, status="ok")
     verdict = _dupes(kit)
     assert verdict.status is Status.FAIL and "1 duplicated" in verdict.message
@@ -79,7 +83,7 @@ def test_overlapping_executions_are_also_concurrent(tmp_path: Path) -> None:
     kit = _kit(tmp_path)
     record = kit.request(80, logical_id="twice")
     kit.ledger(0, key=record.idempotency_key, at=80)
-    kit.ledger(1, key=record.idempotency_key, at=80.2)     # each record lasts 0.5 s
+    kit.ledger(1, key=record.idempotency_key, at=80.2)  # each record lasts 0.5 s
     verdict = _dupes(kit)
     assert verdict.status is Status.FAIL and verdict.observed["concurrent"] == 1
 
@@ -87,7 +91,7 @@ def test_overlapping_executions_are_also_concurrent(tmp_path: Path) -> None:
 def test_acknowledged_but_never_executed_is_lost(tmp_path: Path) -> None:
     kit = _kit(tmp_path)
     _served(kit, 5)
-    kit.request(90, logical_id="ghost")                     # ok to the client, no ledger record
+    kit.request(90, logical_id="ghost")  # ok to the client, no ledger record
     verdict = _dupes(kit)
     assert verdict.status is Status.FAIL and "1 lost" in verdict.message
     assert verdict.observed["lost"] == 1
@@ -95,7 +99,7 @@ def test_acknowledged_but_never_executed_is_lost(tmp_path: Path) -> None:
 
 def test_lost_with_a_replica_ledger_missing_is_inconclusive(tmp_path: Path) -> None:
     kit = _kit(tmp_path, replicas=3)
-    del kit.ledgers[2]                                      # replica-2 left no ledger
+    del kit.ledgers[2]  # replica-2 left no ledger
     _served(kit, 5)
     kit.request(90, logical_id="ghost")
     verdict = _dupes(kit)
@@ -116,8 +120,9 @@ def test_replay_keys_are_requested_too(tmp_path: Path) -> None:
     kit = _kit(tmp_path)
     _served(kit, 5)
     kit.ledger(1, key="key-ok-0-replay", request_id="ok-0-1-replay", at=200)
-    kit.raw_line("replay.jsonl", json.dumps({"request_id": "ok-0-1-replay", "idempotency_key": "key-ok-0-replay"})
-                 + "\n")
+    kit.raw_line(
+        "replay.jsonl", json.dumps({"request_id": "ok-0-1-replay", "idempotency_key": "key-ok-0-replay"}) + "\n"
+    )
     assert _dupes(kit).status is Status.PASS
 
 
@@ -149,9 +154,17 @@ def test_unreadable_ledger_line_makes_it_inconclusive(tmp_path: Path) -> None:
 
 def _span_run(kit: RunKit, key: str, copies: int, *, status: str = "UNSET") -> None:
     for c in range(copies):
-        kit.span(trace_id=f"{c + 1:032x}", span_id=f"{c + 1:016x}", name="llm_request", service=f"drill-replica-{c}",
-                 kind="INTERNAL", start=80 + c, end=80.5 + c, status=status,
-                 attributes={"drill.idempotency_key": key, "drill.replica": f"replica-{c}"})
+        kit.span(
+            trace_id=f"{c + 1:032x}",
+            span_id=f"{c + 1:016x}",
+            name="llm_request",
+            service=f"drill-replica-{c}",
+            kind="INTERNAL",
+            start=80 + c,
+            end=80.5 + c,
+            status=status,
+            attributes={"drill.idempotency_key": key, "drill.replica": f"replica-{c}"},
+        )
 
 
 def test_without_a_ledger_the_server_spans_count(tmp_path: Path) -> None:
@@ -169,8 +182,16 @@ def test_error_spans_are_not_executions(tmp_path: Path) -> None:
     kit.phases(fault=(60, 120))
     record = kit.request(80, logical_id="s")
     _span_run(kit, record.idempotency_key, copies=1)
-    kit.span(trace_id="f" * 32, span_id="f" * 16, name="llm_request", service="drill-replica-1", start=81, end=81.2,
-             status="ERROR", attributes={"drill.idempotency_key": record.idempotency_key})
+    kit.span(
+        trace_id="f" * 32,
+        span_id="f" * 16,
+        name="llm_request",
+        service="drill-replica-1",
+        start=81,
+        end=81.2,
+        status="ERROR",
+        attributes={"drill.idempotency_key": record.idempotency_key},
+    )
     assert _dupes(kit).status is Status.PASS
 
 
@@ -191,6 +212,7 @@ def test_no_idempotency_keys_is_inconclusive(tmp_path: Path) -> None:
 
 # --- retry budget ----------------------------------------------------------------------------------------
 
+
 def _budget(kit: RunKit, **params):
     return RetryBudgetCheck(RetryBudgetParams(**params)).evaluate(kit.evidence())
 
@@ -199,9 +221,15 @@ def _logical(kit: RunKit, n: int, attempts: int = 1, at: float = 70, prefix: str
     for i in range(n):
         for a in range(1, attempts + 1):
             ok = a == attempts
-            kit.request(at + i * 0.5 + a * 0.1, logical_id=f"{prefix}-{i}", attempt=a,
-                        status=200 if ok else 503, error=None if ok else "refused",
-                        headers_ms=None if ok else 10, e2e_ms=None if ok else 10)
+            kit.request(
+                at + i * 0.5 + a * 0.1,
+                logical_id=f"{prefix}-{i}",
+                attempt=a,
+                status=200 if ok else 503,
+                error=None if ok else "refused",
+                headers_ms=None if ok else 10,
+                e2e_ms=None if ok else 10,
+            )
 
 
 def test_few_retries_pass(tmp_path: Path) -> None:
@@ -217,7 +245,7 @@ def test_few_retries_pass(tmp_path: Path) -> None:
 def test_retry_share_over_budget_fails(tmp_path: Path) -> None:
     kit = _kit(tmp_path)
     _logical(kit, 70)
-    _logical(kit, 30, attempts=2, prefix="r")               # 30 / 130 = 23 % retries
+    _logical(kit, 30, attempts=2, prefix="r")  # 30 / 130 = 23 % retries
     verdict = _budget(kit, use_spans=False)
     assert verdict.status is Status.FAIL and "pool interactive's client retries" in verdict.message
     assert _budget(kit, use_spans=False, max_retry_share=0.25).status is Status.PASS
@@ -245,13 +273,28 @@ def test_router_retries_seen_only_in_spans_count(tmp_path: Path) -> None:
     for i in range(30):
         record = kit.request(70 + i, logical_id=f"l-{i}")
         trace = record.trace_id
-        kit.span(trace_id=trace, span_id=f"{i:08x}00000000", name="POST /v1/chat/completions", service="drill-router",
-                 kind="SERVER", start=70 + i, end=71 + i)
-        upstream = 4 if i == 0 else 1                      # the router tried l-0 four times
+        kit.span(
+            trace_id=trace,
+            span_id=f"{i:08x}00000000",
+            name="POST /v1/chat/completions",
+            service="drill-router",
+            kind="SERVER",
+            start=70 + i,
+            end=71 + i,
+        )
+        upstream = 4 if i == 0 else 1  # the router tried l-0 four times
         for a in range(upstream):
-            kit.span(trace_id=trace, span_id=f"{i:08x}{a + 1:08x}", parent_id=f"{i:08x}00000000",
-                     name="POST upstream", service="drill-router", kind="CLIENT", start=70 + i + a * 0.1,
-                     end=70.1 + i + a * 0.1, attributes={"drill.attempt": a + 1})
+            kit.span(
+                trace_id=trace,
+                span_id=f"{i:08x}{a + 1:08x}",
+                parent_id=f"{i:08x}00000000",
+                name="POST upstream",
+                service="drill-router",
+                kind="CLIENT",
+                start=70 + i + a * 0.1,
+                end=70.1 + i + a * 0.1,
+                attributes={"drill.attempt": a + 1},
+            )
     verdict = _budget(kit)
     assert verdict.status is Status.FAIL, verdict.message
     assert verdict.observed["client_retries"] == 0 and verdict.observed["server_retries"] == 3
@@ -281,7 +324,7 @@ def test_a_key_without_its_span_is_not_proven_lost(tmp_path: Path) -> None:
     kit.phases(fault=(60, 120))
     record = kit.request(80, logical_id="s")
     _span_run(kit, record.idempotency_key, copies=1)
-    kit.request(81, logical_id="no-span")                  # ok to the client; its span may have been dropped
+    kit.request(81, logical_id="no-span")  # ok to the client; its span may have been dropped
     verdict = _dupes(kit)
     assert verdict.status is Status.INCONCLUSIVE and verdict.observed["lost"] == 1
 

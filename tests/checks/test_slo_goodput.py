@@ -54,11 +54,11 @@ def test_too_few_samples_is_inconclusive(tmp_path: Path) -> None:
 def test_goodput_per_phase_and_pool(tmp_path: Path) -> None:
     kit = _kit(tmp_path)
     for i in range(50):
-        kit.request(i, ttft_ms=100, completion_tokens=20)                            # baseline: all good
-        kit.request(50 + i, ttft_ms=3_000 if i % 2 else 100, completion_tokens=20)   # fault: half too slow
+        kit.request(i, ttft_ms=100, completion_tokens=20)  # baseline: all good
+        kit.request(50 + i, ttft_ms=3_000 if i % 2 else 100, completion_tokens=20)  # fault: half too slow
         if i % 5 == 0:
             kit.request(50 + i, status=503, error="refused", headers_ms=5, e2e_ms=5)  # and some refused
-        kit.request(50 + i, pool="batch", ttft_ms=None, e2e_ms=20_000)               # batch past its 10 s
+        kit.request(50 + i, pool="batch", ttft_ms=None, e2e_ms=20_000)  # batch past its 10 s
     verdict = _judge(kit)
     observed = verdict.observed
     assert observed["goodput.baseline.interactive.share"] == 1.0
@@ -68,11 +68,11 @@ def test_goodput_per_phase_and_pool(tmp_path: Path) -> None:
     assert observed["goodput.fault.interactive.share"] == round(25 / 60, 4)
     assert observed["goodput.fault.interactive.tokens_per_s"] == 10.0
     assert observed["goodput.fault.batch.share"] == 0.0
-    assert observed["goodput.recovery.interactive.share"] is None        # no requests in recovery
+    assert observed["goodput.recovery.interactive.share"] is None  # no requests in recovery
     assert verdict.units["goodput.fault.interactive.share"] == "ratio"
     assert verdict.units["goodput.fault.interactive.tokens_per_s"] == "tokens/s"
     # the verdict itself still judges the baseline percentiles only...
-    assert verdict.status is Status.INCONCLUSIVE                         # batch has no baseline sample
+    assert verdict.status is Status.INCONCLUSIVE  # batch has no baseline sample
     assert _judge(kit, pools=["interactive"]).status is Status.PASS
     # ...unless min_goodput asks for goodput in the judged phase too
     verdict = _judge(kit, pools=["interactive"], phase="fault", min_goodput=0.9)
@@ -84,11 +84,25 @@ def test_measurement_truth_is_added_when_spans_join(tmp_path: Path) -> None:
     for i in range(30):
         record = kit.request(i, ttft_ms=150, e2e_ms=600)
         trace = record.trace_id
-        kit.span(trace_id=trace, span_id=f"{i:08x}00000001", name="POST /v1/chat/completions",
-                 service="drill-replica-0", kind="SERVER", start=i + 0.01, end=i + 0.51)
-        kit.span(trace_id=trace, span_id=f"{i:08x}00000002", parent_id=f"{i:08x}00000001", name="llm_request",
-                 service="drill-replica-0", start=i + 0.01, end=i + 0.5,
-                 attributes={"gen_ai.latency.time_to_first_token": 0.12})
+        kit.span(
+            trace_id=trace,
+            span_id=f"{i:08x}00000001",
+            name="POST /v1/chat/completions",
+            service="drill-replica-0",
+            kind="SERVER",
+            start=i + 0.01,
+            end=i + 0.51,
+        )
+        kit.span(
+            trace_id=trace,
+            span_id=f"{i:08x}00000002",
+            parent_id=f"{i:08x}00000001",
+            name="llm_request",
+            service="drill-replica-0",
+            start=i + 0.01,
+            end=i + 0.5,
+            attributes={"gen_ai.latency.time_to_first_token": 0.12},
+        )
     verdict = _judge(kit, pools=["interactive"])
     assert verdict.status is Status.PASS, verdict.message
     assert verdict.observed["measurement_truth.joined"] == 30

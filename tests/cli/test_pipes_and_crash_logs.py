@@ -29,21 +29,32 @@ phases: {baseline: 10s, fault: 20s}
 def test_plan_into_a_closed_pipe_exits_quietly_and_writes_no_crash_log(tmp_path: Path) -> None:
     (tmp_path / "d.yaml").write_text(DRILL)
     env = {**os.environ, "DRILL_STATE_DIR": str(tmp_path / "state")}
-    proc = subprocess.Popen([sys.executable, "-m", "drill", "plan", "d.yaml"], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    proc.stdout.close()   # as `| head -0` would: every write the command makes meets a closed pipe
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "drill", "plan", "d.yaml"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdout.close()  # as `| head -0` would: every write the command makes meets a closed pipe
     stderr = proc.stderr.read().decode()
     proc.wait(timeout=60)
-    assert proc.returncode in (1, 141), (proc.returncode, stderr)   # not 3 (internal error)
+    assert proc.returncode in (1, 141), (proc.returncode, stderr)  # not 3 (internal error)
     assert "internal error" not in stderr and "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
     assert not list(tmp_path.rglob("drill-crash*.log")), "a closed pipe is not a crash"
 
 
 def test_plan_piped_into_head_prints_its_first_lines(tmp_path: Path) -> None:
     (tmp_path / "d.yaml").write_text(DRILL)
-    done = subprocess.run(f"{sys.executable} -m drill plan d.yaml | head -2", shell=True, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "DRILL_STATE_DIR": str(tmp_path / "state")})
+    done = subprocess.run(
+        f"{sys.executable} -m drill plan d.yaml | head -2",
+        shell=True,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "DRILL_STATE_DIR": str(tmp_path / "state")},
+    )
     assert done.returncode == 0 and done.stdout.splitlines()[0] == "drill piped", done
     assert "internal error" not in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert not list(tmp_path.rglob("drill-crash*.log"))
@@ -69,10 +80,9 @@ def test_an_internal_error_logs_to_the_state_directory_and_says_where(tmp_path: 
 def test_once_a_command_has_a_run_directory_the_crash_log_goes_there(tmp_path: Path, capsys) -> None:
     run_dir = tmp_path / "reports" / "x" / "run-1"
     run_dir.mkdir(parents=True)
-    with pytest.raises(SystemExit) as exit_info:
-        with handle_errors() as crash:
-            crash.run_dir = lambda: run_dir
-            raise ValueError("boom")
+    with pytest.raises(SystemExit) as exit_info, handle_errors() as crash:
+        crash.run_dir = lambda: run_dir
+        raise ValueError("boom")
     assert exit_info.value.code == 3
     (log,) = run_dir.glob("drill-crash-*.log")
     assert "ValueError: boom" in log.read_text()

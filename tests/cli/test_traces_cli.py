@@ -39,6 +39,7 @@ def analysed(*args: str) -> dict:
 
 # --- writers of the other formats -----------------------------------------------------------------
 
+
 def _any(value):
     if isinstance(value, bool):
         return {"boolValue": value}
@@ -58,20 +59,33 @@ def _id(hex_id: str | None, b64: bool) -> str:
 def otlp_traces_data(spans: list[dict], *, b64: bool = False, key: str = "resourceSpans") -> dict:
     by_service: dict[str, list[dict]] = {}
     for s in spans:
-        by_service.setdefault(s["service"], []).append({
-            "traceId": _id(s["trace_id"], b64), "spanId": _id(s["span_id"], b64),
-            "parentSpanId": _id(s["parent_span_id"], b64), "name": s["name"], "kind": KIND_NAMES.index(s["kind"]),
-            "startTimeUnixNano": str(s["start_ns"]), "endTimeUnixNano": str(s["end_ns"]),
-            "attributes": [{"key": k, "value": _any(v)} for k, v in s["attributes"].items()],
-            "status": {"code": STATUS_NAMES.index(s["status"]["code"]), "message": s["status"]["message"] or ""}})
-    return {key: [{"resource": {"attributes": [{"key": "service.name", "value": {"stringValue": service}}]},
-                   "scopeSpans": [{"scope": {"name": "test"}, "spans": items}]}
-                  for service, items in by_service.items()]}
+        by_service.setdefault(s["service"], []).append(
+            {
+                "traceId": _id(s["trace_id"], b64),
+                "spanId": _id(s["span_id"], b64),
+                "parentSpanId": _id(s["parent_span_id"], b64),
+                "name": s["name"],
+                "kind": KIND_NAMES.index(s["kind"]),
+                "startTimeUnixNano": str(s["start_ns"]),
+                "endTimeUnixNano": str(s["end_ns"]),
+                "attributes": [{"key": k, "value": _any(v)} for k, v in s["attributes"].items()],
+                "status": {"code": STATUS_NAMES.index(s["status"]["code"]), "message": s["status"]["message"] or ""},
+            }
+        )
+    return {
+        key: [
+            {
+                "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": service}}]},
+                "scopeSpans": [{"scope": {"name": "test"}, "spans": items}],
+            }
+            for service, items in by_service.items()
+        ]
+    }
 
 
 def write_otlp_json(path: Path, spans: list[dict], **kw) -> Path:
     """One TracesData per line, 70 spans a line (the Collector file exporter's shape)."""
-    lines = [json.dumps(otlp_traces_data(spans[i:i + 70], **kw)) for i in range(0, len(spans), 70)]
+    lines = [json.dumps(otlp_traces_data(spans[i : i + 70], **kw)) for i in range(0, len(spans), 70)]
     path.write_text("".join(line + "\n" for line in lines))
     return path
 
@@ -85,19 +99,38 @@ def write_otlp_proto(path: Path, spans: list[dict]) -> Path:
 def jaeger_json(spans: list[dict]) -> dict:
     traces: dict[str, list[dict]] = {}
     for s in spans:
-        refs = [{"refType": "CHILD_OF", "traceID": s["trace_id"], "spanID": s["parent_span_id"]}] \
-            if s["parent_span_id"] else []
-        traces.setdefault(s["trace_id"], []).append({
-            "traceID": s["trace_id"], "spanID": s["span_id"], "operationName": s["name"], "references": refs,
-            "startTime": s["start_ns"] // 1000, "duration": (s["end_ns"] - s["start_ns"]) // 1000,
-            "tags": [{"key": "span.kind", "type": "string", "value": s["kind"].lower()}], "logs": [],
-            "processID": s["service"]})
-    return {"data": [{"traceID": t, "spans": items,
-                      "processes": {x["processID"]: {"serviceName": x["processID"], "tags": []} for x in items}}
-                     for t, items in traces.items()]}
+        refs = (
+            [{"refType": "CHILD_OF", "traceID": s["trace_id"], "spanID": s["parent_span_id"]}]
+            if s["parent_span_id"]
+            else []
+        )
+        traces.setdefault(s["trace_id"], []).append(
+            {
+                "traceID": s["trace_id"],
+                "spanID": s["span_id"],
+                "operationName": s["name"],
+                "references": refs,
+                "startTime": s["start_ns"] // 1000,
+                "duration": (s["end_ns"] - s["start_ns"]) // 1000,
+                "tags": [{"key": "span.kind", "type": "string", "value": s["kind"].lower()}],
+                "logs": [],
+                "processID": s["service"],
+            }
+        )
+    return {
+        "data": [
+            {
+                "traceID": t,
+                "spans": items,
+                "processes": {x["processID"]: {"serviceName": x["processID"], "tags": []} for x in items},
+            }
+            for t, items in traces.items()
+        ]
+    }
 
 
 # --- format detection -------------------------------------------------------------------------------
+
 
 def test_detect_source_by_content(tmp_path, spans):
     assert detect_source(write_spans(tmp_path / "a.log", spans[:20])) == "receiver"
@@ -111,6 +144,7 @@ def test_detect_source_by_content(tmp_path, spans):
 
 
 # --- analysis ---------------------------------------------------------------------------------------
+
 
 def test_receiver_file_human_output(tmp_path, spans):
     path = write_spans(tmp_path / "spans.jsonl", spans)
@@ -126,8 +160,9 @@ def test_receiver_file_human_output(tmp_path, spans):
 
 def test_json_output(tmp_path, spans):
     path = write_spans(tmp_path / "spans.jsonl", spans)
-    data = analysed(str(path), "--baseline-until", f"{FAULT_START_S}", "--fault-start", f"{FAULT_START_S}",
-                    "--top", "2")
+    data = analysed(
+        str(path), "--baseline-until", f"{FAULT_START_S}", "--fault-start", f"{FAULT_START_S}", "--top", "2"
+    )
     assert data["files"] == [{"path": str(path), "format": "receiver", "spans": 1260, "unreadable": 0, "where": []}]
     first = data["analysis"]["first"]
     assert (first["service"], first["name"]) == ("drill-replica-0", "queue")
@@ -196,13 +231,16 @@ def test_records_are_joined(tmp_path, spans):
     assert "client records: 11 requests, 10 with spans of their trace id (p50 7 spans per request)" in result.output
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--baseline-until", "1700000000", "--baseline", "{spans}"], "not both"),
-    (["--fault-start", "yesterday"], "neither epoch seconds nor an RFC 3339 time"),
-    (["--fault-start", "inf"], "neither epoch seconds nor an RFC 3339 time"),
-    (["--baseline-until", "2023-11-14T22:13:26"], "no UTC offset"),
-    (["--top", "0"], "--top"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--baseline-until", "1700000000", "--baseline", "{spans}"], "not both"),
+        (["--fault-start", "yesterday"], "neither epoch seconds nor an RFC 3339 time"),
+        (["--fault-start", "inf"], "neither epoch seconds nor an RFC 3339 time"),
+        (["--baseline-until", "2023-11-14T22:13:26"], "no UTC offset"),
+        (["--top", "0"], "--top"),
+    ],
+)
 def test_bad_options_exit_2(tmp_path, spans, args, message):
     path = write_spans(tmp_path / "spans.jsonl", spans[:50])
     result = invoke(str(path), *[a.format(spans=path) for a in args])
@@ -253,13 +291,17 @@ def test_jaeger_json_download(tmp_path, spans):
     assert data["files"][0]["format"] == "jaeger_file" and data["files"][0]["spans"] == 1260
     first = data["analysis"]["first"]
     assert (first["service"], first["name"], first["kind"]) == ("drill-replica-0", "queue", "INTERNAL")
-    assert [c["name"] for c in first["chain"]] == ["queue", "llm_request", "POST /v1/chat/completions", "POST",
-                                                   "POST /v1/chat/completions"]
+    assert [c["name"] for c in first["chain"]] == [
+        "queue",
+        "llm_request",
+        "POST /v1/chat/completions",
+        "POST",
+        "POST /v1/chat/completions",
+    ]
 
 
 def test_an_empty_fault_window_is_said(tmp_path, spans):
     path = write_spans(tmp_path / "spans.jsonl", spans)
-    result = CliRunner().invoke(cli, ["traces", "analyze", str(path), "--baseline-until",
-                                       "2030-01-01T00:00:00+00:00"])
+    result = CliRunner().invoke(cli, ["traces", "analyze", str(path), "--baseline-until", "2030-01-01T00:00:00+00:00"])
     assert result.exit_code == 0
     assert "the fault window holds no span" in result.stderr and "no abnormal span" in result.stdout

@@ -35,8 +35,10 @@ class DrillRun:
     def verdict(self, name: str) -> dict:
         """The verdict of check ``name``; a missing one fails the test with what the run did say."""
         if name not in self.verdicts:
-            pytest.fail(f"no verdict named {name!r} in {self.run_dir}/verdicts.json; have {sorted(self.verdicts)}\n"
-                        f"{self.output[-3000:]}")
+            pytest.fail(
+                f"no verdict named {name!r} in {self.run_dir}/verdicts.json; have {sorted(self.verdicts)}\n"
+                f"{self.output[-3000:]}"
+            )
         return self.verdicts[name]
 
     def status(self, name: str) -> str:
@@ -57,8 +59,18 @@ def _run_dir(out: Path) -> Path:
 
 
 def _argv(out: Path, drill: str, sets: tuple[str, ...], time_scale: float) -> list[str]:
-    argv = [str(DRILL), "run", str(REPO / drill), "--time-scale", str(time_scale), "--out", str(out),
-            "--no-progress", "--set", "otlp.port=0"]
+    argv = [
+        str(DRILL),
+        "run",
+        str(REPO / drill),
+        "--time-scale",
+        str(time_scale),
+        "--out",
+        str(out),
+        "--no-progress",
+        "--set",
+        "otlp.port=0",
+    ]
     for assignment in sets:
         argv += ["--set", assignment]
     return argv
@@ -76,7 +88,7 @@ class StartedDrill:
         try:
             stdout, _ = self.process.communicate(timeout=RUN_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            self.process.terminate()   # the runner reverts its faults and stops its stack on SIGTERM
+            self.process.terminate()  # the runner reverts its faults and stops its stack on SIGTERM
             stdout, _ = self.process.communicate(timeout=60)
             pytest.fail(f"drill run did not finish within {RUN_TIMEOUT_S}s:\n{stdout[-4000:]}")
         wall = time.monotonic() - self.started
@@ -93,8 +105,9 @@ class StartedDrill:
 
 def start_drill(out: Path, drill: str, *sets: str, time_scale: float) -> StartedDrill:
     """Start ``drill run DRILL --time-scale F --out OUT --set otlp.port=0 --set ...`` in a subprocess."""
-    process = subprocess.Popen(_argv(out, drill, sets, time_scale), cwd=REPO, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        _argv(out, drill, sets, time_scale), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     return StartedDrill(out, process, time.monotonic())
 
 

@@ -33,8 +33,13 @@ GPU_OOM = "drills/gpu-oom.yaml"
 
 #: The unbounded-queue drill in CI: shorter warm-up, baseline and recovery (the flood and its fault phase are
 #: the drill's own), and fewer replayed samples — the replay is not what this test proves.
-QUEUE_CI = ("phases.warmup=10s", "phases.baseline=40s", "phases.recovery=40s",
-            "phases.replay.max_samples=20", "phases.replay.controls=4")
+QUEUE_CI = (
+    "phases.warmup=10s",
+    "phases.baseline=40s",
+    "phases.recovery=40s",
+    "phases.replay.max_samples=20",
+    "phases.replay.controls=4",
+)
 
 
 def _assert_status(run: DrillRun, name: str, status: str) -> dict:
@@ -68,7 +73,7 @@ def test_unbounded_queue_fails_fast_failure_and_admission_control_passes_it(dril
     assert failed["observed"]["refused"] == 0, "an unbounded queue refuses nothing: the excess waits"
     assert failed["observed"]["left_to_wait"] + failed["observed"]["timeout"] >= 20
     assert failed["observed"]["waited_share"] >= 0.9, failed["observed"]
-    _assert_status(unbounded, "first_abnormal_span", "PASS")      # its expect: a replica's queue span
+    _assert_status(unbounded, "first_abnormal_span", "PASS")  # its expect: a replica's queue span
     first = _first_span(unbounded)
     assert re.fullmatch(r"drill-replica-\d+", first["service"]) and first["name"] == "queue", first
 
@@ -86,11 +91,12 @@ def test_slow_replica_names_the_link_to_replica_0_never_replica_1(drill_run) -> 
     run = drill_run(SLOW_REPLICA, time_scale=0.25).finish()
     _assert_status(run, "fault_landed", "PASS")
     _assert_status(run, "baseline-slo", "PASS")
-    _assert_status(run, "first_abnormal_span", "PASS")   # expect: router -> replica-0 CLIENT span, or replica 0
+    _assert_status(run, "first_abnormal_span", "PASS")  # expect: router -> replica-0 CLIENT span, or replica 0
     first = _first_span(run)
     upstream = first["attributes"].get("drill.upstream")
-    assert (first["service"], first["name"], upstream) == ("drill-router", "POST upstream", "replica-0") \
-        or first["service"] == "drill-replica-0", first
+    assert (first["service"], first["name"], upstream) == ("drill-router", "POST upstream", "replica-0") or first[
+        "service"
+    ] == "drill-replica-0", first
     assert "replica-1" not in (first["service"], upstream), first
     assert "drill-replica-1" not in _material_services(run), run.verdict("first_abnormal_span")["observed"]["pairs"]
     _assert_status(run, "no-errors-while-slow", "PASS")
@@ -100,7 +106,7 @@ def test_slow_replica_names_the_link_to_replica_0_never_replica_1(drill_run) -> 
 def test_tp_link_degradation_names_decode_on_the_degraded_replica(drill_run) -> None:
     run = drill_run(NCCL, time_scale=0.25).finish()
     _assert_status(run, "fault_landed", "PASS")
-    _assert_status(run, "first_abnormal_span", "PASS")   # expect: drill-replica-0 / decode
+    _assert_status(run, "first_abnormal_span", "PASS")  # expect: drill-replica-0 / decode
     first = _first_span(run)
     assert (first["service"], first["name"]) == ("drill-replica-0", "decode"), first
     # the healthy replica's extra load is not a cause: nothing material on it
@@ -120,7 +126,7 @@ def test_retry_storm_duplicates_found_and_none_with_the_idempotency_store(drill_
 
     _assert_status(guarded, "fault_landed", "PASS")
     _assert_status(guarded, "duplicate_side_effects", "PASS")
-    _assert_status(guarded, "retry_budget", "FAIL")   # the store stops the duplicates, not the client's retries
+    _assert_status(guarded, "retry_budget", "FAIL")  # the store stops the duplicates, not the client's retries
     assert storm.verdict("duplicate_side_effects")["observed"] != guarded.verdict("duplicate_side_effects")["observed"]
 
 
@@ -132,7 +138,7 @@ def test_gpu_oom_replay_passes_the_failed_samples_after_the_restart(drill_run) -
     ledger = _ledger(run, "replica-0")
     died = [i for i, record in enumerate(ledger) if record["status"] == "error"]
     assert died, f"replica-0 never failed a request: the engine did not die\n{run.summary()}"
-    assert any(record["status"] == "ok" for record in ledger[died[-1] + 1:]), "replica-0 served nothing after it died"
+    assert any(record["status"] == "ok" for record in ledger[died[-1] + 1 :]), "replica-0 served nothing after it died"
     replay = _assert_status(run, "recovery_replay", "PASS")
     observed = replay["observed"]
     assert observed["failed_requests"] >= 1

@@ -30,17 +30,36 @@ checks:
 
 
 def _journal(path: Path) -> None:
-    events = [("run_started", {}), ("phase_started", {"phase": "fault", "planned_s": 10}),
-              ("phase_ended", {"phase": "fault"}), ("run_finished", {"status": "completed", "stopped_by": None})]
-    path.write_text("".join(json.dumps({"seq": i, "event": e, "ts": T0 + (0 if i <= 2 else 10) + i * 0.001,
-                                        "mono": i, "by": "runner", **data}) + "\n"
-                            for i, (e, data) in enumerate(events, 1)))
+    events = [
+        ("run_started", {}),
+        ("phase_started", {"phase": "fault", "planned_s": 10}),
+        ("phase_ended", {"phase": "fault"}),
+        ("run_finished", {"status": "completed", "stopped_by": None}),
+    ]
+    path.write_text(
+        "".join(
+            json.dumps(
+                {"seq": i, "event": e, "ts": T0 + (0 if i <= 2 else 10) + i * 0.001, "mono": i, "by": "runner", **data}
+            )
+            + "\n"
+            for i, (e, data) in enumerate(events, 1)
+        )
+    )
 
 
 def _record(i: int, error: str | None = None) -> str:
-    record = RequestRecord(request_id=f"r{i}", logical_id=f"l{i}", pool="chat", attempt=1,
-                           intended_ts=T0 + 1 + i * 0.1, sent_ts=T0 + 1 + i * 0.1, schedule_lag_ms=0.1,
-                           status=200 if error is None else 503, ttft_ms=50.0, e2e_ms=100.0)
+    record = RequestRecord(
+        request_id=f"r{i}",
+        logical_id=f"l{i}",
+        pool="chat",
+        attempt=1,
+        intended_ts=T0 + 1 + i * 0.1,
+        sent_ts=T0 + 1 + i * 0.1,
+        schedule_lag_ms=0.1,
+        status=200 if error is None else 503,
+        ttft_ms=50.0,
+        e2e_ms=100.0,
+    )
     data = json.loads(record.to_json())
     data["error"] = error
     return json.dumps(data)
@@ -59,11 +78,15 @@ def _judge(tmp_path: Path, records: list[str]):
 
 
 def test_a_record_with_an_unknown_error_class_makes_the_error_rate_check_inconclusive_naming_the_line(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     # 7 good records, then 3 failures of which one has a class the reader does not know (line 9): read without
     # it, the error rate is 2/9 = 22% (FAIL); had it vanished with a refused one, 1/9 would PASS. Neither counts.
-    records = [_record(i) for i in range(7)] + [_record(7, "refused"), _record(8, "a-class-from-the-future"),
-                                                _record(9, "timeout")]
+    records = [_record(i) for i in range(7)] + [
+        _record(7, "refused"),
+        _record(8, "a-class-from-the-future"),
+        _record(9, "timeout"),
+    ]
     verdicts, evidence = _judge(tmp_path, records)
     (errors,) = verdicts
     assert errors.status is Status.INCONCLUSIVE, errors

@@ -25,7 +25,7 @@ def test_journal_survives_a_torn_last_line_and_continues_numbering(tmp_path: Pat
     journal.write(Event.NOTE, message="two")
     journal.close()
     with path.open("a") as fh:
-        fh.write('{"seq": 3, "event": "no')   # a crash mid-write
+        fh.write('{"seq": 3, "event": "no')  # a crash mid-write
     entries = list(read_journal(path))
     assert [e.get("message") for e in entries] == ["one", "two"]
     again = Journal(path)
@@ -45,7 +45,7 @@ def test_revert_is_journaled_before_the_fault_and_runs_lifo(tmp_path: Path) -> N
     assert order == ["c", "b", "a"]
     assert all(o.ok for o in outcomes)
     assert pending_reverts(list(read_journal(tmp_path / "journal.jsonl"))) == []
-    assert stack.revert_all("again") == []   # each revert runs at most once
+    assert stack.revert_all("again") == []  # each revert runs at most once
 
 
 def test_a_failing_revert_is_recorded_and_the_others_still_run(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ def test_a_misspelt_field_is_an_error_and_nothing_is_written(tmp_path: Path) -> 
     with pytest.raises(TypeError, match="fault_injected.*faultid.*its fields are fault_id, kind"):
         journal.write(Event.FAULT_INJECTED, faultid="f1", kind="partition")
     with pytest.raises(TypeError, match="run_finished"):
-        journal.write(Event.RUN_FINISHED, status="completed")    # exit_code missing
+        journal.write(Event.RUN_FINISHED, status="completed")  # exit_code missing
     with pytest.raises(TypeError, match="not an Event"):
         journal.write("note", message="a string is not an event")  # type: ignore[arg-type]
     journal.close()
@@ -41,7 +41,7 @@ def test_the_line_on_disk_is_the_envelope_and_exactly_the_given_fields(tmp_path:
     journal.write(Event.RUN_FINISHED, status="completed", exit_code=0)
     journal.close()
     line = json.loads(path.read_text())
-    assert set(line) == {"seq", "event", "ts", "mono", "by", "status", "exit_code"}   # no null optional fields
+    assert set(line) == {"seq", "event", "ts", "mono", "by", "status", "exit_code"}  # no null optional fields
     assert (line["event"], line["status"], line["exit_code"], line["seq"]) == ("run_finished", "completed", 0, 1)
 
 
@@ -51,7 +51,7 @@ def test_reading_a_misspelt_key_is_an_error_and_payload_is_typed(tmp_path: Path)
     journal.write(Event.FAULT_INJECTED, fault_id="f1", kind="partition")
     journal.close()
     entry = next(read_journal(path))
-    assert entry.get("fault_id") == "f1" and entry.get("phase") is None    # a field of another event: absent here
+    assert entry.get("fault_id") == "f1" and entry.get("phase") is None  # a field of another event: absent here
     with pytest.raises(KeyError, match="faultid"):
         entry.get("faultid")
     assert entry.payload == FaultInjected(fault_id="f1", kind="partition")
@@ -64,7 +64,7 @@ def test_recorded_journals_match_the_records_and_still_rebuild_reverts(path: Pat
     for entry in entries:
         check_payload(Event(entry.event), entry.data)
         assert isinstance(entry.payload, PAYLOADS[Event(entry.event)])
-    assert pending_reverts(entries) == [] and pending_teardowns(entries) == []   # every recorded fault reverted
+    assert pending_reverts(entries) == [] and pending_teardowns(entries) == []  # every recorded fault reverted
 
 
 def test_an_old_journal_with_a_pending_revert_still_rebuilds_it(tmp_path: Path) -> None:
@@ -72,20 +72,52 @@ def test_an_old_journal_with_a_pending_revert_still_rebuilds_it(tmp_path: Path) 
     path = tmp_path / "journal.jsonl"
     target = {"kind": "openai", "base_url": "http://127.0.0.1:1"}
     lines = [
-        {"seq": 1, "event": "run_started", "ts": 1.0, "mono": 1.0, "by": "runner", "run_id": "r", "pid": 1,
-         "pid_start": None},
-        {"seq": 2, "event": "revert_registered", "ts": 2.0, "mono": 2.0, "by": "runner", "fault_id": "f1",
-         "kind": "partition", "params": {}, "target": target, "targets": {}, "saved": {}, "planned_end_ts": None,
-         "timeout_s": 10.0},
-        {"seq": 3, "event": "fault_injected", "ts": 2.1, "mono": 2.1, "by": "runner", "fault_id": "f1",
-         "kind": "partition"},
+        {
+            "seq": 1,
+            "event": "run_started",
+            "ts": 1.0,
+            "mono": 1.0,
+            "by": "runner",
+            "run_id": "r",
+            "pid": 1,
+            "pid_start": None,
+        },
+        {
+            "seq": 2,
+            "event": "revert_registered",
+            "ts": 2.0,
+            "mono": 2.0,
+            "by": "runner",
+            "fault_id": "f1",
+            "kind": "partition",
+            "params": {},
+            "target": target,
+            "targets": {},
+            "saved": {},
+            "planned_end_ts": None,
+            "timeout_s": 10.0,
+        },
+        {
+            "seq": 3,
+            "event": "fault_injected",
+            "ts": 2.1,
+            "mono": 2.1,
+            "by": "runner",
+            "fault_id": "f1",
+            "kind": "partition",
+        },
     ]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     entries = list(read_journal(path))
     [record] = pending_reverts(entries)
     assert (record.fault_id, record.kind, record.target.base_url) == ("f1", "partition", "http://127.0.0.1:1")
-    assert {f.name for f in fields(PAYLOADS[Event.REVERT_REGISTERED])} >= set(lines[1]) - {"seq", "event", "ts",
-                                                                                         "mono", "by"}
+    assert {f.name for f in fields(PAYLOADS[Event.REVERT_REGISTERED])} >= set(lines[1]) - {
+        "seq",
+        "event",
+        "ts",
+        "mono",
+        "by",
+    }
 
 
 def test_a_run_status_that_is_none_is_an_error_at_write(tmp_path: Path) -> None:
@@ -106,4 +138,4 @@ def test_states_are_str_enums_whose_json_and_text_are_the_old_strings() -> None:
     assert [s.value for s in FaultState] == ["pending", "active", "done"]
     assert RunResult(run_dir=None).status is RunStatus.ERROR
     with pytest.raises(AttributeError):
-        RunStatus.COMPLETD   # type: ignore[attr-defined]  # noqa: B018
+        RunStatus.COMPLETD  # type: ignore[attr-defined]  # noqa: B018

@@ -14,17 +14,34 @@ T0 = 1_700_000_000.0
 
 
 def _journal(path: Path) -> None:
-    events = [("run_started", {}), ("phase_started", {"phase": "fault", "planned_s": 10}),
-              ("phase_ended", {"phase": "fault"}), ("run_finished", {"status": "completed", "stopped_by": None})]
-    lines = [json.dumps({"seq": i, "event": e, "ts": T0 + (0 if i <= 2 else 10) + i * 0.001, "mono": i, "by": "runner",
-                         **data}) for i, (e, data) in enumerate(events, 1)]
+    events = [
+        ("run_started", {}),
+        ("phase_started", {"phase": "fault", "planned_s": 10}),
+        ("phase_ended", {"phase": "fault"}),
+        ("run_finished", {"status": "completed", "stopped_by": None}),
+    ]
+    lines = [
+        json.dumps(
+            {"seq": i, "event": e, "ts": T0 + (0 if i <= 2 else 10) + i * 0.001, "mono": i, "by": "runner", **data}
+        )
+        for i, (e, data) in enumerate(events, 1)
+    ]
     path.write_text("\n".join(lines) + "\n")
 
 
 def _record(i: int, error: str | None = None) -> str:
-    record = RequestRecord(request_id=f"r{i}", logical_id=f"l{i}", pool="chat", attempt=1, intended_ts=T0 + 1 + i * 0.1,
-                           sent_ts=T0 + 1 + i * 0.1, schedule_lag_ms=0.1, status=200 if error is None else 503,
-                           ttft_ms=50.0, e2e_ms=100.0)
+    record = RequestRecord(
+        request_id=f"r{i}",
+        logical_id=f"l{i}",
+        pool="chat",
+        attempt=1,
+        intended_ts=T0 + 1 + i * 0.1,
+        sent_ts=T0 + 1 + i * 0.1,
+        schedule_lag_ms=0.1,
+        status=200 if error is None else 503,
+        ttft_ms=50.0,
+        e2e_ms=100.0,
+    )
     data = json.loads(record.to_json())
     data["error"] = error
     return json.dumps(data)
@@ -33,12 +50,20 @@ def _record(i: int, error: str | None = None) -> str:
 def _run_dir(tmp_path: Path, records: list[str]) -> Path:
     run = tmp_path / "reports" / "d" / "20261201T000000Z-abcdef"
     run.mkdir(parents=True)
-    (run / "resolved.json").write_text(json.dumps({
-        "drill": {"name": "d", "faults": [], "slo": {},
-                  "checks": [{"kind": "error_rate", "name": "errors", "params": {"max": 0.2, "min_requests": 5}}]},
-        "scenario": {"pools": [{"name": "chat", "slo": {"ttft_p95": "1s"}}]},
-        "check_params": [{"phase": "fault", "max": 0.2, "min_requests": 5}],
-    }))
+    (run / "resolved.json").write_text(
+        json.dumps(
+            {
+                "drill": {
+                    "name": "d",
+                    "faults": [],
+                    "slo": {},
+                    "checks": [{"kind": "error_rate", "name": "errors", "params": {"max": 0.2, "min_requests": 5}}],
+                },
+                "scenario": {"pools": [{"name": "chat", "slo": {"ttft_p95": "1s"}}]},
+                "check_params": [{"phase": "fault", "max": 0.2, "min_requests": 5}],
+            }
+        )
+    )
     _journal(run / "journal.jsonl")
     (run / "requests.jsonl").write_text("\n".join(records) + "\n")
     return run
@@ -73,7 +98,7 @@ def test_a_corrupted_record_line_is_named_and_the_check_does_not_pass(tmp_path: 
 def test_a_torn_last_line_is_noted_but_does_not_change_the_verdict(tmp_path: Path) -> None:
     run = _run_dir(tmp_path, [_record(i) for i in range(10)])
     with (run / "requests.jsonl").open("a") as fh:
-        fh.write(_record(10)[:40])           # a crash mid-write
+        fh.write(_record(10)[:40])  # a crash mid-write
     code, doc = _judge(run)
     (check,) = doc["checks"]
     assert code == 0 and check["status"] == "PASS"

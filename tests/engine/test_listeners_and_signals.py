@@ -29,7 +29,9 @@ class Recorder(RunListener):
 def test_a_raising_listener_is_isolated_and_reported() -> None:
     errors = []
     recorder = Recorder()
-    listeners = Listeners([Broken(), recorder], on_error=lambda name, event, exc: errors.append((name, event, str(exc))))
+    listeners = Listeners(
+        [Broken(), recorder], on_error=lambda name, event, exc: errors.append((name, event, str(exc)))
+    )
     listeners.fire(ListenerEvent.PHASE_STARTED, phase="fault", planned_s=1.0)
     assert recorder.seen == ["fault"]
     assert errors == [("Broken", "phase_started", "listener bug")]
@@ -43,11 +45,11 @@ def test_every_listener_event_is_a_run_listener_method_and_back() -> None:
 def test_a_misspelt_event_name_is_an_error_not_silence() -> None:
     listeners = Listeners([Recorder()])
     with pytest.raises(TypeError, match="not a ListenerEvent"):
-        listeners.fire("phase_startd", phase="fault", planned_s=1.0)   # type: ignore[arg-type]
+        listeners.fire("phase_startd", phase="fault", planned_s=1.0)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="not a ListenerEvent"):
-        listeners.fire("phase_started", phase="fault", planned_s=1.0)   # type: ignore[arg-type]
+        listeners.fire("phase_started", phase="fault", planned_s=1.0)  # type: ignore[arg-type]
     with pytest.raises(AttributeError):
-        ListenerEvent.PHASE_STARTD   # type: ignore[attr-defined]  # noqa: B018
+        ListenerEvent.PHASE_STARTD  # type: ignore[attr-defined]  # noqa: B018
 
 
 def test_a_misspelt_argument_is_an_error_before_any_listener_runs() -> None:
@@ -77,7 +79,7 @@ def test_a_signal_outside_a_critical_section_interrupts_at_once() -> None:
     try:
         with pytest.raises(RunInterrupted) as info:
             os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(5)   # the handler raises before this returns
+            time.sleep(5)  # the handler raises before this returns
         assert info.value.exit_code == 130 and info.value.signal_name == "SIGTERM"
     finally:
         guard.uninstall()
@@ -88,10 +90,9 @@ def test_a_signal_inside_a_critical_section_waits_for_its_end() -> None:
     guard.install()
     done = []
     try:
-        with pytest.raises(RunInterrupted):
-            with guard.critical():
-                os.kill(os.getpid(), signal.SIGINT)
-                done.append("revert finished")
+        with pytest.raises(RunInterrupted), guard.critical():
+            os.kill(os.getpid(), signal.SIGINT)
+            done.append("revert finished")
         assert done == ["revert finished"]
     finally:
         guard.uninstall()

@@ -32,7 +32,9 @@ def _spans(path: Path) -> list[dict]:
 @pytest.mark.parametrize("compression", [Compression.NoCompression, Compression.Gzip])
 def test_real_exporter_spans_are_normalized(receiver: OtlpReceiver, compression) -> None:
     provider = TracerProvider(resource=Resource.create({"service.name": "drill-replica-0"}))
-    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=receiver.endpoint, compression=compression)))
+    provider.add_span_processor(
+        SimpleSpanProcessor(OTLPSpanExporter(endpoint=receiver.endpoint, compression=compression))
+    )
     tracer = provider.get_tracer("test.scope")
     with tracer.start_as_current_span("POST /v1/chat/completions", kind=SpanKind.SERVER) as parent:
         with tracer.start_as_current_span("llm_request", kind=SpanKind.SERVER) as span:
@@ -52,14 +54,35 @@ def test_real_exporter_spans_are_normalized(receiver: OtlpReceiver, compression)
 
 
 def test_otlp_json_hex_ids_are_not_misdecoded(receiver: OtlpReceiver) -> None:
-    body = {"resourceSpans": [{"resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "vllm"}}]},
-            "scopeSpans": [{"scope": {"name": "s"}, "spans": [{
-                "traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174",
-                "parentSpanId": "eee19b7ec3c1b173", "name": "llm_request", "kind": 2,
-                "startTimeUnixNano": "1700000000000000000", "endTimeUnixNano": "1700000000500000000",
-                "attributes": [{"key": "gen_ai.usage.prompt_tokens", "value": {"intValue": "12"}}]}]}]}]}
-    response = httpx.post(receiver.endpoint, content=gzip.compress(json.dumps(body).encode()),
-                          headers={"Content-Type": "application/json", "Content-Encoding": "gzip"})
+    body = {
+        "resourceSpans": [
+            {
+                "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "vllm"}}]},
+                "scopeSpans": [
+                    {
+                        "scope": {"name": "s"},
+                        "spans": [
+                            {
+                                "traceId": "5b8efff798038103d269b633813fc60c",
+                                "spanId": "eee19b7ec3c1b174",
+                                "parentSpanId": "eee19b7ec3c1b173",
+                                "name": "llm_request",
+                                "kind": 2,
+                                "startTimeUnixNano": "1700000000000000000",
+                                "endTimeUnixNano": "1700000000500000000",
+                                "attributes": [{"key": "gen_ai.usage.prompt_tokens", "value": {"intValue": "12"}}],
+                            }
+                        ],
+                    }
+                ],
+            }
+        ]
+    }
+    response = httpx.post(
+        receiver.endpoint,
+        content=gzip.compress(json.dumps(body).encode()),
+        headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+    )
     assert response.status_code == 200 and response.json() == {}
     (span,) = _spans(receiver.spans_path)
     assert span["trace_id"] == "5b8efff798038103d269b633813fc60c"
@@ -75,15 +98,34 @@ def test_garbage_is_rejected_with_400_and_metrics_are_accepted(receiver: OtlpRec
     assert receiver.spans_path.read_text() == ""
 
 
-def test_trace_sources_read_the_receiver_file_and_collector_file_exports(receiver: OtlpReceiver, tmp_path: Path) -> None:
+def test_trace_sources_read_the_receiver_file_and_collector_file_exports(
+    receiver: OtlpReceiver, tmp_path: Path
+) -> None:
     from drill import registry
 
     receiver.accept([{"trace_id": "a" * 32, "span_id": "b" * 16, "name": "x", "start_ns": 10, "end_ns": 20}])
     source = registry.traces.get("receiver")(registry.traces.get("receiver").Params(), str(tmp_path))
     assert [s["name"] for s in source.spans()] == ["x"]
     assert list(source.spans((30, 40))) == []
-    export = {"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "5b8efff798038103d269b633813fc60c",
-              "spanId": "eee19b7ec3c1b174", "name": "llm_request", "startTimeUnixNano": "5", "endTimeUnixNano": "9"}]}]}]}
+    export = {
+        "resourceSpans": [
+            {
+                "scopeSpans": [
+                    {
+                        "spans": [
+                            {
+                                "traceId": "5b8efff798038103d269b633813fc60c",
+                                "spanId": "eee19b7ec3c1b174",
+                                "name": "llm_request",
+                                "startTimeUnixNano": "5",
+                                "endTimeUnixNano": "9",
+                            }
+                        ]
+                    }
+                ]
+            }
+        ]
+    }
     (tmp_path / "collector.json").write_text(json.dumps(export) + "\n")
     cls = registry.traces.get("otlp_file")
     spans = list(cls(cls.Params(path="collector.json"), str(tmp_path)).spans())

@@ -26,8 +26,14 @@ pytestmark = pytest.mark.integration
 SCENARIO = {
     "seed": 11,
     "arrival": {"process": "poisson", "rate": 6},
-    "pools": [{"name": "chat", "input_tokens": {"dist": "uniform", "min": 20, "max": 200},
-               "output_tokens": {"dist": "fixed", "value": 16}, "slo": {"ttft_p95": "2s"}}],
+    "pools": [
+        {
+            "name": "chat",
+            "input_tokens": {"dist": "uniform", "min": 20, "max": 200},
+            "output_tokens": {"dist": "fixed", "value": 16},
+            "slo": {"ttft_p95": "2s"},
+        }
+    ],
 }
 
 
@@ -45,10 +51,15 @@ def stack(tmp_path_factory):
 
 
 def _write_drill(path: Path, target: dict, *, faults=(), checks=(), phases=None) -> Path:
-    drill = {"name": "e2e", "target": target, "scenario": SCENARIO, "otlp": {"port": 0},
-             "phases": phases or {"warmup": "1s", "baseline": "3s", "fault": "4s", "recovery": "2s",
-                                  "replay": False},
-             "faults": list(faults), "checks": list(checks)}
+    drill = {
+        "name": "e2e",
+        "target": target,
+        "scenario": SCENARIO,
+        "otlp": {"port": 0},
+        "phases": phases or {"warmup": "1s", "baseline": "3s", "fault": "4s", "recovery": "2s", "replay": False},
+        "faults": list(faults),
+        "checks": list(checks),
+    }
     path.write_text(yaml.safe_dump(drill, sort_keys=False))
     return path
 
@@ -66,13 +77,24 @@ def _env(cwd: Path) -> dict:
 
 
 def _drill(args: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "drill", *args], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=_env(cwd))
+    return subprocess.Popen(
+        [sys.executable, "-m", "drill", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=_env(cwd),
+    )
 
 
 def _cleanup(cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "drill", "cleanup", "--reports", str(cwd / "out")], cwd=cwd,
-                          capture_output=True, text=True, env=_env(cwd))
+    return subprocess.run(
+        [sys.executable, "-m", "drill", "cleanup", "--reports", str(cwd / "out")],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=_env(cwd),
+    )
 
 
 def _run_dir(out: Path) -> Path:
@@ -85,15 +107,26 @@ def _events(run_dir: Path) -> list:
 
 
 def test_embedded_run_writes_every_raw_file_and_never_reuses_a_directory(tmp_path: Path) -> None:
-    drill = _write_drill(tmp_path / "d.yaml", {"kind": "embedded", "config": {"replicas": 1,
-                                                                               "engine": {"weight_load_time": "200ms"}}},
-                         checks=[{"kind": "slo", "params": {"phase": "baseline", "min_requests": 5}}])
+    drill = _write_drill(
+        tmp_path / "d.yaml",
+        {"kind": "embedded", "config": {"replicas": 1, "engine": {"weight_load_time": "200ms"}}},
+        checks=[{"kind": "slo", "params": {"phase": "baseline", "min_requests": 5}}],
+    )
     proc = _drill(["run", str(drill), "--out", str(tmp_path / "out"), "--no-progress"], tmp_path)
     output, _ = proc.communicate(timeout=240)
     assert proc.returncode == 0, output
     run_dir = _run_dir(tmp_path / "out")
-    for name in ("drill.yaml", "resolved.json", "env.json", "journal.jsonl", "requests.jsonl", "spans.jsonl",
-                 "metrics.jsonl", "verdicts.json", "summary.md"):
+    for name in (
+        "drill.yaml",
+        "resolved.json",
+        "env.json",
+        "journal.jsonl",
+        "requests.jsonl",
+        "spans.jsonl",
+        "metrics.jsonl",
+        "verdicts.json",
+        "summary.md",
+    ):
         assert (run_dir / name).is_file(), name
     assert (run_dir / "drill.yaml").read_text() == drill.read_text()
     env = json.loads((run_dir / "env.json").read_text())
@@ -105,19 +138,27 @@ def test_embedded_run_writes_every_raw_file_and_never_reuses_a_directory(tmp_pat
     verdicts = json.loads((run_dir / "verdicts.json").read_text())
     assert [v["status"] for v in verdicts["checks"]] == ["PASS"]
     assert verdicts["schema"] == "llm-drill/verdicts/v1"
-    judged = subprocess.run([sys.executable, "-m", "drill", "judge", str(run_dir), "--json"], capture_output=True,
-                            text=True, env=_env(tmp_path), timeout=60)
+    judged = subprocess.run(
+        [sys.executable, "-m", "drill", "judge", str(run_dir), "--json"],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        timeout=60,
+    )
     assert judged.returncode == 0, judged.stderr
     assert json.loads(judged.stdout)["checks"] == verdicts["checks"], "drill judge must give the run's verdicts"
     from drill.stack.supervision.launcher import read_state
+
     assert read_state(f"drill-{run_dir.name.lower()}") is None, "the run's stack must be stopped"
 
 
 def test_a_failed_check_exits_1_and_a_failed_revert_exits_4(tmp_path: Path, stack) -> None:
-    drill = _write_drill(tmp_path / "d.yaml", _external(stack),
-                         faults=[{"kind": "test_raising_revert", "start": "1s", "duration": "1s"}],
-                         checks=[{"kind": "slo", "params": {"phase": "baseline", "min_requests": 1,
-                                                            "slo": {"ttft_p50": "1ms"}}}])
+    drill = _write_drill(
+        tmp_path / "d.yaml",
+        _external(stack),
+        faults=[{"kind": "test_raising_revert", "start": "1s", "duration": "1s"}],
+        checks=[{"kind": "slo", "params": {"phase": "baseline", "min_requests": 1, "slo": {"ttft_p50": "1ms"}}}],
+    )
     proc = _drill(["run", str(drill), "--out", str(tmp_path / "out"), "--no-progress"], tmp_path)
     output, _ = proc.communicate(timeout=240)
     assert proc.returncode == 4, output
@@ -127,9 +168,20 @@ def test_a_failed_check_exits_1_and_a_failed_revert_exits_4(tmp_path: Path, stac
     assert retried.returncode == 4 and "FAILED to revert test_raising_revert-0" in retried.stdout
     # Without the fault, only the check fails (exit 1); a stop condition that fires at once ends the fault
     # phase early, and the summary says so.
-    proc = _drill(["run", str(drill), "--out", str(tmp_path / "out2"), "--no-progress", "--set", "faults=[]",
-                   "--set", "stop_conditions=[{kind: latency, metric: ttft, percentile: 50, above: 1ms, for: 2s, "
-                   "min_requests: 1}]"], tmp_path)
+    proc = _drill(
+        [
+            "run",
+            str(drill),
+            "--out",
+            str(tmp_path / "out2"),
+            "--no-progress",
+            "--set",
+            "faults=[]",
+            "--set",
+            "stop_conditions=[{kind: latency, metric: ttft, percentile: 50, above: 1ms, for: 2s, min_requests: 1}]",
+        ],
+        tmp_path,
+    )
     output, _ = proc.communicate(timeout=240)
     assert proc.returncode == 1, output
     assert "the fault phase ended early: stop condition 'ttft p50 above 1ms for 2s' fired" in output
@@ -140,8 +192,9 @@ def test_a_failed_check_exits_1_and_a_failed_revert_exits_4(tmp_path: Path, stac
 
 
 def test_a_target_that_never_answers_is_an_internal_error_with_a_log(tmp_path: Path) -> None:
-    drill = _write_drill(tmp_path / "d.yaml", {"kind": "openai", "config": {"url": "http://127.0.0.1:1",
-                                                                             "startup_timeout": "1s"}})
+    drill = _write_drill(
+        tmp_path / "d.yaml", {"kind": "openai", "config": {"url": "http://127.0.0.1:1", "startup_timeout": "1s"}}
+    )
     proc = _drill(["run", str(drill), "--out", str(tmp_path / "out"), "--no-progress"], tmp_path)
     output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 3, output
@@ -151,12 +204,20 @@ def test_a_target_that_never_answers_is_an_internal_error_with_a_log(tmp_path: P
 
 
 def _start_faulted_run(tmp_path: Path, stack, toxiproxy_server, proxy_name: str, container: str) -> tuple:
-    drill = _write_drill(tmp_path / "d.yaml", _external(stack, toxiproxy_server.url),
-                         faults=[{"name": "latency", "kind": "test_toxic_latency", "start": "0s",
-                                  "params": {"proxy": proxy_name, "latency_ms": 50}},
-                                 {"name": "pause", "kind": "test_docker_pause", "start": "0s",
-                                  "params": {"container": container}}],
-                         phases={"warmup": "0s", "baseline": "1s", "fault": "60s", "recovery": "1s", "replay": False})
+    drill = _write_drill(
+        tmp_path / "d.yaml",
+        _external(stack, toxiproxy_server.url),
+        faults=[
+            {
+                "name": "latency",
+                "kind": "test_toxic_latency",
+                "start": "0s",
+                "params": {"proxy": proxy_name, "latency_ms": 50},
+            },
+            {"name": "pause", "kind": "test_docker_pause", "start": "0s", "params": {"container": container}},
+        ],
+        phases={"warmup": "0s", "baseline": "1s", "fault": "60s", "recovery": "1s", "replay": False},
+    )
     out = tmp_path / "out"
     proc = _drill(["run", str(drill), "--out", str(out), "--no-progress"], tmp_path)
     deadline = time.monotonic() + 120
@@ -173,8 +234,11 @@ def _start_faulted_run(tmp_path: Path, stack, toxiproxy_server, proxy_name: str,
 
 def _load_generators(runner_pid: int) -> list[int]:
     """Pids of the load generators a runner started: their command line carries ``--parent-pid <runner>``."""
-    found = subprocess.run(["pgrep", "-f", f"drill\\.load\\.child\\.locustfile .*--parent-pid {runner_pid}( |$)"],
-                           capture_output=True, text=True).stdout
+    found = subprocess.run(
+        ["pgrep", "-f", f"drill\\.load\\.child\\.locustfile .*--parent-pid {runner_pid}( |$)"],
+        capture_output=True,
+        text=True,
+    ).stdout
     return [int(pid) for pid in found.split()]
 
 
@@ -197,8 +261,9 @@ def _reverted(client, proxy_name: str, container: str) -> bool:
 
 @pytest.mark.docker
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_sigint_and_sigterm_revert_through_the_runner_and_exit_130(tmp_path: Path, stack, toxiproxy_server, proxy,
-                                                                   container, sig) -> None:
+def test_sigint_and_sigterm_revert_through_the_runner_and_exit_130(
+    tmp_path: Path, stack, toxiproxy_server, proxy, container, sig
+) -> None:
     client, proxy_name = proxy
     proc, run_dir = _start_faulted_run(tmp_path, stack, toxiproxy_server, proxy_name, container)
     assert not _reverted(client, proxy_name, container)
@@ -214,8 +279,9 @@ def test_sigint_and_sigterm_revert_through_the_runner_and_exit_130(tmp_path: Pat
 
 
 @pytest.mark.docker
-def test_sigkill_of_the_runner_is_reverted_by_the_watchdog_within_5s(tmp_path: Path, stack, toxiproxy_server, proxy,
-                                                                      container) -> None:
+def test_sigkill_of_the_runner_is_reverted_by_the_watchdog_within_5s(
+    tmp_path: Path, stack, toxiproxy_server, proxy, container
+) -> None:
     client, proxy_name = proxy
     proc, run_dir = _start_faulted_run(tmp_path, stack, toxiproxy_server, proxy_name, container)
     generators = _load_generators(proc.pid)
@@ -227,7 +293,10 @@ def test_sigkill_of_the_runner_is_reverted_by_the_watchdog_within_5s(tmp_path: P
         assert time.monotonic() - killed < 5.0, "the watchdog did not revert within 5 s"
         time.sleep(0.05)
     events = _events(run_dir)
-    assert {e.get("fault_id") for e in events if e.event == "fault_reverted" and e.by == "watchdog"} == {"latency", "pause"}
+    assert {e.get("fault_id") for e in events if e.event == "fault_reverted" and e.by == "watchdog"} == {
+        "latency",
+        "pause",
+    }
     result = _cleanup(tmp_path)
     assert result.returncode == 0 and result.stdout.strip() == "nothing to clean up"
     deadline = time.monotonic() + 10

@@ -46,7 +46,9 @@ def test_parse_samples_keeps_labels() -> None:
 def test_scraper_writes_one_line_per_endpoint_per_tick_and_survives_a_dead_one(tmp_path: Path) -> None:
     server = _server([12])
     url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
-    scraper = MetricsScraper({"replica-0": url, "dead": "http://127.0.0.1:1/metrics"}, tmp_path / "m.jsonl", 0.2).start()
+    scraper = MetricsScraper(
+        {"replica-0": url, "dead": "http://127.0.0.1:1/metrics"}, tmp_path / "m.jsonl", 0.2
+    ).start()
     time.sleep(1.1)
     scraper.stop()
     server.shutdown()
@@ -59,9 +61,20 @@ def test_scraper_writes_one_line_per_endpoint_per_tick_and_survives_a_dead_one(t
 
 
 def _record(t: float, ok: bool, ttft: float = 100.0) -> RequestRecord:
-    return RequestRecord(request_id=str(t), logical_id=str(t), pool="p", attempt=1, intended_ts=t, sent_ts=t,
-                         schedule_lag_ms=0.0, status=200 if ok else 503, error=None if ok else ErrorClass.REFUSED,
-                         ttft_ms=ttft, e2e_ms=ttft + 10, completion_tokens=5)
+    return RequestRecord(
+        request_id=str(t),
+        logical_id=str(t),
+        pool="p",
+        attempt=1,
+        intended_ts=t,
+        sent_ts=t,
+        schedule_lag_ms=0.0,
+        status=200 if ok else 503,
+        error=None if ok else ErrorClass.REFUSED,
+        ttft_ms=ttft,
+        e2e_ms=ttft + 10,
+        completion_tokens=5,
+    )
 
 
 def test_error_rate_stop_fires_only_above_the_bound_with_enough_requests(tmp_path: Path) -> None:
@@ -72,23 +85,31 @@ def test_error_rate_stop_fires_only_above_the_bound_with_enough_requests(tmp_pat
     with path.open("w") as fh:
         for i in range(10):
             fh.write(_record(now - 5 + i * 0.1, ok=i < 6).to_json() + "\n")
-    assert monitor.poll(fault_phase=True, now_wall=now + 1) is None      # 40% errors
+    assert monitor.poll(fault_phase=True, now_wall=now + 1) is None  # 40% errors
     with path.open("a") as fh:
         for i in range(10):
             fh.write(_record(now - 4 + i * 0.1, ok=False).to_json() + "\n")
-        fh.write('{"torn": ')                                            # a line still being written
+        fh.write('{"torn": ')  # a line still being written
     trigger = monitor.poll(fault_phase=True, now_wall=now + 1)
     assert trigger is not None and "70.0%" in trigger.observed
-    assert monitor.poll(fault_phase=False, now_wall=now + 1) is None     # only in the fault phase
+    assert monitor.poll(fault_phase=False, now_wall=now + 1) is None  # only in the fault phase
 
 
 def test_latency_metric_and_max_duration_stops(tmp_path: Path) -> None:
     path = tmp_path / "requests.jsonl"
     now = time.time()
     path.write_text("".join(_record(now - 1, True, ttft=3000 + i).to_json() + "\n" for i in range(30)))
-    latency = StopCondition.model_validate({"kind": "latency", "metric": "ttft", "percentile": 99, "above": "2s", "for": "5s"})
-    metric = StopCondition.model_validate({"kind": "metric", "metric": "vllm:num_requests_waiting", "above": 100, "for": "1s"})
-    assert StopMonitor([latency], path, dict, time.monotonic()).poll(fault_phase=True, now_wall=now).observed.startswith("ttft p99")
+    latency = StopCondition.model_validate(
+        {"kind": "latency", "metric": "ttft", "percentile": 99, "above": "2s", "for": "5s"}
+    )
+    metric = StopCondition.model_validate(
+        {"kind": "metric", "metric": "vllm:num_requests_waiting", "above": 100, "for": "1s"}
+    )
+    assert (
+        StopMonitor([latency], path, dict, time.monotonic())
+        .poll(fault_phase=True, now_wall=now)
+        .observed.startswith("ttft p99")
+    )
     values = {"vllm:num_requests_waiting": 500.0}
     monitor = StopMonitor([metric], tmp_path / "none.jsonl", lambda: values, time.monotonic())
     t0 = time.monotonic()
@@ -104,8 +125,9 @@ def test_error_rate_stop_can_ignore_refusals(tmp_path: Path) -> None:
     path = tmp_path / "requests.jsonl"
     now = time.time()
     path.write_text("".join(_record(now - 1 + i * 0.01, ok=False).to_json() + "\n" for i in range(30)))  # all 503
-    only_failures = StopCondition.model_validate({"kind": "error_rate", "above": 0.5, "for": "10s",
-                                                  "classes": ["server_error", "timeout"]})
+    only_failures = StopCondition.model_validate(
+        {"kind": "error_rate", "above": 0.5, "for": "10s", "classes": ["server_error", "timeout"]}
+    )
     everything = StopCondition.model_validate({"kind": "error_rate", "above": 0.5, "for": "10s"})
     assert StopMonitor([only_failures], path, dict, time.monotonic()).poll(fault_phase=True, now_wall=now) is None
     assert StopMonitor([everything], path, dict, time.monotonic()).poll(fault_phase=True, now_wall=now) is not None

@@ -30,12 +30,18 @@ def _wait_for(predicate, timeout_s: float) -> float:
 
 @pytest.mark.integration
 @pytest.mark.docker
-def test_sigkill_of_runner_is_reverted_by_watchdog_within_5s(tmp_path: Path, toxiproxy_server, proxy, container) -> None:
+def test_sigkill_of_runner_is_reverted_by_watchdog_within_5s(
+    tmp_path: Path, toxiproxy_server, proxy, container
+) -> None:
     client, proxy_name = proxy
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    runner = subprocess.Popen([sys.executable, "-m", "tests.engine.fake_runner", str(run_dir), toxiproxy_server.url,
-                               proxy_name, container], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "tests.engine.fake_runner", str(run_dir), toxiproxy_server.url, proxy_name, container],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert runner.stdout.readline().strip() == "READY"
         docker = DockerBackend()
@@ -44,7 +50,9 @@ def test_sigkill_of_runner_is_reverted_by_watchdog_within_5s(tmp_path: Path, tox
 
         os.kill(runner.pid, signal.SIGKILL)
         runner.wait(5)
-        elapsed = _wait_for(lambda: not client.toxics(proxy_name) and str(docker.info(container).state) == "running", 5.0)
+        elapsed = _wait_for(
+            lambda: not client.toxics(proxy_name) and str(docker.info(container).state) == "running", 5.0
+        )
         assert elapsed < 5.0
     finally:
         runner.kill()

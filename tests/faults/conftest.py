@@ -73,8 +73,14 @@ def local_stack(stack_dir: Path) -> Iterator[RunningStack]:
     Shared by the fault tests of the session (started on first use, stopped at the end even on failure);
     every test leaves it as it found it (the contract checks that).
     """
-    stack = start_embedded({"replicas": 1, "engine": {"tensor_parallel_size": 2, "weight_load_time": "300ms"},
-                            "router": {"health_check_interval": "250ms"}}, stack_dir)
+    stack = start_embedded(
+        {
+            "replicas": 1,
+            "engine": {"tensor_parallel_size": 2, "weight_load_time": "300ms"},
+            "router": {"health_check_interval": "250ms"},
+        },
+        stack_dir,
+    )
     try:
         yield stack
     finally:

@@ -63,7 +63,7 @@ elif a[:2] == ["qdisc", "del"]:
 json.dump(state, open(STATE, "w"))
 '''
 
-FAKE_CUDART = r'''
+FAKE_CUDART = r"""
 #include <stddef.h>
 static size_t used = 0;
 static const size_t total = 80ull << 30;
@@ -73,7 +73,7 @@ int cudaMemset(void *ptr, int value, size_t n) { return 0; }
 int cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
     *free_bytes = total - used; *total_bytes = total; return 0;
 }
-'''
+"""
 
 
 def write_tool(directory: Path, name: str, template: str, python: str = sys.executable) -> Path:

@@ -17,8 +17,18 @@ from drill.api import Capability, Realism
 from drill.cli.main import cli
 from drill.spec.models import FaultSpec
 
-BUILT_IN = ["gpu_clock_cap", "gpu_oom", "link_reset", "nccl_degradation", "partition", "queue_flood",
-            "replica_crash", "replica_pause", "router_retry_storm", "slow_replica"]
+BUILT_IN = [
+    "gpu_clock_cap",
+    "gpu_oom",
+    "link_reset",
+    "nccl_degradation",
+    "partition",
+    "queue_flood",
+    "replica_crash",
+    "replica_pause",
+    "router_retry_storm",
+    "slow_replica",
+]
 
 
 def _example(fault_cls) -> list[dict]:
@@ -70,21 +80,32 @@ def test_list_shows_every_fault_with_its_realism_per_method() -> None:
     assert "clock_cap: simulated" in result.output
 
 
-@pytest.mark.parametrize(("kind", "params", "needs", "realism"), [
-    ("slow_replica", {"latency_ms": 100}, {Capability.TOXIPROXY_REPLICA}, Realism.REAL),
-    ("slow_replica", {"method": "docker_cpu", "cpus": 0.5}, {Capability.DOCKER}, Realism.REAL),
-    ("slow_replica", {"method": "clock_cap", "clock_fraction": 0.5}, {Capability.STACK_ADMIN}, Realism.SIMULATED),
-    ("gpu_oom", {"gib": 10}, {Capability.STACK_ADMIN}, Realism.SIMULATED),
-    ("gpu_oom", {"gib": 10, "method": "cuda_hog"}, {Capability.NVIDIA_GPU}, Realism.HARDWARE_UNVERIFIED),
-    ("nccl_degradation", {"latency_ms": 1, "link_kinds": ["tp", "pp"]},
-     {Capability.TOXIPROXY_TP_LINK, Capability.TOXIPROXY_PP_LINK}, Realism.REAL),
-    ("nccl_degradation", {"method": "transport_downgrade"}, {Capability.NVIDIA_GPU, Capability.DOCKER},
-     Realism.HARDWARE_UNVERIFIED),
-    ("replica_crash", {}, {Capability.PROCESS, Capability.SUPERVISOR}, Realism.REAL),
-    ("replica_crash", {"expect_restart": False}, {Capability.PROCESS}, Realism.REAL),
-    ("replica_crash", {"method": "docker"}, {Capability.DOCKER}, Realism.REAL),
-    ("queue_flood", {}, {Capability.LOAD_CONTROL}, Realism.REAL),
-])
+@pytest.mark.parametrize(
+    ("kind", "params", "needs", "realism"),
+    [
+        ("slow_replica", {"latency_ms": 100}, {Capability.TOXIPROXY_REPLICA}, Realism.REAL),
+        ("slow_replica", {"method": "docker_cpu", "cpus": 0.5}, {Capability.DOCKER}, Realism.REAL),
+        ("slow_replica", {"method": "clock_cap", "clock_fraction": 0.5}, {Capability.STACK_ADMIN}, Realism.SIMULATED),
+        ("gpu_oom", {"gib": 10}, {Capability.STACK_ADMIN}, Realism.SIMULATED),
+        ("gpu_oom", {"gib": 10, "method": "cuda_hog"}, {Capability.NVIDIA_GPU}, Realism.HARDWARE_UNVERIFIED),
+        (
+            "nccl_degradation",
+            {"latency_ms": 1, "link_kinds": ["tp", "pp"]},
+            {Capability.TOXIPROXY_TP_LINK, Capability.TOXIPROXY_PP_LINK},
+            Realism.REAL,
+        ),
+        (
+            "nccl_degradation",
+            {"method": "transport_downgrade"},
+            {Capability.NVIDIA_GPU, Capability.DOCKER},
+            Realism.HARDWARE_UNVERIFIED,
+        ),
+        ("replica_crash", {}, {Capability.PROCESS, Capability.SUPERVISOR}, Realism.REAL),
+        ("replica_crash", {"expect_restart": False}, {Capability.PROCESS}, Realism.REAL),
+        ("replica_crash", {"method": "docker"}, {Capability.DOCKER}, Realism.REAL),
+        ("queue_flood", {}, {Capability.LOAD_CONTROL}, Realism.REAL),
+    ],
+)
 def test_the_method_decides_needs_and_realism(kind, params, needs, realism) -> None:
     fault_cls = registry.faults.get(kind)
     parsed = fault_cls.Params.model_validate(params)
@@ -92,16 +113,19 @@ def test_the_method_decides_needs_and_realism(kind, params, needs, realism) -> N
     assert fault_cls(parsed).realism_for(parsed) is realism
 
 
-@pytest.mark.parametrize(("kind", "params", "message"), [
-    ("slow_replica", {"cpus": 0.5}, "cpus belong(s) to method docker_cpu"),
-    ("slow_replica", {}, "method toxiproxy needs latency_ms"),
-    ("gpu_clock_cap", {"method": "nvidia_smi"}, "needs gpu_indices"),
-    ("nccl_degradation", {"method": "netem", "latency_ms": 1}, "needs interface"),
-    ("nccl_degradation", {"loss_pct": 1, "latency_ms": 1}, "loss_pct belongs to method netem"),
-    ("queue_flood", {"rate_multiplier": 1}, "greater than 1"),
-    ("gpu_oom", {}, "Field required"),
-    ("partition", {"mode": "sideways"}, "'blackhole' or 'refuse'"),
-])
+@pytest.mark.parametrize(
+    ("kind", "params", "message"),
+    [
+        ("slow_replica", {"cpus": 0.5}, "cpus belong(s) to method docker_cpu"),
+        ("slow_replica", {}, "method toxiproxy needs latency_ms"),
+        ("gpu_clock_cap", {"method": "nvidia_smi"}, "needs gpu_indices"),
+        ("nccl_degradation", {"method": "netem", "latency_ms": 1}, "needs interface"),
+        ("nccl_degradation", {"loss_pct": 1, "latency_ms": 1}, "loss_pct belongs to method netem"),
+        ("queue_flood", {"rate_multiplier": 1}, "greater than 1"),
+        ("gpu_oom", {}, "Field required"),
+        ("partition", {"mode": "sideways"}, "'blackhole' or 'refuse'"),
+    ],
+)
 def test_params_that_do_not_fit_the_method_are_refused_with_the_reason(kind, params, message) -> None:
     with pytest.raises(ValidationError, match=re.escape(message)):
         registry.faults.get(kind).Params.model_validate(params)
@@ -109,12 +133,25 @@ def test_params_that_do_not_fit_the_method_are_refused_with_the_reason(kind, par
 
 def test_a_drill_whose_fault_needs_what_the_target_lacks_is_refused_before_anything_runs(tmp_path) -> None:
     drill = tmp_path / "d.yaml"
-    drill.write_text(yaml.safe_dump({
-        "name": "needs", "target": {"kind": "embedded", "config": {"replicas": 1}},
-        "scenario": {"arrival": {"process": "poisson", "rate": 1},
-                     "pools": [{"name": "chat", "input_tokens": {"dist": "fixed", "value": 10},
-                                "output_tokens": {"dist": "fixed", "value": 5}}]},
-        "faults": [{"kind": "slow_replica", "params": {"method": "docker_cpu", "cpus": 0.5}}]}))
+    drill.write_text(
+        yaml.safe_dump(
+            {
+                "name": "needs",
+                "target": {"kind": "embedded", "config": {"replicas": 1}},
+                "scenario": {
+                    "arrival": {"process": "poisson", "rate": 1},
+                    "pools": [
+                        {
+                            "name": "chat",
+                            "input_tokens": {"dist": "fixed", "value": 10},
+                            "output_tokens": {"dist": "fixed", "value": 5},
+                        }
+                    ],
+                },
+                "faults": [{"kind": "slow_replica", "params": {"method": "docker_cpu", "cpus": 0.5}}],
+            }
+        )
+    )
     result = CliRunner().invoke(cli, ["validate", str(drill)])
     assert result.exit_code == 2
     assert "fault 'slow_replica' needs docker; target 'embedded' as configured provides" in result.output

@@ -16,7 +16,6 @@ import pytest
 from drill.api import FaultContext
 from drill.backends.docker import DockerBackend
 from drill.testing import FaultCase, errors_above, latency_or_errors, run_fault_contract
-
 from tests.faults.conftest import RunningStack, start_embedded, stop_embedded, wait_healthy
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
@@ -24,8 +23,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.docker, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def docker_stack(stack_dir: Path) -> Iterator[RunningStack]:
-    stack = start_embedded({"replicas": 1, "engine": {"weight_load_time": "300ms"},
-                            "router": {"health_check_interval": "250ms"}}, stack_dir, runtime="docker")
+    stack = start_embedded(
+        {"replicas": 1, "engine": {"weight_load_time": "300ms"}, "router": {"health_check_interval": "250ms"}},
+        stack_dir,
+        runtime="docker",
+    )
     try:
         yield stack
     finally:
@@ -40,8 +42,12 @@ def _serving(ctx: FaultContext) -> None:
 
 
 CASES = {
-    "slow_replica-docker_cpu": ("slow_replica", {"method": "docker_cpu", "cpus": 0.01}, latency_or_errors(0.15, 0.5),
-                                None),
+    "slow_replica-docker_cpu": (
+        "slow_replica",
+        {"method": "docker_cpu", "cpus": 0.01},
+        latency_or_errors(0.15, 0.5),
+        None,
+    ),
     "replica_pause-docker": ("replica_pause", {"method": "docker"}, errors_above(0.5), None),
     "replica_crash-docker": ("replica_crash", {"method": "docker"}, errors_above(0.3), _serving),
 }
@@ -51,8 +57,15 @@ CASES = {
 def test_docker_fault_contract(name: str, docker_stack: RunningStack, tmp_path: Path) -> None:
     kind, params, effect, clean = CASES[name]
     wait_healthy(docker_stack.state.router)
-    case = FaultCase(kind, params, docker_stack.info, effect=effect, clean=clean, fault_id=name.replace("_", "-"),
-                     max_partial_steps=2)
+    case = FaultCase(
+        kind,
+        params,
+        docker_stack.info,
+        effect=effect,
+        clean=clean,
+        fault_id=name.replace("_", "-"),
+        max_partial_steps=2,
+    )
     report = run_fault_contract(case, tmp_path)
     print("\n".join(report.lines()))
     assert len(report.clauses) == 5
@@ -61,8 +74,8 @@ def test_docker_fault_contract(name: str, docker_stack: RunningStack, tmp_path: 
 def test_the_docker_crash_is_restarted_by_docker_not_by_hand(docker_stack: RunningStack) -> None:
     """The crash's evidence is Docker's own restart count, one higher and running, with a new main process."""
     from drill import registry
-    from drill.engine.fault_schedule import resolve_targets
     from drill.api import Selector
+    from drill.engine.fault_schedule import resolve_targets
 
     fault_cls = registry.faults.get("replica_crash")
     fault = fault_cls(fault_cls.Params(method="docker"))

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from drill.testing import (
-    ContractViolation, FaultCase, TrafficSample, _sample_until, errors_above, latency_above, within_baseline,
+    ContractViolation,
+    FaultCase,
+    TrafficSample,
+    _sample_until,
+    errors_above,
+    latency_above,
+    within_baseline,
 )
 
 BASE = TrafficSample(count=100, errors=0, p50_s=0.050, p90_s=0.080)
@@ -28,15 +34,16 @@ def _case(effect, timeout_s: float = 30.0) -> FaultCase:
 
 
 def test_half_the_requests_failing_is_not_recovered_under_errors_above_half() -> None:
-    traffic = ScriptedTraffic([TrafficSample(100, 49, 0.05, 0.08), TrafficSample(100, 20, 0.05, 0.08),
-                               TrafficSample(100, 1, 0.05, 0.08)])
+    traffic = ScriptedTraffic(
+        [TrafficSample(100, 49, 0.05, 0.08), TrafficSample(100, 20, 0.05, 0.08), TrafficSample(100, 1, 0.05, 0.08)]
+    )
     recovered, _ = _sample_until(traffic, _case(errors_above(0.5)), BASE)
     assert recovered.errors == 1 and traffic.taken == 3
 
 
 def test_latency_just_under_the_inject_threshold_is_not_recovered() -> None:
     traffic = ScriptedTraffic([TrafficSample(100, 0, 0.340, 0.400), TrafficSample(100, 0, 0.060, 0.090)])
-    recovered, _ = _sample_until(traffic, _case(latency_above(0.3)), BASE)   # 290 ms slower: under 300, still faulted
+    recovered, _ = _sample_until(traffic, _case(latency_above(0.3)), BASE)  # 290 ms slower: under 300, still faulted
     assert recovered.p50_s == 0.060 and traffic.taken == 2
 
 
@@ -46,12 +53,15 @@ def test_never_back_in_the_band_is_a_contract_violation_that_says_why() -> None:
         _sample_until(traffic, _case(errors_above(0.5), timeout_s=0.0), BASE)
 
 
-@pytest.mark.parametrize("now, recovered", [
-    (TrafficSample(100, 0, 0.050, 0.080), True),
-    (TrafficSample(100, 2, 0.070, 0.100), True),     # within noise: 2% errors of 100, median under the baseline's p90
-    (TrafficSample(100, 15, 0.050, 0.080), False),
-    (TrafficSample(100, 0, 0.200, 0.250), False),
-    (TrafficSample(0, 0, 0.0, 0.0), False),
-])
+@pytest.mark.parametrize(
+    "now, recovered",
+    [
+        (TrafficSample(100, 0, 0.050, 0.080), True),
+        (TrafficSample(100, 2, 0.070, 0.100), True),  # within noise: 2% errors of 100, median under the baseline's p90
+        (TrafficSample(100, 15, 0.050, 0.080), False),
+        (TrafficSample(100, 0, 0.200, 0.250), False),
+        (TrafficSample(0, 0, 0.0, 0.0), False),
+    ],
+)
 def test_the_band_is_measured_like_the_effects(now: TrafficSample, recovered: bool) -> None:
     assert (within_baseline(BASE, now) is None) is recovered

@@ -22,7 +22,6 @@ from drill.api import FaultContext, FaultNotLanded, Selector
 from drill.backends.toxiproxy import ToxiproxyClient
 from drill.engine.fault_schedule import resolve_targets
 from drill.engine.journal import read_journal
-
 from tests.faults.conftest import RunningStack, wait_healthy
 
 pytestmark = pytest.mark.integration
@@ -34,9 +33,12 @@ def _dead_port() -> int:
         return sock.getsockname()[1]
 
 
-SCENARIO = {"arrival": {"process": "poisson", "rate": 2},
-            "pools": [{"name": "chat", "input_tokens": {"dist": "fixed", "value": 10},
-                       "output_tokens": {"dist": "fixed", "value": 4}}]}
+SCENARIO = {
+    "arrival": {"process": "poisson", "rate": 2},
+    "pools": [
+        {"name": "chat", "input_tokens": {"dist": "fixed", "value": 10}, "output_tokens": {"dist": "fixed", "value": 4}}
+    ],
+}
 PHASES = {"warmup": "0s", "baseline": "1s", "fault": "3s", "recovery": "1s", "replay": False}
 
 
@@ -44,24 +46,44 @@ def _run(drill: dict, tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path
     path = tmp_path / f"{drill['name']}.yaml"
     path.write_text(yaml.safe_dump(drill, sort_keys=False))
     env = {**os.environ, "DRILL_STATE_DIR": str(tmp_path / "state")}
-    done = subprocess.run([sys.executable, "-m", "drill", "run", str(path), "--out", str(tmp_path / "out"),
-                           "--no-progress"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    done = subprocess.run(
+        [sys.executable, "-m", "drill", "run", str(path), "--out", str(tmp_path / "out"), "--no-progress"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     (run_dir,) = list((tmp_path / "out").glob(f"{drill['name']}/*"))
     return done, run_dir
 
 
-def test_faults_that_land_are_verified_reverted_and_pass_fault_landed(local_stack: RunningStack,
-                                                                       tmp_path: Path) -> None:
+def test_faults_that_land_are_verified_reverted_and_pass_fault_landed(
+    local_stack: RunningStack, tmp_path: Path
+) -> None:
     wait_healthy(local_stack.state.router)
     replica = local_stack.state.replicas[0]
-    drill = {"name": "landed", "scenario": SCENARIO, "phases": PHASES, "otlp": {"port": 0},
-             "target": {"kind": "openai", "config": {
-                 "url": local_stack.state.router, "toxiproxy_url": local_stack.info.toxiproxy_url, "supervised": True,
-                 "replicas": [{"name": "r0", "url": replica.url, "proxy": replica.proxy,
-                               "pid_file": str(replica.pid_file)}]}},
-             "faults": [{"name": "slow", "kind": "slow_replica", "start": "0s", "duration": "2s",
-                         "params": {"latency_ms": 200}},
-                        {"name": "crash", "kind": "replica_crash", "start": "1s", "duration": "2s"}]}
+    drill = {
+        "name": "landed",
+        "scenario": SCENARIO,
+        "phases": PHASES,
+        "otlp": {"port": 0},
+        "target": {
+            "kind": "openai",
+            "config": {
+                "url": local_stack.state.router,
+                "toxiproxy_url": local_stack.info.toxiproxy_url,
+                "supervised": True,
+                "replicas": [
+                    {"name": "r0", "url": replica.url, "proxy": replica.proxy, "pid_file": str(replica.pid_file)}
+                ],
+            },
+        },
+        "faults": [
+            {"name": "slow", "kind": "slow_replica", "start": "0s", "duration": "2s", "params": {"latency_ms": 200}},
+            {"name": "crash", "kind": "replica_crash", "start": "1s", "duration": "2s"},
+        ],
+    }
     done, run_dir = _run(drill, tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     verdicts = json.loads((run_dir / "verdicts.json").read_text())["checks"]
@@ -78,20 +100,31 @@ def _toxics_left(stack: RunningStack) -> list[str]:
         return [t.name for p in client.proxies().values() if p.name.startswith(stack.name) for t in p.toxics]
 
 
-@pytest.mark.docker   # replica_pause's docker method must reach a Docker engine to be told "no such container"
-def test_missing_mechanisms_make_the_drill_report_not_landed_and_exit_1(local_stack: RunningStack,
-                                                                         tmp_path: Path) -> None:
+@pytest.mark.docker  # replica_pause's docker method must reach a Docker engine to be told "no such container"
+def test_missing_mechanisms_make_the_drill_report_not_landed_and_exit_1(
+    local_stack: RunningStack, tmp_path: Path
+) -> None:
     wait_healthy(local_stack.state.router)
     replica = local_stack.state.replicas[0]
     drill = {
         "name": "not-landed",
-        "target": {"kind": "openai", "config": {
-            "url": local_stack.state.router, "toxiproxy_url": f"http://127.0.0.1:{_dead_port()}",   # nobody there
-            "replicas": [{"name": "r0", "url": replica.url, "proxy": "r0",
-                          "container": "llm-drill-no-such-container"}]}},                          # wrong name
-        "scenario": SCENARIO, "phases": PHASES, "otlp": {"port": 0},
-        "faults": [{"name": "slow", "kind": "slow_replica", "params": {"latency_ms": 200}},
-                   {"name": "pause", "kind": "replica_pause", "params": {"method": "docker"}}],
+        "target": {
+            "kind": "openai",
+            "config": {
+                "url": local_stack.state.router,
+                "toxiproxy_url": f"http://127.0.0.1:{_dead_port()}",  # nobody there
+                "replicas": [
+                    {"name": "r0", "url": replica.url, "proxy": "r0", "container": "llm-drill-no-such-container"}
+                ],
+            },
+        },  # wrong name
+        "scenario": SCENARIO,
+        "phases": PHASES,
+        "otlp": {"port": 0},
+        "faults": [
+            {"name": "slow", "kind": "slow_replica", "params": {"latency_ms": 200}},
+            {"name": "pause", "kind": "replica_pause", "params": {"method": "docker"}},
+        ],
     }
     done, run_dir = _run(drill, tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -131,7 +164,7 @@ def test_a_revert_tolerates_a_toxiproxy_that_is_not_running_but_not_one_that_han
     replica = ReplicaRef(name="r0", index=0, url="http://127.0.0.1:9", proxy="r0")
     with socket.socket() as hung:
         hung.bind(("127.0.0.1", 0))
-        hung.listen(8)                           # accepts into the backlog, never answers
+        hung.listen(8)  # accepts into the backlog, never answers
         cases = ((f"http://127.0.0.1:{_dead_port()}", False), (f"http://127.0.0.1:{hung.getsockname()[1]}", True))
         for url, fails in cases:
             target = TargetInfo(kind="openai", base_url="http://127.0.0.1:9", replicas=[replica], toxiproxy_url=url)

@@ -17,7 +17,6 @@ from drill.backends.docker import DockerBackend, ensure_empty_image
 from drill.engine.cleanup import clean_run
 from drill.engine.journal import Journal
 from drill.engine.reverts import RevertRecord, RevertStack
-
 from tests.faults.gpu_fakes import FAKE_SMI, build_fake_cudart, write_tool
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
@@ -35,8 +34,15 @@ def gpu_container(tmp_path: Path) -> Iterator[str]:
     binds[str(tools)] = {"bind": "/drillbin", "mode": "rw"}
     name = f"llm-drill-gpu-{uuid.uuid4().hex[:8]}"
     with DockerBackend(timeout_s=30) as docker:
-        docker.run(ensure_empty_image(docker), ["/bin/sleep", "600"], name=name, init=True, network_mode="host",
-                   volumes=binds, environment={"PATH": "/drillbin:/usr/bin:/bin", "KEEP": "me"})
+        docker.run(
+            ensure_empty_image(docker),
+            ["/bin/sleep", "600"],
+            name=name,
+            init=True,
+            network_mode="host",
+            volumes=binds,
+            environment={"PATH": "/drillbin:/usr/bin:/bin", "KEEP": "me"},
+        )
         try:
             yield name
         finally:
@@ -46,8 +52,12 @@ def gpu_container(tmp_path: Path) -> Iterator[str]:
 
 def _setup(container: str, kind: str, **params):
     replica = ReplicaRef(name="gpu-0", index=0, url="http://127.0.0.1:9", container=container)
-    target = TargetInfo(kind="openai", base_url="http://127.0.0.1:9", replicas=[replica],
-                        capabilities=frozenset({Capability.NVIDIA_GPU, Capability.DOCKER}))
+    target = TargetInfo(
+        kind="openai",
+        base_url="http://127.0.0.1:9",
+        replicas=[replica],
+        capabilities=frozenset({Capability.NVIDIA_GPU, Capability.DOCKER}),
+    )
     fault_cls = registry.faults.get(kind)
     fault = fault_cls(fault_cls.Params.model_validate(params))
     ctx = FaultContext(f"t{uuid.uuid4().hex[:6]}", target, FaultTargets(replicas=[replica]), timeout_s=30)
@@ -59,19 +69,26 @@ def _journal_then_clean(tmp_path: Path, fault, ctx: FaultContext) -> None:
     run_dir.mkdir()
     journal = Journal(run_dir / "journal.jsonl")
     saved = (ctx.saved or fault.Saved()).model_dump(mode="json")
-    record = RevertRecord(fault_id=ctx.fault_id, kind=fault.kind, params=fault.params.model_dump(mode="json"),
-                          target=ctx.target, targets=ctx.targets, saved=saved)
+    record = RevertRecord(
+        fault_id=ctx.fault_id,
+        kind=fault.kind,
+        params=fault.params.model_dump(mode="json"),
+        target=ctx.target,
+        targets=ctx.targets,
+        saved=saved,
+    )
     RevertStack(journal).push(record, lambda: None)
     journal.close()
     assert clean_run(run_dir, by="watchdog").reverted == [ctx.fault_id]
 
 
 def test_cuda_hog_through_docker_exec_outlives_the_exec_and_is_stopped(gpu_container: str, tmp_path: Path) -> None:
-    fault, ctx = _setup(gpu_container, "gpu_oom", method="cuda_hog", gib=3, cuda_lib="/drillbin/libcudart.so",
-                        python="/usr/bin/python3")
+    fault, ctx = _setup(
+        gpu_container, "gpu_oom", method="cuda_hog", gib=3, cuda_lib="/drillbin/libcudart.so", python="/usr/bin/python3"
+    )
     ctx.saved = fault.prepare(ctx)
     assert ctx.saved.used_mib == {"gpu-0": 1024.0}
-    fault.inject(ctx)                       # docker exec returned: the hog lives on, detached, in the container
+    fault.inject(ctx)  # docker exec returned: the hog lives on, detached, in the container
     evidence = fault.verify(ctx)
     assert "holds 3.00 GiB" in evidence.summary and evidence.observations["gpu-0.used_mib_grown"] == 3072
     fault.revert(ctx)
@@ -83,8 +100,7 @@ def test_cuda_hog_through_docker_exec_outlives_the_exec_and_is_stopped(gpu_conta
     ctx.close()
 
 
-def test_transport_downgrade_swaps_the_container_and_puts_the_original_back(gpu_container: str,
-                                                                             tmp_path: Path) -> None:
+def test_transport_downgrade_swaps_the_container_and_puts_the_original_back(gpu_container: str, tmp_path: Path) -> None:
     fault, ctx = _setup(gpu_container, "nccl_degradation", method="transport_downgrade")
     with DockerBackend() as docker:
         original = docker.info(gpu_container)
@@ -95,7 +111,7 @@ def test_transport_downgrade_swaps_the_container_and_puts_the_original_back(gpu_
         parked = docker.info(f"{gpu_container}-drill-{ctx.fault_id}")
         fault.revert(ctx)
         back = docker.info(gpu_container)
-        fault.revert(ctx)                   # idempotent
+        fault.revert(ctx)  # idempotent
         assert docker.find(name=f"{gpu_container}-drill-") == []
     assert copy.id != original.id and copy.labels["llm-drill.fault"] == f"drill-{ctx.fault_id}"
     assert all(v in env for v in ("NCCL_P2P_DISABLE=1", "NCCL_SHM_DISABLE=1", "NCCL_NVLS_ENABLE=0", "KEEP=me"))
@@ -106,15 +122,16 @@ def test_transport_downgrade_swaps_the_container_and_puts_the_original_back(gpu_
         fault.verify(ctx)
 
 
-def test_transport_downgrade_is_restored_from_any_half_done_swap_and_from_the_journal(gpu_container: str,
-                                                                                      tmp_path: Path) -> None:
+def test_transport_downgrade_is_restored_from_any_half_done_swap_and_from_the_journal(
+    gpu_container: str, tmp_path: Path
+) -> None:
     from drill.backends.nccl import NcclControl
 
     fault, ctx = _setup(gpu_container, "nccl_degradation", method="transport_downgrade")
     tag = f"drill-{ctx.fault_id}"
     with DockerBackend() as docker:
         original = docker.info(gpu_container).id
-        docker.client.api.rename(original, f"{gpu_container}-{tag}")   # crashed right after parking
+        docker.client.api.rename(original, f"{gpu_container}-{tag}")  # crashed right after parking
         fault.revert(ctx)
         assert docker.info(gpu_container).id == original
         fault.inject(ctx)

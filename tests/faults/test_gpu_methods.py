@@ -17,17 +17,27 @@ import pytest
 
 from drill import registry
 from drill.api import (
-    BackendError, Capability, FaultContext, FaultNotLanded, FaultTargets, Realism, ReplicaRef, TargetInfo,
+    BackendError,
+    Capability,
+    FaultContext,
+    FaultNotLanded,
+    FaultTargets,
+    Realism,
+    ReplicaRef,
+    TargetInfo,
 )
 from drill.engine.cleanup import clean_run
 from drill.engine.journal import Journal
 from drill.engine.reverts import RevertRecord, RevertStack
-
 from tests.faults.gpu_fakes import FAKE_SMI, FAKE_TC, build_fake_cudart, write_tool
 
 HOST_REPLICA = ReplicaRef(name="gpu-host-0", index=0, url="http://127.0.0.1:9")
-TARGET = TargetInfo(kind="openai", base_url="http://127.0.0.1:9", replicas=[HOST_REPLICA],
-                    capabilities=frozenset({Capability.NVIDIA_GPU}))
+TARGET = TargetInfo(
+    kind="openai",
+    base_url="http://127.0.0.1:9",
+    replicas=[HOST_REPLICA],
+    capabilities=frozenset({Capability.NVIDIA_GPU}),
+)
 
 
 @pytest.fixture()
@@ -54,8 +64,14 @@ def _revert_from_journal(tmp_path: Path, fault, ctx: FaultContext) -> None:
     run_dir = tmp_path / f"run-{ctx.fault_id}"
     run_dir.mkdir()
     journal = Journal(run_dir / "journal.jsonl")
-    record = RevertRecord(fault_id=ctx.fault_id, kind=fault.kind, params=fault.params.model_dump(mode="json"),
-                          target=ctx.target, targets=ctx.targets, saved=ctx.saved.model_dump(mode="json"))
+    record = RevertRecord(
+        fault_id=ctx.fault_id,
+        kind=fault.kind,
+        params=fault.params.model_dump(mode="json"),
+        target=ctx.target,
+        targets=ctx.targets,
+        saved=ctx.saved.model_dump(mode="json"),
+    )
     RevertStack(journal).push(record, lambda: None)
     journal.close()
     report = clean_run(run_dir, by="watchdog")
@@ -75,14 +91,14 @@ def test_gpu_clock_cap_with_nvidia_smi_locks_verifies_resets_and_reverts_from_th
     fault.revert(ctx)
     with pytest.raises(FaultNotLanded):
         fault.verify(ctx)
-    fault.revert(ctx)                                  # idempotent: -rgc again
+    fault.revert(ctx)  # idempotent: -rgc again
     fault.inject(ctx)
     _revert_from_journal(tmp_path, fault, ctx)
     assert json.loads((fake_bin / "smi-state.json").read_text())["locks"] == {}
 
 
 def test_without_nvidia_smi_the_real_methods_fail_loudly(tmp_path, monkeypatch):
-    monkeypatch.setenv("PATH", str(tmp_path))          # nothing there
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing there
     fault = _fault("gpu_clock_cap", method="nvidia_smi", fraction=0.5, gpu_indices=[0])
     with pytest.raises(BackendError, match="nvidia-smi not found") as info:
         fault.prepare(_ctx("no-smi"))
@@ -97,7 +113,7 @@ def test_gpu_oom_cuda_hog_on_the_host_holds_memory_verifies_and_is_stopped(fake_
     ctx.saved = fault.prepare(ctx)
     try:
         fault.inject(ctx)
-        fault.inject(ctx)                              # a second start reports the running hog, no double
+        fault.inject(ctx)  # a second start reports the running hog, no double
         evidence = fault.verify(ctx)
         status = ctx.gpus.hog_status(None, f"drill-{tag_id}")
         assert status is not None and status.held == 2 * 2**30 and status.api.startswith("cudart:")
@@ -107,7 +123,7 @@ def test_gpu_oom_cuda_hog_on_the_host_holds_memory_verifies_and_is_stopped(fake_
         assert not _alive(status.pid)
         with pytest.raises(FaultNotLanded, match="no hog running"):
             fault.verify(ctx)
-        fault.revert(ctx)                              # idempotent
+        fault.revert(ctx)  # idempotent
         fault.inject(ctx)
         _revert_from_journal(tmp_path, fault, ctx)
         assert ctx.gpus.hog_status(None, f"drill-{tag_id}") is None
@@ -163,6 +179,6 @@ def test_nccl_netem_adds_verifies_and_deletes_only_its_own_qdisc(fake_bin, tmp_p
     foreign = {"ib9": "qdisc netem 77: dev ib9 root refcnt 2 limit 1000 delay 1ms"}
     (fake_bin / "tc-state.json").write_text(json.dumps(foreign))
     with pytest.raises(BackendError, match="tc exited 2"):
-        fault.inject(ctx)                              # someone else's root qdisc: the inject fails...
-    fault.revert(ctx)                                  # ...and the revert leaves theirs alone
+        fault.inject(ctx)  # someone else's root qdisc: the inject fails...
+    fault.revert(ctx)  # ...and the revert leaves theirs alone
     assert json.loads((fake_bin / "tc-state.json").read_text()) == foreign

@@ -10,20 +10,37 @@ from drill import registry
 from drill.api import FaultContext, FaultNotLanded, FaultTargets, ReplicaRef, TargetInfo
 from drill.backends.stack_admin import StackAdminClient
 
-REPLICA = ReplicaRef(name="replica-0", index=0, url="http://127.0.0.1:9", admin_url="http://127.0.0.1:9",
-                     admin_token="token-123")
+REPLICA = ReplicaRef(
+    name="replica-0", index=0, url="http://127.0.0.1:9", admin_url="http://127.0.0.1:9", admin_token="token-123"
+)
 TARGET = TargetInfo(kind="embedded", base_url="http://127.0.0.1:9", replicas=[REPLICA])
-OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.20 GiB. GPU 0 has a total capacity of "
-       "79.65 GiB of which 0.00 GiB is free. Another process has 78.00 GiB memory in use. (simulated by drill)")
+OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.20 GiB. GPU 0 has a total capacity of "
+    "79.65 GiB of which 0.00 GiB is free. Another process has 78.00 GiB memory in use. (simulated by drill)"
+)
 XID = "NVIDIA XID 79: GPU has fallen off the bus; CUDA error: unspecified launch failure"
 
 
-def _state(pid: int, *, alive: bool = True, hog: float = 0.0, dead_reason: str | None = None,
-           last_death: dict | None = None) -> dict:
-    return {"name": "replica-0", "index": 0, "pid": pid, "started_at": 1.0, "engine_alive": alive,
-            "gpu": {"memory_hog_gib": hog, "clock_fraction": 1.0, "kv_blocks_total": 100, "kv_blocks_free": 100,
-                    "kv_blocks_usable": 100},
-            "stall_until": None, "last_death": last_death, "engine": {"dead_reason": dead_reason}}
+def _state(
+    pid: int, *, alive: bool = True, hog: float = 0.0, dead_reason: str | None = None, last_death: dict | None = None
+) -> dict:
+    return {
+        "name": "replica-0",
+        "index": 0,
+        "pid": pid,
+        "started_at": 1.0,
+        "engine_alive": alive,
+        "gpu": {
+            "memory_hog_gib": hog,
+            "clock_fraction": 1.0,
+            "kv_blocks_total": 100,
+            "kv_blocks_free": 100,
+            "kv_blocks_usable": 100,
+        },
+        "stall_until": None,
+        "last_death": last_death,
+        "engine": {"dead_reason": dead_reason},
+    }
 
 
 def _verify(before_pid: int, answer: dict):
@@ -31,16 +48,16 @@ def _verify(before_pid: int, answer: dict):
     fault = fault_cls(fault_cls.Params.model_validate({"gib": 78}))
     ctx = FaultContext("oom", TARGET, FaultTargets(replicas=[REPLICA]), timeout_s=1)
     transport = httpx.MockTransport(lambda request: httpx.Response(200, json=answer))
-    ctx._cache[f"stack_admin:{REPLICA.name}"] = StackAdminClient(REPLICA.admin_url, REPLICA.admin_token,
-                                                                 transport=transport)
-    ctx.saved = fault_cls.Saved(hog_gib={"replica-0": 0.0}, pid={"replica-0": before_pid},
-                                kv_usable={"replica-0": 100})
+    ctx._cache[f"stack_admin:{REPLICA.name}"] = StackAdminClient(
+        REPLICA.admin_url, REPLICA.admin_token, transport=transport
+    )
+    ctx.saved = fault_cls.Saved(hog_gib={"replica-0": 0.0}, pid={"replica-0": before_pid}, kv_usable={"replica-0": 100})
     return fault.verify(ctx)
 
 
 def test_an_unrelated_restart_is_not_the_hog_landing() -> None:
     with pytest.raises(FaultNotLanded, match="restarted as pid 200, but not of this memory hog"):
-        _verify(100, _state(200))   # a new pid, no death recorded (e.g. killed by something else)
+        _verify(100, _state(200))  # a new pid, no death recorded (e.g. killed by something else)
 
 
 def test_a_restart_after_another_death_is_not_the_hog_landing() -> None:
@@ -93,7 +110,7 @@ def test_a_replica_killed_by_the_hog_reports_it_after_the_restart(local_stack) -
                 httpx.post(f"{replica.direct_url}/v1/completions", json=body, timeout=5, trust_env=False)
                 if admin.state().pid != before:
                     break
-            except Exception:   # noqa: BLE001 - the replica is dying or restarting
+            except Exception:  # noqa: BLE001 - the replica is dying or restarting
                 pass
             time.sleep(0.2)
         wait_healthy(replica.direct_url)

@@ -29,8 +29,12 @@ def _imports(path: Path) -> list[tuple[int, str]]:
 
 def test_every_fault_module_imports_only_drill_api_from_drill() -> None:
     assert len(MODULES) >= 8
-    offending = [f"{path.relative_to(REPO)}:{line}: {name}" for path in MODULES for line, name in _imports(path)
-                 if (name == "drill" or name.startswith("drill.")) and name != "drill.api"]
+    offending = [
+        f"{path.relative_to(REPO)}:{line}: {name}"
+        for path in MODULES
+        for line, name in _imports(path)
+        if (name == "drill" or name.startswith("drill.")) and name != "drill.api"
+    ]
     assert offending == [], "faults/ may import only drill.api from drill:\n" + "\n".join(offending)
 
 
@@ -40,10 +44,12 @@ def test_no_relative_import_escapes_the_package() -> None:
 
 
 def test_importing_every_fault_loads_only_the_sdk_and_registers_nothing() -> None:
-    code = ("import importlib, json, sys; import faults; before = set(sys.modules); "
-            f"[importlib.import_module('faults.' + m) for m in {[p.stem for p in MODULES if p.stem != '__init__']!r}]; "
-            "print(json.dumps({'drill': sorted(m for m in sys.modules if m == 'drill' or m.startswith('drill.')), "
-            "'package_alone': sorted(m for m in before if m.startswith('faults.'))}))")
+    code = (
+        "import importlib, json, sys; import faults; before = set(sys.modules); "
+        f"[importlib.import_module('faults.' + m) for m in {[p.stem for p in MODULES if p.stem != '__init__']!r}]; "
+        "print(json.dumps({'drill': sorted(m for m in sys.modules if m == 'drill' or m.startswith('drill.')), "
+        "'package_alone': sorted(m for m in before if m.startswith('faults.'))}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True, timeout=60)
     loaded = json.loads(out.stdout)
     assert set(loaded["drill"]) <= {"drill", "drill.api", "drill.errors", "drill.units"}, loaded["drill"]

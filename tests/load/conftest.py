@@ -67,8 +67,20 @@ def start_sse_server(tmp_path: Path) -> Iterator[Callable[..., SseServer]]:
 
     def start(gap_ms: float = 10.0, ttft_ms: float = 0.0) -> SseServer:
         ready = tmp_path / f"sse-ready-{len(started)}.json"
-        proc = subprocess.Popen([sys.executable, str(REPO / "bench" / "sse_server.py"), "--port", "0",
-                                 "--ready-file", str(ready), "--gap-ms", str(gap_ms), "--ttft-ms", str(ttft_ms)])
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(REPO / "bench" / "sse_server.py"),
+                "--port",
+                "0",
+                "--ready-file",
+                str(ready),
+                "--gap-ms",
+                str(gap_ms),
+                "--ttft-ms",
+                str(ttft_ms),
+            ]
+        )
         started.append(proc)
         info = _wait_ready(proc, ready, None, 20.0)
         return SseServer(proc, f"http://127.0.0.1:{info['port']}")
@@ -96,8 +108,9 @@ class ReplicaProcess:
         return {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
     def stall(self, seconds: float) -> None:
-        httpx.put(self.url + "/admin/engine/stall", json={"seconds": seconds}, headers=self.admin_headers,
-                  timeout=5).raise_for_status()
+        httpx.put(
+            self.url + "/admin/engine/stall", json={"seconds": seconds}, headers=self.admin_headers, timeout=5
+        ).raise_for_status()
 
     def ledger(self) -> list[dict]:
         return [json.loads(line) for line in self.ledger_path.read_text().splitlines() if line.strip()]
@@ -114,14 +127,23 @@ def spawn_replica(tmp_path: Path) -> Iterator[Callable[..., ReplicaProcess]]:
     def spawn(engine: dict | None = None, **config: object) -> ReplicaProcess:
         n = len(started)
         stack = parse_stack_config({"engine": {"weight_load_time": "0s", **(engine or {})}, **config})
-        spec = ReplicaSpec(name=f"replica-{n}", index=0, port=0, config=stack, admin_token=ADMIN_TOKEN,
-                           ledger_path=tmp_path / f"ledger-{n}-{secrets.token_hex(3)}.jsonl",
-                           ready_file=tmp_path / f"replica-ready-{n}.json", log_path=tmp_path / f"replica-{n}.log")
+        spec = ReplicaSpec(
+            name=f"replica-{n}",
+            index=0,
+            port=0,
+            config=stack,
+            admin_token=ADMIN_TOKEN,
+            ledger_path=tmp_path / f"ledger-{n}-{secrets.token_hex(3)}.jsonl",
+            ready_file=tmp_path / f"replica-ready-{n}.json",
+            log_path=tmp_path / f"replica-{n}.log",
+        )
         spec_path = tmp_path / f"replica-spec-{n}.json"
         spec_path.write_text(spec.model_dump_json())
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         env.pop("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", None)
-        proc = subprocess.Popen([sys.executable, "-m", "drill.stack.replica.api_server", "--spec", str(spec_path)], env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "drill.stack.replica.api_server", "--spec", str(spec_path)], env=env
+        )
         started.append(proc)
         info = _wait_ready(proc, spec.ready_file, spec.log_path, 30.0)
         return ReplicaProcess(proc, info["url"], spec.ledger_path, spec.log_path)

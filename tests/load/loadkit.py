@@ -15,8 +15,11 @@ from drill.spec.scenario import Scenario
 
 def scenario(rate: float = 20.0, *, inp: int = 50, out: int = 10, seed: int = 1, **pool: object) -> Scenario:
     """One chat pool with Poisson arrivals and fixed lengths; ``pool`` overrides pool keys."""
-    data = {"name": "chat", "input_tokens": {"dist": "fixed", "value": inp},
-            "output_tokens": {"dist": "fixed", "value": out}}
+    data = {
+        "name": "chat",
+        "input_tokens": {"dist": "fixed", "value": inp},
+        "output_tokens": {"dist": "fixed", "value": out},
+    }
     data.update(pool)
     return Scenario.model_validate({"seed": seed, "arrival": {"process": "poisson", "rate": rate}, "pools": [data]})
 
@@ -30,11 +33,30 @@ class LoadRun:
     t0: float
 
 
-def run_load(target: str, sc: Scenario, duration_s: float, run_dir: Path, *, drain_s: float = 10.0,
-             workers: int = 0, during=None, **plan: object) -> LoadRun:
+def run_load(
+    target: str,
+    sc: Scenario,
+    duration_s: float,
+    run_dir: Path,
+    *,
+    drain_s: float = 10.0,
+    workers: int = 0,
+    during=None,
+    **plan: object,
+) -> LoadRun:
     """Start the driver, wait ``duration_s`` (calling ``during(driver)`` once if given), stop, read files."""
-    driver = LoadDriver(LoadPlan(scenario=sc, target_url=target, model=None, duration_s=duration_s, run_dir=run_dir,
-                                 seed=sc.seed, workers=workers, **plan))
+    driver = LoadDriver(
+        LoadPlan(
+            scenario=sc,
+            target_url=target,
+            model=None,
+            duration_s=duration_s,
+            run_dir=run_dir,
+            seed=sc.seed,
+            workers=workers,
+            **plan,
+        )
+    )
     driver.start()
     try:
         if during is not None:
@@ -46,8 +68,13 @@ def run_load(target: str, sc: Scenario, duration_s: float, run_dir: Path, *, dra
     except BaseException:
         driver.stop(drain_s=0)
         raise
-    return LoadRun(summary, list(read_records(run_dir / "requests.jsonl")),
-                   list(read_samples(run_dir / "failing_samples.jsonl")), run_dir, driver.t0)
+    return LoadRun(
+        summary,
+        list(read_records(run_dir / "requests.jsonl")),
+        list(read_samples(run_dir / "failing_samples.jsonl")),
+        run_dir,
+        driver.t0,
+    )
 
 
 def wall_chunks(record: RequestRecord) -> list[float]:

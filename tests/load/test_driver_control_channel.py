@@ -15,13 +15,22 @@ from drill.load.control import Channel
 from drill.load.driver import LoadDriver, LoadPlan
 from drill.spec.scenario import Scenario
 
-SCENARIO = Scenario.model_validate({"arrival": {"process": "constant", "rate": 1}, "pools": [
-    {"name": "p", "input_tokens": {"dist": "fixed", "value": 1}, "output_tokens": {"dist": "fixed", "value": 1}}]})
+SCENARIO = Scenario.model_validate(
+    {
+        "arrival": {"process": "constant", "rate": 1},
+        "pools": [
+            {"name": "p", "input_tokens": {"dist": "fixed", "value": 1}, "output_tokens": {"dist": "fixed", "value": 1}}
+        ],
+    }
+)
 
 
 def _driver(tmp_path: Path, lines: list[bytes]) -> LoadDriver:
-    driver = LoadDriver(LoadPlan(scenario=SCENARIO, target_url="http://127.0.0.1:9", model="m", duration_s=1.0,
-                                 run_dir=tmp_path, seed=0))
+    driver = LoadDriver(
+        LoadPlan(
+            scenario=SCENARIO, target_url="http://127.0.0.1:9", model="m", duration_s=1.0, run_dir=tmp_path, seed=0
+        )
+    )
     ours, theirs = socket.socketpair()
     driver._channel = Channel(ours)
     reader = threading.Thread(target=driver._read_loop)
@@ -37,8 +46,15 @@ def _msg(kind: str, **data) -> bytes:
 
 
 def test_unreadable_messages_are_counted_in_the_summary_and_reading_goes_on(tmp_path: Path) -> None:
-    driver = _driver(tmp_path, [_msg("ready", t0=1.0), b"{torn json", b"[1, 2]",
-                                _msg("summary", counters={"sent": 3, "due": 3, "ok": 3}, elapsed_s=1.0)])
+    driver = _driver(
+        tmp_path,
+        [
+            _msg("ready", t0=1.0),
+            b"{torn json",
+            b"[1, 2]",
+            _msg("summary", counters={"sent": 3, "due": 3, "ok": 3}, elapsed_s=1.0),
+        ],
+    )
     summary = driver.stop()
     assert summary.sent == 3, "messages after the unreadable ones are still read"
     assert len(summary.unreadable_messages) == 2

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from loadkit import run_load, scenario
 
 from drill.load.azure_trace import per_bucket_counts, read_trace
 from drill.spec.scenario import Scenario
-from loadkit import run_load, scenario
 
 pytestmark = pytest.mark.integration
 
@@ -51,8 +51,12 @@ class ClosedLoop:
             thread.join(timeout=15)
 
     def _user(self, index: int) -> None:
-        body = {"messages": [{"role": "user", "content": "hello " * 40}], "max_tokens": 10, "stream": True,
-                "ignore_eos": True}
+        body = {
+            "messages": [{"role": "user", "content": "hello " * 40}],
+            "max_tokens": 10,
+            "stream": True,
+            "ignore_eos": True,
+        }
         time.sleep(index * self.period_s / self.users)
         with httpx.Client(timeout=30) as client:
             n = 0
@@ -87,29 +91,44 @@ def test_stall_share_of_slow_requests_matches_the_servers_log(spawn_replica, tmp
     reported = sum(r.ttft_ms > SLOW_MS for r in run.records) / len(run.records)
     closed_share = sum(t > SLOW_MS for t in closed.ttft_ms) / len(closed.ttft_ms)
     print(f"slow share: server truth {truth:.3f}, open-loop driver {reported:.3f}, closed loop {closed_share:.3f}")
-    assert truth > 0.10                      # the stall landed: about 1.5 s of 8 s of arrivals
+    assert truth > 0.10  # the stall landed: about 1.5 s of 8 s of arrivals
     assert abs(reported - truth) <= 0.05
-    assert closed_share < 0.6 * truth        # a closed loop sends less during the stall and hides it
+    assert closed_share < 0.6 * truth  # a closed loop sends less during the stall and hides it
 
 
 def test_same_seed_sends_an_identical_request_set(spawn_replica, tmp_path: Path) -> None:
     replica = spawn_replica()
-    sc = Scenario.model_validate({"seed": 21, "arrival": {"process": "poisson", "rate": 25}, "pools": [
-        {"name": "chat", "share": 0.6, "input_tokens": {"dist": "empirical", "quantiles": [20, 60, 200, 400]},
-         "output_tokens": {"dist": "fixed", "value": 4}},
-        {"name": "code", "share": 0.4, "endpoint": "completions",
-         "input_tokens": {"dist": "lognormal", "mu": 4.5, "sigma": 0.5, "max": 600},
-         "output_tokens": {"dist": "uniform", "min": 2, "max": 6}}]})
+    sc = Scenario.model_validate(
+        {
+            "seed": 21,
+            "arrival": {"process": "poisson", "rate": 25},
+            "pools": [
+                {
+                    "name": "chat",
+                    "share": 0.6,
+                    "input_tokens": {"dist": "empirical", "quantiles": [20, 60, 200, 400]},
+                    "output_tokens": {"dist": "fixed", "value": 4},
+                },
+                {
+                    "name": "code",
+                    "share": 0.4,
+                    "endpoint": "completions",
+                    "input_tokens": {"dist": "lognormal", "mu": 4.5, "sigma": 0.5, "max": 600},
+                    "output_tokens": {"dist": "uniform", "min": 2, "max": 6},
+                },
+            ],
+        }
+    )
     runs = [run_load(replica.url, sc, 1.5, tmp_path / f"run-{i}") for i in range(2)]
     digests = [sorted(r.payload_digest for r in run.records) for run in runs]
     assert len(digests[0]) > 20 and digests[0] == digests[1]
     model = httpx.get(replica.url + "/v1/models").json()["data"][0]["id"]
-    assert sorted(_planned_digests(sc, 1.5, model)) == digests[0]      # the live bodies are the planned ones
+    assert sorted(_planned_digests(sc, 1.5, model)) == digests[0]  # the live bodies are the planned ones
     other = _planned_digests(sc.model_copy(update={"seed": 22}), 1.5, model)
     assert len(other) > 20 and not set(digests[0]) & set(other)
     for run in runs:
         assert all(r.ok for r in run.records)
-        assert all(r.prompt_tokens == r.planned_input_tokens for r in run.records)     # sized as planned
+        assert all(r.prompt_tokens == r.planned_input_tokens for r in run.records)  # sized as planned
         assert all(r.completion_tokens == r.planned_output_tokens for r in run.records)
     assert {r.idempotency_key for r in runs[0].records}.isdisjoint({r.idempotency_key for r in runs[1].records})
 
@@ -120,20 +139,44 @@ def _planned_digests(sc: Scenario, duration_s: float, model: str) -> list[str]:
     from drill.load.schedule import build_schedule
 
     pools, text = {p.name: p for p in sc.pools}, PromptText(sc.seed)
-    return [payload_digest(build_body(pools[r.pool], model, r.logical_id, r.input_tokens, r.output_tokens, text))
-            for r in build_schedule(sc, duration_s, sc.seed).requests]
+    return [
+        payload_digest(build_body(pools[r.pool], model, r.logical_id, r.input_tokens, r.output_tokens, text))
+        for r in build_schedule(sc, duration_s, sc.seed).requests
+    ]
 
 
 def test_trace_replay_reproduces_per_minute_arrival_counts(spawn_replica, tmp_path: Path) -> None:
     replica = spawn_replica()
     path = REPO / "scenarios" / "data" / "azure2023_code_first12min.csv"
     speedup, start_min, minutes = 30.0, 8, 4
-    sc = Scenario.model_validate({"seed": 1, "arrival": {"process": "trace", "trace": {
-        "file": str(path), "speedup": speedup, "start": f"{start_min}m", "duration": f"{minutes}m",
-        "use_lengths": False}}, "pools": [{"name": "code", "endpoint": "completions",
-                                           "input_tokens": {"dist": "fixed", "value": 16},
-                                           "output_tokens": {"dist": "fixed", "value": 2}}]})
-    rows = [r.offset_s - start_min * 60 for r in read_trace(path) if start_min * 60 <= r.offset_s < (start_min + minutes) * 60]
+    sc = Scenario.model_validate(
+        {
+            "seed": 1,
+            "arrival": {
+                "process": "trace",
+                "trace": {
+                    "file": str(path),
+                    "speedup": speedup,
+                    "start": f"{start_min}m",
+                    "duration": f"{minutes}m",
+                    "use_lengths": False,
+                },
+            },
+            "pools": [
+                {
+                    "name": "code",
+                    "endpoint": "completions",
+                    "input_tokens": {"dist": "fixed", "value": 16},
+                    "output_tokens": {"dist": "fixed", "value": 2},
+                }
+            ],
+        }
+    )
+    rows = [
+        r.offset_s - start_min * 60
+        for r in read_trace(path)
+        if start_min * 60 <= r.offset_s < (start_min + minutes) * 60
+    ]
     per_minute = per_bucket_counts(rows, 60, minutes * 60)
     assert per_minute == [38, 476, 421, 63]
     bucket = 60 / speedup

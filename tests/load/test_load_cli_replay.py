@@ -9,13 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from loadkit import run_load, scenario
 
 from drill.load.records import read_records
 from drill.load.replay import replay_failing
 from drill.load.samples import read_samples
 from drill.load.schedule import build_schedule, with_total_rate
 from drill.spec.loader import load_scenario
-from loadkit import run_load, scenario
 
 pytestmark = pytest.mark.integration
 
@@ -38,8 +38,20 @@ def test_drill_load_prints_the_summary_as_json(sse_server, tmp_path: Path) -> No
     path = tmp_path / "s.yaml"
     path.write_text(SCENARIO)
     out = tmp_path / "run"
-    result = _drill("load", str(path), "--target", sse_server.url, "--duration", "1500ms", "--rate", "40",
-                    "--out", str(out), "--json", "--no-progress")
+    result = _drill(
+        "load",
+        str(path),
+        "--target",
+        sse_server.url,
+        "--duration",
+        "1500ms",
+        "--rate",
+        "40",
+        "--out",
+        str(out),
+        "--json",
+        "--no-progress",
+    )
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     expected = len(build_schedule(with_total_rate(load_scenario(path)[0], 40, 1.5), 1.5, 4).requests)
@@ -73,8 +85,9 @@ def test_failed_requests_replay_byte_for_byte(sse_server, tmp_path: Path) -> Non
     sse_server.configure(fail_status=0)
     before = len(sse_server.log())
     out = tmp_path / "run" / "replay.jsonl"
-    summary = replay_failing(tmp_path / "run" / "failing_samples.jsonl", out, sse_server.url, concurrency=4,
-                             timeout_s=10, max_samples=1000)
+    summary = replay_failing(
+        tmp_path / "run" / "failing_samples.jsonl", out, sse_server.url, concurrency=4, timeout_s=10, max_samples=1000
+    )
     assert summary.replayed == len(run.samples) and summary.outcomes == {"ok": len(run.samples)}
     assert summary.reproduced == 0 and summary.skipped_digest_mismatch == 0
     replays = {e["request_id"]: e for e in sse_server.log()[before:]}
@@ -84,7 +97,7 @@ def test_failed_requests_replay_byte_for_byte(sse_server, tmp_path: Path) -> Non
         original = originals[line["original_request_id"]]
         entry = replays[line["request_id"]]
         assert line["request_id"] == original.request_id + "-replay"
-        assert "sha256:" + entry["body_sha256"] == original.payload_digest      # the same bytes
+        assert "sha256:" + entry["body_sha256"] == original.payload_digest  # the same bytes
         assert line["original_trace_id"] == original.trace_id != line["trace_id"]
         assert entry["traceparent"].split("-")[1] == line["trace_id"]
         assert entry["idempotency_key"] == original.idempotency_key + "-replay"
@@ -97,11 +110,18 @@ def test_replay_can_reuse_the_key_and_skips_altered_samples(sse_server, tmp_path
     samples_path = tmp_path / "run" / "failing_samples.jsonl"
     lines = samples_path.read_text().splitlines()
     tampered = json.loads(lines[0])
-    tampered["body_b64"] = "e30="                              # "{}": no longer the recorded digest
+    tampered["body_b64"] = "e30="  # "{}": no longer the recorded digest
     samples_path.write_text("\n".join([json.dumps(tampered)] + lines[1:]) + "\n")
     before = len(sse_server.log())
-    summary = replay_failing(samples_path, tmp_path / "replay.jsonl", sse_server.url, concurrency=2, timeout_s=10,
-                             max_samples=2, same_idempotency_key=True)
+    summary = replay_failing(
+        samples_path,
+        tmp_path / "replay.jsonl",
+        sse_server.url,
+        concurrency=2,
+        timeout_s=10,
+        max_samples=2,
+        same_idempotency_key=True,
+    )
     assert summary.skipped_digest_mismatch == 1 and summary.replayed == 2
     assert summary.outcomes == {"refused": 2} and summary.reproduced == 2
     keys = {e["idempotency_key"] for e in sse_server.log()[before:]}

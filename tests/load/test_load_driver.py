@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 
 import pytest
+from loadkit import run_load, scenario, wall_chunks
 
 from drill.errors import InputError
 from drill.load.live_status import LiveProgress, format_status
 from drill.load.records import ErrorClass
 from drill.stats import percentile
-from loadkit import run_load, scenario, wall_chunks
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.integration
 def test_records_match_the_server_log_chunk_for_chunk(sse_server, tmp_path: Path) -> None:
     seen = []
 
-    def watch(driver) -> None:      # the live status line's figures, as a terminal would show them
+    def watch(driver) -> None:  # the live status line's figures, as a terminal would show them
         progress = LiveProgress(driver, tmp_path / "run" / "requests.jsonl")
         for _ in range(4):
             time.sleep(0.45)
@@ -50,25 +50,32 @@ def test_records_match_the_server_log_chunk_for_chunk(sse_server, tmp_path: Path
         assert entry["idempotency_key"] == record.idempotency_key == record.request_id.rsplit("-", 1)[0]
         assert entry["priority"] == "0" and "sha256:" + entry["body_sha256"] == record.payload_digest
         client = wall_chunks(record)
-        assert len(client) == 11 and len(entry["sends"]) == 10          # role chunk + 10 tokens
+        assert len(client) == 11 and len(entry["sends"]) == 10  # role chunk + 10 tokens
         errors_ms += [(c - sent) * 1000 for c, sent in zip(client[1:], entry["sends"])]
         assert record.ttft_ms == pytest.approx((client[0] - record.intended_ts) * 1000, abs=0.01)
         assert record.schedule_lag_ms is not None and record.schedule_lag_ms >= 0
         assert record.e2e_ms >= record.chunk_offsets_ms[-1]
-    assert min(errors_ms) > -0.5                      # nobody reads a chunk before it was sent
-    assert percentile(errors_ms, 50) < 5.0            # loose: the machine is shared (bench/ measures it)
+    assert min(errors_ms) > -0.5  # nobody reads a chunk before it was sent
+    assert percentile(errors_ms, 50) < 5.0  # loose: the machine is shared (bench/ measures it)
     assert percentile([r.schedule_lag_ms for r in run.records], 50) < 10.0
 
 
-@pytest.mark.parametrize("settings,pool,expected", [
-    ({"fail_status": 503, "fail_every": 2}, {"retry": {"attempts": 2, "backoff": "10ms"}}, ErrorClass.REFUSED),
-    ({"midstream_error_after": 3}, {}, ErrorClass.MID_STREAM_ERROR),
-    ({"cut_after": 2}, {"retry": {"attempts": 1, "backoff": "10ms", "on": ["connection"]}},
-     ErrorClass.CONNECTION_RESET),
-    ({"hang_headers": 1.5}, {"timeout": "400ms"}, ErrorClass.TIMEOUT),
-])
-def test_error_classes_retries_and_failing_samples(sse_server, tmp_path: Path, settings: dict, pool: dict,
-                                                  expected: ErrorClass) -> None:
+@pytest.mark.parametrize(
+    "settings,pool,expected",
+    [
+        ({"fail_status": 503, "fail_every": 2}, {"retry": {"attempts": 2, "backoff": "10ms"}}, ErrorClass.REFUSED),
+        ({"midstream_error_after": 3}, {}, ErrorClass.MID_STREAM_ERROR),
+        (
+            {"cut_after": 2},
+            {"retry": {"attempts": 1, "backoff": "10ms", "on": ["connection"]}},
+            ErrorClass.CONNECTION_RESET,
+        ),
+        ({"hang_headers": 1.5}, {"timeout": "400ms"}, ErrorClass.TIMEOUT),
+    ],
+)
+def test_error_classes_retries_and_failing_samples(
+    sse_server, tmp_path: Path, settings: dict, pool: dict, expected: ErrorClass
+) -> None:
     sse_server.configure(**settings)
     run = run_load(sse_server.url, scenario(10, out=5, **pool), 1.0, tmp_path / "run", drain_s=5)
     failed = [r for r in run.records if r.error is not None]
@@ -102,7 +109,7 @@ def test_a_timed_out_connection_is_never_reused(sse_server, tmp_path: Path) -> N
     run = run_load(sse_server.url, sc, 3.0, tmp_path / "run", during=heal)
     ok = [r for r in run.records if r.ok]
     assert any(r.error is ErrorClass.TIMEOUT for r in run.records) and len(ok) > 20
-    for record in ok:     # the usage of the response read must be this request's own
+    for record in ok:  # the usage of the response read must be this request's own
         assert record.completion_tokens == record.planned_output_tokens
 
 
@@ -153,7 +160,7 @@ def test_bursts_add_poisson_arrivals_with_longer_prompts(sse_server, tmp_path: P
     assert statuses["during"]["active"] == 1 and statuses["during"]["offered_rate"] == pytest.approx(60, rel=0.01)
     assert statuses["after"]["active"] == 0 and statuses["after"]["sent"] == len(bursty)
     assert statuses["unknown"] == {"active": 0.0, "sent": 0.0, "offered_rate": 0.0}
-    assert 60 < len(bursty) < 200                       # 60/s for ~2 s
+    assert 60 < len(bursty) < 200  # 60/s for ~2 s
     assert all(r.planned_input_tokens == 120 and r.prompt_tokens == 120 - 8 for r in bursty if r.ok)
     scheduled = [r for r in run.records if r.burst is None]
     assert len(scheduled) == run.summary.scheduled
@@ -176,8 +183,9 @@ time.sleep(120)
 @pytest.mark.parametrize("workers", [0, 2])
 def test_load_dies_with_a_sigkilled_harness(sse_server, tmp_path: Path, workers: int) -> None:
     """The harness is SIGKILLed: its child sees the control socket close; workers die by PR_SET_PDEATHSIG."""
-    code = _HARNESS.format(tests=str(Path(__file__).parent), url=sse_server.url, run_dir=str(tmp_path / "run"),
-                           workers=workers)
+    code = _HARNESS.format(
+        tests=str(Path(__file__).parent), url=sse_server.url, run_dir=str(tmp_path / "run"), workers=workers
+    )
     harness = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         child = int(harness.stdout.readline())
@@ -192,7 +200,7 @@ def test_load_dies_with_a_sigkilled_harness(sse_server, tmp_path: Path, workers:
         assert not any(_alive(p) for p in [child, *generators])
         seen = len(sse_server.log())
         time.sleep(1.0)
-        assert len(sse_server.log()) == seen > 5           # no load after the harness died
+        assert len(sse_server.log()) == seen > 5  # no load after the harness died
     finally:
         if harness.poll() is None:
             harness.kill()
@@ -203,14 +211,23 @@ def test_a_remote_worker_joins_with_drill_worker(sse_server, tmp_path: Path) -> 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    worker = subprocess.Popen([sys.executable, "-m", "drill", "worker", "--master", f"127.0.0.1:{port}"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "drill", "worker", "--master", f"127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
-        run = run_load(sse_server.url, scenario(20, out=3), 1.5, tmp_path / "run", expect_remote_workers=1,
-                       master_bind=f"127.0.0.1:{port}")
+        run = run_load(
+            sse_server.url,
+            scenario(20, out=3),
+            1.5,
+            tmp_path / "run",
+            expect_remote_workers=1,
+            master_bind=f"127.0.0.1:{port}",
+        )
         assert run.summary.workers == 1 and run.summary.records_lost == 0
         assert len(run.records) == run.summary.scheduled > 10 and {r.worker for r in run.records} == {"w0"}
-        assert worker.wait(timeout=15) == 0               # it leaves when the master quits
+        assert worker.wait(timeout=15) == 0  # it leaves when the master quits
     finally:
         if worker.poll() is None:
             worker.kill()
@@ -234,7 +251,7 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    try:   # a zombie child of a dead parent is reaped by init; treat <defunct> as gone
+    try:  # a zombie child of a dead parent is reaped by init; treat <defunct> as gone
         return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
     except OSError:
         return False

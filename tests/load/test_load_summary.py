@@ -9,24 +9,43 @@ from drill.load.records import ErrorClass, RequestRecord
 from drill.load.summary import ALL_POOLS, render_text, summarize
 
 
-def _rec(i: int, *, pool: str = "chat", start: float = 100.0, chunks: list[float] | None = None, tokens: int = 4,
-         error: ErrorClass | None = None, status: int = 200, lag: float = 1.0) -> RequestRecord:
+def _rec(
+    i: int,
+    *,
+    pool: str = "chat",
+    start: float = 100.0,
+    chunks: list[float] | None = None,
+    tokens: int = 4,
+    error: ErrorClass | None = None,
+    status: int = 200,
+    lag: float = 1.0,
+) -> RequestRecord:
     chunks = [10.0 * i + 5, 10.0 * i + 15, 10.0 * i + 25, 10.0 * i + 35] if chunks is None else chunks
     ok = error is None
-    return RequestRecord(request_id=f"r{i}", logical_id=f"{pool}-{i}", pool=pool, attempt=1, intended_ts=start + i,
-                         sent_ts=start + i + lag / 1000, schedule_lag_ms=lag, status=status if ok else 503,
-                         error=error, ttft_ms=chunks[0] if ok and chunks else None,
-                         e2e_ms=(chunks[-1] + 1) if ok and chunks else 2.0, chunk_offsets_ms=chunks if ok else [],
-                         completion_tokens=tokens if ok else None)
+    return RequestRecord(
+        request_id=f"r{i}",
+        logical_id=f"{pool}-{i}",
+        pool=pool,
+        attempt=1,
+        intended_ts=start + i,
+        sent_ts=start + i + lag / 1000,
+        schedule_lag_ms=lag,
+        status=status if ok else 503,
+        error=error,
+        ttft_ms=chunks[0] if ok and chunks else None,
+        e2e_ms=(chunks[-1] + 1) if ok and chunks else 2.0,
+        chunk_offsets_ms=chunks if ok else [],
+        completion_tokens=tokens if ok else None,
+    )
 
 
 def test_percentiles_tpot_itl_and_throughput_are_exact() -> None:
     records = [_rec(i) for i in range(10)]
     report = summarize(records, duration_s=10.0, start_ts=100.0)
     g = report.group()
-    assert g.ttft.percentiles["p50"] == pytest.approx(50.0)          # TTFTs 5, 15, ..., 95
-    assert g.ttft.percentiles["p90"] == pytest.approx(86.0)          # numpy linear interpolation
-    assert g.tpot.count == 10 and g.tpot.percentiles["p99"] == pytest.approx(10.0)   # (35 - 5) / (4 - 1)
+    assert g.ttft.percentiles["p50"] == pytest.approx(50.0)  # TTFTs 5, 15, ..., 95
+    assert g.ttft.percentiles["p90"] == pytest.approx(86.0)  # numpy linear interpolation
+    assert g.tpot.count == 10 and g.tpot.percentiles["p99"] == pytest.approx(10.0)  # (35 - 5) / (4 - 1)
     assert g.itl.count == 30 and g.itl.max == pytest.approx(10.0)
     assert g.e2e.min == pytest.approx(36.0)
     assert g.requests_per_s == pytest.approx(1.0) and g.output_tokens_per_s == pytest.approx(4.0)
@@ -42,7 +61,7 @@ def test_errors_drops_and_goodput_against_pool_slos() -> None:
     g = report.group(pool="chat")
     assert g.attempts == 10 and g.ok == 8 and g.client_drops == 1
     assert g.errors == {"refused": 1, "client_drop": 1} and g.error_rate == pytest.approx(0.2)
-    assert g.goodput_per_s == pytest.approx(0.4)      # TTFT 5, 15, 25, 35 ms meet 40 ms; 45..75 do not
+    assert g.goodput_per_s == pytest.approx(0.4)  # TTFT 5, 15, 25, 35 ms meet 40 ms; 45..75 do not
     assert g.goodput_share == pytest.approx(0.5)
     by_key = {s.key: s for s in g.slo}
     assert by_key["ttft_p50"].observed_ms == pytest.approx(40.0) and by_key["ttft_p50"].met

@@ -57,7 +57,7 @@ def test_the_monkey_patching_boundary_is_the_child_folder() -> None:
 def test_the_readme_names_every_module_that_imports_locust() -> None:
     importers = _importers_of(_graph(), ("locust",))
     text = (REPO / "README.md").read_text()
-    section = text[text.index("## The load driver"):]
+    section = text[text.index("## The load driver") :]
     section = section[: section.index("\n## ", 3)]
     for module in sorted(importers):
         assert f"{module.replace('.', '/')}.py" in section, f"README's load driver section does not name {module}"

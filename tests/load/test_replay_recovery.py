@@ -15,34 +15,44 @@ import time
 from pathlib import Path
 
 import pytest
+from loadkit import run_load, scenario
 
 from drill.checks.base import RunEvidence, Status
 from drill.checks.replay import RecoveryReplayCheck
 from drill.engine.journal import Event, Journal
 from drill.load.driver import resolve_model
 from drill.load.replay import ReplayPlan, baseline_rate, choose_control_ids, read_replay, replay_after_recovery
-from loadkit import run_load, scenario
 
 pytestmark = pytest.mark.integration
 
 DURATION_S = 2.5
-BASELINE_S = 1.2      # the first 1.2 s succeed (controls come from here), then the server refuses everything
+BASELINE_S = 1.2  # the first 1.2 s succeed (controls come from here), then the server refuses everything
 
 
-def _replay(run, sc, url: str, *, controls: int, max_samples: int = 6, rate: float | None = None,
-            baseline_s: float = DURATION_S):
+def _replay(
+    run, sc, url: str, *, controls: int, max_samples: int = 6, rate: float | None = None, baseline_s: float = DURATION_S
+):
     baseline = (run.t0, run.t0 + baseline_s)
     rate = rate or baseline_rate(run.records, baseline)
     plan = ReplayPlan(url, timeout_s=10, concurrency=4, max_samples=max_samples, controls=controls, seed=7, rate=rate)
     out = run.run_dir / "replay.jsonl"
-    summary = replay_after_recovery(run.run_dir / "failing_samples.jsonl", run.records, out, plan, scenario=sc,
-                                    model=resolve_model(url, {}), load_seed=sc.seed, baseline_ts=baseline)
+    summary = replay_after_recovery(
+        run.run_dir / "failing_samples.jsonl",
+        run.records,
+        out,
+        plan,
+        scenario=sc,
+        model=resolve_model(url, {}),
+        load_seed=sc.seed,
+        baseline_ts=baseline,
+    )
     return summary, list(read_replay(out)), rate
 
 
 @pytest.mark.parametrize("workers", [0, 2], ids=["local", "two-workers"])
-def test_originals_and_controls_replay_byte_identical_at_the_baseline_rate(sse_server, tmp_path: Path,
-                                                                          workers: int) -> None:
+def test_originals_and_controls_replay_byte_identical_at_the_baseline_rate(
+    sse_server, tmp_path: Path, workers: int
+) -> None:
     sc = scenario(20, out=3, seed=3)
     ids = choose_control_ids(sc, DURATION_S, sc.seed, (0.0, BASELINE_S - 0.3), 4, sample_seed=7)
 
@@ -84,7 +94,7 @@ def test_originals_and_controls_replay_byte_identical_at_the_baseline_rate(sse_s
 
     arrivals = sorted(served[line.request_id]["arrival_ts"] for line in lines)
     gap = 1.0 / rate
-    for k, ts in enumerate(arrivals):            # paced: the k-th send never comes before its slot
+    for k, ts in enumerate(arrivals):  # paced: the k-th send never comes before its slot
         assert ts - arrivals[0] >= k * gap - 0.03, (k, ts - arrivals[0], k * gap)
     assert arrivals[-1] - arrivals[0] <= (len(arrivals) - 1) * gap + 3.0
 
@@ -107,7 +117,7 @@ def test_replayed_controls_give_the_replica_s_greedy_text_again(spawn_replica, t
         assert line.payload_digest == baseline[line.original_request_id].payload_digest
         assert line.output_digest == baseline[line.original_request_id].output_digest
     texts = {line.output_digest for line in lines}
-    assert len(texts) > 1                     # different prompts, different greedy answers
+    assert len(texts) > 1  # different prompts, different greedy answers
     ledger = {e["request_id"]: e for e in replica.ledger()}
     for line in lines:
         assert ledger[line.request_id]["prompt_tokens"] == ledger[line.original_request_id]["prompt_tokens"]
@@ -123,8 +133,10 @@ def _judge(run, lines, slo: dict):
     journal.write(Event.PHASE_STARTED, phase="replay", planned_s=None)
     journal.write(Event.PHASE_ENDED, phase="replay", elapsed_s=1.0)
     journal.close()
-    _rewrite_ts(run.run_dir / "journal.jsonl", [run.t0, run.t0 + DURATION_S + 5, min(l.sent_ts for l in lines),
-                                                 max(l.sent_ts for l in lines) + 1])
+    _rewrite_ts(
+        run.run_dir / "journal.jsonl",
+        [run.t0, run.t0 + DURATION_S + 5, min(l.sent_ts for l in lines), max(l.sent_ts for l in lines) + 1],
+    )
     return RecoveryReplayCheck(RecoveryReplayCheck.Params()).evaluate(RunEvidence(run.run_dir, slo))
 
 

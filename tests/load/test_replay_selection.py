@@ -5,31 +5,49 @@ from __future__ import annotations
 import random
 
 import pytest
+from loadkit import scenario
 
 from drill.load.output import OutputDigest
 from drill.load.payload import PromptText, build_body, payload_digest
 from drill.load.records import RequestRecord
-from drill.load.replay import (ReplayItem, _sample, baseline_rate, choose_control_ids, control_items,
-                               original_items)
+from drill.load.replay import ReplayItem, _sample, baseline_rate, choose_control_ids, control_items, original_items
 from drill.load.samples import FailingSample
 from drill.load.schedule import build_schedule
-from loadkit import scenario
 
 T0 = 1_700_000_000.0
 
 
-def _record(sc, planned, *, model: str = "m", ok: bool = True, attempt: int = 1, digest: str | None = None,
-            output: str | None = "sha256:o") -> RequestRecord:
+def _record(
+    sc,
+    planned,
+    *,
+    model: str = "m",
+    ok: bool = True,
+    attempt: int = 1,
+    digest: str | None = None,
+    output: str | None = "sha256:o",
+) -> RequestRecord:
     pool = sc.pools[0]
-    body = build_body(pool, model, planned.logical_id, planned.input_tokens, planned.output_tokens,
-                      PromptText(sc.seed))
-    return RequestRecord(request_id=f"run-{planned.logical_id}-{attempt}", logical_id=planned.logical_id,
-                         pool=pool.name, attempt=attempt, intended_ts=T0 + planned.offset_s,
-                         sent_ts=T0 + planned.offset_s, schedule_lag_ms=0.0, status=200 if ok else 503,
-                         error=None if ok else "refused", ttft_ms=10.0, e2e_ms=50.0,
-                         planned_input_tokens=planned.input_tokens, planned_output_tokens=planned.output_tokens,
-                         trace_id="ab" * 16, idempotency_key=f"run-{planned.logical_id}",
-                         payload_digest=digest or payload_digest(body), output_digest=output if ok else None)
+    body = build_body(pool, model, planned.logical_id, planned.input_tokens, planned.output_tokens, PromptText(sc.seed))
+    return RequestRecord(
+        request_id=f"run-{planned.logical_id}-{attempt}",
+        logical_id=planned.logical_id,
+        pool=pool.name,
+        attempt=attempt,
+        intended_ts=T0 + planned.offset_s,
+        sent_ts=T0 + planned.offset_s,
+        schedule_lag_ms=0.0,
+        status=200 if ok else 503,
+        error=None if ok else "refused",
+        ttft_ms=10.0,
+        e2e_ms=50.0,
+        planned_input_tokens=planned.input_tokens,
+        planned_output_tokens=planned.output_tokens,
+        trace_id="ab" * 16,
+        idempotency_key=f"run-{planned.logical_id}",
+        payload_digest=digest or payload_digest(body),
+        output_digest=output if ok else None,
+    )
 
 
 def test_control_candidates_are_seeded_from_the_baseline_window() -> None:
@@ -44,9 +62,20 @@ def test_control_candidates_are_seeded_from_the_baseline_window() -> None:
 
 def test_one_original_per_failed_logical_request_its_first_attempt() -> None:
     def sample(logical: str, attempt: int, at: float) -> FailingSample:
-        return FailingSample(request_id=f"{logical}-{attempt}", logical_id=logical, pool="chat", attempt=attempt,
-                             trace_id="t", idempotency_key=logical, payload_digest=payload_digest(b"{}"),
-                             method="POST", endpoint="/v1/chat/completions", body_b64="e30=", intended_ts=at)
+        return FailingSample(
+            request_id=f"{logical}-{attempt}",
+            logical_id=logical,
+            pool="chat",
+            attempt=attempt,
+            trace_id="t",
+            idempotency_key=logical,
+            payload_digest=payload_digest(b"{}"),
+            method="POST",
+            endpoint="/v1/chat/completions",
+            body_b64="e30=",
+            intended_ts=at,
+        )
+
     items = original_items([sample("a", 2, 1.5), sample("b", 1, 2.0), sample("a", 1, 1.0)])
     assert [(i.logical_id, i.original_request_id) for i in items] == [("a", "a-1"), ("b", "b-1")]
     assert all(i.intact and i.set == "original" for i in items)
@@ -64,12 +93,17 @@ def test_the_seeded_sample_does_not_depend_on_the_file_order() -> None:
 def test_control_bodies_are_rebuilt_and_checked_against_the_recorded_digest() -> None:
     sc = scenario(20, seed=4)
     planned = build_schedule(sc, 5.0, sc.seed).requests
-    records = [_record(sc, planned[0]), _record(sc, planned[1], digest="sha256:other"),
-               _record(sc, planned[2], ok=False), _record(sc, planned[3], output=None),
-               _record(sc, planned[4], attempt=2), _record(sc, planned[40])]
+    records = [
+        _record(sc, planned[0]),
+        _record(sc, planned[1], digest="sha256:other"),
+        _record(sc, planned[2], ok=False),
+        _record(sc, planned[3], output=None),
+        _record(sc, planned[4], attempt=2),
+        _record(sc, planned[40]),
+    ]
     items = control_items(records, (T0, T0 + 1.5), sc, "m", sc.seed)
     assert [i.logical_id for i in items] == [planned[0].logical_id, planned[1].logical_id]
-    assert [i.intact for i in items] == [True, False]            # the second's bytes are not what the run sent
+    assert [i.intact for i in items] == [True, False]  # the second's bytes are not what the run sent
     assert items[0].deterministic and items[0].headers["Idempotency-Key"] == records[0].idempotency_key
     other_model = control_items(records[:1], (T0, T0 + 1.5), sc, "another-model", sc.seed)
     assert not other_model[0].intact
@@ -100,8 +134,9 @@ def test_output_digest_is_the_generated_text_only() -> None:
 
 
 def test_a_replay_item_at_temperature_above_zero_is_not_deterministic() -> None:
-    item = ReplayItem("control", "r", "l", "chat", "t", "k", "d", "POST", "/v1/chat/completions", {},
-                      b'{"temperature":0.7}', True)
+    item = ReplayItem(
+        "control", "r", "l", "chat", "t", "k", "d", "POST", "/v1/chat/completions", {}, b'{"temperature":0.7}', True
+    )
     assert not item.deterministic
 
 

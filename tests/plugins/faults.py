@@ -5,7 +5,7 @@ They use only :mod:`drill.api`, like any plugin.
 
 from __future__ import annotations
 
-from drill.api import LandingProof, Fault, FaultContext, FaultNotLanded, FaultParams
+from drill.api import Fault, FaultContext, FaultNotLanded, FaultParams, LandingProof
 
 
 class ToxicLatencyParams(FaultParams):

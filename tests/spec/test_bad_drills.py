@@ -24,7 +24,9 @@ def test_there_are_at_least_twelve_kinds_of_mistake() -> None:
 
 
 @pytest.mark.parametrize("path", BAD, ids=[p.stem for p in BAD])
-def test_validate_prints_located_errors_and_exits_2(path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_validate_prints_located_errors_and_exits_2(
+    path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.chdir(REPO)
     before = set(REPO.glob("reports/**/*"))
     relative = path.relative_to(REPO)

@@ -24,11 +24,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 #: Ten lines, 10**9 strings once expanded (the classic billion laughs, nine levels of ten).
 BOMB = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
-    f"{c}: &{c} [{', '.join([f'*{p}'] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    f"{c}: &{c} [{', '.join([f'*{p}'] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi")
+)
 DEEP = "[" * 5000 + "]" * 5000 + "\n"
-FLOW_BOMB = "{a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol], " + ", ".join(
-    f"{c}: &{c} [{', '.join([f'*{p}'] * 10)}]" for p, c in zip("abcdefgh", "bcdefghi")) + "}"
-DEEP_BLOCK = "".join("  " * i + "-\n" for i in range(1000))   # 1 MB of indentation, 1000 levels
+FLOW_BOMB = (
+    "{a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol], "
+    + ", ".join(f"{c}: &{c} [{', '.join([f'*{p}'] * 10)}]" for p, c in zip("abcdefgh", "bcdefghi"))
+    + "}"
+)
+DEEP_BLOCK = "".join("  " * i + "-\n" for i in range(1000))  # 1 MB of indentation, 1000 levels
 
 VALID_DRILL = """\
 name: ok
@@ -66,13 +70,20 @@ def peak_mb() -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     import resource
+
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _python(script: str, arg: object, cwd: Path, timeout: float) -> dict:
     env = {**__import__("os").environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-c", script, json.dumps(arg)], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(arg)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -95,7 +106,7 @@ def _where(kind: str, hostile: str, tmp_path: Path) -> tuple[list[str], str]:
     if kind == "scenario":
         (tmp_path / "load.yaml").write_text(hostile)
         return ["validate", "ok.yaml"], "load.yaml"
-    if kind == "load":   # `drill load SCENARIO` reads the scenario file on its own
+    if kind == "load":  # `drill load SCENARIO` reads the scenario file on its own
         (tmp_path / "load.yaml").write_text(hostile)
         return ["load", "load.yaml", "--target", "http://127.0.0.1:9"], "load.yaml"
     if kind == "stack":
@@ -109,7 +120,7 @@ def _where(kind: str, hostile: str, tmp_path: Path) -> tuple[list[str], str]:
 @pytest.mark.parametrize("name", ["bomb", "deep_flow", "deep_block"])
 def test_hostile_yaml_is_refused_fast_with_a_located_error(kind: str, name: str, tmp_path: Path) -> None:
     hostile = {"bomb": BOMB, "deep_flow": DEEP, "deep_block": DEEP_BLOCK}[name]
-    if kind == "set":   # a value on the command line is one line: flow style
+    if kind == "set":  # a value on the command line is one line: flow style
         hostile = {"bomb": FLOW_BOMB, "deep_flow": DEEP, "deep_block": "{a: " * 3000 + "}" * 3000}[name]
     args, source = _where(kind, hostile, tmp_path)
     before = _files(tmp_path)
@@ -118,7 +129,7 @@ def test_hostile_yaml_is_refused_fast_with_a_located_error(kind: str, name: str,
     assert got["exception"] is None and "Traceback" not in got["output"], got
     assert re.search(rf"^{re.escape(source)}:\d+:\d+: error: ", got["output"], re.M), got["output"]
     assert _files(tmp_path) == before, "nothing may be created"
-    assert got["s"] < 2.0, f"took {got['s']:.2f}s"   # typically 0.1-0.3s, imports included; 2s on a loaded CI box
+    assert got["s"] < 2.0, f"took {got['s']:.2f}s"  # typically 0.1-0.3s, imports included; 2s on a loaded CI box
     assert got["maxrss_mb"] < 120, f"peak memory {got['maxrss_mb']:.0f} MB"
 
 
@@ -126,14 +137,14 @@ def test_the_bomb_is_stopped_while_composing_at_the_alias_that_crosses_the_limit
     doc = load_located(BOMB, "bomb.yaml")
     assert doc.data is None and len(doc.diagnostics) == 1
     d = doc.diagnostics[0]
-    assert d.position.line == 5 and d.position.col > 1, d.render()   # 10**5 values > the limit at the 5th line
+    assert d.position.line == 5 and d.position.col > 1, d.render()  # 10**5 values > the limit at the 5th line
     assert "expands to more than" in d.message
 
 
 def test_nesting_limit_points_at_the_first_bracket_beyond_it() -> None:
     doc = load_located("x: " + "[" * 100 + "]" * 100, "deep.yaml")
     (d,) = doc.diagnostics
-    assert (d.position.line, d.position.col) == (1, 3 + MAX_DEPTH), d.render()   # '[' number 64 is one level too deep
+    assert (d.position.line, d.position.col) == (1, 3 + MAX_DEPTH), d.render()  # '[' number 64 is one level too deep
 
 
 def test_an_alias_deep_structure_counts_toward_depth() -> None:
@@ -142,14 +153,17 @@ def test_an_alias_deep_structure_counts_toward_depth() -> None:
     assert d.position.line == 2 and "nest deeper" in d.message
 
 
-@pytest.mark.parametrize("text, message", [
-    ("a: &a [*a]\n", "used inside the value it names"),
-    ("a: *nowhere\n", "names no anchor"),
-    ("a: &x 1\nb: &x 2\n", "defined twice"),
-    ("a: 1\n---\nb: 2\n", "second YAML document"),
-    ("a: " + ", ".join(["*x"] * 1001) + "\n", "names no anchor"),
-    ("x: &x 1\na: [" + ", ".join(["*x"] * 1001) + "]\n", "more than 1000 aliases"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("a: &a [*a]\n", "used inside the value it names"),
+        ("a: *nowhere\n", "names no anchor"),
+        ("a: &x 1\nb: &x 2\n", "defined twice"),
+        ("a: 1\n---\nb: 2\n", "second YAML document"),
+        ("a: " + ", ".join(["*x"] * 1001) + "\n", "names no anchor"),
+        ("x: &x 1\na: [" + ", ".join(["*x"] * 1001) + "]\n", "more than 1000 aliases"),
+    ],
+)
 def test_alias_and_document_problems_are_located(text: str, message: str) -> None:
     doc = load_located(text, "x.yaml")
     assert doc.data is None and doc.diagnostics, text
@@ -166,10 +180,12 @@ def test_merge_keys_and_ordinary_anchors_still_work() -> None:
 @pytest.mark.parametrize("value", [".inf", "-.inf", ".nan", ".NaN", "1.0e+999", "-1.5e+400"])
 def test_non_finite_numbers_are_refused_where_written(value: str, tmp_path: Path) -> None:
     path = tmp_path / "d.yaml"
-    path.write_text(f"name: x\nseed: 1\ntarget: {{kind: openai, config: {{url: 'http://127.0.0.1:1'}}}}\n"
-                    f"scenario:\n  arrival: {{process: poisson, rate: {value}}}\n"
-                    "  pools: [{name: a, input_tokens: {dist: fixed, value: 1},\n"
-                    "           output_tokens: {dist: fixed, value: 1}}]\n")
+    path.write_text(
+        f"name: x\nseed: 1\ntarget: {{kind: openai, config: {{url: 'http://127.0.0.1:1'}}}}\n"
+        f"scenario:\n  arrival: {{process: poisson, rate: {value}}}\n"
+        "  pools: [{name: a, input_tokens: {dist: fixed, value: 1},\n"
+        "           output_tokens: {dist: fixed, value: 1}}]\n"
+    )
     with pytest.raises(SpecError) as info:
         load_drill(path)
     (only,) = info.value.diagnostics
@@ -200,13 +216,13 @@ print(json.dumps({"files": out, "maxrss_mb": peak_mb()}))
 
 def _big_inputs(rng) -> dict[str, bytes]:
     """Inputs near 4 MiB built from every shape that costs a YAML reader work."""
-    fit = lambda text: text[:FOUR_MIB]   # noqa: E731
+    fit = lambda text: text[:FOUR_MIB]  # noqa: E731
     valid = (REPO / "drills/unbounded-queue.yaml").read_bytes()
     mutated = bytearray(valid * (FOUR_MIB // len(valid)))
     for _ in range(2000):
         mutated[rng.randrange(len(mutated))] = rng.choice(b":-[]{}&*!|>'\"\n\t #")
     return {
-        "flat-list": fit(("x: [" + "1," * FOUR_MIB)).encode(),
+        "flat-list": fit("x: [" + "1," * FOUR_MIB).encode(),
         "many-keys": fit("".join(f"k{i}: {i}\n" for i in range(FOUR_MIB // 8))).encode(),
         "deep-flow": fit("x: " + "[" * FOUR_MIB).encode(),
         "deep-block": fit("".join(" " * i + "- a\n" for i in range(3000)) + "#" * FOUR_MIB).encode(),
@@ -220,8 +236,9 @@ def _big_inputs(rng) -> dict[str, bytes]:
         "random-bytes": bytes(rng.randrange(256) for _ in range(FOUR_MIB)),
         "random-yaml-chars": bytes(rng.choice(b"ab1:-[]{}&*, \n") for _ in range(FOUR_MIB)),
         "mutated-drills": bytes(mutated),
-        "many-errors": fit("name: x\ntarget: {kind: embedded}\nscenario: s\nfaults: ["
-                           + "{kind: nope, start: -1s}, " * FOUR_MIB).encode(),
+        "many-errors": fit(
+            "name: x\ntarget: {kind: embedded}\nscenario: s\nfaults: [" + "{kind: nope, start: -1s}, " * FOUR_MIB
+        ).encode(),
     }
 
 
@@ -245,6 +262,6 @@ def test_any_generated_input_up_to_4_mib_validates_within_2_s_and_200_mb(tmp_pat
 
 
 def test_a_path_the_system_cannot_even_look_up_is_a_located_error(tmp_path: Path) -> None:
-    got = measure(["validate", "x" * 300], tmp_path)   # ENAMETOOLONG from stat() itself
+    got = measure(["validate", "x" * 300], tmp_path)  # ENAMETOOLONG from stat() itself
     assert got["rc"] == 2 and got["exception"] is None, got
     assert got["output"].startswith("x" * 300 + ":1:1: error: cannot read file"), got["output"][:400]

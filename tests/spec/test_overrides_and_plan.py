@@ -43,7 +43,7 @@ def test_time_scale_shrinks_the_timeline_but_not_latency_bounds() -> None:
     assert drill.phases.baseline == pytest.approx(2.0) and drill.phases.fault == pytest.approx(6.0)
     assert drill.faults[0].start == pytest.approx(1.0) and drill.faults[0].duration == pytest.approx(3.0)
     assert drill.stop_conditions[0].for_ == pytest.approx(1.0)
-    assert loaded.scenario.pools[0].slo == {"ttft_p95": 1.0}      # an SLO is not a schedule
+    assert loaded.scenario.pools[0].slo == {"ttft_p95": 1.0}  # an SLO is not a schedule
     assert loaded.scenario.pools[0].timeout == 60.0
 
 
@@ -55,20 +55,24 @@ def test_loopback_only_unless_allowed() -> None:
         check_hosts(loaded)
     assert info.value.exit_code == 2 and "--allow-host vllm.prod.example.com" in str(info.value)
     check_hosts(loaded, ["vllm.prod.example.com"])
-    allowed = load_drill(TOXIC, overrides=["target.config.url=http://vllm.prod.example.com:8000",
-                                           "allowed_hosts=[vllm.prod.example.com]"])
+    allowed = load_drill(
+        TOXIC,
+        overrides=["target.config.url=http://vllm.prod.example.com:8000", "allowed_hosts=[vllm.prod.example.com]"],
+    )
     check_hosts(allowed)
 
 
 def test_run_refuses_a_non_loopback_target_before_creating_anything(tmp_path: Path) -> None:
-    result = CliRunner().invoke(cli, ["run", str(TOXIC), "--out", str(tmp_path / "out"),
-                                      "--set", "target.config.url=http://10.1.2.3:8000"])
+    result = CliRunner().invoke(
+        cli, ["run", str(TOXIC), "--out", str(tmp_path / "out"), "--set", "target.config.url=http://10.1.2.3:8000"]
+    )
     assert result.exit_code == 2 and "10.1.2.3" in result.output
     assert not (tmp_path / "out").exists()
 
 
-def test_plan_prints_the_timeline_and_what_each_fault_touches_and_starts_nothing(tmp_path: Path,
-                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plan_prints_the_timeline_and_what_each_fault_touches_and_starts_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(cli, ["plan", str(TOXIC), "--time-scale", "0.5"])
     assert result.exit_code == 0, result.output

@@ -72,8 +72,7 @@ class JaegerServer:
         self.workdir = workdir
         self.otlp_port, self.query_port, grpc_port = _free_port(), _free_port(), _free_port()
         self.config = workdir / "jaeger.yaml"
-        self.config.write_text(CONFIG.format(otlp_port=self.otlp_port, query_port=self.query_port,
-                                             grpc_port=grpc_port))
+        self.config.write_text(CONFIG.format(otlp_port=self.otlp_port, query_port=self.query_port, grpc_port=grpc_port))
         self.log = workdir / "jaeger.log"
         self.process: subprocess.Popen | None = None
 
@@ -85,10 +84,11 @@ class JaegerServer:
     def query_url(self) -> str:
         return f"http://127.0.0.1:{self.query_port}"
 
-    def start(self, timeout_s: float = 60.0) -> "JaegerServer":
+    def start(self, timeout_s: float = 60.0) -> JaegerServer:
         with self.log.open("wb") as log:
-            self.process = subprocess.Popen([str(find_jaeger_binary()), "--config", str(self.config)],
-                                            stdout=log, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(
+                [str(find_jaeger_binary()), "--config", str(self.config)], stdout=log, stderr=subprocess.STDOUT
+            )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -26,8 +26,9 @@ def drill_spans(fault=None, *, n_base: int = N_BASE, n_fault: int = N_FAULT, see
     rng = random.Random(seed)
     spans: list[dict] = []
     for i in range(n_base + n_fault):
-        kw = dict(replica=i % 2, queue_ms=1 + rng.random() * 0.5, prefill_ms=5 + rng.random(),
-                  decode_ms=20 + rng.random() * 2)
+        kw = dict(
+            replica=i % 2, queue_ms=1 + rng.random() * 0.5, prefill_ms=5 + rng.random(), decode_ms=20 + rng.random() * 2
+        )
         if i >= n_base and fault is not None:
             kw.update(fault(i - n_base))
         request = drill_request(i + 1, start_ms=i * SPACING_MS, **kw)
@@ -65,42 +66,49 @@ def test_slow_leaf_under_slow_parents_is_the_first_abnormal_span():
     (deviation,) = first.deviations
     assert deviation.kind == "latency" and deviation.ratio > 100
     assert "x baseline p99" in first.deviation
-    assert 0 <= first.onset_s < 0.05          # the first fault request starts at the injection
+    assert 0 <= first.onset_s < 0.05  # the first fault request starts at the injection
     assert first.context_attributes["drill.replica"] == 0
-    assert all(c.deviation for c in first.chain)   # every ancestor is slow too ...
+    assert all(c.deviation for c in first.chain)  # every ancestor is slow too ...
     top = report.pairs[0]
     assert (top.service, top.name) == ("drill-replica-0", "queue")
     assert top.root_causes == top.flagged == N_FAULT // 2 and top.share == 1.0
     for service, name in [("drill-replica-0", "llm_request"), ("drill-router", "POST")]:
-        assert pair(report, service, name).root_causes == 0      # ... and explained by the slow leaf
+        assert pair(report, service, name).root_causes == 0  # ... and explained by the slow leaf
     assert not any(p.service == "drill-replica-1" for p in report.pairs)
 
 
 def test_unchanged_traces_have_no_abnormal_span():
     report = analyse(drill_spans(n_fault=120))
     assert report.first is None and report.pairs == () and report.candidates == 0
-    assert report.fault_spans == 120 * 7 and report.judged_pairs == 12   # 2 router pairs, 5 per replica
+    assert report.fault_spans == 120 * 7 and report.judged_pairs == 12  # 2 router pairs, 5 per replica
 
 
 def test_p99_exceedances_at_the_baseline_rate_are_noise():
     rng = np.random.default_rng(7)
     spans = []
     for i in range(600):
-        gw = span(i + 1, "GET /cart", service="gateway", kind="SERVER", start_ms=i * 10.0,
-                  end_ms=i * 10.0 + float(rng.lognormal(3, 0.6)))
+        gw = span(
+            i + 1,
+            "GET /cart",
+            service="gateway",
+            kind="SERVER",
+            start_ms=i * 10.0,
+            end_ms=i * 10.0 + float(rng.lognormal(3, 0.6)),
+        )
         spans.append(gw)
-    report = find_abnormal(SpanTable.from_spans(spans), baseline_until_ns=T0 + int(300 * 10e6),
-                           fault_start_ns=T0 + int(300 * 10e6))
+    report = find_abnormal(
+        SpanTable.from_spans(spans), baseline_until_ns=T0 + int(300 * 10e6), fault_start_ns=T0 + int(300 * 10e6)
+    )
     assert report.first is None
 
 
 def test_microsecond_jitter_is_not_a_deviation():
     def edit(i, request):
-        retime(by_name(request, "queue"), extra_ms=0.4)   # +400 µs on a 1 ms span, under the 1 ms margin
+        retime(by_name(request, "queue"), extra_ms=0.4)  # +400 µs on a 1 ms span, under the 1 ms margin
         return request
 
     spans = drill_spans(edit=edit)
-    for s in spans:                                        # baseline queue spans without jitter at all
+    for s in spans:  # baseline queue spans without jitter at all
         if s["name"] == "queue" and s["start_ns"] < FAULT_START:
             s["end_ns"] = s["start_ns"] + 1_000_000
     assert analyse(spans).first is None
@@ -112,10 +120,13 @@ def test_slow_parent_with_a_barely_slow_child_is_its_own_cause():
         if i % 2:
             return request
         llm = by_name(request, "llm_request")
-        retime(llm, extra_ms=300)                              # 300 ms of the replica's own time ...
-        retime(by_name(request, "decode"), extra_ms=10)        # ... a 10 ms slower decode does not explain it
-        for name, service in [("POST /v1/chat/completions", "drill-replica-0"), ("POST", None),
-                              ("POST /v1/chat/completions", "drill-router")]:
+        retime(llm, extra_ms=300)  # 300 ms of the replica's own time ...
+        retime(by_name(request, "decode"), extra_ms=10)  # ... a 10 ms slower decode does not explain it
+        for name, service in [
+            ("POST /v1/chat/completions", "drill-replica-0"),
+            ("POST", None),
+            ("POST /v1/chat/completions", "drill-router"),
+        ]:
             retime(by_name(request, name, service), extra_ms=310)
         return request
 
@@ -131,16 +142,16 @@ def request_service(replica: int) -> str:
 
 def test_tie_same_onset_same_depth_is_broken_by_ids_whatever_the_row_order():
     def fault(i):
-        return {"queue_ms": 400.0}                         # requests 0 and 1 start 50 ms apart on two replicas
+        return {"queue_ms": 400.0}  # requests 0 and 1 start 50 ms apart on two replicas
 
     def edit(i, request):
-        if i == 1:                                         # make request 1 start with request 0
+        if i == 1:  # make request 1 start with request 0
             for s in request:
                 retime(s, shift_ms=-SPACING_MS)
         return request
 
     spans = drill_spans(fault, edit=edit, n_base=120)
-    for s in spans:   # identical baselines on both replicas so that both thresholds are equal
+    for s in spans:  # identical baselines on both replicas so that both thresholds are equal
         if s["name"] == "queue" and s["start_ns"] < FAULT_START:
             s["end_ns"] = s["start_ns"] + 1_000_000
     firsts = set()
@@ -150,23 +161,64 @@ def test_tie_same_onset_same_depth_is_broken_by_ids_whatever_the_row_order():
         firsts.add((first.trace_id, first.span_id))
     assert len(firsts) == 1
     trace = firsts.pop()[0]
-    assert trace == f"{N_BASE + 1:032x}"                  # the smaller trace id of the two
+    assert trace == f"{N_BASE + 1:032x}"  # the smaller trace id of the two
 
 
-def microservice(trace: int, start_ms: float, *, auth_ms: float = 2.0, db_ms: float = 3.0, api_ms: float = 1.0,
-                 db_error: bool = False, error_message: str | None = None, skew_ms: float = 0.0) -> list[dict]:
+def microservice(
+    trace: int,
+    start_ms: float,
+    *,
+    auth_ms: float = 2.0,
+    db_ms: float = 3.0,
+    api_ms: float = 1.0,
+    db_error: bool = False,
+    error_message: str | None = None,
+    skew_ms: float = 0.0,
+) -> list[dict]:
     """gateway SERVER -> auth CLIENT/SERVER, gateway -> api SERVER -> db CLIENT (no LLM attribute anywhere)."""
     t = start_ms
     total = auth_ms + api_ms + db_ms + 2
-    gw = span(trace, "GET /checkout", service="gateway", kind="SERVER", start_ms=t, end_ms=t + total,
-              status="ERROR" if db_error else "UNSET", attributes={"http.route": "/checkout"})
-    auth = span(trace, "POST /verify", service="auth", kind="SERVER", parent=gw, start_ms=t + 0.5 + skew_ms,
-                end_ms=t + 0.5 + auth_ms + skew_ms)
-    api = span(trace, "GET /orders", service="orders", kind="SERVER", parent=gw, start_ms=t + auth_ms + 1,
-               end_ms=t + auth_ms + 1 + api_ms + db_ms, status="ERROR" if db_error else "UNSET")
-    db = span(trace, "SELECT orders", service="orders", kind="CLIENT", parent=api, start_ms=t + auth_ms + 1 + api_ms,
-              end_ms=t + auth_ms + 1 + api_ms + db_ms, status="ERROR" if db_error else "UNSET",
-              message=error_message, attributes={"db.system": "postgresql", "server.address": "db-0"})
+    gw = span(
+        trace,
+        "GET /checkout",
+        service="gateway",
+        kind="SERVER",
+        start_ms=t,
+        end_ms=t + total,
+        status="ERROR" if db_error else "UNSET",
+        attributes={"http.route": "/checkout"},
+    )
+    auth = span(
+        trace,
+        "POST /verify",
+        service="auth",
+        kind="SERVER",
+        parent=gw,
+        start_ms=t + 0.5 + skew_ms,
+        end_ms=t + 0.5 + auth_ms + skew_ms,
+    )
+    api = span(
+        trace,
+        "GET /orders",
+        service="orders",
+        kind="SERVER",
+        parent=gw,
+        start_ms=t + auth_ms + 1,
+        end_ms=t + auth_ms + 1 + api_ms + db_ms,
+        status="ERROR" if db_error else "UNSET",
+    )
+    db = span(
+        trace,
+        "SELECT orders",
+        service="orders",
+        kind="CLIENT",
+        parent=api,
+        start_ms=t + auth_ms + 1 + api_ms,
+        end_ms=t + auth_ms + 1 + api_ms + db_ms,
+        status="ERROR" if db_error else "UNSET",
+        message=error_message,
+        attributes={"db.system": "postgresql", "server.address": "db-0"},
+    )
     return [gw, auth, api, db]
 
 
@@ -187,8 +239,9 @@ def micro_fault_start(n_base: int = 150) -> int:
 
 def test_generic_microservice_without_llm_attributes():
     spans = microservice_spans(lambda i: {"db_ms": 250.0})
-    report = find_abnormal(SpanTable.from_spans(spans), baseline_until_ns=micro_fault_start(),
-                           fault_start_ns=micro_fault_start())
+    report = find_abnormal(
+        SpanTable.from_spans(spans), baseline_until_ns=micro_fault_start(), fault_start_ns=micro_fault_start()
+    )
     first = report.first
     assert (first.service, first.name, first.kind) == ("orders", "SELECT orders", "CLIENT")
     assert [c.name for c in first.chain] == ["SELECT orders", "GET /orders", "GET /checkout"]
@@ -213,19 +266,21 @@ def test_equal_onsets_the_deeper_span_wins_and_a_clearly_earlier_one_wins_over_d
     auth = by_name([s for s in spans if s["trace_id"] == f"{base + 1:032x}"], "POST /verify")
     db = by_name([s for s in spans if s["trace_id"] == f"{base + 2:032x}"], "SELECT orders")
     shift(spans, base + 1, (db["start_ns"] - auth["start_ns"]) / 1e6 - 3)
-    report = find_abnormal(SpanTable.from_spans(spans), baseline_until_ns=micro_fault_start(),
-                           fault_start_ns=micro_fault_start())
+    report = find_abnormal(
+        SpanTable.from_spans(spans), baseline_until_ns=micro_fault_start(), fault_start_ns=micro_fault_start()
+    )
     assert report.first.name == "SELECT orders" and report.first.depth == 2
     # now the auth call's trace starts 30 ms earlier: the earlier, shallower auth span is first
     shift(spans, base + 1, -30)
-    report = find_abnormal(SpanTable.from_spans(spans), baseline_until_ns=micro_fault_start(),
-                           fault_start_ns=micro_fault_start())
+    report = find_abnormal(
+        SpanTable.from_spans(spans), baseline_until_ns=micro_fault_start(), fault_start_ns=micro_fault_start()
+    )
     assert report.first.name == "POST /verify" and report.first.depth == 1
 
 
 def test_clock_skew_between_processes_keeps_the_leaf_and_its_chain():
     spans = drill_spans(lambda i: {"queue_ms": 400.0} if i % 2 == 1 else {})
-    for s in spans:     # replica-0's clock runs 4 ms ahead, replica-1's 6 ms behind the router's
+    for s in spans:  # replica-0's clock runs 4 ms ahead, replica-1's 6 ms behind the router's
         if s["service"] == "drill-replica-0":
             retime(s, shift_ms=4)
         elif s["service"] == "drill-replica-1":
@@ -262,8 +317,9 @@ def test_a_lost_inner_span_shows_as_a_missing_child_and_its_orphans_still_count(
 
 def test_error_with_normal_latency_is_abnormal_and_the_deepest_error_wins():
     spans = microservice_spans(lambda i: {"db_error": i % 3 == 0, "error_message": "connection refused"})
-    report = find_abnormal(SpanTable.from_spans(spans), baseline_until_ns=micro_fault_start(),
-                           fault_start_ns=micro_fault_start())
+    report = find_abnormal(
+        SpanTable.from_spans(spans), baseline_until_ns=micro_fault_start(), fault_start_ns=micro_fault_start()
+    )
     first = report.first
     assert (first.service, first.name) == ("orders", "SELECT orders")
     (deviation,) = first.deviations
@@ -285,7 +341,7 @@ def test_errors_at_the_baseline_error_rate_are_not_abnormal():
 
 
 def test_missing_expected_child():
-    def edit(i, request):   # from the fifth fault request on, replica 0's requests end before decoding
+    def edit(i, request):  # from the fifth fault request on, replica 0's requests end before decoding
         return [s for s in request if s["name"] != "decode"] if i >= 4 and i % 2 == 0 else request
 
     report = analyse(drill_spans(edit=edit))
@@ -298,7 +354,7 @@ def test_missing_expected_child():
 
 def test_slow_client_over_a_normal_server_names_the_link():
     def edit(i, request):
-        if i % 2 == 0:                           # 300 ms between the router and replica 0 (e.g. a toxic)
+        if i % 2 == 0:  # 300 ms between the router and replica 0 (e.g. a toxic)
             retime(by_name(request, "POST"), extra_ms=300)
             retime(by_name(request, "POST /v1/chat/completions", "drill-router"), extra_ms=300)
         return request
@@ -357,7 +413,7 @@ def test_analysis_of_many_spans_is_fast():
     report = find_abnormal(table, baseline_until_ns=fault_start, fault_start_ns=fault_start)
     elapsed = time.perf_counter() - began
     assert report.first.name == "queue" and report.first.service == "drill-replica-0"
-    assert len(table) / elapsed > 20_000, f"{len(table)} spans in {elapsed:.2f}s"   # ~2M/s on an idle core
+    assert len(table) / elapsed > 20_000, f"{len(table)} spans in {elapsed:.2f}s"  # ~2M/s on an idle core
 
 
 def test_a_small_earlier_sibling_is_not_the_cause_the_material_one_is():
@@ -386,7 +442,7 @@ def test_a_material_earlier_sibling_is_first():
 
 
 def test_when_no_cause_is_material_the_earliest_cause_is_still_reported():
-    report = analyse(drill_spans(lambda i: {"queue_ms": 8.0} if i % 2 == 0 else {}))   # +7 ms of ~30 ms
+    report = analyse(drill_spans(lambda i: {"queue_ms": 8.0} if i % 2 == 0 else {}))  # +7 ms of ~30 ms
     first = report.first
     assert (first.service, first.name) == ("drill-replica-0", "queue")
     assert not first.material and 0 < first.impact < 0.5
@@ -400,7 +456,7 @@ def test_no_link_claim_when_the_server_span_cannot_be_judged():
         return request
 
     spans = drill_spans(edit=edit)
-    for s in spans:   # replica 0's SERVER spans appear only in the fault window: their latency is unknown
+    for s in spans:  # replica 0's SERVER spans appear only in the fault window: their latency is unknown
         if s["service"] == "drill-replica-0" and s["kind"] == "SERVER" and s["start_ns"] < FAULT_START:
             s["name"] = "warming up"
     first = analyse(spans).first
@@ -416,9 +472,9 @@ def test_what_the_flagged_spans_share_is_named():
 
     report = analyse(drill_spans(edit=edit))
     client = pair(report, "drill-router", "POST")
-    (skew,) = client.attributes                    # drill.attempt is 1 everywhere, ids are not dimensions
+    (skew,) = client.attributes  # drill.attempt is 1 everywhere, ids are not dimensions
     assert (skew.key, skew.value, skew.flagged_share) == ("drill.upstream", "replica-0", 1.0)
-    assert skew.others_share == 0.4      # others: 120 baseline (60 to replica 0) and 30 fault (to replica 1)
+    assert skew.others_share == 0.4  # others: 120 baseline (60 to replica 0) and 30 fault (to replica 1)
     assert skew.text == "drill.upstream=replica-0 on 100% of flagged vs 40% of others"
 
 
@@ -433,8 +489,12 @@ def test_an_unjudged_span_in_between_does_not_cut_the_chain():
 
     spans = drill_spans(lambda i: {"queue_ms": 400.0}, edit=edit)
     for s in spans:
-        if s["kind"] == "SERVER" and s["name"] == "POST /v1/chat/completions" and s["service"] != "drill-router" \
-                and s["start_ns"] >= FAULT_START:
+        if (
+            s["kind"] == "SERVER"
+            and s["name"] == "POST /v1/chat/completions"
+            and s["service"] != "drill-router"
+            and s["start_ns"] >= FAULT_START
+        ):
             s["name"] = "POST /v2/chat"
     report = analyse(spans)
     assert report.first.name == "queue"
@@ -458,16 +518,25 @@ def test_random_forests_keep_the_invariants(seed):
             lost = parent is None and rows and rng.random() < 0.5
             begin = (parent["start_ns"] - T0) / 1e6 if parent else start
             dur = float(rng.lognormal(1, 0.5)) * (30 if fault and rng.random() < 0.2 else 1)
-            rows.append(span(t + 1, f"op{int(rng.integers(0, 4))}", service=f"svc{int(rng.integers(0, 3))}",
-                             parent=parent or ("deadbeefdeadbeef" if lost else None), start_ms=begin,
-                             end_ms=begin + dur, kind=["SERVER", "CLIENT", "INTERNAL"][int(rng.integers(0, 3))],
-                             status="ERROR" if fault and rng.random() < 0.1 else "UNSET"))
+            rows.append(
+                span(
+                    t + 1,
+                    f"op{int(rng.integers(0, 4))}",
+                    service=f"svc{int(rng.integers(0, 3))}",
+                    parent=parent or ("deadbeefdeadbeef" if lost else None),
+                    start_ms=begin,
+                    end_ms=begin + dur,
+                    kind=["SERVER", "CLIENT", "INTERNAL"][int(rng.integers(0, 3))],
+                    status="ERROR" if fault and rng.random() < 0.1 else "UNSET",
+                )
+            )
         spans += rows
     fault_start = T0 + int(n_traces // 2 * 20.0 * 1e6)
     table = SpanTable.from_spans(spans)
     report = find_abnormal(table, baseline_until_ns=fault_start, fault_start_ns=fault_start, top=50)
-    again = find_abnormal(SpanTable.from_spans(list(reversed(spans))), baseline_until_ns=fault_start,
-                          fault_start_ns=fault_start, top=50)
+    again = find_abnormal(
+        SpanTable.from_spans(list(reversed(spans))), baseline_until_ns=fault_start, fault_start_ns=fault_start, top=50
+    )
     assert report.spans == len(spans) and report.baseline_spans + report.fault_spans == len(spans)
     assert (report.first is None) == (again.first is None) == (report.candidates == 0)
     if report.first is not None:
@@ -490,15 +559,31 @@ def test_a_slow_span_off_the_critical_path_is_not_the_cause():
         cache_ms = 2 + rng.random() * 0.2 + (40 if fault else 0)
         pricing_ms = 50 + rng.random() * 2 + (400 if fault and i >= 152 else 0)
         root = span(i + 1, "GET /checkout", service="shop", kind="SERVER", start_ms=t, end_ms=t + pricing_ms + 1)
-        spans += [root,
-                  span(i + 1, "GET cache", service="shop", kind="CLIENT", parent=root, start_ms=t + 0.5,
-                       end_ms=t + 0.5 + cache_ms),
-                  span(i + 1, "POST /price", service="pricing", kind="SERVER", parent=root, start_ms=t + 0.5,
-                       end_ms=t + 0.5 + pricing_ms)]
+        spans += [
+            root,
+            span(
+                i + 1,
+                "GET cache",
+                service="shop",
+                kind="CLIENT",
+                parent=root,
+                start_ms=t + 0.5,
+                end_ms=t + 0.5 + cache_ms,
+            ),
+            span(
+                i + 1,
+                "POST /price",
+                service="pricing",
+                kind="SERVER",
+                parent=root,
+                start_ms=t + 0.5,
+                end_ms=t + 0.5 + pricing_ms,
+            ),
+        ]
     fault_start = T0 + int(150 * SPACING_MS * 1e6)
     report = find_abnormal(SpanTable.from_spans(spans), baseline_until_ns=fault_start, fault_start_ns=fault_start)
     cache = pair(report, "shop", "GET cache")
-    assert cache.root_causes == 150 and cache.material == 0          # slow, but it reached nobody
+    assert cache.root_causes == 150 and cache.material == 0  # slow, but it reached nobody
     assert (report.first.service, report.first.name) == ("pricing", "POST /price") and report.first.material
 
 

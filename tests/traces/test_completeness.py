@@ -7,7 +7,6 @@ import pytest
 from drill.load.records import RequestRecord
 from drill.traces.completeness import NO_SPANS, measure_completeness, root_mask
 from drill.traces.table import SpanTable
-
 from tests.traces.spankit import drill_request, span, trace_id
 
 
@@ -24,8 +23,8 @@ def test_drill_requests_have_remote_parented_roots_and_no_orphans() -> None:
 
 def test_a_lost_router_span_makes_orphans_and_a_trace_without_root() -> None:
     spans = drill_request(1)
-    del spans[1]                                  # the router's CLIENT span was never exported
-    spans += [span(2, "work", kind="INTERNAL", parent="00000000000000aa")]   # a non-SERVER top: no root
+    del spans[1]  # the router's CLIENT span was never exported
+    spans += [span(2, "work", kind="INTERNAL", parent="00000000000000aa")]  # a non-SERVER top: no root
     c = _measure(spans)
     # trace 1: the router SERVER span is still the root; the replica SERVER span lost its parent
     assert c.orphans == 2 and c.traces_without_root == 1 and c.remote_roots == 1
@@ -34,8 +33,12 @@ def test_a_lost_router_span_makes_orphans_and_a_trace_without_root() -> None:
 
 def test_true_roots_and_a_trace_of_only_orphans() -> None:
     root = span(1, "root", kind="SERVER")
-    spans = [root, span(1, "child", parent=root), span(2, "a", parent="00000000000000bb"),
-             span(2, "b", parent="00000000000000cc", start_ms=0.5)]
+    spans = [
+        root,
+        span(1, "child", parent=root),
+        span(2, "a", parent="00000000000000bb"),
+        span(2, "b", parent="00000000000000cc", start_ms=0.5),
+    ]
     table = SpanTable.from_spans(spans)
     c = measure_completeness(table)
     assert c.orphans == 2 and c.traces_without_root == 1 and c.remote_roots == 0
@@ -44,8 +47,10 @@ def test_true_roots_and_a_trace_of_only_orphans() -> None:
 
 def test_ties_pick_one_root_per_trace() -> None:
     # two SERVER spans with missing parents starting at the same ns: one is the root, the other an orphan
-    spans = [span(1, "a", kind="SERVER", parent="00000000000000a1", start_ms=0),
-             span(1, "b", kind="SERVER", parent="00000000000000a2", start_ms=0)]
+    spans = [
+        span(1, "a", kind="SERVER", parent="00000000000000a1", start_ms=0),
+        span(1, "b", kind="SERVER", parent="00000000000000a2", start_ms=0),
+    ]
     c = _measure(spans)
     assert (c.remote_roots, c.orphans, c.traces_without_root) == (1, 1, 0)
 
@@ -68,8 +73,7 @@ def test_skew_beyond_the_tolerance_is_counted() -> None:
     behind = span(2, "handle", service="gateway", kind="SERVER", parent=other, start_ms=7, end_ms=40)
     c = _measure([client, ahead, other, behind])
     assert c.clock_skew_ms == pytest.approx(12.0) and c.skewed_spans == 1
-    assert c.skew_by_service_pair == {"router -> replica": pytest.approx(12.0),
-                                      "router -> gateway": pytest.approx(3.0)}
+    assert c.skew_by_service_pair == {"router -> replica": pytest.approx(12.0), "router -> gateway": pytest.approx(3.0)}
     assert "1 span(s) beyond 5 ms" in c.notes()[0]
 
 
@@ -80,8 +84,9 @@ def test_a_child_that_outlives_its_parent_is_an_overrun_not_skew() -> None:
     c = _measure([client, server])
     assert c.clock_skew_ms == 0.0 and c.skewed_spans == 0
     assert c.overrun_spans == 1 and c.overrun_ms == pytest.approx(1950.0)
-    assert c.notes() == ("1 span(s) ended after their parent (up to 1950.000 ms): work the caller no longer "
-                         "waited for",)
+    assert c.notes() == (
+        "1 span(s) ended after their parent (up to 1950.000 ms): work the caller no longer waited for",
+    )
 
 
 def test_error_only_spans_are_complete_traces() -> None:
@@ -92,8 +97,16 @@ def test_error_only_spans_are_complete_traces() -> None:
 
 
 def _record(n: int, trace: int) -> RequestRecord:
-    return RequestRecord(request_id=f"r{n}", logical_id=f"l{n}", pool="p", attempt=1, intended_ts=1.0,
-                         sent_ts=1.0, schedule_lag_ms=0.0, trace_id=trace_id(trace))
+    return RequestRecord(
+        request_id=f"r{n}",
+        logical_id=f"l{n}",
+        pool="p",
+        attempt=1,
+        intended_ts=1.0,
+        sent_ts=1.0,
+        schedule_lag_ms=0.0,
+        trace_id=trace_id(trace),
+    )
 
 
 def test_spans_per_request_and_requests_without_spans() -> None:
@@ -110,8 +123,13 @@ def test_thin_reasons_for_no_spans_unreadable_and_mostly_orphans() -> None:
     unreadable = measure_completeness(SpanTable.empty(), unreadable=3, where=("spans.jsonl:1: bad",))
     assert unreadable.thin_reason(1) == "no span could be read (3 unreadable record(s))"
     assert unreadable.to_json()["unreadable_where"] == ["spans.jsonl:1: bad"]
-    orphans = _measure([span(1, "a", parent="00000000000000a1"), span(1, "b", parent="00000000000000a2"),
-                        span(1, "c", parent="00000000000000a3")])
+    orphans = _measure(
+        [
+            span(1, "a", parent="00000000000000a1"),
+            span(1, "b", parent="00000000000000a2"),
+            span(1, "c", parent="00000000000000a3"),
+        ]
+    )
     assert orphans.thin_reason(1) == "3 of 3 spans have a parent that was never exported"
 
 

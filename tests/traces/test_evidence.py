@@ -8,13 +8,23 @@ from pathlib import Path
 from drill.checks.base import RunEvidence
 from drill.load.records import RequestRecord
 from drill.traces.evidence import NO_SPANS, load_trace_evidence
-
 from tests.traces.spankit import drill_request, trace_id, write_spans
 
 
 def _record(n: int, trace: int, **kw) -> RequestRecord:
-    values = dict(request_id=f"r{n}", logical_id=f"l{n}", pool="p", attempt=1, intended_ts=1.0, sent_ts=1.0,
-                  schedule_lag_ms=0.0, status=200, ttft_ms=10.0, e2e_ms=30.0, trace_id=trace_id(trace))
+    values = dict(
+        request_id=f"r{n}",
+        logical_id=f"l{n}",
+        pool="p",
+        attempt=1,
+        intended_ts=1.0,
+        sent_ts=1.0,
+        schedule_lag_ms=0.0,
+        status=200,
+        ttft_ms=10.0,
+        e2e_ms=30.0,
+        trace_id=trace_id(trace),
+    )
     values.update(kw)
     return RequestRecord(**values)
 
@@ -43,7 +53,7 @@ def test_run_spans_are_read_joined_and_measured(tmp_path: Path) -> None:
 def test_bad_and_torn_lines_are_counted_in_the_run_report(tmp_path: Path) -> None:
     spans = drill_request(1)
     text = "".join(json.dumps(s) + "\n" for s in spans[:3]) + "not json\n" + json.dumps(spans[3]) + "\n"
-    text += '{"trace_id": 5}\n' + json.dumps(spans[4])[:40]          # wrong type, then torn last line
+    text += '{"trace_id": 5}\n' + json.dumps(spans[4])[:40]  # wrong type, then torn last line
     (tmp_path / "spans.jsonl").write_text(text)
     (tmp_path / "requests.jsonl").write_text("")
     evidence = RunEvidence(tmp_path)

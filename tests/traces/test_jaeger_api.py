@@ -16,7 +16,6 @@ from drill import registry
 from drill.errors import TargetError
 from drill.traces.completeness import measure_completeness
 from drill.traces.table import KIND_NAMES, STATUS_NAMES
-
 from tests.traces.jaeger_server import JaegerServer
 
 pytestmark = pytest.mark.integration
@@ -44,12 +43,16 @@ def _send_requests(endpoint: str, count: int) -> list:
     finished = []
     for i in range(count):
         with r_tracer.start_as_current_span("POST /v1/chat/completions", kind=SpanKind.SERVER) as top:
-            with r_tracer.start_as_current_span("POST", kind=SpanKind.CLIENT,
-                                                attributes={"drill.upstream": "replica-0"}) as client:
+            with r_tracer.start_as_current_span(
+                "POST", kind=SpanKind.CLIENT, attributes={"drill.upstream": "replica-0"}
+            ) as client:
                 context = set_span_in_context(client)
-                with s_tracer.start_as_current_span("llm_request", context=context, kind=SpanKind.SERVER,
-                                                    attributes={"gen_ai.usage.prompt_tokens": 10 + i,
-                                                                "gen_ai.latency.time_to_first_token": 0.015}) as llm:
+                with s_tracer.start_as_current_span(
+                    "llm_request",
+                    context=context,
+                    kind=SpanKind.SERVER,
+                    attributes={"gen_ai.usage.prompt_tokens": 10 + i, "gen_ai.latency.time_to_first_token": 0.015},
+                ) as llm:
                     time.sleep(0.002)
                     if i == count - 1:
                         llm.set_status(Status(StatusCode.ERROR, "engine dead"))
@@ -83,7 +86,7 @@ def test_spans_sent_over_otlp_come_back_as_the_span_table(jaeger: JaegerServer) 
     assert set(table.services) == {"drill-router", "drill-replica-0"}
     by_id = {table.span_id[row]: row for row in range(len(table))}
     top, client, llm = sent[-1]
-    hexid = lambda span: format(span.get_span_context().span_id, "016x")   # noqa: E731
+    hexid = lambda span: format(span.get_span_context().span_id, "016x")  # noqa: E731
     row = by_id[hexid(llm)]
     span = table.span(row)
     assert span.trace_id == format(llm.get_span_context().trace_id, "032x")
@@ -91,8 +94,8 @@ def test_spans_sent_over_otlp_come_back_as_the_span_table(jaeger: JaegerServer) 
     assert span.status == "ERROR" and span.status_message == "engine dead"
     assert span.attributes["gen_ai.usage.prompt_tokens"] == 13
     assert span.attributes["gen_ai.latency.time_to_first_token"] == 0.015
-    assert span.start_ns == llm.start_time // 1000 * 1000                # Jaeger keeps µs
-    assert 0 <= llm.end_time - span.end_ns < 2000                     # start and duration each cut to µs
+    assert span.start_ns == llm.start_time // 1000 * 1000  # Jaeger keeps µs
+    assert 0 <= llm.end_time - span.end_ns < 2000  # start and duration each cut to µs
     assert KIND_NAMES[table.kind[by_id[hexid(client)]]] == "CLIENT"
     assert STATUS_NAMES[table.status[by_id[hexid(top)]]] == "UNSET" and table.parent_id[by_id[hexid(top)]] == ""
     assert table.parent_row[row] == by_id[hexid(client)]
@@ -106,7 +109,7 @@ def test_one_service_a_window_before_the_spans_and_the_query_limit(jaeger: Jaege
     window = (started_ns - 1_000_000, time.time_ns() + 1_000_000)
     replica_only = _source(jaeger, services=["drill-replica-0"])
     table = _wait_for(replica_only, window, spans=9)
-    assert len(table) == 9                 # Jaeger answers with whole traces, router spans included
+    assert len(table) == 9  # Jaeger answers with whole traces, router spans included
     assert len(_source(jaeger).table((started_ns - 10**12, started_ns - 10**11))) == 0
     limited = _source(jaeger, services=["drill-router"], limit=2)
     assert len(set(limited.table(window).trace_id.tolist())) == 2

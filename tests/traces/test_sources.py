@@ -14,7 +14,6 @@ from drill import registry
 from drill.errors import InputError
 from drill.traces.sources import table_to_dicts
 from drill.traces.table import SpanTable
-
 from tests.traces.spankit import drill_request, write_spans
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "traces"
@@ -44,7 +43,7 @@ def test_otlp_json_hex_ids_decode_to_the_span_model() -> None:
     table, report = _otlp("otlp_hex.jsonl")
     assert report.unreadable == 0 and report.spans == 5
     spans = {s["span_id"]: s for s in _rows(table)}
-    client = spans["eee19b7ec3c1b175"]            # written in upper-case hex
+    client = spans["eee19b7ec3c1b175"]  # written in upper-case hex
     assert client["trace_id"] == TRACE_A and client["parent_span_id"] == "eee19b7ec3c1b174"
     assert client["kind"] == "CLIENT" and client["service"] == "drill-router"
     assert client["attributes"] == {"drill.upstream": "replica-0", "drill.attempt": 1}
@@ -52,12 +51,18 @@ def test_otlp_json_hex_ids_decode_to_the_span_model() -> None:
     assert root["parent_span_id"] is None and root["status"] == {"code": "ERROR", "message": "upstream failed"}
     assert root["start_ns"] == 1_700_000_000_000_000_000 and root["duration_ms"] == 100.0
     llm = spans["2222222222222222"]
-    assert llm["attributes"] == {"gen_ai.latency.time_to_first_token": 0.02, "gen_ai.usage.prompt_tokens": 12,
-                                 "drill.replica": 0, "drill.retried": True, "drill.chunks": [1, 2]}
+    assert llm["attributes"] == {
+        "gen_ai.latency.time_to_first_token": 0.02,
+        "gen_ai.usage.prompt_tokens": 12,
+        "drill.replica": 0,
+        "drill.retried": True,
+        "drill.chunks": [1, 2],
+    }
     assert llm["service"] == "drill-replica-0" and llm["status"]["message"] == "engine dead"
     assert spans["3333333333333333"]["trace_id"] == TRACE_B and spans["3333333333333333"]["kind"] == "INTERNAL"
-    assert table.parent_row[table.span_id.tolist().index("2222222222222222")] == \
-        table.span_id.tolist().index("1111111111111111")
+    assert table.parent_row[table.span_id.tolist().index("2222222222222222")] == table.span_id.tolist().index(
+        "1111111111111111"
+    )
 
 
 def test_tempo_batches_with_base64_ids_and_numeric_times_give_the_same_table() -> None:
@@ -70,11 +75,11 @@ def test_tempo_batches_with_base64_ids_and_numeric_times_give_the_same_table() -
 def test_otlp_file_counts_lines_it_cannot_decode(tmp_path: Path) -> None:
     good = (FIXTURES / "otlp_hex.jsonl").read_text().splitlines()
     bad_id = good[1].replace("3333333333333333", "33333333333333zz")
-    lines = [good[0], "not json at all", '{"resourceSpans": 5}', bad_id, good[1][:80]]   # last one torn
+    lines = [good[0], "not json at all", '{"resourceSpans": 5}', bad_id, good[1][:80]]  # last one torn
     (tmp_path / "export.jsonl").write_text("\n".join(lines))
     source = _source("otlp_file", tmp_path, path="export.jsonl")
     table = source.table()
-    assert len(table) == 2                       # the first line's spans; nothing of the bad-id line
+    assert len(table) == 2  # the first line's spans; nothing of the bad-id line
     (file_report,) = source.report.files
     assert file_report.bad_count == 3 and [b.line for b in file_report.bad_lines] == [2, 3, 4]
     assert "33333333333333zz" in file_report.bad_lines[2].reason
@@ -134,7 +139,7 @@ def test_jaeger_64_bit_trace_ids_follows_from_error_tag_and_binary_tags() -> Non
     table = _source("jaeger_file", FIXTURES, path="jaeger_ui.json").table()
     (row,) = [r for r in _rows(table) if r["service"] == "customer"]
     assert row["trace_id"] == "0000000000000000665b3cc06e48f122"
-    assert row["parent_span_id"] == "665b3cc06e48f122"           # FOLLOWS_FROM when there is no CHILD_OF
+    assert row["parent_span_id"] == "665b3cc06e48f122"  # FOLLOWS_FROM when there is no CHILD_OF
     assert row["status"] == {"code": "ERROR", "message": None} and row["kind"] == "SERVER"
     assert row["attributes"] == {"payload": "deadbeef"}
     assert row["end_ns"] - row["start_ns"] == 179_848_000
@@ -164,7 +169,7 @@ def test_receiver_source_table_spans_and_window(tmp_path: Path) -> None:
 def test_receiver_file_larger_than_a_block_keeps_every_line_and_its_numbers(tmp_path: Path, monkeypatch) -> None:
     import drill.traces.sources as sources
 
-    monkeypatch.setattr(sources, "BLOCK_BYTES", 700)     # a few lines per block, one line longer than a block
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 700)  # a few lines per block, one line longer than a block
     spans = [s for i in range(30) for s in drill_request(i + 1)]
     spans[40]["attributes"] = {"big": "x" * 2000}
     lines = [json.dumps(s) for s in spans]
@@ -185,7 +190,7 @@ def test_receiver_file_with_upper_case_ids_and_null_fields(tmp_path: Path) -> No
         s["trace_id"], s["span_id"] = s["trace_id"].upper(), s["span_id"].upper()
         s["parent_span_id"] = s["parent_span_id"].upper() if s["parent_span_id"] else None
     spans[0]["status"] = None
-    spans[1]["kind"] = 3                               # a code instead of a name
+    spans[1]["kind"] = 3  # a code instead of a name
     write_spans(tmp_path / "spans.jsonl", spans)
     table = _source("receiver", tmp_path).table()
     assert table.trace_id[0] == spans[0]["trace_id"].lower() and table.parent_row.tolist()[1:4] == [0, 1, 2]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 from drill.traces.table import KIND_NAMES, STATUS_NAMES, Span, SpanTable
-
 from tests.traces.spankit import T0, drill_request, span
 
 
@@ -25,12 +24,25 @@ def test_from_spans_columns_and_codes() -> None:
 
 
 def test_span_row_is_plain_python() -> None:
-    spans = [span(1, "root", start_ms=0, end_ms=12.5, kind="SERVER", status="ERROR", message="boom",
-                  attributes={"k": [1, 2]})]
+    spans = [
+        span(
+            1, "root", start_ms=0, end_ms=12.5, kind="SERVER", status="ERROR", message="boom", attributes={"k": [1, 2]}
+        )
+    ]
     row = SpanTable.from_spans(spans).span(0)
-    assert row == Span(trace_id=f"{1:032x}", span_id=spans[0]["span_id"], parent_id="", service="svc", name="root",
-                       kind="SERVER", start_ns=T0, end_ns=T0 + 12_500_000, status="ERROR", status_message="boom",
-                       attributes={"k": [1, 2]})
+    assert row == Span(
+        trace_id=f"{1:032x}",
+        span_id=spans[0]["span_id"],
+        parent_id="",
+        service="svc",
+        name="root",
+        kind="SERVER",
+        start_ns=T0,
+        end_ns=T0 + 12_500_000,
+        status="ERROR",
+        status_message="boom",
+        attributes={"k": [1, 2]},
+    )
     assert row.duration_ms == 12.5
     assert isinstance(row.start_ns, int)
 
@@ -75,7 +87,7 @@ def test_parent_rows_within_the_trace_even_with_reused_span_ids() -> None:
 
 def test_parent_in_another_trace_is_not_a_parent() -> None:
     root = span(1, "root")
-    stray = span(2, "stray", parent=root)       # same span id space, other trace
+    stray = span(2, "stray", parent=root)  # same span id space, other trace
     table = SpanTable.from_spans([root, stray])
     assert table.parent_row.tolist() == [-1, -1]
 
@@ -89,7 +101,7 @@ def test_in_window_keeps_overlapping_spans() -> None:
 
 def test_parent_rows_by_value_and_by_key_agree() -> None:
     spans = drill_request(1) + drill_request(2) + [span(3, "lost", parent="00000000deadbeef")]
-    spans[3]["span_id"] = spans[3]["span_id"].upper()            # hex is case-insensitive on input
+    spans[3]["span_id"] = spans[3]["span_id"].upper()  # hex is case-insensitive on input
     table = SpanTable.from_spans(spans)
     by_value = table.parent_row
     assert by_value.tolist() == table._parent_rows_by_key().tolist()
@@ -99,14 +111,15 @@ def test_parent_rows_by_value_and_by_key_agree() -> None:
 def test_hex_u64_flags_ids_that_are_not_16_hex() -> None:
     from drill.traces.table import hex_u64
 
-    values, ok, empty = hex_u64(np.array(["00000000000000ff", "ABCDEF0123456789", "xyz", "", "00000000000000001"],
-                                         dtype=object))
+    values, ok, empty = hex_u64(
+        np.array(["00000000000000ff", "ABCDEF0123456789", "xyz", "", "00000000000000001"], dtype=object)
+    )
     assert ok.tolist() == [True, True, False, False, False]
     assert empty.tolist() == [False, False, False, True, False]
     assert values[:2].tolist() == [255, 0xABCDEF0123456789]
 
 
 def test_odd_span_ids_still_find_their_parents() -> None:
-    root = span(1, "root", span_id="root")                     # not hex: the dict path
+    root = span(1, "root", span_id="root")  # not hex: the dict path
     table = SpanTable.from_spans([root, span(1, "child", parent="root", span_id="child")])
     assert table.parent_row.tolist() == [-1, 0]

@@ -34,18 +34,22 @@ class BurstSpec:
     burst_id: str
     rate_multiplier: float
     prompt_multiplier: float = 1.0
-    pools: tuple[str, ...] = ()      # empty: every pool
+    pools: tuple[str, ...] = ()  # empty: every pool
 
     @classmethod
-    def from_dict(cls, data: dict) -> "BurstSpec":
-        return cls(str(data["burst_id"]), float(data["rate_multiplier"]), float(data.get("prompt_multiplier", 1.0)),
-                   tuple(data.get("pools") or ()))
+    def from_dict(cls, data: dict) -> BurstSpec:
+        return cls(
+            str(data["burst_id"]),
+            float(data["rate_multiplier"]),
+            float(data.get("prompt_multiplier", 1.0)),
+            tuple(data.get("pools") or ()),
+        )
 
 
 class Burst:
     """One running burst in one process: a greenlet issuing Poisson arrivals until stopped."""
 
-    def __init__(self, spec: BurstSpec, loop: "OpenLoop", rng: random.Random) -> None:
+    def __init__(self, spec: BurstSpec, loop: OpenLoop, rng: random.Random) -> None:
         self.spec = spec
         self.loop = loop
         self.rng = rng

@@ -23,8 +23,8 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import gevent
 import locust.runners
@@ -32,15 +32,15 @@ from gevent.event import Event
 from locust.env import Environment
 
 from drill.load.child.bursts import BurstSpec
-from drill.load.control import GeneratorPlan
 from drill.load.child.openloop import OpenLoop
 from drill.load.child.sinks import BatchSink, FileSink
+from drill.load.control import GeneratorPlan
 
 __all__ = ["MasterController", "run_worker", "REPORT_INTERVAL_S"]
 
 #: How often workers ship records to the master (s); Locust's default is 3 s.
 REPORT_INTERVAL_S = 0.5
-_CONNECT_TIMEOUT_S = 60.0          # local workers
+_CONNECT_TIMEOUT_S = 60.0  # local workers
 _REMOTE_CONNECT_TIMEOUT_S = 600.0  # when remote workers are expected (someone has to start them)
 _FINAL_MARGIN_S = 15.0
 _log = logging.getLogger("drill.load")
@@ -73,8 +73,16 @@ class MasterController:
 
     def _spawn_worker(self, index: int) -> subprocess.Popen:
         log = open(Path(self.plan.run_dir) / f"load-worker-{index}.log", "ab")
-        cmd = [sys.executable, "-m", "drill.load.child.locustfile", "--worker", "--master", f"127.0.0.1:{self.port}",
-               "--parent-pid", str(os.getpid())]
+        cmd = [
+            sys.executable,
+            "-m",
+            "drill.load.child.locustfile",
+            "--worker",
+            "--master",
+            f"127.0.0.1:{self.port}",
+            "--parent-pid",
+            str(os.getpid()),
+        ]
         try:
             return subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         finally:
@@ -86,8 +94,10 @@ class MasterController:
         while self.runner.worker_count < count:
             if time.monotonic() > deadline:
                 self.abort()
-                raise RuntimeError(f"only {self.runner.worker_count} of {count} load workers connected to the master "
-                                   f"on port {self.port} within {limit:g}s")
+                raise RuntimeError(
+                    f"only {self.runner.worker_count} of {count} load workers connected to the master "
+                    f"on port {self.port} within {limit:g}s"
+                )
             if any(p.poll() is not None for p in self.procs):
                 self.abort()
                 raise RuntimeError("a load worker exited before connecting; see load-worker-*.log in the run directory")
@@ -96,9 +106,16 @@ class MasterController:
 
     def _send_plans(self) -> None:
         for index, client_id in enumerate(self.clients):
-            self.runner.send_message("drill_plan", {
-                "plan": self.plan.to_dict(), "partition": [index, len(self.clients)], "t0": self.t0,
-                "worker": f"w{index}"}, client_id=client_id)
+            self.runner.send_message(
+                "drill_plan",
+                {
+                    "plan": self.plan.to_dict(),
+                    "partition": [index, len(self.clients)],
+                    "t0": self.t0,
+                    "worker": f"w{index}",
+                },
+                client_id=client_id,
+            )
 
     def ready_info(self) -> dict:
         return {"t0": self.t0, "workers": len(self.clients), "master_port": self.port}
@@ -127,8 +144,11 @@ class MasterController:
             c = payload.get("counters") or {}
             errors.update(c.get("errors") or {})
             counters.update({k: v for k, v in c.items() if k != "errors"})
-        return {"counters": {**counters, "errors": dict(errors)}, "bursts": self._bursts(),
-                "offset_s": time.time() - self.t0}
+        return {
+            "counters": {**counters, "errors": dict(errors)},
+            "bursts": self._bursts(),
+            "offset_s": time.time() - self.t0,
+        }
 
     def _bursts(self) -> dict:
         merged: dict[str, dict] = {}
@@ -164,11 +184,17 @@ class MasterController:
         made = sum(int((f.get("counters") or {}).get("records", 0)) for f in self.finals.values())
         missing = [c for c in self.clients if c not in self.finals]
         made += sum(int((self.latest.get(c, {}).get("counters") or {}).get("records", 0)) for c in missing)
-        return {"counters": status["counters"], "cancelled": sum(int(f.get("cancelled", 0)) for f in self.finals.values()),
-                "records_written": self.sink.written, "samples_written": self.sink.samples_written,
-                "records_lost": max(0, made - sum(self.received.values())), "elapsed_s": time.time() - self.t0,
-                "workers": len(self.clients), "workers_without_final_report": len(missing),
-                "bursts": self._bursts()}
+        return {
+            "counters": status["counters"],
+            "cancelled": sum(int(f.get("cancelled", 0)) for f in self.finals.values()),
+            "records_written": self.sink.written,
+            "samples_written": self.sink.samples_written,
+            "records_lost": max(0, made - sum(self.received.values())),
+            "elapsed_s": time.time() - self.t0,
+            "workers": len(self.clients),
+            "workers_without_final_report": len(missing),
+            "bursts": self._bursts(),
+        }
 
     def _reap(self) -> None:
         for proc in self.procs:
@@ -186,8 +212,9 @@ class MasterController:
         self.sink.flush()
 
 
-def run_worker(host: str, port: int, user_class: type, provide_loop: Callable[[OpenLoop], None],
-               locust_event: Callable) -> int:
+def run_worker(
+    host: str, port: int, user_class: type, provide_loop: Callable[[OpenLoop], None], locust_event: Callable
+) -> int:
     """Connect to the master at ``host:port`` and generate this worker's share until the master quits."""
     locust.runners.WORKER_REPORT_INTERVAL = REPORT_INTERVAL_S
     env = Environment(user_classes=[user_class])
@@ -211,8 +238,13 @@ class _WorkerState:
     def on_plan(self, environment, msg, **kwargs) -> None:
         data = msg.data
         plan = GeneratorPlan.from_dict(data["plan"])
-        self.loop = OpenLoop(plan, self.sink, partition=(int(data["partition"][0]), int(data["partition"][1])),
-                             worker=str(data["worker"]), on_attempt=self.locust_event(self.env))
+        self.loop = OpenLoop(
+            plan,
+            self.sink,
+            partition=(int(data["partition"][0]), int(data["partition"][1])),
+            worker=str(data["worker"]),
+            on_attempt=self.locust_event(self.env),
+        )
         self.loop.set_start(float(data["t0"]))
         self.provide_loop(self.loop)
 

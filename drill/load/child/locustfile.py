@@ -25,8 +25,6 @@ runs under cProfile and writes ``/path/prefix.<pid>`` when it exits.
 
 from __future__ import annotations
 
-import locust  # noqa: F401  (must stay the first import: gevent monkey-patching)
-
 import argparse
 import ctypes
 import gc
@@ -39,20 +37,21 @@ import time
 from pathlib import Path
 
 import gevent
+import locust  # noqa: F401  (must stay the first import: gevent monkey-patching)
 from gevent.event import AsyncResult
 from locust import User, constant, task
 from locust.env import Environment
 
 from drill.load.child.bursts import BurstSpec
-from drill.load.control import STATUS_INTERVAL_S, Channel, GeneratorPlan, Msg
 from drill.load.child.distributed import MasterController, run_worker
 from drill.load.child.openloop import OpenLoop
 from drill.load.child.sinks import FileSink
+from drill.load.control import STATUS_INTERVAL_S, Channel, GeneratorPlan, Msg
 
 __all__ = ["DrillUser", "LocalController", "main"]
 
 _PARENT_POLL_S = 0.2
-_LOOP = AsyncResult()    # the process's OpenLoop, set once the plan is known (module state of the child only)
+_LOOP = AsyncResult()  # the process's OpenLoop, set once the plan is known (module state of the child only)
 
 
 class DrillUser(User):
@@ -91,9 +90,17 @@ def quiet_gc() -> None:
 
 def locust_event(env: Environment):
     """A callback feeding Locust's own statistics (one entry per attempt, named by pool)."""
+
     def fire(pool: str, e2e_ms: float, error: str | None) -> None:
-        env.events.request.fire(request_type="POST", name=pool, response_time=e2e_ms, response_length=0,
-                                exception=Exception(error) if error else None, context={})
+        env.events.request.fire(
+            request_type="POST",
+            name=pool,
+            response_time=e2e_ms,
+            response_length=0,
+            exception=Exception(error) if error else None,
+            context={},
+        )
+
     return fire
 
 
@@ -131,10 +138,16 @@ class LocalController:
         self.runner.quit()
         self.sink.close()
         counters = self.loop.counters.snapshot()
-        return {"counters": counters, "cancelled": cancelled, "records_written": self.sink.written,
-                "samples_written": self.sink.samples_written, "records_lost": counters["records"] - self.sink.written,
-                "elapsed_s": max(0.0, self.loop.offset_now()), "workers": 0,
-                "bursts": {b: burst.status() for b, burst in self.loop.bursts.items()}}
+        return {
+            "counters": counters,
+            "cancelled": cancelled,
+            "records_written": self.sink.written,
+            "samples_written": self.sink.samples_written,
+            "records_lost": counters["records"] - self.sink.written,
+            "elapsed_s": max(0.0, self.loop.offset_now()),
+            "workers": 0,
+            "bursts": {b: burst.status() for b, burst in self.loop.bursts.items()},
+        }
 
     def abort(self) -> None:
         self.loop.stopping.set()
@@ -191,7 +204,7 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
     """``prctl(PR_SET_PDEATHSIG, sig)`` on Linux: the kernel signals us when our parent exits."""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, sig, 0, 0, 0)    # 1 = PR_SET_PDEATHSIG
+        libc.prctl(1, sig, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
 
 
 def _run_controlled(control_fd: int, parent_pid: int) -> int:
@@ -236,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     if os.environ.get("DRILL_LOAD_PROFILE"):
         import cProfile
+
         prof = cProfile.Profile()
         code = prof.runcall(main)
         prof.dump_stats(os.environ["DRILL_LOAD_PROFILE"] + f".{os.getpid()}")

@@ -19,26 +19,29 @@ import math
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 from gevent.event import Event
 from gevent.pool import Group
 
 from drill.load.child.bursts import Burst, BurstSpec
+from drill.load.child.streaming import Cancelled, ClientOutcome, Transport, send_attempt
 from drill.load.control import GeneratorPlan
 from drill.load.payload import PromptText, attempt_headers, build_body, endpoint_path, new_trace_ids, payload_digest
 from drill.load.records import ErrorClass, RequestRecord
 from drill.load.samples import FailingSample
 from drill.load.schedule import PlannedRequest, build_schedule
-from drill.load.child.streaming import Cancelled, ClientOutcome, Transport, send_attempt
 from drill.spec.scenario import ClientRetryOn, Pool, RetryPolicy
 
 __all__ = ["OpenLoop", "Sink", "Counters"]
 
 _RETRYABLE = {
-    ErrorClass.REFUSED: ClientRetryOn.REFUSED, ErrorClass.SERVER_ERROR: ClientRetryOn.SERVER_ERROR,
-    ErrorClass.TIMEOUT: ClientRetryOn.TIMEOUT, ErrorClass.CONNECTION_RESET: ClientRetryOn.CONNECTION,
+    ErrorClass.REFUSED: ClientRetryOn.REFUSED,
+    ErrorClass.SERVER_ERROR: ClientRetryOn.SERVER_ERROR,
+    ErrorClass.TIMEOUT: ClientRetryOn.TIMEOUT,
+    ErrorClass.CONNECTION_RESET: ClientRetryOn.CONNECTION,
     ErrorClass.CONNECTION_ERROR: ClientRetryOn.CONNECTION,
 }
 
@@ -53,17 +56,17 @@ class Sink(Protocol):
 class Counters:
     """What this process has done so far; reported in status messages and the summary."""
 
-    scheduled: int = 0        # arrivals of this process's share in [0, duration)
-    due: int = 0              # arrivals whose intended time has come
-    sent: int = 0             # logical requests sent (first attempts)
-    attempts: int = 0         # every attempt sent, retries included
-    dropped: int = 0          # client-side drops at the in-flight cap
-    finished: int = 0         # logical requests done (any outcome)
-    ok: int = 0               # logical requests that ended in success
+    scheduled: int = 0  # arrivals of this process's share in [0, duration)
+    due: int = 0  # arrivals whose intended time has come
+    sent: int = 0  # logical requests sent (first attempts)
+    attempts: int = 0  # every attempt sent, retries included
+    dropped: int = 0  # client-side drops at the in-flight cap
+    finished: int = 0  # logical requests done (any outcome)
+    ok: int = 0  # logical requests that ended in success
     in_flight: int = 0
     records: int = 0
     samples: int = 0
-    errors: Counter = field(default_factory=Counter)   # attempt-level, by error class value
+    errors: Counter = field(default_factory=Counter)  # attempt-level, by error class value
 
     def snapshot(self) -> dict:
         data = {k: v for k, v in self.__dict__.items() if k != "errors"}
@@ -86,9 +89,15 @@ class _Job:
 class OpenLoop:
     """One process's share of the schedule, its bursts, and its in-flight requests."""
 
-    def __init__(self, plan: GeneratorPlan, sink: Sink, *, partition: tuple[int, int] = (0, 1),
-                 worker: str | None = None, on_attempt: Callable[[str, float, str | None], None] | None = None
-                 ) -> None:
+    def __init__(
+        self,
+        plan: GeneratorPlan,
+        sink: Sink,
+        *,
+        partition: tuple[int, int] = (0, 1),
+        worker: str | None = None,
+        on_attempt: Callable[[str, float, str | None], None] | None = None,
+    ) -> None:
         self.plan = plan
         self.scenario = plan.scenario_model()
         self.sink = sink
@@ -98,7 +107,7 @@ class OpenLoop:
         self.pools = {p.name: p for p in self.scenario.pools}
         self.schedule = build_schedule(self.scenario, plan.duration_s, plan.seed)
         self.mine = self.schedule.partition(*partition)
-        self.controls = frozenset(plan.control_ids)   # requests whose output is digested (recovery replay)
+        self.controls = frozenset(plan.control_ids)  # requests whose output is digested (recovery replay)
         self.text = PromptText(plan.seed)
         self.cap = max(1, math.ceil(self.scenario.max_in_flight / partition[1]))
         self.transport = Transport(plan.target_url, self.cap)
@@ -160,8 +169,15 @@ class OpenLoop:
         self.counters.due += 1
         if self.counters.in_flight >= self.cap:
             self.counters.dropped += 1
-            self._emit(job, 1, intended, None, "", "", error=(ErrorClass.CLIENT_DROP,
-                                                              f"max_in_flight ({self.cap} in this process) reached"))
+            self._emit(
+                job,
+                1,
+                intended,
+                None,
+                "",
+                "",
+                error=(ErrorClass.CLIENT_DROP, f"max_in_flight ({self.cap} in this process) reached"),
+            )
             return
         self.counters.in_flight += 1
         self.group.spawn(self._logical, job, intended)
@@ -189,26 +205,49 @@ class OpenLoop:
     def _attempt(self, job: _Job, attempt: int, intended: float, idem: str) -> ClientOutcome:
         trace_id, span_id = new_trace_ids()
         request_id = f"{idem}-{attempt}"
-        headers = attempt_headers(trace_id=trace_id, span_id=span_id, idempotency_key=idem, request_id=request_id,
-                                  priority=job.pool.priority, stream=job.pool.stream, extra=self.plan.headers)
+        headers = attempt_headers(
+            trace_id=trace_id,
+            span_id=span_id,
+            idempotency_key=idem,
+            request_id=request_id,
+            priority=job.pool.priority,
+            stream=job.pool.stream,
+            extra=self.plan.headers,
+        )
         self.counters.attempts += 1
         self.counters.sent += attempt == 1
-        outcome = send_attempt(self.transport, endpoint_path(job.pool.endpoint), job.body, headers,
-                               stream=job.pool.stream, timeout_s=job.pool.timeout,
-                               capture=job.burst is None and job.logical_id in self.controls)
+        outcome = send_attempt(
+            self.transport,
+            endpoint_path(job.pool.endpoint),
+            job.body,
+            headers,
+            stream=job.pool.stream,
+            timeout_s=job.pool.timeout,
+            capture=job.burst is None and job.logical_id in self.controls,
+        )
         self._emit(job, attempt, intended, outcome, trace_id, idem, headers=headers)
         return outcome
 
     def _should_retry(self, outcome: ClientOutcome, attempt: int, policy: RetryPolicy) -> bool:
         reason = _RETRYABLE.get(outcome.error)
-        return (reason is not None and reason in policy.on and attempt <= policy.attempts
-                and not self.stopping.is_set())
+        return reason is not None and reason in policy.on and attempt <= policy.attempts and not self.stopping.is_set()
 
     # ---------------------------------------------------------------- records
-    def _emit(self, job: _Job, attempt: int, intended: float, outcome: ClientOutcome | None, trace_id: str, idem: str,
-              *, headers: dict[str, str] | None = None, error: tuple[ErrorClass, str] | None = None) -> None:
-        record = self._record(job, attempt, intended, outcome, trace_id, idem or
-                              f"{self.plan.run_nonce}-{job.logical_id}", error)
+    def _emit(
+        self,
+        job: _Job,
+        attempt: int,
+        intended: float,
+        outcome: ClientOutcome | None,
+        trace_id: str,
+        idem: str,
+        *,
+        headers: dict[str, str] | None = None,
+        error: tuple[ErrorClass, str] | None = None,
+    ) -> None:
+        record = self._record(
+            job, attempt, intended, outcome, trace_id, idem or f"{self.plan.run_nonce}-{job.logical_id}", error
+        )
         sample = None
         if outcome is not None and record.error not in (None, ErrorClass.CANCELLED):
             sample = self._sample(job, record, headers or {}).to_json()
@@ -220,13 +259,32 @@ class OpenLoop:
         if self.on_attempt is not None:
             self.on_attempt(job.pool.name, record.e2e_ms or 0.0, record.error.value if record.error else None)
 
-    def _record(self, job: _Job, attempt: int, intended: float, outcome: ClientOutcome | None, trace_id: str,
-                idem: str, error: tuple[ErrorClass, str] | None) -> RequestRecord:
-        base = dict(request_id=f"{idem}-{attempt}", logical_id=job.logical_id, pool=job.pool.name, attempt=attempt,
-                    intended_ts=round(self.wall(intended), 6), planned_input_tokens=job.planned.input_tokens,
-                    planned_output_tokens=job.planned.output_tokens, trace_id=trace_id, idempotency_key=idem,
-                    payload_digest=job.digest, endpoint=job.pool.endpoint.value, stream=job.pool.stream,
-                    burst=job.burst, worker=self.worker)
+    def _record(
+        self,
+        job: _Job,
+        attempt: int,
+        intended: float,
+        outcome: ClientOutcome | None,
+        trace_id: str,
+        idem: str,
+        error: tuple[ErrorClass, str] | None,
+    ) -> RequestRecord:
+        base = dict(
+            request_id=f"{idem}-{attempt}",
+            logical_id=job.logical_id,
+            pool=job.pool.name,
+            attempt=attempt,
+            intended_ts=round(self.wall(intended), 6),
+            planned_input_tokens=job.planned.input_tokens,
+            planned_output_tokens=job.planned.output_tokens,
+            trace_id=trace_id,
+            idempotency_key=idem,
+            payload_digest=job.digest,
+            endpoint=job.pool.endpoint.value,
+            stream=job.pool.stream,
+            burst=job.burst,
+            worker=self.worker,
+        )
         if outcome is None:
             return RequestRecord(sent_ts=None, schedule_lag_ms=None, error=error[0], error_detail=error[1], **base)
         ms = lambda t: None if t is None else round((t - intended) * 1000.0, 3)  # noqa: E731
@@ -235,21 +293,42 @@ class OpenLoop:
         if completion is None and outcome.error is None and chunks:
             completion = len(chunks) - (1 if outcome.role_only_first else 0)
         return RequestRecord(
-            sent_ts=round(self.wall(outcome.sent_at), 6), schedule_lag_ms=ms(outcome.sent_at), status=outcome.status,
-            error=outcome.error, error_detail=outcome.detail, headers_ms=ms(outcome.headers_at),
-            ttft_ms=chunks[0] if chunks else None, e2e_ms=ms(outcome.end_at), chunk_offsets_ms=chunks,
-            prompt_tokens=outcome.prompt_tokens, completion_tokens=completion, retry_after_s=outcome.retry_after_s,
+            sent_ts=round(self.wall(outcome.sent_at), 6),
+            schedule_lag_ms=ms(outcome.sent_at),
+            status=outcome.status,
+            error=outcome.error,
+            error_detail=outcome.detail,
+            headers_ms=ms(outcome.headers_at),
+            ttft_ms=chunks[0] if chunks else None,
+            e2e_ms=ms(outcome.end_at),
+            chunk_offsets_ms=chunks,
+            prompt_tokens=outcome.prompt_tokens,
+            completion_tokens=completion,
+            retry_after_s=outcome.retry_after_s,
             output_digest=outcome.output.value() if outcome.output is not None and outcome.error is None else None,
-            **base)
+            **base,
+        )
 
     def _sample(self, job: _Job, record: RequestRecord, headers: dict[str, str]) -> FailingSample:
         return FailingSample(
-            request_id=record.request_id, logical_id=job.logical_id, pool=job.pool.name, attempt=record.attempt,
-            trace_id=record.trace_id, idempotency_key=record.idempotency_key, payload_digest=job.digest,
-            method="POST", endpoint=endpoint_path(job.pool.endpoint), headers=headers,
-            body_b64=FailingSample.encode_body(job.body), stream=job.pool.stream, timeout_s=job.pool.timeout,
-            error=record.error.value if record.error else None, status=record.status,
-            intended_ts=record.intended_ts, burst=job.burst)
+            request_id=record.request_id,
+            logical_id=job.logical_id,
+            pool=job.pool.name,
+            attempt=record.attempt,
+            trace_id=record.trace_id,
+            idempotency_key=record.idempotency_key,
+            payload_digest=job.digest,
+            method="POST",
+            endpoint=endpoint_path(job.pool.endpoint),
+            headers=headers,
+            body_b64=FailingSample.encode_body(job.body),
+            stream=job.pool.stream,
+            timeout_s=job.pool.timeout,
+            error=record.error.value if record.error else None,
+            status=record.status,
+            intended_ts=record.intended_ts,
+            burst=job.burst,
+        )
 
     # ----------------------------------------------------------------- bursts
     def start_burst(self, spec: BurstSpec) -> None:

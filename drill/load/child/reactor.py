@@ -27,7 +27,7 @@ from gevent.event import Event
 __all__ = ["StreamReactor", "StreamWatch", "reactor"]
 
 _EPOLL = gevent.monkey.get_original("select", "epoll")
-_READ_SIZE = 4096   # an SSE event is a few hundred bytes; a large recv buffer costs its allocation every read
+_READ_SIZE = 4096  # an SSE event is a few hundred bytes; a large recv buffer costs its allocation every read
 
 
 class StreamWatch(Protocol):
@@ -70,13 +70,13 @@ class StreamReactor:
 
     def _run(self) -> None:
         hub = gevent.get_hub()
-        watcher = hub.loop.io(self._epoll.fileno(), 1)   # one watcher for the whole run, not one per wait
+        watcher = hub.loop.io(self._epoll.fileno(), 1)  # one watcher for the whole run, not one per wait
         poll = self._epoll.poll
         read = self._read
         while True:
             hub.wait(watcher)
             events = poll(0)
-            while events:        # under load more chunks arrive while a batch is read: take them too
+            while events:  # under load more chunks arrive while a batch is read: take them too
                 for fd, _events in events:
                     read(fd)
                 events = poll(0)

@@ -51,7 +51,7 @@ class FileSink:
             if not buffer:
                 continue
             lines = buffer[:]
-            del buffer[:len(lines)]
+            del buffer[: len(lines)]
             _write_all(self._fds[index], ("\n".join(lines) + "\n").encode())
             if index == 0:
                 self.written += len(lines)

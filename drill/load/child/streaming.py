@@ -27,8 +27,8 @@ from geventhttpclient.connectionpool import ConnectionPool
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 from geventhttpclient.url import URL
 
-from drill.load.output import OutputDigest
 from drill.load.child.reactor import reactor
+from drill.load.output import OutputDigest
 from drill.load.records import ErrorClass, classify_status
 from drill.load.sse import LineKind, classify_line, is_role_only, parse_error_message, parse_usage
 
@@ -58,9 +58,9 @@ class ClientOutcome:
     completion_tokens: int | None = None
     role_only_first: bool = False
     retry_after_s: float | None = None
-    output: OutputDigest | None = None   # the generated text's digest, for a watched (control) request
+    output: OutputDigest | None = None  # the generated text's digest, for a watched (control) request
 
-    def fail(self, error: ErrorClass, detail: str) -> "ClientOutcome":
+    def fail(self, error: ErrorClass, detail: str) -> ClientOutcome:
         if self.error is None:
             self.error, self.detail = error, detail
         self.end_at = self.end_at or time.perf_counter()
@@ -122,13 +122,25 @@ class Transport:
 
     def __init__(self, base_url: str, concurrency: int, connect_timeout_s: float = 10.0) -> None:
         url = URL(base_url)
-        self.client = HTTPClient(url.host, url.port, concurrency=concurrency, network_timeout=None,
-                                 connection_timeout=connect_timeout_s, ssl=url.scheme == "https")
+        self.client = HTTPClient(
+            url.host,
+            url.port,
+            concurrency=concurrency,
+            network_timeout=None,
+            connection_timeout=connect_timeout_s,
+            ssl=url.scheme == "https",
+        )
         old = self.client._connection_pool
-        if url.scheme != "https":   # the tracking pool is for plain HTTP; TLS keeps geventhttpclient's own
+        if url.scheme != "https":  # the tracking pool is for plain HTTP; TLS keeps geventhttpclient's own
             self.client._connection_pool = self.pool = _TrackingPool(
-                old._connection_host, old._connection_port, old._request_host, old._request_port, size=concurrency,
-                network_timeout=None, connection_timeout=connect_timeout_s)
+                old._connection_host,
+                old._connection_port,
+                old._request_host,
+                old._request_port,
+                size=concurrency,
+                network_timeout=None,
+                connection_timeout=connect_timeout_s,
+            )
         else:
             self.pool = None
         self.prefix = url.path.rstrip("/")
@@ -145,8 +157,16 @@ class Transport:
         self.client.close()
 
 
-def send_attempt(transport: Transport, path: str, body: bytes, headers: dict[str, str], *, stream: bool,
-                 timeout_s: float, capture: bool = False) -> ClientOutcome:
+def send_attempt(
+    transport: Transport,
+    path: str,
+    body: bytes,
+    headers: dict[str, str],
+    *,
+    stream: bool,
+    timeout_s: float,
+    capture: bool = False,
+) -> ClientOutcome:
     """POST ``body`` to ``path`` and read the whole response within ``timeout_s`` seconds.
 
     Never raises for request failures: they come back as ``ClientOutcome.error``. An
@@ -209,9 +229,16 @@ class _SseLines:
         """Every event that came in one read gets that read's time; True once ``data: [DONE]`` was seen."""
         outcome = self.outcome
         times = outcome.chunk_times
-        if (times and not self.pending and data.endswith(b"\n\n") and data.count(b"\n") == 2
-                and data.startswith(b'data: {"') and b'"choices":[{' in data and b'{"error"' not in data[:16]):
-            times.append(now)   # the hot path: exactly one content chunk, as vLLM sends them
+        if (
+            times
+            and not self.pending
+            and data.endswith(b"\n\n")
+            and data.count(b"\n") == 2
+            and data.startswith(b'data: {"')
+            and b'"choices":[{' in data
+            and b'{"error"' not in data[:16]
+        ):
+            times.append(now)  # the hot path: exactly one content chunk, as vLLM sends them
             if outcome.output is not None:
                 outcome.output.feed_chunk(data)
             return False
@@ -283,7 +310,7 @@ def _read_stream(response, outcome: ClientOutcome) -> None:
         done = loop.watch(raw, stream)
         try:
             done.wait()
-        except BaseException:   # timeout or cancel: hand the socket back as geventhttpclient's read() does
+        except BaseException:  # timeout or cancel: hand the socket back as geventhttpclient's read() does
             loop.unwatch(raw)
             response.release()
             raise
@@ -297,7 +324,7 @@ def _end_stream(response, outcome: ClientOutcome, stream: _ReactorStream) -> Non
         raise stream.error
     if stream.lines.done:
         if not response.message_complete:
-            response.read()    # the chunked terminator: completes the message, returns the connection
+            response.read()  # the chunked terminator: completes the message, returns the connection
         return
     if stream.eof:
         response.release()

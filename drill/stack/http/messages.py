@@ -64,8 +64,9 @@ class HttpResponse:
 class HttpError(Exception):
     """Raised by a handler to answer with an error body; ``type`` defaults to the vLLM type for the status."""
 
-    def __init__(self, status: int, message: str, *, type: str | None = None,
-                 headers: tuple[tuple[str, str], ...] = ()) -> None:
+    def __init__(
+        self, status: int, message: str, *, type: str | None = None, headers: tuple[tuple[str, str], ...] = ()
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -84,8 +85,12 @@ def error_body(message: str, type: str, code: int, param: str | None = None) -> 
 
 def _error_type(status: int) -> str:
     return {
-        400: "BadRequestError", 401: "Unauthorized", 403: "Forbidden", 404: "NotFoundError",
-        422: "UnprocessableEntityError", 500: "InternalServerError",
+        400: "BadRequestError",
+        401: "Unauthorized",
+        403: "Forbidden",
+        404: "NotFoundError",
+        422: "UnprocessableEntityError",
+        500: "InternalServerError",
     }.get(status, HTTPStatus(status).phrase if status in _STATUSES else "Error")
 
 
@@ -114,9 +119,14 @@ class Router:
         for route_method, prefix, prefix_handler in self.prefixes:
             if route_method == method and path.startswith(prefix):
                 return prefix_handler
-        allowed = sorted({m for (m, p) in self.routes if p == path}
-                         | {m for (m, p, _) in self.prefixes if path.startswith(p)})
+        allowed = sorted(
+            {m for (m, p) in self.routes if p == path} | {m for (m, p, _) in self.prefixes if path.startswith(p)}
+        )
         if allowed:
-            raise HttpError(405, f"Method {method} is not allowed for {path}",
-                            type="MethodNotAllowed", headers=(("Allow", ", ".join(allowed)),))
+            raise HttpError(
+                405,
+                f"Method {method} is not allowed for {path}",
+                type="MethodNotAllowed",
+                headers=(("Allow", ", ".join(allowed)),),
+            )
         raise HttpError(404, f"Not Found: {path}", type="NotFoundError")

@@ -64,8 +64,12 @@ class ResponseStream:
         """True once the client closed the connection."""
         return self._conn.closed
 
-    def start(self, status: int = 200, content_type: str = "text/event-stream; charset=utf-8",
-              headers: Iterable[tuple[str, str]] = ()) -> None:
+    def start(
+        self,
+        status: int = 200,
+        content_type: str = "text/event-stream; charset=utf-8",
+        headers: Iterable[tuple[str, str]] = (),
+    ) -> None:
         """Send the status line and headers of a chunked response (raises RuntimeError if already started)."""
         if self.started:
             raise RuntimeError("response already started")
@@ -202,8 +206,8 @@ class _Connection(asyncio.Protocol):
         if len(self.buffer) < end + 4 + length:
             self._maybe_continue(headers)
             return
-        body = bytes(self.buffer[end + 4:end + 4 + length])
-        del self.buffer[:end + 4 + length]
+        body = bytes(self.buffer[end + 4 : end + 4 + length])
+        del self.buffer[: end + 4 + length]
         self._dispatch(method, target, version, headers, body)
 
     def _body_length(self, headers: dict[str, str]) -> int:
@@ -256,8 +260,11 @@ class _Connection(asyncio.Protocol):
     def _send(self, response: HttpResponse) -> None:
         if self.stream is not None:
             self.stream.started = self.stream.ended = True
-        headers = [("Content-Type", response.content_type), ("Content-Length", str(len(response.body))),
-                   *response.headers]
+        headers = [
+            ("Content-Type", response.content_type),
+            ("Content-Length", str(len(response.body))),
+            *response.headers,
+        ]
         if not self.keep_alive:
             headers.append(("Connection", "close"))
         self.write(_head(response.status, headers) + response.body)
@@ -309,8 +316,9 @@ class HttpServer:
     async def start(self) -> None:
         """Bind and listen. Raises OSError when the address is taken."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Connection(self), self.host, self.port,
-                                                backlog=self.backlog, reuse_address=True)
+        self._server = await loop.create_server(
+            lambda: _Connection(self), self.host, self.port, backlog=self.backlog, reuse_address=True
+        )
         self.port = self._server.sockets[0].getsockname()[1]
 
     def spawn(self, coro: Awaitable[None]) -> None:

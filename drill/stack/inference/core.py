@@ -96,8 +96,14 @@ class StepTimer:
 class Engine:
     """One replica's engine core: a scheduler and an executor driven by an asyncio loop."""
 
-    def __init__(self, scheduler: Scheduler, executor: Executor, *, interconnect: Interconnect | None = None,
-                 listeners: Sequence[EngineListener] = ()) -> None:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        executor: Executor,
+        *,
+        interconnect: Interconnect | None = None,
+        listeners: Sequence[EngineListener] = (),
+    ) -> None:
         self.scheduler = scheduler
         self.executor = executor
         self.interconnect = interconnect or NoopInterconnect()
@@ -182,7 +188,7 @@ class Engine:
         self._wakeup.clear()
         try:
             await asyncio.wait_for(self._wakeup.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     async def _step(self) -> None:
@@ -232,8 +238,12 @@ class Engine:
     def _expire_waiting(self) -> None:
         for request in self.scheduler.expire_waiting():
             if request.sink is not None:
-                request.sink.on_error(request, 503, _queue_timeout_message(self.scheduler.config.max_queue_wait),
-                                      AdmissionRefused.error_type)
+                request.sink.on_error(
+                    request,
+                    503,
+                    _queue_timeout_message(self.scheduler.config.max_queue_wait),
+                    AdmissionRefused.error_type,
+                )
             self._notify_finished(request)
 
     def _die(self, error: EngineDeadError) -> None:
@@ -257,5 +267,7 @@ class Engine:
 
 
 def _queue_timeout_message(limit: float | None) -> str:
-    return (f"The request waited longer than max_queue_wait ({limit:g}s) in the queue and was aborted. "
-            "Please try again later or on a different instance.")
+    return (
+        f"The request waited longer than max_queue_wait ({limit:g}s) in the queue and was aborted. "
+        "Please try again later or on a different instance."
+    )

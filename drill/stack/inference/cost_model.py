@@ -117,11 +117,15 @@ class CostModel:
     def step_cost(self, batch: BatchShape, clock_fraction: float = 1.0) -> StepCost:
         """The modelled duration of one step with ``batch``; ``clock_fraction`` in (0, 1] caps the SM clock."""
         memory_s = (self._weight_bytes + batch.context_tokens * self._kv_bytes) / (
-            self._bandwidth * clock_fraction ** MEMORY_CLOCK_EXPONENT)
-        flops = (self._dense_flops * batch.num_tokens + self._head_flops * batch.num_sampled
-                 + self._attn_flops * batch.attention_pairs)
+            self._bandwidth * clock_fraction**MEMORY_CLOCK_EXPONENT
+        )
+        flops = (
+            self._dense_flops * batch.num_tokens
+            + self._head_flops * batch.num_sampled
+            + self._attn_flops * batch.attention_pairs
+        )
         compute_s = flops / (self._flops * clock_fraction)
-        stage_s = (memory_s ** 3 + compute_s ** 3) ** (1.0 / 3.0)
+        stage_s = (memory_s**3 + compute_s**3) ** (1.0 / 3.0)
         comm_s = self.comm_seconds(batch.num_tokens)
         overhead_s = STEP_OVERHEAD_S + SEQ_OVERHEAD_S * batch.num_seqs
         total_s = self.pp * stage_s + comm_s + overhead_s
@@ -131,14 +135,14 @@ class CostModel:
         """The step's communication (stack-contracts.md §8): 2 all-reduces per layer, pp − 1 transfers."""
         activation = num_tokens * self.model.hidden_size * self.model.dtype_bytes
         tp_rounds = 2 * self.model.num_layers if self.tp > 1 else 0
-        return ExchangePlan(tp_rounds, activation if tp_rounds else 0, self.pp - 1,
-                            activation if self.pp > 1 else 0)
+        return ExchangePlan(tp_rounds, activation if tp_rounds else 0, self.pp - 1, activation if self.pp > 1 else 0)
 
     def comm_seconds(self, num_tokens: int) -> float:
         """Modelled TP all-reduce plus PP transfer time of one step, seconds."""
         plan = self.exchange_plan(num_tokens)
-        return (plan.tp_rounds * self.allreduce_seconds(plan.tp_bytes_per_round)
-                + plan.pp_transfers * self.p2p_seconds(plan.pp_bytes_per_transfer))
+        return plan.tp_rounds * self.allreduce_seconds(plan.tp_bytes_per_round) + plan.pp_transfers * self.p2p_seconds(
+            plan.pp_bytes_per_transfer
+        )
 
     def allreduce_seconds(self, message_bytes: int) -> float:
         """One ring all-reduce of ``message_bytes`` over ``tp`` GPUs: α + msg · 2(tp−1)/tp / busbw."""

@@ -22,8 +22,10 @@ class QueueOverflowError(AdmissionRefused):
     """``max_num_queued_reqs`` reached (vLLM's ``QueueOverflowError``, its message verbatim)."""
 
     def __init__(self, in_flight: int, limit: int) -> None:
-        super().__init__("The engine is currently busy and cannot accept new requests. "
-                         "Please try again later or on a different instance.")
+        super().__init__(
+            "The engine is currently busy and cannot accept new requests. "
+            "Please try again later or on a different instance."
+        )
         self.in_flight = in_flight
         self.limit = limit
 
@@ -32,8 +34,9 @@ class MaxQueuedTokensError(AdmissionRefused):
     """``max_num_queued_tokens`` reached (vLLM's ``MaxQueuedTokensError``, its message verbatim)."""
 
     def __init__(self, backlog_tokens: int, limit: int) -> None:
-        super().__init__("The engine has reached its prefill token backlog limit. "
-                         "Please try again later or on a different instance.")
+        super().__init__(
+            "The engine has reached its prefill token backlog limit. Please try again later or on a different instance."
+        )
         self.backlog_tokens = backlog_tokens
         self.limit = limit
 

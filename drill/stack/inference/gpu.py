@@ -30,9 +30,9 @@ from drill.stack.inference.exceptions import EngineDeadError
 
 __all__ = ["GIB", "GpuState", "MemoryPlan", "NON_TORCH_BYTES", "plan_memory", "xid_description"]
 
-GIB = 1024 ** 3
+GIB = 1024**3
 #: CUDA context, NCCL buffers and CUDA graphs outside the torch allocator, bytes per GPU.
-NON_TORCH_BYTES = 512 * 1024 ** 2
+NON_TORCH_BYTES = 512 * 1024**2
 
 _XID_TEXT = {
     13: "Graphics Engine Exception",
@@ -91,13 +91,15 @@ def plan_memory(cost_model: CostModel, engine: EngineConfig, total_bytes: int) -
         raise StackError(
             "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
             f"initializing the engine. (weights {weights / GIB:.2f} GiB + activations {reserve / GIB:.2f} GiB "
-            f"per GPU exceed {budget / GIB:.2f} GiB)")
+            f"per GPU exceed {budget / GIB:.2f} GiB)"
+        )
     max_tokens = num_blocks * engine.block_size
     if engine.max_model_len > max_tokens:
         raise StackError(
             f"The model's max seq len ({engine.max_model_len}) is larger than the maximum number of tokens "
             f"that can be stored in KV cache ({max_tokens}). Try increasing `gpu_memory_utilization` or "
-            "decreasing `max_model_len` when initializing the engine.")
+            "decreasing `max_model_len` when initializing the engine."
+        )
     return MemoryPlan(total_bytes, budget, weights, reserve, num_blocks * block_bytes, block_bytes, num_blocks)
 
 
@@ -137,10 +139,12 @@ class GpuState:
                 f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {need / GIB:.2f} GiB. "
                 f"GPU 0 has a total capacity of {self.plan.total_bytes / GIB:.2f} GiB of which "
                 f"{max(free, 0) / GIB:.2f} GiB is free. Another process has "
-                f"{self.memory_hog_bytes / GIB:.2f} GiB memory in use. (simulated by drill)")
+                f"{self.memory_hog_bytes / GIB:.2f} GiB memory in use. (simulated by drill)"
+            )
 
     @staticmethod
     def xid_error(code: int) -> EngineDeadError:
         """The :class:`EngineDeadError` of a fatal XID error (the engine dies of it at once)."""
-        return EngineDeadError(f"NVIDIA XID {code}: {xid_description(code)}; CUDA error: unspecified launch "
-                              "failure (simulated by drill)")
+        return EngineDeadError(
+            f"NVIDIA XID {code}: {xid_description(code)}; CUDA error: unspecified launch failure (simulated by drill)"
+        )

@@ -70,7 +70,7 @@ def block_hashes(tokens: Sequence[object], block_size: int) -> list[int]:
     hashes: list[int] = []
     parent = 0
     for start in range(0, len(tokens) - block_size + 1, block_size):
-        parent = hash((parent, tuple(tokens[start:start + block_size])))
+        parent = hash((parent, tuple(tokens[start : start + block_size])))
         hashes.append(parent)
     return hashes
 
@@ -79,16 +79,48 @@ class Request:
     """A request's state in the engine. ``prompt_tokens`` are the tokenizer's tokens (words or ids)."""
 
     __slots__ = (
-        "request_id", "prompt_tokens", "num_prompt_tokens", "max_tokens", "min_tokens", "stop_after",
-        "priority", "arrival_time", "arrival_wall", "output_token_ids", "num_tokens", "num_computed_tokens", "status",
-        "num_cached_tokens", "queued_ts", "scheduled_ts", "first_scheduled_ts", "first_token_ts",
-        "last_token_ts", "finished_ts", "num_preemptions", "sink", "sampler", "block_hashes", "context",
+        "request_id",
+        "prompt_tokens",
+        "num_prompt_tokens",
+        "max_tokens",
+        "min_tokens",
+        "stop_after",
+        "priority",
+        "arrival_time",
+        "arrival_wall",
+        "output_token_ids",
+        "num_tokens",
+        "num_computed_tokens",
+        "status",
+        "num_cached_tokens",
+        "queued_ts",
+        "scheduled_ts",
+        "first_scheduled_ts",
+        "first_token_ts",
+        "last_token_ts",
+        "finished_ts",
+        "num_preemptions",
+        "sink",
+        "sampler",
+        "block_hashes",
+        "context",
     )
 
-    def __init__(self, request_id: str, prompt_tokens: Sequence[object], *, max_tokens: int,
-                 arrival_time: float, arrival_wall: float = 0.0, priority: int = 0, min_tokens: int = 0,
-                 stop_after: int | None = None, sink: RequestSink | None = None, sampler: object = None,
-                 context: object = None) -> None:
+    def __init__(
+        self,
+        request_id: str,
+        prompt_tokens: Sequence[object],
+        *,
+        max_tokens: int,
+        arrival_time: float,
+        arrival_wall: float = 0.0,
+        priority: int = 0,
+        min_tokens: int = 0,
+        stop_after: int | None = None,
+        sink: RequestSink | None = None,
+        sampler: object = None,
+        context: object = None,
+    ) -> None:
         self.request_id = request_id
         self.prompt_tokens = prompt_tokens
         self.num_prompt_tokens = len(prompt_tokens)
@@ -144,5 +176,7 @@ class Request:
         return (self.priority, self.arrival_time) < (other.priority, other.arrival_time)
 
     def __repr__(self) -> str:
-        return (f"Request({self.request_id!r}, {self.status.name}, prompt={self.num_prompt_tokens}, "
-                f"out={self.num_output_tokens}/{self.max_tokens}, computed={self.num_computed_tokens})")
+        return (
+            f"Request({self.request_id!r}, {self.status.name}, prompt={self.num_prompt_tokens}, "
+            f"out={self.num_output_tokens}/{self.max_tokens}, computed={self.num_computed_tokens})"
+        )

@@ -38,8 +38,9 @@ __all__ = ["Scheduler"]
 class Scheduler:
     """Waiting and running queues, the token budget, preemption and admission control."""
 
-    def __init__(self, config: EngineConfig, kv_cache: KVCacheManager, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, config: EngineConfig, kv_cache: KVCacheManager, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.config = config
         self.kv_cache = kv_cache
         self.clock = clock
@@ -71,8 +72,11 @@ class Scheduler:
     def prefill_backlog_tokens(self) -> int:
         """Prompt tokens of requests still in their prefill phase (waiting or partly prefilled)."""
         waiting = sum(request.num_prompt_tokens for request in self.waiting)
-        running = sum(request.num_prompt_tokens for request in self.running
-                      if request.num_computed_tokens < request.num_prompt_tokens)
+        running = sum(
+            request.num_prompt_tokens
+            for request in self.running
+            if request.num_computed_tokens < request.num_prompt_tokens
+        )
         return waiting + running
 
     def expire_waiting(self) -> list[Request]:
@@ -205,8 +209,7 @@ class Scheduler:
         out.preempted_reqs.append(request)
 
     # apply -----------------------------------------------------------------------------------
-    def update_from_output(self, out: SchedulerOutput, runner: ModelRunnerOutput,
-                           now: float) -> list[EngineCoreOutput]:
+    def update_from_output(self, out: SchedulerOutput, runner: ModelRunnerOutput, now: float) -> list[EngineCoreOutput]:
         """Apply a step's sampled tokens at time ``now``: append, check stop conditions, free finished.
 
         Returns one :class:`EngineCoreOutput` per request that got a token this step.

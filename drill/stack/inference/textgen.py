@@ -26,8 +26,29 @@ from drill.stack.inference.tokenizer import vocabulary
 __all__ = ["CONV_GENERATED_QUANTILES", "TokenSampler", "natural_length", "stable_seed", "token_text"]
 
 #: 5 % quantiles q0..q100 of GeneratedTokens in the Azure 2023 conversation trace (§7.1).
-CONV_GENERATED_QUANTILES = (7, 41, 54, 67, 77, 85, 91, 96, 103, 113, 129, 151, 177, 217, 384, 395,
-                            400, 411, 424, 451, 1000)
+CONV_GENERATED_QUANTILES = (
+    7,
+    41,
+    54,
+    67,
+    77,
+    85,
+    91,
+    96,
+    103,
+    113,
+    129,
+    151,
+    177,
+    217,
+    384,
+    395,
+    400,
+    411,
+    424,
+    451,
+    1000,
+)
 
 
 def stable_seed(*parts: object) -> int:

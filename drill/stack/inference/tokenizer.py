@@ -60,8 +60,9 @@ def message_text(content: object) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return " ".join(part.get("text", "") for part in content
-                        if isinstance(part, Mapping) and part.get("type") == "text")
+        return " ".join(
+            part.get("text", "") for part in content if isinstance(part, Mapping) and part.get("type") == "text"
+        )
     raise ValueError(f"message content must be a string or a list of content parts, got {type(content).__name__}")
 
 

@@ -47,8 +47,7 @@ def _cap_seconds(nbytes: int, bandwidth_kbps: float | None) -> float:
 def _tp_increase(plan: ExchangePlan, toxic: LinkToxic, byte_scale: float) -> float:
     payload = scaled_bytes(plan.tp_bytes_per_round, byte_scale)
     wire = {Stream.UPSTREAM: HEADER.size + payload, Stream.DOWNSTREAM: payload}
-    per_round = sum(toxic.latency_ms / 1000.0 + _cap_seconds(wire[s], toxic.bandwidth_kbps)
-                    for s in toxic.streams)
+    per_round = sum(toxic.latency_ms / 1000.0 + _cap_seconds(wire[s], toxic.bandwidth_kbps) for s in toxic.streams)
     return plan.tp_rounds * per_round
 
 
@@ -57,14 +56,13 @@ def _pp_increase(plan: ExchangePlan, toxic: LinkToxic, byte_scale: float, pp: in
     if batches == 0:
         return 0.0
     payload = scaled_bytes(plan.pp_bytes_per_transfer, byte_scale)
-    wire = {Stream.UPSTREAM: batches * (HEADER.size + payload),
-            Stream.DOWNSTREAM: batches * PP_REPLY_BYTES}
-    return sum(toxic.latency_ms / 1000.0 + _cap_seconds(wire[s], toxic.bandwidth_kbps)
-               for s in toxic.streams)
+    wire = {Stream.UPSTREAM: batches * (HEADER.size + payload), Stream.DOWNSTREAM: batches * PP_REPLY_BYTES}
+    return sum(toxic.latency_ms / 1000.0 + _cap_seconds(wire[s], toxic.bandwidth_kbps) for s in toxic.streams)
 
 
-def predict_step_increase(plan: ExchangePlan, toxic: LinkToxic, *,
-                          byte_scale: float = DEFAULT_BYTE_SCALE, pp: int = 2) -> float:
+def predict_step_increase(
+    plan: ExchangePlan, toxic: LinkToxic, *, byte_scale: float = DEFAULT_BYTE_SCALE, pp: int = 2
+) -> float:
     """Seconds one engine step with ``plan`` grows when ``toxic`` is on one link of its kind.
 
     ``byte_scale`` must be the replica's (``links.byte_scale``) and ``pp`` its

@@ -118,8 +118,7 @@ class Baseline:
     def seconds(self, tp_rounds: int, tp_bytes: int, pp_transfers: int, pp_bytes: int) -> float:
         """Expected clean-link time of one step's exchange (scaled byte counts)."""
         tp = tp_rounds * (self.tp_round_s + self.tp_byte_s * tp_bytes) if tp_rounds else 0.0
-        pp = (self.pp_step_s + pp_transfers * (self.pp_transfer_s + self.pp_byte_s * pp_bytes)
-              if pp_transfers else 0.0)
+        pp = self.pp_step_s + pp_transfers * (self.pp_transfer_s + self.pp_byte_s * pp_bytes) if pp_transfers else 0.0
         return tp + pp
 
 
@@ -130,8 +129,13 @@ class TcpInterconnect:
     sockets (lower and steadier latency than asyncio streams), one step at a time.
     """
 
-    def __init__(self, spec: InterconnectSpec, processes: list[subprocess.Popen[bytes]],
-                 tp_socks: list[socket.socket], pp_sock: socket.socket | None) -> None:
+    def __init__(
+        self,
+        spec: InterconnectSpec,
+        processes: list[subprocess.Popen[bytes]],
+        tp_socks: list[socket.socket],
+        pp_sock: socket.socket | None,
+    ) -> None:
         """Called by :func:`connect` once the ranks listen and the sockets are dialled."""
         self.spec = spec
         self._processes = processes
@@ -152,8 +156,7 @@ class TcpInterconnect:
         tp_bytes = scaled_bytes(plan.tp_bytes_per_round, self.spec.byte_scale)
         pp_bytes = scaled_bytes(plan.pp_bytes_per_transfer, self.spec.byte_scale)
         batches = micro_batches(plan.pp_transfers, self._pp_links)
-        measured = await loop.run_in_executor(
-            self._executor, self._run, plan.tp_rounds, tp_bytes, batches, pp_bytes)
+        measured = await loop.run_in_executor(self._executor, self._run, plan.tp_rounds, tp_bytes, batches, pp_bytes)
         expected = self.baseline.seconds(plan.tp_rounds, tp_bytes, batches, pp_bytes)
         return max(0.0, measured - expected)
 
@@ -165,8 +168,10 @@ class TcpInterconnect:
             if pp_transfers and self._pp is not None:
                 self._pp_step(pp_transfers, pp_bytes)
         except (OSError, ConnectionError) as exc:
-            raise LinkError(f"interconnect link failed during a step: {exc}",
-                             hint="a TP rank or PP stage died, or a toxic cut the link") from exc
+            raise LinkError(
+                f"interconnect link failed during a step: {exc}",
+                hint="a TP rank or PP stage died, or a toxic cut the link",
+            ) from exc
         return time.perf_counter() - started
 
     def _tp_round(self, payload: int) -> None:
@@ -191,8 +196,10 @@ class TcpInterconnect:
         samples = self.spec.calibration_samples
         tp_round_s = tp_byte_s = 0.0
         if self._tp:  # rounds in runs, as steps make them: isolated rounds measure cheaper
-            points = [(size, _median(lambda s=size: self._run(_TP_CAL_RUN, s, 0, 0), samples) / _TP_CAL_RUN)
-                      for size in _TP_CAL_SIZES]
+            points = [
+                (size, _median(lambda s=size: self._run(_TP_CAL_RUN, s, 0, 0), samples) / _TP_CAL_RUN)
+                for size in _TP_CAL_SIZES
+            ]
             tp_byte_s, tp_round_s = _line(points)
         pp = (0.0, 0.0, 0.0)
         if self._pp is not None:
@@ -244,8 +251,12 @@ def _reap(processes: list[subprocess.Popen[bytes]], timeout_s: float = 2.0) -> N
 
 def _spawn_rank(link: PeerSpec, next_connect: str | None) -> subprocess.Popen[bytes]:
     spec = RankSpec(kind=LinkKind(link.kind), rank=link.rank, listen=link.listen, next_connect=next_connect)
-    return subprocess.Popen([sys.executable, "-m", "drill.stack.interconnect.rank", "--spec", spec.model_dump_json()],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, preexec_fn=die_with_parent())
+    return subprocess.Popen(
+        [sys.executable, "-m", "drill.stack.interconnect.rank", "--spec", spec.model_dump_json()],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        preexec_fn=die_with_parent(),
+    )
 
 
 def _wait_ready(process: subprocess.Popen[bytes], deadline: float, what: str) -> None:
@@ -254,8 +265,9 @@ def _wait_ready(process: subprocess.Popen[bytes], deadline: float, what: str) ->
     readable, _, _ = select.select([process.stdout], [], [], max(0.0, remaining))
     line = process.stdout.readline() if readable else b""
     if line.strip() != b"ready":
-        raise StackError(f"{what} did not start (exit code {process.poll()})",
-                         hint="see the replica's log for the rank's error")
+        raise StackError(
+            f"{what} did not start (exit code {process.poll()})", hint="see the replica's log for the rank's error"
+        )
 
 
 def _dial(address: str, timeout_s: float) -> socket.socket:
@@ -281,8 +293,9 @@ def _spawn_ranks(spec: InterconnectSpec) -> tuple[list[PeerSpec], list[subproces
     return [*tp_links, *pp_links], processes
 
 
-def _link_up(spec: InterconnectSpec, links: list[PeerSpec],
-             processes: list[subprocess.Popen[bytes]]) -> TcpInterconnect:
+def _link_up(
+    spec: InterconnectSpec, links: list[PeerSpec], processes: list[subprocess.Popen[bytes]]
+) -> TcpInterconnect:
     """Wait until every rank listens, dial them, calibrate; kills the ranks on any failure."""
     try:
         deadline = time.monotonic() + spec.start_timeout_s

@@ -8,7 +8,7 @@ Files are read on first use and cached; importing this module reads nothing.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 
 import yaml
@@ -74,13 +74,13 @@ class ModelPreset(BaseModel):
         return float(tables * self.vocab_size * self.hidden_size)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load(file_name: str) -> dict[str, dict]:
     text = resources.files(__package__).joinpath(file_name).read_text(encoding="utf-8")
     return yaml.safe_load(text)
 
 
-@lru_cache(maxsize=None)
+@cache
 def gpu_preset(name: str) -> GpuPreset:
     """Return the GPU preset called ``name``; raises :class:`InputError` naming the known ones."""
     raw = _load("gpus.yaml").get(name)
@@ -89,7 +89,7 @@ def gpu_preset(name: str) -> GpuPreset:
     return GpuPreset(name=name, **raw)
 
 
-@lru_cache(maxsize=None)
+@cache
 def model_preset(name: str) -> ModelPreset:
     """Return the model preset called ``name``; raises :class:`InputError` naming the known ones."""
     raw = _load("models.yaml").get(name)

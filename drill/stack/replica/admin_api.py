@@ -45,10 +45,11 @@ def _number(body: object, key: str, low: float, high: float) -> float:
 class AdminApi:
     """``/admin/*`` routes of one replica."""
 
-    def __init__(self, engine: Engine, ledger: Ledger, *, name: str, index: int, admin_token: str,
-                 last_death: dict | None = None) -> None:
+    def __init__(
+        self, engine: Engine, ledger: Ledger, *, name: str, index: int, admin_token: str, last_death: dict | None = None
+    ) -> None:
         self.engine = engine
-        self.last_death = last_death   # why the previous process of this replica died (pid, reason, at), if it did
+        self.last_death = last_death  # why the previous process of this replica died (pid, reason, at), if it did
         self.ledger = ledger
         self.name = name
         self.index = index
@@ -78,8 +79,9 @@ class AdminApi:
                 raise HttpError(403, "the admin API answers loopback clients only", type="Forbidden")
             given = request.headers.get("authorization", "").encode()
             if not hmac.compare_digest(given, self._token):
-                raise HttpError(401, "missing or wrong admin token (Authorization: Bearer <admin_token>)",
-                                type="Unauthorized")
+                raise HttpError(
+                    401, "missing or wrong admin token (Authorization: Bearer <admin_token>)", type="Unauthorized"
+                )
             return await handler(request)
 
         return guarded
@@ -98,24 +100,42 @@ class AdminApi:
         if gpu.stall_until is not None and gpu.stall_until > loop_now:
             stall_until = time.time() + (gpu.stall_until - loop_now)
         return {
-            "name": self.name, "index": self.index, "pid": os.getpid(), "started_at": self.started_at,
+            "name": self.name,
+            "index": self.index,
+            "pid": os.getpid(),
+            "started_at": self.started_at,
             "engine_alive": engine.alive,
-            "gpu": {"memory_hog_gib": gpu.memory_hog_bytes / GIB, "clock_fraction": gpu.clock_fraction,
-                    "kv_blocks_total": kv.num_blocks, "kv_blocks_free": kv.num_free_blocks,
-                    "kv_blocks_usable": kv.capacity, "memory_total_gib": gpu.plan.total_bytes / GIB},
-            "stall_until": stall_until, "last_death": self.last_death,
-            "engine": {"running": engine.scheduler.num_running, "waiting": engine.scheduler.num_waiting,
-                       "preemptions": engine.scheduler.num_preemptions, "steps": engine.timer.steps,
-                       "step_lateness_ms": engine.timer.percentiles_ms(),
-                       "dead_reason": engine.dead.cause if engine.dead else None},
+            "gpu": {
+                "memory_hog_gib": gpu.memory_hog_bytes / GIB,
+                "clock_fraction": gpu.clock_fraction,
+                "kv_blocks_total": kv.num_blocks,
+                "kv_blocks_free": kv.num_free_blocks,
+                "kv_blocks_usable": kv.capacity,
+                "memory_total_gib": gpu.plan.total_bytes / GIB,
+            },
+            "stall_until": stall_until,
+            "last_death": self.last_death,
+            "engine": {
+                "running": engine.scheduler.num_running,
+                "waiting": engine.scheduler.num_waiting,
+                "preemptions": engine.scheduler.num_preemptions,
+                "steps": engine.timer.steps,
+                "step_lateness_ms": engine.timer.percentiles_ms(),
+                "dead_reason": engine.dead.cause if engine.dead else None,
+            },
         }
 
     # GPU conditions ------------------------------------------------------------------------------------
     async def put_memory_hog(self, request: HttpRequest) -> HttpResponse:
         gib = _number(request.json(), "gib", 0.0, 4096.0)
         previous = self._set_hog(int(gib * GIB))
-        return HttpResponse.json({"memory_hog_gib": gib, "previous_gib": previous,
-                                  "kv_blocks_usable": self.engine.scheduler.kv_cache.capacity})
+        return HttpResponse.json(
+            {
+                "memory_hog_gib": gib,
+                "previous_gib": previous,
+                "kv_blocks_usable": self.engine.scheduler.kv_cache.capacity,
+            }
+        )
 
     async def delete_memory_hog(self, request: HttpRequest) -> HttpResponse:
         previous = self._set_hog(0)
@@ -160,8 +180,13 @@ class AdminApi:
         if raw is not None and not raw.isdigit():
             raise HttpError(400, f"last must be a non-negative integer, got {raw!r}")
         timer = self.engine.timer
-        return HttpResponse.json({"total_steps": timer.steps, "wake_bias_ms": timer.wake_bias * 1e3,
-                                  "lateness_ms": timer.percentiles_ms(None if raw is None else int(raw))})
+        return HttpResponse.json(
+            {
+                "total_steps": timer.steps,
+                "wake_bias_ms": timer.wake_bias * 1e3,
+                "lateness_ms": timer.percentiles_ms(None if raw is None else int(raw)),
+            }
+        )
 
     async def get_ledger(self, request: HttpRequest) -> HttpResponse:
         raw = request.query_params().get("since", "0")

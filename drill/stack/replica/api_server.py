@@ -62,32 +62,51 @@ class Replica:
         self.spec = spec
         config = spec.config
         engine_config = config.engine
-        self.cost_model = CostModel(config.model_preset, config.gpu_preset, engine_config.tensor_parallel_size,
-                                    engine_config.pipeline_parallel_size)
+        self.cost_model = CostModel(
+            config.model_preset,
+            config.gpu_preset,
+            engine_config.tensor_parallel_size,
+            engine_config.pipeline_parallel_size,
+        )
         plan = plan_memory(self.cost_model, engine_config, config.gpu_preset.memory)
         kv = KVCacheManager(plan.num_blocks, engine_config.block_size, engine_config.enable_prefix_caching)
         self.scheduler = Scheduler(engine_config, kv)
         self.gpu = GpuState(plan, self.cost_model)
-        self.tracing = Tracing(spec.service_name, spec.otlp_endpoint, span_processor=span_processor,
-                               resource={"drill.replica": spec.name})
+        self.tracing = Tracing(
+            spec.service_name, spec.otlp_endpoint, span_processor=span_processor, resource={"drill.replica": spec.name}
+        )
         self.ledger = Ledger(spec.ledger_path, spec.name)
-        self.metrics = EngineMetrics(self.scheduler, model_name=config.model_name,
-                                     max_model_len=engine_config.max_model_len, gpu=self.gpu,
-                                     cache_info=_cache_info(engine_config, plan.num_blocks))
+        self.metrics = EngineMetrics(
+            self.scheduler,
+            model_name=config.model_name,
+            max_model_len=engine_config.max_model_len,
+            gpu=self.gpu,
+            cache_info=_cache_info(engine_config, plan.num_blocks),
+        )
         self.recorder = RequestRecorder(self.ledger, self.tracing, spec.name)
-        self.engine = Engine(self.scheduler, Executor(self.cost_model, self.gpu),
-                             listeners=[self.metrics, self.recorder])
+        self.engine = Engine(
+            self.scheduler, Executor(self.cost_model, self.gpu), listeners=[self.metrics, self.recorder]
+        )
         router = Router()
         self.api = OpenAIApi(self.engine, config, self.metrics, self.tracing, seed=config.seed + spec.seed + spec.index)
         self.api.register(router)
-        self.admin = AdminApi(self.engine, self.ledger, name=spec.name, index=spec.index, admin_token=spec.admin_token,
-                              last_death=take_death(spec.ledger_path))
+        self.admin = AdminApi(
+            self.engine,
+            self.ledger,
+            name=spec.name,
+            index=spec.index,
+            admin_token=spec.admin_token,
+            last_death=take_death(spec.ledger_path),
+        )
         self.admin.register(router)
         self.server = HttpServer(router, host=spec.host, port=spec.port)
         self._engine_task: asyncio.Task | None = None
-        log.info("GPU KV cache size: %s tokens, Maximum concurrency for %s tokens per request: %.2fx",
-                 f"{plan.kv_tokens(engine_config.block_size):,}", f"{engine_config.max_model_len:,}",
-                 plan.num_blocks / -(-engine_config.max_model_len // engine_config.block_size))
+        log.info(
+            "GPU KV cache size: %s tokens, Maximum concurrency for %s tokens per request: %.2fx",
+            f"{plan.kv_tokens(engine_config.block_size):,}",
+            f"{engine_config.max_model_len:,}",
+            plan.num_blocks / -(-engine_config.max_model_len // engine_config.block_size),
+        )
 
     @property
     def weight_load_seconds(self) -> float:
@@ -105,8 +124,16 @@ class Replica:
         await self.server.start()
         log.info("replica %s listening on %s", self.spec.name, self.server.url)
         if self.spec.ready_file is not None:
-            _write_ready(self.spec.ready_file, {"pid": os.getpid(), "port": self.server.port, "url": self.server.url,
-                                                "name": self.spec.name, "index": self.spec.index})
+            _write_ready(
+                self.spec.ready_file,
+                {
+                    "pid": os.getpid(),
+                    "port": self.server.port,
+                    "url": self.server.url,
+                    "name": self.spec.name,
+                    "index": self.spec.index,
+                },
+            )
 
     async def run_until_stopped(self, stop: asyncio.Event) -> int:
         """Serve until ``stop`` is set (exit 0) or the engine dies (exit 1); then shut down cleanly."""
@@ -117,7 +144,7 @@ class Replica:
         stopped.cancel()
         if self.engine.dead is not None:
             log.error("engine dead (%s); exiting", self.engine.dead.cause)
-            write_death(self.spec.ledger_path, self.engine.dead.cause)   # the next life reports why this one ended
+            write_death(self.spec.ledger_path, self.engine.dead.cause)  # the next life reports why this one ended
             await asyncio.sleep(DEATH_LINGER_S)  # /health answers 503 meanwhile, as vLLM's does before it exits
             await self.close(grace_s=DEATH_FLUSH_S)
             return EXIT_ENGINE_DEAD
@@ -158,16 +185,21 @@ async def connect_interconnect(spec: ReplicaSpec) -> Interconnect:
         if spec.config.engine.world_size == 1:
             return NoopInterconnect()
         raise NotAvailableError(
-            "tensor/pipeline parallelism needs drill.stack.interconnect.tcp, which is not built") from exc
+            "tensor/pipeline parallelism needs drill.stack.interconnect.tcp, which is not built"
+        ) from exc
     result = interconnect.connect(spec)
     return await result if inspect.isawaitable(result) else result
 
 
 def _cache_info(engine, num_blocks: int) -> dict[str, str]:
     """Labels of ``vllm:cache_config_info`` (vLLM's CacheConfig fields as strings)."""
-    return {"block_size": str(engine.block_size), "cache_dtype": "auto",
-            "gpu_memory_utilization": str(engine.gpu_memory_utilization),
-            "enable_prefix_caching": str(engine.enable_prefix_caching), "num_gpu_blocks": str(num_blocks)}
+    return {
+        "block_size": str(engine.block_size),
+        "cache_dtype": "auto",
+        "gpu_memory_utilization": str(engine.gpu_memory_utilization),
+        "enable_prefix_caching": str(engine.enable_prefix_caching),
+        "num_gpu_blocks": str(num_blocks),
+    }
 
 
 def death_file(ledger_path: Path) -> Path:
@@ -235,7 +267,9 @@ async def _amain(spec: ReplicaSpec) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m drill.stack.replica.api_server", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m drill.stack.replica.api_server", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--spec", required=True, type=Path, help="ReplicaSpec JSON file")
     args = parser.parse_args(argv)
     try:

@@ -31,12 +31,74 @@ __all__ = ["CONTENT_TYPE", "EngineMetrics", "FastHistogram", "build_1_2_5_bucket
 #: The exposition format prometheus_client writes (and vLLM serves).
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-               40.0, 80.0)
-REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-                           120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+REQUEST_LATENCY_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 N_BUCKETS = (1, 2, 5, 10, 20)
 LATENESS_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
@@ -47,7 +109,7 @@ def build_1_2_5_buckets(max_value: int) -> tuple[int, ...]:
     buckets, exponent = [], 0
     while True:
         for mantissa in (1, 2, 5):
-            value = mantissa * 10 ** exponent
+            value = mantissa * 10**exponent
             if value > max_value:
                 return tuple(buckets)
             buckets.append(value)
@@ -86,20 +148,32 @@ _HISTOGRAMS = {
     "vllm:time_to_first_token_seconds": ("Histogram of time to first token in seconds.", TTFT_BUCKETS),
     "vllm:inter_token_latency_seconds": ("Histogram of inter-token latency in seconds.", ITL_BUCKETS),
     "vllm:request_time_per_output_token_seconds": (
-        "Histogram of time_per_output_token_seconds per request.", ITL_BUCKETS),
+        "Histogram of time_per_output_token_seconds per request.",
+        ITL_BUCKETS,
+    ),
     "vllm:e2e_request_latency_seconds": ("Histogram of e2e request latency in seconds.", REQUEST_LATENCY_BUCKETS),
     "vllm:request_queue_time_seconds": (
-        "Histogram of time spent in WAITING phase for request.", REQUEST_LATENCY_BUCKETS),
+        "Histogram of time spent in WAITING phase for request.",
+        REQUEST_LATENCY_BUCKETS,
+    ),
     "vllm:request_inference_time_seconds": (
-        "Histogram of time spent in RUNNING phase for request.", REQUEST_LATENCY_BUCKETS),
+        "Histogram of time spent in RUNNING phase for request.",
+        REQUEST_LATENCY_BUCKETS,
+    ),
     "vllm:request_prefill_time_seconds": (
-        "Histogram of time spent in PREFILL phase for request.", REQUEST_LATENCY_BUCKETS),
+        "Histogram of time spent in PREFILL phase for request.",
+        REQUEST_LATENCY_BUCKETS,
+    ),
     "vllm:request_decode_time_seconds": (
-        "Histogram of time spent in DECODE phase for request.", REQUEST_LATENCY_BUCKETS),
+        "Histogram of time spent in DECODE phase for request.",
+        REQUEST_LATENCY_BUCKETS,
+    ),
     "vllm:iteration_tokens_total": ("Histogram of number of tokens per engine_step.", ITERATION_TOKEN_BUCKETS),
     "vllm:request_params_n": ("Histogram of the n request parameter.", N_BUCKETS),
     "drill:step_lateness_seconds": (
-        "Actual minus scheduled end of each engine step (simulated GPU timing error).", LATENESS_BUCKETS),
+        "Actual minus scheduled end of each engine step (simulated GPU timing error).",
+        LATENESS_BUCKETS,
+    ),
 }
 _TOKEN_HISTOGRAMS = {
     "vllm:request_prompt_tokens": "Number of prefill tokens processed.",
@@ -112,8 +186,16 @@ _TOKEN_HISTOGRAMS = {
 class EngineMetrics:
     """vLLM's metrics for one engine; an engine listener and a prometheus_client collector."""
 
-    def __init__(self, scheduler: Scheduler, *, model_name: str, max_model_len: int, cache_info: dict[str, str],
-                 gpu: object = None, engine_index: int = 0) -> None:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        *,
+        model_name: str,
+        max_model_len: int,
+        cache_info: dict[str, str],
+        gpu: object = None,
+        engine_index: int = 0,
+    ) -> None:
         self.scheduler = scheduler
         self.gpu = gpu
         self.labels = [model_name, str(engine_index)]
@@ -187,8 +269,9 @@ class EngineMetrics:
         yield from self._gauges(labels)
         yield from self._counters(labels)
         for name, hist in self.histograms.items():
-            family = HistogramMetricFamily(name, _HISTOGRAMS.get(name, (_TOKEN_HISTOGRAMS.get(name, ""),))[0],
-                                           labels=labels)
+            family = HistogramMetricFamily(
+                name, _HISTOGRAMS.get(name, (_TOKEN_HISTOGRAMS.get(name, ""),))[0], labels=labels
+            )
             family.add_metric(self.labels, hist.buckets(), hist.sum)
             yield family
 
@@ -202,16 +285,23 @@ class EngineMetrics:
             family = GaugeMetricFamily(name, doc, labels=labels)
             family.add_metric(self.labels, value)
             yield family
-        info = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
-                                 labels=[*self.cache_info, "engine"])
+        info = GaugeMetricFamily(
+            "vllm:cache_config_info", "Information of the LLMEngine CacheConfig", labels=[*self.cache_info, "engine"]
+        )
         info.add_metric([*self.cache_info.values(), self.labels[1]], 1.0)
         yield info
         if self.gpu is not None:
             for name, doc, value in (
-                ("drill:gpu_memory_hog_bytes", "GPU memory taken by another process (simulated).",
-                 self.gpu.memory_hog_bytes),
-                ("drill:gpu_clock_fraction", "SM clock cap as a fraction of nominal (simulated).",
-                 self.gpu.clock_fraction),
+                (
+                    "drill:gpu_memory_hog_bytes",
+                    "GPU memory taken by another process (simulated).",
+                    self.gpu.memory_hog_bytes,
+                ),
+                (
+                    "drill:gpu_clock_fraction",
+                    "SM clock cap as a fraction of nominal (simulated).",
+                    self.gpu.clock_fraction,
+                ),
             ):
                 family = GaugeMetricFamily(name, doc, labels=labels)
                 family.add_metric(self.labels, value)
@@ -220,19 +310,26 @@ class EngineMetrics:
     def _counters(self, labels: list[str]) -> Iterator[Metric]:
         kv = self.scheduler.kv_cache
         for name, doc, value in (
-            ("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
-             self.scheduler.num_preemptions),
+            (
+                "vllm:num_preemptions",
+                "Cumulative number of preemption from the engine.",
+                self.scheduler.num_preemptions,
+            ),
             ("vllm:prompt_tokens", "Number of prefill tokens processed.", self.prompt_tokens),
             ("vllm:generation_tokens", "Number of generation tokens processed.", self.generation_tokens),
-            ("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
-             kv.prefix_queries),
+            (
+                "vllm:prefix_cache_queries",
+                "Prefix cache queries, in terms of number of queried tokens.",
+                kv.prefix_queries,
+            ),
             ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", kv.prefix_hits),
         ):
             family = CounterMetricFamily(name, doc, labels=labels)
             family.add_metric(self.labels, value, created=self.created)
             yield family
-        success = CounterMetricFamily("vllm:request_success", "Count of successfully processed requests.",
-                                      labels=[*labels, "finished_reason"])
+        success = CounterMetricFamily(
+            "vllm:request_success", "Count of successfully processed requests.", labels=[*labels, "finished_reason"]
+        )
         for reason, count in self.success.items():
             success.add_metric([*self.labels, reason.value], count, created=self.created)
         yield success

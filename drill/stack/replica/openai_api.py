@@ -138,8 +138,9 @@ def _usage_json(request: Request) -> bytes:
 class OpenAIApi:
     """The replica's OpenAI routes over one engine."""
 
-    def __init__(self, engine: Engine, config: StackConfig, metrics: EngineMetrics, tracing: Tracing, *,
-                 seed: int = 0) -> None:
+    def __init__(
+        self, engine: Engine, config: StackConfig, metrics: EngineMetrics, tracing: Tracing, *, seed: int = 0
+    ) -> None:
         self.engine = engine
         self.config = config
         self.metrics = metrics
@@ -163,9 +164,16 @@ class OpenAIApi:
 
     # simple routes ---------------------------------------------------------------------------------
     async def models(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse:
-        card = {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "vllm",
-                "root": self.config.model_preset.hf_id, "parent": None, "max_model_len": self.max_model_len,
-                "permission": []}
+        card = {
+            "id": self.model_name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "vllm",
+            "root": self.config.model_preset.hf_id,
+            "parent": None,
+            "max_model_len": self.max_model_len,
+            "permission": [],
+        }
         return HttpResponse.json({"object": "list", "data": [card]})
 
     async def health(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse:
@@ -181,8 +189,7 @@ class OpenAIApi:
     # generation ------------------------------------------------------------------------------------
     async def completions(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse | None:
         body = parse_body(CompletionRequest, request.json())
-        return await self._generate(request, stream, body, Endpoint.COMPLETIONS, body.prompt_tokens(),
-                                    body.max_tokens)
+        return await self._generate(request, stream, body, Endpoint.COMPLETIONS, body.prompt_tokens(), body.max_tokens)
 
     async def chat_completions(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse | None:
         body = parse_body(ChatCompletionRequest, request.json())
@@ -192,8 +199,15 @@ class OpenAIApi:
             raise HttpError(400, str(exc)) from exc
         return await self._generate(request, stream, body, Endpoint.CHAT, tokens, body.requested_max_tokens)
 
-    async def _generate(self, http: HttpRequest, stream: ResponseStream, body: SamplingRequest, endpoint: Endpoint,
-                        tokens: list[object], max_tokens: int | None) -> HttpResponse | None:
+    async def _generate(
+        self,
+        http: HttpRequest,
+        stream: ResponseStream,
+        body: SamplingRequest,
+        endpoint: Endpoint,
+        tokens: list[object],
+        max_tokens: int | None,
+    ) -> HttpResponse | None:
         arrival_wall = time.time()
         span = self.tracing.start_http_span(http.method, http.path, http.headers, arrival_wall)
         try:
@@ -223,14 +237,29 @@ class OpenAIApi:
         text = "".join(token_text(token) for token in request.output_token_ids)
         render = completion_response if ctx.endpoint is Endpoint.COMPLETIONS else chat_response
         reason = request.finish_reason.value if request.finish_reason else "abort"
-        payload = render(ctx.templates.response_id, ctx.templates.created, self.model_name, text, reason,
-                         request.num_prompt_tokens, request.num_output_tokens)
+        payload = render(
+            ctx.templates.response_id,
+            ctx.templates.created,
+            self.model_name,
+            text,
+            reason,
+            request.num_prompt_tokens,
+            request.num_output_tokens,
+        )
         self.tracing.end_http_span(span, 200, time.time())
         return HttpResponse.json(payload)
 
-    def _build(self, http: HttpRequest, stream: ResponseStream, body: SamplingRequest, endpoint: Endpoint,
-               tokens: list[object],
-               max_tokens: int | None, arrival_wall: float, span: object) -> Request:
+    def _build(
+        self,
+        http: HttpRequest,
+        stream: ResponseStream,
+        body: SamplingRequest,
+        endpoint: Endpoint,
+        tokens: list[object],
+        max_tokens: int | None,
+        arrival_wall: float,
+        span: object,
+    ) -> Request:
         if body.model is not None and body.model != self.model_name:
             raise HttpError(404, f"The model `{body.model}` does not exist.", type="NotFoundError")
         limit = check_context_length(len(tokens), max_tokens, self.max_model_len)
@@ -241,15 +270,36 @@ class OpenAIApi:
         sampler = self._sampler(tokens, body.temperature, body.seed)
         stop_after = None if body.ignore_eos else sampler.natural_length()
         ctx = ApiContext(
-            endpoint, body.stream, body.include_usage, body.continuous_usage,
-            ChunkTemplates(endpoint, prefix + base_id, int(arrival_wall), self.model_name), base_id,
+            endpoint,
+            body.stream,
+            body.include_usage,
+            body.continuous_usage,
+            ChunkTemplates(endpoint, prefix + base_id, int(arrival_wall), self.model_name),
+            base_id,
             http.headers.get("idempotency-key"),
-            Tracing.trace_id_of(span) or parse_traceparent(http.headers.get("traceparent")), span,
-            arrival_wall, arrival_wall - loop_now, body.temperature, body.top_p, stream,
-            asyncio.get_running_loop().create_future(), role_pending=endpoint is Endpoint.CHAT and body.stream)
-        return Request(f"{base_id}#{next(self._ids)}", tokens, max_tokens=limit, arrival_time=loop_now,
-                       arrival_wall=arrival_wall, priority=priority, min_tokens=body.min_tokens,
-                       stop_after=stop_after, sink=self._sink, sampler=sampler, context=ctx)
+            Tracing.trace_id_of(span) or parse_traceparent(http.headers.get("traceparent")),
+            span,
+            arrival_wall,
+            arrival_wall - loop_now,
+            body.temperature,
+            body.top_p,
+            stream,
+            asyncio.get_running_loop().create_future(),
+            role_pending=endpoint is Endpoint.CHAT and body.stream,
+        )
+        return Request(
+            f"{base_id}#{next(self._ids)}",
+            tokens,
+            max_tokens=limit,
+            arrival_time=loop_now,
+            arrival_wall=arrival_wall,
+            priority=priority,
+            min_tokens=body.min_tokens,
+            stop_after=stop_after,
+            sink=self._sink,
+            sampler=sampler,
+            context=ctx,
+        )
 
     def _priority(self, http: HttpRequest, body: SamplingRequest) -> int:
         policy = self.config.engine.scheduling_policy

@@ -93,8 +93,9 @@ class CompletionRequest(SamplingRequest):
         prompt = self.prompt
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
             if len(prompt) != 1:
-                raise HttpError(400, "batched prompts are not supported by the reference stack; "
-                                     "send one prompt per request")
+                raise HttpError(
+                    400, "batched prompts are not supported by the reference stack; send one prompt per request"
+                )
             prompt = prompt[0]
         return prompt.split() if isinstance(prompt, str) else list(prompt)
 
@@ -124,8 +125,10 @@ def parse_body(model: type[SamplingRequest], body: object) -> SamplingRequest:
     try:
         return model.model_validate(body)
     except ValidationError as exc:
-        reasons = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'body'}: {err['msg'].removeprefix('Value error, ')}"
-                            for err in exc.errors())
+        reasons = "; ".join(
+            f"{'.'.join(map(str, err['loc'])) or 'body'}: {err['msg'].removeprefix('Value error, ')}"
+            for err in exc.errors()
+        )
         raise HttpError(400, reasons) from exc
 
 
@@ -134,24 +137,33 @@ def check_context_length(num_prompt_tokens: int, max_tokens: int | None, max_mod
     if num_prompt_tokens == 0:
         raise HttpError(400, "The decoder prompt cannot be empty")
     if num_prompt_tokens >= max_model_len:
-        raise HttpError(400, f"This model's maximum context length is {max_model_len} tokens. However, your "
-                             f"request has {num_prompt_tokens} input tokens. Please reduce the length of the "
-                             "input messages.")
+        raise HttpError(
+            400,
+            f"This model's maximum context length is {max_model_len} tokens. However, your "
+            f"request has {num_prompt_tokens} input tokens. Please reduce the length of the "
+            "input messages.",
+        )
     room = max_model_len - num_prompt_tokens
     if max_tokens is None:
         return room
     if max_tokens > room:
-        raise HttpError(400, f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's "
-                             f"maximum context length is {max_model_len} tokens and your request has "
-                             f"{num_prompt_tokens} input tokens ({max_tokens} > {max_model_len} - "
-                             f"{num_prompt_tokens}).")
+        raise HttpError(
+            400,
+            f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's "
+            f"maximum context length is {max_model_len} tokens and your request has "
+            f"{num_prompt_tokens} input tokens ({max_tokens} > {max_model_len} - "
+            f"{num_prompt_tokens}).",
+        )
     return max_tokens
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     """The ``usage`` object."""
-    return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
-            "completion_tokens": completion_tokens}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+    }
 
 
 @lru_cache(maxsize=1)
@@ -182,8 +194,10 @@ class ChunkTemplates:
         self.response_id = response_id
         self.created = created
         self.model = model
-        envelope = b"data: " + _dumps({"id": response_id, "object": _CHUNK_OBJECT[endpoint], "created": created,
-                                       "model": model})[:-1]
+        envelope = (
+            b"data: "
+            + _dumps({"id": response_id, "object": _CHUNK_OBJECT[endpoint], "created": created, "model": model})[:-1]
+        )
         if endpoint is Endpoint.COMPLETIONS:
             self.head = envelope + b',"choices":[{"index":0,"text":'
             self.mid = b',"logprobs":null,"finish_reason":'
@@ -191,8 +205,10 @@ class ChunkTemplates:
         else:
             self.head = envelope + b',"choices":[{"index":0,"delta":{"content":'
             self.mid = b'},"logprobs":null,"finish_reason":'
-            self.role_event = (envelope + b',"choices":[{"index":0,"delta":{"role":"assistant",'
-                               b'"content":""},"logprobs":null,"finish_reason":null}]}\n\n')
+            self.role_event = (
+                envelope + b',"choices":[{"index":0,"delta":{"role":"assistant",'
+                b'"content":""},"logprobs":null,"finish_reason":null}]}\n\n'
+            )
         self.plain_tail = self._tail(None, None)
 
     def _tail(self, finish_reason: str | None, usage_json: bytes | None) -> bytes:
@@ -211,9 +227,20 @@ class ChunkTemplates:
 
     def usage_event(self, prompt_tokens: int, completion_tokens: int) -> bytes:
         """The final ``choices: []`` usage event."""
-        return b"data: " + _dumps({"id": self.response_id, "object": _CHUNK_OBJECT[self.endpoint],
-                                   "created": self.created, "model": self.model, "choices": [],
-                                   "usage": usage(prompt_tokens, completion_tokens)}) + b"\n\n"
+        return (
+            b"data: "
+            + _dumps(
+                {
+                    "id": self.response_id,
+                    "object": _CHUNK_OBJECT[self.endpoint],
+                    "created": self.created,
+                    "model": self.model,
+                    "choices": [],
+                    "usage": usage(prompt_tokens, completion_tokens),
+                }
+            )
+            + b"\n\n"
+        )
 
 
 _CHUNK_OBJECT = {Endpoint.COMPLETIONS: "text_completion", Endpoint.CHAT: "chat.completion.chunk"}
@@ -227,23 +254,63 @@ def error_event(message: str, error_type: str, code: int) -> bytes:
     return b"data: " + _dumps(body) + b"\n\n" + DONE_EVENT
 
 
-def completion_response(response_id: str, created: int, model: str, text: str, finish_reason: str,
-                        prompt_tokens: int, completion_tokens: int) -> dict:
+def completion_response(
+    response_id: str,
+    created: int,
+    model: str,
+    text: str,
+    finish_reason: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+) -> dict:
     """A non-streaming ``text_completion`` body."""
-    return {"id": response_id, "object": "text_completion", "created": created, "model": model,
-            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason,
-                         "stop_reason": None, "prompt_logprobs": None}],
-            "usage": {**usage(prompt_tokens, completion_tokens), "prompt_tokens_details": None}}
+    return {
+        "id": response_id,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "text": text,
+                "logprobs": None,
+                "finish_reason": finish_reason,
+                "stop_reason": None,
+                "prompt_logprobs": None,
+            }
+        ],
+        "usage": {**usage(prompt_tokens, completion_tokens), "prompt_tokens_details": None},
+    }
 
 
-def chat_response(response_id: str, created: int, model: str, text: str, finish_reason: str,
-                  prompt_tokens: int, completion_tokens: int) -> dict:
+def chat_response(
+    response_id: str,
+    created: int,
+    model: str,
+    text: str,
+    finish_reason: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+) -> dict:
     """A non-streaming ``chat.completion`` body."""
-    message = {"role": "assistant", "content": text, "refusal": None, "annotations": None, "audio": None,
-               "function_call": None, "tool_calls": [], "reasoning_content": None}
-    return {"id": response_id, "object": "chat.completion", "created": created, "model": model,
-            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason,
-                         "stop_reason": None}],
-            "usage": {**usage(prompt_tokens, completion_tokens), "prompt_tokens_details": None},
-            "prompt_logprobs": None}
-
+    message = {
+        "role": "assistant",
+        "content": text,
+        "refusal": None,
+        "annotations": None,
+        "audio": None,
+        "function_call": None,
+        "tool_calls": [],
+        "reasoning_content": None,
+    }
+    return {
+        "id": response_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason, "stop_reason": None}
+        ],
+        "usage": {**usage(prompt_tokens, completion_tokens), "prompt_tokens_details": None},
+        "prompt_logprobs": None,
+    }

@@ -41,14 +41,21 @@ class RequestRecorder:
         to_wall = ctx.clock_offset
         finished = request.finished_ts if request.finished_ts is not None else request.arrival_time
         record = self.ledger.append(
-            request_id=ctx.base_id, idempotency_key=ctx.idempotency_key, trace_id=ctx.trace_id,
-            prompt_tokens=request.num_prompt_tokens, completion_tokens=request.num_output_tokens,
+            request_id=ctx.base_id,
+            idempotency_key=ctx.idempotency_key,
+            trace_id=ctx.trace_id,
+            prompt_tokens=request.num_prompt_tokens,
+            completion_tokens=request.num_output_tokens,
             billed_tokens=request.num_prompt_tokens + request.num_output_tokens,
-            finish_reason=(request.finish_reason or FinishReason.ABORT).value, status=status,
+            finish_reason=(request.finish_reason or FinishReason.ABORT).value,
+            status=status,
             arrival_ts=ctx.arrival_wall,
             first_token_ts=None if request.first_token_ts is None else request.first_token_ts + to_wall,
-            finish_ts=finished + to_wall, cached_tokens=request.num_cached_tokens,
-            num_preemptions=request.num_preemptions, priority=request.priority)
+            finish_ts=finished + to_wall,
+            cached_tokens=request.num_cached_tokens,
+            num_preemptions=request.num_preemptions,
+            priority=request.priority,
+        )
         if not self.tracing.enabled:
             return
         attributes: dict[str, object] = {

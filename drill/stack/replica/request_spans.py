@@ -78,8 +78,14 @@ class Tracing:
     in-memory exporter). ``clock_offset`` converts engine-loop seconds to UNIX seconds.
     """
 
-    def __init__(self, service_name: str, endpoint: str | None = None, *, span_processor: object = None,
-                 resource: Mapping[str, object] | None = None) -> None:
+    def __init__(
+        self,
+        service_name: str,
+        endpoint: str | None = None,
+        *,
+        span_processor: object = None,
+        resource: Mapping[str, object] | None = None,
+    ) -> None:
         endpoint = endpoint or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or None
         self.enabled = endpoint is not None or span_processor is not None
         self.endpoint = endpoint
@@ -129,8 +135,12 @@ class Tracing:
         carrier = {key: headers[key] for key in ("traceparent", "tracestate") if key in headers}
         parent = self._propagator.extract(carrier) if carrier else None
         return self._tracer.start_span(
-            f"{method} {path}", context=parent, kind=self._kinds.SERVER, start_time=_ns(start_wall),
-            attributes={"http.request.method": method, "url.path": path})
+            f"{method} {path}",
+            context=parent,
+            kind=self._kinds.SERVER,
+            start_time=_ns(start_wall),
+            attributes={"http.request.method": method, "url.path": path},
+        )
 
     def end_http_span(self, span: object, status_code: int, end_wall: float, error: str | None = None) -> None:
         """End a SERVER span with the response status; ERROR status on ≥ 500 or when ``error`` is given."""
@@ -150,8 +160,15 @@ class Tracing:
         return format(span.get_span_context().trace_id, "032x")
 
     # the llm_request span --------------------------------------------------------------------------
-    def record_request(self, request: Request, parent: object, *, clock_offset: float,
-                       attributes: Mapping[str, object], error: str | None = None) -> None:
+    def record_request(
+        self,
+        request: Request,
+        parent: object,
+        *,
+        clock_offset: float,
+        attributes: Mapping[str, object],
+        error: str | None = None,
+    ) -> None:
         """Emit ``llm_request`` and its ``queue``/``prefill``/``decode`` children for a finished request.
 
         ``clock_offset`` is added to the request's engine-loop times to get UNIX seconds;
@@ -164,12 +181,18 @@ class Tracing:
         context = trace.set_span_in_context(parent) if parent is not None else None
         start = request.arrival_time + clock_offset
         end = (request.finished_ts if request.finished_ts is not None else request.arrival_time) + clock_offset
-        span = self._tracer.start_span("llm_request", context=context, kind=self._kinds.SERVER,
-                                       start_time=_ns(start), attributes={**_gen_ai_attributes(request), **attributes})
+        span = self._tracer.start_span(
+            "llm_request",
+            context=context,
+            kind=self._kinds.SERVER,
+            start_time=_ns(start),
+            attributes={**_gen_ai_attributes(request), **attributes},
+        )
         inner = trace.set_span_in_context(span)
         for name, begin, finish in _phases(request):
             self._tracer.start_span(name, context=inner, start_time=_ns(begin + clock_offset)).end(
-                end_time=_ns(finish + clock_offset))
+                end_time=_ns(finish + clock_offset)
+            )
         if error is not None:
             status, code = self._status
             span.set_status(status(code.ERROR, error))

@@ -92,14 +92,19 @@ class LoopSpanExporter(SpanProcessor):
         spans, self._queue = self._queue, []
         chunks = []
         for start in range(0, len(spans), ENCODE_CHUNK_SPANS):
-            chunks.append(encode_spans(spans[start:start + ENCODE_CHUNK_SPANS]).SerializeToString())
+            chunks.append(encode_spans(spans[start : start + ENCODE_CHUNK_SPANS]).SerializeToString())
             await asyncio.sleep(0)  # let a due engine step run between chunks
         try:
             await asyncio.wait_for(self._post(b"".join(chunks)), POST_TIMEOUT_S)
-        except (OSError, asyncio.TimeoutError, ValueError) as exc:
+        except (TimeoutError, OSError, ValueError) as exc:
             if not self._failing:
-                log.warning("span export to http://%s:%d%s failed (%s); dropping spans until it recovers",
-                            self.host, self.port, self.path, exc)
+                log.warning(
+                    "span export to http://%s:%d%s failed (%s); dropping spans until it recovers",
+                    self.host,
+                    self.port,
+                    self.path,
+                    exc,
+                )
             self._failing = True
             self.dropped += len(spans)
             return
@@ -109,9 +114,11 @@ class LoopSpanExporter(SpanProcessor):
     async def _post(self, body: bytes) -> None:
         reader, writer = await asyncio.open_connection(self.host, self.port)
         try:
-            writer.write(b"POST %b HTTP/1.1\r\nHost: %b:%d\r\nContent-Type: application/x-protobuf\r\n"
-                         b"Content-Length: %d\r\nConnection: close\r\n\r\n%b"
-                         % (self.path.encode(), self.host.encode(), self.port, len(body), body))
+            writer.write(
+                b"POST %b HTTP/1.1\r\nHost: %b:%d\r\nContent-Type: application/x-protobuf\r\n"
+                b"Content-Length: %d\r\nConnection: close\r\n\r\n%b"
+                % (self.path.encode(), self.host.encode(), self.port, len(body), body)
+            )
             status_line = await reader.readline()
             parts = status_line.split()
             if len(parts) < 2 or not parts[1].isdigit() or not 200 <= int(parts[1]) < 300:

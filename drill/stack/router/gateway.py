@@ -33,17 +33,22 @@ from pydantic import ValidationError
 
 from drill.stack.config import RouterConfig
 from drill.stack.http.server import HttpError, HttpRequest, HttpResponse, HttpServer, ResponseStream, Router
-from drill.stack.router.proxy import Attempt, UpstreamOutcome, Tee, forward_headers
-from drill.stack.router.routing import (CachedResponse, IdempotencyStore, KeyOutcome, ReplicaPool, ReplicaState,
-                                        fingerprint)
+from drill.stack.router.proxy import Attempt, Tee, UpstreamOutcome, forward_headers
+from drill.stack.router.routing import (
+    CachedResponse,
+    IdempotencyStore,
+    KeyOutcome,
+    ReplicaPool,
+    ReplicaState,
+    fingerprint,
+)
 from drill.stack.router.telemetry import RouterMetrics, make_tracer
 from drill.stack.specs import RouterSpec
 
 __all__ = ["Gateway", "main"]
 
 log = logging.getLogger("drill.stack.router")
-_PROXIED = (("POST", "/v1/completions"), ("POST", "/v1/chat/completions"), ("GET", "/v1/models"),
-            ("GET", "/version"))
+_PROXIED = (("POST", "/v1/completions"), ("POST", "/v1/chat/completions"), ("GET", "/v1/models"), ("GET", "/version"))
 
 
 class Gateway:
@@ -52,8 +57,9 @@ class Gateway:
     def __init__(self, spec: RouterSpec) -> None:
         self.spec = spec
         self.config = spec.router
-        self.pool = ReplicaPool([ReplicaState(u.name, u.index, u.url.rstrip("/")) for u in spec.replicas],
-                                spec.router.policy)
+        self.pool = ReplicaPool(
+            [ReplicaState(u.name, u.index, u.url.rstrip("/")) for u in spec.replicas], spec.router.policy
+        )
         self.store = IdempotencyStore()
         self.metrics = RouterMetrics()
         self.tracer, self._provider = make_tracer(spec.otlp_endpoint)
@@ -113,8 +119,13 @@ class Gateway:
 
     def _mark(self, replica: ReplicaState, healthy: bool, error: str | None) -> None:
         if self.pool.mark(replica, healthy, error):
-            log.log(logging.INFO if healthy else logging.WARNING, "replica %s is %s%s", replica.name,
-                    "healthy" if healthy else "unhealthy", f" ({error})" if error else "")
+            log.log(
+                logging.INFO if healthy else logging.WARNING,
+                "replica %s is %s%s",
+                replica.name,
+                "healthy" if healthy else "unhealthy",
+                f" ({error})" if error else "",
+            )
         self.metrics.healthy.labels(replica.name).set(1 if healthy else 0)
 
     def _check_soon(self, replica: ReplicaState) -> None:
@@ -127,8 +138,9 @@ class Gateway:
         """An OpenAI endpoint: through the Idempotency-Key store (when on), then upstream."""
         config = self.config
         key = request.headers.get("idempotency-key")
-        with self.tracer.start_as_current_span(f"{request.method} {request.path}", kind=SpanKind.SERVER,
-                                               context=propagate.extract(request.headers)) as span:
+        with self.tracer.start_as_current_span(
+            f"{request.method} {request.path}", kind=SpanKind.SERVER, context=propagate.extract(request.headers)
+        ) as span:
             span.set_attribute("http.route", request.path)
             try:
                 if config.idempotency and key:
@@ -146,13 +158,17 @@ class Gateway:
             self.metrics.requests.labels(request.path, str(status)).inc()
             return response
 
-    async def _idempotent(self, request: HttpRequest, stream: ResponseStream, key: str,
-                          config: RouterConfig) -> HttpResponse | None:
+    async def _idempotent(
+        self, request: HttpRequest, stream: ResponseStream, key: str, config: RouterConfig
+    ) -> HttpResponse | None:
         outcome, first = self.store.begin(key, fingerprint(request.method, request.path, request.body))
         if outcome is KeyOutcome.MISMATCH:
             self.metrics.conflicts.inc()
-            raise HttpError(422, f"Idempotency-Key {key!r} was already used with a different request body",
-                            type="UnprocessableEntityError")
+            raise HttpError(
+                422,
+                f"Idempotency-Key {key!r} was already used with a different request body",
+                type="UnprocessableEntityError",
+            )
         if outcome is KeyOutcome.REPLAY:
             cached = await asyncio.shield(first)
             self.metrics.replays.inc()
@@ -163,23 +179,33 @@ class Gateway:
         except BaseException:
             self.store.finish(key, CachedResponse(502, "application/json", b'{"error":"router failed"}'))
             raise
-        self.store.finish(key, tee.cached() if response is None else
-                          CachedResponse(response.status, response.content_type, response.body, response.headers))
+        self.store.finish(
+            key,
+            tee.cached()
+            if response is None
+            else CachedResponse(response.status, response.content_type, response.body, response.headers),
+        )
         return response
 
-    async def _forward(self, request: HttpRequest, stream: ResponseStream, out: ResponseStream | Tee,
-                       config: RouterConfig) -> HttpResponse | None:
+    async def _forward(
+        self, request: HttpRequest, stream: ResponseStream, out: ResponseStream | Tee, config: RouterConfig
+    ) -> HttpResponse | None:
         headers = forward_headers(request.headers)
         outcome = UpstreamOutcome(done=False)
         for number in range(1, config.retries.attempts + 2):
             replica = self.pool.pick()
             if replica is None:
-                return outcome.fallback or HttpError(503, "no healthy replica: every replica failed its "
-                                                          "health check", type="Service Unavailable").response()
+                return (
+                    outcome.fallback
+                    or HttpError(
+                        503, "no healthy replica: every replica failed its health check", type="Service Unavailable"
+                    ).response()
+                )
             if number > 1:
                 self.metrics.retries.labels(outcome.failure.value if outcome.failure else "none").inc()
-            outcome = await self._attempt(Attempt(self.client, self.tracer, config, request, headers, number,
-                                                  replica, out))
+            outcome = await self._attempt(
+                Attempt(self.client, self.tracer, config, request, headers, number, replica, out)
+            )
             if outcome.done:
                 return outcome.response
             if outcome.failure not in config.retries.on or stream.disconnected:
@@ -220,15 +246,21 @@ class Gateway:
             raise HttpError(403, "the admin API answers loopback clients only", type="Forbidden")
         sent = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
         if not hmac.compare_digest(sent.encode(), self.spec.admin_token.encode()):
-            raise HttpError(401, "missing or wrong admin token (Authorization: Bearer <admin_token>)",
-                            type="Unauthorized")
+            raise HttpError(
+                401, "missing or wrong admin token (Authorization: Bearer <admin_token>)", type="Unauthorized"
+            )
 
     async def handle_state(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse:
         """Replicas with health and outstanding counts, and the current config."""
         self._admin(request)
-        return HttpResponse.json({"pid": os.getpid(), "replicas": [r.as_json() for r in self.pool.replicas],
-                                  "idempotency_keys": len(self.store),
-                                  "config": self.config.model_dump(mode="json")})
+        return HttpResponse.json(
+            {
+                "pid": os.getpid(),
+                "replicas": [r.as_json() for r in self.pool.replicas],
+                "idempotency_keys": len(self.store),
+                "config": self.config.model_dump(mode="json"),
+            }
+        )
 
     async def handle_get_config(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse:
         """The router config in force."""
@@ -240,8 +272,9 @@ class Gateway:
         self._admin(request)
         patch = request.json()
         if not isinstance(patch, dict):
-            raise HttpError(400, "expected a JSON object with any of retries, idempotency, policy, "
-                                 "health_check_interval")
+            raise HttpError(
+                400, "expected a JSON object with any of retries, idempotency, policy, health_check_interval"
+            )
         previous = self.config.model_dump(mode="json")
         merged = {**previous, **patch}
         if isinstance(patch.get("retries"), dict):
@@ -287,8 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m drill.stack.router.gateway")
     parser.add_argument("--spec", required=True, type=Path, help="RouterSpec JSON file")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s router %(levelname)s %(message)s",
-                        stream=sys.stderr)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s router %(levelname)s %(message)s", stream=sys.stderr)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     spec = RouterSpec.model_validate_json(args.spec.read_text(encoding="utf-8"))
     asyncio.run(serve(spec))

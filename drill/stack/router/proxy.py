@@ -28,8 +28,21 @@ from drill.stack.router.routing import CachedResponse, ReplicaState
 
 __all__ = ["Attempt", "UpstreamOutcome", "Tee", "forward_headers", "sse_error"]
 
-_HOP_BY_HOP = frozenset({"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te",
-                         "upgrade", "expect", "proxy-authorization", "proxy-connection", "trailer"})
+_HOP_BY_HOP = frozenset(
+    {
+        "host",
+        "content-length",
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "te",
+        "upgrade",
+        "expect",
+        "proxy-authorization",
+        "proxy-connection",
+        "trailer",
+    }
+)
 #: Upstream response headers the client sees: the request id, and a refusal's ``Retry-After`` (a 503 from
 #: admission control says when to come back; a gateway that drops it turns a fast refusal into a blind retry).
 _PASS_BACK = ("x-request-id", "retry-after")
@@ -111,10 +124,15 @@ class Attempt:
 
     async def run(self) -> UpstreamOutcome:
         """Run the attempt under a CLIENT span carrying ``drill.attempt`` and ``drill.upstream``."""
-        attributes = {"drill.attempt": self.number, "drill.upstream": self.replica.name,
-                      "http.request.method": self.request.method, "url.full": self.replica.url + self.request.path}
-        with self.tracer.start_as_current_span(f"{self.request.method} upstream", kind=SpanKind.CLIENT,
-                                               attributes=attributes) as span:
+        attributes = {
+            "drill.attempt": self.number,
+            "drill.upstream": self.replica.name,
+            "http.request.method": self.request.method,
+            "url.full": self.replica.url + self.request.path,
+        }
+        with self.tracer.start_as_current_span(
+            f"{self.request.method} upstream", kind=SpanKind.CLIENT, attributes=attributes
+        ) as span:
             headers = dict(self.headers)
             propagate.inject(headers)
             outcome = await self._send(headers)
@@ -124,8 +142,9 @@ class Attempt:
 
     async def _send(self, headers: dict[str, str]) -> UpstreamOutcome:
         target = self.replica.url + self.request.path + (f"?{self.request.query}" if self.request.query else "")
-        upstream = self.client.build_request(self.request.method, target, content=self.request.body,
-                                             headers=headers, timeout=self._timeout())
+        upstream = self.client.build_request(
+            self.request.method, target, content=self.request.body, headers=headers, timeout=self._timeout()
+        )
         try:
             response = await self.client.send(upstream, stream=True)
         except httpx.TimeoutException:
@@ -142,10 +161,13 @@ class Attempt:
         finally:
             await response.aclose()
 
-    def _failed(self, reason: RouterRetryOn, kind: str, status: int, fallback: HttpResponse | None = None) -> UpstreamOutcome:
+    def _failed(
+        self, reason: RouterRetryOn, kind: str, status: int, fallback: HttpResponse | None = None
+    ) -> UpstreamOutcome:
         message = f"upstream {self.replica.name} failed ({kind})"
-        fallback = fallback or HttpResponse.json(error_body(message, "BadGateway" if status == 502
-                                                            else "GatewayTimeout", status), status)
+        fallback = fallback or HttpResponse.json(
+            error_body(message, "BadGateway" if status == 502 else "GatewayTimeout", status), status
+        )
         return UpstreamOutcome(done=False, failure=reason, fallback=fallback, error_kind=kind)
 
     async def _upstream_5xx(self, response: httpx.Response) -> UpstreamOutcome:
@@ -153,8 +175,12 @@ class Attempt:
             body = await response.aread()
         except httpx.HTTPError:
             body = b""
-        answer = HttpResponse(response.status_code, body, response.headers.get("content-type", "application/json"),
-                              self._pass_back(response))
+        answer = HttpResponse(
+            response.status_code,
+            body,
+            response.headers.get("content-type", "application/json"),
+            self._pass_back(response),
+        )
         return self._failed(RouterRetryOn.ERROR, "status_5xx", response.status_code, answer)
 
     async def _relay_body(self, response: httpx.Response) -> UpstreamOutcome:
@@ -165,8 +191,9 @@ class Attempt:
         except httpx.TransportError:
             return self._failed(RouterRetryOn.ERROR, "read", 502)
         content_type = response.headers.get("content-type", "application/json")
-        return UpstreamOutcome(done=True, response=HttpResponse(response.status_code, body, content_type,
-                                                        self._pass_back(response)))
+        return UpstreamOutcome(
+            done=True, response=HttpResponse(response.status_code, body, content_type, self._pass_back(response))
+        )
 
     async def _relay_stream(self, response: httpx.Response) -> UpstreamOutcome:
         chunks = response.aiter_raw()

@@ -38,13 +38,20 @@ class ReplicaState:
     url: str
     healthy: bool = False
     outstanding: int = 0
-    last_check: float = 0.0       # UNIX s of the last health check
+    last_check: float = 0.0  # UNIX s of the last health check
     last_error: str | None = None
 
     def as_json(self) -> dict[str, object]:
         """The ``GET /admin/state`` entry of this replica."""
-        return {"name": self.name, "index": self.index, "url": self.url, "healthy": self.healthy,
-                "outstanding": self.outstanding, "last_check": self.last_check, "last_error": self.last_error}
+        return {
+            "name": self.name,
+            "index": self.index,
+            "url": self.url,
+            "healthy": self.healthy,
+            "outstanding": self.outstanding,
+            "last_check": self.last_check,
+            "last_error": self.last_error,
+        }
 
 
 @dataclass
@@ -110,8 +117,8 @@ class CachedResponse:
 class KeyOutcome(StrEnum):
     """What :meth:`IdempotencyStore.begin` decided for a request."""
 
-    FIRST = "first"        # process it, then call finish()
-    REPLAY = "replay"      # await the entry's response and send it
+    FIRST = "first"  # process it, then call finish()
+    REPLAY = "replay"  # await the entry's response and send it
     MISMATCH = "mismatch"  # same key, different request: 422
 
 

@@ -35,21 +35,28 @@ class RouterMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Counter("drill_router_requests", "Requests answered by the router",
-                                ["route", "status"], registry=r)
+        self.requests = Counter(
+            "drill_router_requests", "Requests answered by the router", ["route", "status"], registry=r
+        )
         self.attempts = Counter("drill_router_attempts", "Upstream attempts sent", ["replica"], registry=r)
-        self.retries = Counter("drill_router_retries", "Upstream attempts after the first", ["reason"],
-                               registry=r)
-        self.upstream_errors = Counter("drill_router_upstream_errors", "Failed upstream attempts",
-                                       ["replica", "kind"], registry=r)
-        self.replays = Counter("drill_router_idempotent_replays", "Answers replayed for a known Idempotency-Key",
-                               registry=r)
-        self.conflicts = Counter("drill_router_idempotency_conflicts",
-                                 "Requests refused: known Idempotency-Key with a different body", registry=r)
-        self.healthy = Gauge("drill_router_replica_healthy", "1 when the replica is in rotation",
-                             ["replica"], registry=r)
-        self.outstanding = Gauge("drill_router_outstanding_requests", "Upstream attempts in flight",
-                                 ["replica"], registry=r)
+        self.retries = Counter("drill_router_retries", "Upstream attempts after the first", ["reason"], registry=r)
+        self.upstream_errors = Counter(
+            "drill_router_upstream_errors", "Failed upstream attempts", ["replica", "kind"], registry=r
+        )
+        self.replays = Counter(
+            "drill_router_idempotent_replays", "Answers replayed for a known Idempotency-Key", registry=r
+        )
+        self.conflicts = Counter(
+            "drill_router_idempotency_conflicts",
+            "Requests refused: known Idempotency-Key with a different body",
+            registry=r,
+        )
+        self.healthy = Gauge(
+            "drill_router_replica_healthy", "1 when the replica is in rotation", ["replica"], registry=r
+        )
+        self.outstanding = Gauge(
+            "drill_router_outstanding_requests", "Upstream attempts in flight", ["replica"], registry=r
+        )
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""
@@ -66,8 +73,9 @@ def make_tracer(otlp_endpoint: str | None) -> tuple[trace.Tracer, TracerProvider
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    endpoint = otlp_endpoint if otlp_endpoint.rstrip("/").endswith("/v1/traces") \
-        else otlp_endpoint.rstrip("/") + "/v1/traces"
+    endpoint = (
+        otlp_endpoint if otlp_endpoint.rstrip("/").endswith("/v1/traces") else otlp_endpoint.rstrip("/") + "/v1/traces"
+    )
     provider = TracerProvider(resource=Resource.create({"service.name": SERVICE_NAME}))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, timeout=5)))
     return provider.get_tracer("drill.stack.router"), provider

@@ -42,8 +42,19 @@ def replica_command(plan: StackPlan, index: int) -> list[str]:
     """The container's command: the lifeline wrapper around ``python -m drill.stack.replica.api_server``."""
     assert plan.lifeline_port is not None
     lifeline = f"{plan.router_spec.host}:{plan.lifeline_port}"
-    return [plan.python, "-m", "drill.stack.supervision.container_entry", "--lifeline", lifeline, "--",
-            plan.python, "-m", "drill.stack.replica.api_server", "--spec", str(plan.spec_path(f"replica-{index}"))]
+    return [
+        plan.python,
+        "-m",
+        "drill.stack.supervision.container_entry",
+        "--lifeline",
+        lifeline,
+        "--",
+        plan.python,
+        "-m",
+        "drill.stack.replica.api_server",
+        "--spec",
+        str(plan.spec_path(f"replica-{index}")),
+    ]
 
 
 def start_replica_container(backend: DockerBackend, plan: StackPlan, index: int) -> ContainerInfo:
@@ -51,12 +62,19 @@ def start_replica_container(backend: DockerBackend, plan: StackPlan, index: int)
     name = container_name(plan.state.name, index)
     backend.remove(name)
     return backend.run(
-        ensure_empty_image(backend), replica_command(plan, index), name=name, init=True,
-        network_mode="host", volumes=host_binds(plan.run_dir), working_dir=str(_source_root()),
+        ensure_empty_image(backend),
+        replica_command(plan, index),
+        name=name,
+        init=True,
+        network_mode="host",
+        volumes=host_binds(plan.run_dir),
+        working_dir=str(_source_root()),
         labels={CONTAINER_LABEL: plan.state.name, "llm-drill.replica": str(index)},
         restart_policy={"Name": "on-failure"},
         environment={"PYTHONUNBUFFERED": "1", "HOME": "/root", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-        stdout=True, stderr=True)
+        stdout=True,
+        stderr=True,
+    )
 
 
 def remove_stack_containers(backend: DockerBackend, stack: str) -> int:

@@ -33,9 +33,15 @@ _POLL_S = 0.1
 _started: dict[int, subprocess.Popen[bytes]] = {}  # supervisors this process started, reaped on stop
 
 
-def start_stack(config: StackConfig, *, name: str = "default", runtime: str | Runtime | None = None,
-                otlp_endpoint: str | None = None, state_dir: Path | None = None,
-                timeout_s: float = 120) -> StackState:
+def start_stack(
+    config: StackConfig,
+    *,
+    name: str = "default",
+    runtime: str | Runtime | None = None,
+    otlp_endpoint: str | None = None,
+    state_dir: Path | None = None,
+    timeout_s: float = 120,
+) -> StackState:
     """Start stack ``name`` and return its state once every part answers.
 
     ``runtime`` overrides ``config.runtime``. Raises StackError when a stack of that name is
@@ -51,8 +57,14 @@ def start_stack(config: StackConfig, *, name: str = "default", runtime: str | Ru
         find_toxiproxy_binary()
     if runtime is Runtime.DOCKER:
         _check_docker()
-    plan = build_plan(config, name=name, runtime=runtime, state_dir=state_dir, otlp_endpoint=otlp_endpoint,
-                      toxiproxy_url=toxiproxy_url)
+    plan = build_plan(
+        config,
+        name=name,
+        runtime=runtime,
+        state_dir=state_dir,
+        otlp_endpoint=otlp_endpoint,
+        toxiproxy_url=toxiproxy_url,
+    )
     _write_plan(plan)
     supervisor = _spawn_supervisor(plan)
     state = plan.state.model_copy(update={"supervisor_pid": supervisor.pid})
@@ -62,8 +74,9 @@ def start_stack(config: StackConfig, *, name: str = "default", runtime: str | Ru
     except BaseException:
         stop_stack(name, state_dir=state_dir)
         raise
-    state = state.model_copy(update={"replicas": tuple(
-        r.model_copy(update={"pid": _read_pid(r.pid_file)}) for r in state.replicas)})
+    state = state.model_copy(
+        update={"replicas": tuple(r.model_copy(update={"pid": _read_pid(r.pid_file)}) for r in state.replicas)}
+    )
     write_state(state, state_dir)
     return state
 
@@ -106,14 +119,17 @@ def supervisor_alive(state: StackState) -> bool:
 
 # -- start ------------------------------------------------------------------------------------
 
+
 def _clear_previous(name: str, state_dir: Path | None) -> None:
     try:
         previous = read_state(name, state_dir)
     except StackError:
         previous = None
     if previous is not None and supervisor_alive(previous):
-        raise StackError(f"a stack named {name!r} is already running (router {previous.router})",
-                         hint=f"stop it with `drill stack down --name {name}`, or pick another --name")
+        raise StackError(
+            f"a stack named {name!r} is already running (router {previous.router})",
+            hint=f"stop it with `drill stack down --name {name}`, or pick another --name",
+        )
     stop_stack(name, state_dir=state_dir)  # leftovers of a stack that died
     shutil.rmtree(run_dir(name, state_dir), ignore_errors=True)
 
@@ -134,10 +150,14 @@ def _write_plan(plan: StackPlan) -> None:
 
 def _spawn_supervisor(plan: StackPlan) -> subprocess.Popen[bytes]:
     with open(plan.run_dir / "supervisor.log", "ab") as log:
-        process = subprocess.Popen([sys.executable, "-m", "drill.stack.supervision.supervisor",
-                                    "--plan", str(plan.plan_path)],
-                                   stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True, close_fds=True)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "drill.stack.supervision.supervisor", "--plan", str(plan.plan_path)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
     _started[process.pid] = process
     return process
 
@@ -152,8 +172,10 @@ def _wait_ready(plan: StackPlan, supervisor: subprocess.Popen[bytes], deadline: 
             if status == "ready" and _all_healthy(http, plan):
                 return
             time.sleep(_POLL_S)
-    raise StackError(f"the stack {plan.state.name!r} did not become ready in time",
-                     hint=f"increase the timeout, or read the logs in {plan.run_dir}. {_log_tail(plan)}")
+    raise StackError(
+        f"the stack {plan.state.name!r} did not become ready in time",
+        hint=f"increase the timeout, or read the logs in {plan.run_dir}. {_log_tail(plan)}",
+    )
 
 
 def _supervisor_status(plan: StackPlan) -> str | None:
@@ -190,6 +212,7 @@ def _read_pid(path: Path) -> int | None:
 
 
 # -- stop -------------------------------------------------------------------------------------
+
 
 def _gone(pid: int) -> bool:
     process = _started.get(pid)

@@ -47,7 +47,7 @@ class StackPlan(BaseModel):
 
     state: StackState
     python: str
-    toxiproxy_port: int | None        # None: use the external server at state.toxiproxy_url
+    toxiproxy_port: int | None  # None: use the external server at state.toxiproxy_url
     proxies: tuple[ProxyPlan, ...]
     router_spec: RouterSpec
     replica_specs: tuple[ReplicaSpec, ...]
@@ -80,12 +80,16 @@ def _addr(host: str, port: int) -> str:
     return f"{host}:{port}"
 
 
-def _links(config: StackConfig, stack: str, index: int, ports: list[int]) -> list[tuple[PeerSpec, LinkState, ProxyPlan | None]]:
+def _links(
+    config: StackConfig, stack: str, index: int, ports: list[int]
+) -> list[tuple[PeerSpec, LinkState, ProxyPlan | None]]:
     """The TP ranks and PP stages of one replica, each behind a proxy when configured."""
     host, engine, links = config.host, config.engine, config.links
     result: list[tuple[PeerSpec, LinkState, ProxyPlan | None]] = []
-    for kind, count, proxied in (("tp", engine.tensor_parallel_size, links.tp_proxies),
-                                 ("pp", engine.pipeline_parallel_size, links.pp_proxies)):
+    for kind, count, proxied in (
+        ("tp", engine.tensor_parallel_size, links.tp_proxies),
+        ("pp", engine.pipeline_parallel_size, links.pp_proxies),
+    ):
         for rank in range(1, count):
             listen, proxy_listen = _addr(host, ports.pop()), _addr(host, ports.pop())
             name = f"{stack}-replica-{index}-{kind}{rank}"
@@ -97,7 +101,9 @@ def _links(config: StackConfig, stack: str, index: int, ports: list[int]) -> lis
     return _chain_pp(result)
 
 
-def _chain_pp(links: list[tuple[PeerSpec, LinkState, ProxyPlan | None]]) -> list[tuple[PeerSpec, LinkState, ProxyPlan | None]]:
+def _chain_pp(
+    links: list[tuple[PeerSpec, LinkState, ProxyPlan | None]],
+) -> list[tuple[PeerSpec, LinkState, ProxyPlan | None]]:
     pp = [i for i, (peer, _, _) in enumerate(links) if peer.kind == "pp"]
     for here, nxt in zip(pp, pp[1:]):
         peer, state, proxy = links[here]
@@ -110,8 +116,15 @@ def _ports_needed(config: StackConfig) -> int:
     return 3 + config.replicas * per_replica
 
 
-def build_plan(config: StackConfig, *, name: str, runtime: Runtime, state_dir: Path | None,
-               otlp_endpoint: str | None, toxiproxy_url: str | None) -> StackPlan:
+def build_plan(
+    config: StackConfig,
+    *,
+    name: str,
+    runtime: Runtime,
+    state_dir: Path | None,
+    otlp_endpoint: str | None,
+    toxiproxy_url: str | None,
+) -> StackPlan:
     """Decide every port, name and spec of stack ``name`` (nothing is started or written)."""
     ports = free_ports(_ports_needed(config), config.host)
     root, host, token = run_dir(name, state_dir), config.host, secrets.token_urlsafe(18)
@@ -128,25 +141,64 @@ def build_plan(config: StackConfig, *, name: str, runtime: Runtime, state_dir: P
         url = f"http://{_addr(host, proxy_listen)}" if proxy_name else f"http://{direct}"
         if proxy_name:
             proxies.append(ProxyPlan(name=proxy_name, listen=_addr(host, proxy_listen), upstream=direct))
-        spec = ReplicaSpec(name=f"replica-{index}", index=index, host=host, port=int(direct.rsplit(":", 1)[1]),
-                           config=config, admin_token=token, otlp_endpoint=otlp_endpoint,
-                           ledger_path=root / f"replica-{index}.ledger.jsonl",
-                           log_path=root / f"replica-{index}.log", seed=config.seed + index,
-                           peers=tuple(peer for peer, _, _ in links))
+        spec = ReplicaSpec(
+            name=f"replica-{index}",
+            index=index,
+            host=host,
+            port=int(direct.rsplit(":", 1)[1]),
+            config=config,
+            admin_token=token,
+            otlp_endpoint=otlp_endpoint,
+            ledger_path=root / f"replica-{index}.ledger.jsonl",
+            log_path=root / f"replica-{index}.log",
+            seed=config.seed + index,
+            peers=tuple(peer for peer, _, _ in links),
+        )
         specs.append(spec)
-        entries.append(ReplicaEntry(
-            name=spec.name, index=index, url=url, direct_url=f"http://{direct}", admin_url=f"http://{direct}",
-            pid_file=root / f"replica-{index}.pid", proxy=proxy_name,
-            container=container_name(name, index) if runtime is Runtime.DOCKER else None,
-            links=tuple(state for _, state, _ in links), ledger_path=spec.ledger_path, log_path=spec.log_path))
-    router_spec = RouterSpec(host=host, port=router_port, admin_token=token, otlp_endpoint=otlp_endpoint,
-                             router=config.router, ready_file=root / "router.ready.json",
-                             replicas=tuple(UpstreamSpec(name=e.name, index=e.index, url=e.url) for e in entries))
-    state = StackState(name=name, runtime=runtime, model=config.model_name, router=f"http://{_addr(host, router_port)}",
-                       router_admin_url=f"http://{_addr(host, router_port)}/admin", admin_token=token,
-                       toxiproxy_url=toxiproxy_url or f"http://{_addr(host, toxiproxy_port)}",
-                       toxiproxy_owned=toxiproxy_url is None, otlp_endpoint=otlp_endpoint,
-                       replicas=tuple(entries), run_dir=root, created_at=time.time())
-    return StackPlan(state=state, python=sys.executable, toxiproxy_port=None if toxiproxy_url else toxiproxy_port,
-                     proxies=tuple(proxies), router_spec=router_spec, replica_specs=tuple(specs),
-                     lifeline_port=lifeline_port if runtime is Runtime.DOCKER else None)
+        entries.append(
+            ReplicaEntry(
+                name=spec.name,
+                index=index,
+                url=url,
+                direct_url=f"http://{direct}",
+                admin_url=f"http://{direct}",
+                pid_file=root / f"replica-{index}.pid",
+                proxy=proxy_name,
+                container=container_name(name, index) if runtime is Runtime.DOCKER else None,
+                links=tuple(state for _, state, _ in links),
+                ledger_path=spec.ledger_path,
+                log_path=spec.log_path,
+            )
+        )
+    router_spec = RouterSpec(
+        host=host,
+        port=router_port,
+        admin_token=token,
+        otlp_endpoint=otlp_endpoint,
+        router=config.router,
+        ready_file=root / "router.ready.json",
+        replicas=tuple(UpstreamSpec(name=e.name, index=e.index, url=e.url) for e in entries),
+    )
+    state = StackState(
+        name=name,
+        runtime=runtime,
+        model=config.model_name,
+        router=f"http://{_addr(host, router_port)}",
+        router_admin_url=f"http://{_addr(host, router_port)}/admin",
+        admin_token=token,
+        toxiproxy_url=toxiproxy_url or f"http://{_addr(host, toxiproxy_port)}",
+        toxiproxy_owned=toxiproxy_url is None,
+        otlp_endpoint=otlp_endpoint,
+        replicas=tuple(entries),
+        run_dir=root,
+        created_at=time.time(),
+    )
+    return StackPlan(
+        state=state,
+        python=sys.executable,
+        toxiproxy_port=None if toxiproxy_url else toxiproxy_port,
+        proxies=tuple(proxies),
+        router_spec=router_spec,
+        replica_specs=tuple(specs),
+        lifeline_port=lifeline_port if runtime is Runtime.DOCKER else None,
+    )

@@ -42,11 +42,11 @@ class LinkState(BaseModel):
     model_config = _FROZEN
 
     name: str
-    kind: str          # "tp" | "pp"
+    kind: str  # "tp" | "pp"
     rank: int
     proxy: str | None  # Toxiproxy proxy name, None when links of this kind are not proxied
-    listen: str        # host:port the upstream peer dials (the proxy, or the rank itself)
-    upstream: str      # host:port the rank/stage process listens on
+    listen: str  # host:port the upstream peer dials (the proxy, or the rank itself)
+    upstream: str  # host:port the rank/stage process listens on
 
 
 class ReplicaEntry(BaseModel):
@@ -102,8 +102,9 @@ class StackState(BaseModel):
 def validate_name(name: str) -> str:
     """Check a stack name (it becomes file, proxy and container names); returns it."""
     if not _NAME.match(name):
-        raise InputError(f"invalid stack name {name!r}",
-                         hint="use 1-41 characters: lower-case letters, digits, '-', '_', '.'")
+        raise InputError(
+            f"invalid stack name {name!r}", hint="use 1-41 characters: lower-case letters, digits, '-', '_', '.'"
+        )
     return name
 
 
@@ -146,8 +147,10 @@ def read_state(name: str = "default", state_dir: Path | None = None) -> StackSta
     except FileNotFoundError:
         return None
     except (ValueError, ValidationError) as exc:
-        raise StackError(f"the state file {path} is damaged: {exc}",
-                         hint=f"run `drill stack down --name {name}` (it cleans up by label) or delete it") from exc
+        raise StackError(
+            f"the state file {path} is damaged: {exc}",
+            hint=f"run `drill stack down --name {name}` (it cleans up by label) or delete it",
+        ) from exc
 
 
 def remove_state(name: str, state_dir: Path | None = None) -> bool:

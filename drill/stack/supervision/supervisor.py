@@ -59,8 +59,9 @@ class Child:
     def spawn(self) -> None:
         """Start (or restart) the process, dying with the supervisor; writes the pid file."""
         with open(self.log_path, "ab") as out:
-            self.process = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                            preexec_fn=die_with_parent())
+            self.process = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent()
+            )
         self.started_at, self.restart_at = time.monotonic(), None
         if self.pid_file is not None:
             self.pid_file.write_text(str(self.process.pid), encoding="utf-8")
@@ -137,11 +138,22 @@ class Supervisor:
             self._start_containers()
         else:
             for spec in self.plan.replica_specs:
-                self._add_child(spec.name, [self.plan.python, "-m", "drill.stack.replica.api_server", "--spec",
-                                            str(self.plan.spec_path(spec.name))],
-                                self.plan.state.replicas[spec.index].pid_file)
-        self._add_child("router", [self.plan.python, "-m", "drill.stack.router.gateway", "--spec",
-                                   str(self.plan.spec_path("router"))], self.plan.run_dir / "router.pid")
+                self._add_child(
+                    spec.name,
+                    [
+                        self.plan.python,
+                        "-m",
+                        "drill.stack.replica.api_server",
+                        "--spec",
+                        str(self.plan.spec_path(spec.name)),
+                    ],
+                    self.plan.state.replicas[spec.index].pid_file,
+                )
+        self._add_child(
+            "router",
+            [self.plan.python, "-m", "drill.stack.router.gateway", "--spec", str(self.plan.spec_path("router"))],
+            self.plan.run_dir / "router.pid",
+        )
 
     def _add_child(self, name: str, argv: list[str], pid_file: Path | None) -> None:
         child = Child(name, argv, self.plan.run_dir / f"{name}.out.log", pid_file)
@@ -151,8 +163,12 @@ class Supervisor:
     def _start_toxiproxy(self) -> None:
         if self.plan.toxiproxy_port is None:
             return
-        self.toxiproxy = ToxiproxyServer(port=self.plan.toxiproxy_port, host=self.plan.router_spec.host,
-                                         log_path=self.plan.run_dir / "toxiproxy.log", preexec_fn=die_with_parent())
+        self.toxiproxy = ToxiproxyServer(
+            port=self.plan.toxiproxy_port,
+            host=self.plan.router_spec.host,
+            log_path=self.plan.run_dir / "toxiproxy.log",
+            preexec_fn=die_with_parent(),
+        )
         self.toxiproxy.start()
         log.info("toxiproxy-server at %s (pid %s)", self.toxiproxy.url, self.toxiproxy.pid)
 
@@ -242,8 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m drill.stack.supervision.supervisor")
     parser.add_argument("--plan", required=True, type=Path, help="StackPlan JSON written by the launcher")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s supervisor %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s supervisor %(levelname)s %(message)s"
+    )
     logging.getLogger("httpx").setLevel(logging.WARNING)
     plan = StackPlan.model_validate_json(args.plan.read_text(encoding="utf-8"))
     return Supervisor(plan).run()

@@ -23,8 +23,9 @@ def start_replica(tmp_path: Path) -> Callable:
     """``async with start_replica(engine={...}, span_processor=...) as replica:`` runs one in this loop."""
 
     @contextlib.asynccontextmanager
-    async def start(engine: dict | None = None, span_processor: object = None, **config: object
-                    ) -> AsyncIterator[Replica]:
+    async def start(
+        engine: dict | None = None, span_processor: object = None, **config: object
+    ) -> AsyncIterator[Replica]:
         replica = Replica(make_spec(tmp_path, engine, **config), span_processor=span_processor)
         await replica.start()
         try:

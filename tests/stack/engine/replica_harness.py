@@ -25,8 +25,14 @@ REPO = Path(__file__).resolve().parents[3]
 def make_spec(tmp_path: Path, engine: dict | None = None, **config: object) -> ReplicaSpec:
     """A spec for a replica on a free port that loads its weights at once."""
     stack = parse_stack_config({"engine": {"weight_load_time": "0s", **(engine or {})}, **config})
-    return ReplicaSpec(name="replica-0", index=0, port=0, config=stack, admin_token=ADMIN_TOKEN,
-                       ledger_path=tmp_path / f"ledger-{secrets.token_hex(4)}.jsonl")
+    return ReplicaSpec(
+        name="replica-0",
+        index=0,
+        port=0,
+        config=stack,
+        admin_token=ADMIN_TOKEN,
+        ledger_path=tmp_path / f"ledger-{secrets.token_hex(4)}.jsonl",
+    )
 
 
 @dataclass
@@ -50,18 +56,27 @@ class ReplicaLauncher:
     tmp_path: Path
     started: list[subprocess.Popen] = field(default_factory=list)
 
-    def __call__(self, engine: dict | None = None, *, otlp_endpoint: str | None = None,
-                 ready_timeout: float = 20.0, **config: object) -> ReplicaProcess:
+    def __call__(
+        self,
+        engine: dict | None = None,
+        *,
+        otlp_endpoint: str | None = None,
+        ready_timeout: float = 20.0,
+        **config: object,
+    ) -> ReplicaProcess:
         number = len(self.started)
         ready = self.tmp_path / f"ready-{number}.json"
         log_path = self.tmp_path / f"replica-{number}.log"
         spec = make_spec(self.tmp_path, engine, **config).model_copy(
-            update={"ready_file": ready, "log_path": log_path, "otlp_endpoint": otlp_endpoint})
+            update={"ready_file": ready, "log_path": log_path, "otlp_endpoint": otlp_endpoint}
+        )
         spec_path = self.tmp_path / f"spec-{number}.json"
         spec_path.write_text(spec.model_dump_json())
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         env.pop("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", None)
-        proc = subprocess.Popen([sys.executable, "-m", "drill.stack.replica.api_server", "--spec", str(spec_path)], env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "drill.stack.replica.api_server", "--spec", str(spec_path)], env=env
+        )
         self.started.append(proc)
         deadline = time.monotonic() + ready_timeout
         while not ready.exists():
@@ -96,6 +111,13 @@ class OtlpSink:
             for scope in resource.scope_spans:
                 for span in scope.spans:
                     attributes = {kv.key: kv.value for kv in span.attributes}
-                    self.spans.append({"service": service, "name": span.name, "trace_id": span.trace_id.hex(),
-                                       "status": span.status.code, "attributes": attributes})
+                    self.spans.append(
+                        {
+                            "service": service,
+                            "name": span.name,
+                            "trace_id": span.trace_id.hex(),
+                            "status": span.status.code,
+                            "attributes": attributes,
+                        }
+                    )
         return HttpResponse(200, b"", "application/x-protobuf")

@@ -29,26 +29,56 @@ class FakeClock:
         return self.now
 
 
-def create_scheduler(*, max_num_seqs: int = 16, max_num_batched_tokens: int = 8192, num_blocks: int = 10_000,
-                     block_size: int = 16, enable_prefix_caching: bool = False, policy: str = "fcfs",
-                     max_model_len: int = 8192, clock: FakeClock | None = None, **engine: object) -> Scheduler:
-    config = EngineConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                          block_size=block_size, enable_prefix_caching=enable_prefix_caching,
-                          scheduling_policy=SchedulingPolicy(policy), max_model_len=max_model_len, **engine)
+def create_scheduler(
+    *,
+    max_num_seqs: int = 16,
+    max_num_batched_tokens: int = 8192,
+    num_blocks: int = 10_000,
+    block_size: int = 16,
+    enable_prefix_caching: bool = False,
+    policy: str = "fcfs",
+    max_model_len: int = 8192,
+    clock: FakeClock | None = None,
+    **engine: object,
+) -> Scheduler:
+    config = EngineConfig(
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        block_size=block_size,
+        enable_prefix_caching=enable_prefix_caching,
+        scheduling_policy=SchedulingPolicy(policy),
+        max_model_len=max_model_len,
+        **engine,
+    )
     kv = KVCacheManager(num_blocks, block_size, enable_prefix_caching)
     return Scheduler(config, kv, clock=clock or FakeClock())
 
 
-def create_requests(num_requests: int, num_tokens: int = 10, max_tokens: int = 16, *, prefix: str = "req",
-                    priorities: list[int] | None = None, same_prompt: bool = False, arrival_time: float = 0.0,
-                    stop_after: int | None = None) -> list[Request]:
+def create_requests(
+    num_requests: int,
+    num_tokens: int = 10,
+    max_tokens: int = 16,
+    *,
+    prefix: str = "req",
+    priorities: list[int] | None = None,
+    same_prompt: bool = False,
+    arrival_time: float = 0.0,
+    stop_after: int | None = None,
+) -> list[Request]:
     requests = []
     for index in range(num_requests):
         prompt = make_prompt(num_tokens, seed=0 if same_prompt else index + 1).split()
-        requests.append(Request(f"{prefix}{index}", prompt, max_tokens=max_tokens,
-                                arrival_time=arrival_time + index * 1e-3,
-                                priority=priorities[index] if priorities else 0,
-                                stop_after=stop_after, sampler=TokenSampler(index)))
+        requests.append(
+            Request(
+                f"{prefix}{index}",
+                prompt,
+                max_tokens=max_tokens,
+                arrival_time=arrival_time + index * 1e-3,
+                priority=priorities[index] if priorities else 0,
+                stop_after=stop_after,
+                sampler=TokenSampler(index),
+            )
+        )
     return requests
 
 

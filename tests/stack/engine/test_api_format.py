@@ -21,7 +21,7 @@ async def _sse_events(client: httpx.AsyncClient, path: str, body: dict) -> tuple
     assert raw.endswith("\n\n")
     events = raw.split("\n\n")[:-1]
     assert all(event.startswith("data: ") for event in events), raw
-    return [event[len("data: "):] for event in events], response
+    return [event[len("data: ") :] for event in events], response
 
 
 async def test_completion_stream_framing_and_usage_chunk(start_replica) -> None:
@@ -49,10 +49,14 @@ async def test_completion_stream_framing_and_usage_chunk(start_replica) -> None:
 async def test_chat_stream_role_chunk_first_and_no_usage_without_stream_options(start_replica) -> None:
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": make_prompt(7)}]
     async with start_replica() as replica, httpx.AsyncClient(base_url=replica.server.url) as client:
-        events, _ = await _sse_events(client, "/v1/chat/completions",
-                                      {"messages": messages, "max_tokens": 3, "stream": True})
-        with_usage, _ = await _sse_events(client, "/v1/chat/completions",
-                                          {"messages": messages, "max_tokens": 3, "stream": True, "stream_options": {}})
+        events, _ = await _sse_events(
+            client, "/v1/chat/completions", {"messages": messages, "max_tokens": 3, "stream": True}
+        )
+        with_usage, _ = await _sse_events(
+            client,
+            "/v1/chat/completions",
+            {"messages": messages, "max_tokens": 3, "stream": True, "stream_options": {}},
+        )
     chunks = [json.loads(event) for event in events[:-1]]
     assert events[-1] == "[DONE]" and len(chunks) == 4  # role chunk + 3 tokens, no usage chunk
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
@@ -65,9 +69,16 @@ async def test_chat_stream_role_chunk_first_and_no_usage_without_stream_options(
 
 async def test_continuous_usage_stats_on_every_chunk(start_replica) -> None:
     async with start_replica() as replica, httpx.AsyncClient(base_url=replica.server.url) as client:
-        events, _ = await _sse_events(client, "/v1/completions", {
-            "prompt": "a b c", "max_tokens": 3, "stream": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+        events, _ = await _sse_events(
+            client,
+            "/v1/completions",
+            {
+                "prompt": "a b c",
+                "max_tokens": 3,
+                "stream": True,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+            },
+        )
     chunks = [json.loads(event) for event in events[:-1]]
     assert [c["usage"]["completion_tokens"] for c in chunks[:-1]] == [1, 2, 3]
 
@@ -77,79 +88,121 @@ async def test_non_stream_bodies_and_deterministic_greedy_output(start_replica) 
     async with start_replica() as replica, httpx.AsyncClient(base_url=replica.server.url) as client:
         first = (await client.post("/v1/completions", json=body)).json()
         second = (await client.post("/v1/completions", json=body)).json()
-        seeded = [(await client.post("/v1/completions", json={**body, "temperature": 0.8, "seed": 7})).json()
-                  for _ in range(2)]
-        chat = (await client.post("/v1/chat/completions", json={
-            "messages": [{"role": "user", "content": "hello"}], "max_completion_tokens": 4})).json()
+        seeded = [
+            (await client.post("/v1/completions", json={**body, "temperature": 0.8, "seed": 7})).json()
+            for _ in range(2)
+        ]
+        chat = (
+            await client.post(
+                "/v1/chat/completions",
+                json={"messages": [{"role": "user", "content": "hello"}], "max_completion_tokens": 4},
+            )
+        ).json()
     assert first["choices"][0]["text"] == second["choices"][0]["text"]
     assert seeded[0]["choices"][0]["text"] == seeded[1]["choices"][0]["text"] != first["choices"][0]["text"]
     assert first["usage"]["completion_tokens"] == count_tokens(first["choices"][0]["text"]) == 8
     assert chat["object"] == "chat.completion" and chat["choices"][0]["message"]["role"] == "assistant"
-    assert chat["usage"] == {"prompt_tokens": 1 + 4 + 4, "completion_tokens": 4, "total_tokens": 13,
-                             "prompt_tokens_details": None}
+    assert chat["usage"] == {
+        "prompt_tokens": 1 + 4 + 4,
+        "completion_tokens": 4,
+        "total_tokens": 13,
+        "prompt_tokens_details": None,
+    }
 
 
 async def test_natural_stop_unless_ignore_eos(start_replica) -> None:
     async with start_replica() as replica, httpx.AsyncClient(base_url=replica.server.url) as client:
-        stopped = (await client.post("/v1/completions", json={"prompt": "x y", "temperature": 0,
-                                                              "max_tokens": 2000})).json()
-        forced = (await client.post("/v1/completions", json={"prompt": "x y", "temperature": 0, "max_tokens": 40,
-                                                             "ignore_eos": True})).json()
+        stopped = (
+            await client.post("/v1/completions", json={"prompt": "x y", "temperature": 0, "max_tokens": 2000})
+        ).json()
+        forced = (
+            await client.post(
+                "/v1/completions", json={"prompt": "x y", "temperature": 0, "max_tokens": 40, "ignore_eos": True}
+            )
+        ).json()
     assert stopped["choices"][0]["finish_reason"] == "stop"
     assert 1 <= stopped["usage"]["completion_tokens"] <= 1000
     assert forced["choices"][0]["finish_reason"] == "length" and forced["usage"]["completion_tokens"] == 40
 
 
 async def test_error_bodies_and_status_codes(start_replica) -> None:
-    async with start_replica(engine={"max_model_len": 64, "max_num_batched_tokens": 256}) as replica, \
-            httpx.AsyncClient(base_url=replica.server.url) as client:
+    async with (
+        start_replica(engine={"max_model_len": 64, "max_num_batched_tokens": 256}) as replica,
+        httpx.AsyncClient(base_url=replica.server.url) as client,
+    ):
         too_long = await client.post("/v1/completions", json={"prompt": make_prompt(64)})
         too_many = await client.post("/v1/completions", json={"prompt": make_prompt(10), "max_tokens": 60})
         unknown = await client.post("/v1/completions", json={"prompt": "a", "model": "gpt-9"})
         bad = await client.post("/v1/completions", json={"prompt": "a", "n": 2})
         fcfs_priority = await client.post("/v1/completions", json={"prompt": "a", "priority": 3})
     assert too_long.status_code == 400
-    assert too_long.json() == {"error": {
-        "message": "This model's maximum context length is 64 tokens. However, your request has 64 input tokens. "
-                   "Please reduce the length of the input messages.",
-        "type": "BadRequestError", "param": None, "code": 400}}
+    assert too_long.json() == {
+        "error": {
+            "message": "This model's maximum context length is 64 tokens. However, your request has 64 input tokens. "
+            "Please reduce the length of the input messages.",
+            "type": "BadRequestError",
+            "param": None,
+            "code": 400,
+        }
+    }
     assert too_many.status_code == 400 and too_many.json()["error"]["message"] == (
         "'max_tokens' or 'max_completion_tokens' is too large: 60. This model's maximum context length is 64 "
-        "tokens and your request has 10 input tokens (60 > 64 - 10).")
+        "tokens and your request has 10 input tokens (60 > 64 - 10)."
+    )
     assert unknown.status_code == 404
-    assert unknown.json()["error"] == {"message": "The model `gpt-9` does not exist.", "type": "NotFoundError",
-                                       "param": None, "code": 404}
+    assert unknown.json()["error"] == {
+        "message": "The model `gpt-9` does not exist.",
+        "type": "NotFoundError",
+        "param": None,
+        "code": 404,
+    }
     assert bad.status_code == 400 and "n must be 1" in bad.json()["error"]["message"]
     assert fcfs_priority.status_code == 400
     assert "Priority scheduling is not enabled" in fcfs_priority.json()["error"]["message"]
 
 
 async def test_admission_control_refuses_with_503_and_retry_after(start_replica) -> None:
-    async with start_replica(engine={"max_num_queued_reqs": 2, "max_num_seqs": 2}) as replica, \
-            httpx.AsyncClient(base_url=replica.server.url, timeout=30) as client:
-        slow = [asyncio.create_task(client.post("/v1/completions", json={"prompt": "a", "max_tokens": 60,
-                                                                          "ignore_eos": True})) for _ in range(2)]
+    async with (
+        start_replica(engine={"max_num_queued_reqs": 2, "max_num_seqs": 2}) as replica,
+        httpx.AsyncClient(base_url=replica.server.url, timeout=30) as client,
+    ):
+        slow = [
+            asyncio.create_task(
+                client.post("/v1/completions", json={"prompt": "a", "max_tokens": 60, "ignore_eos": True})
+            )
+            for _ in range(2)
+        ]
         while replica.scheduler.num_running + replica.scheduler.num_waiting < 2:
             await asyncio.sleep(0.005)
         refused = await client.post("/v1/completions", json={"prompt": "a", "max_tokens": 1})
         done = await asyncio.gather(*slow)
     assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
-    assert refused.json() == {"error": {
-        "message": "The engine is currently busy and cannot accept new requests. Please try again later or on a "
-                   "different instance.", "type": "Service Unavailable", "param": None, "code": 503}}
+    assert refused.json() == {
+        "error": {
+            "message": "The engine is currently busy and cannot accept new requests. Please try again later or on a "
+            "different instance.",
+            "type": "Service Unavailable",
+            "param": None,
+            "code": 503,
+        }
+    }
     assert [r.status_code for r in done] == [200, 200]
 
 
 async def test_max_queue_wait_gives_503_and_stream_error_event(start_replica) -> None:
-    async with start_replica(engine={"max_num_seqs": 1, "max_queue_wait": "150ms"}) as replica, \
-            httpx.AsyncClient(base_url=replica.server.url, timeout=30) as client:
-        hog = asyncio.create_task(client.post("/v1/completions", json={"prompt": "a", "max_tokens": 80,
-                                                                        "ignore_eos": True}))
+    async with (
+        start_replica(engine={"max_num_seqs": 1, "max_queue_wait": "150ms"}) as replica,
+        httpx.AsyncClient(base_url=replica.server.url, timeout=30) as client,
+    ):
+        hog = asyncio.create_task(
+            client.post("/v1/completions", json={"prompt": "a", "max_tokens": 80, "ignore_eos": True})
+        )
         while replica.scheduler.num_running < 1:
             await asyncio.sleep(0.005)
         plain = asyncio.create_task(client.post("/v1/completions", json={"prompt": "b", "max_tokens": 2}))
-        events, response = await _sse_events(client, "/v1/completions",
-                                             {"prompt": "c", "max_tokens": 2, "stream": True})
+        events, response = await _sse_events(
+            client, "/v1/completions", {"prompt": "c", "max_tokens": 2, "stream": True}
+        )
         timed_out = await plain
         await hog
     assert timed_out.status_code == 503 and timed_out.headers["retry-after"] == "1"
@@ -160,8 +213,10 @@ async def test_max_queue_wait_gives_503_and_stream_error_event(start_replica) ->
 
 
 async def test_models_health_version(start_replica) -> None:
-    async with start_replica(served_model_name="my-llama") as replica, \
-            httpx.AsyncClient(base_url=replica.server.url) as client:
+    async with (
+        start_replica(served_model_name="my-llama") as replica,
+        httpx.AsyncClient(base_url=replica.server.url) as client,
+    ):
         models = (await client.get("/v1/models")).json()
         health = await client.get("/health")
         version = (await client.get("/version")).json()
@@ -195,8 +250,10 @@ VLLM_METRICS = {
 async def test_metrics_names_types_labels_and_buckets(start_replica) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
-    async with start_replica(engine={"enable_prefix_caching": True}) as replica, \
-            httpx.AsyncClient(base_url=replica.server.url) as client:
+    async with (
+        start_replica(engine={"enable_prefix_caching": True}) as replica,
+        httpx.AsyncClient(base_url=replica.server.url) as client,
+    ):
         prompt = make_prompt(64)
         for _ in range(2):
             await client.post("/v1/completions", json={"prompt": prompt, "max_tokens": 4, "ignore_eos": True})
@@ -204,20 +261,26 @@ async def test_metrics_names_types_labels_and_buckets(start_replica) -> None:
     families = {family.name: family for family in text_string_to_metric_families(text)}
     for name, kind in VLLM_METRICS.items():
         assert families[name].type == kind, name
-    success = {s.labels["finished_reason"]: s.value for s in families["vllm:request_success"].samples
-               if s.name == "vllm:request_success_total"}
+    success = {
+        s.labels["finished_reason"]: s.value
+        for s in families["vllm:request_success"].samples
+        if s.name == "vllm:request_success_total"
+    }
     assert success == {"stop": 0, "length": 2, "abort": 0, "error": 0, "repetition": 0}
     assert "vllm:num_preemptions_total{" in text and "vllm:generation_tokens_total{" in text
     for sample in families["vllm:time_to_first_token_seconds"].samples:
         assert sample.labels["model_name"] == "llama-3-8b" and sample.labels["engine"] == "0"
-    ttft_bounds = [s.labels["le"] for s in families["vllm:time_to_first_token_seconds"].samples
-                   if s.name.endswith("_bucket")]
+    ttft_bounds = [
+        s.labels["le"] for s in families["vllm:time_to_first_token_seconds"].samples if s.name.endswith("_bucket")
+    ]
     assert len(ttft_bounds) == 23 and ttft_bounds[0] == "0.001" and ttft_bounds[-2] == "2560.0"
-    itl_bounds = [s.labels["le"] for s in families["vllm:inter_token_latency_seconds"].samples
-                  if s.name.endswith("_bucket")]
+    itl_bounds = [
+        s.labels["le"] for s in families["vllm:inter_token_latency_seconds"].samples if s.name.endswith("_bucket")
+    ]
     assert len(itl_bounds) == 20 and itl_bounds[0] == "0.01"
-    e2e_bounds = [s.labels["le"] for s in families["vllm:e2e_request_latency_seconds"].samples
-                  if s.name.endswith("_bucket")]
+    e2e_bounds = [
+        s.labels["le"] for s in families["vllm:e2e_request_latency_seconds"].samples if s.name.endswith("_bucket")
+    ]
     assert len(e2e_bounds) == 22 and e2e_bounds[0] == "0.3"
     generation = [s.value for s in families["vllm:generation_tokens"].samples if s.name.endswith("_total")]
     assert generation == [8]

@@ -23,10 +23,20 @@ CALIBRATION = [
     ("A4", "A100 decode, batch 10, ~300 ctx", "a100-80g", BatchShape.decode(10, 300), 11.5e-3),
     ("A5", "H100 decode, batch 256, ~300 ctx (12.5-17 ms)", "h100", BatchShape.decode(256, 300), 14.75e-3),
     ("A5", "H100 decode as the batch drains, 16 x ~500 ctx", "h100", BatchShape.decode(16, 500), 7.5e-3),
-    ("A3", "H100 TTFT: prefill of the 10 prompts (1,369 tok)", "h100", BatchShape.prefill(PROMPT_10_INPUT_LENS),
-     62.4e-3),
-    ("A4", "A100 TTFT: prefill of the 10 prompts (1,369 tok)", "a100-80g", BatchShape.prefill(PROMPT_10_INPUT_LENS),
-     126.9e-3),
+    (
+        "A3",
+        "H100 TTFT: prefill of the 10 prompts (1,369 tok)",
+        "h100",
+        BatchShape.prefill(PROMPT_10_INPUT_LENS),
+        62.4e-3,
+    ),
+    (
+        "A4",
+        "A100 TTFT: prefill of the 10 prompts (1,369 tok)",
+        "a100-80g",
+        BatchShape.prefill(PROMPT_10_INPUT_LENS),
+        126.9e-3,
+    ),
 ]
 
 
@@ -43,8 +53,10 @@ def test_calibration_table_within_15_percent() -> None:
     print("\nLlama-3-8B bf16 step-time calibration (llm-serving-facts.md §6.1)")
     print(f"{'anchor':6} {'case':50} {'measured':>9} {'model':>8} {'mem':>7} {'compute':>8} {'error':>7}")
     for anchor, description, measured, cost, error in rows:
-        print(f"{anchor:6} {description:50} {measured * 1e3:7.2f}ms {cost.total_s * 1e3:6.2f}ms "
-              f"{cost.memory_s * 1e3:5.2f}ms {cost.compute_s * 1e3:6.2f}ms {error:+7.1%}")
+        print(
+            f"{anchor:6} {description:50} {measured * 1e3:7.2f}ms {cost.total_s * 1e3:6.2f}ms "
+            f"{cost.memory_s * 1e3:5.2f}ms {cost.compute_s * 1e3:6.2f}ms {error:+7.1%}"
+        )
     ar = _model("h100", tp=2).allreduce_seconds(1024)
     print(f"{'A7':6} {'H100 NVLink small all-reduce (1 KiB, TP2)':50} {6.0:7.2f}us {ar * 1e6:6.2f}us")
     for anchor, description, measured, cost, error in rows:
@@ -75,8 +87,9 @@ def test_tensor_parallel_shards_and_adds_all_reduces() -> None:
     assert four.memory_s == pytest.approx(one.memory_s / 4)
     assert one.comm_s == 0 and four.comm_s > 0
     plan = tp4.exchange_plan(64)
-    assert plan == ExchangePlan(tp_rounds=160, tp_bytes_per_round=64 * 8192 * 2, pp_transfers=0,
-                                pp_bytes_per_transfer=0)
+    assert plan == ExchangePlan(
+        tp_rounds=160, tp_bytes_per_round=64 * 8192 * 2, pp_transfers=0, pp_bytes_per_transfer=0
+    )
     per_round = 6e-6 + 64 * 8192 * 2 * (2 * 3 / 4) / 360e9  # alpha + msg * 2(tp-1)/tp / busbw
     assert four.comm_s == pytest.approx(160 * per_round)
 
@@ -97,7 +110,7 @@ def test_clock_cap_slows_compute_fully_and_memory_less() -> None:
     decode = BatchShape.decode(8, 300)
     full, capped = model.step_cost(prefill), model.step_cost(prefill, clock_fraction=0.5)
     assert capped.compute_s == pytest.approx(2 * full.compute_s)
-    assert capped.memory_s == pytest.approx(full.memory_s * 2 ** 0.3)
+    assert capped.memory_s == pytest.approx(full.memory_s * 2**0.3)
     slow_decode = model.step_cost(decode, 0.5).total_s / model.step_cost(decode).total_s
     assert 1.1 < slow_decode < 1.3  # memory-bound decode slows ~1.23x, not 2x
 
@@ -115,8 +128,9 @@ def test_memory_plan_refuses_what_does_not_fit() -> None:
     with pytest.raises(StackError, match="No available memory for the cache blocks"):
         plan_memory(_model("l4", model="llama-3-70b"), EngineConfig(), gpu_preset("l4").memory)
     with pytest.raises(StackError, match="larger than the maximum number of tokens that can be stored in KV cache"):
-        plan_memory(_model("l4"), EngineConfig(max_model_len=8192, gpu_memory_utilization=0.75),
-                    gpu_preset("l4").memory)
+        plan_memory(
+            _model("l4"), EngineConfig(max_model_len=8192, gpu_memory_utilization=0.75), gpu_preset("l4").memory
+        )
 
 
 def test_memory_hog_shrinks_kv_then_ooms() -> None:

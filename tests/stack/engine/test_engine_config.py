@@ -71,7 +71,9 @@ def test_all_problems_reported_with_locations() -> None:
     with pytest.raises(SpecError) as info:
         parse_stack_config(data, source="stack.yaml")
     rendered = info.value.render()
-    assert "stack.yaml:1:1: error: modle: unknown key 'modle' in the top level\n  hint: did you mean 'model'?" in rendered
+    assert (
+        "stack.yaml:1:1: error: modle: unknown key 'modle' in the top level\n  hint: did you mean 'model'?" in rendered
+    )
     assert "gpu: unknown gpu preset 'h999'; expected one of: a100-80g, h100, h200, l4" in rendered
     assert "engine.max_num_seqs" in rendered
     assert "engine.max_queue_wait: duration 3 has no unit" in rendered
@@ -116,8 +118,10 @@ def test_stack_file_problems_point_at_line_and_column(tmp_path) -> None:
     assert "hint: did you mean 'max_num_seqs'?" in rendered
     assert f"{path}:4:27: error: engine.gpu_memory_utilization: '.nan' is not a finite number" in rendered
     bomb = tmp_path / "bomb.yaml"
-    bomb.write_text("a: &a [x, x, x, x, x, x, x, x, x, x]\n"
-                    + "".join(f"{c}: &{c} [{', '.join([f'*{p}'] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi")))
+    bomb.write_text(
+        "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+        + "".join(f"{c}: &{c} [{', '.join([f'*{p}'] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    )
     with pytest.raises(SpecError) as info:
         load_stack_config(bomb)
     assert f"{bomb}:5:" in info.value.render() and "expands to more than" in info.value.render()

@@ -32,8 +32,9 @@ async def _stream_times(client: httpx.AsyncClient, body: dict) -> tuple[float, l
 async def test_client_sees_modelled_ttft_and_inter_token_latency(start_replica) -> None:
     async with start_replica() as replica, httpx.AsyncClient(base_url=replica.server.url, timeout=30) as client:
         await client.post("/v1/completions", json={"prompt": "warm up", "max_tokens": 1})  # connect, warm paths
-        ttft, arrivals = await _stream_times(client, {"prompt": make_prompt(2000), "max_tokens": 41,
-                                                      "ignore_eos": True})
+        ttft, arrivals = await _stream_times(
+            client, {"prompt": make_prompt(2000), "max_tokens": 41, "ignore_eos": True}
+        )
         record = replica.ledger.since(1)[0]
     model = replica.cost_model
     prefill = model.step_cost(BatchShape.prefill([2000])).total_s
@@ -49,14 +50,17 @@ async def test_client_sees_modelled_ttft_and_inter_token_latency(start_replica) 
 
 async def test_clock_cap_slows_decode_less_than_compute(start_replica) -> None:
     body = {"prompt": "a b c", "max_tokens": 25, "ignore_eos": True}
-    async with start_replica(model="llama-2-13b", gpu="a100-80g", engine={"max_model_len": 4096}) as replica, \
-            httpx.AsyncClient(base_url=replica.server.url, timeout=30) as client:
+    async with (
+        start_replica(model="llama-2-13b", gpu="a100-80g", engine={"max_model_len": 4096}) as replica,
+        httpx.AsyncClient(base_url=replica.server.url, timeout=30) as client,
+    ):
         _, nominal = await _stream_times(client, body)
         steps_before = replica.engine.timer.steps
         await client.put("/admin/gpu/clock-cap", json={"fraction": 0.25}, headers=ADMIN)
         _, capped = await _stream_times(client, body)
-        timing = (await client.get(f"/admin/engine/timing?last={replica.engine.timer.steps - steps_before}",
-                                   headers=ADMIN)).json()
+        timing = (
+            await client.get(f"/admin/engine/timing?last={replica.engine.timer.steps - steps_before}", headers=ADMIN)
+        ).json()
         await client.delete("/admin/gpu/clock-cap", headers=ADMIN)
     model = replica.cost_model
     nominal_step = model.step_cost(BatchShape.decode(1, 15)).total_s
@@ -70,13 +74,18 @@ async def test_clock_cap_slows_decode_less_than_compute(start_replica) -> None:
 
 
 async def test_priority_policy_serves_urgent_requests_first(start_replica) -> None:
-    async with start_replica(engine={"scheduling_policy": "priority", "max_num_seqs": 1}) as replica, \
-            httpx.AsyncClient(base_url=replica.server.url, timeout=30) as client:
+    async with (
+        start_replica(engine={"scheduling_policy": "priority", "max_num_seqs": 1}) as replica,
+        httpx.AsyncClient(base_url=replica.server.url, timeout=30) as client,
+    ):
         finished: list[str] = []
 
         async def send(name: str, priority: int, tokens: int) -> None:
-            await client.post("/v1/completions", headers={"X-Drill-Priority": str(priority), "X-Request-Id": name},
-                              json={"prompt": "a", "max_tokens": tokens, "ignore_eos": True})
+            await client.post(
+                "/v1/completions",
+                headers={"X-Drill-Priority": str(priority), "X-Request-Id": name},
+                json={"prompt": "a", "max_tokens": tokens, "ignore_eos": True},
+            )
             finished.append(name)
 
         first = asyncio.create_task(send("batch-1", 10, 30))

@@ -117,9 +117,11 @@ async def _raw(server: HttpServer, payload: bytes, *, read_until: bytes, close: 
 
 async def test_pipelined_requests_answered_in_order(server: HttpServer) -> None:
     body = json.dumps({"n": 1}).encode()
-    payload = (b"GET /hello?i=1 HTTP/1.1\r\nHost: x\r\n\r\n"
-               b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%b"
-               b"GET /hello?i=3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n") % (len(body), body)
+    payload = (
+        b"GET /hello?i=1 HTTP/1.1\r\nHost: x\r\n\r\n"
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%b"
+        b"GET /hello?i=3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    ) % (len(body), body)
     data = await _raw(server, payload, read_until=b'"i":"3"')
     assert data.count(b"HTTP/1.1 200 OK") == 3
     assert data.index(b'"i":"1"') < data.index(b'"got"') < data.index(b'"i":"3"')

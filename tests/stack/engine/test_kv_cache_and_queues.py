@@ -36,7 +36,7 @@ def test_prefix_blocks_are_shared_and_evicted_least_recently_freed_first() -> No
     kv.free(a)
     kv.free(b)
     assert kv.num_free_blocks == 6
-    c, = create_requests(1, num_tokens=9, same_prompt=True, prefix="c")
+    (c,) = create_requests(1, num_tokens=9, same_prompt=True, prefix="c")
     assert kv.get_computed_blocks(c)[1] == 8  # freed but still cached
     others = create_requests(1, num_tokens=24, prefix="x")
     assert kv.allocate_slots(others[0], 24)  # takes all 6 blocks: the cached ones are evicted
@@ -45,7 +45,7 @@ def test_prefix_blocks_are_shared_and_evicted_least_recently_freed_first() -> No
 
 def test_capacity_shrinks_free_blocks_first_then_owes_held_ones() -> None:
     kv = KVCacheManager(num_blocks=10, block_size=16)
-    held, = create_requests(1, num_tokens=16 * 6)
+    (held,) = create_requests(1, num_tokens=16 * 6)
     assert kv.allocate_slots(held, 16 * 6)
     kv.set_capacity(2)  # 4 free blocks go at once, 4 held ones are owed
     assert (kv.num_free_blocks, kv.deficit, kv.capacity) == (0, 4, 2)

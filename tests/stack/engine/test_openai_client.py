@@ -13,16 +13,33 @@ async def test_openai_client_completions_and_chat(start_replica) -> None:
         client = openai.AsyncOpenAI(base_url=replica.server.url + "/v1", api_key="unused", max_retries=0)
         try:
             models = await client.models.list()
-            completion = await client.completions.create(model="drill-llama", prompt="one two three", max_tokens=4,
-                                                         temperature=0)
-            chunks = [chunk async for chunk in await client.completions.create(
-                model="drill-llama", prompt="one two three", max_tokens=4, temperature=0, stream=True,
-                stream_options={"include_usage": True})]
-            chat = await client.chat.completions.create(model="drill-llama", max_tokens=3,
-                                                        messages=[{"role": "user", "content": "hi"}])
-            chat_chunks = [chunk async for chunk in await client.chat.completions.create(
-                model="drill-llama", max_tokens=3, stream=True, stream_options={"include_usage": True},
-                messages=[{"role": "user", "content": "hi"}])]
+            completion = await client.completions.create(
+                model="drill-llama", prompt="one two three", max_tokens=4, temperature=0
+            )
+            chunks = [
+                chunk
+                async for chunk in await client.completions.create(
+                    model="drill-llama",
+                    prompt="one two three",
+                    max_tokens=4,
+                    temperature=0,
+                    stream=True,
+                    stream_options={"include_usage": True},
+                )
+            ]
+            chat = await client.chat.completions.create(
+                model="drill-llama", max_tokens=3, messages=[{"role": "user", "content": "hi"}]
+            )
+            chat_chunks = [
+                chunk
+                async for chunk in await client.chat.completions.create(
+                    model="drill-llama",
+                    max_tokens=3,
+                    stream=True,
+                    stream_options={"include_usage": True},
+                    messages=[{"role": "user", "content": "hi"}],
+                )
+            ]
             with pytest.raises(openai.NotFoundError) as missing:
                 await client.completions.create(model="other", prompt="x", max_tokens=1)
             with pytest.raises(openai.BadRequestError) as too_long:

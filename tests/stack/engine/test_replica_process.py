@@ -44,8 +44,7 @@ async def test_memory_hog_kills_engine_like_cuda_oom(spawn_replica) -> None:
         streams = [asyncio.create_task(_stream_events(client, replica.url, event)) for event in started]
         plain = asyncio.create_task(client.post(replica.url + "/v1/completions", json=LONG))
         await asyncio.wait_for(asyncio.gather(*(event.wait() for event in started)), 10)
-        hog = await client.put(replica.url + "/admin/gpu/memory-hog", json={"gib": 79},
-                               headers=replica.admin_headers)
+        hog = await client.put(replica.url + "/admin/gpu/memory-hog", json={"gib": 79}, headers=replica.admin_headers)
         assert hog.status_code == 200
         t0 = time.monotonic()
         results = await asyncio.wait_for(asyncio.gather(*streams), 5)
@@ -111,9 +110,13 @@ async def test_sigterm_finishes_in_flight_flushes_spans_and_exits_zero(spawn_rep
         replica = spawn_replica(otlp_endpoint=sink.server.url + "/v1/traces")
         trace_id = "0af7651916cd43dd8448eb211c80319c"
         async with httpx.AsyncClient(timeout=30) as client:
-            pending = asyncio.create_task(client.post(
-                replica.url + "/v1/completions", json={"prompt": "a", "max_tokens": 30, "ignore_eos": True},
-                headers={"traceparent": f"00-{trace_id}-b7ad6b7169203331-01"}))
+            pending = asyncio.create_task(
+                client.post(
+                    replica.url + "/v1/completions",
+                    json={"prompt": "a", "max_tokens": 30, "ignore_eos": True},
+                    headers={"traceparent": f"00-{trace_id}-b7ad6b7169203331-01"},
+                )
+            )
             await asyncio.sleep(0.1)
             replica.proc.send_signal(signal.SIGTERM)
             response = await pending
@@ -131,6 +134,7 @@ async def test_stall_stops_steps_while_http_answers(spawn_replica) -> None:
     replica = spawn_replica()
     arrivals: list[float] = []
     async with httpx.AsyncClient(timeout=30) as client:
+
         async def stream() -> None:
             body = {"prompt": "a", "max_tokens": 150, "ignore_eos": True, "stream": True}
             async with client.stream("POST", replica.url + "/v1/completions", json=body) as response:
@@ -141,8 +145,9 @@ async def test_stall_stops_steps_while_http_answers(spawn_replica) -> None:
         task = asyncio.create_task(stream())
         while len(arrivals) < 5:
             await asyncio.sleep(0.005)
-        stall = await client.put(replica.url + "/admin/engine/stall", json={"seconds": 0.6},
-                                 headers=replica.admin_headers)
+        stall = await client.put(
+            replica.url + "/admin/engine/stall", json={"seconds": 0.6}, headers=replica.admin_headers
+        )
         health = await client.get(replica.url + "/health")
         state = (await client.get(replica.url + "/admin/state", headers=replica.admin_headers)).json()
         await task

@@ -38,7 +38,7 @@ def test_finishes_by_length_and_then_admits_waiting() -> None:
 
 def test_natural_stop_respects_min_tokens() -> None:
     scheduler = create_scheduler()
-    request, = create_requests(1, num_tokens=4, max_tokens=10, stop_after=2)
+    (request,) = create_requests(1, num_tokens=4, max_tokens=10, stop_after=2)
     request.min_tokens = 3
     scheduler.add_request(request)
     for _ in range(3):
@@ -64,7 +64,7 @@ def test_chunked_prefill_splits_long_prompt_over_token_budget() -> None:
 
 def test_long_prefill_token_threshold_caps_chunks() -> None:
     scheduler = create_scheduler(max_num_batched_tokens=256, long_prefill_token_threshold=32)
-    request, = create_requests(1, num_tokens=100)
+    (request,) = create_requests(1, num_tokens=100)
     scheduler.add_request(request)
     assert step(scheduler).out.num_scheduled_tokens == {"req0": 32}
 

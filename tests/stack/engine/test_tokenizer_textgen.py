@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import statistics
 
-from drill.stack.inference.textgen import (CONV_GENERATED_QUANTILES, TokenSampler, natural_length, prompt_seed,
-                                          token_text)
+from drill.stack.inference.textgen import (
+    CONV_GENERATED_QUANTILES,
+    TokenSampler,
+    natural_length,
+    prompt_seed,
+    token_text,
+)
 from drill.stack.inference.tokenizer import (
     CHAT_TOKENS_PER_CONVERSATION,
     CHAT_TOKENS_PER_MESSAGE,
@@ -20,8 +25,10 @@ from drill.stack.inference.tokenizer import (
 def test_one_token_per_word_and_chat_template_overhead() -> None:
     assert count_tokens("  hello   big\nworld ") == 3
     assert count_tokens("") == 0
-    messages = [{"role": "system", "content": "be brief"},
-                {"role": "user", "content": [{"type": "text", "text": "one two"}, {"type": "image_url"}]}]
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "one two"}, {"type": "image_url"}]},
+    ]
     assert count_chat_tokens(messages) == (2 + CHAT_TOKENS_PER_MESSAGE) * 2 + CHAT_TOKENS_PER_CONVERSATION == 16
     assert len(chat_tokens(messages)) == count_chat_tokens(messages)
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-
 import pytest
-
 
 
 @pytest.fixture
@@ -24,8 +22,9 @@ def stack_factory(tmp_path):
     def start(config: dict, *, runtime: str = "local", name: str | None = None, timeout_s: float = 90):
         name = name or f"t{len(started)}-{tmp_path.name[-12:].lower().replace('_', '-')}"
         started.append(name)
-        return start_stack(parse_stack_config(config), name=name, runtime=runtime, state_dir=tmp_path,
-                           timeout_s=timeout_s)
+        return start_stack(
+            parse_stack_config(config), name=name, runtime=runtime, state_dir=tmp_path, timeout_s=timeout_s
+        )
 
     yield start
     for name in started:

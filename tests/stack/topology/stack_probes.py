@@ -21,8 +21,9 @@ def tpot_s(replica, token: str, *, tokens: int = 8, requests: int = 2, model: st
         for _ in range(requests):
             request_id = f"tpot-{uuid.uuid4().hex[:12]}"
             body = {"model": model, "prompt": "hello", "max_tokens": tokens, "stream": True, "ignore_eos": True}
-            with client.stream("POST", f"{replica.url}/v1/completions", json=body,
-                               headers={"X-Request-Id": request_id}) as response:
+            with client.stream(
+                "POST", f"{replica.url}/v1/completions", json=body, headers={"X-Request-Id": request_id}
+            ) as response:
                 assert response.status_code == 200, response.read()
                 events = sum(1 for line in response.iter_lines() if line.startswith("data: {"))
             assert events == tokens

@@ -28,8 +28,11 @@ COMPLETION = {"model": "fake", "prompt": "hello", "max_tokens": 4}
 @asynccontextmanager
 async def stack(*modes: str, **router: object) -> AsyncIterator[tuple[Gateway, list[FakeReplica], httpx.AsyncClient]]:
     replicas = [await FakeReplica(f"r{i}", mode=mode).start() for i, mode in enumerate(modes)]
-    spec = RouterSpec(replicas=tuple(UpstreamSpec(name=r.name, index=i, url=r.url) for i, r in enumerate(replicas)),
-                      router=RouterConfig(**{"health_check_interval": "100ms", **router}), admin_token=TOKEN)
+    spec = RouterSpec(
+        replicas=tuple(UpstreamSpec(name=r.name, index=i, url=r.url) for i, r in enumerate(replicas)),
+        router=RouterConfig(**{"health_check_interval": "100ms", **router}),
+        admin_token=TOKEN,
+    )
     gateway = Gateway(spec)
     await gateway.start()
     client = httpx.AsyncClient(base_url=gateway.server.url, timeout=10)
@@ -113,8 +116,10 @@ async def test_without_retries_a_5xx_passes_through() -> None:
 async def test_retry_on_error_resends_to_another_replica() -> None:
     retries = RetryConfig(attempts=1)
     async with stack("fail", "ok", policy=RouterPolicy.ROUND_ROBIN, retries=retries) as (_, (r0, r1), client):
-        statuses = [(await client.post("/v1/completions", json=COMPLETION,
-                                       headers={"X-Request-Id": f"req-{i}"})).status_code for i in range(2)]
+        statuses = [
+            (await client.post("/v1/completions", json=COMPLETION, headers={"X-Request-Id": f"req-{i}"})).status_code
+            for i in range(2)
+        ]
         assert statuses == [200, 200]
         assert len(r0.ledger) == 2 and len(r1.ledger) == 2  # round robin lands on r0 first each time
         ids = [h["x-request-id"] for h in r0.headers_seen]
@@ -158,7 +163,11 @@ async def test_stream_is_retried_only_before_its_first_byte() -> None:
 
 
 async def test_connection_failure_takes_the_replica_out_at_once() -> None:
-    async with stack("cut", "ok", policy=RouterPolicy.ROUND_ROBIN, health_check_interval="30s") as (gw, (r0, r1), client):
+    async with stack("cut", "ok", policy=RouterPolicy.ROUND_ROBIN, health_check_interval="30s") as (
+        gw,
+        (r0, r1),
+        client,
+    ):
         assert (await client.post("/v1/completions", json=COMPLETION)).status_code == 502
         assert not gw.pool.replicas[0].healthy
         for _ in range(3):
@@ -171,8 +180,9 @@ async def test_idempotency_on_processes_a_key_once() -> None:
         for replica in replicas:
             replica.delay_s = 0.3
         headers = {"Idempotency-Key": "order-1"}
-        answers = await asyncio.gather(*(client.post("/v1/completions", json=COMPLETION, headers=headers)
-                                         for _ in range(3)))
+        answers = await asyncio.gather(
+            *(client.post("/v1/completions", json=COMPLETION, headers=headers) for _ in range(3))
+        )
         assert {a.status_code for a in answers} == {200} and len({a.content for a in answers}) == 1
         assert sum(len(r.ledger) for r in replicas) == 1
         again = await client.post("/v1/completions", json=COMPLETION, headers=headers)
@@ -203,8 +213,9 @@ async def test_admin_api_auth_state_and_patch() -> None:
     async with stack("ok") as (gateway, _, client):
         assert (await client.get("/admin/state")).status_code == 401
         auth = {"Authorization": f"Bearer {TOKEN}"}
-        patched = await client.patch("/admin/config", headers=auth,
-                                     json={"retries": {"attempts": 3}, "idempotency": True})
+        patched = await client.patch(
+            "/admin/config", headers=auth, json={"retries": {"attempts": 3}, "idempotency": True}
+        )
         assert patched.status_code == 200
         assert patched.json()["previous"]["retries"]["attempts"] == 0
         assert patched.json()["config"]["retries"] == {"attempts": 3, "on": ["error", "timeout"], "timeout": "30s"}
@@ -240,8 +251,9 @@ async def test_spans_and_traceparent_propagation() -> None:
     async with stack("fail", "ok", policy=RouterPolicy.ROUND_ROBIN, retries=retries) as (gateway, (r0, r1), client):
         gateway.tracer = provider.get_tracer("test")
         trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
-        await client.post("/v1/completions", json=COMPLETION,
-                          headers={"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"})
+        await client.post(
+            "/v1/completions", json=COMPLETION, headers={"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"}
+        )
     spans = exporter.get_finished_spans()
     server = [s for s in spans if s.kind is SpanKind.SERVER]
     clients = sorted((s for s in spans if s.kind is SpanKind.CLIENT), key=lambda s: s.attributes["drill.attempt"])

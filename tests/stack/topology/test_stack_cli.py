@@ -31,7 +31,7 @@ def test_up_status_down(tmp_path: Path) -> None:
     up = runner.invoke(cli, ["stack", "up", "--config", str(config), "--json", *common])
     try:
         assert up.exit_code == 0, up.output
-        started = json.loads(up.output[up.output.index("{"):])
+        started = json.loads(up.output[up.output.index("{") :])
         assert started["router"].startswith("http://127.0.0.1:")
         (replica,) = started["replicas"]
         assert replica["url"] and replica["admin_url"] and replica["links"][0]["kind"] == "tp"

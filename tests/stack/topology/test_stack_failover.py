@@ -52,12 +52,20 @@ def test_memory_hog_fails_fast_routes_around_and_restarts(stack_factory, runtime
     threads = [threading.Thread(target=long_request) for _ in range(2)]
     for thread in threads:
         thread.start()
-    wait_until(lambda: admin_get(f"{victim.admin_url}/admin/state", state.admin_token)["engine"]["running"] == 2,
-               10, "both long requests running on the victim")
+    wait_until(
+        lambda: admin_get(f"{victim.admin_url}/admin/state", state.admin_token)["engine"]["running"] == 2,
+        10,
+        "both long requests running on the victim",
+    )
 
     hogged_at = time.monotonic()
-    httpx.put(f"{victim.admin_url}/admin/gpu/memory-hog", json={"gib": 80},
-              headers={"Authorization": f"Bearer {state.admin_token}"}, timeout=10, trust_env=False)
+    httpx.put(
+        f"{victim.admin_url}/admin/gpu/memory-hog",
+        json={"gib": 80},
+        headers={"Authorization": f"Bearer {state.admin_token}"},
+        timeout=10,
+        trust_env=False,
+    )
     for thread in threads:
         thread.join(timeout=30)
     assert [status for status, _ in results] == [500, 500]

@@ -19,16 +19,23 @@ from drill.stack.interconnect.link_model import LinkToxic, predict_step_increase
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-TP_STACK = {"replicas": 2, "engine": {"tensor_parallel_size": 2, "weight_load_time": "200ms"},
-            "router": {"health_check_interval": "200ms"}}
-PP_STACK = {"replicas": 1, "engine": {"pipeline_parallel_size": 2, "weight_load_time": "200ms"},
-            "links": {"replica_proxies": False}}
+TP_STACK = {
+    "replicas": 2,
+    "engine": {"tensor_parallel_size": 2, "weight_load_time": "200ms"},
+    "router": {"health_check_interval": "200ms"},
+}
+PP_STACK = {
+    "replicas": 1,
+    "engine": {"pipeline_parallel_size": 2, "weight_load_time": "200ms"},
+    "links": {"replica_proxies": False},
+}
 
 
 def _cost_model(config: dict) -> CostModel:
     stack = parse_stack_config(config)
-    return CostModel(stack.model_preset, stack.gpu_preset, stack.engine.tensor_parallel_size,
-                     stack.engine.pipeline_parallel_size)
+    return CostModel(
+        stack.model_preset, stack.gpu_preset, stack.engine.tensor_parallel_size, stack.engine.pipeline_parallel_size
+    )
 
 
 def test_tp_link_latency_slows_only_that_replica_by_the_prediction(stack_factory) -> None:
@@ -37,8 +44,9 @@ def test_tp_link_latency_slows_only_that_replica_by_the_prediction(stack_factory
     link = faulted.links[0]
     assert link.kind == "tp" and link.proxy
     plan = _cost_model(TP_STACK).exchange_plan(1)  # one decoding sequence: one token per step
-    predicted = predict_step_increase(plan, LinkToxic(LinkKind.TP, latency_ms=5),
-                                      byte_scale=parse_stack_config(TP_STACK).links.byte_scale)
+    predicted = predict_step_increase(
+        plan, LinkToxic(LinkKind.TP, latency_ms=5), byte_scale=parse_stack_config(TP_STACK).links.byte_scale
+    )
     assert predicted == pytest.approx(2 * 32 * 0.005)  # llama-3-8b: 2 all-reduces x 32 layers
 
     token = state.admin_token
@@ -79,5 +87,7 @@ def test_pp_step_has_transfer_and_bubble_and_a_slow_stage_link_adds_the_predicti
             during = tpot_s(replica, state.admin_token, tokens=12)
         finally:
             toxiproxy.reset()
-    print(f"PP TPOT before {before:.4f}s (model {step.total_s:.4f}s), during {during:.4f}s; predicted +{predicted:.3f}s")
+    print(
+        f"PP TPOT before {before:.4f}s (model {step.total_s:.4f}s), during {during:.4f}s; predicted +{predicted:.3f}s"
+    )
     assert during - before == pytest.approx(predicted, rel=0.3)

@@ -35,8 +35,12 @@ def test_a_killed_replica_is_restarted(stack_factory) -> None:
     wait_until(lambda: int(Path(replica.pid_file).read_text()) != replica.pid, 10, "a new replica pid")
     wait_until(lambda: _healthy(replica.direct_url), 30, "the restarted replica to answer")
     wait_until(lambda: _healthy(state.router), 10, "the router to put it back in rotation")
-    response = httpx.post(f"{state.router}/v1/completions", timeout=30, trust_env=False,
-                          json={"model": "llama-3-8b", "prompt": "hi", "max_tokens": 3})
+    response = httpx.post(
+        f"{state.router}/v1/completions",
+        timeout=30,
+        trust_env=False,
+        json={"model": "llama-3-8b", "prompt": "hi", "max_tokens": 3},
+    )
     assert response.status_code == 200  # its TP rank came back with it: the step exchange works
 
 

@@ -29,9 +29,13 @@ def test_router_and_replica_spans_share_the_callers_trace(tmp_path: Path, monkey
         config = parse_stack_config({"replicas": 1, "engine": {"weight_load_time": "200ms"}})
         state = start_stack(config, name="traced", state_dir=tmp_path, otlp_endpoint=receiver.endpoint)
         try:
-            response = httpx.post(f"{state.router}/v1/completions", trust_env=False, timeout=30,
-                                  headers={"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01"},
-                                  json={"model": "llama-3-8b", "prompt": "hi", "max_tokens": 3})
+            response = httpx.post(
+                f"{state.router}/v1/completions",
+                trust_env=False,
+                timeout=30,
+                headers={"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01"},
+                json={"model": "llama-3-8b", "prompt": "hi", "max_tokens": 3},
+            )
             assert response.status_code == 200
 
             def ours() -> list[dict]:

@@ -59,27 +59,39 @@ class FakeReplica:
         self.ledger.append({"replica": self.name, "body": body})
         self.headers_seen.append(dict(request.headers))
         if self.mode == "fail":
-            return HttpResponse.json({"error": {"message": "engine dead", "type": "InternalServerError",
-                                                "param": None, "code": 500}}, 500)
+            return HttpResponse.json(
+                {"error": {"message": "engine dead", "type": "InternalServerError", "param": None, "code": 500}}, 500
+            )
         if self.mode == "busy":
-            return HttpResponse.json({"error": {"message": "busy", "type": "Service Unavailable", "param": None,
-                                                "code": 503}}, 503, headers=(("Retry-After", "1"),))
+            return HttpResponse.json(
+                {"error": {"message": "busy", "type": "Service Unavailable", "param": None, "code": 503}},
+                503,
+                headers=(("Retry-After", "1"),),
+            )
         if self.mode in ("cut", "cut_mid"):
             return await self._cut(stream)
         await asyncio.sleep(self.delay_s)
         if body.get("stream"):
             return await self._stream(stream)
-        return HttpResponse.json({"object": "text_completion", "replica": self.name,
-                                  "choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}]},
-                                 headers=(("x-request-id", request.headers.get("x-request-id", "none")),))
+        return HttpResponse.json(
+            {
+                "object": "text_completion",
+                "replica": self.name,
+                "choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}],
+            },
+            headers=(("x-request-id", request.headers.get("x-request-id", "none")),),
+        )
 
     async def _stream(self, stream: ResponseStream) -> None:
         stream.start()
         for index in range(self.chunks):
             if index:
                 await asyncio.sleep(self.chunk_gap_s)
-            event = {"object": "text_completion", "replica": self.name,
-                     "choices": [{"index": 0, "text": f"t{index}", "finish_reason": None}]}
+            event = {
+                "object": "text_completion",
+                "replica": self.name,
+                "choices": [{"index": 0, "text": f"t{index}", "finish_reason": None}],
+            }
             stream.write(f"data: {json.dumps(event)}\n\n".encode())
         stream.write(b"data: [DONE]\n\n")
         stream.end()

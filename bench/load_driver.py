@@ -342,7 +342,8 @@ def _table(results: list[Result], args) -> str:
         f"\n{args.chunks} chunks per stream, {args.gap_ms:g} ms apart; steady window {args.measure:g} s after "
         f"{args.warmup:g} s warm-up; client on CPU 0, server on CPU 1\n"
         "| tool | streams (target) | sustained streams | chunks/s | client CPU (cores) | chunks/s per core "
-        "| ts error p50 / p99 / max (ms) | other processes' CPU (cores) | load avg 1m |\n|---|---|---|---|---|---|---|---|---|"
+        "| ts error p50 / p99 / max (ms) | other processes' CPU (cores) | load avg 1m |\n"
+        "|---|---|---|---|---|---|---|---|---|"
     )
     rows = [
         f"| {r.tool} | {r.target_streams} | {r.sustained_streams} | {r.chunks_per_s:,} | {r.client_cpu_cores:.2f} | "

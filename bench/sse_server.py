@@ -276,9 +276,9 @@ class Conn(asyncio.Protocol):
             return self._non_stream(entry, request, chat, prompt_tokens, total)
         usage = bool((request.get("stream_options") or {}).get("include_usage"))
         stream = Stream(self, entry, total, chat, usage, prompt_tokens, server.model)
-        start = lambda: (
+        start = lambda: (  # noqa: E731
             self.write(
-                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"  # noqa: E731
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                 b"Transfer-Encoding: chunked\r\n\r\n"
             ),
             server.schedule(stream, cfg.ttft_ms / 1000.0),

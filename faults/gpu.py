@@ -7,6 +7,7 @@ NVIDIA's documented interfaces and tested against a fake ``nvidia-smi`` and a fa
 from __future__ import annotations
 
 import enum
+import functools
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -395,5 +396,7 @@ class GpuOom(Fault):
                 continue
             admin, before = ctx.stack_admin(replica), saved.hog_gib.get(replica.name, 0.0)
             with_admin_retry(
-                ctx, admin.clear_memory_hog if before <= 0 else lambda: admin.set_memory_hog(before), gone_ok=True
+                ctx,
+                admin.clear_memory_hog if before <= 0 else functools.partial(admin.set_memory_hog, before),
+                gone_ok=True,
             )

@@ -121,7 +121,8 @@ class RouterRetryStorm(Fault):
             raise FaultNotLanded(f"the router reports {', '.join(wrong)}", fault=ctx.fault_id)
         return LandingProof(
             summary=f"router retries {config.retries.attempts} time(s) on "
-            f"{', '.join(config.retries.on)} (attempt timeout {config.retries.timeout:g}s, idempotency {config.idempotency})",
+            f"{', '.join(config.retries.on)} (attempt timeout {config.retries.timeout:g}s, "
+            f"idempotency {config.idempotency})",
             observations={
                 "attempts": config.retries.attempts,
                 "timeout_s": config.retries.timeout,

@@ -13,8 +13,8 @@
   ``NCCL_SHM_DISABLE=1``, ``NCCL_NVLS_ENABLE=0`` (and whatever else is asked) and started, so
   NCCL falls back to slower transports at its next init. The original container is stopped and
   renamed ``<name>-<tag>`` (a fault's tag is ``drill-<fault id>``); the new one has the original's
-  name, image, command, host config and the label ``llm-drill.fault=<tag>``. :meth:`NcclControl.restore` removes the new one,
-  renames the original back and starts it. Every step is idempotent, so a restore after a crash
+  name, image, command, host config and the label ``llm-drill.fault=<tag>``. :meth:`NcclControl.restore` removes the
+  new one, renames the original back and starts it. Every step is idempotent, so a restore after a crash
   at any point of the swap puts the original back. On hardware, ``NCCL_DEBUG=INFO`` logs show the
   transport (``via P2P/CUMEM`` becomes ``via SHM`` or ``via NET/Socket``). The container swap
   itself is tested against the real Docker engine; the NCCL effect is not. Limits: the copy joins

@@ -86,7 +86,7 @@ class ReplicaAdminState(_AdminWire):
 
 
 class RetrySettings(_AdminWire):
-    """The router's retries: ``attempts`` extra tries after the first on ``on`` failures; ``timeout`` per attempt (s)."""
+    """The router's retries: ``attempts`` extra tries after the first on ``on`` failures; ``timeout`` per try (s)."""
 
     attempts: int
     on: tuple[str, ...]

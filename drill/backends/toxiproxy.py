@@ -386,7 +386,7 @@ class ToxiproxyServer:
         server exits or does not answer within ``timeout_s``.
         """
         tries = 1 if self.port is not None else 3
-        for attempt in range(tries):
+        for _attempt in range(tries):
             port = self.port if tries == 1 else _free_port(self.host)
             if self._try_start(port, timeout_s):
                 self.port = port

@@ -82,7 +82,6 @@ class RecoveryTimeCheck(Check):
     reads = ("journal.jsonl", "requests.jsonl")
 
     def evaluate(self, evidence: RunEvidence) -> Verdict:
-        p: RecoveryTimeParams = self.params
         revert, revert_ref = _revert(evidence)
         recovery = evidence.phases.get("recovery")
         baseline = evidence.phases.get("baseline")

@@ -140,7 +140,10 @@ class StopMonitor:
             return None
         value = percentile(values, cond.percentile)
         if value is not None and value / 1000.0 > (cond.above or math.inf):
-            return f"{cond.metric} p{cond.percentile:g} = {value:.0f}ms over the last {cond.for_:g}s (limit {cond.above * 1000:.0f}ms)"
+            return (
+                f"{cond.metric} p{cond.percentile:g} = {value:.0f}ms over the last {cond.for_:g}s "
+                f"(limit {cond.above * 1000:.0f}ms)"
+            )
         return None
 
     def _metric(self, i: int, cond: StopCondition, now_mono: float) -> str | None:

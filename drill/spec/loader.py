@@ -356,7 +356,8 @@ def _scenario(drill_path: Path, value: object, out: _Collector) -> tuple[Scenari
         out.add(
             ("scenario",),
             f"scenario file {value!r} not found",
-            hint=f"looked next to the drill and in scenarios/; available: {', '.join(_known_scenarios(drill_path)) or '(none)'}",
+            hint="looked next to the drill and in scenarios/; available: "
+            f"{', '.join(_known_scenarios(drill_path)) or '(none)'}",
         )
         return None, None
     scenario, problems = load_scenario(found)

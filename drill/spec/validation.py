@@ -62,7 +62,8 @@ def _clean_loc(loc: tuple, data: object, keep_last: bool) -> KeyPath:
     path: list = []
     node = data
     for i, part in enumerate(loc):
-        if isinstance(node, dict) and part in node or isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+        in_dict = isinstance(node, dict) and part in node
+        if in_dict or isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
             path.append(part)
             node = node[part]
         elif keep_last and i == len(loc) - 1:

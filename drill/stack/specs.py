@@ -2,7 +2,8 @@
 and :class:`RouterSpec`.
 
 Written as JSON by the launcher/supervisor (topology side) and read by
-``python -m drill.stack.replica.api_server --spec FILE.json`` and ``python -m drill.stack.router.gateway --spec FILE.json``.
+``python -m drill.stack.replica.api_server --spec FILE.json`` and
+``python -m drill.stack.router.gateway --spec FILE.json``.
 Kept apart from both processes so the supervisor can build specs without importing the engine or
 the router.
 """

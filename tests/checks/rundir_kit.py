@@ -194,7 +194,7 @@ class RunKit:
         prompt_tokens: int = 100,
         completion_tokens: int = 10,
     ) -> dict[str, Any]:
-        """One record of ``ledger/replica-<replica>.jsonl`` (the fields of ``drill.stack.replica.ledger.LedgerRecord``)."""
+        """One ``ledger/replica-<replica>.jsonl`` record (the fields of ``drill.stack.replica.ledger.LedgerRecord``)."""
         ts = self.ts(at)
         record = {
             "seq": next(self._ledger_seq),

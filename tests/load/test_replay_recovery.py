@@ -135,7 +135,7 @@ def _judge(run, lines, slo: dict):
     journal.close()
     _rewrite_ts(
         run.run_dir / "journal.jsonl",
-        [run.t0, run.t0 + DURATION_S + 5, min(l.sent_ts for l in lines), max(l.sent_ts for l in lines) + 1],
+        [run.t0, run.t0 + DURATION_S + 5, min(r.sent_ts for r in lines), max(r.sent_ts for r in lines) + 1],
     )
     return RecoveryReplayCheck(RecoveryReplayCheck.Params()).evaluate(RunEvidence(run.run_dir, slo))
 

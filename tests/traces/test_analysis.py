@@ -513,7 +513,7 @@ def test_random_forests_keep_the_invariants(seed):
         start = t * 20.0
         fault = t >= n_traces // 2
         rows: list[dict] = []
-        for i in range(int(rng.integers(1, 9))):
+        for _ in range(int(rng.integers(1, 9))):
             parent = rows[int(rng.integers(0, len(rows)))] if rows and rng.random() < 0.9 else None
             lost = parent is None and rows and rng.random() < 0.5
             begin = (parent["start_ns"] - T0) / 1e6 if parent else start

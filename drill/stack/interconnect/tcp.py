@@ -278,8 +278,8 @@ def _dial(address: str, timeout_s: float) -> socket.socket:
 
 def _spawn_ranks(spec: InterconnectSpec) -> tuple[list[PeerSpec], list[subprocess.Popen[bytes]]]:
     """Start every rank process (TP ranks, then PP stages in order); called in the loop's thread."""
-    pp_links = sorted((l for l in spec.links if l.kind == LinkKind.PP), key=lambda l: l.rank)
-    tp_links = sorted((l for l in spec.links if l.kind == LinkKind.TP), key=lambda l: l.rank)
+    pp_links = sorted((p for p in spec.links if p.kind == LinkKind.PP), key=lambda p: p.rank)
+    tp_links = sorted((p for p in spec.links if p.kind == LinkKind.TP), key=lambda p: p.rank)
     processes: list[subprocess.Popen[bytes]] = []
     try:
         for link in tp_links:
@@ -301,8 +301,8 @@ def _link_up(
         deadline = time.monotonic() + spec.start_timeout_s
         for process, link in zip(processes, links):
             _wait_ready(process, deadline, f"{link.kind} rank {link.rank}")
-        tp_socks = [_dial(l.connect, spec.start_timeout_s) for l in links if l.kind == LinkKind.TP]
-        pp_first = next((l for l in links if l.kind == LinkKind.PP), None)
+        tp_socks = [_dial(p.connect, spec.start_timeout_s) for p in links if p.kind == LinkKind.TP]
+        pp_first = next((p for p in links if p.kind == LinkKind.PP), None)
         pp_sock = _dial(pp_first.connect, spec.start_timeout_s) if pp_first else None
         for sock in [*tp_socks, *([pp_sock] if pp_sock else [])]:
             sock.settimeout(spec.exchange_timeout_s)

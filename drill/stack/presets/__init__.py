@@ -8,7 +8,7 @@ Files are read on first use and cached; importing this module reads nothing.
 
 from __future__ import annotations
 
-from functools import cache, lru_cache
+from functools import cache
 from importlib import resources
 
 import yaml

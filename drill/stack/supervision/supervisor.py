@@ -1,7 +1,8 @@
 """The stack's supervisor: ``python -m drill.stack.supervision.supervisor --plan PLAN.json``.
 
 Started detached (its own session, so a terminal's Ctrl-C does not reach it) by
-:func:`drill.stack.supervision.launcher.start_stack`, it applies a :class:`~drill.stack.supervision.stack_plan.StackPlan`:
+:func:`drill.stack.supervision.launcher.start_stack`, it applies a
+:class:`~drill.stack.supervision.stack_plan.StackPlan`:
 Toxiproxy (its own server, unless the plan names an external one), the proxies, the replicas
 (local processes, or one container each), then the router. It then restarts any local replica or
 router that exits (with a backoff from 0.2 s doubling to 5 s while it keeps dying young); Docker

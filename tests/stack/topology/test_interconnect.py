@@ -165,9 +165,9 @@ asyncio.run(main())
 
 def test_ranks_die_when_their_replica_is_killed() -> None:
     links = [PeerSpec(kind="tp", rank=1, listen=f"127.0.0.1:{free_port()}", connect="")]
-    links = [l.model_copy(update={"connect": l.listen}) for l in links]
+    links = [p.model_copy(update={"connect": p.listen}) for p in links]
     parent = subprocess.Popen(
-        [sys.executable, "-c", _PARENT, *(l.model_dump_json() for l in links)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", _PARENT, *(p.model_dump_json() for p in links)], stdout=subprocess.PIPE, text=True
     )
     try:
         pids = [int(p) for p in parent.stdout.readline().split()]

@@ -108,6 +108,7 @@ class GpuClockCap(Fault):
 
     kind = "gpu_clock_cap"
     Params = GpuClockCapParams
+    params: GpuClockCapParams
     Saved = GpuClockCapSaved
     mechanisms = (
         Mechanism(
@@ -250,6 +251,7 @@ class GpuOom(Fault):
 
     kind = "gpu_oom"
     Params = GpuOomParams
+    params: GpuOomParams
     Saved = GpuOomSaved
     mechanisms = (
         Mechanism(

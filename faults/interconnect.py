@@ -92,6 +92,7 @@ class NcclDegradation(Fault):
 
     kind = "nccl_degradation"
     Params = NcclDegradationParams
+    params: NcclDegradationParams
     scope = "links"  # the toxiproxy method's; the real-host methods act on whole replicas (see __init__)
     mechanisms = (
         Mechanism(

@@ -97,6 +97,7 @@ class ReplicaCrash(Fault):
 
     kind = "replica_crash"
     Params = ReplicaCrashParams
+    params: ReplicaCrashParams
     Saved = CrashSaved
     mechanisms = (
         Mechanism(
@@ -272,6 +273,7 @@ class ReplicaPause(Fault):
 
     kind = "replica_pause"
     Params = ReplicaPauseParams
+    params: ReplicaPauseParams
     Saved = PauseSaved
     mechanisms = (
         Mechanism(

@@ -47,6 +47,7 @@ class QueueFlood(Fault):
 
     kind = "queue_flood"
     Params = QueueFloodParams
+    params: QueueFloodParams
     needs = frozenset({Capability.LOAD_CONTROL})
     realism = Realism.REAL
     scope = "pools"

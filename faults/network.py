@@ -54,6 +54,7 @@ class LinkReset(Fault):
 
     kind = "link_reset"
     Params = LinkResetParams
+    params: LinkResetParams
     needs = frozenset({Capability.TOXIPROXY_REPLICA})
     realism = Realism.REAL
     summary = "TCP resets (Toxiproxy reset_peer) between the router and a replica"
@@ -117,6 +118,7 @@ class Partition(Fault):
 
     kind = "partition"
     Params = PartitionParams
+    params: PartitionParams
     Saved = PartitionSaved
     needs = frozenset({Capability.TOXIPROXY_REPLICA})
     realism = Realism.REAL

@@ -75,6 +75,7 @@ class RouterRetryStorm(Fault):
 
     kind = "router_retry_storm"
     Params = RouterRetryStormParams
+    params: RouterRetryStormParams
     Saved = RetryStormSaved
     needs = frozenset({Capability.ROUTER_ADMIN})
     realism = Realism.REAL

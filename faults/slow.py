@@ -100,6 +100,7 @@ class SlowReplica(Fault):
 
     kind = "slow_replica"
     Params = SlowReplicaParams
+    params: SlowReplicaParams
     Saved = SlowReplicaSaved
     mechanisms = (
         Mechanism(

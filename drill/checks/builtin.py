@@ -33,6 +33,7 @@ class FaultLandedCheck(Check):
 
     kind = "fault_landed"
     Params = CheckParams
+    params: CheckParams
 
     def evaluate(self, evidence: RunEvidence) -> Verdict:
         planned = _planned_faults(evidence)
@@ -152,6 +153,7 @@ class SloCheck(Check):
 
     kind = "slo"
     Params = SloParams
+    params: SloParams
 
     def evaluate(self, evidence: RunEvidence) -> Verdict:
         p: SloParams = self.params
@@ -271,6 +273,7 @@ class ErrorRateCheck(Check):
 
     kind = "error_rate"
     Params = ErrorRateParams
+    params: ErrorRateParams
 
     def evaluate(self, evidence: RunEvidence) -> Verdict:
         p: ErrorRateParams = self.params

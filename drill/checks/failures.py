@@ -124,6 +124,7 @@ class FastFailureCheck(Check):
 
     kind = "fast_failure"
     Params = FastFailureParams
+    params: FastFailureParams
     reads = ("journal.jsonl", "requests.jsonl")
 
     def evaluate(self, evidence: RunEvidence) -> Verdict:

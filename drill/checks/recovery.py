@@ -79,6 +79,7 @@ class RecoveryTimeCheck(Check):
 
     kind = "recovery_time"
     Params = RecoveryTimeParams
+    params: RecoveryTimeParams
     reads = ("journal.jsonl", "requests.jsonl")
 
     def evaluate(self, evidence: RunEvidence) -> Verdict:

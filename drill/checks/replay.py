@@ -128,6 +128,7 @@ class RecoveryReplayCheck(Check):
 
     kind = "recovery_replay"
     Params = RecoveryReplayParams
+    params: RecoveryReplayParams
     reads = ("journal.jsonl", "requests.jsonl", "failing_samples.jsonl", "replay.jsonl")
 
     def evaluate(self, evidence: RunEvidence) -> Verdict:

@@ -105,6 +105,7 @@ class DuplicateSideEffectsCheck(Check):
 
     kind = "duplicate_side_effects"
     Params = DuplicateSideEffectsParams
+    params: DuplicateSideEffectsParams
     reads = ("requests.jsonl", LEDGER_READS)
 
     def evaluate(self, evidence: RunEvidence) -> Verdict:
@@ -405,6 +406,7 @@ class RetryBudgetCheck(Check):
 
     kind = "retry_budget"
     Params = RetryBudgetParams
+    params: RetryBudgetParams
     reads = ("journal.jsonl", "requests.jsonl")
 
     def evaluate(self, evidence: RunEvidence) -> Verdict:

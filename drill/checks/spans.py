@@ -139,6 +139,7 @@ class FirstAbnormalSpanCheck(Check):
 
     kind = "first_abnormal_span"
     Params = FirstAbnormalSpanParams
+    params: FirstAbnormalSpanParams
     reads = ("journal.jsonl", "spans.jsonl")
 
     def evaluate(self, evidence: RunEvidence) -> Verdict:

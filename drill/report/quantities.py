@@ -1,0 +1,371 @@
+"""Serving quantities (queue depth, KV-cache use, prefix-cache hit rate, ...) from the scraped ``metrics.jsonl``.
+
+Each serving stack names the same quantity differently; :data:`METRIC_NAMES` maps a quantity to the metric of
+vLLM, SGLang, TGI and llama.cpp's server (sources per name in ``docs/metrics-map.md``). A run's scrapes are
+searched in that order and the first stack whose metric the target exported is used. A quantity the target
+does not export is **None** ("not available"), never 0: a zero would claim an empty queue that was never
+measured.
+
+How each kind of metric becomes a figure:
+
+- a **gauge** (queue depth, running, KV-cache use, SGLang's cache hit rate) is combined across endpoints per
+  scrape round — summed for counts of requests, the largest for a share — and a phase's figure is the mean
+  (``running``, the hit-rate gauge) or the largest (``queue_depth``, ``kv_cache_usage``) over the phase;
+- a **counter** is turned into increments per endpoint (a counter that went down was reset: the replica
+  restarted, and its new value is the increment); a phase's figure is the increments summed over the phase
+  (``preemptions``), divided by the phase's length (``generation_tokens_per_s``), or by another counter's
+  (``prefix_cache_hit_rate`` = Δhits / Δqueries);
+- a **histogram** gives the mean over the phase, Δsum / Δcount (``ttft_seconds``).
+
+A failed scrape (``ok: false``) contributes nothing, and the scrape lines that could not be read are counted in
+``evidence.reports["metrics.jsonl"]``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from drill.checks.base import PhaseWindow, RunEvidence
+from drill.jsonl import ReadReport, read_jsonl
+
+__all__ = [
+    "METRIC_NAMES",
+    "QUANTITIES",
+    "SERVERS",
+    "Scrape",
+    "metric_used",
+    "phase_quantities",
+    "quantity_series",
+    "read_scrapes",
+]
+
+#: The serving stacks whose metric names are known, in the order they are tried.
+SERVERS = ("vllm", "sglang", "tgi", "llamacpp")
+
+
+class _Kind(enum.Enum):
+    GAUGE = "gauge"
+    COUNTER = "counter"
+    RATIO = "ratio"  # two counters: Δnumerator / Δdenominator
+    HISTOGRAM_MEAN = "histogram"  # <name>_sum / <name>_count
+
+
+class _Across(enum.Enum):
+    SUM = "sum"  # counts of requests: add the endpoints
+    MAX = "max"  # shares: the fullest endpoint
+
+
+class _PhaseStat(enum.Enum):
+    MEAN = "mean"
+    MAX = "max"
+    TOTAL = "total"  # counter: increments in the phase
+    PER_SECOND = "per_second"  # counter: increments / phase length
+    RATIO = "ratio"
+    MEAN_OBSERVED = "mean_observed"  # histogram: Δsum / Δcount
+
+
+@dataclass(frozen=True)
+class _Quantity:
+    kind: _Kind
+    across: _Across
+    stat: _PhaseStat
+    names: dict[str, tuple[str, ...]]  # server -> metric name(s); a RATIO has (numerator, denominator)
+
+
+_Q = _Quantity
+_QUANTITY_TABLE: dict[str, _Quantity] = {
+    "queue_depth": _Q(
+        _Kind.GAUGE,
+        _Across.SUM,
+        _PhaseStat.MAX,
+        {
+            "vllm": ("vllm:num_requests_waiting",),
+            "sglang": ("sglang:num_queue_reqs",),
+            "tgi": ("tgi_queue_size",),
+            "llamacpp": ("llamacpp:requests_deferred",),
+        },
+    ),
+    "running": _Q(
+        _Kind.GAUGE,
+        _Across.SUM,
+        _PhaseStat.MEAN,
+        {
+            "vllm": ("vllm:num_requests_running",),
+            "sglang": ("sglang:num_running_reqs",),
+            "tgi": ("tgi_batch_current_size",),
+            "llamacpp": ("llamacpp:requests_processing",),
+        },
+    ),
+    "kv_cache_usage": _Q(
+        _Kind.GAUGE,
+        _Across.MAX,
+        _PhaseStat.MAX,
+        {
+            "vllm": ("vllm:kv_cache_usage_perc",),
+            "sglang": ("sglang:token_usage",),
+            "llamacpp": ("llamacpp:kv_cache_usage_ratio",),
+        },
+    ),
+    "prefix_cache_hit_rate": _Q(
+        _Kind.RATIO,
+        _Across.SUM,
+        _PhaseStat.RATIO,
+        {"vllm": ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")},
+    ),
+    "preemptions": _Q(
+        _Kind.COUNTER,
+        _Across.SUM,
+        _PhaseStat.TOTAL,
+        {"vllm": ("vllm:num_preemptions_total",), "sglang": ("sglang:num_retracted_requests_total",)},
+    ),
+    "ttft_seconds": _Q(
+        _Kind.HISTOGRAM_MEAN,
+        _Across.SUM,
+        _PhaseStat.MEAN_OBSERVED,
+        {"vllm": ("vllm:time_to_first_token_seconds",), "sglang": ("sglang:time_to_first_token_seconds",)},
+    ),
+    "generation_tokens_per_s": _Q(
+        _Kind.COUNTER,
+        _Across.SUM,
+        _PhaseStat.PER_SECOND,
+        {
+            "vllm": ("vllm:generation_tokens_total",),
+            "sglang": ("sglang:generation_tokens_total",),
+            "llamacpp": ("llamacpp:tokens_predicted_total",),
+        },
+    ),
+}
+#: SGLang exports its prefix-cache hit rate as a gauge (a share already), not as two counters.
+_SGLANG_HIT_RATE = _Q(_Kind.GAUGE, _Across.MAX, _PhaseStat.MEAN, {"sglang": ("sglang:cache_hit_rate",)})
+
+#: The quantities a report shows, in order.
+QUANTITIES: tuple[str, ...] = tuple(_QUANTITY_TABLE)
+
+#: quantity -> {server: metric name} ("" where the server exports no such metric); a ratio reads
+#: "hits / queries", a histogram its family name.
+METRIC_NAMES: dict[str, dict[str, str]] = {
+    quantity: {server: " / ".join(spec.names.get(server, ())) for server in SERVERS}
+    for quantity, spec in _QUANTITY_TABLE.items()
+}
+METRIC_NAMES["prefix_cache_hit_rate"]["sglang"] = "sglang:cache_hit_rate"
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """One line of ``metrics.jsonl``: one endpoint at one time, each metric summed over its label sets."""
+
+    ts: float
+    source: str
+    ok: bool
+    totals: dict[str, float]
+
+    @classmethod
+    def from_json(cls, data: dict) -> Scrape:
+        totals: dict[str, float] = {}
+        for key, value in (data.get("samples") or {}).items():
+            name = key.split("{", 1)[0]
+            totals[name] = totals.get(name, 0.0) + float(value)
+        return cls(float(data["ts"]), str(data["source"]), bool(data["ok"]), totals)
+
+
+def read_scrapes(path: Path, report: ReadReport) -> Iterator[Scrape]:
+    """``metrics.jsonl`` as :class:`Scrape` records; unreadable lines are counted in ``report``."""
+    return read_jsonl(path, Scrape.from_json, report)
+
+
+def _scrapes(evidence: RunEvidence) -> list[Scrape]:
+    cached = getattr(evidence, "_drill_scrapes", None)
+    if cached is None:
+        cached = sorted(evidence.read("metrics.jsonl", read_scrapes), key=lambda s: s.ts)
+        evidence._drill_scrapes = cached  # type: ignore[attr-defined]  # read once per evidence
+    return cached
+
+
+def _sample_names(spec: _Quantity, server: str) -> tuple[str, ...]:
+    names = spec.names.get(server, ())
+    if spec.kind is _Kind.HISTOGRAM_MEAN:
+        return tuple(f"{names[0]}{suffix}" for suffix in ("_sum", "_count")) if names else ()
+    return names
+
+
+def _resolve(scrapes: list[Scrape], quantity: str) -> tuple[_Quantity, tuple[str, ...]] | None:
+    """The quantity's spec and the sample names of the first server the target exported them for."""
+    if quantity not in _QUANTITY_TABLE:
+        raise KeyError(f"unknown quantity {quantity!r} (known: {', '.join(QUANTITIES)})")
+    exported = {name for s in scrapes if s.ok for name in s.totals}
+    candidates = [(_QUANTITY_TABLE[quantity], server) for server in SERVERS]
+    if quantity == "prefix_cache_hit_rate":
+        candidates.insert(1, (_SGLANG_HIT_RATE, "sglang"))
+    for spec, server in candidates:
+        names = _sample_names(spec, server)
+        if names and all(name in exported for name in names):
+            return spec, names
+    return None
+
+
+def metric_used(evidence: RunEvidence, quantity: str) -> str | None:
+    """The metric a quantity was read from in this run (``vllm:num_requests_waiting``), None if not exported."""
+    resolved = _resolve(_scrapes(evidence), quantity)
+    if resolved is None:
+        return None
+    spec, names = resolved
+    if spec.kind is _Kind.HISTOGRAM_MEAN:
+        return names[0].removesuffix("_sum")
+    return " / ".join(names)
+
+
+# --- gauges ---------------------------------------------------------------------------------------
+
+
+def _rounds(scrapes: list[Scrape]) -> Iterator[list[Scrape]]:
+    """Scrape rounds: consecutive lines until an endpoint repeats (the scraper visits each once a tick)."""
+    current: list[Scrape] = []
+    seen: set[str] = set()
+    for scrape in scrapes:
+        if scrape.source in seen:
+            yield current
+            current, seen = [], set()
+        current.append(scrape)
+        seen.add(scrape.source)
+    if current:
+        yield current
+
+
+def _combine(values: list[float], across: _Across) -> float:
+    return sum(values) if across is _Across.SUM else max(values)
+
+
+def _gauge_series(scrapes: list[Scrape], name: str, across: _Across) -> list[tuple[float, float]]:
+    points = []
+    for round_ in _rounds(scrapes):
+        values = [s.totals[name] for s in round_ if s.ok and name in s.totals]
+        if values:
+            points.append((round_[0].ts, _combine(values, across)))
+    return points
+
+
+# --- counters -------------------------------------------------------------------------------------
+
+
+def _increments(scrapes: list[Scrape], name: str) -> list[tuple[float, float, float]]:
+    """(ts, increment, seconds since the endpoint's previous value) per endpoint; a drop is a reset."""
+    last: dict[str, tuple[float, float]] = {}
+    out = []
+    for scrape in scrapes:
+        if not scrape.ok or name not in scrape.totals:
+            continue
+        value = scrape.totals[name]
+        previous = last.get(scrape.source)
+        last[scrape.source] = (scrape.ts, value)
+        if previous is None:
+            continue
+        delta = value - previous[1]
+        out.append((scrape.ts, delta if delta >= 0 else value, scrape.ts - previous[0]))
+    return out
+
+
+def _in(window: PhaseWindow, ts: float) -> bool:
+    """A gauge read at ``ts`` (a round's first scrape) belongs to the phase ``[start, end)``."""
+    return window.start_ts <= ts < window.end_ts
+
+
+def _closes_in(window: PhaseWindow, ts: float) -> bool:
+    """An increment stamped ``ts`` covers the time up to ``ts``: it belongs to ``(start, end]``."""
+    return window.start_ts < ts <= window.end_ts
+
+
+def _total(increments: list[tuple[float, float, float]], window: PhaseWindow) -> float:
+    return sum(delta for ts, delta, _ in increments if _closes_in(window, ts))
+
+
+def _by_round(scrapes: list[Scrape], increments: list[tuple[float, float, float]]) -> list[tuple[float, list]]:
+    """(the round's first ts, the increments stamped within the round) per scrape round."""
+    bounds = [(r[0].ts, r[-1].ts) for r in _rounds(scrapes)]
+    buckets: list[list[tuple[float, float, float]]] = [[] for _ in bounds]
+    ends = [hi for _, hi in bounds]
+    for item in increments:
+        i = bisect.bisect_left(ends, item[0])
+        if i < len(bounds) and bounds[i][0] <= item[0]:
+            buckets[i].append(item)
+    return [(lo, bucket) for (lo, _), bucket in zip(bounds, buckets, strict=True)]
+
+
+def _counter_series(scrapes: list[Scrape], name: str) -> list[tuple[float, float]]:
+    """Per scrape round, the endpoints' rates (per second) summed."""
+    points = []
+    for ts, bucket in _by_round(scrapes, _increments(scrapes, name)):
+        rates = [delta / dt for _, delta, dt in bucket if dt > 0]
+        if rates:
+            points.append((ts, sum(rates)))
+    return points
+
+
+def _ratio_series(scrapes: list[Scrape], numerator: str, denominator: str) -> list[tuple[float, float]]:
+    num = dict(_by_round(scrapes, _increments(scrapes, numerator)))
+    points = []
+    for ts, bucket in _by_round(scrapes, _increments(scrapes, denominator)):
+        d = sum(delta for _, delta, _ in bucket)
+        if d > 0:
+            points.append((ts, sum(delta for _, delta, _ in num.get(ts, [])) / d))
+    return points
+
+
+# --- the interface --------------------------------------------------------------------------------
+
+
+def _series(scrapes: list[Scrape], spec: _Quantity, names: tuple[str, ...]) -> list[tuple[float, float]]:
+    if spec.kind is _Kind.GAUGE:
+        return _gauge_series(scrapes, names[0], spec.across)
+    if spec.kind is _Kind.COUNTER:
+        return _counter_series(scrapes, names[0])
+    return _ratio_series(scrapes, names[0], names[1])  # RATIO and HISTOGRAM_MEAN (sum / count)
+
+
+def quantity_series(evidence: RunEvidence, quantity: str) -> list[tuple[float, float]] | None:
+    """(UNIX s, value) over the run, one point per scrape round (stamped with its first scrape); None when the
+    target does not export it.
+
+    Gauges are the value; counters a rate per second (``preemptions``: per second, not a count); ratios and
+    histogram means are taken over each round's increments.
+    """
+    scrapes = _scrapes(evidence)
+    resolved = _resolve(scrapes, quantity)
+    if resolved is None:
+        return None
+    return _series(scrapes, *resolved)
+
+
+def _phase_value(scrapes: list[Scrape], spec: _Quantity, names: tuple[str, ...], window: PhaseWindow) -> float | None:
+    if spec.kind is _Kind.GAUGE:
+        values = [v for ts, v in _gauge_series(scrapes, names[0], spec.across) if _in(window, ts)]
+        if not values:
+            return None
+        return max(values) if spec.stat is _PhaseStat.MAX else sum(values) / len(values)
+    if spec.kind is _Kind.COUNTER:
+        increments = _increments(scrapes, names[0])
+        if not any(_closes_in(window, ts) for ts, _, _ in increments):
+            return None  # no two scrapes in the phase: nothing measured
+        total = _total(increments, window)
+        if spec.stat is _PhaseStat.PER_SECOND:
+            return total / window.length_s if window.length_s > 0 else None
+        return total
+    denominator = _total(_increments(scrapes, names[1]), window)
+    if denominator <= 0:
+        return None  # no queries (or no observations) in the phase: a ratio of nothing
+    return _total(_increments(scrapes, names[0]), window) / denominator
+
+
+def phase_quantities(evidence: RunEvidence) -> dict[str, dict[str, float | None]]:
+    """phase -> quantity -> its figure over the phase (see the module's docstring); None = not available."""
+    scrapes = _scrapes(evidence)
+    resolved = {q: _resolve(scrapes, q) for q in QUANTITIES}
+    out: dict[str, dict[str, float | None]] = {}
+    for phase, window in evidence.phases.items():
+        out[phase] = {
+            q: (None if r is None else _phase_value(scrapes, r[0], r[1], window)) for q, r in resolved.items()
+        }
+    return out

@@ -277,10 +277,7 @@ class Conn(asyncio.Protocol):
         usage = bool((request.get("stream_options") or {}).get("include_usage"))
         stream = Stream(self, entry, total, chat, usage, prompt_tokens, server.model)
         start = lambda: (  # noqa: E731
-            self.write(
-                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                b"Transfer-Encoding: chunked\r\n\r\n"
-            ),
+            self.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"),
             server.schedule(stream, cfg.ttft_ms / 1000.0),
         )
         if cfg.hang_headers:

@@ -1,4 +1,6 @@
-"""Architecture guards: what may import what."""
+"""Architecture guards that import-linter's contracts (``pyproject.toml``, ``tests/test_import_contracts.py``) cannot
+express: what the harness process loads at run time (entry points and plugins are imported by name, which no static
+import graph shows), and drill.api's public names."""
 
 from __future__ import annotations
 

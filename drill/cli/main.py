@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, str] = {
     "judge": "drill.cli.judge:judge",
     "load": "drill.cli.load:load",
     "plan": "drill.cli.plan:plan",
+    "report": "drill.cli.report:report",
     "run": "drill.cli.run:run",
     "stack": "drill.cli.stack:stack",
     "traces": "drill.cli.traces:traces",

@@ -79,9 +79,7 @@ def _progress_listener():
 
 
 def _report(result) -> None:
-    print_verdicts(result.verdicts)
-    if result.stopped_by:
-        console.print(f"the fault phase ended early: stop condition '{result.stopped_by}' fired")
+    """What went wrong first; the verdicts, the run directory and the report's paths are the last lines."""
     if result.message:
         err_console.print(result.message)
     if result.revert_failures:
@@ -92,5 +90,10 @@ def _report(result) -> None:
             "  run `drill cleanup` to retry the reverts from the journal; "
             "if it fails again, undo them by hand as the journal's revert records describe."
         )
+    if result.stopped_by:
+        console.print(f"the fault phase ended early: stop condition '{result.stopped_by}' fired")
+    print_verdicts(result.verdicts)
     if result.run_dir:
         console.print(f"run directory: {result.run_dir}")
+    for path in result.reports:
+        console.print(f"report: {path}")

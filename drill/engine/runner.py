@@ -73,6 +73,7 @@ class RunResult:
     stopped_by: str | None = None
     message: str = ""
     revert_failures: list[str] = field(default_factory=list)
+    reports: list[Path] = field(default_factory=list)  # report.md, report.html (none when rendering failed)
 
 
 class _DrillStopped(Exception):
@@ -182,6 +183,9 @@ class Runner:
                 "check_params": [_dump(p) for p in loaded.check_params],
             },
         )
+        if loaded.runbook_path is not None and loaded.runbook_path.is_file():
+            # the runbook as this run used it: the report shows it from the run directory, not the working tree
+            self.rundir.write_text("runbook.md", loaded.runbook_path.read_text(encoding="utf-8"))
 
     def _write_env(self) -> None:
         seeds = {"drill": self.drill.seed, "scenario": self.loaded.scenario.seed}
@@ -229,6 +233,7 @@ class Runner:
             stopped_by=self.result.stopped_by,
             revert_failures=self.result.revert_failures,
         )
+        self._render_reports()
         self.journal.close()
         if self.watchdog is not None:
             self.watchdog.finish()
@@ -472,6 +477,23 @@ class Runner:
         evidence = RunEvidence(self.rundir.path)  # SLOs and params as resolved.json has them, like `drill judge`
         self.result.verdicts = evaluate_checks(self.loaded, evidence)
         write_verdicts(self.rundir, self.loaded, self.result, evidence)
+
+    def _render_reports(self) -> None:
+        """``report.md`` and ``report.html`` from the finished run directory; a broken report never breaks the run.
+
+        Rendered after ``run_finished`` is journaled, so the report shows the whole journal and ``drill report``
+        renders the same bytes later.
+        """
+        try:
+            from drill.report.render import write_reports
+
+            self.result.reports = write_reports(self.rundir.path)
+        except Exception as exc:  # noqa: BLE001 - the run's evidence and verdicts stand without a report
+            log.error("rendering the report failed: %s", exc)
+            self.journal.write(
+                Event.NOTE,
+                message=f"report not rendered: {type(exc).__name__}: {exc} (`drill report RUN_DIR` renders it again)",
+            )
 
     def _listener_failed(self, name: str, event: str, exc: BaseException) -> None:
         if self.journal is not None:

@@ -1,8 +1,9 @@
 """Where Locust and gevent may be imported: only in the load-generator child, and the docs say which modules.
 
-Locust monkey-patches the process at import, so the harness must never import it. Read from the source
-(AST), not by importing: every drill module that imports locust/gevent/geventhttpclient is reachable only
-from ``drill.load.child.locustfile``, and the README names every module that imports Locust itself.
+Locust monkey-patches the process at import, so the harness must never import it. That rule is two import-linter
+contracts in ``pyproject.toml`` (``tests/test_import_contracts.py``): only ``drill.load.child`` imports
+locust/gevent/geventhttpclient, and nothing outside ``drill.load.child`` imports it. Checked here from the source
+(AST) what a contract cannot: the README names every module that imports Locust itself.
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PATCHING = ("locust", "gevent", "geventhttpclient")
-CHILD = "drill.load.child"
 
 
 def _module(path: Path) -> str:
@@ -35,23 +34,6 @@ def _graph() -> dict[str, set[str]]:
 
 def _importers_of(graph: dict[str, set[str]], roots: tuple[str, ...]) -> set[str]:
     return {m for m, imports in graph.items() if any(i == r or i.startswith(r + ".") for i in imports for r in roots)}
-
-
-def test_patching_libraries_are_imported_only_by_modules_the_child_alone_loads() -> None:
-    graph = _graph()
-    child_only = _importers_of(graph, PATCHING)
-    assert "drill.load.child.locustfile" in child_only
-    for module in sorted(child_only - {"drill.load.child.locustfile"}):
-        importers = _importers_of(graph, (module,)) - {module}
-        assert importers <= child_only, f"{module} imports gevent/Locust but is imported by {importers - child_only}"
-
-
-def test_the_monkey_patching_boundary_is_the_child_folder() -> None:
-    """Every module that imports gevent/Locust lives in ``drill/load/child/``, and nothing outside it imports it."""
-    graph = _graph()
-    child = {m for m in graph if m == CHILD or m.startswith(CHILD + ".")}
-    assert _importers_of(graph, PATCHING) - child == set()
-    assert _importers_of(graph, (CHILD,)) - child == set()
 
 
 def test_the_readme_names_every_module_that_imports_locust() -> None:

@@ -1,0 +1,85 @@
+"""``drill report RUN_DIR [--format md|html|json]``: render a run's report again from its directory."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from drill.cli.common import console, err_console, handle_errors
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+__all__ = ["report"]
+
+
+@click.command("report")
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["md", "html", "json"]),
+    default=None,
+    help="Print the report in this format instead of writing report.md and report.html.",
+)
+@click.option("--progress/--no-progress", default=None, help="Show progress on stderr (default: on a terminal).")
+def report(run_dir: Path, fmt: str | None, progress: bool | None) -> None:
+    """Render the report of a finished run from RUN_DIR alone (re-renderable any time).
+
+    Without --format, writes report.md and report.html into RUN_DIR (replacing earlier renders) and prints their
+    paths; with it, prints the report to stdout and writes nothing. Exit 2 when RUN_DIR is not a run directory.
+    """
+    from drill.errors import InputError
+    from drill.report.render import render_html, render_json, render_markdown, report_for, write_reports
+
+    with handle_errors():
+        if not (run_dir / "resolved.json").is_file():
+            raise InputError(
+                f"{run_dir}: not a run directory (it has no resolved.json)",
+                hint="pass a directory that `drill run` created, such as reports/<drill>/<run id>",
+            )
+        show = sys.stderr.isatty() if progress is None else progress
+        with _ReportProgress(show) as step:
+            if fmt is None:
+                paths = write_reports(run_dir, progress=step)
+            else:
+                model = report_for(run_dir, progress=step)
+                text = {"md": render_markdown, "html": render_html, "json": render_json}[fmt](model)
+    if fmt is None:
+        for path in paths:
+            console.print(f"report: {path}")
+    else:
+        sys.stdout.write(text)
+
+
+class _ReportProgress:
+    """A rich progress bar on stderr over the report's sections (nothing when ``show`` is false)."""
+
+    def __init__(self, show: bool) -> None:
+        self.show = show
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
+
+    def __enter__(self) -> Callable[[str], None]:
+        if not self.show:
+            return lambda _name: None
+        from rich.progress import Progress
+
+        from drill.report.build import SECTIONS
+
+        self._bar = Progress(console=err_console, transient=True)
+        self._bar.start()
+        self._task = self._bar.add_task("report", total=len(SECTIONS))
+        return self._step
+
+    def _step(self, name: str) -> None:
+        if self._bar is not None and self._task is not None:
+            self._bar.update(self._task, advance=1, description=f"report: {name}")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()

@@ -1,0 +1,110 @@
+"""Render a :class:`~drill.report.model.Report` as Markdown, self-contained HTML or JSON, and write a run's reports.
+
+Deterministic: the templates print only what the model holds, numbers through one formatter
+(:func:`drill.report.build.format_value`), and JSON with sorted keys — the same run directory renders
+byte-identical Markdown. The HTML has its CSS inline and its charts as inline SVG; it loads nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from drill.checks.base import RunEvidence, Verdict
+from drill.report.build import format_value
+from drill.report.model import Report, build_report
+
+__all__ = [
+    "REPORT_FILES",
+    "load_verdicts",
+    "render_html",
+    "render_json",
+    "render_markdown",
+    "report_for",
+    "write_reports",
+]
+
+REPORT_FILES = ("report.md", "report.html")
+_TEMPLATES = Path(__file__).parent / "templates"
+
+
+def _cell(value: Any) -> str:
+    """A value fit for a Markdown table cell: one line, pipes escaped."""
+    text = value if isinstance(value, str) else format_value(value)
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _pct(value: Any) -> str:
+    return (
+        format_value(value, "ratio")
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+        else format_value(value)
+    )
+
+
+def _markdown_html(text: str) -> str:
+    """Runbook Markdown as HTML (raw HTML in it is escaped, not passed through)."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
+
+
+@lru_cache(maxsize=2)
+def _environment(html: bool) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(_TEMPLATES)),
+        autoescape=html,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(num=format_value, pct=_pct, cell=_cell, markdown=_markdown_html)
+    return env
+
+
+def render_markdown(report: Report) -> str:
+    return _environment(False).get_template("report.md.j2").render(r=report)
+
+
+def render_html(report: Report) -> str:
+    return _environment(True).get_template("report.html.j2").render(r=report)
+
+
+def render_json(report: Report) -> str:
+    return json.dumps(report.to_json(), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+def load_verdicts(run_dir: Path) -> list[Verdict]:
+    """The verdicts of ``verdicts.json`` ([] when the run was not judged)."""
+    path = Path(run_dir) / "verdicts.json"
+    if not path.exists():
+        return []
+    document = json.loads(path.read_text(encoding="utf-8"))
+    return [Verdict.from_json(v) for v in document.get("checks") or ()]
+
+
+def report_for(run_dir: Path, progress: Callable[[str], None] | None = None) -> Report:
+    """The report model of one run directory (its verdicts from ``verdicts.json``)."""
+    run_dir = Path(run_dir)
+    return build_report(RunEvidence(run_dir), load_verdicts(run_dir), progress=progress)
+
+
+def write_reports(run_dir: Path, progress: Callable[[str], None] | None = None) -> list[Path]:
+    """Render ``report.md`` and ``report.html`` into the run directory (replacing earlier renders: a report is a
+    view of the directory, not evidence); returns their paths."""
+    run_dir = Path(run_dir)
+    report = report_for(run_dir, progress)
+    out = []
+    for name, text in (("report.md", render_markdown(report)), ("report.html", render_html(report))):
+        path = run_dir / name
+        tmp = path.with_name(f".{name}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+        out.append(path)
+    return out

@@ -542,6 +542,14 @@ class Target(abc.ABC):
     def stop(self) -> None:
         """Stop what ``start`` started (idempotent); leave alone what was only attached."""
 
+    def request_headers(self) -> dict[str, str]:
+        """Headers every request to the target carries (credentials: ``Authorization``, ``X-Api-Key``).
+
+        The load generator, the probes and the recovery replay send them; they are never journaled, and a
+        stored failing sample drops them (the replay adds them again from here). The default is none.
+        """
+        return {}
+
     def collect_evidence(self, run_dir: str) -> list[str]:
         """Copy what the target itself recorded during the run into ``run_dir``; return the files written.
 

@@ -21,10 +21,14 @@ import time
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from drill import __version__
 
-__all__ = ["RunDir", "create_run_dir", "package_versions"]
+if TYPE_CHECKING:
+    from drill.report.redact import Redactor
+
+__all__ = ["RunDir", "create_run_dir", "environment", "package_versions", "recorded_environment"]
 
 _PACKAGES = (
     "locust",
@@ -96,9 +100,49 @@ def package_versions() -> dict[str, str]:
     return found
 
 
-def environment(run_id: str, argv: list[str], seeds: dict[str, int], extra: dict | None = None) -> dict:
-    """Facts for ``env.json``: versions, interpreter, host, seeds, command line."""
-    return {
+#: Environment variables worth recording in ``env.json`` (what changes a serving stack's or the harness's
+#: behaviour); any variable whose name looks secret is recorded too, with its value redacted.
+_ENV_PREFIXES = (
+    "VLLM_",
+    "SGLANG_",
+    "CUDA_",
+    "NCCL_",
+    "NVIDIA_",
+    "OTEL_",
+    "HF_",
+    "HUGGING",
+    "OPENAI_",
+    "DRILL_",
+    "TOXIPROXY_",
+    "JAEGER_",
+    "TORCH",
+    "PYTORCH_",
+    "OMP_",
+    "TOKENIZERS_",
+)
+
+
+def recorded_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment variables ``env.json`` records (not yet redacted), sorted by name."""
+    from drill.report.redact import is_secret_name
+
+    environ = dict(os.environ) if environ is None else environ
+    return {k: v for k, v in sorted(environ.items()) if k.startswith(_ENV_PREFIXES) or is_secret_name(k)}
+
+
+def environment(
+    run_id: str, argv: list[str], seeds: dict[str, int], extra: dict | None = None, *, redactor: Redactor | None = None
+) -> dict:
+    """Facts for ``env.json``: versions, interpreter, host, seeds, command line, relevant environment variables.
+
+    Everything passes through ``redactor`` (a fresh :class:`~drill.report.redact.Redactor` if none): a secret
+    environment variable is recorded by name with its value ``[redacted]``, and credentials in the command
+    line or in ``extra`` are scrubbed.
+    """
+    from drill.report.redact import Redactor
+
+    redactor = redactor or Redactor()
+    facts = {
         "run_id": run_id,
         "llm_drill": __version__,
         "python": sys.version.split()[0],
@@ -112,3 +156,6 @@ def environment(run_id: str, argv: list[str], seeds: dict[str, int], extra: dict
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **(extra or {}),
     }
+    facts = redactor.data(facts)
+    facts["environment"] = redactor.env(recorded_environment())
+    return facts

@@ -41,6 +41,7 @@ from drill.engine.stopconditions import StopMonitor, StopTrigger
 from drill.engine.timeline import Timeline, plan_timeline
 from drill.engine.watchdog import Watchdog
 from drill.errors import DrillError, RunInterrupted
+from drill.report.redact import Redactor, scrub_files, secret_environment_values, secret_values
 from drill.spec.loader import LoadedDrill
 from drill.spec.models import Phase, StopKind
 from drill.targets.probe import first_good_response, served_model
@@ -92,6 +93,7 @@ class Runner:
         self.guard = SignalGuard(on_signal=self._signal_received)
         self.result = RunResult(None)
         self.rundir: RunDir | None = None
+        self.redactor = Redactor()  # the run's, with its secrets, from _open on
         self.journal: Journal | None = None
         self.watchdog: Watchdog | None = None
         self.receiver: OtlpReceiver | None = None
@@ -147,6 +149,7 @@ class Runner:
     def _open(self) -> None:
         self.rundir = create_run_dir(self.options.out_dir, self.drill.name)
         self.result.run_dir = self.rundir.path
+        self.redactor = self._initial_redactor()
         self.journal = Journal(self.rundir.journal)
         self.journal.write(
             Event.RUN_STARTED,
@@ -154,7 +157,7 @@ class Runner:
             drill=self.drill.name,
             pid=os.getpid(),
             pid_start=active.process_start_time(os.getpid()),
-            argv=list(self.options.argv),
+            argv=[self.redactor.value(arg) for arg in self.options.argv],
             time_scale=self.loaded.time_scale,
         )
         self._write_inputs()
@@ -168,9 +171,8 @@ class Runner:
 
     def _write_inputs(self) -> None:
         loaded = self.loaded
-        self.rundir.write_text("drill.yaml", loaded.text)
-        self.rundir.write_json(
-            "resolved.json",
+        self.rundir.write_text("drill.yaml", self.redactor.value(loaded.text))  # as given, credentials scrubbed
+        resolved = self.redactor.data(
             {
                 "drill_file": str(loaded.path),
                 "overrides": list(loaded.overrides),
@@ -181,22 +183,33 @@ class Runner:
                 "target_params": _dump(loaded.target_params),
                 "fault_params": [_dump(p) for p in loaded.fault_params],
                 "check_params": [_dump(p) for p in loaded.check_params],
-            },
+            }
         )
+        self.rundir.write_json("resolved.json", resolved)
         if loaded.runbook_path is not None and loaded.runbook_path.is_file():
             # the runbook as this run used it: the report shows it from the run directory, not the working tree
             self.rundir.write_text("runbook.md", loaded.runbook_path.read_text(encoding="utf-8"))
 
+    def _initial_redactor(self) -> Redactor:
+        """Scrubs the secrets of the environment and the target's config from every file the run writes."""
+        secrets = [*secret_environment_values(), *secret_values(_dump(self.loaded.target_params))]
+        return Redactor(include_text=self.drill.report.include_text, secrets=secrets)
+
+    def _headers(self) -> dict[str, str]:
+        """The target's request headers (credentials); never journaled."""
+        return self.target.request_headers() if self.target is not None else {}
+
     def _write_env(self) -> None:
         seeds = {"drill": self.drill.seed, "scenario": self.loaded.scenario.seed}
-        model, version = served_model(self.target_info.base_url)
+        model, version = served_model(self.target_info.base_url, headers=self._headers())
         self.rundir.write_json(
             "env.json",
             environment(
                 self.rundir.run_id,
                 list(self.options.argv),
                 seeds,
-                {
+                redactor=self.redactor,
+                extra={
                     "target": {
                         "kind": self.target_info.kind,
                         "base_url": self.target_info.base_url,
@@ -237,6 +250,7 @@ class Runner:
         self.journal.close()
         if self.watchdog is not None:
             self.watchdog.finish()
+        scrub_files(sorted(self.rundir.path.rglob("*.log")), self.redactor)  # what other processes logged
         if not self.result.revert_failures:
             active.unregister(self.rundir.run_id)
         self.guard.uninstall()
@@ -280,6 +294,7 @@ class Runner:
             self.drill.seed,
         )
         self.target = registry.targets.get(kind)(self.loaded.target_params, ctx)
+        self.redactor = self.redactor.with_secrets(secret_values(self._headers()))
         self.journal.write(
             Event.TARGET_STARTING, target_id="target", target_kind=kind, teardown=self.target.teardown_data()
         )
@@ -288,7 +303,9 @@ class Runner:
             self._phase_started(Phase.COLD_START, None)
         t0 = time.monotonic()
         self.target_info = self.target.start()
-        seconds = first_good_response(self.target_info.base_url, self.target_info.model, timeout_s=cold.timeout)
+        seconds = first_good_response(
+            self.target_info.base_url, self.target_info.model, timeout_s=cold.timeout, headers=self._headers()
+        )
         self.journal.write(
             Event.TARGET_READY,
             target_id="target",
@@ -331,6 +348,7 @@ class Runner:
             seed=self.drill.seed,
             workers=self.options.workers,
             progress=self.options.progress,
+            headers=self._headers(),
             control_ids=tuple(self._control_ids()),
         )
         self.load = LoadDriver(plan)
@@ -454,6 +472,7 @@ class Runner:
             seed=self.drill.seed if spec.seed is None else spec.seed,
             rate=rate,
             repetitions=spec.repetitions,
+            headers=self._headers(),
         )
         self._phase_started(Phase.REPLAY, None)
         start = time.monotonic()

@@ -1,4 +1,4 @@
-"""Evaluate a run's checks and write ``verdicts.json`` and ``summary.md``.
+"""Evaluate a run's checks and write ``verdicts.json``, ``junit.xml`` and ``summary.md``.
 
 Every check listed in the drill runs, plus ``fault_landed`` whenever the drill
 has faults and does not list it: a fault that did not land must never let a
@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from drill import registry
 from drill.checks.base import Check, RunEvidence, Status, Verdict
 from drill.engine.rundir import RunDir
+from drill.report.junit import write_junit
 from drill.spec.loader import LoadedDrill
 
 __all__ = [
@@ -117,6 +118,7 @@ def write_verdicts(rundir: RunDir, loaded: LoadedDrill, result, evidence: RunEvi
             rundir.run_id, loaded.drill.name, result.status, result.stopped_by, result.verdicts, evidence
         ),
     )
+    write_junit(rundir.file("junit.xml"), rundir.run_id, loaded.drill.name, result.verdicts)  # for CI systems
     rundir.write_text("summary.md", render_summary(rundir, loaded, result))
 
 

@@ -3,10 +3,11 @@
 :class:`Redactor` is the one place that decides what is a secret:
 
 - a **header**, **environment variable** or **config key** whose name is a known credential
-  (``Authorization``, ``Proxy-Authorization``, ``Cookie``, ``Set-Cookie``, ``X-Api-Key``, ``api-key``) or has
-  a word ``token``, ``secret``, ``key``, ``password``, ``auth``, ... (``HF_TOKEN``, ``OPENAI_API_KEY``,
-  ``client_secret``; case-insensitive) has its value replaced by ``[redacted]``. Whole words, so
-  ``input_tokens`` and ``TOKENIZERS_PARALLELISM`` are kept; ``Idempotency-Key`` is evidence and is kept;
+  (``Authorization``, ``Proxy-Authorization``, ``Cookie``, ``Set-Cookie``, ``X-Api-Key``, ``api-key``), has a
+  word ``secret``, ``password``, ``credential``, ``apikey``, ``cookie``, ..., or ends in ``token``, ``key``,
+  ``auth`` (``HF_TOKEN``, ``OPENAI_API_KEY``, ``client_secret``; case-insensitive) has its value replaced by
+  ``[redacted]``. Whole words, so ``input_tokens``, ``token_ids`` and ``TOKENIZERS_PARALLELISM`` are kept, and
+  ``Idempotency-Key`` is evidence and is kept;
 - **free text** (a log line, an error message, a command line) has bearer and basic credentials, API-key
   shapes (``sk-…``, ``hf_…``, GitHub and Slack tokens, AWS access key ids, JWTs), ``name=value`` pairs whose
   name looks secret, credentials in URLs, and every exact secret value the redactor was told about
@@ -25,9 +26,18 @@ import hashlib
 import os
 import re
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
-__all__ = ["REDACTED", "Redactor", "drop_secret_headers", "is_secret_name", "secret_environment_values"]
+__all__ = [
+    "REDACTED",
+    "Redactor",
+    "drop_secret_headers",
+    "is_secret_name",
+    "scrub_files",
+    "secret_environment_values",
+    "secret_values",
+]
 
 REDACTED = "[redacted]"
 
@@ -35,30 +45,18 @@ REDACTED = "[redacted]"
 _CREDENTIAL_HEADERS = frozenset(
     {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "api-key"}
 )
-#: A name is secret when one of its words (split at ``_ - . :`` and spaces) is one of these, or ends in one
-#: of ``_SECRET_ENDINGS`` (``hftoken``, ``clientsecret``). ``tokens`` is a count (``input_tokens``), not a
-#: credential, and ``tokenizer`` neither: whole words, not substrings.
-_SECRET_WORDS = frozenset(
-    {
-        "token",
-        "secret",
-        "key",
-        "apikey",
-        "password",
-        "passwd",
-        "pwd",
-        "credential",
-        "credentials",
-        "auth",
-        "authorization",
-        "cookie",
-        "bearer",
-        "oauth",
-    }
+#: A name is secret when one of its words (split at ``_ - . :`` and spaces) is in ``_SECRET_ANYWHERE``, or its
+#: last word is in ``_SECRET_LAST`` or ends like one (``hftoken``, ``clientsecret``): ``HF_TOKEN``, ``api_key``,
+#: ``admin_token``, ``client_secret`` are secret; ``input_tokens``, ``token_ids``, ``long_prefill_token_threshold``
+#: and ``TOKENIZERS_PARALLELISM`` are not. Whole words, not substrings.
+_SECRET_ANYWHERE = frozenset(
+    {"secret", "password", "passwd", "credential", "credentials", "authorization", "apikey", "bearer", "cookie"}
 )
+_SECRET_LAST = frozenset({"token", "key", "auth", "oauth"})  # not "pwd": $PWD is the working directory
 _SECRET_ENDINGS = ("token", "secret", "apikey", "password", "passwd")
-#: Names that contain a secret word but carry evidence, not credentials.
-_NOT_SECRET = frozenset({"idempotency-key", "x-idempotency-key", "idempotency_key", "drill.idempotency_key"})
+#: Names that contain a secret word but carry evidence, not credentials (and a bare ``key``: a dict's field).
+_NOT_SECRET = frozenset({"key", "idempotency-key", "x-idempotency-key", "idempotency_key", "drill.idempotency_key"})
+_EVIDENCE_WORDS = frozenset({"idempotency"})
 #: A known secret shorter than this is not scrubbed from free text as an exact value (too many false hits).
 _MIN_EXACT = 6
 
@@ -103,7 +101,11 @@ def is_secret_name(name: str) -> bool:
     if lowered in _CREDENTIAL_HEADERS:
         return True
     words = [w for w in _WORD_SPLIT.split(lowered) if w]
-    return any(w in _SECRET_WORDS or w.endswith(_SECRET_ENDINGS) for w in words)
+    if not words or _EVIDENCE_WORDS.intersection(words):
+        return False
+    return (
+        bool(_SECRET_ANYWHERE.intersection(words)) or words[-1] in _SECRET_LAST or words[-1].endswith(_SECRET_ENDINGS)
+    )
 
 
 def drop_secret_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -115,6 +117,22 @@ def secret_environment_values(environ: Mapping[str, str] | None = None) -> list[
     """The values of the environment variables whose names look secret (to scrub them from free text)."""
     environ = os.environ if environ is None else environ
     return [value for name, value in environ.items() if is_secret_name(name) and len(value) >= _MIN_EXACT]
+
+
+def secret_values(data: Any) -> list[str]:
+    """Every string held under a secret-looking key anywhere in JSON-like ``data`` (a target's config)."""
+    found: list[str] = []
+    if isinstance(data, Mapping):
+        for key, value in data.items():
+            if isinstance(key, str) and is_secret_name(key) and isinstance(value, str):
+                found.append(value)
+                found += [part for part in value.split() if len(part) >= _MIN_EXACT]  # "Bearer <token>"
+            else:
+                found += secret_values(value)
+    elif isinstance(data, (list, tuple)):
+        for item in data:
+            found += secret_values(item)
+    return found
 
 
 class Redactor:
@@ -168,3 +186,23 @@ class Redactor:
         if isinstance(obj, str):
             return self.value(obj)
         return obj
+
+
+def scrub_files(paths: Iterable[Path], redactor: Redactor) -> list[Path]:
+    """Scrub each text file in place (logs written by other processes); returns the files that changed.
+
+    Rewritten in place, not replaced, so a process still appending to one keeps appending to the same file.
+    """
+    changed = []
+    for path in paths:
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        scrubbed = redactor.value(text)
+        if scrubbed != text:
+            with open(path, "r+", encoding="utf-8") as fh:
+                fh.write(scrubbed)
+                fh.truncate()
+            changed.append(path)
+    return changed

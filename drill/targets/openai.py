@@ -19,6 +19,8 @@ Toxiproxy proxy, its container, its PID file or process name.
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import time
 from urllib.parse import urlsplit
@@ -47,6 +49,12 @@ class ReplicaConfig(SpecModel):
 class OpenAITargetParams(SpecModel):
     url: str = Field(pattern=r"^https?://")
     model: str | None = None
+    #: Headers sent with every request (load, probes, replay), e.g. ``Authorization: Bearer ${VLLM_API_KEY}``;
+    #: ``${NAME}`` is read from the environment at start, so the drill file need not hold the secret.
+    #: Credentials never reach a stored sample, a log, ``resolved.json`` or a report.
+    headers: dict[str, str] = Field(default_factory=dict)
+    #: Shorthand for ``Authorization: Bearer <api_key>`` (vLLM's ``--api-key``); ``${NAME}`` as in headers.
+    api_key: str | None = None
     replicas: list[ReplicaConfig] = Field(default_factory=list)
     toxiproxy_url: str | None = None
     metrics_urls: dict[str, str] | None = None  # default: <url>/metrics and each replica's metrics_url
@@ -59,6 +67,24 @@ class OpenAITargetParams(SpecModel):
 
 def _host(url: str) -> str:
     return urlsplit(url).hostname or ""
+
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _expand(value: str, where: str) -> str:
+    """``${NAME}`` replaced by the environment variable NAME; an unset one is an error naming where."""
+
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in os.environ:
+            raise TargetError(
+                f"target.config.{where}: the environment variable {name} is not set",
+                hint=f"export {name}=... before the run",
+            )
+        return os.environ[name]
+
+    return _ENV_REF.sub(one, value)
 
 
 class OpenAITarget(Target):
@@ -140,6 +166,13 @@ class OpenAITarget(Target):
 
     def stop(self) -> None:
         """Attached only: nothing to stop."""
+
+    def request_headers(self) -> dict[str, str]:
+        p: OpenAITargetParams = self.params
+        headers = {name: _expand(value, f"headers.{name}") for name, value in p.headers.items()}
+        if p.api_key is not None:
+            headers["Authorization"] = f"Bearer {_expand(p.api_key, 'api_key')}"
+        return headers
 
     @staticmethod
     def _run_start_command(command: list[str]) -> None:

@@ -11,10 +11,12 @@ from drill.errors import TargetError
 __all__ = ["first_good_response", "served_model"]
 
 
-def served_model(base_url: str, timeout_s: float = 5.0) -> tuple[str | None, str | None]:
+def served_model(
+    base_url: str, timeout_s: float = 5.0, headers: dict[str, str] | None = None
+) -> tuple[str | None, str | None]:
     """(first model id from ``/v1/models``, server version from ``/version``); None where unknown."""
     model = version = None
-    with httpx.Client(timeout=timeout_s, trust_env=False) as client:
+    with httpx.Client(timeout=timeout_s, trust_env=False, headers=headers) as client:
         try:
             data = client.get(f"{base_url}/v1/models").json().get("data") or []
             model = data[0].get("id") if data else None
@@ -29,14 +31,16 @@ def served_model(base_url: str, timeout_s: float = 5.0) -> tuple[str | None, str
     return model, version
 
 
-def first_good_response(base_url: str, model: str | None, *, timeout_s: float, poll_s: float = 0.2) -> float:
+def first_good_response(
+    base_url: str, model: str | None, *, timeout_s: float, poll_s: float = 0.2, headers: dict[str, str] | None = None
+) -> float:
     """Seconds until a one-token completion succeeds (a cold start ends at the first good response)."""
     start = time.monotonic()
     deadline = start + timeout_s
     last = "no answer"
-    with httpx.Client(timeout=min(30.0, timeout_s), trust_env=False) as client:
+    with httpx.Client(timeout=min(30.0, timeout_s), trust_env=False, headers=headers) as client:
         while time.monotonic() < deadline:
-            name = model or served_model(base_url)[0]
+            name = model or served_model(base_url, headers=headers)[0]
             if name:
                 try:
                     response = client.post(

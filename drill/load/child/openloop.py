@@ -33,6 +33,7 @@ from drill.load.payload import PromptText, attempt_headers, build_body, endpoint
 from drill.load.records import ErrorClass, RequestRecord
 from drill.load.samples import FailingSample
 from drill.load.schedule import PlannedRequest, build_schedule
+from drill.report.redact import drop_secret_headers
 from drill.spec.scenario import ClientRetryOn, Pool, RetryPolicy
 
 __all__ = ["OpenLoop", "Sink", "Counters"]
@@ -320,7 +321,7 @@ class OpenLoop:
             payload_digest=job.digest,
             method="POST",
             endpoint=endpoint_path(job.pool.endpoint),
-            headers=headers,
+            headers=drop_secret_headers(headers),  # the replay adds the target's credentials again
             body_b64=FailingSample.encode_body(job.body),
             stream=job.pool.stream,
             timeout_s=job.pool.timeout,

@@ -17,6 +17,7 @@ SUBCOMMANDS: dict[str, str] = {
     "cleanup": "drill.cli.cleanup:cleanup",
     "fault": "drill.cli.faults:fault",
     "faults": "drill.cli.faults:faults",
+    "gameday": "drill.cli.gameday:gameday",
     "judge": "drill.cli.judge:judge",
     "load": "drill.cli.load:load",
     "plan": "drill.cli.plan:plan",

@@ -199,12 +199,12 @@ def queue_and_kv(evidence: RunEvidence) -> str | None:
                     scale=1.0,
                 )
                 ax.set_ylabel("requests")
-                ax.set_title("Scheduler queue")
+                ax.set_title("Scheduler queue", loc="left")
             else:
                 _draw_gauges(ax, origin, [("KV-cache use", series["kv_cache_usage"], _GREEN, "-")], scale=100.0)
                 ax.set_ylabel("KV-cache use (%)")
                 ax.set_ylim(0, 105)
-                ax.set_title("KV-cache use")
+                ax.set_title("KV-cache use", loc="left")
             _legend_right(ax)
         axes[-1].set_xlabel("time since the run started (s)")
         fig.suptitle("Queue depth and KV-cache use")
@@ -256,7 +256,7 @@ def trace_waterfall(table: SpanTable, trace_id: str, baseline_trace_id: str | No
     baseline = _waterfall_rows(table, baseline_trace_id) if baseline_trace_id else None
     shown = [("affected", affected)] + ([("baseline", baseline)] if baseline is not None else [])
     colours = _service_colours(sorted({s for _, rows in shown for s in rows.services}))
-    span_ms = max(rows.end_ms.max() for _, rows in shown)
+    span_ms = max(max(float(rows.end_ms.max()) for _, rows in shown), 1e-3)
     with _style():
         fig, pairs = _waterfall_axes([len(rows) for _, rows in shown])
         for (role, rows), (label_ax, bar_ax) in zip(shown, pairs):
@@ -474,15 +474,9 @@ def _draw_latency_panel(ax: Axes, panel: _LatencyPanel, grid: _TimeGrid, key: st
         lines = _LATENCY_LINES[series.label]
         quantiles = _binned_quantiles(grid.index(series.x), series.y, grid.count, [q for q, *_ in lines])
         for (_, colour, style, width, label), values in zip(lines, quantiles):
-            ax.plot(
-                grid.centres,
-                values,
-                color=colour,
-                ls=style,
-                lw=width,
-                label=label,
-                gid=f"series-{panel.pool}-{label.replace(' ', '-').lower()}-{key}",
-            )
+            gid = f"series-{panel.pool}-{label.replace(' ', '-').lower()}-{key}"
+            ax.plot(grid.centres, values, color=colour, ls=style, lw=width, label=label, gid=gid)
+            _mark_isolated(ax, grid.centres, values, colour, gid)
         top.append(float(np.nanmax(quantiles)))
     low = min(float(s.y.min()) for s in panel.series)
     for slo_key, seconds in sorted(panel.slo.items()):
@@ -502,6 +496,16 @@ def _draw_latency_panel(ax: Axes, panel: _LatencyPanel, grid: _TimeGrid, key: st
     ax.set_ylabel("latency (ms)")
     ax.set_title(f"pool {panel.pool} ({panel.requests} successful requests)", loc="left")
     _legend_right(ax)
+
+
+def _mark_isolated(ax: Axes, x: np.ndarray, y: np.ndarray, colour: str, gid: str) -> None:
+    """A dot for each value whose neighbouring bins are empty: a line through one point draws nothing."""
+    present = ~np.isnan(y)
+    before = np.concatenate(([False], present[:-1]))
+    after = np.concatenate((present[1:], [False]))
+    alone = present & ~before & ~after
+    if alone.any():
+        ax.plot(x[alone], y[alone], ls="none", marker="o", ms=3, color=colour, gid=f"{gid}-isolated")
 
 
 def _binned_quantiles(bins: np.ndarray, values: np.ndarray, count: int, quantiles: Sequence[float]) -> np.ndarray:
@@ -558,6 +562,8 @@ def _draw_error_rates(ax: Axes, grid: _TimeGrid, bins: np.ndarray, outcome: list
     refused = np.bincount(bins[labels == ErrorClass.REFUSED.value], minlength=grid.count) / attempts * 100
     ax.plot(grid.centres, failed, color=_BLACK, lw=1.6, label="error rate (all classes)", gid="error-rate")
     ax.plot(grid.centres, refused, color=_ORANGE, lw=1.6, ls="--", label="refused (429/503)", gid="refusal-rate")
+    _mark_isolated(ax, grid.centres, failed, _BLACK, "error-rate")
+    _mark_isolated(ax, grid.centres, refused, _ORANGE, "refusal-rate")
     ax.set_ylim(0, 105)
     ax.set_ylabel("share of attempts (%)")
     ax.set_title("Error rate and refusals", loc="left")
@@ -663,7 +669,8 @@ def _ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ordered = np.sort(values)
     n = len(ordered)
     ranks = np.arange(n) if n <= _ECDF_POINTS else np.unique(np.linspace(0, n - 1, _ECDF_POINTS).round().astype(int))
-    return ordered[ranks], (ranks + 1) / n
+    # from 0 at the smallest value, so the first step (all of a one-request phase) is drawn too
+    return np.concatenate((ordered[:1], ordered[ranks])), np.concatenate(([0.0], (ranks + 1) / n))
 
 
 # --- trace waterfall -------------------------------------------------------------------------------------------
@@ -729,7 +736,9 @@ def _tree_order(trace: SpanTable) -> tuple[np.ndarray, np.ndarray]:
         order.append(row)
         depth.append(level)
         stack.extend((child, level + 1) for child in reversed(children.get(row, [])))
-    return np.array(order, dtype=np.int64), np.array(depth, dtype=np.int64)
+    reached = set(order)
+    unreached = [row for row in by_start.tolist() if row not in reached]  # parent links in a cycle: shown flat
+    return np.array(order + unreached, dtype=np.int64), np.array(depth + [0] * len(unreached), dtype=np.int64)
 
 
 def _short(text: str, limit: int) -> str:
@@ -819,14 +828,18 @@ class _TraceShapes:
         order = np.lexsort((keys, codes))
         sorted_codes = codes[order]
         starts = np.concatenate(([0], np.flatnonzero(np.diff(sorted_codes)) + 1)) if len(order) else np.array([], int)
-        ends = np.concatenate((starts[1:], [len(order)])) if len(order) else starts
-        self._keys = {int(sorted_codes[s]): keys[order[s:e]] for s, e in zip(starts.tolist(), ends.tolist())}
-        self._duration = {
-            int(sorted_codes[s]): int(table.end_ns[order[s:e]].max() - table.start_ns[order[s:e]].min())
-            for s, e in zip(starts.tolist(), ends.tolist())
-        }
+        traces = sorted_codes[starts].tolist()
+        self._keys = dict(zip(traces, np.split(keys[order], starts[1:])))
+        if len(order):
+            lasting = np.maximum.reduceat(table.end_ns[order], starts) - np.minimum.reduceat(
+                table.start_ns[order], starts
+            )
+        else:
+            lasting = np.array([], dtype=np.int64)
+        self._duration = dict(zip(traces, lasting.tolist()))
         roots = np.flatnonzero(~table.has_parent)
-        self._root = {int(c): int(k) for c, k in zip(codes[roots][::-1].tolist(), keys[roots][::-1].tolist())}
+        roots = roots[np.argsort(-table.start_ns[roots], kind="stable")]  # the earliest root of a trace wins
+        self._root = dict(zip(codes[roots].tolist(), keys[roots].tolist()))
 
     def code_of(self, trace_id: str) -> int | None:
         found = np.flatnonzero(self.table.trace_id == trace_id)

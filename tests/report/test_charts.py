@@ -294,6 +294,17 @@ def test_a_series_never_draws_more_than_max_points(tmp_path: Path) -> None:
         assert 10 <= len(_path_xs(svg, fragment)) <= charts.MAX_POINTS
 
 
+def test_a_lone_bin_between_empty_ones_is_drawn_as_a_dot(tmp_path: Path) -> None:
+    """A line through one point draws nothing; a bin whose neighbours are empty gets a marker."""
+    kit = RunKit(tmp_path)
+    kit.phases(baseline=(0, 100))
+    for at in (*range(0, 40), 70, *range(90, 100)):
+        kit.request(at, ttft_ms=100.0)
+    svg = charts.latency_over_time(kit.evidence())
+    assert svg is not None
+    assert _has_id(svg, "series-interactive-ttft-p95-0-isolated")
+
+
 # --- errors over time ------------------------------------------------------------------------------------------
 
 
@@ -395,6 +406,18 @@ def test_a_run_without_phases_has_one_distribution_of_all_requests(tmp_path: Pat
     assert svg is not None and "all requests (n=30)" in _texts(svg)
 
 
+def test_a_phase_with_one_request_still_draws_its_step(tmp_path: Path) -> None:
+    kit = RunKit(tmp_path)
+    kit.phases(baseline=(0, 60), fault=(60, 120))
+    for at in range(20):
+        kit.request(at, ttft_ms=100.0 + at)
+    kit.request(70, ttft_ms=900.0)
+    svg = charts.latency_distributions(kit.evidence())
+    assert svg is not None and "fault (n=1)" in _texts(svg)
+    xs, ys = _path_points(svg, "ecdf-ttft-fault")
+    assert len(xs) >= 2 and ys.max() - ys.min() > 50  # a riser from 0 to 1, in SVG points
+
+
 # --- trace waterfall -------------------------------------------------------------------------------------------
 
 
@@ -462,6 +485,22 @@ def test_a_long_trace_is_capped_and_says_how_many_spans_are_not_shown(tmp_path: 
     svg = charts.trace_waterfall(kit.evidence().traces.table, AFFECTED)
     assert svg is not None
     assert f"{121 - charts.MAX_WATERFALL_SPANS} more spans not shown" in _texts(svg)
+
+
+def test_spans_whose_parents_form_a_cycle_are_still_drawn(tmp_path: Path) -> None:
+    """Nothing is dropped silently: spans the tree walk cannot reach are listed after it, unindented."""
+    kit = RunKit(tmp_path)
+    kit.span(trace_id=AFFECTED, span_id="a" * 16, name="root", service=ROUTER, start=0, end=1)
+    kit.span(
+        trace_id=AFFECTED, span_id="b" * 16, parent_id="c" * 16, name="loop-b", service=REPLICA, start=0.1, end=0.2
+    )
+    kit.span(
+        trace_id=AFFECTED, span_id="c" * 16, parent_id="b" * 16, name="loop-c", service=REPLICA, start=0.2, end=0.3
+    )
+    svg = charts.trace_waterfall(kit.evidence().traces.table, AFFECTED)
+    assert svg is not None
+    assert {f"{ROUTER} · root", f"{REPLICA} · loop-b", f"{REPLICA} · loop-c"} <= set(_texts(svg))
+    assert f"affected trace {AFFECTED} (1000.0 ms, 3 spans)" in _texts(svg)
 
 
 # --- picking a baseline trace ----------------------------------------------------------------------------------

@@ -176,3 +176,28 @@ setup_docker() {
   log "  fix what it says, or set DRILL_SKIP_DOCKER=1 and run the tests with -m 'not docker'"
   return 1
 }
+
+chromium_bin() {  # the system Chromium the report test drives ($CHROMIUM_BIN, chromium, chromium-browser), or empty
+  local candidate
+  for candidate in ${CHROMIUM_BIN:-} chromium chromium-browser; do
+    if command -v "$candidate" >/dev/null 2>&1; then command -v "$candidate"; return 0; fi
+  done
+}
+
+setup_chromium() {
+  # Debian's chromium for the report test (tests/report/test_html_in_chromium.py). Playwright's Python package
+  # (the dev extra) drives it through executable_path and never downloads a browser of its own.
+  if [ -n "$(chromium_bin)" ]; then return 0; fi
+  if [ -z "${DRILL_SETUP_OFFLINE:-}" ] && command -v apt-get >/dev/null 2>&1; then
+    local sudo=""; if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+    log "installing Debian chromium for the report test (about a minute; log in $VENV/chromium-install.log)"
+    { $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+        && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; } \
+      > "$VENV/chromium-install.log" 2>&1 || tail -n 20 "$VENV/chromium-install.log" >&2
+    if [ -n "$(chromium_bin)" ]; then return 0; fi
+  fi
+  log "no Chromium (chromium or chromium-browser) and none could be installed: the report test opens report.html in it"
+  log "  install Debian's chromium (apt-get install chromium) or set CHROMIUM_BIN=/path/to/chromium,"
+  log "  or run the tests with -m 'not chromium'"
+  return 1
+}

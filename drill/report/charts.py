@@ -574,10 +574,8 @@ def _draw_error_rates(ax: Axes, grid: _TimeGrid, bins: np.ndarray, outcome: list
 
 
 def _quantity(evidence: RunEvidence, name: str) -> list[tuple[float, float]] | None:
-    try:
-        from drill.report.quantities import quantity_series
-    except ImportError:  # the metric mapping has not landed yet: nothing to chart
-        return None
+    from drill.report.quantities import quantity_series
+
     return quantity_series(evidence, name)
 
 

@@ -87,6 +87,13 @@ _ERROR_COLOURS = {
 
 _OUTCOME_COLOURS = {"ok": _GREEN, **{c.value: colour for c, colour in _ERROR_COLOURS.items()}}
 
+#: How the SLO lines of a distribution differ from each other (colour and dashes, for greyscale too).
+_SLO_STYLES: tuple[tuple[str, Any], ...] = (
+    (_BLACK, ":"),
+    ("#555555", (0, (6, 2))),
+    (_BLACK, (0, (1, 1, 4, 1))),
+    ("#555555", (0, (3, 1, 1, 1))),
+)
 #: Line hatches only: a dotted hatch makes a pattern tile of tens of kB in SVG.
 _OUTCOME_HATCHES = {"ok": None, ErrorClass.REFUSED.value: "//"}
 
@@ -355,6 +362,19 @@ def _scope_ids(svg: str, chart_id: str) -> str:
     return _ID_USE.sub(lambda m: m.group(1) + (f"{chart_id}-{m.group(2)}" if m.group(2) in ids else m.group(2)), svg)
 
 
+def _log_scale(ax: Axes, which: str) -> None:
+    """A log ``which`` axis ("x" or "y") whose ticks read as plain numbers (100, 1000), not powers of ten."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    if which == "x":
+        ax.set_xscale("log")
+    else:
+        ax.set_yscale("log")
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def _legend_right(ax: Axes) -> None:
     """The axes' legend outside it, on the right (constrained layout makes room), so it never hides data."""
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
@@ -492,7 +512,7 @@ def _draw_latency_panel(ax: Axes, panel: _LatencyPanel, grid: _TimeGrid, key: st
             )
             top.append(seconds * 1000)
     if max(top) / max(low, 1e-3) > 30:
-        ax.set_yscale("log")
+        _log_scale(ax, "y")
     ax.set_ylabel("latency (ms)")
     ax.set_title(f"pool {panel.pool} ({panel.requests} successful requests)", loc="left")
     _legend_right(ax)
@@ -651,14 +671,15 @@ def _draw_ecdfs(ax: Axes, groups: list[tuple[str, np.ndarray]], slo: list[tuple[
             gid=f"ecdf-{metric}-{name.replace(' ', '-')}",
         )
     for j, (label, ms) in enumerate(slo):
-        ax.axvline(ms, color=_BLACK, ls=":", lw=1.2, label=label, gid=f"slo-{metric}-{j}")
+        slo_colour, slo_style = _SLO_STYLES[j % len(_SLO_STYLES)]
+        ax.axvline(ms, color=slo_colour, ls=slo_style, lw=1.3, label=label, gid=f"slo-{metric}-{j}")
     ax.axhline(0.95, color="#999999", lw=0.6)
     lo = min(float(v.min()) for _, v in present)
     hi = max([float(v.max()) for _, v in present] + [ms for _, ms in slo])
     if lo > 0 and hi / lo > 20:
-        ax.set_xscale("log")
+        _log_scale(ax, "x")
     ax.set_ylim(0, 1.02)
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.2), ncols=2, borderaxespad=0.0)
 
 
 def _ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

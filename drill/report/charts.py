@@ -22,7 +22,7 @@ from __future__ import annotations
 import io
 import math
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -182,36 +182,20 @@ def errors_over_time(evidence: RunEvidence) -> str | None:
 def queue_and_kv(evidence: RunEvidence) -> str | None:
     """Queue depth (and running requests) and KV-cache use over time, from the target's scraped metrics, with the
     fault window shaded. None when the target exports neither queue depth nor KV-cache use."""
-    series = {name: _quantity(evidence, name) for name in ("queue_depth", "running", "kv_cache_usage")}
-    if not series["queue_depth"] and not series["kv_cache_usage"]:
+    queue, running, kv = (_quantity(evidence, name) for name in ("queue_depth", "running", "kv_cache_usage"))
+    if not queue and not kv:
         return None
     origin = _origin(evidence)
-    panels = [
-        (name, values)
-        for name, values in (("queue", series["queue_depth"] or series["running"]), ("kv", series["kv_cache_usage"]))
-        if values
-    ]
+    panels: list[Callable[[Axes], None]] = []
+    if queue or running:
+        panels.append(lambda ax: _draw_queue(ax, origin, queue, running))
+    if kv:
+        panels.append(lambda ax: _draw_kv(ax, origin, kv))
     with _style():
         fig, axes = _stacked(len(panels))
-        for i, (ax, (panel, _)) in enumerate(zip(axes, panels)):
+        for i, (ax, draw) in enumerate(zip(axes, panels)):
             _mark_run(ax, evidence, origin, f"{i}", names=i == 0)
-            if panel == "queue":
-                _draw_gauges(
-                    ax,
-                    origin,
-                    [
-                        ("waiting (queue depth)", series["queue_depth"], _VERMILLION, "-"),
-                        ("running", series["running"], _BLUE, "--"),
-                    ],
-                    scale=1.0,
-                )
-                ax.set_ylabel("requests")
-                ax.set_title("Scheduler queue", loc="left")
-            else:
-                _draw_gauges(ax, origin, [("KV-cache use", series["kv_cache_usage"], _GREEN, "-")], scale=100.0)
-                ax.set_ylabel("KV-cache use (%)")
-                ax.set_ylim(0, 105)
-                ax.set_title("KV-cache use", loc="left")
+            draw(ax)
             _legend_right(ax)
         axes[-1].set_xlabel("time since the run started (s)")
         fig.suptitle("Queue depth and KV-cache use")
@@ -593,13 +577,31 @@ def _draw_error_rates(ax: Axes, grid: _TimeGrid, bins: np.ndarray, outcome: list
 # --- queue and KV cache ----------------------------------------------------------------------------------------
 
 
-def _quantity(evidence: RunEvidence, name: str) -> list[tuple[float, float]] | None:
+#: A gauge's samples: (UNIX s, value), as :func:`drill.report.quantities.quantity_series` gives them.
+_Samples = list[tuple[float, float]]
+
+
+def _quantity(evidence: RunEvidence, name: str) -> _Samples | None:
     from drill.report.quantities import quantity_series
 
     return quantity_series(evidence, name)
 
 
-def _draw_gauges(ax: Axes, origin: float, gauges: list[tuple[str, Any, str, str]], scale: float) -> None:
+def _draw_queue(ax: Axes, origin: float, queue: _Samples | None, running: _Samples | None) -> None:
+    gauges = [("waiting (queue depth)", queue, _VERMILLION, "-"), ("running", running, _BLUE, "--")]
+    _draw_gauges(ax, origin, gauges, scale=1.0)
+    ax.set_ylabel("requests")
+    ax.set_title("Scheduler queue", loc="left")
+
+
+def _draw_kv(ax: Axes, origin: float, kv: _Samples) -> None:
+    _draw_gauges(ax, origin, [("KV-cache use", kv, _GREEN, "-")], scale=100.0)  # a share: 1 is 100 %
+    ax.set_ylabel("KV-cache use (%)")
+    ax.set_ylim(0, 105)
+    ax.set_title("KV-cache use", loc="left")
+
+
+def _draw_gauges(ax: Axes, origin: float, gauges: list[tuple[str, _Samples | None, str, str]], scale: float) -> None:
     """Step lines of gauge samples ``[(UNIX s, value)]`` (times ``scale``), each binned to its max per bin."""
     for label, samples, colour, style in gauges:
         if not samples:

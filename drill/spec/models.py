@@ -11,20 +11,22 @@ Toxiproxy's toxic decoding): the envelope here, then each plugin's own
 from __future__ import annotations
 
 import enum
+import re
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from drill.api import Selector
 from drill.load.records import ErrorClass
+from drill.spec.diagnostics import did_you_mean
 from drill.spec.scenario import Slo
 from drill.spec.validation import SpecModel, at_key
 from drill.units import BindHost, Duration, format_duration
 
 __all__ = [
     "Acceptance", "BaselineSpec", "CandidateSpec", "CheckSpec", "ColdStart", "DecisionSpec", "Drill", "FaultSpec",
-    "MetricsSpec", "OtlpSpec", "Phase", "Phases", "ReplayPhase", "ReportSpec", "StopCondition", "StopKind",
-    "TargetSpec",
+    "MetricsSpec", "OtlpSpec", "Phase", "Phases", "PredictedStatus", "ReplayPhase", "ReportSpec", "StopCondition",
+    "StopKind", "TargetSpec", "check_names",
 ]
 
 
@@ -272,6 +274,21 @@ class DecisionSpec(SpecModel):
     owner: str | None = None
 
 
+#: The verdicts a runbook can predict (ERROR is a broken check, never a prediction).
+PredictedStatus = Literal["PASS", "FAIL", "INCONCLUSIVE"]
+
+_KEY = re.compile(r"^[A-Za-z_][\w-]*$")   # a check name the diagnostics can point at (see ``at_key``)
+
+
+def check_names(checks: list[CheckSpec], has_faults: bool) -> list[str]:
+    """The names verdicts get: each check's ``name`` or ``kind``, and ``fault_landed`` (added when a drill with
+    faults does not list it; see :func:`drill.engine.verdicts.plan_checks`)."""
+    names = [c.name or c.kind for c in checks]
+    if has_faults and not any(c.kind == "fault_landed" for c in checks):
+        names.insert(0, "fault_landed")
+    return names
+
+
 class Drill(SpecModel):
     schema_: Literal["drill/v1"] = Field("drill/v1", alias="schema")
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=100)   # a folder name under reports/
@@ -291,6 +308,27 @@ class Drill(SpecModel):
     metrics: MetricsSpec = MetricsSpec()
     report: ReportSpec = ReportSpec()
     decision: DecisionSpec | None = None
+    #: What the drill expects to happen and why, in one or two sentences (``drill drills list`` shows it).
+    hypothesis: str | None = Field(None, min_length=1, max_length=2000)
+    #: Check name -> the verdict the drill's runbook predicts for a run with the drill's own settings. A name is
+    #: a check's ``name`` (its ``kind`` when unnamed), or ``fault_landed`` in a drill with faults.
+    predicts: dict[str, PredictedStatus] = Field(default_factory=dict)
+
+    @field_validator("predicts")
+    @classmethod
+    def _predicts_name_checks(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        checks = info.data.get("checks")
+        if checks is None or "faults" not in info.data:
+            return value   # the checks themselves were invalid: reported there
+        names = check_names(checks, bool(info.data["faults"]))
+        for name in value:
+            if name not in names:
+                suggestion = did_you_mean(name, names)
+                hint = f" (did you mean '{suggestion}'?)" if suggestion else ""
+                message = f"predicts a verdict for {name!r}, which is none of the drill's checks{hint}; " \
+                          f"checks: {', '.join(names) or '(none)'}"
+                raise at_key(name, message) if _KEY.match(name) else ValueError(message)
+        return value
 
     def fault_names(self) -> list[str]:
         """Each fault's name, defaulting to ``<kind>-<index>``."""

@@ -100,7 +100,8 @@ def _spec_error(diagnostics: list[Diagnostic]) -> SpecError:
 
 
 def resolve_drill_path(name: str | Path, drills_dir: Path = Path("drills")) -> Path:
-    """``unbounded-queue`` or ``unbounded-queue.yaml`` also resolve inside ``drills/``."""
+    """``unbounded-queue`` or ``unbounded-queue.yaml`` also resolve inside ``drills/``; a relative path found
+    neither as given nor there is looked up in the packaged catalogue (:mod:`drill.catalogue`)."""
     path = Path(name)
     if _exists(path):
         return path
@@ -108,7 +109,9 @@ def resolve_drill_path(name: str | Path, drills_dir: Path = Path("drills")) -> P
         for candidate in (drills_dir / path, drills_dir / f"{path}.yaml", drills_dir / f"{path}.yml"):
             if _exists(candidate):
                 return candidate
-    return path
+    from drill.catalogue import packaged_path
+
+    return packaged_path(path) or path
 
 
 def _exists(path: Path) -> bool:
@@ -124,7 +127,8 @@ def read_input_file(path: Path, *, what: str = "drill") -> str:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        hint = "a bare name is looked up in drills/ (e.g. 'drill run unbounded-queue')" if what == "drill" else None
+        hint = ("a bare name is looked up in drills/, then in the packaged catalogue (e.g. 'drill run "
+                "unbounded-queue'; 'drill drills list' shows them)") if what == "drill" else None
         raise SpecError([Diagnostic(where, (), "file not found", hint=hint)]) from None
     except OSError as exc:
         raise SpecError([Diagnostic(where, (), f"cannot read file: {exc.strerror or exc}")]) from None

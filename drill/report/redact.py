@@ -90,6 +90,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@"), rf"\1{REDACTED}@"),
 )
 
+_SCHEMES = frozenset({"bearer", "basic", "token", "digest"})
 _WORD_SPLIT = re.compile(r"[\s_.:/-]+")
 
 
@@ -126,7 +127,8 @@ def secret_values(data: Any) -> list[str]:
         for key, value in data.items():
             if isinstance(key, str) and is_secret_name(key) and isinstance(value, str):
                 found.append(value)
-                found += [part for part in value.split() if len(part) >= _MIN_EXACT]  # "Bearer <token>"
+                # "Bearer <token>": the token alone too, not the scheme's name
+                found += [part for part in value.split() if len(part) >= _MIN_EXACT and part.lower() not in _SCHEMES]
             else:
                 found += secret_values(value)
     elif isinstance(data, (list, tuple)):

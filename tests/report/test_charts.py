@@ -378,6 +378,20 @@ def test_queue_and_kv_leaves_out_what_the_target_does_not_export(tmp_path: Path)
     assert _has_id(svg, "gauge-waiting") and not _has_id(svg, "gauge-kv-cache")
 
 
+def test_a_long_gauge_series_is_binned_and_keeps_its_peak(tmp_path: Path) -> None:
+    """5,000 scrapes draw at most MAX_POINTS steps, and a one-scrape spike to 100 still sets the axis."""
+    kit = RunKit(tmp_path)
+    kit.phases(baseline=(0, 5000))
+    for t in range(5000):
+        samples = {"vllm:num_requests_waiting": 100 if t == 2500 else 1 + t % 2}
+        line = {"ts": kit.ts(t), "source": "replica-0", "url": "u", "ok": True, "samples": samples}
+        kit.raw_line("metrics.jsonl", json.dumps(line) + "\n")
+    svg = charts.queue_and_kv(kit.evidence())
+    assert svg is not None
+    assert len(_path_xs(svg, "gauge-waiting")) <= 2 * charts.MAX_POINTS  # steps: two vertices a point
+    assert "100" in _texts(svg)  # a y tick at the spike
+
+
 def test_queue_and_kv_is_none_without_scraped_metrics(run: RunEvidence) -> None:
     assert charts.queue_and_kv(run) is None
 

@@ -231,21 +231,27 @@ def _impact(evidence: RunEvidence, verdicts: list[Verdict]) -> Impact:
     goodput = _verdict_goodput(verdicts)
     rows, breaches, notes = [], [], []
     pools = sorted({r.pool for r in evidence.requests} | set(slo))
+    phases = [p for p in LOADED_PHASES if p in evidence.phases]
     baseline_share: dict[str, float | None] = {}
-    for phase in LOADED_PHASES:
-        window = evidence.phases.get(phase)
-        if window is None:
-            continue
-        records = _counted(evidence.requests_in(phase))
+    if "baseline" in phases:  # the reference the other phases' goodput lost is measured against
+        records = _counted(evidence.requests_in("baseline"))
+        length = evidence.phases["baseline"].length_s
         for pool in pools:
             mine = [r for r in records if r.pool == pool]
-            row = _impact_row(phase, pool, mine, slo.get(pool) or {}, window.length_s, goodput, baseline_share)
-            rows.append(row)
-            if phase == "baseline":
-                baseline_share[pool] = row.goodput_share
+            baseline_share[pool] = _impact_row(
+                "baseline", pool, mine, slo.get(pool) or {}, length, goodput, {}
+            ).goodput_share
+    for phase in phases:
+        records = _counted(evidence.requests_in(phase))
+        length = evidence.phases[phase].length_s
+        for pool in pools:
+            mine = [r for r in records if r.pool == pool]
+            rows.append(_impact_row(phase, pool, mine, slo.get(pool) or {}, length, goodput, baseline_share))
             breaches += _breaches(phase, pool, mine, slo.get(pool) or {})
     if not slo:
         notes.append("no pool has an SLO: every success counts as good, and no SLO can be breached")
+    if "baseline" not in phases:
+        notes.append("the run has no baseline phase: goodput lost cannot be measured")
     source = (
         "goodput from the slo verdict's observed figures (verdicts.json)"
         if goodput

@@ -101,7 +101,8 @@ def write_reports(run_dir: Path, progress: Callable[[str], None] | None = None) 
     run_dir = Path(run_dir)
     report = report_for(run_dir, progress)
     out = []
-    for name, text in (("report.md", render_markdown(report)), ("report.html", render_html(report))):
+    for name, render in zip(REPORT_FILES, (render_markdown, render_html)):
+        text = render(report)
         path = run_dir / name
         tmp = path.with_name(f".{name}.tmp")
         tmp.write_text(text, encoding="utf-8")

@@ -266,6 +266,9 @@ class Saved(_Frozen):
     """Base of what ``prepare`` captures for ``revert`` (empty by default)."""
 
 
+_SavedState = Saved  # the class Saved, for annotations inside Fault, whose attribute Saved shadows it
+
+
 class LandingProof(_Frozen):
     """Proof that a fault landed (what ``verify`` returns): a sentence and the observations behind it.
 
@@ -315,16 +318,17 @@ class FaultContext:
     saved: Saved | None = None
     timeout_s: float = 10.0
     load: LoadControl | None = None
-    note: Callable[[str], None] = field(default=lambda message: None)
+    note: Callable[[str], object] = field(default=lambda message: None)  # what it returns is ignored
     _cache: dict = field(default_factory=dict, repr=False)
 
     @property
     def toxiproxy(self) -> ToxiproxyClient:
-        if self.target.toxiproxy_url is None:
+        url = self.target.toxiproxy_url
+        if url is None:
             raise ToxiproxyError(
                 "this target has no Toxiproxy server", hint="use the embedded stack, or set target.config.toxiproxy_url"
             )
-        return self._backend("toxiproxy", lambda: _toxiproxy(self.target.toxiproxy_url, self.timeout_s))
+        return self._backend("toxiproxy", lambda: _toxiproxy(url, self.timeout_s))
 
     @property
     def docker(self) -> DockerBackend:
@@ -346,7 +350,8 @@ class FaultContext:
 
     def stack_admin(self, replica: ReplicaRef) -> StackAdminClient:
         """The replica's admin API client (one per replica, cached); AdminApiError if it has none."""
-        if not replica.admin_url:
+        url = replica.admin_url
+        if not url:
             raise AdminApiError(
                 f"replica {replica.name} has no admin API",
                 hint="GPU conditions are simulated only by the embedded reference stack",
@@ -355,12 +360,13 @@ class FaultContext:
 
         return self._backend(
             f"stack_admin:{replica.name}",
-            lambda: StackAdminClient(replica.admin_url, replica.admin_token, timeout_s=self.timeout_s),
+            lambda: StackAdminClient(url, replica.admin_token, timeout_s=self.timeout_s),
         )
 
     def router_admin(self) -> RouterAdminClient:
         """The router's admin API client (cached); AdminApiError if the target has none."""
-        if not self.target.router_admin_url:
+        url = self.target.router_admin_url
+        if not url:
             raise AdminApiError(
                 "this target's router has no admin API", hint="router faults need the embedded reference stack's router"
             )
@@ -368,7 +374,7 @@ class FaultContext:
 
         return self._backend(
             "router_admin",
-            lambda: RouterAdminClient(self.target.router_admin_url, self.target.admin_token, timeout_s=self.timeout_s),
+            lambda: RouterAdminClient(url, self.target.admin_token, timeout_s=self.timeout_s),
         )
 
     def _backend(self, name: str, factory: Callable[[], object]):
@@ -450,7 +456,7 @@ class Fault(abc.ABC):
         mechanism = self.mechanism_for(params)
         return mechanism.realism if mechanism else self.realism
 
-    def prepare(self, ctx: FaultContext) -> Saved:
+    def prepare(self, ctx: FaultContext) -> _SavedState:
         """Capture prior state that ``revert`` restores. Called before the revert record is journaled."""
         return self.Saved()
 

@@ -77,7 +77,11 @@ class ReadReport:
         }
 
 
-def read_jsonl(path: Path, parse: Callable[[dict], T] = dict, report: ReadReport | None = None) -> Iterator[T]:
+def read_jsonl(
+    path: Path,
+    parse: Callable[[dict], T] = dict,  # type: ignore[assignment]  # T is dict when parse is left out
+    report: ReadReport | None = None,
+) -> Iterator[T]:
     """Each line's object, through ``parse``; a missing file is empty (``report.exists`` False).
 
     A line that is not JSON, not an object, or that ``parse`` rejects (ValueError/TypeError/KeyError) is

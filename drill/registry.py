@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import EntryPoint, entry_points
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
@@ -58,7 +58,7 @@ class Registry(Generic[T]):
 
     def info(self, kind: str) -> PluginInfo:
         ep = self._entry_points()[kind]
-        dist = ep.dist.name if getattr(ep, "dist", None) is not None else EXTRA_PLUGINS_ENV
+        dist = ep.dist.name if ep.dist is not None else EXTRA_PLUGINS_ENV
         return PluginInfo(kind, ep.value, dist)
 
     def has(self, kind: str) -> bool:
@@ -90,7 +90,7 @@ class Registry(Generic[T]):
         return plugin
 
 
-def _verify(group: str, label: str, ep: EntryPoint, plugin: object) -> None:
+def _verify(group: str, label: str, ep: EntryPoint, plugin: Any) -> None:
     attrs, methods = _REQUIREMENTS[group]
     where = f"{label} plugin {ep.name!r}\ndefinition: {ep.value}"
     if not inspect.isclass(plugin):
@@ -100,8 +100,9 @@ def _verify(group: str, label: str, ep: EntryPoint, plugin: object) -> None:
     ]
     if missing:
         raise PluginError(f"{where}\nmissing: {', '.join(missing)}")
-    if plugin.kind != ep.name:
-        raise PluginError(f"{where}\nits kind is {plugin.kind!r} but the entry point names it {ep.name!r}")
+    kind = getattr(plugin, "kind", None)  # present: checked with the other attributes above
+    if kind != ep.name:
+        raise PluginError(f"{where}\nits kind is {kind!r} but the entry point names it {ep.name!r}")
     params = getattr(plugin, "Params", None)
     if params is not None and not (inspect.isclass(params) and issubclass(params, BaseModel)):
         raise PluginError(f"{where}\nParams must be a pydantic model class")

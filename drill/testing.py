@@ -283,11 +283,11 @@ class FaultCase:
         from drill.engine.fault_schedule import resolve_targets
 
         targets = resolve_targets(fault, self.selector, self.target, 0)
-        cls = _TrippingContext if tripwire is not None else FaultContext
-        ctx = cls(self.fault_id + suffix, self.target, targets, timeout_s=self.timeout_s, load=self.load)
-        if tripwire is not None:
-            ctx.tripwire = tripwire
-            ctx.load = tripwire.wrap("load", self.load) if self.load is not None else None
+        if tripwire is None:
+            return FaultContext(self.fault_id + suffix, self.target, targets, timeout_s=self.timeout_s, load=self.load)
+        ctx = _TrippingContext(self.fault_id + suffix, self.target, targets, timeout_s=self.timeout_s, load=self.load)
+        ctx.tripwire = tripwire
+        ctx.load = tripwire.wrap("load", self.load) if self.load is not None else None
         return ctx
 
     def assert_clean(self, fault: Fault, ctx: FaultContext, clause: str) -> None:

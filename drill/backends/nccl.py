@@ -187,7 +187,7 @@ class NcclControl:
         with _docker_errors(f"restore {container}"):
             current = _inspect(api, container)
             ours = current is not None and _labels(current).get(FAULT_LABEL) == tag
-            if ours:
+            if ours and current is not None:
                 api.remove_container(current["Id"], force=True)
             if _inspect(api, parked) is None:
                 return ours

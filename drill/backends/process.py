@@ -210,7 +210,10 @@ class ProcessControl:
         """SIGSTOP ``ref`` and wait until ``/proc`` shows state ``T``; returns that snapshot."""
         if not self.send(ref, signal.SIGSTOP):
             raise ProcessControlError(f"process {ref.pid} is not running; nothing to stop", operation="SIGSTOP")
-        return self._wait(ref, lambda i: i is not None and i.state.stopped, "stopped (state T)")
+        info = self._wait(ref, lambda i: i is not None and i.state.stopped, "stopped (state T)")
+        if info is None:  # the condition waited for needs a snapshot; _wait raises on timeout
+            raise ProcessControlError(f"process {ref.pid} vanished while stopping", operation="SIGSTOP")
+        return info
 
     def cont(self, ref: ProcessRef) -> bool:
         """SIGCONT ``ref`` and wait until it leaves state ``T``. Idempotent: False when it is gone."""

@@ -408,7 +408,7 @@ class ToxiproxyServer:
                 preexec_fn=self._preexec_fn,
             )
         finally:
-            if log is not subprocess.DEVNULL:
+            if not isinstance(log, int):  # a file we opened, not subprocess.DEVNULL
                 log.close()
         if self._wait_ready(f"http://{self.host}:{port}", timeout_s):
             return True

@@ -60,7 +60,7 @@ def _duration(value: object) -> float | None:
     if value is None:
         return None
     try:
-        return parse_duration(value) if isinstance(value, str) else float(value)
+        return parse_duration(value) if isinstance(value, str) else float(value)  # type: ignore[arg-type]  # refused below
     except (TypeError, ValueError):
         return None
 

@@ -18,6 +18,7 @@ For each fault, in this order and never otherwise:
 from __future__ import annotations
 
 import enum
+import functools
 import time
 from dataclasses import dataclass
 
@@ -164,11 +165,15 @@ class FaultRunner:
                 targets,
                 timeout_s=FAULT_TIMEOUT_S,
                 load=self.load,
-                note=lambda message, fid=window.fault_id: self.journal.write(Event.NOTE, fault_id=fid, message=message),
+                note=functools.partial(self._note, window.fault_id),
             )
             self.scheduled.append(_Scheduled(window, fault, ctx))
         if problems:
             raise InputError("; ".join(problems), hint="fix the selectors; `drill plan` shows the target's replicas")
+
+    def _note(self, fault_id: str, message: str) -> None:
+        """A fault's note (``ctx.note``), journaled under its id."""
+        self.journal.write(Event.NOTE, fault_id=fault_id, message=message)
 
     def next_event_in(self, t: float) -> float:
         times = [s.window.start_s for s in self.scheduled if s.state is FaultState.PENDING]

@@ -77,7 +77,7 @@ class Listeners:
             self.add(listener)
 
     def add(self, listener: RunListener) -> None:
-        _refuse_misspelt_handlers(type(listener))
+        _refuse_misspelt_handlers(type(listener))  # type: ignore[arg-type]  # a class is hashable (mypy checks instances)
         self._listeners.append(listener)
 
     def fire(self, event: ListenerEvent, **kwargs: object) -> None:

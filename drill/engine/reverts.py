@@ -116,7 +116,7 @@ class RevertStack:
 
     def revert_all(self, reason: str) -> list[RevertOutcome]:
         """Revert everything still registered, most recent first; never stops early."""
-        outcomes = []
+        outcomes: list[RevertOutcome] = []
         while True:
             with self._lock:
                 if not self._items:

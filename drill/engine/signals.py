@@ -14,6 +14,8 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import FrameType
+from typing import Any
 
 from drill.errors import RunInterrupted
 
@@ -21,10 +23,10 @@ __all__ = ["SignalGuard"]
 
 
 class SignalGuard:
-    def __init__(self, on_signal: Callable[[str], None] | None = None) -> None:
+    def __init__(self, on_signal: Callable[[str], object] | None = None) -> None:
         self.received: str | None = None
         self._depth = 0
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
         self._on_signal = on_signal
         self._shutting_down = False
 

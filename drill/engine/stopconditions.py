@@ -139,10 +139,11 @@ class StopMonitor:
         if len(values) < cond.min_requests:
             return None
         value = percentile(values, cond.percentile)
-        if value is not None and value / 1000.0 > (cond.above or math.inf):
+        limit_s = cond.above or math.inf
+        if value is not None and value / 1000.0 > limit_s:
             return (
                 f"{cond.metric} p{cond.percentile:g} = {value:.0f}ms over the last {cond.for_:g}s "
-                f"(limit {cond.above * 1000:.0f}ms)"
+                f"(limit {limit_s * 1000:.0f}ms)"
             )
         return None
 

@@ -91,7 +91,7 @@ class Completeness:
         """Lines for a verdict's notes: skew, orphans, unreadable records (empty when all is clean)."""
         out = []
         if self.clock_skew_ms > 0:
-            pair = max(self.skew_by_service_pair, key=self.skew_by_service_pair.get)
+            pair = max(self.skew_by_service_pair, key=lambda p: self.skew_by_service_pair[p])
             verdict = (
                 "tolerated"
                 if self.skewed_spans == 0

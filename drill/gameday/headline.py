@@ -1,8 +1,8 @@
 """A verdict's headline figures: the few numbers of its ``observed`` a reader compares from one game day to the next.
 
 Chosen by check kind (the refusal p99 of ``fast_failure``, the SLO percentiles of ``slo``, the rate of
-``error_rate``, ...); a kind not listed here shows its top-level numbers, at most :data:`MAX_FIGURES`. A figure a
-verdict does not report (``None``, or absent) is left out, never shown as 0.
+``error_rate``, ...; none for ``fault_landed``); a kind not listed here shows its top-level numbers, at most
+:data:`MAX_FIGURES`. A figure a verdict does not report (``None``, or absent) is left out, never shown as 0.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ _BY_KIND: dict[str, tuple[str, ...]] = {
     "recovery_time": (r"recovery_s",),
     "first_abnormal_span": (r"onset_s", r"duration_ms"),
     "recovery_replay": (r"originals_passed", r"originals_replayed", r"controls_passed"),
-    "fault_landed": (r"landed", r"planned"),
+    "fault_landed": (),  # its counts say nothing across game days; its status does
 }
 
 

@@ -85,8 +85,8 @@ def render_trend_markdown(folder: Path, record: GameDayRecord, history: History)
     lines = [
         f"# Trend of game day `{record.name}`",
         "",
-        f"{shown} game day(s) in {folder.parent} (newest {TREND_DEPTH} at most); this one, {record.stamp}, in "
-        "bold. Back to [the index](index.md).",
+        f"{shown} game day(s) named `{record.name}` in this reports folder (the newest {TREND_DEPTH} at most); "
+        f"this one, {record.stamp}, in bold. Back to [the index](index.md).",
         "",
     ]
     for trend in trends:
@@ -126,8 +126,9 @@ def render_trend_html(folder: Path, record: GameDayRecord, history: History) -> 
     shown = len({row.stamp for t in trends for row in t.rows})
     body = [
         f"<h1>Trend of game day <code>{esc(record.name)}</code></h1>",
-        f'<p class="note">{shown} game day(s) in {esc(folder.parent)} (newest {TREND_DEPTH} at most); this one, '
-        f'{esc(record.stamp)}, highlighted. Back to <a href="index.html">the index</a>.</p>',
+        f'<p class="note">{shown} game day(s) named {esc(record.name)} in this reports folder (the newest '
+        f"{TREND_DEPTH} at most); this one, {esc(record.stamp)}, highlighted. "
+        'Back to <a href="index.html">the index</a>.</p>',
     ]
     for trend in trends:
         body.append(f"<h2>{esc(trend.label)}</h2>")

@@ -36,9 +36,17 @@ def main() -> int:
             time.sleep(0.05)
         print("reverted; interrupted", flush=True)
         return 130
-    checks = [{"name": name, "kind": "error_rate", "status": status, "message": f"{name} was {status}",
-               "observed": {"error_rate": 0.25 if status != "PASS" else 0.0}, "units": {}}
-              for name, status in plan.get("checks", {"errors": "PASS"}).items()]
+    checks = [
+        {
+            "name": name,
+            "kind": "error_rate",
+            "status": status,
+            "message": f"{name} was {status}",
+            "observed": {"error_rate": 0.25 if status != "PASS" else 0.0},
+            "units": {},
+        }
+        for name, status in plan.get("checks", {"errors": "PASS"}).items()
+    ]
     if plan.get("exit", 0) != 3:
         (run_dir / "verdicts.json").write_text(json.dumps({"schema": "llm-drill/verdicts/v1", "checks": checks}))
         (run_dir / "summary.md").write_text(f"# {drill.stem}\n")

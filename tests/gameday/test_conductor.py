@@ -28,7 +28,7 @@ FAKE = Path(__file__).with_name("fake_drill_run.py")
 def fake_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An executable that runs the fake ``drill run`` with this interpreter."""
     script = tmp_path / "fake-python"
-    script.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} \"$@\"\n")
+    script.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE} "$@"\n')
     script.chmod(0o755)
     monkeypatch.setenv("FAKE_DRILL_CALLS", str(tmp_path / "calls.jsonl"))
     monkeypatch.chdir(REPO)
@@ -38,8 +38,10 @@ def fake_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _gameday(tmp_path: Path, *drills: str, cooldown: str = "0s", on_first_fail: bool = False) -> Path:
     entries = "".join(f"  - drill: {d}\n" for d in drills)
     path = tmp_path / "g.yaml"
-    path.write_text(f"name: nightly\nowner: sre\ncooldown: {cooldown}\nabort: {{on_first_fail: {str(on_first_fail).lower()}}}\n"
-                    f"set: [phases.replay.max_samples=5]\ndrills:\n{entries}")
+    path.write_text(
+        f"name: nightly\nowner: sre\ncooldown: {cooldown}\nabort: {{on_first_fail: {str(on_first_fail).lower()}}}\n"
+        f"set: [phases.replay.max_samples=5]\ndrills:\n{entries}"
+    )
     return path
 
 
@@ -47,8 +49,9 @@ def _run(tmp_path: Path, fake_python: Path, plan: dict, *drills: str, monkeypatc
     monkeypatch.setenv("FAKE_DRILL_PLAN", json.dumps(plan))
     loaded = load_gameday(_gameday(tmp_path, *drills, **kw), time_scale=0.5)
     lines: list[str] = []
-    runner = GameDayRunner(loaded, GameDayOptions(out_dir=tmp_path / "reports", python=str(fake_python)),
-                           say=lines.append)
+    runner = GameDayRunner(
+        loaded, GameDayOptions(out_dir=tmp_path / "reports", python=str(fake_python)), say=lines.append
+    )
     return runner.run(), runner.folder, lines
 
 
@@ -77,10 +80,13 @@ def test_drills_run_in_order_each_as_drill_run_into_its_own_folder(tmp_path, fak
 
 
 def test_a_fail_gives_exit_1_and_the_next_drill_still_runs(tmp_path, fake_python, monkeypatch) -> None:
-    plan = {"slow-replica": {"exit": 1, "checks": {"recovered": "FAIL", "slo": "PASS"}},
-            "gpu-oom": {"exit": 1, "checks": {"slo": "INCONCLUSIVE"}}}
-    record, folder, _ = _run(tmp_path, fake_python, plan, "slow-replica", "gpu-oom", "nccl-degradation",
-                             monkeypatch=monkeypatch)
+    plan = {
+        "slow-replica": {"exit": 1, "checks": {"recovered": "FAIL", "slo": "PASS"}},
+        "gpu-oom": {"exit": 1, "checks": {"slo": "INCONCLUSIVE"}},
+    }
+    record, folder, _ = _run(
+        tmp_path, fake_python, plan, "slow-replica", "gpu-oom", "nccl-degradation", monkeypatch=monkeypatch
+    )
     assert record.exit_code == 1 and record.stopped_by is None
     assert [d.result for d in record.drills] == [DrillResult.FAIL, DrillResult.INCONCLUSIVE, DrillResult.PASS]
     index = (folder / "index.md").read_text()
@@ -88,11 +94,11 @@ def test_a_fail_gives_exit_1_and_the_next_drill_still_runs(tmp_path, fake_python
     assert "| 3 | nccl-degradation | PASS | all 1 checks passed |" in index
 
 
-def test_a_failed_revert_stops_the_game_day_at_once_and_says_drill_cleanup(tmp_path, fake_python,
-                                                                           monkeypatch) -> None:
+def test_a_failed_revert_stops_the_game_day_at_once_and_says_drill_cleanup(tmp_path, fake_python, monkeypatch) -> None:
     plan = {"slow-replica": {"exit": 4, "checks": {"slo": "PASS"}}}
-    record, folder, lines = _run(tmp_path, fake_python, plan, "slow-replica", "gpu-oom", cooldown="30s",
-                                 monkeypatch=monkeypatch)
+    record, folder, lines = _run(
+        tmp_path, fake_python, plan, "slow-replica", "gpu-oom", cooldown="30s", monkeypatch=monkeypatch
+    )
     assert record.exit_code == 4 and record.status is GameDayStatus.ABORTED
     assert [Path(c[3]).stem for c in _calls(tmp_path)] == ["slow-replica"], "nothing runs after a failed revert"
     assert [d.result for d in record.drills] == [DrillResult.REVERT_FAILED, DrillResult.NOT_RUN]
@@ -105,16 +111,25 @@ def test_a_failed_revert_stops_the_game_day_at_once_and_says_drill_cleanup(tmp_p
 
 def test_on_first_fail_stops_after_the_first_drill_that_does_not_pass(tmp_path, fake_python, monkeypatch) -> None:
     plan = {"gpu-oom": {"exit": 1, "checks": {"recovered": "FAIL"}}}
-    record, _, _ = _run(tmp_path, fake_python, plan, "slow-replica", "gpu-oom", "nccl-degradation",
-                        on_first_fail=True, monkeypatch=monkeypatch)
+    record, _, _ = _run(
+        tmp_path,
+        fake_python,
+        plan,
+        "slow-replica",
+        "gpu-oom",
+        "nccl-degradation",
+        on_first_fail=True,
+        monkeypatch=monkeypatch,
+    )
     assert record.exit_code == 1 and record.status is GameDayStatus.ABORTED
     assert [d.result for d in record.drills] == [DrillResult.PASS, DrillResult.FAIL, DrillResult.NOT_RUN]
-    assert "abort.on_first_fail: drill 2 (gpu-oom) ended FAIL" == record.stopped_by
+    assert record.stopped_by == "abort.on_first_fail: drill 2 (gpu-oom) ended FAIL"
 
 
 def test_a_drill_that_could_not_run_is_an_error_with_its_log_linked(tmp_path, fake_python, monkeypatch) -> None:
-    record, folder, _ = _run(tmp_path, fake_python, {"slow-replica": {"exit": 3}}, "slow-replica", "gpu-oom",
-                             monkeypatch=monkeypatch)
+    record, folder, _ = _run(
+        tmp_path, fake_python, {"slow-replica": {"exit": 3}}, "slow-replica", "gpu-oom", monkeypatch=monkeypatch
+    )
     assert record.exit_code == 3
     assert record.drills[0].result is DrillResult.ERROR and "no verdicts.json" in record.drills[0].problem
     assert record.drills[1].result is DrillResult.PASS
@@ -123,21 +138,25 @@ def test_a_drill_that_could_not_run_is_an_error_with_its_log_linked(tmp_path, fa
 
 def test_the_cooldown_is_waited_between_drills_scaled_by_the_time_scale(tmp_path, fake_python, monkeypatch) -> None:
     start = time.monotonic()
-    record, _, lines = _run(tmp_path, fake_python, {}, "slow-replica", "gpu-oom", cooldown="3s",
-                            monkeypatch=monkeypatch)
+    record, _, lines = _run(
+        tmp_path, fake_python, {}, "slow-replica", "gpu-oom", cooldown="3s", monkeypatch=monkeypatch
+    )
     assert record.cooldown_s == 1.5 and "cooldown 1.5s" in lines
     assert time.monotonic() - start >= 1.5
 
 
 def test_sigterm_goes_to_the_running_drill_and_stops_the_game_day(tmp_path, fake_python) -> None:
     path = _gameday(tmp_path, "slow-replica", "gpu-oom")
-    code = ("import sys; from pathlib import Path; from drill.gameday.conductor import GameDayRunner, GameDayOptions; "
-            "from drill.gameday.definition import load_gameday; "
-            f"r = GameDayRunner(load_gameday({str(path)!r}), GameDayOptions(out_dir=Path({str(tmp_path / 'reports')!r}), "
-            f"python={str(fake_python)!r})).run(); sys.exit(r.exit_code)")
+    code = (
+        "import sys; from pathlib import Path; from drill.gameday.conductor import GameDayRunner, GameDayOptions; "
+        "from drill.gameday.definition import load_gameday; "
+        f"r = GameDayRunner(load_gameday({str(path)!r}), GameDayOptions(out_dir=Path({str(tmp_path / 'reports')!r}), "
+        f"python={str(fake_python)!r})).run(); sys.exit(r.exit_code)"
+    )
     env = {**os.environ, "FAKE_DRILL_PLAN": json.dumps({"slow-replica": {"hang": True}})}
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     deadline = time.monotonic() + 30
     while not _calls(tmp_path) and time.monotonic() < deadline:
         time.sleep(0.1)

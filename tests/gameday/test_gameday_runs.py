@@ -40,9 +40,14 @@ drills:
 
 def _gameday(path: Path, out: Path, *args: str) -> tuple[subprocess.CompletedProcess, float]:
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "drill", "gameday", str(path), "--out", str(out), *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=GAMEDAY_TIMEOUT_S,
-                          env={**os.environ, "DRILL_STATE_DIR": str(out / "state")})
+    proc = subprocess.run(
+        [sys.executable, "-m", "drill", "gameday", str(path), "--out", str(out), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=GAMEDAY_TIMEOUT_S,
+        env={**os.environ, "DRILL_STATE_DIR": str(out / "state")},
+    )
     return proc, time.monotonic() - start
 
 
@@ -86,19 +91,27 @@ def test_three_catalogue_drills_write_the_index_and_run_twice_a_trend_of_both(tm
             assert f"[{drill['result']}](../{stamp}/{drill['run_dir']}/" in row
             assert [c.strip() for c in row.split("|")[3:-1]] == [c["status"] for c in drill["checks"]], row
         figures = [line for line in section.splitlines() if line.startswith("| ") and "index.md" in line][2:]
-        assert len(figures) == 2, section   # one row of headline figures per game day
+        assert len(figures) == 2, section  # one row of headline figures per game day
     assert "2 game day(s) named `ci-smoke`" in trend
     assert f"**[{stamps[1]}](../{stamps[1]}/index.md)**" in trend
-    assert (folders[1] / "trend.html").read_text().count('<tr class="current">') == 6   # 3 drills x 2 tables
+    assert (folders[1] / "trend.html").read_text().count('<tr class="current">') == 6  # 3 drills x 2 tables
 
 
 def _reverting_drill(path: Path) -> Path:
     drill = {
         "name": "cannot-revert",
         "target": {"kind": "embedded", "config": {"replicas": 1, "engine": {"weight_load_time": "200ms"}}},
-        "scenario": {"seed": 1, "arrival": {"process": "poisson", "rate": 4},
-                     "pools": [{"name": "chat", "input_tokens": {"dist": "fixed", "value": 50},
-                                "output_tokens": {"dist": "fixed", "value": 8}}]},
+        "scenario": {
+            "seed": 1,
+            "arrival": {"process": "poisson", "rate": 4},
+            "pools": [
+                {
+                    "name": "chat",
+                    "input_tokens": {"dist": "fixed", "value": 50},
+                    "output_tokens": {"dist": "fixed", "value": 8},
+                }
+            ],
+        },
         "phases": {"warmup": "1s", "baseline": "2s", "fault": "2s", "recovery": "1s", "replay": False},
         "faults": [{"kind": "test_raising_revert", "start": "0s", "duration": "1s"}],
         "otlp": {"port": 0},
@@ -122,7 +135,12 @@ def test_a_drill_whose_revert_fails_stops_the_game_day_with_exit_4(tmp_path: Pat
     assert record["status"] == "aborted" and record["exit_code"] == 4
     assert not (folder / "02-slow-replica").exists(), "the drill after a failed revert must never start"
     assert "revert failed: the target may still be faulted" in (folder / "index.md").read_text()
-    cleanup = subprocess.run([sys.executable, "-m", "drill", "cleanup", "--run-dir",
-                              str(folder / record["drills"][0]["run_dir"])], cwd=REPO, capture_output=True, text=True,
-                             timeout=60, env={**os.environ, "DRILL_STATE_DIR": str(out / "state")})
+    cleanup = subprocess.run(
+        [sys.executable, "-m", "drill", "cleanup", "--run-dir", str(folder / record["drills"][0]["run_dir"])],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "DRILL_STATE_DIR": str(out / "state")},
+    )
     assert "FAILED to revert test_raising_revert-0" in cleanup.stdout, cleanup.stdout + cleanup.stderr

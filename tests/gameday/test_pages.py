@@ -20,15 +20,34 @@ from drill.gameday.record import (
 
 
 def _record(stamp: str, p99: float, status: str = "PASS") -> GameDayRecord:
-    figures = headline_figures("fast_failure", {"refusal_ttf_p99_ms": p99, "waited_share": 0.1, "refused": 30},
-                               {"refusal_ttf_p99_ms": "ms", "waited_share": "ratio"})
-    queue = DrillOutcome(1, "unbounded-queue", "unbounded-queue", "drills/unbounded-queue.yaml",
-                         result=DrillResult.PASS if status == "PASS" else DrillResult.FAIL, exit_code=0, wall_s=61.0,
-                         run_dir="01-unbounded-queue/unbounded-queue/run-1", log="01-unbounded-queue/drill-run.log",
-                         checks=(CheckLine("fast_failure", "fast_failure", status, "refused fast", figures),))
+    figures = headline_figures(
+        "fast_failure",
+        {"refusal_ttf_p99_ms": p99, "waited_share": 0.1, "refused": 30},
+        {"refusal_ttf_p99_ms": "ms", "waited_share": "ratio"},
+    )
+    queue = DrillOutcome(
+        1,
+        "unbounded-queue",
+        "unbounded-queue",
+        "drills/unbounded-queue.yaml",
+        result=DrillResult.PASS if status == "PASS" else DrillResult.FAIL,
+        exit_code=0,
+        wall_s=61.0,
+        run_dir="01-unbounded-queue/unbounded-queue/run-1",
+        log="01-unbounded-queue/drill-run.log",
+        checks=(CheckLine("fast_failure", "fast_failure", status, "refused fast", figures),),
+    )
     crash = DrillOutcome(2, "replica-crash", "replica-crash", "drills/replica-crash.yaml")
-    return GameDayRecord("weekly", stamp, "2026-01-01T00:00:00Z", "gamedays/weekly.yaml", owner="sre",
-                         status=GameDayStatus.COMPLETED, exit_code=0, drills=(queue, crash))
+    return GameDayRecord(
+        "weekly",
+        stamp,
+        "2026-01-01T00:00:00Z",
+        "gamedays/weekly.yaml",
+        owner="sre",
+        status=GameDayStatus.COMPLETED,
+        exit_code=0,
+        drills=(queue, crash),
+    )
 
 
 def _folder(base: Path, record: GameDayRecord, *files: str) -> Path:
@@ -42,8 +61,16 @@ def _folder(base: Path, record: GameDayRecord, *files: str) -> Path:
 
 
 def test_headline_figures_are_the_kinds_own_and_never_invented() -> None:
-    figures = headline_figures("slo", {"chat.ttft_p95": 41.7, "chat.tpot_p95": None, "goodput.baseline.chat.share": 1.0,
-                                       "measurement_truth.joined": 40}, {"chat.ttft_p95": "ms"})
+    figures = headline_figures(
+        "slo",
+        {
+            "chat.ttft_p95": 41.7,
+            "chat.tpot_p95": None,
+            "goodput.baseline.chat.share": 1.0,
+            "measurement_truth.joined": 40,
+        },
+        {"chat.ttft_p95": "ms"},
+    )
     assert [(f.name, f.value, f.unit) for f in figures] == [("chat.ttft_p95", 41.7, "ms")]
     assert headline_figures("fault_landed", {"planned": 1, "landed": 1}, {}) == ()
     assert [f.name for f in headline_figures("some_plugin", {"b": 2, "a": True, "c.d": 3, "e": 1.5}, {})] == ["b", "e"]
@@ -72,7 +99,7 @@ def test_the_trend_shows_every_game_day_of_the_name_and_counts_unreadable_record
     _folder(tmp_path, older, "report.md")
     folder = _folder(tmp_path, newer, "report.md")
     other = _record("20260102T000000Z", 1.0)
-    _folder(tmp_path, GameDayRecord(**{**other.__dict__, "name": "nightly"}))   # another game day's name
+    _folder(tmp_path, GameDayRecord(**{**other.__dict__, "name": "nightly"}))  # another game day's name
     broken = tmp_path / "gamedays" / "weekly" / "20260105T000000Z"
     broken.mkdir()
     (broken / "gameday.json").write_text('{"schema": "llm-drill/gameday/v1", "name": "weekly", "sta')
@@ -82,7 +109,7 @@ def test_the_trend_shows_every_game_day_of_the_name_and_counts_unreadable_record
     assert len([r for r in rows if "[PASS](../20260101T000000Z/01-unbounded-queue" in r]) == 1
     assert len([r for r in rows if "[FAIL](../20260108T000000Z/01-unbounded-queue" in r]) == 1
     assert "| [20260101T000000Z](../20260101T000000Z/index.md) | 120 | 0.1 |" in trend
-    assert "| **[20260108T000000Z](../20260108T000000Z/index.md)** | 480.5 | 0.1 |" in trend   # this one, in bold
+    assert "| **[20260108T000000Z](../20260108T000000Z/index.md)** | 480.5 | 0.1 |" in trend  # this one, in bold
     assert "fast_failure: refusal_ttf_p99_ms (ms)" in trend and "20260102T000000Z" not in trend
     assert "1 earlier game-day record(s) could not be read" in trend and "20260105T000000Z/gameday.json" in trend
     assert "## replica-crash" in trend and "| NOT RUN |" in trend
@@ -99,4 +126,7 @@ def test_pages_are_deterministic_and_self_contained(tmp_path: Path) -> None:
         assert "<script" not in html and not re.search(r"""(src|href)=["']?(https?:)?//""", html), name
         assert "<style>" in html and html.count("<table") >= 1
     assert json.loads((folder / "gameday.json").read_text())["drills"][0]["checks"][0]["figures"][0] == {
-        "name": "refusal_ttf_p99_ms", "value": 120.0, "unit": "ms"}
+        "name": "refusal_ttf_p99_ms",
+        "value": 120.0,
+        "unit": "ms",
+    }

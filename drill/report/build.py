@@ -77,8 +77,8 @@ def assemble(evidence: RunEvidence, verdicts: list[Verdict], progress: Callable[
         ("header", lambda: _header(evidence, verdicts, drill)),
         ("verdicts", lambda: tuple(_verdict_line(v, drill.get("predicts") or {}, redactor) for v in verdicts)),
         ("impact", lambda: _impact(evidence, verdicts)),
-        ("timeline", lambda: _timeline(evidence, verdicts)),
-        ("detection", lambda: detection(evidence, verdicts)),
+        ("timeline", lambda: _timeline(evidence, verdicts, redactor)),
+        ("detection", lambda: detection(evidence, verdicts, redactor)),
         ("faults", lambda: fault_sections(evidence, redactor)),
         ("metrics", lambda: _metrics(evidence, drill)),
         ("replay", lambda: replay_section(evidence, verdicts, redactor)),
@@ -343,7 +343,7 @@ _JOURNAL_LINES: dict[str, Callable[[Any], str]] = {
 }
 
 
-def _timeline(evidence: RunEvidence, verdicts: list[Verdict]) -> tuple[TimelineEntry, ...]:
+def _timeline(evidence: RunEvidence, verdicts: list[Verdict], redactor: Any) -> tuple[TimelineEntry, ...]:
     journal = evidence.journal
     started = next((e for e in journal if e.event == Event.RUN_STARTED.value), None)
     origin = started.ts if started else (journal[0].ts if journal else 0.0)
@@ -355,7 +355,8 @@ def _timeline(evidence: RunEvidence, verdicts: list[Verdict]) -> tuple[TimelineE
     points += _derived_points(evidence, verdicts)
     points.sort(key=lambda p: (p[0], p[1], p[2]))
     return tuple(
-        TimelineEntry(round(ts - origin, 3), iso_utc(ts) or "", what, source) for ts, _, what, source in points
+        TimelineEntry(round(ts - origin, 3), iso_utc(ts) or "", redactor.value(what), source)
+        for ts, _, what, source in points
     )
 
 

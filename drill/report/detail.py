@@ -92,7 +92,7 @@ def _secret_values(data: Any, is_secret, under_secret: bool = False) -> set[str]
 # --- detection ---------------------------------------------------------------------------------------------
 
 
-def detection(evidence: RunEvidence, verdicts: list[Verdict]) -> Detection:
+def detection(evidence: RunEvidence, verdicts: list[Verdict], redactor: Any) -> Detection:
     """The first abnormal span (the ``first_abnormal_span`` verdict) and a waterfall of its trace."""
     v = next((v for v in verdicts if v.kind == "first_abnormal_span"), None)
     if v is None:
@@ -110,7 +110,9 @@ def detection(evidence: RunEvidence, verdicts: list[Verdict]) -> Detection:
         )
         for p in o.get("pairs") or ()
     )
-    attributes = tuple(sorted((str(k), str(val)) for k, val in (o.get("attributes") or {}).items()))
+    attributes = tuple(
+        sorted((str(k), _attribute(str(k), val, redactor)) for k, val in (o.get("attributes") or {}).items())
+    )
     return Detection(
         status=v.status.value,
         message=v.message,
@@ -152,6 +154,18 @@ def _no_detection(message: str, status: str = NOT_AVAILABLE) -> Detection:
         None,
         Chart("trace_waterfall", "Affected trace beside a baseline trace", None, message),
     )
+
+
+#: Span attribute names whose values are prompt or completion text (OpenTelemetry GenAI conventions and the like).
+_TEXT_ATTRIBUTE = re.compile(r"(prompt|completion|content|message|input|output)s?(\.|$)", re.IGNORECASE)
+
+
+def _attribute(name: str, value: Any, redactor: Any) -> str:
+    """A span attribute as a report shows it: text attributes as digests, every value scrubbed of secrets."""
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    if isinstance(value, str) and _TEXT_ATTRIBUTE.search(name.rsplit(".", 1)[-1] + "."):
+        return str(redactor.text(text))
+    return str(redactor.value(text))
 
 
 def _baseline_trace(evidence: RunEvidence, trace_id: str) -> str | None:

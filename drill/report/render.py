@@ -21,6 +21,7 @@ from drill.report.model import Report, build_report
 
 __all__ = [
     "REPORT_FILES",
+    "REPORT_SCHEMA",
     "load_verdicts",
     "render_html",
     "render_json",
@@ -30,6 +31,8 @@ __all__ = [
 ]
 
 REPORT_FILES = ("report.md", "report.html")
+#: The ``schema`` of ``drill report --format json``.
+REPORT_SCHEMA = "llm-drill/report/v1"
 _TEMPLATES = Path(__file__).parent / "templates"
 
 
@@ -77,7 +80,8 @@ def render_html(report: Report) -> str:
 
 
 def render_json(report: Report) -> str:
-    return json.dumps(report.to_json(), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    document = {"schema": REPORT_SCHEMA, **report.to_json()}
+    return json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
 
 def load_verdicts(run_dir: Path) -> list[Verdict]:

@@ -215,12 +215,25 @@ def test_secrets_and_prompt_text_never_reach_a_report(tmp_path):
     kit.replayed("late-0-1", at=32)
     kit.verdict("slo", Status.FAIL, "upstream said Authorization: Bearer planted-token-123456", window="fault")
     kit.runbook_text = RUNBOOK + "\nexport OPENAI_API_KEY=sk-plantedplantedplanted\n"
+    kit.verdict(
+        "first_abnormal_span",
+        Status.PASS,
+        "first abnormal span",
+        observed={
+            "trace_id": "a" * 32,
+            "span_id": "b" * 16,
+            "service": "s",
+            "name": "n",
+            "attributes": {"gen_ai.prompt": "PLANTED-PROMPT-TEXT", "note": "Bearer planted-token-123456"},
+        },
+    )
     kit.write()
     outputs = [
         render_markdown(report_for(kit.run_dir)),
         render_html(report_for(kit.run_dir)),
         render_json(report_for(kit.run_dir)),
     ]
+    assert json.loads(outputs[2])["schema"] == "llm-drill/report/v1"
     for text in outputs:
         for secret in ("planted-token-123456", "sk-plantedplantedplanted", "PLANTED-PROMPT-TEXT"):
             assert secret not in text

@@ -435,7 +435,7 @@ class Fault(abc.ABC):
     summary: ClassVar[str] = ""
     revert_semantics: ClassVar[str] = ""
     #: "replicas", "links", "pools" or "none": what the selector picks for this fault.
-    scope: ClassVar[Literal["replicas", "links", "pools", "none"]] = "replicas"
+    scope: Literal["replicas", "links", "pools", "none"] = "replicas"
 
     def __init__(self, params: FaultParams) -> None:
         self.params = params

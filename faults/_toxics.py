@@ -16,7 +16,17 @@ from typing import TypeVar
 
 from drill.api import FaultContext, FaultNotLanded, InjectError, LandingProof, ToxiproxyError
 
-__all__ = ["Direction", "ToxicPlan", "add_toxics", "artefact", "poll", "refused", "remove_toxics", "verify_toxics"]
+__all__ = [
+    "Direction",
+    "ToxicPlan",
+    "add_toxics",
+    "artefact",
+    "poll",
+    "refused",
+    "remove_toxics",
+    "required",
+    "verify_toxics",
+]
 
 T = TypeVar("T")
 
@@ -31,6 +41,13 @@ class Direction(enum.StrEnum):
     def streams(self) -> list[str]:
         """The Toxiproxy streams this direction covers."""
         return ["downstream", "upstream"] if self is Direction.BOTH else [self.value]
+
+
+def required(value: T | None, param: str, ctx: FaultContext) -> T:
+    """A param the fault's validator requires with the chosen method (so never None here; InjectError if it is)."""
+    if value is None:
+        raise InjectError(f"param {param} is required with this method", fault=ctx.fault_id)
+    return value
 
 
 def artefact(ctx: FaultContext, *parts: str) -> str:

@@ -10,7 +10,7 @@ import enum
 import functools
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Literal, TypeVar, overload
 
 from pydantic import Field, model_validator
 
@@ -36,6 +36,10 @@ T = TypeVar("T")
 MIB_PER_GIB = 1024
 
 
+@overload
+def with_admin_retry(ctx: FaultContext, call: Callable[[], T], *, gone_ok: Literal[False] = False) -> T: ...
+@overload
+def with_admin_retry(ctx: FaultContext, call: Callable[[], T], *, gone_ok: bool) -> T | None: ...
 def with_admin_retry(ctx: FaultContext, call: Callable[[], T], *, gone_ok: bool = False) -> T | None:
     """Call the admin API, retrying while the replica does not answer (it may be restarting).
 
@@ -139,10 +143,10 @@ class GpuClockCap(Fault):
         )
 
     def _indices(self, gpus: dict) -> list[int]:
-        missing = [i for i in self.params.gpu_indices if i not in gpus]
+        missing = [i for i in self.params.gpu_indices or [] if i not in gpus]  # required with nvidia_smi
         if missing:
             raise FaultNotLanded(f"no GPU {missing} on this host (nvidia-smi lists {sorted(gpus)})")
-        return list(self.params.gpu_indices)
+        return list(self.params.gpu_indices or [])
 
     def _cap_mhz(self, ctx: FaultContext) -> dict[int, int]:
         saved = ctx.saved if isinstance(ctx.saved, GpuClockCapSaved) else GpuClockCapSaved()
@@ -172,7 +176,7 @@ class GpuClockCap(Fault):
 
     def revert(self, ctx: FaultContext) -> None:
         if self.params.method is ClockMethod.NVIDIA_SMI:
-            ctx.gpus.reset_clocks(list(self.params.gpu_indices))
+            ctx.gpus.reset_clocks(list(self.params.gpu_indices or []))
             return
         saved = ctx.saved if isinstance(ctx.saved, GpuClockCapSaved) else GpuClockCapSaved()
         for replica in ctx.targets.replicas:

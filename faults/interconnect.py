@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -19,7 +20,7 @@ from drill.api import (
     Mechanism,
     Realism,
 )
-from faults._toxics import Direction, ToxicPlan, add_toxics, artefact, remove_toxics, verify_toxics
+from faults._toxics import Direction, ToxicPlan, add_toxics, artefact, remove_toxics, required, verify_toxics
 
 __all__ = ["NcclDegradation", "NcclDegradationParams", "NcclMethod"]
 
@@ -93,7 +94,8 @@ class NcclDegradation(Fault):
     kind = "nccl_degradation"
     Params = NcclDegradationParams
     params: NcclDegradationParams
-    scope = "links"  # the toxiproxy method's; the real-host methods act on whole replicas (see __init__)
+    # the toxiproxy method's; the real-host methods act on whole replicas (see __init__)
+    scope: Literal["replicas", "links", "pools", "none"] = "links"
     mechanisms = (
         Mechanism(
             name="toxiproxy",
@@ -126,8 +128,8 @@ class NcclDegradation(Fault):
         # Toxiproxy acts on links; the real-host methods on whole replicas (an attached target lists no links).
         self.scope = "links" if params.method is NcclMethod.TOXIPROXY else "replicas"
 
-    def needs_for(self, params: NcclDegradationParams) -> frozenset[Capability]:
-        if params.method is NcclMethod.TOXIPROXY:
+    def needs_for(self, params: FaultParams) -> frozenset[Capability]:
+        if isinstance(params, NcclDegradationParams) and params.method is NcclMethod.TOXIPROXY:
             return frozenset(_LINK_CAPABILITY[k] for k in params.link_kinds)
         return super().needs_for(params)
 
@@ -145,7 +147,7 @@ class NcclDegradation(Fault):
                 fault=ctx.fault_id,
                 hint="enable target.config.links.tp_proxies / pp_proxies, or check selector.links",
             )
-        return [ln.proxy for ln in links]
+        return [ln.proxy for ln in links if ln.proxy]  # every one has a proxy (checked above)
 
     def _plans(self, ctx: FaultContext) -> list[ToxicPlan]:
         p: NcclDegradationParams = self.params
@@ -176,7 +178,7 @@ class NcclDegradation(Fault):
             if p.method is NcclMethod.NETEM:
                 ctx.nccl.add_netem(
                     replica.container,
-                    p.interface,
+                    required(p.interface, "interface", ctx),
                     artefact(ctx),
                     delay_ms=p.latency_ms,
                     jitter_ms=p.jitter_ms,
@@ -201,7 +203,7 @@ class NcclDegradation(Fault):
     def _verify_one(self, ctx: FaultContext, replica) -> str:
         p: NcclDegradationParams = self.params
         if p.method is NcclMethod.NETEM:
-            line = ctx.nccl.netem_line(replica.container, p.interface, artefact(ctx))
+            line = ctx.nccl.netem_line(replica.container, required(p.interface, "interface", ctx), artefact(ctx))
             if line is None:
                 raise FaultNotLanded(
                     f"no netem qdisc of this fault on {p.interface} of {replica.name}", fault=ctx.fault_id
@@ -226,7 +228,7 @@ class NcclDegradation(Fault):
             return
         for replica in ctx.targets.replicas:
             if p.method is NcclMethod.NETEM:
-                ctx.nccl.remove_netem(replica.container, p.interface, artefact(ctx))
+                ctx.nccl.remove_netem(replica.container, required(p.interface, "interface", ctx), artefact(ctx))
             else:
                 ctx.nccl.restore(_container(ctx, replica), artefact(ctx))
 

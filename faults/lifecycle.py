@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import signal
 import time
 
@@ -119,9 +120,13 @@ class ReplicaCrash(Fault):
         "again and starts an exited container; it fails (exit 4) if the replica stays down."
     )
 
-    def needs_for(self, params: ReplicaCrashParams) -> frozenset[Capability]:
+    def needs_for(self, params: FaultParams) -> frozenset[Capability]:
         needs = super().needs_for(params)
-        if params.method is LifecycleMethod.PROCESS and params.expect_restart:
+        if (
+            isinstance(params, ReplicaCrashParams)
+            and params.method is LifecycleMethod.PROCESS
+            and params.expect_restart
+        ):
             needs |= {Capability.SUPERVISOR}
         return needs
 
@@ -197,7 +202,7 @@ class ReplicaCrash(Fault):
         for replica in ctx.targets.replicas:
             if self.params.method is LifecycleMethod.DOCKER:
                 self._revert_container(ctx, replica)
-            elif poll(lambda r=replica: _running(ctx, r), self.params.restart_timeout, 0.1) is None:
+            elif poll(functools.partial(_running, ctx, replica), self.params.restart_timeout, 0.1) is None:
                 raise RevertError(
                     f"replica {replica.name} is still down {self.params.restart_timeout:g}s after the crash",
                     fault=ctx.fault_id,

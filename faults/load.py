@@ -78,10 +78,10 @@ class QueueFlood(Fault):
     def verify(self, ctx: FaultContext) -> LandingProof:
         if ctx.load is None:
             raise FaultNotLanded("no load driver to ask about the burst", fault=ctx.fault_id)
-        burst = self._burst(ctx)
-        status = poll(lambda: _sending(ctx.load.burst_status(burst)), min(ctx.timeout_s, _SEND_WAIT_S), 0.1)
+        load, burst = ctx.load, self._burst(ctx)
+        status = poll(lambda: _sending(load.burst_status(burst)), min(ctx.timeout_s, _SEND_WAIT_S), 0.1)
         if status is None:
-            last = ctx.load.burst_status(burst)
+            last = load.burst_status(burst)
             raise FaultNotLanded(
                 f"burst {burst} is not sending: the driver reports active={last.get('active', 0):g}, "
                 f"sent={last.get('sent', 0):g} after {_SEND_WAIT_S:g}s",

@@ -18,7 +18,7 @@ from drill.api import (
     Realism,
     Saved,
 )
-from faults._toxics import Direction, ToxicPlan, add_toxics, artefact, remove_toxics, verify_toxics
+from faults._toxics import Direction, ToxicPlan, add_toxics, artefact, remove_toxics, required, verify_toxics
 from faults.gpu import restore_clock, verify_clock
 
 __all__ = ["SlowMethod", "SlowReplica", "SlowReplicaParams"]
@@ -172,18 +172,18 @@ class SlowReplica(Fault):
             add_toxics(ctx, self._proxies(ctx), self._plans(ctx))
         elif p.method is SlowMethod.DOCKER_CPU:
             for container in _containers(ctx):
-                ctx.docker.set_cpu_limit(container, p.cpus)
+                ctx.docker.set_cpu_limit(container, required(p.cpus, "cpus", ctx))
         else:
             for replica in ctx.targets.replicas:
-                ctx.stack_admin(replica).set_clock_cap(p.clock_fraction)
+                ctx.stack_admin(replica).set_clock_cap(required(p.clock_fraction, "clock_fraction", ctx))
 
     def verify(self, ctx: FaultContext) -> LandingProof:
         p: SlowReplicaParams = self.params
         if p.method is SlowMethod.TOXIPROXY:
             return verify_toxics(ctx, self._proxies(ctx), self._plans(ctx))
         if p.method is SlowMethod.DOCKER_CPU:
-            return _verify_quota(ctx, _quota_us(p.cpus))
-        return verify_clock(ctx, p.clock_fraction)
+            return _verify_quota(ctx, _quota_us(required(p.cpus, "cpus", ctx)))
+        return verify_clock(ctx, required(p.clock_fraction, "clock_fraction", ctx))
 
     def revert(self, ctx: FaultContext) -> None:
         p: SlowReplicaParams = self.params
@@ -206,7 +206,7 @@ def _containers(ctx: FaultContext) -> list[str]:
             operation="find container",
             hint="method docker_cpu needs a target whose replicas are containers",
         )
-    return [r.container for r in ctx.targets.replicas]
+    return [r.container for r in ctx.targets.replicas if r.container]  # every one has (checked above)
 
 
 def _quota_us(cpus: float) -> int:

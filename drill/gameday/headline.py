@@ -39,10 +39,9 @@ class HeadlineFigure:
     def from_json(cls, data: dict) -> HeadlineFigure:
         return cls(str(data["name"]), float(data["value"]), str(data.get("unit") or ""))
 
-    def text(self) -> str:
-        """``1.23e+03`` is unreadable in a table: four significant digits, the unit after."""
-        value = f"{self.value:.4g}" if abs(self.value) < 1e6 else f"{self.value:,.0f}"
-        return f"{value} {self.unit}".strip()
+    def shown(self) -> str:
+        """Four significant digits (``480.5``, ``0.1143``); whole numbers with separators from a million up."""
+        return f"{self.value:.4g}" if abs(self.value) < 1e6 else f"{self.value:,.0f}"
 
 
 def _numeric(value: object) -> bool:

@@ -69,7 +69,7 @@ def _figure_header(check: str, name: str, unit: str) -> str:
 
 def _value(row: TrendRow, check: str, name: str) -> str:
     figure = row.figure(check, name)
-    return f"{figure.value:.4g}" if figure else "—"
+    return figure.shown() if figure else "—"
 
 
 def _unreadable_md(history: History) -> list[str]:

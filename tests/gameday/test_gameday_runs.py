@@ -74,6 +74,8 @@ def test_three_catalogue_drills_write_the_index_and_run_twice_a_trend_of_both(tm
         for drill in record["drills"]:
             checks = _verdicts(folder, drill)
             assert [c["status"] for c in drill["checks"]] == [c["status"] for c in checks]
+            for line, verdict in zip(drill["checks"], checks):  # headline figures: the verdicts' own numbers
+                assert all(verdict["observed"][f["name"]] == f["value"] for f in line["figures"]), line
             expected = "PASS" if all(c["status"] == "PASS" for c in checks) else drill["result"]
             assert drill["result"] == expected and drill["exit_code"] == (0 if expected == "PASS" else 1)
             link = next(name for name in ("report.md", "summary.md") if (folder / drill["run_dir"] / name).is_file())
@@ -87,11 +89,16 @@ def test_three_catalogue_drills_write_the_index_and_run_twice_a_trend_of_both(tm
         section = trend.split(f"## {label}\n", 1)[1].split("\n## ", 1)[0]
         for stamp, record in ((stamps[0], first), (stamps[1], second)):
             drill = next(d for d in record["drills"] if d["label"] == label)
-            row = next(line for line in section.splitlines() if f"[{stamp}](../{stamp}/index.md)" in line)
-            assert f"[{drill['result']}](../{stamp}/{drill['run_dir']}/" in row
-            assert [c.strip() for c in row.split("|")[3:-1]] == [c["status"] for c in drill["checks"]], row
-        figures = [line for line in section.splitlines() if line.startswith("| ") and "index.md" in line][2:]
-        assert len(figures) == 2, section  # one row of headline figures per game day
+            rows = [line for line in section.splitlines() if f"[{stamp}](../{stamp}/index.md)" in line]
+            assert f"[{drill['result']}](../{stamp}/{drill['run_dir']}/" in rows[0]
+            assert [c.strip() for c in rows[0].split("|")[3:-1]] == [c["status"] for c in drill["checks"]], rows[0]
+            figures = [f for c in drill["checks"] for f in c["figures"]]
+            # the headline figures row: the values verdicts.json has, as the page formats them; "—" where none
+            if len(rows) == 1:
+                assert not figures and "No headline figures." in section
+            else:
+                cells = [c.strip() for c in rows[1].split("|")[2:-1]]
+                assert sorted(f"{f['value']:.4g}" for f in figures) == sorted(c for c in cells if c != "—"), rows[1]
     assert "2 game day(s) named `ci-smoke`" in trend
     assert f"**[{stamps[1]}](../{stamps[1]}/index.md)**" in trend
     assert (folders[1] / "trend.html").read_text().count('<tr class="current">') == 6  # 3 drills x 2 tables

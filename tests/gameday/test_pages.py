@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from drill.gameday.headline import headline_figures
@@ -73,6 +75,11 @@ def test_headline_figures_are_the_kinds_own_and_never_invented() -> None:
     )
     assert [(f.name, f.value, f.unit) for f in figures] == [("chat.ttft_p95", 41.7, "ms")]
     assert headline_figures("fault_landed", {"planned": 1, "landed": 1}, {}) == ()
+    assert [f.shown() for f in headline_figures("x", {"a": 1234567.0, "b": 0.114349, "c": 480.5}, {})] == [
+        "1,234,567",
+        "0.1143",
+        "480.5",
+    ]
     assert [f.name for f in headline_figures("some_plugin", {"b": 2, "a": True, "c.d": 3, "e": 1.5}, {})] == ["b", "e"]
 
 
@@ -113,6 +120,17 @@ def test_the_trend_shows_every_game_day_of_the_name_and_counts_unreadable_record
     assert "fast_failure: refusal_ttf_p99_ms (ms)" in trend and "20260102T000000Z" not in trend
     assert "1 earlier game-day record(s) could not be read" in trend and "20260105T000000Z/gameday.json" in trend
     assert "## replica-crash" in trend and "| NOT RUN |" in trend
+
+
+def test_drill_gameday_on_a_folder_renders_its_pages_again(tmp_path: Path) -> None:
+    record = _record("20260101T000000Z", 120.0)
+    folder = _folder(tmp_path, record, "summary.md")
+    proc = subprocess.run(
+        [sys.executable, "-m", "drill", "gameday", str(folder)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "[summary.md](01-unbounded-queue/unbounded-queue/run-1/summary.md)" in (folder / "index.md").read_text()
+    assert (folder / "trend.html").is_file() and f"wrote {folder / 'trend.md'}" in proc.stdout
 
 
 def test_pages_are_deterministic_and_self_contained(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from drill import registry
 from drill.checks.base import Check, RunEvidence, Status, Verdict
 from drill.engine.rundir import RunDir
 from drill.report.junit import write_junit
+from drill.report.redact import Redactor
 from drill.spec.loader import LoadedDrill
 
 __all__ = [
@@ -119,7 +120,7 @@ def write_verdicts(rundir: RunDir, loaded: LoadedDrill, result, evidence: RunEvi
         ),
     )
     write_junit(rundir.file("junit.xml"), rundir.run_id, loaded.drill.name, result.verdicts)  # for CI systems
-    rundir.write_text("summary.md", render_summary(rundir, loaded, result))
+    rundir.write_text("summary.md", Redactor().value(render_summary(rundir, loaded, result)))
 
 
 def render_summary(rundir: RunDir, loaded: LoadedDrill, result) -> str:

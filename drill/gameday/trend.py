@@ -16,7 +16,15 @@ from drill.gameday.headline import HeadlineFigure
 from drill.gameday.layout import badge, esc, md_cell, page, report_link
 from drill.gameday.record import DrillOutcome, GameDayRecord, History
 
-__all__ = ["TREND_DEPTH", "DrillTrend", "TrendRow", "build_trends", "render_trend_html", "render_trend_markdown"]
+__all__ = [
+    "TREND_DEPTH",
+    "DrillTrend",
+    "TrendRow",
+    "build_trends",
+    "render_trend_html",
+    "render_trend_markdown",
+    "sparkline",
+]
 
 #: Most game days a trend view shows (the newest).
 TREND_DEPTH = 20
@@ -177,4 +185,31 @@ def _figures_html(trend: DrillTrend) -> list[str]:
     for row in trend.rows:
         cells = "".join(f'<td class="num">{_value(row, c, n)}</td>' for c, n, _ in trend.figures)
         out.append(f"{_row_open(row)}<td>{_stamp_html(row)}</td>{cells}</tr>")
+    if len(trend.rows) > 1:
+        lines = "".join(f"<td>{sparkline(_series(trend, c, n))}</td>" for c, n, _ in trend.figures)
+        out.append(f'<tr class="spark"><td class="note">oldest → newest</td>{lines}</tr>')
     return out + ["</tbody></table>"]
+
+
+def _series(trend: DrillTrend, check: str, name: str) -> list[float | None]:
+    return [f.value if (f := row.figure(check, name)) else None for row in trend.rows]
+
+
+def sparkline(values: list[float | None], width: int = 120, height: int = 28) -> str:
+    """An inline SVG line of ``values`` (oldest first; a game day without the figure is a gap), or "" with < 2."""
+    known = [v for v in values if v is not None]
+    if len(known) < 2:
+        return ""
+    low, high = min(known), max(known)
+    span = (high - low) or 1.0
+    step = (width - 4) / (len(values) - 1)
+    points = [
+        (2 + i * step, height - 2 - (v - low) / span * (height - 4)) for i, v in enumerate(values) if v is not None
+    ]
+    path = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
+    dots = "".join(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="1.8"/>' for x, y in points)
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        f'role="img" aria-label="from {low:.4g} to {high:.4g}"><polyline fill="none" stroke="#0969da" '
+        f'stroke-width="1.5" points="{path}"/><g fill="#0969da">{dots}</g></svg>'
+    )

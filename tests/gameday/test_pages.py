@@ -120,6 +120,9 @@ def test_the_trend_shows_every_game_day_of_the_name_and_counts_unreadable_record
     assert "fast_failure: refusal_ttf_p99_ms (ms)" in trend and "20260102T000000Z" not in trend
     assert "1 earlier game-day record(s) could not be read" in trend and "20260105T000000Z/gameday.json" in trend
     assert "## replica-crash" in trend and "| NOT RUN |" in trend
+    html = (folder / "trend.html").read_text()
+    assert html.count("<polyline") == 2, "a line per figure column: refusal p99 and waited share"
+    assert 'aria-label="from 120 to 480.5"' in html
 
 
 def test_drill_gameday_on_a_folder_renders_its_pages_again(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ each chunk (the ground truth a client's chunk timestamps are compared with:
 the difference is the client's delivery lag, kernel and scheduling included).
 
 Endpoints: ``POST /v1/chat/completions`` and ``/v1/completions`` (streaming as
-vLLM, §3.1 of llm-serving-facts.md: chat role chunk with the first token, usage
+vLLM, §3.1 of docs/serving-facts.md: chat role chunk with the first token, usage
 chunk, ``[DONE]``; non-streaming JSON with ``usage``), ``GET /v1/models``,
 ``GET /health``; test controls ``PUT /_bench/config`` (JSON: ``gap_ms``,
 ``ttft_ms``, ``fail_status``, ``fail_every``, ``midstream_error_after``,

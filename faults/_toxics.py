@@ -2,7 +2,7 @@
 
 Toxic names are ``drill-<fault_id>[-<part>]`` (:func:`artefact`), so a revert rebuilt from the
 journal after a crash finds and removes exactly what the fault added, and nothing else.
-Units follow Toxiproxy (dependency-notes.md §2.3): latency and jitter in ms, bandwidth in KB/s
+Units follow Toxiproxy (docs/dependencies.md §2.3): latency and jitter in ms, bandwidth in KB/s
 (1 KB = 1000 bytes), timeouts in ms.
 """
 

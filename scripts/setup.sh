@@ -1,5 +1,5 @@
 # Sourced by ./dev and .ci/run. Idempotent set-up steps for llm-drill.
-# Facts behind each step: ../shared/reference/dependency-notes.md (sections 2.2, 3, 5).
+# Facts behind each step: docs/dependencies.md (sections 2.2, 3, 5).
 
 VENV="${VENV:-$PWD/.venv}"
 TOXIPROXY_VERSION="v2.12.0"
@@ -150,7 +150,7 @@ setup_jaeger() {
 docker_up() { docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
 
 setup_docker() {
-  # The tests' Docker engine: Debian's docker.io, started as dependency-notes.md section 3 describes.
+  # The tests' Docker engine: Debian's docker.io, started as docs/dependencies.md section 3 describes.
   if [ -n "${DRILL_SKIP_DOCKER:-}" ] || docker_up; then return 0; fi
   local sudo=""
   if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi

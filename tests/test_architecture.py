@@ -11,7 +11,7 @@ import drill.api
 
 
 def test_the_harness_process_never_imports_locust_or_gevent() -> None:
-    """Locust monkey-patches at import; only the load child process may load it (dependency-notes.md §1.2)."""
+    """Locust monkey-patches at import; only the load child process may load it (docs/dependencies.md §1.2)."""
     code = (
         "import sys, drill.cli.main, drill.engine.runner, drill.load.driver, drill.targets.embedded, "
         "drill.cli.run, drill.cli.load; "

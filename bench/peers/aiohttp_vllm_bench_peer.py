@@ -3,7 +3,7 @@
 A reimplementation (vLLM is not installed here) of its streaming request function
 (``vllm/benchmarks/lib/endpoint_request_func.py``: ``async for chunk_bytes in response.content``,
 one timestamp per ``data:`` line) driven open loop on an absolute schedule of constant
-arrivals, as ``--request-rate R --burstiness inf`` does (llm-serving-facts.md §5.1).
+arrivals, as ``--request-rate R --burstiness inf`` does (docs/serving-facts.md §5.1).
 
     python bench/peers/aiohttp_vllm_bench_peer.py URL RATE SECONDS CHUNKS OUT.json
 """

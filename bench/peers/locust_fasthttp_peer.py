@@ -1,7 +1,7 @@
 """Peer for bench/load_driver.py: Locust's stock FastHttpUser reading the stream with ``iter_lines``.
 
 Closed loop, as Locust users are: each of ``-u N`` users sends a streaming completion and reads it
-line by line with ``FastHttpSession.iter_lines`` (1 KB reads, dependency-notes.md §1.1), timestamping
+line by line with ``FastHttpSession.iter_lines`` (1 KB reads, docs/dependencies.md §1.1), timestamping
 each ``data:`` line with ``time.time()``, then sends the next. At the end of the test the samples
 (X-Request-Id and chunk times) are written to ``$BENCH_OUT`` as JSON.
 

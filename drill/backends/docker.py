@@ -1,6 +1,6 @@
 """Container faults and lifecycle through the Docker SDK, every call time-bounded.
 
-Facts this module relies on (dependency-notes.md §3, docker 7.2 → engine 20.10, API 1.41):
+Facts this module relies on (docs/dependencies.md §3, docker 7.2 → engine 20.10, API 1.41):
 
 * ``pause``/``unpause`` take ~30 ms; requests sent while paused are answered after unpause;
 * ``update(cpu_quota=…, cpu_period=100000)`` acts at once; ``cpu_quota=-1`` removes the cap;
@@ -281,7 +281,7 @@ def _empty_rootfs() -> bytes:
 def ensure_empty_image(backend: DockerBackend, repository: str = "llm-drill-host", tag: str = "v1") -> str:
     """Import (once) an image with an empty rootfs and return its reference ``repository:tag``.
 
-    Containers from it run host binaries through read-only bind mounts (dependency-notes.md §3):
+    Containers from it run host binaries through read-only bind mounts (docs/dependencies.md §3):
     vfs storage copies an image per container, so an empty one costs nothing.
     """
     reference = f"{repository}:{tag}"

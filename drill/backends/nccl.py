@@ -1,6 +1,6 @@
 """NCCL link degradation on real multi-GPU hosts: netem on the NCCL interface, transport downgrade.
 
-**Not verified on hardware** (no GPU here). Two mechanisms, after chaos-anchors.md §10.3:
+**Not verified on hardware** (no GPU here). Two mechanisms, after docs/fault-methods.md §2:
 
 * **netem** on the network interface NCCL's socket transport uses (``NCCL_SOCKET_IFNAME``):
   ``tc qdisc add dev <if> root handle <h>: netem delay <ms>ms <jitter>ms rate <kbit>kbit``, run

@@ -3,7 +3,7 @@
 **Not verified on hardware.** No GPU was available where this was written; the code follows
 NVIDIA's documented interfaces and is tested at its transport seam only (a fake ``nvidia-smi``
 on ``PATH``, a fake ``libcudart.so`` built by the test). Faults using it are marked
-``Realism.HARDWARE_UNVERIFIED`` (chaos-anchors.md §10.3 lists these primitives):
+``Realism.HARDWARE_UNVERIFIED`` (docs/fault-methods.md §2 lists these primitives):
 
 * ``nvidia-smi --query-gpu=index,uuid,name,memory.used,memory.total,clocks.sm,clocks.max.sm
   --format=csv,noheader,nounits`` — one CSV line per GPU (MiB, MHz);

@@ -1,6 +1,6 @@
 """Local process faults: SIGSTOP/SIGCONT, SIGKILL, found by PID, PID file or process name.
 
-The fault-verification design of NVIDIA Dynamo (chaos-anchors.md §10.2) reads a process's
+The fault-verification design of NVIDIA Dynamo (docs/fault-methods.md §1) reads a process's
 state from ``/proc/<pid>/stat``: ``T`` while it is stopped, gone (or ``Z``) once it is killed.
 Every wait here polls ``/proc`` and is bounded by ``timeout_s``; every failure raises
 :class:`drill.errors.ProcessControlError` with the operation and a hint.

@@ -1,8 +1,8 @@
 """A typed client for the Toxiproxy 2.x REST API, and a manager for the real server binary.
 
 Why not toxiproxy-python: it keeps host and port in class attributes, has no timeouts, no
-toxic update and no server-side populate (dependency-notes.md §2.1). This client follows the
-API as measured against Toxiproxy 2.12.0 (dependency-notes.md §2.3):
+toxic update and no server-side populate (docs/dependencies.md §2.1). This client follows the
+API as measured against Toxiproxy 2.12.0 (docs/dependencies.md §2.3):
 
 * updates use ``PATCH`` (2.6+); toxic attributes are *merged* into the existing ones;
 * creating a proxy answers 201, creating a toxic answers **200**;

@@ -2,8 +2,8 @@
 
 Read when a schedule with a ``trace`` arrival process is built
 (:mod:`drill.load.schedule`) and by tests that compare a replay against the
-file. Format and statistics: ``llm-serving-facts.md`` §7.1 (the 2023 traces in
-``shared/data/``); the same schema is used by the 2024 traces (§7.2).
+file. Format and statistics: ``docs/serving-facts.md`` §7.1 (the 2023 traces; excerpts in
+``scenarios/data/``); the same schema is used by the 2024 traces (§7.2).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Called while the schedule is built (:mod:`drill.load.schedule`), once per
 planned request, with that pool's seeded :class:`random.Random`, so the same
 seed gives the same lengths. Production lengths are multimodal, so the
 faithful choice is an empirical quantile table sampled by inverse CDF with
-linear interpolation in log space (``llm-serving-facts.md`` §7.1, §7.5);
+linear interpolation in log space (``docs/serving-facts.md`` §7.1, §7.5);
 lognormal, gamma, uniform and fixed are there for synthetic shapes.
 """
 

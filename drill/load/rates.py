@@ -6,7 +6,7 @@ current rate, which a burst multiplies). Processes (``drill/spec/scenario.py``):
 
 - ``poisson``: exponential gaps at ``rate``;
 - ``gamma``: gamma gaps with shape ``burstiness`` and mean ``1/rate``, as
-  ``vllm bench serve --burstiness`` (``llm-serving-facts.md`` §5.1; 1 = Poisson,
+  ``vllm bench serve --burstiness`` (``docs/serving-facts.md`` §5.1; 1 = Poisson,
   below 1 burstier: 0.87 fits the Azure conversation trace, §7.1);
 - ``constant``: one arrival every ``1/rate`` s, the first at 0;
 - ``stages``: a non-homogeneous Poisson process whose rate follows the stages

@@ -9,7 +9,7 @@ intended start**, so a stalled server or a late client shows up in full (no
 coordinated omission). Subtract ``schedule_lag_ms`` to get the from-send values
 that vLLM's benchmark reports. TPOT follows vLLM's definition: it excludes the
 first token, ``(e2e - ttft) / (completion_tokens - 1)``
-(``llm-serving-facts.md`` §5.1); ITL is the list of gaps between content chunks.
+(``docs/serving-facts.md`` §5.1); ITL is the list of gaps between content chunks.
 """
 
 from __future__ import annotations

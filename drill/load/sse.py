@@ -1,4 +1,4 @@
-"""Classify the lines of an OpenAI-compatible SSE stream (vLLM's format, ``llm-serving-facts.md`` §3.1).
+"""Classify the lines of an OpenAI-compatible SSE stream (vLLM's format, ``docs/serving-facts.md`` §3.1).
 
 Called for every line the load generator and ``replay_failing`` read, so the
 common case (a content chunk) is decided from bytes without parsing JSON:

@@ -5,7 +5,7 @@ the drill's phase windows. Everything comes from ``requests.jsonl`` records,
 never from Locust's rounded statistics, and every percentile from
 :mod:`drill.stats` (exact, numpy's interpolation).
 
-Definitions (``llm-serving-facts.md`` §5.1, vLLM bench): TTFT is the first
+Definitions (``docs/serving-facts.md`` §5.1, vLLM bench): TTFT is the first
 content chunk, TPOT ``(last chunk - TTFT) / (completion_tokens - 1)`` (first
 token excluded), ITL every gap between successive content chunks, E2E the last
 byte; all measured from the **intended** start (``drill/load/records.py``).

@@ -10,7 +10,7 @@ of a trace file in the Azure LLM inference format
 (``TIMESTAMP,ContextTokens,GeneratedTokens``). A seed makes the request set
 identical across runs.
 
-Distributions follow ``llm-serving-facts.md`` §7: production lengths are
+Distributions follow ``docs/serving-facts.md`` §7: production lengths are
 multimodal, so an empirical quantile table (inverse CDF with interpolation in
 log space) is the faithful choice; lognormal and gamma fits are available.
 """

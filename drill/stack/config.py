@@ -3,7 +3,7 @@
 Called by ``drill stack up --config stack.yaml`` (through :func:`load_stack_config`), by a drill's
 ``target.config``, and by the replica process, which receives the whole :class:`StackConfig` inside
 its :class:`~drill.stack.specs.ReplicaSpec`. vLLM's own option names are used wherever vLLM
-has one (llm-serving-facts.md §4). Durations are strings with units (``"2s"``), parsed by
+has one (docs/serving-facts.md §4). Durations are strings with units (``"2s"``), parsed by
 :mod:`drill.units` into seconds.
 """
 
@@ -58,7 +58,7 @@ class Runtime(str, enum.Enum):
 
 
 class EngineConfig(BaseModel):
-    """One replica's engine options, named as vLLM names them (llm-serving-facts.md §3.2, §4).
+    """One replica's engine options, named as vLLM names them (docs/serving-facts.md §3.2, §4).
 
     ``max_num_queued_reqs`` / ``max_num_queued_tokens`` are vLLM ≥ 0.29's opt-in admission flags;
     ``None`` keeps vLLM's default unbounded waiting queue. ``max_queue_wait`` (seconds) refuses a

@@ -11,7 +11,7 @@ HOST:PORT``), then sends each worker the plan, its share of the schedule
 Records travel to the master with ``events.report_to_master`` every
 ``REPORT_INTERVAL_S`` and, at stop, in one final ``drill_drained`` message per
 worker that also carries how many records the worker made, so the master can
-tell whether any were lost (``dependency-notes.md`` §1.5: custom request fields
+tell whether any were lost (``docs/dependencies.md`` §1.5: custom request fields
 are not forwarded by Locust itself).
 """
 

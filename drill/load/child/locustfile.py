@@ -5,7 +5,7 @@ Started by :class:`drill.load.driver.LoadDriver` as
 runner, or a master that starts its own workers) and by ``drill worker`` as
 ``python -m drill.load.child.locustfile --worker --master HOST:PORT``. This module imports
 Locust first (:mod:`drill.load.child.distributed`, imported after it, is the only other one that
-does), so gevent's monkey-patching precedes every other import of the process (``dependency-notes.md`` §1.2: a
+does), so gevent's monkey-patching precedes every other import of the process (``docs/dependencies.md`` §1.2: a
 client created before patching deadlocks). ``drill/__init__`` and
 ``drill/load/__init__`` run before it (``-m`` imports the packages); they load
 only the standard library and create no socket, thread or client.

@@ -5,7 +5,7 @@ worker) once the plan is known; its :meth:`OpenLoop.run` is the body of the
 Locust user's task. Arrivals come from the schedule decided in advance
 (:mod:`drill.load.schedule`); each one is spawned on its own greenlet at its
 intended time, whatever the server is doing, so a stalled server shows up as
-slow requests rather than as fewer requests (``dependency-notes.md`` §1.3).
+slow requests rather than as fewer requests (``docs/dependencies.md`` §1.3).
 Latency is measured from the intended start, and the gap to the actual send is
 recorded. Beyond the in-flight cap an arrival is recorded as a client-side
 drop, never delayed. Retries follow the pool's policy (exponential backoff with

@@ -6,7 +6,7 @@
 ``os.write`` on an ``O_APPEND`` descriptor, so a reader tailing the file
 (``drill/engine/stopconditions.py``) never sees half a record from us.
 :class:`BatchSink` (a distributed worker) keeps records until the next report to
-the master (``events.report_to_master``, ``dependency-notes.md`` §1.5) or the
+the master (``events.report_to_master``, ``docs/dependencies.md`` §1.5) or the
 final flush at stop.
 """
 

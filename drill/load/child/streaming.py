@@ -6,7 +6,7 @@ through ``geventhttpclient``; the streamed body is read by the process's
 :class:`~drill.load.child.reactor.StreamReactor` — one greenlet reading every ready stream
 socket per wake-up — which feeds geventhttpclient's parser and timestamps each SSE
 event the moment its bytes are read (not Locust's 1 KB-buffered iterators:
-``dependency-notes.md`` §1.1, 0.16 ms vs 51 ms p50 delivery lag). TLS or an unexpected
+``docs/dependencies.md`` §1.1, 0.16 ms vs 51 ms p50 delivery lag). TLS or an unexpected
 response layout falls back to reading in the request's own greenlet. Times are
 ``time.perf_counter()`` values; :mod:`drill.load.child.openloop` turns them into offsets from
 the intended start.

@@ -1,6 +1,6 @@
 """Request, response and error values and the router of :mod:`drill.stack.http.server` (re-exported there).
 
-Errors are answered in vLLM's current shape (llm-serving-facts.md §3.2):
+Errors are answered in vLLM's current shape (docs/serving-facts.md §3.2):
 ``{"error": {"message", "type", "param", "code"}}``.
 """
 
@@ -79,7 +79,7 @@ class HttpError(Exception):
 
 
 def error_body(message: str, type: str, code: int, param: str | None = None) -> dict:
-    """vLLM's current error body (llm-serving-facts.md §3.2): ``{"error": {message, type, param, code}}``."""
+    """vLLM's current error body (docs/serving-facts.md §3.2): ``{"error": {message, type, param, code}}``."""
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 

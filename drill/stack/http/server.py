@@ -4,12 +4,12 @@ What it does: keep-alive (and pipelined requests, answered in order), ``Content-
 bodies (``Expect: 100-continue`` answered), fixed-length responses, chunked streaming responses
 (``text/event-stream``) written chunk by chunk straight to the socket, a tiny router by
 ``(method, path)``, and client-disconnect detection so a stream's request can be aborted (vLLM
-counts it as ``abort``, llm-serving-facts.md §3.2). Chunked *request* bodies are refused with 411.
+counts it as ``abort``, docs/serving-facts.md §3.2). Chunked *request* bodies are refused with 411.
 
 Why not a framework: one SSE chunk costs one ``transport.write`` here (a few µs); the engine
 writes tokens from its step loop without a task switch per token.
 
-Errors are answered in vLLM's current shape (llm-serving-facts.md §3.2):
+Errors are answered in vLLM's current shape (docs/serving-facts.md §3.2):
 ``{"error": {"message", "type", "param", "code"}}``.
 """
 

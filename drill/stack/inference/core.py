@@ -15,7 +15,7 @@ TTFT and TPOT a client measures are therefore real latencies.
 
 On :class:`EngineDeadError` (simulated CUDA OOM, XID, broken link) every unfinished request gets
 its error (HTTP 500 or a mid-stream error event), :attr:`dead` is set and the loop returns; the
-replica then exits non-zero (llm-serving-facts.md §4 "Engine death").
+replica then exits non-zero (docs/serving-facts.md §4 "Engine death").
 """
 
 from __future__ import annotations

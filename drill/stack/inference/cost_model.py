@@ -3,7 +3,7 @@
 Called by the executor once per step (:meth:`CostModel.step_cost`) and by the replica at start
 (:meth:`CostModel.weight_load_seconds`). All times are seconds, all sizes bytes.
 
-The model (llm-serving-facts.md §6.2, "Suggested model", with the choices below):
+The model (docs/serving-facts.md §6.2, the step-time model, with the choices below):
 
     stage_s = softmax3(memory_s, compute_s)                  # one pipeline stage, one TP shard
     memory_s = (W/(tp·pp) + Σ ctx_i · KVB/(tp·pp)) / (HBM_bw · hbm_efficiency · clock^γ)
@@ -25,7 +25,7 @@ The model (llm-serving-facts.md §6.2, "Suggested model", with the choices below
   cycles issue fewer loads, so achieved bandwidth drops less than compute (γ = 0.3 is a modelling
   choice; at a 0.5 cap a memory-bound decode step slows ×1.23, a prefill ×2).
 
-Calibration (llm-serving-facts.md §6.1; ``tests/stack/engine/test_cost_model.py`` holds each
+Calibration (docs/serving-facts.md §6.1; ``tests/stack/engine/test_cost_model.py`` holds each
 point within 15 % and prints the table). Llama-3-8B bf16 weights are 16.06 GB:
 
 * A3, H100, batch 10 decode at ~300 tokens of context: memory 16.45 GB / (3.35 TB/s · 0.78) = 6.30 ms;

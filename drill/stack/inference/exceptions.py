@@ -1,7 +1,7 @@
 """Errors of the reference stack's engine, in the project's one tree (:mod:`drill.errors`).
 
 Raised by the scheduler (admission control) and the executor (simulated GPU failures); the API
-layer turns them into vLLM's HTTP answers (llm-serving-facts.md §3.2, §4).
+layer turns them into vLLM's HTTP answers (docs/serving-facts.md §3.2, §4).
 """
 
 from __future__ import annotations

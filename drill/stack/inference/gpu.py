@@ -1,6 +1,6 @@
 """The virtual GPU's memory plan and the GPU conditions the admin API can impose. All simulated.
 
-Memory (per GPU, vLLM V1's recipe, llm-serving-facts.md §4 "gpu_memory_utilization"):
+Memory (per GPU, vLLM V1's recipe, docs/serving-facts.md §4 "gpu_memory_utilization"):
 ``budget = memory × gpu_memory_utilization``; ``KV = budget − weights − activation reserve``,
 where the reserve is the peak activation of a ``max_num_batched_tokens`` forward pass
 (:meth:`CostModel.activation_bytes`) plus 512 MiB of non-torch memory (CUDA context, NCCL,

@@ -32,7 +32,7 @@ class RequestStatus(enum.IntEnum):
 
 
 class FinishReason(str, enum.Enum):
-    """vLLM's ``FINISH_REASON_STRINGS`` (llm-serving-facts.md §2.2), the ``finished_reason`` label values."""
+    """vLLM's ``FINISH_REASON_STRINGS`` (docs/serving-facts.md §2.2), the ``finished_reason`` label values."""
 
     STOP = "stop"
     LENGTH = "length"

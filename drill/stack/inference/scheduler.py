@@ -4,7 +4,7 @@ Called by the engine loop (:mod:`drill.stack.inference.core`) once per step: :me
 *decides* the batch, the executor runs it, and :meth:`Scheduler.update_from_output` *applies* the
 result. Tests drive the same two calls step by step with a fake clock.
 
-Semantics follow llm-serving-facts.md §4 ("Defaults", "Chunked prefill", "Preemption = recompute"):
+Semantics follow docs/serving-facts.md §4 ("Defaults", "Chunked prefill", "Preemption = recompute"):
 there is no prefill or decode phase, only each request's ``num_computed_tokens`` catching up with
 its ``num_tokens``; a per-step token budget (``max_num_batched_tokens``) is spent on RUNNING requests
 first (decodes take 1 token, unfinished prefills a chunk), then on WAITING ones, up to

@@ -10,7 +10,7 @@ natural stop length) and by the executor once per sampled token.
   replica index), so a whole run replays identically on a fresh stack but requests differ.
 
 The natural length (where the model would emit EOS) is drawn from the Azure 2023 conversation
-trace's generated-token quantiles (llm-serving-facts.md §7.1) by inverse CDF with log-linear
+trace's generated-token quantiles (docs/serving-facts.md §7.1) by inverse CDF with log-linear
 interpolation; ``max_tokens`` cuts it short (``length``), ``ignore_eos`` disables it.
 """
 

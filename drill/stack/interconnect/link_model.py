@@ -1,7 +1,7 @@
 """Predicted slowdown of one engine step when a Toxiproxy toxic sits on one TP or PP link.
 
 The prediction follows what :mod:`drill.stack.interconnect.tcp` puts on the wire (its module
-docstring states the rules) and what Toxiproxy does to it (dependency-notes.md §2.3): a
+docstring states the rules) and what Toxiproxy does to it (docs/dependencies.md §2.3): a
 ``latency`` toxic delays every chunk by ``latency`` ms from its arrival (stream gaps are kept),
 a ``bandwidth`` toxic delays ``n`` bytes by ``n / rate`` ms with ``rate`` in KB/s (1 KB = 1000
 bytes). So:

@@ -2,7 +2,7 @@
 
 Called by :mod:`drill.stack.config` (to validate the ``model:`` and ``gpu:`` names of a stack file)
 and by :mod:`drill.stack.inference.cost_model`. The YAML files carry the datasheet and ``config.json`` values
-with their sources (llm-serving-facts.md §6.2) and the calibrated efficiency factors (§6.1).
+with their sources (docs/serving-facts.md §6.2) and the calibrated efficiency factors (§6.1).
 Files are read on first use and cached; importing this module reads nothing.
 """
 

@@ -1,4 +1,4 @@
-"""``GET /metrics`` of a replica: vLLM V1's Prometheus metrics (≥ 0.11 profile, llm-serving-facts.md §2).
+"""``GET /metrics`` of a replica: vLLM V1's Prometheus metrics (≥ 0.11 profile, docs/serving-facts.md §2).
 
 Names, types, help texts, labels (``model_name``, ``engine``; ``finished_reason`` on
 ``vllm:request_success``) and bucket lists follow §2.2. Counters are declared without ``_total``

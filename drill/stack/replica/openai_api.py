@@ -1,4 +1,4 @@
-"""The OpenAI-compatible HTTP API of a replica (stack-contracts.md §4; formats: llm-serving-facts.md §3).
+"""The OpenAI-compatible HTTP API of a replica (stack-contracts.md §4; formats: docs/serving-facts.md §3).
 
 :class:`OpenAIApi` registers ``POST /v1/completions``, ``POST /v1/chat/completions``,
 ``GET /v1/models``, ``GET /health``, ``GET /metrics`` and ``GET /version`` on a

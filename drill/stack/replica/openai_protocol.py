@@ -1,4 +1,4 @@
-"""The OpenAI-compatible wire format as vLLM speaks it (llm-serving-facts.md §3.1–3.2).
+"""The OpenAI-compatible wire format as vLLM speaks it (docs/serving-facts.md §3.1–3.2).
 
 Request bodies are parsed into :class:`CompletionRequest` / :class:`ChatCompletionRequest`
 (``extra="ignore"``: like vLLM, fields the stack does not model — ``stop``, ``logprobs``,

@@ -1,4 +1,4 @@
-"""OpenTelemetry spans of a replica (stack-contracts.md §7, llm-serving-facts.md §1).
+"""OpenTelemetry spans of a replica (stack-contracts.md §7, docs/serving-facts.md §1).
 
 Created by the replica with the spec's ``otlp_endpoint`` (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``);
 with neither, :attr:`Tracing.enabled` is False and no OpenTelemetry object is made, so tracing

@@ -54,7 +54,7 @@ def forward_headers(headers: dict[str, str]) -> dict[str, str]:
 
 
 def sse_error(message: str, status: int = 502) -> bytes:
-    """A mid-stream error event followed by ``[DONE]`` (llm-serving-facts.md §3.1)."""
+    """A mid-stream error event followed by ``[DONE]`` (docs/serving-facts.md §3.1)."""
     body = json.dumps(error_body(message, "BadGateway", status), separators=(",", ":"))
     return f"data: {body}\n\ndata: [DONE]\n\n".encode()
 

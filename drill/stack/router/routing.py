@@ -3,7 +3,7 @@ what an ``Idempotency-Key`` already produced.
 
 :class:`ReplicaPool` is the decide half (``pick``) and the bookkeeping (``acquire``/``release``,
 ``mark``) that the router's handlers and health loop apply; :class:`IdempotencyStore` follows
-Stripe's semantics (traces-and-verdict-rules.md §4): the first response for a key is stored and
+Stripe's semantics (docs/traces-and-verdicts.md §4): the first response for a key is stored and
 returned to every later request with that key, a concurrent duplicate waits for the first, and
 the same key with a different body is refused (422).
 """

@@ -1,6 +1,6 @@
 """``runtime: docker``: one container per replica (with its TP ranks and PP stages inside).
 
-Follows stack-contracts.md §2 and dependency-notes.md §3: an empty-rootfs image
+Follows stack-contracts.md §2 and docs/dependencies.md §3: an empty-rootfs image
 (:func:`drill.backends.docker.ensure_empty_image`), host networking (the bridge is off on the
 test engine, and Toxiproxy proxies reach the replica at the same addresses as locally),
 ``init=True`` (so SIGTERM reaches Python and stop/restart are fast), ``restart_policy:

@@ -1,4 +1,4 @@
-"""The replica's API holds vLLM's shapes (llm-serving-facts.md §2, §3): SSE framing, the usage chunk,
+"""The replica's API holds vLLM's shapes (docs/serving-facts.md §2, §3): SSE framing, the usage chunk,
 error bodies and status codes, metric names/types/labels."""
 
 from __future__ import annotations

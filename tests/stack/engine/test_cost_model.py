@@ -1,4 +1,4 @@
-"""The cost model against every calibration anchor of llm-serving-facts.md §6.1 (within 15 %).
+"""The cost model against every calibration anchor of docs/serving-facts.md §6.1 (within 15 %).
 
 ``pytest -s`` prints the calibration table.
 """
@@ -50,7 +50,7 @@ def test_calibration_table_within_15_percent() -> None:
         cost = _model(gpu).step_cost(batch)
         error = cost.total_s / measured - 1
         rows.append((anchor, description, measured, cost, error))
-    print("\nLlama-3-8B bf16 step-time calibration (llm-serving-facts.md §6.1)")
+    print("\nLlama-3-8B bf16 step-time calibration (docs/serving-facts.md §6.1)")
     print(f"{'anchor':6} {'case':50} {'measured':>9} {'model':>8} {'mem':>7} {'compute':>8} {'error':>7}")
     for anchor, description, measured, cost, error in rows:
         print(

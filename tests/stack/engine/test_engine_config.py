@@ -128,7 +128,7 @@ def test_stack_file_problems_point_at_line_and_column(tmp_path) -> None:
 
 
 def test_presets_match_reference_shapes() -> None:
-    """llm-serving-facts.md §6.2: KV bytes per token and weights."""
+    """docs/serving-facts.md §6.2: KV bytes per token and weights."""
     assert model_preset("llama-2-13b").kv_bytes_per_token == 819_200
     assert model_preset("llama-3-70b").kv_bytes_per_token == 327_680
     assert model_preset("llama-3-8b").weight_bytes == pytest.approx(16.06e9)

@@ -1,6 +1,6 @@
 """The replica as a process: engine death (simulated CUDA OOM, XID), SIGTERM, stall, weight loading.
 
-Contracts: stack-contracts.md §3 and §5; vLLM behaviour: llm-serving-facts.md §4 ("Engine death").
+Contracts: stack-contracts.md §3 and §5; vLLM behaviour: docs/serving-facts.md §4 ("Engine death").
 """
 
 from __future__ import annotations

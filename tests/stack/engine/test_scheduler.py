@@ -1,5 +1,5 @@
 """Step-driven scheduler tests (no sleeping): admission, chunked prefill, preemption, queues, priorities,
-KV accounting and prefix caching. Semantics: llm-serving-facts.md §4."""
+KV accounting and prefix caching. Semantics: docs/serving-facts.md §4."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Spans (stack-contracts.md §7, llm-serving-facts.md §1.2) and the side-effect ledger (§6) of a replica."""
+"""Spans (stack-contracts.md §7, docs/serving-facts.md §1.2) and the side-effect ledger (§6) of a replica."""
 
 from __future__ import annotations
 

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from drill.checks.base import RunEvidence, Status, Verdict
 from drill.checks.judging import meets_slo
 from drill.engine.journal import Event
@@ -405,8 +407,8 @@ def _span_point(evidence: RunEvidence, verdicts: list[Verdict]) -> list[tuple[fl
     if v is None:
         return []
     table = evidence.traces.table
-    rows = [i for i in range(len(table)) if table.span_id[i] == v.observed["span_id"]]
-    if not rows:
+    rows = np.flatnonzero(table.span_id == v.observed["span_id"])
+    if len(rows) == 0:
         return []
     ts = int(table.start_ns[rows[0]]) / 1e9
     what = (

@@ -329,3 +329,52 @@ def test_report_from_the_evidence_object_matches_the_directory(tmp_path):
     run_dir = kit.write()
     direct = build_report(RunEvidence(run_dir), load_verdicts(run_dir))
     assert render_markdown(direct) == render_markdown(report_for(run_dir))
+
+
+def test_detection_and_timeline_follow_the_first_abnormal_span_into_the_spans(tmp_path):
+    kit = _flood_run(tmp_path)
+    for n, (start, end) in enumerate([(2.0, 2.1), (2.5, 2.6), (12.0, 15.0)]):
+        trace, root = f"{n + 1:032x}", f"{n + 1:016x}"
+        kit.span(
+            trace_id=trace,
+            span_id=root,
+            name="POST /v1/chat/completions",
+            service="drill-router",
+            kind="SERVER",
+            start=start,
+            end=end,
+        )
+        kit.span(
+            trace_id=trace,
+            span_id=f"{n + 1:015x}f",
+            parent_id=root,
+            name="queue",
+            service="drill-replica-0",
+            start=start,
+            end=end - 0.05,
+        )
+    kit.verdict(
+        "first_abnormal_span",
+        Status.PASS,
+        "first abnormal span: drill-replica-0/queue",
+        observed={
+            "trace_id": f"{3:032x}",
+            "span_id": f"{3:015x}f",
+            "service": "drill-replica-0",
+            "name": "queue",
+            "deviation": "30x baseline p99",
+            "chain": ["drill-replica-0/queue"],
+        },
+    )
+    report = report_for(kit.write())
+    d = report.detection
+    assert (d.service, d.name, d.deviation, d.chain) == (
+        "drill-replica-0",
+        "queue",
+        "30x baseline p99",
+        ("drill-replica-0/queue",),
+    )
+    assert d.baseline_trace_id in (f"{1:032x}", f"{2:032x}")  # a baseline trace of the same shape
+    assert d.waterfall.svg is not None and d.waterfall.svg.lstrip().startswith("<svg")
+    [point] = [e for e in report.timeline if e.what.startswith("first abnormal span starts")]
+    assert point.offset_s == 17.0 and "drill-replica-0/queue (30x baseline p99)" in point.what

@@ -5,7 +5,7 @@ Each is registered through the ``drill.checks`` entry point like any plugin.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -43,14 +43,14 @@ class FaultLandedCheck(Check):
         ids = list(dict.fromkeys([*planned, *faults]))
         never = [fid for fid in ids if fid not in faults or not (faults[fid].injected or faults[fid].error)]
         missing = [fid for fid in ids if fid not in never and not faults[fid].landed]
-        observed = {fid: _fault_state(faults.get(fid)) for fid in ids}
+        observed: dict[str, Any] = {fid: _fault_state(faults.get(fid)) for fid in ids}
         observed.update(
             planned=len(planned),
             injected=sum(f.injected for f in faults.values()),
             landed=sum(bool(f.landed) for f in faults.values()),
         )
         units = {"planned": "faults", "injected": "faults", "landed": "faults"}
-        common = dict(
+        common: dict[str, Any] = dict(
             observed=observed,
             expected={"all": "injected and landed"},
             units=units,
@@ -158,18 +158,26 @@ class SloCheck(Check):
     def evaluate(self, evidence: RunEvidence) -> Verdict:
         p: SloParams = self.params
         records = evidence.requests_in(p.phase)
-        targets = {
-            pool: (p.slo or slo)
+        targets: dict[str, dict[str, float]] = {
+            pool: chosen
             for pool, slo in evidence.slo_by_pool.items()
-            if (p.pools is None or pool in p.pools) and (p.slo or slo)
+            if (p.pools is None or pool in p.pools) and (chosen := p.slo or slo)
         }
         if not targets:
             return self.verdict(Status.INCONCLUSIVE, "no pool has an SLO to check", window=p.phase)
-        observed, expected, units, breaches, thin, refs = {}, {}, {}, [], [], []
+        observed: dict[str, Any] = {}
+        expected: dict[str, Any] = {}
+        units: dict[str, str] = {}
+        breaches: list[str] = []
+        thin: list[str] = []
+        refs: list[EvidenceRef] = []
         for pool, slo in targets.items():
             mine = [r for r in records if r.pool == pool and r.ok]
             for key, bound_s in slo.items():
-                metric, pct = parse_slo_key(key)
+                parsed = parse_slo_key(key)
+                if parsed is None:  # the Slo type admits SLO keys only
+                    raise ValueError(f"{key!r} is not an SLO key (e.g. ttft_p95)")
+                metric, pct = parsed
                 values = latency_values(mine, metric)
                 expected[f"{pool}.{key}"] = f"<= {bound_s * 1000:g}"
                 units[f"{pool}.{key}"] = "ms"
@@ -177,6 +185,9 @@ class SloCheck(Check):
                     thin.append(f"{pool}.{key} ({len(values)} samples)")
                     continue
                 value = percentile(values, pct)
+                if value is None:  # no samples at all (min_requests 0)
+                    thin.append(f"{pool}.{key} (0 samples)")
+                    continue
                 observed[f"{pool}.{key}"] = round(value, 3)
                 if value > bound_s * 1000:
                     breaches.append(f"{pool} {key} = {value:.0f}ms > {bound_s * 1000:.0f}ms")
@@ -282,8 +293,8 @@ class ErrorRateCheck(Check):
             return self.verdict(Status.INCONCLUSIVE, f"only {len(records)} requests in {p.phase}", window=p.phase)
         counted = [r for r in records if r.error is not None and (p.classes is None or r.error in p.classes)]
         by_class: dict[str, int] = {}
-        for r in counted:
-            by_class[r.error.value] = by_class.get(r.error.value, 0) + 1
+        for error in (r.error for r in counted if r.error is not None):
+            by_class[error.value] = by_class.get(error.value, 0) + 1
         share = len(counted) / len(records)
         observed = {"error_rate": round(share, 4), "requests": len(records), **by_class}
         expected = {"error_rate": f"<= {p.max:g}"}

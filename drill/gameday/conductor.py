@@ -16,7 +16,8 @@ that does not pass stops it too. SIGINT and SIGTERM go to the running drill, whi
 the game day then stops, and writes its pages either way.
 
 Exit code of the game day: 4 if a revert failed, else 130 if interrupted, else 3 if a drill could not run
-(exit 2 or 3), else 1 if a drill did not pass (FAIL or INCONCLUSIVE verdicts), else 0.
+(exit 2 or 3) or the pages could not be written (``pages-error.log``), else 1 if a drill did not pass (FAIL or
+INCONCLUSIVE verdicts), else 0.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -172,7 +174,17 @@ class GameDayRunner:
         code = gameday_exit_code(results, interrupted)
         self._save(replace(record, status=status, exit_code=code, finished_at=_utc()))
         assert self.folder is not None
-        write_pages(self.folder, self._record())
+        try:
+            write_pages(self.folder, self._record())
+        except Exception as exc:  # noqa: BLE001 - a page bug must not hide a failed revert's exit 4
+            log = self.folder / "pages-error.log"
+            log.write_text("".join(traceback.format_exception(exc)), encoding="utf-8")
+            self.say(
+                f"internal error writing the pages: {type(exc).__name__}: {exc} (traceback in {log}); "
+                f"the record is {self.folder / 'gameday.json'}"
+            )
+            if code in (0, 1):
+                self._save(replace(self._record(), exit_code=3))
         return self._record()
 
     # --- one drill -------------------------------------------------------------------------------

@@ -169,3 +169,18 @@ def test_sigterm_goes_to_the_running_drill_and_stops_the_game_day(tmp_path, fake
     record = json.loads(record_file.read_text())
     assert record["status"] == "interrupted" and [d["result"] for d in record["drills"]] == ["INTERRUPTED", "NOT RUN"]
     assert len(_calls(tmp_path)) == 1
+
+
+def test_a_page_that_cannot_be_written_never_hides_a_failed_revert(tmp_path, fake_python, monkeypatch) -> None:
+    def broken(folder, record):
+        raise RuntimeError("template bug")
+
+    monkeypatch.setattr("drill.gameday.pages.write_pages", broken)
+    record, folder, lines = _run(
+        tmp_path, fake_python, {"slow-replica": {"exit": 4}}, "slow-replica", monkeypatch=monkeypatch
+    )
+    assert record.exit_code == 4 and "template bug" in (folder / "pages-error.log").read_text()
+    assert any("internal error writing the pages" in line for line in lines)
+    passed, folder, _ = _run(tmp_path, fake_python, {}, "slow-replica", monkeypatch=monkeypatch)
+    assert passed.exit_code == 3, "a game day whose pages are missing is not a clean pass"
+    assert json.loads((folder / "gameday.json").read_text())["exit_code"] == 3

@@ -313,7 +313,7 @@ class Check(abc.ABC):
     kind: ClassVar[str]
     Params: ClassVar[type[BaseModel]] = CheckParams
     #: Files of the run directory the verdict depends on; an unreadable line in one makes it INCONCLUSIVE.
-    reads: ClassVar[tuple[str, ...]] = ("journal.jsonl", "requests.jsonl")
+    reads: tuple[str, ...] = ("journal.jsonl", "requests.jsonl")  # a check may add what its params make it read
 
     def __init__(self, params: BaseModel, name: str | None = None) -> None:
         self.params = params

@@ -95,6 +95,7 @@ class RecoveryTimeCheck(Check):
                 f"the run has no {' and no '.join(missing)} phase to time the recovery with",
                 window="recovery",
             )
+        assert revert is not None and recovery is not None  # both are in missing otherwise
         bands, thin = self._bands(evidence)
         if not bands:
             return self.verdict(
@@ -120,6 +121,9 @@ class RecoveryTimeCheck(Check):
                 thin.append(f"{pool}: {len(values)} baseline samples")
                 continue
             base = percentile(values, p.percentile)
+            if base is None:  # no sample at all (min_baseline 0)
+                thin.append(f"{pool}: no baseline sample")
+                continue
             errors = _error_rate(mine) or 0.0
             bands.append(
                 _Band(
@@ -157,6 +161,8 @@ class RecoveryTimeCheck(Check):
         if len(values) < p.min_requests:
             return False, f"{len(values)} successful sample(s) in the window"
         value = percentile(values, p.percentile)
+        if value is None:  # no sample at all (min_requests 0)
+            return False, "no successful sample in the window"
         errors = _error_rate(mine) or 0.0
         if value > band.limit_ms:
             return False, f"p{p.percentile:g} {p.metric} {value:.0f}ms > {band.limit_ms:.0f}ms"
@@ -226,7 +232,7 @@ class RecoveryTimeCheck(Check):
                 for r in never
             ]
             return Status.INCONCLUSIVE, "; ".join(parts) + f": the recovery phase ended before {p.max:g}s had passed"
-        slowest = max(results, key=lambda r: r.recovered_s)
+        slowest = max(results, key=lambda r: r.recovered_s or 0.0)  # every one recovered (none in never)
         return Status.PASS, (
             f"back within the baseline band {slowest.recovered_s:.1f}s after the revert "
             f"(slowest pool {slowest.band.pool}; max {p.max:g}s)"

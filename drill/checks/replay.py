@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import Field
 
@@ -234,7 +235,9 @@ class RecoveryReplayCheck(Check):
         passed = len(t.originals_ok)
         originals = passed + len(t.originals_failed)
         observed, expected, units = self._figures(replay, t, originals)
-        common = dict(observed=observed, expected=expected, units=units, window="replay", notes=tuple(t.notes))
+        common: dict[str, Any] = dict(
+            observed=observed, expected=expected, units=units, window="replay", notes=tuple(t.notes)
+        )
         problems = []
         if t.not_identical:
             problems.append(
@@ -277,7 +280,7 @@ class RecoveryReplayCheck(Check):
 
     def _figures(self, replay: ReplayEvidence, t: _ReplayFindings, originals: int) -> tuple[dict, dict, dict]:
         p: RecoveryReplayParams = self.params
-        observed = {
+        observed: dict[str, Any] = {
             "failing_samples": len(replay.samples),
             "failed_requests": len({s.logical_id for s in replay.samples}),  # distinct logical requests
             "originals_replayed": originals,
@@ -320,8 +323,9 @@ def _latency_bands(evidence: RunEvidence, p: RecoveryReplayParams) -> dict[str, 
         band = {}
         for metric in ("ttft_ms", "e2e_ms"):
             values = [v - d for r, d in zip(records, lag) if (v := getattr(r, metric)) is not None]
-            if len(values) >= p.min_baseline:
-                band[metric] = p.latency_factor * percentile(values, p.band_percentile) + p.latency_slack * 1000.0
+            base = percentile(values, p.band_percentile) if len(values) >= p.min_baseline else None
+            if base is not None:
+                band[metric] = p.latency_factor * base + p.latency_slack * 1000.0
         bands[pool] = band
     return bands
 

@@ -106,7 +106,7 @@ class DuplicateSideEffectsCheck(Check):
     kind = "duplicate_side_effects"
     Params = DuplicateSideEffectsParams
     params: DuplicateSideEffectsParams
-    reads = ("requests.jsonl", LEDGER_READS)
+    reads: tuple[str, ...] = ("requests.jsonl", LEDGER_READS)
 
     def evaluate(self, evidence: RunEvidence) -> Verdict:
         p: DuplicateSideEffectsParams = self.params
@@ -407,7 +407,7 @@ class RetryBudgetCheck(Check):
     kind = "retry_budget"
     Params = RetryBudgetParams
     params: RetryBudgetParams
-    reads = ("journal.jsonl", "requests.jsonl")
+    reads: tuple[str, ...] = ("journal.jsonl", "requests.jsonl")
 
     def evaluate(self, evidence: RunEvidence) -> Verdict:
         p: RetryBudgetParams = self.params
@@ -574,7 +574,8 @@ def _upstream_attempts(table, traces: set[str]) -> tuple[_Layer, dict[str, int]]
     Returns the layer (calls = groups, attempts = their spans) and, per trace, its attempts end to
     end (the largest group, as one client attempt reaches the server through one call).
     """
-    layer, per_trace = _Layer(), {}
+    layer = _Layer()
+    per_trace: dict[str, int] = {}
     if not len(table) or not traces:
         return layer, per_trace
     parents = table.parent_row

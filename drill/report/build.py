@@ -22,6 +22,7 @@ from drill.engine.journal import Event
 from drill.load.records import ErrorClass, RequestRecord, latency_values
 from drill.report.actions import action_items, coverage_gaps
 from drill.report.detail import (
+    CHART_FAILED,
     charts,
     decision_fields,
     detection,
@@ -93,9 +94,11 @@ def assemble(evidence: RunEvidence, verdicts: list[Verdict], progress: Callable[
     for name, step in steps:
         progress(name)
         sections[name] = step()
-    metrics, cost = sections.pop("metrics")
+    metrics, cost, notes = sections.pop("metrics")
     reads = tuple(r.describe() for _, r in sorted(evidence.reports.items()) if not r.clean)
-    return Report(metrics=metrics, cost=cost, reads=reads, **sections)
+    every_chart = (*sections["charts"], sections["detection"].waterfall)
+    notes += tuple(c.note for c in every_chart if c.note.startswith(CHART_FAILED))
+    return Report(metrics=metrics, cost=cost, reads=reads, notes=notes, **sections)
 
 
 # --- formatting helpers shared by the builders (the renderers format numbers with the same function) --------
@@ -444,8 +447,8 @@ def _pcts(values: list[float]) -> LatencyPercentiles:
     return LatencyPercentiles(len(ordered), *(round(percentile(ordered, p) or 0.0, 3) for p in (50, 95, 99)))
 
 
-def _metrics(evidence: RunEvidence, drill: dict) -> tuple[tuple[PhaseMetrics, ...], CostFigures]:
-    quantities = _phase_quantities(evidence)
+def _metrics(evidence: RunEvidence, drill: dict) -> tuple[tuple[PhaseMetrics, ...], CostFigures, tuple[str, ...]]:
+    quantities, notes = _phase_quantities(evidence)
     cost = _cost(evidence, drill)
     rows = []
     for phase in LOADED_PHASES:
@@ -453,7 +456,7 @@ def _metrics(evidence: RunEvidence, drill: dict) -> tuple[tuple[PhaseMetrics, ..
         if window is None:
             continue
         rows.append(_phase_row(evidence, phase, window.length_s, quantities.get(phase) or {}, cost))
-    return tuple(rows), cost
+    return tuple(rows), cost, notes
 
 
 def _phase_row(
@@ -492,17 +495,21 @@ def _quantity(q: dict[str, float | None], name: str) -> float | None:
     return None if value is None else round(float(value), 4)
 
 
-def _phase_quantities(evidence: RunEvidence) -> dict[str, dict[str, float | None]]:
-    """R2's metric mapping; without it (or without metrics.jsonl) every quantity is not available."""
+def _phase_quantities(evidence: RunEvidence) -> tuple[dict[str, dict[str, float | None]], tuple[str, ...]]:
+    """The metric mapping's figures per phase; without it, without ``metrics.jsonl``, or when it fails, every
+    quantity is not available (and a note says why)."""
     try:
         from drill.report.quantities import phase_quantities
     except ModuleNotFoundError as exc:
         if exc.name != "drill.report.quantities":
             raise
-        return {}
+        return {}, ("the metric mapping (drill.report.quantities) is not installed: scraped quantities not available",)
     if not (evidence.run_dir / "metrics.jsonl").exists():
-        return {}
-    return phase_quantities(evidence) or {}
+        return {}, ("the run has no metrics.jsonl: scraped quantities not available",)
+    try:
+        return phase_quantities(evidence) or {}, ()
+    except Exception as exc:  # noqa: BLE001 - one broken figure source must not cost the whole report
+        return {}, (f"reading the scraped metrics failed ({type(exc).__name__}: {exc}): quantities not available",)
 
 
 def _gpus(evidence: RunEvidence) -> tuple[int | None, str]:

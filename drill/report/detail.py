@@ -25,6 +25,7 @@ from drill.report.model import (
 )
 
 __all__ = [
+    "CHART_FAILED",
     "charts",
     "decision_fields",
     "detection",
@@ -40,6 +41,8 @@ __all__ = [
 MAX_REPLAY_ROWS = 25
 #: The runbook as the run used it, copied into the run directory by the runner (read before the drill's path).
 RUNBOOK_COPY = "runbook.md"
+#: How the note of a chart whose module raised begins.
+CHART_FAILED = "chart failed"
 _CHART_MISSING = "chart not available (the chart module drill.report.charts is not installed)"
 
 
@@ -184,7 +187,10 @@ def _waterfall(evidence: RunEvidence, trace_id: str, baseline_id: str | None) ->
     module = _chart_module()
     if module is None:
         return Chart("trace_waterfall", title, None, _CHART_MISSING)
-    svg = module.trace_waterfall(evidence.traces.table, trace_id, baseline_id)
+    try:
+        svg = module.trace_waterfall(evidence.traces.table, trace_id, baseline_id)
+    except Exception as exc:  # noqa: BLE001 - a broken chart must not cost the whole report
+        return Chart("trace_waterfall", title, None, _failed(exc))
     note = "" if svg else "no spans for this trace"
     if svg and baseline_id is None:
         note = "no baseline trace of the same shape: the affected trace alone"
@@ -461,6 +467,11 @@ def _chart_module():
     return module
 
 
+def _failed(exc: Exception) -> str:
+    """The note of a chart whose module raised (the report's notes repeat it)."""
+    return f"{CHART_FAILED}: {type(exc).__name__}: {exc}"
+
+
 def charts(evidence: RunEvidence) -> tuple[Chart, ...]:
     """R5's charts as inline SVG; "chart not available" when the module or the data is missing."""
     module = _chart_module()
@@ -469,6 +480,10 @@ def charts(evidence: RunEvidence) -> tuple[Chart, ...]:
         if module is None or not hasattr(module, key):
             out.append(Chart(key, title, None, _CHART_MISSING))
             continue
-        svg = getattr(module, key)(evidence)
+        try:
+            svg = getattr(module, key)(evidence)
+        except Exception as exc:  # noqa: BLE001 - a broken chart must not cost the whole report
+            out.append(Chart(key, title, None, _failed(exc)))
+            continue
         out.append(Chart(key, title, svg, "" if svg else "chart not available: the run has no data for it"))
     return tuple(out)

@@ -378,3 +378,23 @@ def test_detection_and_timeline_follow_the_first_abnormal_span_into_the_spans(tm
     assert d.waterfall.svg is not None and d.waterfall.svg.lstrip().startswith("<svg")
     [point] = [e for e in report.timeline if e.what.startswith("first abnormal span starts")]
     assert point.offset_s == 17.0 and "drill-replica-0/queue (30x baseline p99)" in point.what
+
+
+def test_a_chart_or_metric_mapping_that_raises_costs_only_its_own_figure(tmp_path, monkeypatch):
+    from drill.report import charts, quantities
+
+    def raises(*args, **kwargs):
+        raise ValueError("planted failure")
+
+    monkeypatch.setattr(charts, "latency_over_time", raises)
+    monkeypatch.setattr(quantities, "phase_quantities", raises)
+    kit = _flood_run(tmp_path)
+    run_dir = kit.write()
+    (run_dir / "metrics.jsonl").write_text("")
+    report = report_for(run_dir)
+    chart = next(c for c in report.charts if c.key == "latency_over_time")
+    assert chart.svg is None and chart.note == "chart failed: ValueError: planted failure"
+    assert all(m.queue_depth is None for m in report.metrics)
+    assert any("reading the scraped metrics failed (ValueError: planted failure)" in n for n in report.notes)
+    md = render_markdown(report)
+    assert "## Notes on this report" in md and "chart failed: ValueError: planted failure" in md

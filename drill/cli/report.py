@@ -63,6 +63,7 @@ class _ReportProgress:
         self.show = show
         self._bar: Progress | None = None
         self._task: TaskID | None = None
+        self._done = 0
 
     def __enter__(self) -> Callable[[str], None]:
         if not self.show:
@@ -77,8 +78,10 @@ class _ReportProgress:
         return self._step
 
     def _step(self, name: str) -> None:
+        """``name`` is starting: the sections before it are done."""
         if self._bar is not None and self._task is not None:
-            self._bar.update(self._task, advance=1, description=f"report: {name}")
+            self._bar.update(self._task, completed=self._done, description=f"report: {name}")
+            self._done += 1
 
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:

@@ -10,13 +10,17 @@ of the run's own failing requests; then it greps every file the run wrote, repor
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -219,12 +223,75 @@ def stack(tmp_path_factory):
     stop_stack("r2-redaction", state_dir=state_dir)
 
 
+class WireTap:
+    """A TCP relay in front of the stack that keeps the bytes clients send (to see which headers reached the
+    wire); the responses pass through untouched. It observes the real target, it does not stand in for it."""
+
+    def __init__(self, upstream: str) -> None:
+        parts = urlsplit(upstream)
+        self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}"
+        self.sent = bytearray()
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.upstream)
+            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, keep: bool) -> None:
+        try:
+            while chunk := src.recv(65536):
+                if keep:
+                    with self.lock:
+                        self.sent += chunk
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for end in (src, dst):
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+
+    def count(self, needle: str) -> int:
+        with self.lock:
+            return bytes(self.sent).lower().count(needle.lower().encode())
+
+    def heads(self, request_line_start: str) -> list[str]:
+        """The head (request line and headers) of every request whose line starts so, lower-cased."""
+        with self.lock:
+            data = bytes(self.sent).lower()
+        needle, out, at = request_line_start.lower().encode(), [], 0
+        while (at := data.find(needle, at)) >= 0:
+            end = data.find(b"\r\n\r\n", at)
+            out.append(data[at : end if end >= 0 else len(data)].decode("latin-1"))
+            at += len(needle)
+        return out
+
+    def close(self) -> None:
+        self.server.close()
+
+
 @pytest.fixture(scope="module")
-def planted_run(stack, tmp_path_factory) -> Path:
-    return _planted_run(stack, tmp_path_factory.mktemp("planted"))
+def tap(stack):
+    tap = WireTap(stack.router)
+    yield tap
+    tap.close()
 
 
-def _planted_run(stack, out: Path) -> Path:
+@pytest.fixture(scope="module")
+def planted_run(tap, tmp_path_factory) -> Path:
+    return _planted_run(tap.url, tmp_path_factory.mktemp("planted"))
+
+
+def _planted_run(url: str, out: Path) -> Path:
     """A short run whose interactive pool times out often (a 150 ms client timeout), so it has failing
     samples, a recovery replay and prompts shown in the report."""
     drill = {
@@ -232,7 +299,7 @@ def _planted_run(stack, out: Path) -> Path:
         "target": {
             "kind": "openai",
             "config": {
-                "url": stack.router,
+                "url": url,
                 "api_key": "${R2_PLANTED_BEARER}",
                 "headers": {"X-Api-Key": LITERAL_API_KEY},
             },
@@ -293,8 +360,16 @@ def _prompts(run_dir: Path) -> list[str]:
 
 
 @pytest.mark.integration
-def test_planted_secrets_reach_no_file_of_the_run(planted_run):
+def test_planted_secrets_reach_no_file_of_the_run(planted_run, tap):
     run_dir = planted_run
+    # They were sent: every load and replay request on the wire carried the target's three credentials ...
+    posts = tap.heads("POST /v1/")
+    assert len(posts) > 10
+    for header in (f"authorization: bearer {ENV_BEARER}", f"x-api-key: {LITERAL_API_KEY}", f"cookie: {ARGV_COOKIE}"):
+        missing = [head.splitlines()[0] for head in posts if f"\r\n{header.lower()}" not in head]
+        assert missing == [], (header, len(missing), len(posts))
+    assert tap.count(ENV_SECRET) == 0  # not a header: never sent
+    # ... and reached no file.
     files = _every_file(run_dir)
     names = {p.relative_to(run_dir).as_posix() for p in files}
     for expected in (

@@ -33,7 +33,7 @@ def _render(annotation: object) -> str:
     """``int``, ``duration``, ``a | b`` for an enum, ``list of …``, ``X | None`` — as a user writes it."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is typing.Annotated:
-        return "duration" if any(_is_duration(m) for m in annotation.__metadata__) else _render(args[0])
+        return "duration" if any(_is_duration(m) for m in getattr(annotation, "__metadata__", ())) else _render(args[0])
     if origin in (typing.Union, types.UnionType):
         return " | ".join(_render(a) for a in args)
     if origin in (list, tuple, frozenset, set):

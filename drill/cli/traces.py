@@ -20,6 +20,8 @@ from drill.cli.common import console, err_console, handle_errors
 from drill.errors import InputError
 
 if TYPE_CHECKING:
+    from rich.console import JustifyMethod
+
     from drill.traces.analysis import AbnormalReport, AbnormalSpan
     from drill.traces.evidence import TraceEvidence
     from drill.traces.table import SpanTable
@@ -363,7 +365,7 @@ def _pairs_table(report: AbnormalReport):
     from rich.table import Table
 
     table = Table(title="abnormal (service, span name) pairs", title_justify="left", show_edge=False)
-    for column, justify in [
+    columns: list[tuple[str, JustifyMethod]] = [
         ("#", "right"),
         ("service", "left"),
         ("span name", "left"),
@@ -372,7 +374,8 @@ def _pairs_table(report: AbnormalReport):
         ("causes (material)", "right"),
         ("median ratio", "right"),
         ("deviation", "left"),
-    ]:
+    ]
+    for column, justify in columns:
         table.add_column(column, justify=justify)
     for i, pair in enumerate(report.pairs, 1):
         ratio = "" if pair.median_ratio is None else f"{pair.median_ratio:.1f}x"

@@ -293,8 +293,9 @@ class Scenario(SpecModel):
             shares = [p.share if p.share is not None else (1.0 if len(shared) == 1 else None) for p in shared]
             if any(s is None for s in shares):
                 raise at_key("pools", "when several pools share the scenario's arrival process, each needs a 'share'")
-            if abs(sum(shares) - 1.0) > 1e-6:
-                raise at_key("pools", f"pool shares sum to {sum(shares):g}; they must sum to 1")
+            total = sum(s for s in shares if s is not None)  # every one is set (checked above)
+            if abs(total - 1.0) > 1e-6:
+                raise at_key("pools", f"pool shares sum to {total:g}; they must sum to 1")
         return self
 
     @model_validator(mode="after")

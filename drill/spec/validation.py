@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import types
 import typing
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -60,7 +61,7 @@ def _clean_loc(loc: tuple, data: object, keep_last: bool) -> KeyPath:
     part is not in the data and is kept.
     """
     path: list = []
-    node = data
+    node: Any = data
     for i, part in enumerate(loc):
         in_dict = isinstance(node, dict) and part in node
         if in_dict or isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
@@ -71,7 +72,9 @@ def _clean_loc(loc: tuple, data: object, keep_last: bool) -> KeyPath:
     return tuple(path)
 
 
-def _diagnostic(model: type[BaseModel], err: dict, data: object, locations: Locations, prefix: KeyPath) -> Diagnostic:
+def _diagnostic(
+    model: type[BaseModel], err: Mapping[str, Any], data: object, locations: Locations, prefix: KeyPath
+) -> Diagnostic:
     kind = err["type"]
     loc = _clean_loc(tuple(err["loc"]), data, keep_last=kind == "missing")
     path = prefix + loc
@@ -79,7 +82,9 @@ def _diagnostic(model: type[BaseModel], err: dict, data: object, locations: Loca
         return _unknown_key(model, loc, path, locations)
     if kind == "missing" and loc:
         parent_keys = allowed_keys(model, loc[:-1])
-        hint = f"add '{loc[-1]}:'" + (f" (keys here: {', '.join(sorted(parent_keys))})" if parent_keys else "")
+        hint: str | None = f"add '{loc[-1]}:'" + (
+            f" (keys here: {', '.join(sorted(parent_keys))})" if parent_keys else ""
+        )
         return Diagnostic(locations.position_of(path[:-1]), path, f"missing required key '{loc[-1]}'", hint=hint)
     message, hint = _explain(err, model, loc)
     pointed = _AT_KEY.match(message)
@@ -129,7 +134,7 @@ _EXPECTED = {
 }
 
 
-def _explain(err: dict, model: type[BaseModel], loc: KeyPath) -> tuple[str, str | None]:
+def _explain(err: Mapping[str, Any], model: type[BaseModel], loc: KeyPath) -> tuple[str, str | None]:
     kind, value = err["type"], err.get("input")
     ctx = err.get("ctx") or {}
     got = describe_value(value)

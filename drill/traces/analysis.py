@@ -789,7 +789,8 @@ def _key_attributes(attributes: dict) -> dict[str, Any]:
 
 def _context_attributes(ctx: _Context, row: int) -> dict[str, Any]:
     """Key attributes (the preferred prefixes only) the span's same-service ancestors carry and it does not."""
-    table, out = ctx.table, {}
+    table = ctx.table
+    out: dict[str, Any] = {}
     own = table.attributes[row]
     service = table.service[row]
     up = int(ctx.tree.parent[row])
@@ -1039,8 +1040,8 @@ def _coverage(ctx: _Context, groups: int, options: AnalysisOptions) -> tuple[int
     in_fault = np.bincount(ctx.group[ctx.win.fault], minlength=groups) > 0
     base = ctx.model.count
     judged = int((in_fault & (base >= options.min_baseline_spans)).sum())
-    thin = tuple(ctx.label(g) for g in np.flatnonzero(in_fault & (base > 0) & (base < options.min_baseline_spans)))
-    new = tuple(ctx.label(g) for g in np.flatnonzero(in_fault & (base == 0)))
+    thin = tuple(ctx.label(int(g)) for g in np.flatnonzero(in_fault & (base > 0) & (base < options.min_baseline_spans)))
+    new = tuple(ctx.label(int(g)) for g in np.flatnonzero(in_fault & (base == 0)))
     return judged, thin, new
 
 

@@ -208,6 +208,7 @@ class JaegerFileParams(PluginParams):
 class JaegerFileSource(TableSource):
     kind = "jaeger_file"
     Params = JaegerFileParams
+    params: JaegerFileParams
 
     def _read(self, report: SourceReport, window: tuple[int, int] | None) -> SpanTable:
         path = self._path(self.params.path)
@@ -238,6 +239,7 @@ class JaegerApiParams(PluginParams):
 class JaegerApiSource(TableSource):
     kind = "jaeger_api"
     Params = JaegerApiParams
+    params: JaegerApiParams
 
     def _read(self, report: SourceReport, window: tuple[int, int] | None) -> SpanTable:
         start_us, end_us = self._window_us(window)
@@ -278,7 +280,12 @@ class JaegerApiSource(TableSource):
         builder: TableBuilder,
         seen: set[str],
     ) -> None:
-        params = {"service": service, "start": start_us, "end": end_us, "limit": self.params.limit}
+        params: dict[str, str | int] = {
+            "service": service,
+            "start": start_us,
+            "end": end_us,
+            "limit": self.params.limit,
+        }
         where = f"{self.params.url}/api/traces?service={service}"
         try:
             response = client.get("/api/traces", params=params)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -90,7 +91,7 @@ class MeasurementTruth:
 
     def to_json(self, max_rows: int = 0) -> dict:
         """Summary (and the first ``max_rows`` rows) for a verdict's ``observed``."""
-        data = {
+        data: dict[str, Any] = {
             "joined": self.joined,
             "ttft_diff_ms": self.ttft_diff_ms,
             "e2e_diff_ms": self.e2e_diff_ms,
@@ -122,7 +123,7 @@ class JoinedRequests:
         return {table.trace_ids[int(codes[g0])]: rows for g0, rows in zip(np.r_[0, cuts], groups)}
 
     @cached_property
-    def _by_request(self) -> dict[str, object]:
+    def _by_request(self) -> dict[str, Any]:  # request id -> its RequestRecord
         return {r.request_id: r for r in self.records}
 
     def server_spans(self, request_id: str) -> list[int]:

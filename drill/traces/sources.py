@@ -423,6 +423,7 @@ class ReceiverParams(PluginParams):
 class ReceiverSource(TableSource):
     kind = "receiver"
     Params = ReceiverParams
+    params: ReceiverParams
 
     def _read(self, report: SourceReport, window: tuple[int, int] | None) -> SpanTable:
         return read_receiver_file(self._path(self.params.file), report.file(self._path(self.params.file)))
@@ -438,6 +439,7 @@ class OtlpFileParams(PluginParams):
 class OtlpFileSource(TableSource):
     kind = "otlp_file"
     Params = OtlpFileParams
+    params: OtlpFileParams
 
     def _read(self, report: SourceReport, window: tuple[int, int] | None) -> SpanTable:
         from drill.traces.otlp import read_json_file
@@ -454,6 +456,7 @@ class OtlpProtoFileParams(PluginParams):
 class OtlpProtoFileSource(TableSource):
     kind = "otlp_proto_file"
     Params = OtlpProtoFileParams
+    params: OtlpProtoFileParams
 
     def _read(self, report: SourceReport, window: tuple[int, int] | None) -> SpanTable:
         from drill.traces.otlp import read_proto_file

@@ -96,6 +96,8 @@ def assemble(evidence: RunEvidence, verdicts: list[Verdict], progress: Callable[
         sections[name] = step()
     metrics, cost, notes = sections.pop("metrics")
     reads = tuple(r.describe() for _, r in sorted(evidence.reports.items()) if not r.clean)
+    if sections["faults"] and not any(v.kind == "recovery_time" for v in verdicts):
+        notes += ("the drill has no recovery_time check: the timeline shows no recovery point",)
     every_chart = (*sections["charts"], sections["detection"].waterfall)
     notes += tuple(c.note for c in every_chart if c.note.startswith(CHART_FAILED))
     return Report(metrics=metrics, cost=cost, reads=reads, notes=notes, **sections)

@@ -120,6 +120,17 @@ def test_timeline_orders_journal_events_and_derived_points(tmp_path):
     assert injected < first_slo < first_error < reverted
     assert (15.0, "phase fault started (planned 10s)") in lines  # the run started 5 s before the baseline
     assert whats[-1] == "run finished: completed (exit 1)"
+    assert "the drill has no recovery_time check: the timeline shows no recovery point" in report.notes
+    assert not any(w.startswith("recovered:") for w in whats)
+
+
+def test_the_timeline_marks_the_recovery_point_of_the_recovery_time_verdict(tmp_path):
+    kit = _flood_run(tmp_path)
+    kit.verdict("recovery_time", Status.PASS, "back", observed={"recovery_s": 2.5}, window="recovery")
+    report = report_for(kit.write())
+    [point] = [e for e in report.timeline if e.what.startswith("recovered:")]
+    assert point.offset_s == 25.5  # the revert at kit time 18 (run start -5) + 2.5 s
+    assert point.source == "verdict recovery_time"
 
 
 def test_fault_section_shows_params_outcome_and_the_catalogues_realism(tmp_path):

@@ -44,7 +44,7 @@ go_version() {  # the version of the `go` on PATH (e.g. 1.23.4), empty when ther
 
 setup_go() {
   # setup_go WANT WHAT INSTEAD: a Go >= WANT on PATH to build WHAT: the one there, the one setup installed in
-  # $VENV/go, or Go $GO_VERSION from go.dev installed there now. Fails saying what to do (INSTEAD: the way
+  # $VENV/go, or Go $GO_VERSION from the Go module proxy installed there now. Fails saying what to do (INSTEAD: the way
   # around it) when none can be had.
   local want="${1:-$TOXIPROXY_MIN_GO}" what="${2:-the Toxiproxy server $TOXIPROXY_VERSION}"
   local instead="${3:-point the tests at a server: TOXIPROXY_BIN=/path/to/toxiproxy-server or TOXIPROXY_URL=http://host:8474}"
@@ -65,20 +65,12 @@ setup_go() {
 }
 
 install_go() {
-  # Go $GO_VERSION from go.dev into $VENV/go, checked against the SHA-256 that go.dev publishes for it.
-  local arch; case "$(uname -m)" in x86_64) arch=amd64 ;; aarch64|arm64) arch=arm64 ;; *) return 1 ;; esac
-  local file="go$GO_VERSION.linux-$arch.tar.gz" work; work="$(mktemp -d)"
-  log "installing Go $GO_VERSION from go.dev into $VENV/go"
-  if ! curl -fsSL --retry 2 -o "$work/index.json" "https://go.dev/dl/?mode=json&include=all" \
-      || ! curl -fsSL --retry 2 -o "$work/$file" "https://go.dev/dl/$file"; then
-    log "cannot download Go from go.dev"; rm -rf "$work"; return 1
+  # Go $GO_VERSION into $VENV/go from the Go module proxy (the golang.org/toolchain module that GOTOOLCHAIN
+  # downloads), checked against the Go checksum database through the same proxy: scripts/go_toolchain.py.
+  log "installing Go $GO_VERSION from the Go module proxy into $VENV/go"
+  if ! python3 scripts/go_toolchain.py "$GO_VERSION" "$VENV/go"; then
+    log "cannot install Go $GO_VERSION from the Go module proxy"; return 1
   fi
-  local sum; sum="$(python3 -c 'import json,sys; print(next(f["sha256"] for r in json.load(open(sys.argv[1]))
-      for f in r["files"] if f["filename"] == sys.argv[2]))' "$work/index.json" "$file" 2>/dev/null)"
-  if [ -z "$sum" ] || [ "$(sha256sum "$work/$file" | awk '{print $1}')" != "$sum" ]; then
-    log "the Go download does not match go.dev's SHA-256; not installing it"; rm -rf "$work"; return 1
-  fi
-  rm -rf "$VENV/go" && tar -C "$VENV" -xzf "$work/$file" && rm -rf "$work" || return 1
   export PATH="$VENV/go/bin:$PATH"
 }
 

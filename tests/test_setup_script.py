@@ -158,3 +158,19 @@ def test_dev_setup_on_a_machine_without_go_stops_with_exit_1(tmp_path: Path) -> 
     assert done.returncode == 1, done
     assert "Go is not installed: building the Toxiproxy server v2.12.0 needs Go >= 1.23.0" in done.stderr
     assert "https://go.dev/dl/" in done.stderr
+
+
+def test_the_go_toolchain_installer_checks_zips_the_way_the_go_command_does() -> None:
+    """scripts/go_toolchain.py verifies a downloaded toolchain with Go's dirhash h1; here it must reproduce the
+    hash the go command itself recorded for a module zip it downloaded (Toxiproxy's, which set-up installs)."""
+    import importlib.util
+    import zipfile
+
+    gomodcache = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True, check=True).stdout.strip()
+    at = Path(gomodcache) / "cache/download/github.com/!shopify/toxiproxy/v2/@v"
+    assert (at / "v2.12.0.zip").exists(), "./dev setup installs Toxiproxy with go install, which keeps this zip"
+    spec = importlib.util.spec_from_file_location("go_toolchain", REPO / "scripts" / "go_toolchain.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with zipfile.ZipFile(at / "v2.12.0.zip") as archive:
+        assert module.hash1(archive) == (at / "v2.12.0.ziphash").read_text().strip()

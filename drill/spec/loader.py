@@ -127,8 +127,14 @@ def read_input_file(path: Path, *, what: str = "drill") -> str:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        hint = ("a bare name is looked up in drills/, then in the packaged catalogue (e.g. 'drill run "
-                "unbounded-queue'; 'drill drills list' shows them)") if what == "drill" else None
+        hint = (
+            (
+                "a bare name is looked up in drills/, then in the packaged catalogue (e.g. 'drill run "
+                "unbounded-queue'; 'drill drills list' shows them)"
+            )
+            if what == "drill"
+            else None
+        )
         raise SpecError([Diagnostic(where, (), "file not found", hint=hint)]) from None
     except OSError as exc:
         raise SpecError([Diagnostic(where, (), f"cannot read file: {exc.strerror or exc}")]) from None
@@ -265,8 +271,9 @@ def _validate(path: Path, text: str, data: dict, out: _Collector, overrides: tup
         scenario,
         scenario_path,
         target_params,
-        tuple(fault_params),
-        tuple(check_params),
+        # _plugin_params is None only where it added a diagnostic, and there are none here
+        tuple(fault_params),  # type: ignore[arg-type]
+        tuple(check_params),  # type: ignore[arg-type]
         overrides,
         1.0,
         runbook,

@@ -30,10 +30,12 @@ def stack_name(run_id: str) -> str:
 class EmbeddedStack(Target):
     kind = "embedded"
     Params = StackConfig
+    params: StackConfig
     _state = None  # the StackState ``start`` got (its replicas' ledger paths)
 
     @classmethod
-    def static_capabilities(cls, params: StackConfig) -> frozenset[Capability]:
+    # override with its own Params: the registry gives it only those, validated
+    def static_capabilities(cls, params: StackConfig) -> frozenset[Capability]:  # type: ignore[override]
         caps = {
             Capability.SUPERVISOR,
             Capability.STACK_ADMIN,
@@ -50,11 +52,13 @@ class EmbeddedStack(Target):
         return frozenset(caps)
 
     @classmethod
-    def hosts(cls, params: StackConfig) -> list[tuple[str, str]]:
+    # override with its own Params: the registry gives it only those, validated
+    def hosts(cls, params: StackConfig) -> list[tuple[str, str]]:  # type: ignore[override]
         return [(params.host, "target.config.host")]
 
     @classmethod
-    def check_scenario(cls, params: StackConfig, scenario) -> list[tuple[tuple, str, str | None]]:
+    # override with its own Params: the registry gives it only those, validated
+    def check_scenario(cls, params: StackConfig, scenario) -> list[tuple[tuple, str, str | None]]:  # type: ignore[override]
         """vLLM refuses a non-zero priority with 400 unless it schedules by priority; so does the stack."""
         urgent = sorted({p.priority for p in scenario.pools if p.priority != 0})
         if urgent and params.engine.scheduling_policy.value != "priority":

@@ -90,9 +90,11 @@ def _expand(value: str, where: str) -> str:
 class OpenAITarget(Target):
     kind = "openai"
     Params = OpenAITargetParams
+    params: OpenAITargetParams
 
     @classmethod
-    def static_capabilities(cls, params: OpenAITargetParams) -> frozenset[Capability]:
+    # override with its own Params: the registry gives it only those, validated
+    def static_capabilities(cls, params: OpenAITargetParams) -> frozenset[Capability]:  # type: ignore[override]
         caps = {Capability.LOAD_CONTROL}
         reps = params.replicas
         if reps and params.toxiproxy_url and all(r.proxy for r in reps):
@@ -108,7 +110,8 @@ class OpenAITarget(Target):
         return frozenset(caps)
 
     @classmethod
-    def hosts(cls, params: OpenAITargetParams) -> list[tuple[str, str]]:
+    # override with its own Params: the registry gives it only those, validated
+    def hosts(cls, params: OpenAITargetParams) -> list[tuple[str, str]]:  # type: ignore[override]
         found = [(_host(params.url), "target.config.url")]
         found += [(_host(r.url), f"target.config.replicas[{i}].url") for i, r in enumerate(params.replicas)]
         if params.toxiproxy_url:

@@ -87,9 +87,7 @@ class LoadSummary:
         return asdict(self)
 
     @classmethod
-    def from_child(
-        cls, data: dict, duration_s: float, scheduled: int, unreadable: tuple[str, ...] = ()
-    ) -> LoadSummary:
+    def from_child(cls, data: dict, duration_s: float, scheduled: int, unreadable: tuple[str, ...] = ()) -> LoadSummary:
         c = data.get("counters") or {}
         elapsed = max(1e-9, min(float(data.get("elapsed_s", duration_s)), duration_s))
         return cls(

@@ -24,9 +24,25 @@ from drill.spec.validation import SpecModel, at_key
 from drill.units import BindHost, Duration, format_duration
 
 __all__ = [
-    "Acceptance", "BaselineSpec", "CandidateSpec", "CheckSpec", "ColdStart", "DecisionSpec", "Drill", "FaultSpec",
-    "MetricsSpec", "OtlpSpec", "Phase", "Phases", "PredictedStatus", "ReplayPhase", "ReportSpec", "StopCondition",
-    "StopKind", "TargetSpec", "check_names",
+    "Acceptance",
+    "BaselineSpec",
+    "CandidateSpec",
+    "CheckSpec",
+    "ColdStart",
+    "DecisionSpec",
+    "Drill",
+    "FaultSpec",
+    "MetricsSpec",
+    "OtlpSpec",
+    "Phase",
+    "Phases",
+    "PredictedStatus",
+    "ReplayPhase",
+    "ReportSpec",
+    "StopCondition",
+    "StopKind",
+    "TargetSpec",
+    "check_names",
 ]
 
 
@@ -113,7 +129,7 @@ class FaultSpec(SpecModel):
     kind: str
     params: dict[str, Any] = Field(default_factory=dict)
     start: Duration = 0.0
-    duration: Duration | None = None   # default: to the end of the fault phase
+    duration: Duration | None = None  # default: to the end of the fault phase
     selector: Selector = Selector()
 
     @field_validator("start")
@@ -132,9 +148,9 @@ class FaultSpec(SpecModel):
 
 
 class StopKind(str, enum.Enum):
-    ERROR_RATE = "error_rate"      # share of failed requests over the last `for`
-    LATENCY = "latency"            # client-side percentile of ttft/tpot/itl/e2e over the last `for`
-    METRIC = "metric"              # a scraped Prometheus sample (max over replicas) above a bound for `for`
+    ERROR_RATE = "error_rate"  # share of failed requests over the last `for`
+    LATENCY = "latency"  # client-side percentile of ttft/tpot/itl/e2e over the last `for`
+    METRIC = "metric"  # a scraped Prometheus sample (max over replicas) above a bound for `for`
     MAX_DURATION = "max_duration"  # the whole drill may not run longer than `value`
 
 
@@ -158,6 +174,7 @@ class StopCondition(SpecModel):
     def _latency_bound_has_unit(cls, data: object) -> object:
         if isinstance(data, dict) and data.get("kind") == "latency" and "above" in data:
             from drill.units import parse_duration
+
             try:
                 data = {**data, "above": parse_duration(data["above"])}
             except ValueError as exc:
@@ -165,7 +182,7 @@ class StopCondition(SpecModel):
         return data
 
     @model_validator(mode="after")
-    def _fields_for_kind(self) -> "StopCondition":
+    def _fields_for_kind(self) -> StopCondition:
         if self.kind is StopKind.MAX_DURATION:
             if self.value is None:
                 raise at_key("value", "a max_duration stop condition needs 'value' (e.g. 15m)")
@@ -175,11 +192,15 @@ class StopCondition(SpecModel):
         if self.kind is StopKind.ERROR_RATE and not 0 <= float(self.above) <= 1:
             raise at_key("above", f"error_rate 'above' is a share between 0 and 1, got {self.above:g}")
         if self.kind is StopKind.LATENCY and self.metric not in ("ttft", "tpot", "itl", "e2e"):
-            raise at_key("metric", f"a latency stop condition needs metric: ttft, tpot, itl or e2e (got {self.metric!r})")
+            raise at_key(
+                "metric", f"a latency stop condition needs metric: ttft, tpot, itl or e2e (got {self.metric!r})"
+            )
         if self.classes is not None and self.kind is not StopKind.ERROR_RATE:
             raise at_key("classes", "'classes' applies to error_rate stop conditions only")
         if self.kind is StopKind.METRIC and not self.metric:
-            raise at_key("metric", "a metric stop condition needs 'metric' (a Prometheus name, e.g. vllm:num_requests_waiting)")
+            raise at_key(
+                "metric", "a metric stop condition needs 'metric' (a Prometheus name, e.g. vllm:num_requests_waiting)"
+            )
         return self
 
     def label(self) -> str:
@@ -205,7 +226,7 @@ class CheckSpec(SpecModel):
 class OtlpSpec(SpecModel):
     enabled: bool = True
     host: BindHost = "127.0.0.1"
-    port: int = Field(4318, ge=0, le=65535)   # 0 = any free port
+    port: int = Field(4318, ge=0, le=65535)  # 0 = any free port
 
 
 class MetricsSpec(SpecModel):
@@ -277,7 +298,7 @@ class DecisionSpec(SpecModel):
 #: The verdicts a runbook can predict (ERROR is a broken check, never a prediction).
 PredictedStatus = Literal["PASS", "FAIL", "INCONCLUSIVE"]
 
-_KEY = re.compile(r"^[A-Za-z_][\w-]*$")   # a check name the diagnostics can point at (see ``at_key``)
+_KEY = re.compile(r"^[A-Za-z_][\w-]*$")  # a check name the diagnostics can point at (see ``at_key``)
 
 
 def check_names(checks: list[CheckSpec], has_faults: bool) -> list[str]:
@@ -291,13 +312,13 @@ def check_names(checks: list[CheckSpec], has_faults: bool) -> list[str]:
 
 class Drill(SpecModel):
     schema_: Literal["drill/v1"] = Field("drill/v1", alias="schema")
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=100)   # a folder name under reports/
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=100)  # a folder name under reports/
     title: str | None = None
     description: str | None = None
     runbook: str | None = None
     seed: int = 0
     target: TargetSpec
-    scenario: dict[str, Any] | str       # validated on its own (inline or from scenarios/) by the loader
+    scenario: dict[str, Any] | str  # validated on its own (inline or from scenarios/) by the loader
     phases: Phases = Phases()
     faults: list[FaultSpec] = Field(default_factory=list)
     stop_conditions: list[StopCondition] = Field(default_factory=list)
@@ -319,14 +340,16 @@ class Drill(SpecModel):
     def _predicts_name_checks(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
         checks = info.data.get("checks")
         if checks is None or "faults" not in info.data:
-            return value   # the checks themselves were invalid: reported there
+            return value  # the checks themselves were invalid: reported there
         names = check_names(checks, bool(info.data["faults"]))
         for name in value:
             if name not in names:
                 suggestion = did_you_mean(name, names)
                 hint = f" (did you mean '{suggestion}'?)" if suggestion else ""
-                message = f"predicts a verdict for {name!r}, which is none of the drill's checks{hint}; " \
-                          f"checks: {', '.join(names) or '(none)'}"
+                message = (
+                    f"predicts a verdict for {name!r}, which is none of the drill's checks{hint}; "
+                    f"checks: {', '.join(names) or '(none)'}"
+                )
                 raise at_key(name, message) if _KEY.match(name) else ValueError(message)
         return value
 

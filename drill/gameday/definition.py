@@ -287,14 +287,10 @@ def find_drill_file(name: str, base: Path) -> Path | None:
 
 
 def _not_found(name: str, base: Path, key: KeyPath, out: _Collector) -> None:
-    known = sorted(
-        {
-            p.stem
-            for folder in (Path("drills"), base.parent / "drills")
-            if folder.is_dir()
-            for p in folder.glob("*.yaml")
-        }
-    )
+    from drill.catalogue import catalogue_drills  # ./drills and the packaged catalogue, as `drill drills list`
+
+    beside = base.parent / "drills"
+    known = sorted({d.name for d in catalogue_drills(Path.cwd())} | {p.stem for p in beside.glob("*.yaml")})
     suggestion = did_you_mean(Path(name).stem, known)
     hint = (
         f"did you mean '{suggestion}'?"
@@ -304,6 +300,6 @@ def _not_found(name: str, base: Path, key: KeyPath, out: _Collector) -> None:
     out.add(
         key,
         f"no drill file or catalogue drill named {name!r} (looked next to the game day, in the working "
-        "directory and in drills/)",
+        "directory, in drills/ and in the packaged catalogue)",
         hint=hint,
     )

@@ -21,6 +21,7 @@ import re
 
 import pytest
 
+from tests.e2e.catalogue_verdicts import assert_predicted
 from tests.e2e.conftest import DrillRun
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -76,6 +77,7 @@ def test_unbounded_queue_fails_fast_failure_and_admission_control_passes_it(dril
     _assert_status(unbounded, "first_abnormal_span", "PASS")  # its expect: a replica's queue span
     first = _first_span(unbounded)
     assert re.fullmatch(r"drill-replica-\d+", first["service"]) and first["name"] == "queue", first
+    assert_predicted(unbounded, UNBOUNDED)  # the drill as written (timeline shortened): its predicts hold
 
     admission = "target.config.engine.max_num_queued_reqs=128"
     bounded = drill_run(UNBOUNDED, *QUEUE_CI, admission, time_scale=0.3).finish()
@@ -101,6 +103,7 @@ def test_slow_replica_names_the_link_to_replica_0_never_replica_1(drill_run) -> 
     assert "drill-replica-1" not in _material_services(run), run.verdict("first_abnormal_span")["observed"]["pairs"]
     _assert_status(run, "no-errors-while-slow", "PASS")
     _assert_status(run, "recovered", "PASS")
+    assert_predicted(run, SLOW_REPLICA)
 
 
 def test_tp_link_degradation_names_decode_on_the_degraded_replica(drill_run) -> None:
@@ -112,6 +115,7 @@ def test_tp_link_degradation_names_decode_on_the_degraded_replica(drill_run) -> 
     # the healthy replica's extra load is not a cause: nothing material on it
     assert "drill-replica-1" not in _material_services(run), run.verdict("first_abnormal_span")["observed"]["pairs"]
     _assert_status(run, "recovered", "PASS")
+    assert_predicted(run, NCCL)
 
 
 def test_retry_storm_duplicates_found_and_none_with_the_idempotency_store(drill_run) -> None:
@@ -123,10 +127,12 @@ def test_retry_storm_duplicates_found_and_none_with_the_idempotency_store(drill_
     duplicated = _assert_status(storm, "duplicate_side_effects", "FAIL")
     assert any(ref["kind"] == "idempotency_key" for ref in duplicated["evidence"]), duplicated["evidence"][:5]
     _assert_status(storm, "retry_budget", "FAIL")
+    assert_predicted(storm, RETRY_STORM)
 
     _assert_status(guarded, "fault_landed", "PASS")
     _assert_status(guarded, "duplicate_side_effects", "PASS")
     _assert_status(guarded, "retry_budget", "FAIL")  # the store stops the duplicates, not the client's retries
+    assert_predicted(guarded, RETRY_STORM, {"duplicate_side_effects": "PASS"})  # as the drill's header says
     assert storm.verdict("duplicate_side_effects")["observed"] != guarded.verdict("duplicate_side_effects")["observed"]
 
 
@@ -146,3 +152,4 @@ def test_gpu_oom_replay_passes_the_failed_samples_after_the_restart(drill_run) -
     assert observed["controls_replayed"] >= 1 and observed["controls_passed"] == observed["controls_replayed"]
     assert observed["output_mismatches"] == 0 and observed["not_identical"] == 0
     _assert_status(run, "recovered", "PASS")
+    assert_predicted(run, GPU_OOM)

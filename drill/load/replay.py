@@ -247,30 +247,32 @@ def choose_control_ids(
     return sorted(_sample(planned, 2 * count, salt))
 
 
+def original_item(s: FailingSample) -> ReplayItem:
+    """A failing sample as a replay item: its exact bytes, headers and original outcome."""
+    return ReplayItem(
+        ORIGINAL,
+        s.request_id,
+        s.logical_id,
+        s.pool,
+        s.trace_id,
+        s.idempotency_key,
+        s.payload_digest,
+        s.method,
+        s.endpoint,
+        dict(s.headers),
+        s.body,
+        s.stream,
+        s.error,
+        s.status,
+    )
+
+
 def original_items(samples: Iterable[FailingSample]) -> list[ReplayItem]:
     """One item per failed logical request: its first failed attempt."""
     first: dict[str, FailingSample] = {}
     for sample in sorted(samples, key=lambda s: (s.intended_ts, s.attempt, s.request_id)):
         first.setdefault(sample.logical_id, sample)
-    return [
-        ReplayItem(
-            ORIGINAL,
-            s.request_id,
-            s.logical_id,
-            s.pool,
-            s.trace_id,
-            s.idempotency_key,
-            s.payload_digest,
-            s.method,
-            s.endpoint,
-            dict(s.headers),
-            s.body,
-            s.stream,
-            s.error,
-            s.status,
-        )
-        for s in first.values()
-    ]
+    return [original_item(s) for s in first.values()]
 
 
 def control_items(
@@ -412,25 +414,7 @@ def replay_failing(
     digest are not sent.
     """
     samples = list(read_samples(samples_path))
-    items = [
-        ReplayItem(
-            ORIGINAL,
-            s.request_id,
-            s.logical_id,
-            s.pool,
-            s.trace_id,
-            s.idempotency_key,
-            s.payload_digest,
-            s.method,
-            s.endpoint,
-            dict(s.headers),
-            s.body,
-            s.stream,
-            s.error,
-            s.status,
-        )
-        for s in samples
-    ]
+    items = [original_item(s) for s in samples]
     chosen = [i for i in items if i.intact][:max_samples]
     plan = ReplayPlan(
         target_url=target_url,

@@ -61,6 +61,8 @@ def test_a_run_ends_with_its_verdicts_and_report_and_re_renders_byte_identical(t
     verdicts = [line.split()[:2] for line in lines[-6:-3]]  # fault_landed is added to a drill with faults
     assert [name for _, name in verdicts] == ["fault_landed:", "slo:", "error_rate:"]
     assert all(status in ("PASS", "FAIL", "INCONCLUSIVE", "ERROR") for status, _ in verdicts)
+    for name in ("report.md", "report.html", "junit.xml", "verdicts.json"):
+        assert (run_dir / name).is_file(), f"every run writes {name}"
     md = (run_dir / "report.md").read_text()
     assert "### Mitigation" in md and "Bound admission." in md  # the runbook copied into the run directory
     assert (run_dir / "runbook.md").is_file()

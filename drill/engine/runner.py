@@ -47,7 +47,7 @@ from drill.spec.models import Phase, StopKind
 from drill.targets.probe import first_good_response, served_model
 from drill.traces.receiver import OtlpReceiver
 
-__all__ = ["RunOptions", "RunResult", "Runner"]
+__all__ = ["RunOptions", "RunResult", "Runner", "resolved_inputs"]
 
 log = logging.getLogger(__name__)
 
@@ -172,20 +172,7 @@ class Runner:
     def _write_inputs(self) -> None:
         loaded = self.loaded
         self.rundir.write_text("drill.yaml", self.redactor.value(loaded.text))  # as given, credentials scrubbed
-        resolved = self.redactor.data(
-            {
-                "drill_file": str(loaded.path),
-                "overrides": list(loaded.overrides),
-                "time_scale": loaded.time_scale,
-                "drill": loaded.drill.model_dump(mode="json", by_alias=True),
-                "scenario_file": str(loaded.scenario_path) if loaded.scenario_path else None,
-                "scenario": loaded.scenario.model_dump(mode="json", by_alias=True),
-                "target_params": _dump(loaded.target_params),
-                "fault_params": [_dump(p) for p in loaded.fault_params],
-                "check_params": [_dump(p) for p in loaded.check_params],
-            }
-        )
-        self.rundir.write_json("resolved.json", resolved)
+        self.rundir.write_json("resolved.json", self.redactor.data(resolved_inputs(loaded)))
         if loaded.runbook_path is not None and loaded.runbook_path.is_file():
             # the runbook as this run used it: the report shows it from the run directory, not the working tree
             self.rundir.write_text("runbook.md", loaded.runbook_path.read_text(encoding="utf-8"))
@@ -523,6 +510,21 @@ class Runner:
     def _signal_received(self, name: str) -> None:
         if self.journal is not None:
             self.journal.write(Event.SIGNAL, signal=name)
+
+
+def resolved_inputs(loaded: LoadedDrill) -> dict:
+    """The drill as resolved (file, overrides, time scale, validated params): ``resolved.json`` before redaction."""
+    return {
+        "drill_file": str(loaded.path),
+        "overrides": list(loaded.overrides),
+        "time_scale": loaded.time_scale,
+        "drill": loaded.drill.model_dump(mode="json", by_alias=True),
+        "scenario_file": str(loaded.scenario_path) if loaded.scenario_path else None,
+        "scenario": loaded.scenario.model_dump(mode="json", by_alias=True),
+        "target_params": _dump(loaded.target_params),
+        "fault_params": [_dump(p) for p in loaded.fault_params],
+        "check_params": [_dump(p) for p in loaded.check_params],
+    }
 
 
 def _dump(value: object) -> object:

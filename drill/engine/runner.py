@@ -250,6 +250,11 @@ class Runner:
             log.error("%s failed: %s", what, exc)
             self.journal.write(Event.NOTE, message=f"{what} failed: {type(exc).__name__}: {exc}")
 
+    def _warn(self, message: str) -> None:
+        """Something the run's reader must know (a stop condition that cannot trigger): the log and the journal."""
+        log.warning("%s", message)
+        self.journal.write(Event.NOTE, message=message)
+
     def _fail(self, status: RunStatus, code: int, message: str, exc: BaseException | None = None) -> None:
         self.result.status, self.result.exit_code, self.result.message = status, code, message
         self.journal.write(Event.NOTE, message=message)
@@ -343,8 +348,9 @@ class Runner:
         self.monitor = StopMonitor(
             list(self.drill.stop_conditions),
             self.rundir.file("requests.jsonl"),
-            self.scraper.latest if self.scraper else dict,
+            self.scraper.readings if self.scraper else dict,
             self.started_mono,
+            self._warn,
         )
         info = self.target_info.model_copy(
             update={"capabilities": self.target_info.capabilities | {Capability.LOAD_CONTROL}}

@@ -8,9 +8,9 @@ scrape::
      "samples": {"vllm:num_requests_waiting{engine=\\"0\\",model_name=\\"llama-3-8b\\"}": 12.0, ...}}
 
 A failed scrape is recorded (``ok: false`` with the error), never fatal: a dead
-replica is evidence, not a harness failure. :meth:`latest` gives, for each
-metric name, the largest across endpoints of the sum over its label sets — what
-``metric`` stop conditions compare.
+replica is evidence, not a harness failure. :meth:`readings` gives each endpoint's
+latest two good scrapes (each metric summed over its label sets): what ``metric``
+stop conditions read.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+
+from drill.serving_metrics import Reading
 
 __all__ = ["MetricsScraper", "parse_samples"]
 
@@ -51,7 +53,7 @@ class MetricsScraper:
         self._out = open(out_path, "a", encoding="utf-8")
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._latest: dict[str, dict[str, float]] = {}
+        self._latest: dict[str, Reading] = {}
         self._client = httpx.Client(timeout=min(2.0, max(0.2, interval_s)), trust_env=False)
         self._thread = threading.Thread(target=self._loop, name="metrics-scraper", daemon=True)
         self.scrapes = 0
@@ -67,13 +69,10 @@ class MetricsScraper:
         with self._lock:
             self._out.close()
 
-    def latest(self) -> dict[str, float]:
+    def readings(self) -> dict[str, Reading]:
+        """Each endpoint whose last scrape was good: its latest reading (and the one before)."""
         with self._lock:
-            merged: dict[str, float] = {}
-            for per_source in self._latest.values():
-                for name, value in per_source.items():
-                    merged[name] = max(value, merged.get(name, value))
-            return merged
+            return dict(self._latest)
 
     def _loop(self) -> None:
         start = time.monotonic()
@@ -107,6 +106,8 @@ class MetricsScraper:
             self._out.flush()
             self.scrapes += 1
             if samples is not None:
-                self._latest[source] = _by_name(samples)
+                before = self._latest.get(source)
+                previous = Reading(before.ts, before.totals) if before else None
+                self._latest[source] = Reading(line["ts"], _by_name(samples), previous)
             else:
                 self._latest.pop(source, None)

@@ -2,14 +2,21 @@
 
 Evaluated by the runner every tick of the fault phase (``max_duration`` in
 every phase) from live evidence: the request records the load driver appends
-to ``requests.jsonl`` and the latest ``/metrics`` scrape.
+to ``requests.jsonl`` and the latest readings of the metrics source (the
+``/metrics`` scraper, or the user's Prometheus).
 
 - ``error_rate``: share of requests that finished in the last ``for`` seconds
   with an error, above ``above`` (with at least ``min_requests`` finished).
 - ``latency``: client-side percentile of ``metric`` (ttft, tpot, itl, e2e;
   measured from the intended start) over the last ``for`` seconds.
-- ``metric``: the largest value of a scraped Prometheus sample across the
-  target's endpoints stays above ``above`` for ``for`` seconds.
+- ``metric``: a serving quantity (``queue_depth``, ``kv_cache_usage``, ...,
+  mapped from vLLM, SGLang, TGI or llama.cpp's names by
+  :mod:`drill.serving_metrics`) or a raw metric name stays above ``above`` for
+  ``for`` seconds. A raw name reads the largest value across the target's
+  endpoints; a quantity is combined as the mapping says (a counter is its rate
+  per second over the last scrape interval). A metric the target does not
+  export is "not available": the condition says so once (the journal and the
+  log) and never triggers on it.
 - ``max_duration``: the whole drill has run longer than ``value``.
 """
 
@@ -19,11 +26,12 @@ import json
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from drill.load.records import ErrorClass, RequestRecord
+from drill.serving_metrics import METRIC_NAMES, QUANTITIES, Reading, live_value, resolve
 from drill.spec.models import StopCondition, StopKind
 from drill.stats import percentile
 
@@ -77,12 +85,15 @@ class StopMonitor:
         self,
         conditions: list[StopCondition],
         requests_path: Path,
-        latest_metrics: Callable[[], dict[str, float]],
+        readings: Callable[[], Mapping[str, Reading]],
         started_mono: float,
+        note: Callable[[str], None] = lambda message: None,
     ) -> None:
         self.conditions = conditions
         self.tail = RecordTail(requests_path)
-        self.latest_metrics = latest_metrics
+        self.readings = readings
+        self.note = note
+        self._noted: set[int] = set()
         self.started_mono = started_mono
         self._window: deque[tuple[float, RequestRecord]] = deque()
         self._horizon = max([c.for_ for c in conditions] + [1.0])
@@ -148,14 +159,38 @@ class StopMonitor:
         return None
 
     def _metric(self, i: int, cond: StopCondition, now_mono: float) -> str | None:
-        value = self.latest_metrics().get(str(cond.metric))
-        if value is None or value <= (cond.above or math.inf):
+        read = self._metric_value(i, str(cond.metric))
+        if read is None or read[1] is None or read[1] <= (cond.above or math.inf):
             self._above_since.pop(i, None)
             return None
+        metric, value = read
         since = self._above_since.setdefault(i, now_mono)
         if now_mono - since >= cond.for_:
-            return f"{cond.metric} = {value:g} above {cond.above:g} for {now_mono - since:.1f}s"
+            return f"{metric} = {value:g} above {cond.above:g} for {now_mono - since:.1f}s"
         return None
+
+    def _metric_value(self, i: int, name: str) -> tuple[str, float | None] | None:
+        """(what was read, its value now); None when the target does not export it (noted once)."""
+        readings = self.readings()
+        if not readings:
+            return None  # nothing scraped yet, or every endpoint is down: nothing measured, nothing to say
+        if name in QUANTITIES:
+            resolved = resolve({n for r in readings.values() for n in r.totals}, name)
+            if resolved is None:
+                tried = ", ".join(m for m in METRIC_NAMES[name].values() if m)
+                self._not_available(i, f"{name}: not available — the target exports none of {tried}")
+                return None
+            return f"{name} ({resolved.metric})", live_value(readings, resolved)
+        values = [r.totals[name] for r in readings.values() if name in r.totals]
+        if not values:
+            self._not_available(i, f"{name}: not available — no endpoint of the target exports it (so far)")
+            return None
+        return name, max(values)
+
+    def _not_available(self, i: int, message: str) -> None:
+        if i not in self._noted:
+            self._noted.add(i)
+            self.note(f"stop condition {self.conditions[i].label()!r}: {message}; it cannot trigger on it")
 
 
 def _latency_of(record: RequestRecord, metric: str | None) -> float | None:

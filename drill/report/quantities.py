@@ -1,10 +1,10 @@
 """Serving quantities (queue depth, KV-cache use, prefix-cache hit rate, ...) from the scraped ``metrics.jsonl``.
 
-Each serving stack names the same quantity differently; :data:`METRIC_NAMES` maps a quantity to the metric of
-vLLM, SGLang, TGI and llama.cpp's server (sources per name in ``docs/metrics-map.md``). A run's scrapes are
-searched in that order and the first stack whose metric the target exported is used. A quantity the target
-does not export is **None** ("not available"), never 0: a zero would claim an empty queue that was never
-measured.
+Each serving stack names the same quantity differently; :data:`drill.serving_metrics.METRIC_NAMES` maps a
+quantity to the metric of vLLM, SGLang, TGI and llama.cpp's server (sources per name in ``docs/metrics-map.md``).
+A run's scrapes are searched in that order and the first stack whose metric the target exported is used. A
+quantity the target does not export is **None** ("not available"), never 0: a zero would claim an empty queue
+that was never measured.
 
 How each kind of metric becomes a figure:
 
@@ -24,134 +24,21 @@ A failed scrape (``ok: false``) contributes nothing, and the scrape lines that c
 from __future__ import annotations
 
 import bisect
-import enum
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from drill.checks.base import PhaseWindow, RunEvidence
 from drill.jsonl import ReadReport, read_jsonl
+from drill.serving_metrics import QUANTITIES, Across, MetricKind, PhaseStat, Quantity, Resolved, resolve
 
 __all__ = [
-    "METRIC_NAMES",
-    "QUANTITIES",
-    "SERVERS",
     "Scrape",
     "metric_used",
     "phase_quantities",
     "quantity_series",
     "read_scrapes",
 ]
-
-#: The serving stacks whose metric names are known, in the order they are tried.
-SERVERS = ("vllm", "sglang", "tgi", "llamacpp")
-
-
-class _Kind(enum.Enum):
-    GAUGE = "gauge"
-    COUNTER = "counter"
-    RATIO = "ratio"  # two counters: Δnumerator / Δdenominator
-    HISTOGRAM_MEAN = "histogram"  # <name>_sum / <name>_count
-
-
-class _Across(enum.Enum):
-    SUM = "sum"  # counts of requests: add the endpoints
-    MAX = "max"  # shares: the fullest endpoint
-
-
-class _PhaseStat(enum.Enum):
-    MEAN = "mean"
-    MAX = "max"
-    TOTAL = "total"  # counter: increments in the phase
-    PER_SECOND = "per_second"  # counter: increments / phase length
-    RATIO = "ratio"
-    MEAN_OBSERVED = "mean_observed"  # histogram: Δsum / Δcount
-
-
-@dataclass(frozen=True)
-class _Quantity:
-    kind: _Kind
-    across: _Across
-    stat: _PhaseStat
-    names: dict[str, tuple[str, ...]]  # server -> metric name(s); a RATIO has (numerator, denominator)
-
-
-_Q = _Quantity
-_QUANTITY_TABLE: dict[str, _Quantity] = {
-    "queue_depth": _Q(
-        _Kind.GAUGE,
-        _Across.SUM,
-        _PhaseStat.MAX,
-        {
-            "vllm": ("vllm:num_requests_waiting",),
-            "sglang": ("sglang:num_queue_reqs",),
-            "tgi": ("tgi_queue_size",),
-            "llamacpp": ("llamacpp:requests_deferred",),
-        },
-    ),
-    "running": _Q(
-        _Kind.GAUGE,
-        _Across.SUM,
-        _PhaseStat.MEAN,
-        {
-            "vllm": ("vllm:num_requests_running",),
-            "sglang": ("sglang:num_running_reqs",),
-            "tgi": ("tgi_batch_current_size",),
-            "llamacpp": ("llamacpp:requests_processing",),
-        },
-    ),
-    "kv_cache_usage": _Q(
-        _Kind.GAUGE,
-        _Across.MAX,
-        _PhaseStat.MAX,
-        {
-            "vllm": ("vllm:kv_cache_usage_perc",),
-            "sglang": ("sglang:token_usage",),
-            "llamacpp": ("llamacpp:kv_cache_usage_ratio",),
-        },
-    ),
-    "prefix_cache_hit_rate": _Q(
-        _Kind.RATIO,
-        _Across.SUM,
-        _PhaseStat.RATIO,
-        {"vllm": ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")},
-    ),
-    "preemptions": _Q(
-        _Kind.COUNTER,
-        _Across.SUM,
-        _PhaseStat.TOTAL,
-        {"vllm": ("vllm:num_preemptions_total",), "sglang": ("sglang:num_retracted_requests_total",)},
-    ),
-    "ttft_seconds": _Q(
-        _Kind.HISTOGRAM_MEAN,
-        _Across.SUM,
-        _PhaseStat.MEAN_OBSERVED,
-        {"vllm": ("vllm:time_to_first_token_seconds",), "sglang": ("sglang:time_to_first_token_seconds",)},
-    ),
-    "generation_tokens_per_s": _Q(
-        _Kind.COUNTER,
-        _Across.SUM,
-        _PhaseStat.PER_SECOND,
-        {
-            "vllm": ("vllm:generation_tokens_total",),
-            "sglang": ("sglang:generation_tokens_total",),
-            "llamacpp": ("llamacpp:tokens_predicted_total",),
-        },
-    ),
-}
-#: SGLang exports its prefix-cache hit rate as a gauge (a share already), not as two counters.
-_SGLANG_HIT_RATE = _Q(_Kind.GAUGE, _Across.MAX, _PhaseStat.MEAN, {"sglang": ("sglang:cache_hit_rate",)})
-
-#: The quantities a report shows, in order.
-QUANTITIES: tuple[str, ...] = tuple(_QUANTITY_TABLE)
-
-#: quantity -> {server: metric name} ("" where the server exports no such metric); a ratio reads
-#: "hits / queries", a histogram its family name.
-METRIC_NAMES: dict[str, dict[str, str]] = {
-    quantity: {server: " / ".join(spec.names.get(server, ())) for server in SERVERS}
-    for quantity, spec in _QUANTITY_TABLE.items()
-}
-METRIC_NAMES["prefix_cache_hit_rate"]["sglang"] = "sglang:cache_hit_rate"
 
 
 @dataclass(frozen=True)
@@ -185,37 +72,15 @@ def _scrapes(evidence: RunEvidence) -> list[Scrape]:
     return cached
 
 
-def _sample_names(spec: _Quantity, server: str) -> tuple[str, ...]:
-    names = spec.names.get(server, ())
-    if spec.kind is _Kind.HISTOGRAM_MEAN:
-        return tuple(f"{names[0]}{suffix}" for suffix in ("_sum", "_count")) if names else ()
-    return names
-
-
-def _resolve(scrapes: list[Scrape], quantity: str) -> tuple[_Quantity, tuple[str, ...]] | None:
-    """The quantity's spec and the sample names of the first server the target exported them for."""
-    if quantity not in _QUANTITY_TABLE:
-        raise KeyError(f"unknown quantity {quantity!r} (known: {', '.join(QUANTITIES)})")
-    exported = {name for s in scrapes if s.ok for name in s.totals}
-    candidates = [(_QUANTITY_TABLE[quantity], server) for server in SERVERS]
-    if quantity == "prefix_cache_hit_rate":
-        candidates.insert(1, (_SGLANG_HIT_RATE, "sglang"))
-    for spec, server in candidates:
-        names = _sample_names(spec, server)
-        if names and all(name in exported for name in names):
-            return spec, names
-    return None
+def _resolve(scrapes: list[Scrape], quantity: str) -> Resolved | None:
+    """The quantity as the first server the target exported it for (None: not available)."""
+    return resolve({name for s in scrapes if s.ok for name in s.totals}, quantity)
 
 
 def metric_used(evidence: RunEvidence, quantity: str) -> str | None:
     """The metric a quantity was read from in this run (``vllm:num_requests_waiting``), None if not exported."""
     resolved = _resolve(_scrapes(evidence), quantity)
-    if resolved is None:
-        return None
-    spec, names = resolved
-    if spec.kind is _Kind.HISTOGRAM_MEAN:
-        return names[0].removesuffix("_sum")
-    return " / ".join(names)
+    return None if resolved is None else resolved.metric
 
 
 # --- gauges ---------------------------------------------------------------------------------------
@@ -235,11 +100,11 @@ def _rounds(scrapes: list[Scrape]) -> Iterator[list[Scrape]]:
         yield current
 
 
-def _combine(values: list[float], across: _Across) -> float:
-    return sum(values) if across is _Across.SUM else max(values)
+def _combine(values: list[float], across: Across) -> float:
+    return sum(values) if across is Across.SUM else max(values)
 
 
-def _gauge_series(scrapes: list[Scrape], name: str, across: _Across) -> list[tuple[float, float]]:
+def _gauge_series(scrapes: list[Scrape], name: str, across: Across) -> list[tuple[float, float]]:
     points = []
     for round_ in _rounds(scrapes):
         values = [s.totals[name] for s in round_ if s.ok and name in s.totals]
@@ -317,10 +182,10 @@ def _ratio_series(scrapes: list[Scrape], numerator: str, denominator: str) -> li
 # --- the interface --------------------------------------------------------------------------------
 
 
-def _series(scrapes: list[Scrape], spec: _Quantity, names: tuple[str, ...]) -> list[tuple[float, float]]:
-    if spec.kind is _Kind.GAUGE:
+def _series(scrapes: list[Scrape], spec: Quantity, names: tuple[str, ...]) -> list[tuple[float, float]]:
+    if spec.kind is MetricKind.GAUGE:
         return _gauge_series(scrapes, names[0], spec.across)
-    if spec.kind is _Kind.COUNTER:
+    if spec.kind is MetricKind.COUNTER:
         return _counter_series(scrapes, names[0])
     return _ratio_series(scrapes, names[0], names[1])  # RATIO and HISTOGRAM_MEAN (sum / count)
 
@@ -336,21 +201,21 @@ def quantity_series(evidence: RunEvidence, quantity: str) -> list[tuple[float, f
     resolved = _resolve(scrapes, quantity)
     if resolved is None:
         return None
-    return _series(scrapes, *resolved)
+    return _series(scrapes, resolved.quantity, resolved.samples)
 
 
-def _phase_value(scrapes: list[Scrape], spec: _Quantity, names: tuple[str, ...], window: PhaseWindow) -> float | None:
-    if spec.kind is _Kind.GAUGE:
+def _phase_value(scrapes: list[Scrape], spec: Quantity, names: tuple[str, ...], window: PhaseWindow) -> float | None:
+    if spec.kind is MetricKind.GAUGE:
         values = [v for ts, v in _gauge_series(scrapes, names[0], spec.across) if _in(window, ts)]
         if not values:
             return None
-        return max(values) if spec.stat is _PhaseStat.MAX else sum(values) / len(values)
-    if spec.kind is _Kind.COUNTER:
+        return max(values) if spec.stat is PhaseStat.MAX else sum(values) / len(values)
+    if spec.kind is MetricKind.COUNTER:
         increments = _increments(scrapes, names[0])
         if not any(_closes_in(window, ts) for ts, _, _ in increments):
             return None  # no two scrapes in the phase: nothing measured
         total = _total(increments, window)
-        if spec.stat is _PhaseStat.PER_SECOND:
+        if spec.stat is PhaseStat.PER_SECOND:
             return total / window.length_s if window.length_s > 0 else None
         return total
     denominator = _total(_increments(scrapes, names[1]), window)
@@ -366,6 +231,7 @@ def phase_quantities(evidence: RunEvidence) -> dict[str, dict[str, float | None]
     out: dict[str, dict[str, float | None]] = {}
     for phase, window in evidence.phases.items():
         out[phase] = {
-            q: (None if r is None else _phase_value(scrapes, r[0], r[1], window)) for q, r in resolved.items()
+            q: (None if r is None else _phase_value(scrapes, r.quantity, r.samples, window))
+            for q, r in resolved.items()
         }
     return out

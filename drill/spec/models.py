@@ -18,6 +18,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from drill.api import Selector
 from drill.load.records import ErrorClass
+from drill.serving_metrics import metric_name_problem
 from drill.spec.diagnostics import did_you_mean
 from drill.spec.scenario import Slo
 from drill.spec.validation import SpecModel, at_key
@@ -199,8 +200,12 @@ class StopCondition(SpecModel):
             raise at_key("classes", "'classes' applies to error_rate stop conditions only")
         if self.kind is StopKind.METRIC and not self.metric:
             raise at_key(
-                "metric", "a metric stop condition needs 'metric' (a Prometheus name, e.g. vllm:num_requests_waiting)"
+                "metric",
+                "a metric stop condition needs 'metric': a quantity (queue_depth, kv_cache_usage, ...) or a "
+                "Prometheus name (vllm:num_requests_waiting)",
             )
+        if self.kind is StopKind.METRIC and (problem := metric_name_problem(str(self.metric))):
+            raise at_key("metric", problem)
         return self
 
     def label(self) -> str:

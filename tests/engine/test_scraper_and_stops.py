@@ -11,6 +11,7 @@ from pathlib import Path
 from drill.engine.scraper import MetricsScraper, parse_samples
 from drill.engine.stopconditions import StopMonitor
 from drill.load.records import ErrorClass, RequestRecord
+from drill.serving_metrics import Reading
 from drill.spec.models import StopCondition
 
 EXPOSITION = """# TYPE vllm:num_requests_waiting gauge
@@ -57,7 +58,9 @@ def test_scraper_writes_one_line_per_endpoint_per_tick_and_survives_a_dead_one(t
     dead = [x for x in lines if x["source"] == "dead"]
     assert len(good) >= 3 and all(x["ok"] for x in good)
     assert dead and not any(x["ok"] for x in dead) and "error" in dead[0]
-    assert scraper.latest()["vllm:num_requests_waiting"] == 12.0
+    reading = scraper.readings()["replica-0"]
+    assert reading.totals["vllm:num_requests_waiting"] == 12.0 and reading.previous is not None
+    assert "dead" not in scraper.readings()
 
 
 def _record(t: float, ok: bool, ttft: float = 100.0) -> RequestRecord:
@@ -110,7 +113,7 @@ def test_latency_metric_and_max_duration_stops(tmp_path: Path) -> None:
         .poll(fault_phase=True, now_wall=now)
         .observed.startswith("ttft p99")
     )
-    values = {"vllm:num_requests_waiting": 500.0}
+    values = {"r0": Reading(now, {"vllm:num_requests_waiting": 500.0})}
     monitor = StopMonitor([metric], tmp_path / "none.jsonl", lambda: values, time.monotonic())
     t0 = time.monotonic()
     assert monitor.poll(fault_phase=True, now_mono=t0) is None

@@ -13,7 +13,8 @@ import pytest
 
 from drill.checks.base import RunEvidence
 from drill.engine.scraper import parse_samples
-from drill.report.quantities import METRIC_NAMES, QUANTITIES, SERVERS, metric_used, phase_quantities, quantity_series
+from drill.report.quantities import metric_used, phase_quantities, quantity_series
+from drill.serving_metrics import METRIC_NAMES, QUANTITIES, SERVERS
 
 T0 = 1_764_000_000.0
 

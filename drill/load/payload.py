@@ -15,6 +15,11 @@ leaves room for the chat template's own tokens (Llama-3 style: 4 per message and
 planned input length is the whole context the server sees, as in the Azure
 traces' ``ContextTokens``. The token counts actually billed are read back from
 the server's ``usage``.
+
+Against a real tokenizer one word is not one token: :mod:`drill.load.tokenizing`
+fits each planned prompt at plan time and hands ``build_body`` a
+:class:`PromptShape` (how many corpus words, and how many one-token filler
+words), so the prompt the server counts is the planned length.
 """
 
 from __future__ import annotations
@@ -24,14 +29,20 @@ import json
 import os
 import random
 import zlib
+from dataclasses import dataclass
 
 from drill.spec.scenario import Endpoint, Pool
 
 __all__ = [
     "CHAT_TOKENS_PER_CONVERSATION",
     "CHAT_TOKENS_PER_MESSAGE",
+    "PromptShape",
     "PromptText",
     "build_body",
+    "completion_prompt",
+    "prompt_parts",
+    "corpus_vocabulary",
+    "words_rule_shape",
     "attempt_headers",
     "new_trace_ids",
     "traceparent",
@@ -58,41 +69,89 @@ class PromptText:
 
     def words(self, count: int, key: str) -> str:
         """``count`` words (space-separated) starting at the corpus offset of ``key``."""
+        return " ".join(self.word_list(count, key))
+
+    def word_list(self, count: int, key: str) -> list[str]:
+        """The words of :meth:`words`, one list item each."""
         if count <= 0:
-            return ""
+            return []
         start = zlib.crc32(f"{self.seed}:{key}".encode()) % _CORPUS_WORDS
         if count <= _CORPUS_WORDS:
-            return " ".join(self._doubled[start : start + count])
+            return self._doubled[start : start + count]
         reps = self._doubled[start : start + _CORPUS_WORDS]
-        return " ".join((reps * (count // _CORPUS_WORDS + 1))[:count])
+        return (reps * (count // _CORPUS_WORDS + 1))[:count]
+
+
+def corpus_vocabulary() -> tuple[str, ...]:
+    """The distinct words prompts are made of (their token costs are measured once per tokenizer)."""
+    return tuple(dict.fromkeys(_WORDS))
+
+
+@dataclass(frozen=True, slots=True)
+class PromptShape:
+    """A fitted prompt's make-up (from :mod:`drill.load.tokenizing`), instead of the one-token-per-word rule.
+
+    ``prefix_words`` shared words of the pool's prefix, then the logical id, ``unique_words`` corpus
+    words and ``fill`` times ``filler`` (a word the tokenizer counts as exactly one token).
+    """
+
+    prefix_words: int
+    unique_words: int
+    fill: int = 0
+    filler: str = ""
 
 
 def endpoint_path(endpoint: Endpoint) -> str:
     return "/v1/chat/completions" if endpoint is Endpoint.CHAT else "/v1/completions"
 
 
-def build_body(
-    pool: Pool, model: str, logical_id: str, input_tokens: int, output_tokens: int, text: PromptText
-) -> bytes:
-    """The exact JSON body bytes of one logical request (ASCII, compact separators).
-
-    The prompt is ``pool.prefix_tokens`` shared words (the pool's system prompt,
-    for prefix-cache hits), then the logical id and unique words: ``input_tokens``
-    tokens in all, chat template included.
-    """
+def words_rule_shape(pool: Pool, input_tokens: int) -> PromptShape:
+    """The embedded stack's rule: one token per word, Llama-3 chat-template tokens counted as the stack does."""
     chat = pool.endpoint is Endpoint.CHAT
     messages = 2 if chat and pool.prefix_tokens else 1
     budget = input_tokens - (CHAT_TOKENS_PER_CONVERSATION + CHAT_TOKENS_PER_MESSAGE * messages if chat else 0)
     prefix_count = max(0, min(pool.prefix_tokens, budget - 1))
-    prefix = text.words(prefix_count, f"prefix:{pool.name}")
-    unique_count = max(1, budget - prefix_count)
-    unique = f"{logical_id} {text.words(unique_count - 1, logical_id)}".rstrip()
+    return PromptShape(prefix_count, max(1, budget - prefix_count) - 1)
+
+
+def prompt_parts(pool: Pool, logical_id: str, shape: PromptShape, text: PromptText) -> tuple[str, str]:
+    """The prompt's shared prefix (empty for none) and its unique part (the logical id first)."""
+    prefix = text.words(shape.prefix_words, f"prefix:{pool.name}")
+    unique = f"{logical_id} {text.words(shape.unique_words, logical_id)}".rstrip()
+    if shape.fill:
+        unique += f" {shape.filler}" * shape.fill
+    return prefix, unique
+
+
+def completion_prompt(prefix: str, unique: str) -> str:
+    """A completions request's ``prompt``: the prefix, then the unique part."""
+    return f"{prefix} {unique}" if prefix else unique
+
+
+def build_body(
+    pool: Pool,
+    model: str,
+    logical_id: str,
+    input_tokens: int,
+    output_tokens: int,
+    text: PromptText,
+    shape: PromptShape | None = None,
+) -> bytes:
+    """The exact JSON body bytes of one logical request (ASCII, compact separators).
+
+    The prompt is the pool's shared prefix words (its system prompt, for
+    prefix-cache hits), then the logical id and unique words: ``input_tokens``
+    tokens in all, chat template included. ``shape`` is the fitted make-up (token-exact
+    prompts); without it, the one-token-per-word rule (:func:`words_rule_shape`).
+    """
+    chat = pool.endpoint is Endpoint.CHAT
+    prefix, unique = prompt_parts(pool, logical_id, shape or words_rule_shape(pool, input_tokens), text)
     body: dict[str, object] = {"model": model}
     if chat:
         messages = [{"role": "system", "content": prefix}] if prefix else []
         body["messages"] = messages + [{"role": "user", "content": unique}]
     else:
-        body["prompt"] = f"{prefix} {unique}" if prefix else unique
+        body["prompt"] = completion_prompt(prefix, unique)
     body.update(_generation_fields(pool, output_tokens))
     return json.dumps(body, separators=(",", ":")).encode("ascii")
 

@@ -38,10 +38,14 @@ __all__ = [
     "render_text",
     "ALL_POOLS",
     "WHOLE_RUN",
+    "PROMPT_TOKENS_TOLERANCE",
+    "prompt_tokens_ratio",
 ]
 
 ALL_POOLS = "*"
 WHOLE_RUN = "run"
+#: Achieved prompt tokens more than this fraction off the planned ones are warned about (token-exact prompts).
+PROMPT_TOKENS_TOLERANCE = 0.02
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,14 @@ class GroupSummary:
     e2e: MetricStats
     schedule_lag: MetricStats
     slo: tuple[SloResult, ...] = ()
+    #: Sum of the server's ``usage.prompt_tokens`` over the planned input tokens, over successful attempts
+    #: that carry both (burst requests left out: their prompts are not fitted); None without any.
+    prompt_tokens_ratio: float | None = None
+
+    @property
+    def prompt_tokens_off(self) -> bool:
+        """Whether the achieved prompt tokens are more than :data:`PROMPT_TOKENS_TOLERANCE` off the planned."""
+        return self.prompt_tokens_ratio is not None and abs(self.prompt_tokens_ratio - 1) > PROMPT_TOKENS_TOLERANCE
 
     def metric(self, name: str) -> MetricStats:
         return getattr(self, name)
@@ -185,8 +197,20 @@ def _group(
         goodput_share=(len(good) / len(ok)) if ok else 0.0,
         schedule_lag=lag,
         slo=tuple(_slo_results(slo, stats)),
+        prompt_tokens_ratio=prompt_tokens_ratio(ok),
         **stats,
     )
+
+
+def prompt_tokens_ratio(records: Iterable[RequestRecord]) -> float | None:
+    """Achieved over planned prompt tokens of the successful ``records`` that carry both (bursts left out)."""
+    pairs = [
+        (r.prompt_tokens, r.planned_input_tokens)
+        for r in records
+        if r.ok and r.burst is None and r.prompt_tokens is not None and r.planned_input_tokens
+    ]
+    planned = sum(p for _, p in pairs)
+    return sum(a for a, _ in pairs) / planned if planned else None
 
 
 def _error_rate(errors: Counter, attempts: int) -> float:
@@ -254,7 +278,23 @@ def render_text(report: LoadReport) -> str:
             for s in g.slo:
                 seen = "-" if s.observed_ms is None else f"{s.observed_ms:.1f}ms"
                 lines.append(f"  SLO {g.pool} {s.key} <= {s.bound_ms:g}ms: {seen} {'met' if s.met else 'MISSED'}")
+        lines.extend(_prompt_token_lines(groups))
     return "\n".join(lines)
+
+
+def _prompt_token_lines(groups: list[GroupSummary]) -> list[str]:
+    lines = []
+    for g in groups:
+        if g.prompt_tokens_ratio is None:
+            continue
+        lines.append(f"  prompt tokens achieved/planned {g.pool}: {g.prompt_tokens_ratio:.3f}")
+        if g.pool != ALL_POOLS and g.prompt_tokens_off:
+            lines.append(
+                f"  WARNING: pool {g.pool}'s prompts are {g.prompt_tokens_ratio:.3f} times the planned tokens "
+                f"(more than {PROMPT_TOKENS_TOLERANCE:.0%} off): the request set is not the planned length "
+                f"distribution; fit prompts to the target's tokenizer (tokenizer: server or file:<path>)"
+            )
+    return lines
 
 
 def _triple(stats: MetricStats, pcts: tuple[str, ...]) -> str:

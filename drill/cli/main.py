@@ -25,6 +25,7 @@ SUBCOMMANDS: dict[str, str] = {
     "report": "drill.cli.report:report",
     "run": "drill.cli.run:run",
     "stack": "drill.cli.stack:stack",
+    "supervise": "drill.cli.supervise:supervise",
     "traces": "drill.cli.traces:traces",
     "validate": "drill.cli.validate:validate",
     "worker": "drill.cli.load:worker",

@@ -28,6 +28,7 @@ SAME_CONCEPT: dict[str, tuple[tuple[str, ...], str]] = {
     "stack": (("drill", "drill/cli"), "`drill stack up|down|status` runs the embedded stack, `drill.stack`"),
     "traces": (("drill", "drill/cli"), "`drill traces analyze` reads a run's spans with `drill.traces`"),
     "gameday": (("drill", "drill/cli"), "`drill gameday` runs a game-day file with `drill.gameday`"),
+    "compare": (("drill", "drill/cli"), "`drill compare` runs a one-variable comparison with `drill.compare`"),
     "report": (("drill", "drill/cli"), "`drill report` renders a run's reports with `drill.report`"),
     # ``faults/<component>.py`` holds the faults that act on that component of the target.
     "gpu": (("drill/stack", "faults"), "the stack's simulated GPU, and the faults that act on it"),

@@ -15,6 +15,7 @@ from drill import __version__
 # name -> "module:attribute" of a click command or group. Keep sorted.
 SUBCOMMANDS: dict[str, str] = {
     "cleanup": "drill.cli.cleanup:cleanup",
+    "compare": "drill.cli.compare:compare",
     "drills": "drill.cli.drills:drills",
     "fault": "drill.cli.faults:fault",
     "faults": "drill.cli.faults:faults",

@@ -16,7 +16,16 @@ from rich.console import Console
 
 from drill.errors import DrillError, SpecError
 
-__all__ = ["console", "err_console", "handle_errors", "parse_duration_option", "print_verdicts"]
+__all__ = [
+    "allow_host_option",
+    "console",
+    "err_console",
+    "handle_errors",
+    "out_option",
+    "parse_duration_option",
+    "print_verdicts",
+    "time_scale_option",
+]
 
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -82,6 +91,28 @@ def handle_errors() -> Iterator[CrashSite]:
             soft_wrap=True,
         )
         sys.exit(3)
+
+
+def time_scale_option(help_text: str = "Multiply every timeline duration (0.1 = ten times shorter, for smoke runs)."):
+    """``--time-scale F`` (float, default 1.0), as ``drill run``, ``compare`` and ``gameday`` declare it."""
+    return click.option("--time-scale", type=float, default=1.0, show_default=True, help=help_text)
+
+
+def out_option(help_text: str = "Base directory for run directories."):
+    """``--out DIR`` (``out_dir``, default ``reports``)."""
+    return click.option(
+        "--out",
+        "out_dir",
+        type=click.Path(file_okay=False),
+        default="reports",
+        show_default=True,
+        help=help_text,
+    )
+
+
+def allow_host_option(help_text: str = "Allow a non-loopback host (repeatable)."):
+    """``--allow-host HOST`` (``allow_hosts``, repeatable)."""
+    return click.option("--allow-host", "allow_hosts", multiple=True, help=help_text)
 
 
 def parse_duration_option(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from drill.cli.common import console, err_console, handle_errors
+from drill.cli.common import allow_host_option, console, err_console, handle_errors, out_option, time_scale_option
 
 
 @click.command("gameday")
@@ -25,22 +25,9 @@ from drill.cli.common import console, err_console, handle_errors
     metavar="KEY=VALUE",
     help="Override a field of the game-day file by its key path (e.g. cooldown=5s, drills[0].time_scale=0.5).",
 )
-@click.option(
-    "--time-scale",
-    type=float,
-    default=1.0,
-    show_default=True,
-    help="Multiply every drill's timeline and the cooldown (0.1 = ten times shorter, for smoke runs).",
-)
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False),
-    default="reports",
-    show_default=True,
-    help="Reports folder: the game day goes to OUT/gamedays/<name>/<timestamp>/.",
-)
-@click.option("--allow-host", "allow_hosts", multiple=True, help="Allow a non-loopback host (repeatable).")
+@time_scale_option("Multiply every drill's timeline and the cooldown (0.1 = ten times shorter, for smoke runs).")
+@out_option("Reports folder: the game day goes to OUT/gamedays/<name>/<timestamp>/.")
+@allow_host_option()
 @click.option("--dry-run", is_flag=True, help="Validate the game day and every drill in it, list them, start nothing.")
 def gameday(
     gameday_file: str,

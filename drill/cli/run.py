@@ -7,13 +7,21 @@ import sys
 
 import click
 
-from drill.cli.common import console, err_console, handle_errors, print_verdicts
+from drill.cli.common import (
+    allow_host_option,
+    console,
+    err_console,
+    handle_errors,
+    out_option,
+    print_verdicts,
+    time_scale_option,
+)
 from drill.engine.safety import check_hosts
 from drill.errors import NotAvailableError
 from drill.spec.loader import load_drill
 
 
-def _preflight() -> None:
+def preflight() -> None:
     """Refuse, before touching anything, when a part the run needs is not built."""
     if importlib.util.find_spec("drill.load.driver") is None:
         raise NotAvailableError("the load driver (drill/load/driver.py, issue 4) is not built yet; nothing was started")
@@ -22,22 +30,9 @@ def _preflight() -> None:
 @click.command("run")
 @click.argument("drill_file")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override any field by its key path.")
-@click.option(
-    "--time-scale",
-    type=float,
-    default=1.0,
-    show_default=True,
-    help="Multiply every timeline duration (0.1 = ten times shorter, for smoke runs).",
-)
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False),
-    default="reports",
-    show_default=True,
-    help="Base directory for run directories.",
-)
-@click.option("--allow-host", "allow_hosts", multiple=True, help="Allow a non-loopback host (repeatable).")
+@time_scale_option()
+@out_option()
+@allow_host_option()
 @click.option(
     "--workers", type=int, default=0, show_default=True, help="Locust worker processes (0: one local runner)."
 )
@@ -61,7 +56,7 @@ def run(
             raise click.BadParameter("must be positive", param_hint="--time-scale")
         loaded = load_drill(drill_file, overrides=overrides, time_scale=time_scale)
         check_hosts(loaded, allow_hosts)
-        _preflight()
+        preflight()
         show = sys.stderr.isatty() if progress is None else progress
         options = RunOptions(out_dir=Path(out_dir), workers=workers, progress=show, argv=tuple(sys.argv))
         listeners = [_progress_listener()] if show else []

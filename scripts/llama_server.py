@@ -232,7 +232,10 @@ def _run(command: list[str], cwd: Path, log) -> None:
 def _compile(work: Path, cache: Cache, log) -> None:
     sdist = fetch_sdist(work, log)
     with tarfile.open(sdist) as archive:
-        archive.extractall(work, filter="data")
+        if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4: refuse links and paths out of the folder
+            archive.extractall(work, filter="data")
+        else:
+            archive.extractall(work)
     source = work / SDIST.removesuffix(".tar.gz") / "llama.cpp"
     build = work / "build"
     build.mkdir()

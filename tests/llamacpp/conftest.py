@@ -4,7 +4,8 @@ Fixtures (names are stable; other test files build on them):
 
 - ``llama_server_bin`` (session): the ``llama-server`` binary. ``LLAMA_SERVER_BIN`` when set, else the cached build of
   ``scripts/llama_server.py``; a build still running (``./dev test`` starts one in the background) is waited for,
-  none at all is built now. A failed build fails the tests with its log's tail; they never skip.
+  none at all is built now. A failed build fails the tests with its log's tail (and is not retried); they never
+  skip.
 - ``llama_model`` (session): :class:`tests.llamacpp.model.ModelFiles` of the ``gpt2-1024`` tokenizer's model.
 - ``llama_server`` (session): a server on a free loopback port, under ``drill supervise`` (it comes back after a
   crash), with ``--metrics``, ``--slots``, 4 slots, 8192 tokens of context and ``--ignore-eos`` (a random model
@@ -44,6 +45,7 @@ def _build_script() -> ModuleType:
     spec = importlib.util.spec_from_file_location("llama_server_build", REPO / "scripts" / "llama_server.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while it loads
     spec.loader.exec_module(module)
     return module
 
@@ -95,6 +97,11 @@ def llama_server_bin(pytestconfig: pytest.Config) -> Path:
             binary = script.wait(cache, BUILD_WAIT_S)
             _say(pytestconfig, f"llama-server built after a {time.monotonic() - started:.0f} s wait")
             return binary
+        if cache.status().get("state") == "failed":  # not retried here: it would fail again, minutes later
+            raise script.BuildError(
+                f"the llama-server build failed: {cache.status().get('error')}\n{cache.log_tail()}\n"
+                "fix the cause, then ./dev setup (or python3 scripts/llama_server.py build) builds it again"
+            )
         _say(pytestconfig, f"building llama-server now (about 6 minutes on two cores; log {cache.log})")
         return script.build(cache)
     except script.BuildError as exc:

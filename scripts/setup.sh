@@ -5,6 +5,7 @@ VENV="${VENV:-$PWD/.venv}"
 TOXIPROXY_VERSION="v2.12.0"
 
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
+source "$(dirname "${BASH_SOURCE[0]}")/llama_server.sh"   # setup_llama_server, start_llama_server_build
 
 setup_python() {
   if [ ! -x "$VENV/bin/python" ]; then
@@ -191,5 +192,30 @@ setup_chromium() {
   log "no Chromium (chromium or chromium-browser) and none could be installed: the report test opens report.html in it"
   log "  install Debian's chromium (apt-get install chromium) or set CHROMIUM_BIN=/path/to/chromium,"
   log "  or run the tests with -m 'not chromium'"
+  return 1
+}
+
+prometheus_bin() {  # the Prometheus server the metrics-source test starts ($PROMETHEUS_BIN or prometheus), or empty
+  local candidate
+  for candidate in ${PROMETHEUS_BIN:-} prometheus; do
+    if command -v "$candidate" >/dev/null 2>&1; then command -v "$candidate"; return 0; fi
+  done
+}
+
+setup_prometheus() {
+  # Debian's prometheus (2.42) for the Prometheus metrics source's test (tests/engine/test_prometheus_server.py):
+  # the test starts its own server on loopback; the package's service is not used.
+  if [ -n "$(prometheus_bin)" ]; then return 0; fi
+  if [ -z "${DRILL_SETUP_OFFLINE:-}" ] && command -v apt-get >/dev/null 2>&1; then
+    local sudo=""; if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+    log "installing Debian prometheus for the metrics-source test (log in $VENV/prometheus-install.log)"
+    { $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+        && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; } \
+      > "$VENV/prometheus-install.log" 2>&1 || tail -n 20 "$VENV/prometheus-install.log" >&2
+    if [ -n "$(prometheus_bin)" ]; then return 0; fi
+  fi
+  log "no Prometheus server (prometheus) and none could be installed: the Prometheus metrics source's test needs one"
+  log "  install Debian's prometheus (apt-get install prometheus) or set PROMETHEUS_BIN=/path/to/prometheus,"
+  log "  or leave that test out: --deselect tests/engine/test_prometheus_server.py"
   return 1
 }

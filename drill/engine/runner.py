@@ -5,7 +5,7 @@ Order of a run::
     open       run directory, journal, watchdog, active-run registry, signal handlers
     receiver   OTLP/HTTP span receiver (spans.jsonl)
     cold start start or attach the target; time to the first good response
-    scraper    /metrics every second (metrics.jsonl)
+    scraper    /metrics every second, or the user's Prometheus (metrics.jsonl)
     load       the scenario's open-loop load, from warmup to the end of recovery (requests.jsonl)
     warmup, baseline, fault (faults on their schedule; stop conditions may end it early), recovery
     replay     the original failing requests and baseline controls, sent again after recovery (replay.jsonl)
@@ -33,6 +33,7 @@ from drill.engine import active
 from drill.engine.fault_schedule import FaultRunner
 from drill.engine.journal import Event, Journal, RunStatus
 from drill.engine.listeners import ListenerEvent, Listeners, RunListener
+from drill.engine.prometheus import PrometheusMetrics
 from drill.engine.reverts import RevertStack
 from drill.engine.rundir import RunDir, create_run_dir, environment
 from drill.engine.scraper import MetricsScraper
@@ -42,6 +43,7 @@ from drill.engine.timeline import Timeline, plan_timeline
 from drill.engine.watchdog import Watchdog
 from drill.errors import DrillError, RunInterrupted
 from drill.report.redact import Redactor, scrub_files, secret_environment_values, secret_values
+from drill.serving_metrics import QUANTITIES, wanted_sample_names
 from drill.spec.loader import LoadedDrill
 from drill.spec.models import Phase, StopKind
 from drill.targets.probe import first_good_response, served_model
@@ -97,7 +99,7 @@ class Runner:
         self.journal: Journal | None = None
         self.watchdog: Watchdog | None = None
         self.receiver: OtlpReceiver | None = None
-        self.scraper: MetricsScraper | None = None
+        self.scraper: MetricsScraper | PrometheusMetrics | None = None
         self.target = None
         self.target_info: TargetInfo | None = None
         self.load = None
@@ -323,7 +325,18 @@ class Runner:
             self.journal.write(Event.TARGET_STOPPED, target_id="target", reason="run ended")
 
     def _start_scraper(self) -> None:
-        if self.drill.metrics.enabled and self.target_info.metrics_urls:
+        spec = self.drill.metrics
+        if spec.enabled and spec.prometheus is not None:
+            raw = [str(c.metric) for c in self.drill.stop_conditions if c.kind is StopKind.METRIC]
+            self.scraper = PrometheusMetrics(
+                spec.prometheus,
+                self.rundir.file("metrics.jsonl"),
+                spec.interval,
+                names=[*wanted_sample_names(), *(n for n in raw if n not in QUANTITIES)],
+                metrics_urls=self.target_info.metrics_urls,
+            ).start()
+            self.journal.write(Event.NOTE, message=f"metrics from Prometheus at {spec.prometheus.url}")
+        elif spec.enabled and self.target_info.metrics_urls:
             self.scraper = MetricsScraper(
                 self.target_info.metrics_urls, self.rundir.file("metrics.jsonl"), self.drill.metrics.interval
             ).start()

@@ -234,9 +234,33 @@ class OtlpSpec(SpecModel):
     port: int = Field(4318, ge=0, le=65535)  # 0 = any free port
 
 
+class PrometheusSourceSpec(SpecModel):
+    """The user's Prometheus as the run's metrics source (``metrics: {source: prometheus, prometheus: ...}``).
+
+    - ``url``: the Prometheus server (its HTTP API is under ``/api/v1``).
+    - ``selector``: label matchers for the target's series, e.g. ``{job="vllm",namespace="prod"}``.
+    - ``replica_label`` ("instance"): the label that tells the replicas apart (``instance``, ``pod``, ...).
+    - ``replicas``: label value -> replica name; a value not listed is matched to the target's metrics URL with
+      that ``host:port``, else it is the replica's name as is.
+    - ``timeout`` (5 s): one query's limit.
+    """
+
+    url: str = Field(pattern=r"^https?://")
+    selector: str = Field("", pattern=r"^(\{.*\})?$")
+    replica_label: str = Field("instance", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    replicas: dict[str, str] = Field(default_factory=dict)
+    timeout: Duration = Field(5.0, gt=0)
+
+
 class MetricsSpec(SpecModel):
+    """Where the run's serving metrics come from: ``scrape`` (the target's ``/metrics``, every ``interval``) or
+    ``prometheus`` (the user's Prometheus: instant queries every ``interval`` for stop conditions, a range query
+    over the run's window into ``metrics.jsonl`` at the end)."""
+
     enabled: bool = True
     interval: Duration = 1.0
+    source: Literal["scrape", "prometheus"] = "scrape"
+    prometheus: PrometheusSourceSpec | None = None
 
     @field_validator("interval")
     @classmethod
@@ -244,6 +268,14 @@ class MetricsSpec(SpecModel):
         if value <= 0:
             raise ValueError(f"the scrape interval must be positive, got {value:g}s")
         return value
+
+    @model_validator(mode="after")
+    def _source_has_its_settings(self) -> MetricsSpec:
+        if self.source == "prometheus" and self.prometheus is None:
+            raise at_key("source", "source: prometheus needs a 'prometheus' block (url, selector, replica_label)")
+        if self.source == "scrape" and self.prometheus is not None:
+            raise at_key("prometheus", "a 'prometheus' block is read only with source: prometheus")
+        return self
 
 
 class ReportSpec(SpecModel):

@@ -70,6 +70,12 @@ DEFAULT_DURATION_S = 60.0
     help="At the end, how long in-flight requests may finish before they are cancelled.",
 )
 @click.option("--progress/--no-progress", default=None, help="Live status line (default: on a terminal).")
+@click.option(
+    "--tokenizer",
+    metavar="server|words|file:PATH",
+    help="Fit prompts to the target's tokenizer: its tokenize endpoint (server), a local tokenizer.json "
+    "(file:PATH), or one token per word (words). Default: the scenario's tokenizer, else server.",
+)
 def load(
     scenario_file: str,
     target: str,
@@ -86,6 +92,7 @@ def load(
     headers: tuple[str, ...],
     drain: float,
     progress: bool | None,
+    tokenizer: str | None,
 ) -> None:
     """Run open-loop load from SCENARIO against --target and print latency, throughput, errors and goodput."""
     from drill.load.driver import LoadPlan
@@ -97,6 +104,7 @@ def load(
         length = duration or scenario.duration or DEFAULT_DURATION_S
         scenario = _with_rate(scenario, rate, length)
         _check_planned(scenario, length)
+        _check_tokenizer(tokenizer)
         run_dir = Path(out_dir) if out_dir else _new_run_dir()
         plan = LoadPlan(
             scenario=scenario,
@@ -110,6 +118,7 @@ def load(
             headers=_headers(headers),
             expect_remote_workers=expect_workers,
             master_bind=master_bind,
+            tokenizer=tokenizer,
         )
         interrupted, summary, t0 = _run(plan, drain)
         _print(plan, summary, t0, as_json)
@@ -189,6 +198,13 @@ def _check_planned(scenario, duration_s: float) -> None:
         raise InputError(problem, hint="lower --rate or the scenario's rates, or shorten --duration")
 
 
+def _check_tokenizer(value: str | None) -> None:
+    if value is not None:
+        from drill.load.tokenizing import TokenizerChoice
+
+        TokenizerChoice.parse(value)
+
+
 def _headers(raw: tuple[str, ...]) -> dict[str, str]:
     out = {}
     for item in raw:
@@ -227,17 +243,27 @@ def _run(plan, drain_s: float):
 def _print(plan, summary, t0: float | None, as_json: bool) -> None:
     from drill.load.records import read_records
     from drill.load.summary import render_text, summarize
+    from drill.load.tokenizing import read_fit
 
     slos = {p.name: dict(p.slo) for p in plan.scenario.pools if p.slo}
     report = summarize(
         read_records(plan.run_dir / "requests.jsonl"), slos=slos, duration_s=plan.duration_s, start_ts=t0
     )
-    doc = {"run_dir": str(plan.run_dir), "load": summary.to_dict(), "report": report.to_dict()}
+    fit = read_fit(plan.run_dir)
+    doc = {
+        "run_dir": str(plan.run_dir),
+        "load": summary.to_dict(),
+        "report": report.to_dict(),
+        "prompts": fit.summary() if fit is not None else None,
+    }
     (plan.run_dir / "load-summary.json").write_text(json.dumps(doc, indent=2) + "\n")
     if as_json:
         click.echo(json.dumps(doc, indent=2))
         return
     console.print(render_text(report), highlight=False, soft_wrap=True)
+    if fit is not None:
+        warned = fit.warning is not None or bool(fit.unfit)
+        (err_console if warned else console).print(fit.describe(), highlight=False, soft_wrap=True)
     console.print(
         f"sent {summary.sent} of {summary.due} arrivals due (target {summary.target_rate:.2f}/s, achieved "
         f"{summary.achieved_rate:.2f}/s), client drops {summary.client_drops}, cancelled at stop "

@@ -355,9 +355,12 @@ class Runner:
             progress=self.options.progress,
             headers=self._headers(),
             control_ids=tuple(self._control_ids()),
+            # token-exact prompts: the embedded stack keeps its one-token-per-word rule unless the scenario asks
+            tokenizer=self.loaded.scenario.tokenizer or ("words" if self.target_info.kind == "embedded" else "server"),
         )
         self.load = LoadDriver(plan)
         self.load.start()
+        self.journal.write(Event.NOTE, message=self.load.prompt_fit.describe(), summary=self.load.prompt_fit.summary())
         self.monitor = StopMonitor(
             list(self.drill.stop_conditions),
             self.rundir.file("requests.jsonl"),
@@ -463,8 +466,10 @@ class Runner:
     def _replay_phase(self) -> None:
         """After recovery: the original failing requests and the baseline controls, at the baseline's rate."""
         from drill.load.replay import ReplayPlan, baseline_rate, replay_after_recovery
+        from drill.load.tokenizing import read_fit
 
         spec = self.drill.phases.replay
+        fit = read_fit(self.rundir.path)
         evidence = RunEvidence(self.rundir.path)
         window = evidence.phases.get(Phase.BASELINE.value)
         baseline = (window.start_ts, window.end_ts) if window is not None else None
@@ -491,6 +496,7 @@ class Runner:
             model=self.target_info.model or self.loaded.scenario.model or "",
             load_seed=self.drill.seed,
             baseline_ts=baseline,
+            prompt_shapes=fit.shapes if fit is not None else None,
         )
         self._phase_ended(Phase.REPLAY, time.monotonic() - start, summary=_dump(summary))
 

@@ -29,7 +29,8 @@ from drill.api import LoadControl
 from drill.errors import DrillError, InputError, LoadError
 from drill.load.control import Channel, GeneratorPlan, Msg
 from drill.load.replay import ReplaySummary, replay_failing
-from drill.load.schedule import build_schedule
+from drill.load.schedule import Schedule, build_schedule
+from drill.load.tokenizing import FITTED_PROMPTS_FILE, PromptFit, PromptPlan, TokenizerChoice, plan_prompts
 from drill.spec.scenario import Scenario
 
 __all__ = ["LoadDriver", "LoadPlan", "LoadSummary", "ReplaySummary", "replay_failing", "resolve_model"]
@@ -57,6 +58,8 @@ class LoadPlan:
     expect_remote_workers: int = 0  # also wait for this many `drill worker --master HOST:PORT` processes
     master_bind: str = "127.0.0.1:0"  # where the master listens for workers (0: a free port)
     control_ids: tuple[str, ...] = ()  # logical ids whose output is digested (the recovery replay's controls)
+    #: ``server``, ``words`` or ``file:<path>`` (drill.load.tokenizing); None: the scenario's, else ``server``.
+    tokenizer: str | None = None
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,7 @@ class LoadDriver:
         self._unreadable: list[str] = []  # control messages that were not JSON objects, counted and described
         self._closing = False
         self._scheduled = 0
+        self.prompt_fit: PromptFit | None = None  # set by start(): how the prompts were fitted
         self._progress = None
         self._control = _Control(self)
 
@@ -163,7 +167,9 @@ class LoadDriver:
         plan = self.plan
         plan.run_dir.mkdir(parents=True, exist_ok=True)
         model = plan.model or plan.scenario.model or resolve_model(plan.target_url, plan.headers)
-        self._scheduled = len(build_schedule(plan.scenario, plan.duration_s, plan.seed).requests)
+        schedule = build_schedule(plan.scenario, plan.duration_s, plan.seed)
+        self._scheduled = len(schedule.requests)
+        self.prompt_fit = self._fit_prompts(model, schedule)
         wire = GeneratorPlan(
             scenario=plan.scenario.model_dump(mode="json", by_alias=True),
             target_url=plan.target_url,
@@ -177,11 +183,23 @@ class LoadDriver:
             master_bind=plan.master_bind,
             headers=dict(plan.headers),
             control_ids=list(plan.control_ids),
+            prompts_file=str(plan.run_dir / FITTED_PROMPTS_FILE) if self.prompt_fit.fitted else None,
         )
         self._spawn(wire)
         self._await_ready(timeout_s)
         if plan.progress:
             self._start_progress()
+
+    def _fit_prompts(self, model: str, schedule: Schedule) -> PromptFit:
+        """Token-exact prompts for the schedule (plan time, before the generator starts); see drill.load.tokenizing."""
+        plan = self.plan
+        choice = TokenizerChoice.parse(plan.tokenizer or plan.scenario.tokenizer or "server")
+        requests = [(r.logical_id, r.pool, r.input_tokens) for r in schedule.requests]
+        fit = plan_prompts(
+            PromptPlan(plan.scenario, choice, plan.target_url, model, plan.headers, requests, plan.seed, plan.run_dir)
+        )
+        log.info("%s", fit.describe())
+        return fit
 
     def _spawn(self, wire: GeneratorPlan) -> None:
         ours, theirs = socket.socketpair()

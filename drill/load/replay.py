@@ -53,7 +53,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -62,6 +62,7 @@ from urllib.parse import urlsplit
 from drill.jsonl import ReadReport, read_jsonl
 from drill.load.output import OutputDigest
 from drill.load.payload import (
+    PromptShape,
     PromptText,
     attempt_headers,
     build_body,
@@ -276,11 +277,16 @@ def original_items(samples: Iterable[FailingSample]) -> list[ReplayItem]:
 
 
 def control_items(
-    records: Iterable[RequestRecord], window_ts: tuple[float, float], scenario: Scenario, model: str, seed: int
+    records: Iterable[RequestRecord],
+    window_ts: tuple[float, float],
+    scenario: Scenario,
+    model: str,
+    seed: int,
+    shapes: Mapping[str, PromptShape] | None = None,
 ) -> list[ReplayItem]:
     """The baseline successes whose output was digested, with their bodies rebuilt from the plan (``seed``:
-    the load's). Headers are rebuilt as the load generator makes them (trace and request ids are replaced
-    per replay)."""
+    the load's; ``shapes``: its fitted prompts, :mod:`drill.load.tokenizing`). Headers are rebuilt as the load
+    generator makes them (trace and request ids are replaced per replay)."""
     start, end = window_ts
     pools = {p.name: p for p in scenario.pools}
     text = PromptText(seed)
@@ -298,7 +304,8 @@ def control_items(
         ):
             continue
         pool = pools[r.pool]
-        body = build_body(pool, model, r.logical_id, r.planned_input_tokens, r.planned_output_tokens, text)
+        shape = (shapes or {}).get(r.logical_id)
+        body = build_body(pool, model, r.logical_id, r.planned_input_tokens, r.planned_output_tokens, text, shape)
         headers = attempt_headers(
             trace_id=r.trace_id,
             span_id="0" * 16,
@@ -360,10 +367,12 @@ def replay_after_recovery(
     model: str,
     load_seed: int,
     baseline_ts: tuple[float, float] | None,
+    prompt_shapes: Mapping[str, PromptShape] | None = None,
 ) -> ReplaySummary:
     """Replay the originals and the controls (see the module docstring); appends to ``out_path``.
 
-    ``scenario``, ``model`` and ``load_seed`` are the load's (they rebuild the controls' bodies);
+    ``scenario``, ``model``, ``load_seed`` and ``prompt_shapes`` (its fitted prompts) are the load's (they
+    rebuild the controls' bodies);
     ``baseline_ts`` is the baseline phase (UNIX s), where controls come from (None: no controls).
     Never raises for request failures (they are outcomes).
     """
@@ -371,7 +380,7 @@ def replay_after_recovery(
     distinct = original_items(samples)
     originals = _sample([i for i in distinct if i.intact], plan.max_samples, f"{plan.seed}:replay:originals")
     candidates = (
-        control_items(records, baseline_ts, scenario, model, load_seed)
+        control_items(records, baseline_ts, scenario, model, load_seed, prompt_shapes)
         if baseline_ts is not None and plan.controls > 0
         else []
     )

@@ -281,6 +281,22 @@ class PromptFit:
             )
         return line
 
+    def summary(self) -> dict[str, object]:
+        """The fit without the shapes (``load-summary.json``): how, with what, and what could not be made exact."""
+        return {
+            "mode": self.mode,
+            "source": self.source,
+            "fingerprint": self.fingerprint,
+            "overheads": self.overheads,
+            "filler": self.filler,
+            "fitted": len(self.shapes),
+            "unfit": len(self.unfit),
+            "unfit_first": [asdict(u) for u in self.unfit[:20]],
+            "warning": self.warning,
+            "fit_s": round(self.fit_s, 3),
+            "reused": self.reused,
+        }
+
     def to_json(self) -> str:
         data = {
             "format": FORMAT,

@@ -272,6 +272,10 @@ class Scenario(SpecModel):
     arrival: Arrival | None = None  # shared by pools that have a `share`
     max_in_flight: int = Field(1000, ge=1)  # beyond it, arrivals are client-side drops
     model: str | None = None  # default: the first model from /v1/models
+    #: Token-exact prompts (drill.load.tokenizing): ``server`` (the target's tokenize endpoint; the default for an
+    #: external target), ``file:<path>`` (a local tokenizer.json) or ``words`` (one token per word: the embedded
+    #: stack's rule, and its default).
+    tokenizer: str | None = Field(None, pattern=r"^(server|words|file:.+)$")
     pools: list[Pool] = Field(min_length=1)
 
     @field_validator("pools")

@@ -35,6 +35,7 @@ from drill.load.child.bursts import BurstSpec
 from drill.load.child.openloop import OpenLoop
 from drill.load.child.sinks import BatchSink, FileSink
 from drill.load.control import GeneratorPlan
+from drill.load.tokenizing import shapes_from_text
 
 __all__ = ["MasterController", "run_worker", "REPORT_INTERVAL_S"]
 
@@ -105,11 +106,14 @@ class MasterController:
         return sorted(self.runner.clients)
 
     def _send_plans(self) -> None:
+        # The fitted prompts travel with the plan: a remote worker cannot read this machine's run directory.
+        prompts = Path(self.plan.prompts_file).read_text(encoding="utf-8") if self.plan.prompts_file else None
         for index, client_id in enumerate(self.clients):
             self.runner.send_message(
                 "drill_plan",
                 {
                     "plan": self.plan.to_dict(),
+                    "prompts": prompts,
                     "partition": [index, len(self.clients)],
                     "t0": self.t0,
                     "worker": f"w{index}",
@@ -238,12 +242,14 @@ class _WorkerState:
     def on_plan(self, environment, msg, **kwargs) -> None:
         data = msg.data
         plan = GeneratorPlan.from_dict(data["plan"])
+        prompts = data.get("prompts")
         self.loop = OpenLoop(
             plan,
             self.sink,
             partition=(int(data["partition"][0]), int(data["partition"][1])),
             worker=str(data["worker"]),
             on_attempt=self.locust_event(self.env),
+            shapes=shapes_from_text(prompts) if prompts else None,
         )
         self.loop.set_start(float(data["t0"]))
         self.provide_loop(self.loop)

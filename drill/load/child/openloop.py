@@ -19,8 +19,9 @@ import math
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from gevent.event import Event
@@ -29,7 +30,15 @@ from gevent.pool import Group
 from drill.load.child.bursts import Burst, BurstSpec
 from drill.load.child.streaming import Cancelled, ClientOutcome, Transport, send_attempt
 from drill.load.control import GeneratorPlan
-from drill.load.payload import PromptText, attempt_headers, build_body, endpoint_path, new_trace_ids, payload_digest
+from drill.load.payload import (
+    PromptShape,
+    PromptText,
+    attempt_headers,
+    build_body,
+    endpoint_path,
+    new_trace_ids,
+    payload_digest,
+)
 from drill.load.records import ErrorClass, RequestRecord
 from drill.load.samples import FailingSample
 from drill.load.schedule import PlannedRequest, build_schedule
@@ -98,6 +107,7 @@ class OpenLoop:
         partition: tuple[int, int] = (0, 1),
         worker: str | None = None,
         on_attempt: Callable[[str, float, str | None], None] | None = None,
+        shapes: Mapping[str, PromptShape] | None = None,
     ) -> None:
         self.plan = plan
         self.scenario = plan.scenario_model()
@@ -110,6 +120,7 @@ class OpenLoop:
         self.mine = self.schedule.partition(*partition)
         self.controls = frozenset(plan.control_ids)  # requests whose output is digested (recovery replay)
         self.text = PromptText(plan.seed)
+        self.shapes = shapes if shapes is not None else _read_shapes(plan.prompts_file)
         self.cap = max(1, math.ceil(self.scenario.max_in_flight / partition[1]))
         self.transport = Transport(plan.target_url, self.cap)
         self.counters = Counters(scheduled=len(self.mine))
@@ -162,7 +173,10 @@ class OpenLoop:
     def job(self, planned: PlannedRequest, logical_id: str, burst: str | None = None) -> _Job:
         """The exact request for ``planned`` (built before its time comes, so it adds no lag)."""
         pool = self.pools[planned.pool]
-        body = build_body(pool, self.plan.model, logical_id, planned.input_tokens, planned.output_tokens, self.text)
+        shape = self.shapes.get(logical_id) if burst is None else None  # bursts are made up now, not fitted
+        body = build_body(
+            pool, self.plan.model, logical_id, planned.input_tokens, planned.output_tokens, self.text, shape
+        )
         return _Job(planned, logical_id, body, payload_digest(body), pool, burst)
 
     def launch(self, job: _Job, intended: float) -> None:
@@ -370,6 +384,15 @@ class OpenLoop:
             self.group.kill(exception=Cancelled, block=True, timeout=5.0)
         self.transport.close()
         return left
+
+
+def _read_shapes(path: str | None) -> Mapping[str, PromptShape]:
+    """The fitted prompts the harness wrote at plan time (none: one token per word)."""
+    if path is None:
+        return {}
+    from drill.load.tokenizing import shapes_from_text
+
+    return shapes_from_text(Path(path).read_text(encoding="utf-8"))
 
 
 def _backoff(policy: RetryPolicy, attempt: int, retry_after_s: float | None) -> float:

@@ -14,6 +14,7 @@ from drill import __version__
 
 # name -> "module:attribute" of a click command or group. Keep sorted.
 SUBCOMMANDS: dict[str, str] = {
+    "capacity": "drill.cli.capacity:capacity",
     "cleanup": "drill.cli.cleanup:cleanup",
     "compare": "drill.cli.compare:compare",
     "drills": "drill.cli.drills:drills",

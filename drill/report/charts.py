@@ -44,6 +44,7 @@ __all__ = [
     "MAX_POINTS",
     "PALETTE",
     "errors_over_time",
+    "goodput_curve",
     "latency_distributions",
     "latency_over_time",
     "pick_baseline_trace",
@@ -889,3 +890,63 @@ class _TraceShapes:
         ids = self.table.trace_ids
         ranked = sorted(codes, key=lambda c: (self._duration[c], ids[c]))
         return ids[ranked[(len(ranked) - 1) // 2]]
+
+
+# --- capacity ----------------------------------------------------------------------------------------------------
+
+
+def goodput_curve(
+    curves: Sequence[tuple[str, Sequence[float], Sequence[float]]],
+    knees: Sequence[tuple[str, float]],
+    naive: float | None,
+) -> str | None:
+    """Goodput (requests/s that met every SLO of their pool) against the offered arrival rate: one line with markers
+    per ``(label, offered, goodput)`` series, the ideal ``goodput = offered`` dashed, each measured knee as a solid
+    vertical line and the naive single-request estimate as a dotted one. None without a point."""
+    series = [(label, np.asarray(x, dtype=float), np.asarray(y, dtype=float)) for label, x, y in curves if len(x)]
+    if not series:
+        return None
+    top = max(float(s[1].max()) for s in series)
+    right = max(top, *(k for _, k in knees), naive or 0.0) * 1.08
+    markers = ("o", "s", "^", "D", "v", "P")
+    styles = ("-", "--", "-.", ":")
+    with _style():
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(8.0, 3.8), layout="constrained")
+        ax = fig.subplots()
+        ax.plot(
+            [0, right], [0, right], color="#999999", linestyle=(0, (4, 3)), linewidth=0.8, label="goodput = offered"
+        )
+        for i, (label, x, y) in enumerate(series):
+            order = np.argsort(x, kind="stable")
+            ax.plot(
+                x[order],
+                y[order],
+                marker=markers[i % len(markers)],
+                markersize=4,
+                linestyle=styles[i % len(styles)],
+                color=PALETTE[i % len(PALETTE)],
+                label=label,
+                gid=f"goodput-{i}",
+            )
+        for i, (label, knee) in enumerate(knees):
+            ax.axvline(knee, color=(_BLACK, _VERMILLION)[i % 2], linewidth=1.2, label=f"{label} {knee:.3g}/s")
+        if naive is not None:
+            ax.axvline(naive, color=_PURPLE, linestyle=":", linewidth=1.4, label=f"naive estimate {naive:.3g}/s")
+        ax.set_xlim(0, right)
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("offered arrival rate (requests/s)")
+        ax.set_ylabel("goodput (requests/s within SLO)")
+        _legend_right(ax)
+        fig.suptitle("Goodput against offered rate")
+        return _svg(
+            fig,
+            "goodput-curve",
+            "Goodput against offered arrival rate",
+            "Requests per second that met every SLO of their pool, against the offered arrival rate, per "
+            f"series ({', '.join(label for label, _, _ in series)}); vertical lines mark the measured knee"
+            + ("s" if len(knees) > 1 else "")
+            + (" and the naive single-request estimate" if naive is not None else "")
+            + "; the dashed diagonal is goodput equal to the offered rate.",
+        )

@@ -1,0 +1,103 @@
+"""The target's spans of a capacity run, split per rate point, and each point's TTFT split into queueing and prefill.
+
+One OTLP receiver serves the whole run (the stack is told its endpoint once, at start) and writes the run's
+``spans.jsonl``; :func:`split_spans` copies each span into the ``spans.jsonl`` of the point whose request carried
+its trace id (the file of the run stays whole: the raw evidence). The embedded stack exports, per request, an
+``llm_request`` span with the children ``queue`` (waiting for the scheduler), ``prefill`` (the prompt's forward
+passes, up to the first token) and ``decode`` (stack-contracts.md §7); vLLM's own request spans carry the same
+split as attributes. A span line that cannot be read is counted, never dropped silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from drill.jsonl import ReadReport, read_jsonl
+from drill.load.records import RequestRecord
+from drill.stats import percentile
+
+__all__ = ["SpanSplit", "TtftSplit", "split_spans", "ttft_split"]
+
+QUEUE, PREFILL = "queue", "prefill"
+
+
+@dataclass
+class SpanSplit:
+    """What :func:`split_spans` read and where it put it."""
+
+    read: int = 0
+    unreadable: int = 0
+    unmatched: int = 0  # spans of no point's request (probes, the naive estimate's requests, late exports)
+    written: dict[str, int] = field(default_factory=dict)  # point directory -> spans written
+    #: trace id -> span name -> duration (ms) of its first span of that name
+    durations: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TtftSplit:
+    """One pool at one point: how much of the time to first token the stack's spans put in queueing and prefill."""
+
+    pool: str
+    joined: int  # successful attempts with a queue span
+    of: int  # successful attempts
+    queue_p50_ms: float | None
+    queue_p95_ms: float | None
+    prefill_p50_ms: float | None
+    prefill_p95_ms: float | None
+
+
+def split_spans(spans_path: Path, owners: Mapping[str, Path]) -> SpanSplit:
+    """Copy every span of ``spans_path`` whose trace id is in ``owners`` into ``<owner>/spans.jsonl`` (created, never
+    overwritten) and collect the queue and prefill durations per trace."""
+    import json
+
+    report = ReadReport(spans_path)
+    out = SpanSplit()
+    handles: dict[Path, IO[str]] = {}
+    try:
+        for span in read_jsonl(spans_path, _span_dict, report):
+            out.read += 1
+            trace = str(span.get("trace_id") or "").lower()
+            owner = owners.get(trace)
+            if owner is None:
+                out.unmatched += 1
+                continue
+            handle = handles.get(owner)
+            if handle is None:
+                handle = handles[owner] = open(owner / "spans.jsonl", "x", encoding="utf-8")
+            handle.write(json.dumps(span, separators=(",", ":")) + "\n")
+            out.written[str(owner)] = out.written.get(str(owner), 0) + 1
+            name, duration = span.get("name"), span.get("duration_ms")
+            if isinstance(name, str) and isinstance(duration, (int, float)):
+                out.durations.setdefault(trace, {}).setdefault(name, float(duration))
+    finally:
+        for handle in handles.values():
+            handle.close()
+    out.unreadable = report.bad_count + (1 if report.torn_last_line is not None else 0)
+    return out
+
+
+def _span_dict(data: object) -> dict:
+    if not isinstance(data, dict):
+        raise ValueError("a span line must be a JSON object")
+    return data
+
+
+def ttft_split(pool: str, records: Sequence[RequestRecord], durations: Mapping[str, Mapping[str, float]]) -> TtftSplit:
+    """Queueing and prefill (p50, p95, ms) of ``records``' successful attempts, from their traces' spans."""
+    ok = [r for r in records if r.ok]
+    traces = [durations.get(r.trace_id.lower(), {}) for r in ok]
+    queue = [t[QUEUE] for t in traces if QUEUE in t]
+    prefill = [t[PREFILL] for t in traces if PREFILL in t]
+    return TtftSplit(
+        pool=pool,
+        joined=len(queue),
+        of=len(ok),
+        queue_p50_ms=percentile(queue, 50),
+        queue_p95_ms=percentile(queue, 95),
+        prefill_p50_ms=percentile(prefill, 50),
+        prefill_p95_ms=percentile(prefill, 95),
+    )

@@ -157,21 +157,23 @@ def span_evidence(evidence: RunEvidence) -> tuple[TraceEvidence | None, str | No
 
 
 def measurement_truth_figures(evidence: RunEvidence) -> tuple[dict, list[str], list[EvidenceRef]]:
-    """Client-vs-server TTFT/E2E difference percentiles for verdicts (empty without joined spans).
+    """Client-vs-server TTFT/E2E difference percentiles for verdicts: from the server spans, else from the
+    server's own per-request timings (llama.cpp); empty with neither.
 
     Returns (observed figures ``measurement_truth.ttft_diff_ms.p50``..., notes, evidence refs).
     """
     from drill.checks.base import EvidenceKind, EvidenceRef
+    from drill.traces.join import timings_truth
 
-    if not (evidence.run_dir / "spans.jsonl").exists():
-        return {}, [], []
-    traces, _ = span_evidence(evidence)
-    if traces is None:
-        return {}, [], []
-    try:
-        truth = traces.joined.measurement_truth()
-    except Exception as exc:  # noqa: BLE001 - an extra figure: its failure is a note, not the verdict
-        return {}, [f"measurement truth not computed: {type(exc).__name__}: {exc}"], []
+    truth = None
+    if (evidence.run_dir / "spans.jsonl").exists():
+        traces, _ = span_evidence(evidence)
+        try:
+            truth = traces.joined.measurement_truth() if traces is not None else None
+        except Exception as exc:  # noqa: BLE001 - an extra figure: its failure is a note, not the verdict
+            return {}, [f"measurement truth not computed: {type(exc).__name__}: {exc}"], []
+    if truth is None or not truth.joined:
+        truth = timings_truth(evidence.requests)  # no spans: the server's own timings, where it reports them
     if not truth.joined:
         return {}, [], []
     observed: dict[str, float] = {"measurement_truth.joined": truth.joined}
@@ -179,7 +181,8 @@ def measurement_truth_figures(evidence: RunEvidence) -> tuple[dict, list[str], l
         for pct, value in (getattr(truth, name) or {}).items():
             observed[f"measurement_truth.{name}.{pct}"] = round(value, 3)
     ttft = truth.ttft_diff_ms or {}
-    note = f"measurement truth: {truth.joined} request(s) joined to server spans; client - server TTFT " + (
+    against = "joined to server spans" if truth.source == "spans" else "with the server's own timings"
+    note = f"measurement truth: {truth.joined} request(s) {against}; client - server TTFT " + (
         ", ".join(f"{k} {v:.1f}ms" for k, v in ttft.items()) or "not measured"
     )
     refs = [EvidenceRef(EvidenceKind.MEASUREMENT, f"{k}={v:.3f}ms", "client - server TTFT") for k, v in ttft.items()]

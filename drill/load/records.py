@@ -22,7 +22,7 @@ from pathlib import Path
 
 from drill.jsonl import ReadReport, read_jsonl
 
-__all__ = ["ErrorClass", "RequestRecord", "classify_status", "latency_values", "read_records"]
+__all__ = ["ErrorClass", "RequestRecord", "ServerTimings", "classify_status", "latency_values", "read_records"]
 
 
 class ErrorClass(str, enum.Enum):
@@ -43,6 +43,42 @@ def classify_status(status: int) -> ErrorClass | None:
     if status in (429, 503):
         return ErrorClass.REFUSED
     return ErrorClass.CLIENT_ERROR if status < 500 else ErrorClass.SERVER_ERROR
+
+
+@dataclass(frozen=True, slots=True)
+class ServerTimings:
+    """The server's own account of one request, where it gives one (llama.cpp's ``timings`` object, in the final
+    streamed chunk or the response body): tokens and milliseconds of prompt evaluation and of generation, and
+    the prompt tokens reused from its cache. Time waiting for a free slot is in neither."""
+
+    prompt_n: int
+    prompt_ms: float
+    predicted_n: int
+    predicted_ms: float
+    cache_n: int | None = None
+
+    @classmethod
+    def from_json(cls, data: object) -> ServerTimings | None:
+        """A ``timings`` object as the server sent it; None when it is not one (a field missing or not a number)."""
+        if not isinstance(data, dict):
+            return None
+        numbers: dict[str, float] = {}
+        for key in ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms"):
+            value = data.get(key)
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                return None
+            numbers[key] = value
+        cache = data.get("cache_n")
+        return cls(
+            prompt_n=int(numbers["prompt_n"]),
+            prompt_ms=float(numbers["prompt_ms"]),
+            predicted_n=int(numbers["predicted_n"]),
+            predicted_ms=float(numbers["predicted_ms"]),
+            cache_n=cache if isinstance(cache, int) and not isinstance(cache, bool) else None,
+        )
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +110,7 @@ class RequestRecord:
     burst: str | None = None  # the queue_flood burst that produced it, if any
     worker: str | None = None
     output_digest: str | None = None  # sha256 of the generated text (control requests only)
+    server_timings: ServerTimings | None = None  # the server's own timings of the request, where it reports them
 
     @property
     def ok(self) -> bool:
@@ -99,6 +136,8 @@ class RequestRecord:
         data = {name: getattr(self, name) for name in _FIELD_NAMES}
         if self.error is not None:
             data["error"] = self.error.value
+        if self.server_timings is not None:
+            data["server_timings"] = self.server_timings.to_dict()
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
@@ -107,6 +146,8 @@ class RequestRecord:
         values = {k: v for k, v in data.items() if k in known}
         if values.get("error") is not None:
             values["error"] = ErrorClass(values["error"])
+        if values.get("server_timings") is not None:
+            values["server_timings"] = ServerTimings.from_json(values["server_timings"])
         return cls(**values)
 
 

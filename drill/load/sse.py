@@ -7,7 +7,7 @@ common case (a content chunk) is decided from bytes without parsing JSON:
   TTFT and ITL, as in ``vllm bench serve`` (the chat role-only first chunk
   counts too, §5.1);
 - ``data: {"error": ...}``: a mid-stream error (HTTP status already 200);
-- ``data: {..."choices":[],"usage":{...}}``: the final usage chunk;
+- ``data: {..."choices":[],"usage":{...}}``: the final usage chunk (llama.cpp adds its ``timings`` to it);
 - ``data: [DONE]``: the end of the stream;
 - anything else (blank lines, comments, ``event:`` fields): ignored.
 """
@@ -17,7 +17,9 @@ from __future__ import annotations
 import enum
 import json
 
-__all__ = ["LineKind", "classify_line", "parse_usage", "parse_error_message", "is_role_only"]
+from drill.load.records import ServerTimings
+
+__all__ = ["LineKind", "classify_line", "parse_usage", "parse_timings", "parse_error_message", "is_role_only"]
 
 
 class LineKind(enum.Enum):
@@ -77,6 +79,15 @@ def parse_usage(line: bytes) -> tuple[int | None, int | None]:
     if not isinstance(usage, dict):
         return None, None
     return _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens"))
+
+
+def parse_timings(line: bytes) -> ServerTimings | None:
+    """The server's own ``timings`` of a final chunk or body (llama.cpp's server); None when it has none."""
+    try:
+        data = json.loads(line[5:] if line.startswith(_DATA) else line)
+    except ValueError:
+        return None
+    return ServerTimings.from_json(data.get("timings")) if isinstance(data, dict) else None
 
 
 def parse_error_message(data: bytes, limit: int = 300) -> str:

@@ -14,6 +14,12 @@ since the records count from the intended start). Server values come from the re
 
 With several ``llm_request`` spans in one trace (router retries) the last one is used. The
 difference client - server is what the network, the router and the client itself add.
+
+Without spans, a server that reports its own per-request timings (llama.cpp's ``timings``, kept in
+:attr:`~drill.load.records.RequestRecord.server_timings`) is the server truth instead
+(:func:`timings_truth`): server TTFT is its prompt evaluation (``prompt_ms``), server E2E prompt
+evaluation plus generation (``prompt_ms + predicted_ms``). Neither counts the time the request waited
+for a free slot, so there the difference also holds the server's own queueing.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import numpy as np
 
 from drill.traces.table import SpanTable
 
-__all__ = ["JoinedRequests", "MeasurementTruth", "TruthRow", "percentiles"]
+__all__ = ["JoinedRequests", "MeasurementTruth", "TruthRow", "percentiles", "timings_truth"]
 
 LLM_REQUEST = "llm_request"
 PREFILL = "prefill"
@@ -84,6 +90,7 @@ class MeasurementTruth:
     rows: tuple[TruthRow, ...]
     ttft_diff_ms: dict[str, float] | None  # p50/p95/p99 of client - server TTFT
     e2e_diff_ms: dict[str, float] | None  # p50/p95/p99 of client - server E2E
+    source: str = "spans"  # where the server values come from: "spans", or "server_timings" (llama.cpp)
 
     @property
     def joined(self) -> int:
@@ -92,6 +99,7 @@ class MeasurementTruth:
     def to_json(self, max_rows: int = 0) -> dict:
         """Summary (and the first ``max_rows`` rows) for a verdict's ``observed``."""
         data: dict[str, Any] = {
+            "source": self.source,
             "joined": self.joined,
             "ttft_diff_ms": self.ttft_diff_ms,
             "e2e_diff_ms": self.e2e_diff_ms,
@@ -143,9 +151,30 @@ class JoinedRequests:
         rows = tuple(
             _truth_row(self.table, record, self.rows_by_trace[record.trace_id.lower()]) for record in self.joined
         )
-        ttft = [d for r in rows if (d := r.ttft_diff_ms) is not None]
-        e2e = [d for r in rows if (d := r.e2e_diff_ms) is not None]
-        return MeasurementTruth(rows=rows, ttft_diff_ms=percentiles(ttft), e2e_diff_ms=percentiles(e2e))
+        return _truth(rows, "spans")
+
+
+def _truth(rows: tuple[TruthRow, ...], source: str) -> MeasurementTruth:
+    ttft = [d for r in rows if (d := r.ttft_diff_ms) is not None]
+    e2e = [d for r in rows if (d := r.e2e_diff_ms) is not None]
+    return MeasurementTruth(rows=rows, ttft_diff_ms=percentiles(ttft), e2e_diff_ms=percentiles(e2e), source=source)
+
+
+def timings_truth(records: Sequence) -> MeasurementTruth:
+    """Client vs the server's own timings, for the successful records that carry them (see the module)."""
+    rows = tuple(
+        TruthRow(
+            request_id=r.request_id,
+            trace_id=r.trace_id.lower(),
+            client_ttft_ms=_client_ms(r, r.ttft_ms),
+            server_ttft_ms=r.server_timings.prompt_ms,
+            client_e2e_ms=_client_ms(r, r.e2e_ms),
+            server_e2e_ms=r.server_timings.prompt_ms + r.server_timings.predicted_ms,
+        )
+        for r in records
+        if r.server_timings is not None and r.ok
+    )
+    return _truth(rows, "server_timings")
 
 
 def _client_ms(record, value: float | None) -> float | None:

@@ -321,6 +321,7 @@ class OpenLoop:
             completion_tokens=completion,
             retry_after_s=outcome.retry_after_s,
             output_digest=outcome.output.value() if outcome.output is not None and outcome.error is None else None,
+            server_timings=outcome.server_timings,
             **base,
         )
 

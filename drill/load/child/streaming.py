@@ -29,8 +29,8 @@ from geventhttpclient.url import URL
 
 from drill.load.child.reactor import reactor
 from drill.load.output import OutputDigest
-from drill.load.records import ErrorClass, classify_status
-from drill.load.sse import LineKind, classify_line, is_role_only, parse_error_message, parse_usage
+from drill.load.records import ErrorClass, ServerTimings, classify_status
+from drill.load.sse import LineKind, classify_line, is_role_only, parse_error_message, parse_timings, parse_usage
 
 __all__ = ["Cancelled", "ClientOutcome", "Transport", "send_attempt"]
 
@@ -59,6 +59,7 @@ class ClientOutcome:
     role_only_first: bool = False
     retry_after_s: float | None = None
     output: OutputDigest | None = None  # the generated text's digest, for a watched (control) request
+    server_timings: ServerTimings | None = None  # the server's own timings (llama.cpp), from the final chunk/body
 
     def fail(self, error: ErrorClass, detail: str) -> ClientOutcome:
         if self.error is None:
@@ -209,6 +210,7 @@ def _read(response, outcome: ClientOutcome, stream: bool) -> None:
             outcome.retry_after_s = _retry_after(response.get("retry-after"))
         else:
             outcome.prompt_tokens, outcome.completion_tokens = parse_usage(data)
+            outcome.server_timings = parse_timings(data)
             if outcome.output is not None:
                 outcome.output.feed_body(data)
         return
@@ -260,6 +262,7 @@ class _SseLines:
                 return True
             elif kind is LineKind.USAGE:
                 outcome.prompt_tokens, outcome.completion_tokens = parse_usage(line)
+                outcome.server_timings = parse_timings(line)
             elif kind is LineKind.ERROR and outcome.error is None:
                 outcome.error, outcome.detail = ErrorClass.MID_STREAM_ERROR, parse_error_message(line)
         return False

@@ -62,7 +62,7 @@ def supervise(pid_file: Path, log_path: Path | None, command: tuple[str, ...]) -
     try:
         child.spawn()
     except OSError as exc:
-        raise click.ClickException(f"cannot start {command[0]}: {exc}") from exc
+        raise click.BadParameter(f"cannot start {command[0]}: {exc}", param_hint="COMMAND") from exc
     while not stopping:
         child.check(time.monotonic())
         time.sleep(_TICK_S)

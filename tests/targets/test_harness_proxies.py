@@ -163,7 +163,8 @@ def test_drill_cleanup_after_a_sigkill_removes_the_proxies_the_drill_made(
     proc, run_dir = _start_run(tmp_path, config)
     try:
         plan, name = _faulted_proxy(run_dir)
-        watchdog = ProcessControl().find(process_name=f"--run-dir {run_dir}")  # dies first: a lost machine
+        # the watchdog dies first, as when the machine is lost
+        watchdog = ProcessControl().find(process_name=f"drill.engine.watchdog --run-dir {run_dir}")
         _sigkill(watchdog.pid)
         ProcessControl().wait_gone(watchdog.ref)
         _sigkill(proc.pid)

@@ -252,3 +252,14 @@ def test_drill_plan_shows_the_proxies_and_starts_nothing(tmp_path: Path) -> None
     assert "on a Toxiproxy server the harness starts" in result.output
     assert "replica llama-0: the drill talks to 127.0.0.1:(port assigned at start)" in result.output
     assert not (tmp_path / "toxiproxy").exists()
+
+
+def test_removing_from_the_journal_fails_loudly_only_where_the_proxies_may_still_be(tmp_path: Path) -> None:
+    from drill.errors import ToxiproxyError
+    from drill.targets.proxies import remove_planned
+
+    own = plan_proxies("r", str(tmp_path), [("a", "127.0.0.1:1", None)], None).reserve()
+    remove_planned(own)  # its own server is not running: the proxies went with it, nothing to do
+    given = plan_proxies("r", str(tmp_path), [("a", "127.0.0.1:1", None)], own.url)  # nobody listens there
+    with pytest.raises(ToxiproxyError, match="cannot reach Toxiproxy"):
+        remove_planned(given)  # the user's server may still hold them: drill cleanup reports it and can retry

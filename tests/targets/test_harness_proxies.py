@@ -200,3 +200,20 @@ def test_the_watchdog_removes_the_proxies_and_server_of_a_sigkilled_drill(tmp_pa
     assert [(e.by, e.get("reason")) for e in stopped] == [("watchdog", "watchdog")]
     done, _ = _cleanup(run_dir)
     assert done.returncode == 0 and "nothing to do" in done.stdout
+
+
+def test_cleanup_finds_the_harness_server_by_its_command_line_when_its_state_file_was_never_written(
+    tmp_path: Path,
+) -> None:
+    from drill.targets.proxies import plan_proxies, remove_planned
+
+    plan = plan_proxies("r", str(tmp_path), [("a", "127.0.0.1:1", None)], None).reserve()
+    assert plan.server is not None
+    server = ToxiproxyServer(host=plan.server.host, port=plan.server.port, preexec_fn=os.setsid).start()
+    try:
+        info = read_stat(server.pid or 0)
+        assert info is not None and not Path(plan.server.state_file).exists()  # as if killed right after the start
+        remove_planned(plan)
+        assert not _alive(info.ref)
+    finally:
+        server.stop()

@@ -27,6 +27,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -215,10 +216,19 @@ def fetch_sdist(into: Path, log) -> Path:
 
 
 def _say(log, message: str) -> None:
-    """A progress line, to the build log and to stderr."""
+    """A progress line, to the build log and to stderr (unless stderr is the log: a background build)."""
     log.write(f"{message}\n".encode())
     log.flush()
-    print(f"llama-server: {message}", file=sys.stderr, flush=True)
+    if not _same_file(sys.stderr, log):
+        print(f"llama-server: {message}", file=sys.stderr, flush=True)
+
+
+def _same_file(one, other) -> bool:
+    try:
+        a, b = os.fstat(one.fileno()), os.fstat(other.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _run(command: list[str], cwd: Path, log) -> None:
@@ -247,6 +257,12 @@ def _compile(work: Path, cache: Cache, log) -> None:
     os.replace(staged, cache.binary)
 
 
+def _children_cpu_s() -> float:
+    """CPU seconds (user + system) of the compilers and tools this process has waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return round(usage.ru_utime + usage.ru_stime, 1)
+
+
 def build(cache: Cache) -> Path:
     """Build into the cache unless it is there; one build at a time per key (a second caller waits for it)."""
     cache.folder.mkdir(parents=True, exist_ok=True)
@@ -270,9 +286,9 @@ def build(cache: Cache) -> Path:
                 cache.write_status("failed", error=str(exc), started=started, wall_s=round(time.time() - started, 1))
                 _say(log, f"failed: {exc}")
                 raise BuildError(str(exc)) from exc
-            wall = round(time.time() - started, 1)
-            cache.write_status("built", started=started, wall_s=wall)
-            _say(log, f"built {cache.binary} in {wall:g} s")
+            wall, cpu = round(time.time() - started, 1), _children_cpu_s()
+            cache.write_status("built", started=started, wall_s=wall, cpu_s=cpu)
+            _say(log, f"built {cache.binary} in {wall:g} s ({cpu:g} s of CPU)")
         return cache.binary
 
 

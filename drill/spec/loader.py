@@ -61,6 +61,9 @@ class LoadedDrill:
     runbook_path: Path | None = None
     #: Parts the drill names that are planned but not built yet (only with ``allow_missing=True``).
     missing: tuple[Diagnostic, ...] = ()
+    #: Faults left out because the target as configured cannot take them, each with why (only with
+    #: ``skip_unsupported_faults=True``, as a sweep's variant asks: at TP=1 there is no TP link to degrade).
+    skipped_faults: tuple[str, ...] = ()
 
 
 @dataclass
@@ -177,11 +180,15 @@ def load_drill(
     overrides: list[str] | tuple[str, ...] = (),
     time_scale: float = 1.0,
     allow_missing: bool = False,
+    skip_unsupported_faults: bool = False,
 ) -> LoadedDrill:
     """Validate the drill at ``path``; raises SpecError listing every problem.
 
     Kinds that are planned but not built yet are problems too, unless ``allow_missing``
-    (``drill plan``), which returns them in ``LoadedDrill.missing`` instead.
+    (``drill plan``), which returns them in ``LoadedDrill.missing`` instead. With
+    ``skip_unsupported_faults``, a fault the target cannot take is left out (``LoadedDrill.skipped_faults``
+    says which and why) instead of being a problem. A drill with a ``sweep`` has each of its variants
+    validated too; a variant's problems are located at its value.
     """
     _check_time_scale(time_scale)
     path = resolve_drill_path(path)
@@ -197,7 +204,9 @@ def load_drill(
     if data is None:
         raise _spec_error(out.diagnostics)
     data = _apply_overrides(data, overrides, out)
-    loaded = _validate(path, text, data, out, tuple(overrides))
+    loaded = _validate(path, text, data, out, tuple(overrides), skip_unsupported_faults)
+    if loaded is not None and loaded.drill.sweep is not None and not out.diagnostics:
+        _check_sweep_values(path, loaded, tuple(overrides), out)
     if not allow_missing:
         out.diagnostics += out.missing
     if out.diagnostics or loaded is None:
@@ -241,7 +250,30 @@ def _check_scaled(loaded: LoadedDrill, time_scale: float) -> None:
         )
 
 
-def _validate(path: Path, text: str, data: dict, out: _Collector, overrides: tuple[str, ...]) -> LoadedDrill | None:
+def _check_sweep_values(path: Path, loaded: LoadedDrill, overrides: tuple[str, ...], out: _Collector) -> None:
+    """Each variant of the sweep loads as a drill of its own; its problems are located at its value."""
+    sweep = loaded.drill.sweep
+    assert sweep is not None
+    for i, value in enumerate(sweep.values):
+        try:
+            load_drill(
+                path,
+                overrides=(*overrides, *sweep.overrides(value)),
+                skip_unsupported_faults=sweep.skip_unsupported_faults,
+            )
+        except SpecError as exc:
+            for problem in exc.diagnostics:
+                where = f" ({format_path(problem.path)})" if problem.path else ""
+                message = f"the variant {sweep.variable}={value!r}: {problem.message}{where}"
+                hint = problem.hint
+                if problem.path[:1] == ("faults",) and problem.path[-1:] == ("kind",):
+                    hint = "set sweep.skip_unsupported_faults: true to run that variant without the fault"
+                out.add(("sweep", "values", i), message, hint=hint)
+
+
+def _validate(
+    path: Path, text: str, data: dict, out: _Collector, overrides: tuple[str, ...], skip_unsupported: bool = False
+) -> LoadedDrill | None:
     drill, problems = validate_model(Drill, data, out.locations)
     out.extend(problems)
     scenario, scenario_path = _scenario(path, data.get("scenario"), out)
@@ -260,6 +292,9 @@ def _validate(path: Path, text: str, data: dict, out: _Collector, overrides: tup
         for i, c in enumerate(drill.checks)
     ]
     runbook = _runbook(path, drill, out)
+    skipped: list[str] = []
+    if skip_unsupported and target_params is not None:
+        drill, fault_params, skipped = _without_unsupported_faults(drill, fault_params, target_params)
     if scenario is not None:
         _cross_checks(drill, scenario, fault_params, target_params, out)
     if out.diagnostics or scenario is None:
@@ -277,6 +312,7 @@ def _validate(path: Path, text: str, data: dict, out: _Collector, overrides: tup
         overrides,
         1.0,
         runbook,
+        skipped_faults=tuple(skipped),
     )
 
 
@@ -534,12 +570,14 @@ def _check_unique_names(drill: Drill, out: _Collector) -> None:
             out.add(("faults", i, "name"), f"fault name {name!r} is used twice", hint="give each fault its own name")
 
 
-def _check_capabilities(drill: Drill, fault_params: list, target_params: BaseModel, out: _Collector) -> None:
+def _unsupported_faults(drill: Drill, fault_params: list, target_params: BaseModel) -> list[tuple[int, str]]:
+    """(index, why) of each fault whose needs the target as configured does not provide."""
     target_cls = registry.targets.get(drill.target.kind)
     static = getattr(target_cls, "static_capabilities", None)
     if static is None:
-        return
+        return []
     offered = static(target_params)
+    found = []
     for i, (fault, params) in enumerate(zip(drill.faults, fault_params)):
         if params is None:
             continue
@@ -547,12 +585,39 @@ def _check_capabilities(drill: Drill, fault_params: list, target_params: BaseMod
         needed = fault_cls(params).needs_for(params)
         missing = sorted(c.value for c in needed - offered)
         if missing:
-            out.add(
-                ("faults", i, "kind"),
-                f"fault {fault.kind!r} needs {', '.join(missing)}; target {drill.target.kind!r} as configured "
-                f"provides: {', '.join(sorted(c.value for c in offered)) or '(nothing)'}",
-                hint="change the fault's method or enable it on the target (e.g. target.config.links)",
+            found.append(
+                (
+                    i,
+                    f"fault {fault.kind!r} needs {', '.join(missing)}; target {drill.target.kind!r} as configured "
+                    f"provides: {', '.join(sorted(c.value for c in offered)) or '(nothing)'}",
+                )
             )
+    return found
+
+
+def _without_unsupported_faults(
+    drill: Drill, fault_params: list, target_params: BaseModel
+) -> tuple[Drill, list, list[str]]:
+    """The drill without the faults its target cannot take, their params, and one line per fault left out."""
+    unsupported = dict(_unsupported_faults(drill, fault_params, target_params))
+    if not unsupported:
+        return drill, fault_params, []
+    names = drill.fault_names()
+    kept = [i for i in range(len(drill.faults)) if i not in unsupported]
+    skipped = [f"{names[i]}: {why}" for i, why in sorted(unsupported.items())]
+    # each kept fault keeps its name (an unnamed one's default name is its index in the drill as written)
+    faults = [drill.faults[i].model_copy(update={"name": names[i]}) for i in kept]
+    trimmed = drill.model_copy(update={"faults": faults})
+    return trimmed, [fault_params[i] for i in kept], skipped
+
+
+def _check_capabilities(drill: Drill, fault_params: list, target_params: BaseModel, out: _Collector) -> None:
+    for i, why in _unsupported_faults(drill, fault_params, target_params):
+        out.add(
+            ("faults", i, "kind"),
+            why,
+            hint="change the fault's method or enable it on the target (e.g. target.config.links)",
+        )
 
 
 # --- --set overrides -------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ __all__ = [
     "ReportSpec",
     "StopCondition",
     "StopKind",
+    "SweepSpec",
     "TargetSpec",
     "check_names",
 ]
@@ -332,6 +333,70 @@ class DecisionSpec(SpecModel):
     owner: str | None = None
 
 
+#: Key paths a sweep may not vary: the run's identity, the request set's seed, the sweep itself.
+_UNSWEEPABLE = ("schema", "name", "seed", "scenario.seed", "sweep")
+
+
+class SweepSpec(SpecModel):
+    """Run the drill once per value of ONE variable, with the same seed and request set (``drill run``).
+
+    - ``variable``: a key path as ``--set`` takes it, e.g. ``target.config.engine.tensor_parallel_size``.
+    - ``values``: 2 to 8 distinct values, each read as the variable's YAML value; each makes one variant.
+    - ``label`` (the variable's last key): names the variants' folders, ``variants/<label>-<value>/``.
+    - ``skip_unsupported_faults`` (false): a variant whose target cannot take a fault (at TP=1 there is no TP link
+      for ``nccl_degradation``) runs without it and the sweep says so; by default such a variant is an error.
+    """
+
+    variable: str = Field(min_length=1, max_length=300)
+    values: list[Any] = Field(min_length=2, max_length=8)
+    label: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9_]*$", max_length=40)
+    skip_unsupported_faults: bool = False
+
+    @field_validator("variable")
+    @classmethod
+    def _one_key_path(cls, value: str) -> str:
+        from drill.spec.loader import parse_override  # lazily: the loader imports this module
+
+        try:
+            parse_override(f"{value}=0")
+        except ValueError:
+            raise ValueError(
+                f"{value!r} is not one key path; a sweep varies exactly one variable, named as --set names it "
+                "(e.g. target.config.engine.tensor_parallel_size)"
+            ) from None
+        if any(value == key or value.startswith((key + ".", key + "[")) for key in _UNSWEEPABLE):
+            raise ValueError(
+                f"a sweep cannot vary {value!r}: every variant keeps the drill's name, seed and request set"
+            )
+        return value
+
+    @field_validator("values")
+    @classmethod
+    def _distinct(cls, values: list[Any]) -> list[Any]:
+        import json
+
+        seen = [json.dumps(v, sort_keys=True, default=str) for v in values]
+        for i, text in enumerate(seen):
+            if seen.index(text) != i:
+                raise ValueError(
+                    f"value {values[i]!r} is listed twice (items {seen.index(text)} and {i}); each value makes one "
+                    "variant"
+                )
+        return values
+
+    def overrides(self, value: Any) -> tuple[str, str]:
+        """The ``--set`` assignments that make the variant with ``value``: the variable, and no sweep of its own."""
+        import json
+
+        return f"{self.variable}={json.dumps(value)}", "sweep=null"
+
+    def variant_label(self, value: Any) -> str:
+        """``tp-2``: the folder name of the variant with ``value``."""
+        stem = self.label or self.variable.rsplit(".", 1)[-1].split("[", 1)[0].lower()
+        text = re.sub(r"[^a-z0-9_.]+", "_", str(value).lower()).strip("_") or "value"
+        return f"{stem}-{text}"
+
+
 #: The verdicts a runbook can predict (ERROR is a broken check, never a prediction).
 PredictedStatus = Literal["PASS", "FAIL", "INCONCLUSIVE"]
 
@@ -366,6 +431,8 @@ class Drill(SpecModel):
     metrics: MetricsSpec = MetricsSpec()
     report: ReportSpec = ReportSpec()
     decision: DecisionSpec | None = None
+    #: Run the drill once per value of one variable (``drill run`` runs every variant; see :class:`SweepSpec`).
+    sweep: SweepSpec | None = None
     #: What the drill expects to happen and why, in one or two sentences (``drill drills list`` shows it).
     hypothesis: str | None = Field(None, min_length=1, max_length=2000)
     #: Check name -> the verdict the drill's runbook predicts for a run with the drill's own settings. A name is

@@ -60,11 +60,30 @@ def run(
         show = sys.stderr.isatty() if progress is None else progress
         options = RunOptions(out_dir=Path(out_dir), workers=workers, progress=show, argv=tuple(sys.argv))
         listeners = [_progress_listener()] if show else []
-        runner = Runner(loaded, options, listeners)
-        crash.run_dir = lambda: getattr(getattr(runner, "rundir", None), "path", None)  # once the run has one
-        result = runner.run()
+        if loaded.drill.sweep is not None:
+            result = _run_sweep(loaded, allow_hosts, options, listeners)
+        else:
+            runner = Runner(loaded, options, listeners)
+            crash.run_dir = lambda: getattr(getattr(runner, "rundir", None), "path", None)  # once the run has one
+            result = runner.run()
     _report(result)
     sys.exit(result.exit_code)
+
+
+def _run_sweep(loaded, allow_hosts: tuple[str, ...], options, listeners):
+    """A drill with a ``sweep``: every variant resolved and its hosts checked before the first one starts."""
+    from drill.sweeps.resolve import resolve_sweep
+    from drill.sweeps.sweeper import run_sweep
+
+    plan = resolve_sweep(loaded)
+    for variant in plan.variants:
+        check_hosts(variant.loaded, allow_hosts)
+    result = run_sweep(plan, options, listeners)
+    for outcome in result.outcomes:
+        run = outcome.result
+        where = f"exit {run.exit_code}, run directory {run.run_dir}" if run is not None else "not run"
+        console.print(f"variant {outcome.variant.label} (--set {outcome.variant.assignment}): {where}")
+    return result
 
 
 def _progress_listener():

@@ -1,0 +1,184 @@
+"""``scaling.md`` and ``scaling.html``: the sweep's report, from its run directory alone.
+
+What it shows (templates ``drill/report/templates/scaling.md.j2`` and ``scaling.html.j2``): the sweep's verdicts;
+each variant's one change and run directory; per link state the figures of :mod:`drill.sweeps.scaling` and the
+speedup over the first value; the findings — where the gain shrinks or reverses, i.e. where communication
+overhead cancels the gain of parallelism; and, for the embedded stack, each variant's modelled decode step split
+into memory, compute, communication and overhead beside the measured per-step cost of the degraded link. The chart
+(:mod:`drill.sweeps.scaling_chart`) is inlined into the HTML and written as ``scaling.svg`` for the Markdown.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from drill.checks.base import Verdict
+from drill.report.build import format_value
+from drill.sweeps.scaling import STATES, ScalingTable, VariantFigures, measure_sweep, read_sweep_record
+from drill.sweeps.scaling_chart import scaling_chart
+from drill.sweeps.tp_scaling import degraded_effect
+
+__all__ = ["ScalingView", "StepSplit", "findings", "write_scaling_reports"]
+
+_TEMPLATES = Path(__file__).resolve().parents[1] / "report" / "templates"
+
+
+@dataclass(frozen=True)
+class StepSplit:
+    """One variant's per-step time: the cost model's parts and what the degraded link added, measured (ms)."""
+
+    label: str
+    predicted_step_ms: float
+    memory_ms: float
+    compute_ms: float
+    comm_ms: float
+    overhead_ms: float
+    predicted_link_ms: float | None
+    measured_link_ms: float | None  # degraded TPOT p50 - healthy TPOT p50
+    break_even_ms: float | None  # the healthy gain over the reference: the per-step link time that cancels it
+
+
+@dataclass(frozen=True)
+class ScalingView:
+    """What the templates print."""
+
+    drill: dict
+    run_id: str
+    time_scale: float | None
+    table: ScalingTable
+    verdicts: list[Verdict]
+    findings: list[str]
+    splits: list[StepSplit]
+    chart_svg: str | None
+
+    def speedup(self, state: str, variant: VariantFigures) -> float | None:
+        return self.table.speedup(state, variant)
+
+    @property
+    def states(self) -> tuple[str, ...]:
+        return STATES
+
+
+def write_scaling_reports(run_dir: Path) -> list[Path]:
+    """Render ``scaling.md`` (with ``scaling.svg``) and ``scaling.html`` into ``run_dir``; returns their paths."""
+    run_dir = Path(run_dir)
+    view = scaling_view(run_dir)
+    written = []
+    if view.chart_svg is not None:
+        (run_dir / "scaling.svg").write_text(view.chart_svg + "\n", encoding="utf-8")
+    for name in ("scaling.md", "scaling.html"):
+        text = _environment(name.endswith(".html")).get_template(f"{name}.j2").render(v=view)
+        (run_dir / name).write_text(text, encoding="utf-8")
+        written.append(run_dir / name)
+    return written
+
+
+def scaling_view(run_dir: Path) -> ScalingView:
+    table = measure_sweep(run_dir)
+    resolved = json.loads((run_dir / "resolved.json").read_text(encoding="utf-8"))
+    verdicts_path = run_dir / "verdicts.json"
+    checks = json.loads(verdicts_path.read_text(encoding="utf-8"))["checks"] if verdicts_path.is_file() else []
+    record = read_sweep_record(run_dir) or {}
+    return ScalingView(
+        drill=resolved.get("drill", {}),
+        run_id=run_dir.name,
+        time_scale=resolved.get("time_scale"),
+        table=table,
+        verdicts=[Verdict.from_json(c) for c in checks],
+        findings=findings(table) + [f"{v['label']}: not measured ({v['status']})" for v in _unmeasured(record, table)],
+        splits=_splits(table),
+        chart_svg=scaling_chart(table),
+    )
+
+
+def findings(table: ScalingTable) -> list[str]:
+    """Per variant over the reference: the speedup in each state, and whether the gain shrinks or reverses."""
+    ref = table.reference
+    if ref is None:
+        return ["no variant was measured"]
+    lines = []
+    cancelled = []
+    for v in table.variants[1:]:
+        healthy, degraded = table.speedup("healthy", v), table.speedup("degraded", v)
+        if healthy is None or degraded is None:
+            lines.append(f"{v.label}: no TPOT in a state, no speedup to compare")
+            continue
+        effect = degraded_effect(healthy, degraded)
+        lines.append(
+            f"{v.label} over {ref.label}: {healthy:.2f}x on healthy links, {degraded:.2f}x on degraded links — the "
+            f"gain {effect}" + (" (communication overhead cancels the parallel gain)" if effect == "reverses" else "")
+        )
+        if effect == "reverses":
+            cancelled.append(v.label)
+    lines += _healthy_returns(table)
+    if cancelled:
+        lines.append(
+            f"Where parallelism stops paying: on degraded links from {cancelled[0]} on ({', '.join(cancelled)} "
+            f"slower than {ref.label}); on healthy links "
+            + ("it still pays at every value measured" if _pays_everywhere(table) else "see the speedups above")
+        )
+    return lines
+
+
+def _healthy_returns(table: ScalingTable) -> list[str]:
+    """Diminishing returns on healthy links: the gain each step of the sweep adds over the previous one."""
+    measured = [v for v in table.variants if v.healthy.tpot_p50_ms]
+    lines = []
+    for prev, cur in zip(measured, measured[1:]):
+        assert prev.healthy.tpot_p50_ms and cur.healthy.tpot_p50_ms
+        step = prev.healthy.tpot_p50_ms / cur.healthy.tpot_p50_ms
+        lines.append(f"healthy links, {prev.label} -> {cur.label}: {step:.2f}x")
+    return lines
+
+
+def _pays_everywhere(table: ScalingTable) -> bool:
+    return all((table.speedup("healthy", v) or 0) > 1 for v in table.variants[1:])
+
+
+def _splits(table: ScalingTable) -> list[StepSplit]:
+    ref = table.reference
+    splits = []
+    for v in table.variants:
+        p = v.prediction
+        if p is None:
+            continue
+        healthy, degraded = v.healthy.tpot_p50_ms, v.degraded.tpot_p50_ms
+        measured = round(degraded - healthy, 2) if healthy and degraded and v.prediction.link_increase_ms else None
+        reference = ref.healthy.tpot_p50_ms if ref is not None and ref is not v else None
+        gain = reference - healthy if reference and healthy else None
+        splits.append(
+            StepSplit(
+                v.label,
+                p.step_ms,
+                p.memory_ms,
+                p.compute_ms,
+                p.comm_ms,
+                p.overhead_ms,
+                p.link_increase_ms,
+                measured,
+                round(gain, 2) if gain is not None else None,
+            )
+        )
+    return splits
+
+
+def _unmeasured(record: dict, table: ScalingTable) -> list[dict]:
+    measured = {v.label for v in table.variants}
+    return [v for v in record.get("variants") or [] if v.get("label") not in measured]
+
+
+def _environment(html: bool) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(_TEMPLATES)),
+        autoescape=html,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(num=format_value)
+    return env

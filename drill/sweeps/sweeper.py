@@ -1,0 +1,262 @@
+"""Run a sweep: every variant into its own run directory under the sweep's, then judge and report the whole.
+
+The sweep's run directory (``reports/<drill>/<run id>/``, like any run's) holds::
+
+    drill.yaml, resolved.json     the sweep drill as given and as resolved, with each variant's one assignment
+    journal.jsonl                 run_started, one note per variant started and finished, run_finished
+    variants/<label>/<drill>/<run id>/   each variant's own, complete run directory (drill.engine.variants)
+    sweep.json                    the variable and each variant's value, run directory, status, exit code and
+                                  skipped faults (what the sweep's checks and figures read)
+    scaling.json                  the figures (drill.sweeps.scaling)
+    verdicts.json, junit.xml      the sweep's checks, and each run-level check rolled up over the variants
+    scaling.md, scaling.html      the report (drill.sweeps.scaling_report)
+
+Variants run one after the other, with the same seed and request set. A variant that is interrupted or leaves a
+revert undone stops the sweep (the rest would run on a target that may still be faulted). The exit code is the
+worst of the variants' and the sweep's verdicts': 4 a revert failed, 3 a variant could not run, 130 interrupted,
+1 a verdict is not PASS, 0 all PASS.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from drill.checks.base import RunEvidence, Status, Verdict
+from drill.engine import active
+from drill.engine.journal import Event, Journal, RunStatus
+from drill.engine.listeners import RunListener
+from drill.engine.rundir import RunDir, create_run_dir
+from drill.engine.runner import RunOptions, RunResult
+from drill.engine.variants import run_variant
+from drill.engine.verdicts import judge_one, verdicts_document
+from drill.report.junit import write_junit
+from drill.report.redact import Redactor, secret_environment_values
+from drill.spec.models import check_names
+from drill.sweeps.resolve import SweepPlan, SweepVariant
+from drill.sweeps.scaling import ScalingTable, measure_sweep
+
+__all__ = ["SWEEP_SCHEMA", "SweepResult", "VariantOutcome", "rolled_up", "run_sweep"]
+
+log = logging.getLogger(__name__)
+
+SWEEP_SCHEMA = "llm-drill/sweep/v1"
+#: How bad a status is when rolled up over the variants (the worst wins).
+_SEVERITY = {Status.PASS: 0, Status.INCONCLUSIVE: 1, Status.FAIL: 2, Status.ERROR: 3}
+
+
+@dataclass(frozen=True)
+class VariantOutcome:
+    variant: SweepVariant
+    result: RunResult | None  # None: not run (an earlier variant stopped the sweep)
+
+
+@dataclass
+class SweepResult:
+    run_dir: Path | None
+    exit_code: int = 3
+    verdicts: list[Verdict] = field(default_factory=list)
+    outcomes: list[VariantOutcome] = field(default_factory=list)
+    table: ScalingTable | None = None
+    reports: list[Path] = field(default_factory=list)
+    message: str = ""
+    revert_failures: list[str] = field(default_factory=list)  # "<variant>: <fault>: <error>"
+    stopped_by: str | None = None  # a sweep has no fault phase of its own (its variants' reports say)
+
+
+def run_sweep(plan: SweepPlan, options: RunOptions | None = None, listeners: Sequence[RunListener] = ()) -> SweepResult:
+    """Run every variant of ``plan``, then measure, judge and report the sweep (see the module docstring)."""
+    options = options or RunOptions()
+    rundir = create_run_dir(options.out_dir, plan.base.drill.name)
+    result = SweepResult(rundir.path)
+    redactor = Redactor(secrets=secret_environment_values())
+    _write_inputs(rundir, plan, redactor)
+    journal = Journal(rundir.journal)
+    journal.write(
+        Event.RUN_STARTED,
+        run_id=rundir.run_id,
+        pid=os.getpid(),
+        pid_start=active.process_start_time(os.getpid()),
+        drill=plan.base.drill.name,
+        argv=[redactor.value(a) for a in options.argv],
+        time_scale=plan.base.time_scale,
+    )
+    status = RunStatus.COMPLETED
+    try:
+        result.outcomes = _run_variants(plan, rundir, options, listeners, journal)
+    except KeyboardInterrupt:
+        status, result.message = RunStatus.INTERRUPTED, "the sweep was interrupted between variants"
+        journal.write(Event.NOTE, message=result.message)
+    _write_sweep_record(rundir, plan, result.outcomes)
+    result.revert_failures = [
+        f"{o.variant.label}: {line}" for o in result.outcomes for line in (o.result.revert_failures if o.result else [])
+    ]
+    result.table = measure_sweep(rundir.path)
+    rundir.write_json("scaling.json", result.table.to_json())
+    result.verdicts = _judge(plan, rundir, result.outcomes)
+    result.exit_code = _exit_code(result, status)
+    rundir.write_json(
+        "verdicts.json",
+        verdicts_document(rundir.run_id, plan.base.drill.name, status, None, result.verdicts, None),
+    )
+    write_junit(rundir.file("junit.xml"), rundir.run_id, plan.base.drill.name, result.verdicts)
+    journal.write(Event.RUN_FINISHED, status=status, exit_code=result.exit_code)
+    result.reports = _render(rundir, journal)
+    journal.close()
+    return result
+
+
+def _write_inputs(rundir: RunDir, plan: SweepPlan, redactor: Redactor) -> None:
+    base = plan.base
+    rundir.write_text("drill.yaml", redactor.value(base.text))
+    rundir.write_json(
+        "resolved.json",
+        redactor.data(
+            {
+                "drill_file": str(base.path),
+                "overrides": list(base.overrides),
+                "time_scale": base.time_scale,
+                "drill": base.drill.model_dump(mode="json", by_alias=True),
+                "variants": [
+                    {"label": v.label, "value": v.value, "set": v.assignment, "skipped_faults": list(v.skipped_faults)}
+                    for v in plan.variants
+                ],
+            }
+        ),
+    )
+
+
+def _run_variants(
+    plan: SweepPlan, rundir: RunDir, options: RunOptions, listeners: Sequence[RunListener], journal: Journal
+) -> list[VariantOutcome]:
+    outcomes = []
+    stopped = ""
+    for variant in plan.variants:
+        if stopped:
+            journal.write(Event.NOTE, message=f"variant {variant.label} not run: {stopped}")
+            outcomes.append(VariantOutcome(variant, None))
+            continue
+        journal.write(Event.NOTE, message=f"variant {variant.label} started: --set {variant.assignment}")
+        for line in variant.skipped_faults:
+            journal.write(Event.NOTE, message=f"variant {variant.label} runs without a fault its target lacks: {line}")
+        run = run_variant(variant.loaded, rundir.path / "variants" / variant.label, options, listeners)
+        journal.write(
+            Event.NOTE,
+            message=f"variant {variant.label} finished: {run.status}, exit {run.exit_code}",
+            files=[str(run.run_dir.relative_to(rundir.path))] if run.run_dir else None,
+        )
+        outcomes.append(VariantOutcome(variant, run))
+        if run.revert_failures:
+            stopped = f"variant {variant.label} left a revert undone"
+        elif run.status is RunStatus.INTERRUPTED:
+            stopped = f"variant {variant.label} was interrupted"
+    return outcomes
+
+
+def _write_sweep_record(rundir: RunDir, plan: SweepPlan, outcomes: list[VariantOutcome]) -> None:
+    rundir.write_json(
+        "sweep.json",
+        {
+            "schema": SWEEP_SCHEMA,
+            "variable": plan.sweep.variable,
+            "values": list(plan.sweep.values),
+            "variants": [_variant_record(rundir, o) for o in outcomes],
+        },
+    )
+
+
+def _variant_record(rundir: RunDir, outcome: VariantOutcome) -> dict[str, Any]:
+    variant, run = outcome.variant, outcome.result
+    record: dict[str, Any] = {
+        "label": variant.label,
+        "value": variant.value,
+        "set": variant.assignment,
+        "skipped_faults": list(variant.skipped_faults),
+        "run_dir": None,
+        "status": "not run",
+        "exit_code": None,
+        "verdicts": {},
+    }
+    if run is not None:
+        record.update(
+            run_dir=str(run.run_dir.relative_to(rundir.path)) if run.run_dir else None,
+            status=str(run.status),
+            exit_code=run.exit_code,
+            verdicts={v.name: v.status.value for v in run.verdicts},
+        )
+    return record
+
+
+# --- verdicts -----------------------------------------------------------------------------------------------------
+
+
+def _judge(plan: SweepPlan, rundir: RunDir, outcomes: list[VariantOutcome]) -> list[Verdict]:
+    """The drill's checks in its order: a sweep check judged over the sweep, a run-level one rolled up."""
+    evidence = RunEvidence(rundir.path)
+    sweep_checks = {name: (kind, params) for kind, name, params in plan.sweep_checks}
+    names = check_names(plan.base.drill.checks, bool(plan.base.drill.faults))
+    verdicts = []
+    for name in names:
+        if name in sweep_checks:
+            kind, params = sweep_checks[name]
+            verdicts.append(judge_one(kind, name, params, evidence))
+        else:
+            verdicts.append(rolled_up(name, outcomes))
+    return verdicts
+
+
+def rolled_up(name: str, outcomes: list[VariantOutcome]) -> Verdict:
+    """Check ``name`` over the variants: the worst of their verdicts, each variant's status in the message."""
+    found: list[tuple[str, Verdict]] = []
+    parts = []
+    for outcome in outcomes:
+        label, run = outcome.variant.label, outcome.result
+        verdict = next((v for v in run.verdicts if v.name == name), None) if run is not None else None
+        if verdict is None:
+            parts.append(f"{label}: not judged ({_why_not(outcome)})")
+            continue
+        found.append((label, verdict))
+        parts.append(f"{label}: {verdict.status.value}")
+    if not found:
+        return Verdict(name, name, Status.INCONCLUSIVE, "no variant judged it — " + "; ".join(parts))
+    worst = max((v.status for _, v in found), key=_SEVERITY.__getitem__)
+    kind = found[0][1].kind
+    first_bad = next((f"{label}: {v.message}" for label, v in found if v.status is worst), "")
+    message = "; ".join(parts) + (f" — {first_bad}" if worst is not Status.PASS else "")
+    observed = {label: v.status.value for label, v in found}
+    return Verdict(kind, name, worst, message, observed=observed, notes=tuple(parts))
+
+
+def _why_not(outcome: VariantOutcome) -> str:
+    if outcome.result is None:
+        return "not run"
+    if outcome.variant.skipped_faults:
+        return "it ran without the fault its target lacks"
+    return f"the run ended {outcome.result.status}"
+
+
+def _exit_code(result: SweepResult, status: RunStatus) -> int:
+    runs = [o.result for o in result.outcomes if o.result is not None]
+    if any(r.revert_failures for r in runs):
+        return 4
+    if status is RunStatus.INTERRUPTED or any(r.status is RunStatus.INTERRUPTED for r in runs):
+        return next((r.exit_code for r in runs if r.status is RunStatus.INTERRUPTED), 130)
+    if any(r.exit_code not in (0, 1) for r in runs):
+        return 3
+    return 1 if any(v.status is not Status.PASS for v in result.verdicts) else 0
+
+
+def _render(rundir: RunDir, journal: Journal) -> list[Path]:
+    """``scaling.md`` and ``scaling.html``; a broken report never breaks the sweep (the evidence stands)."""
+    try:
+        from drill.sweeps.scaling_report import write_scaling_reports
+
+        return write_scaling_reports(rundir.path)
+    except Exception as exc:  # noqa: BLE001 - the verdicts and figures are written already
+        log.error("rendering the scaling report failed: %s", exc)
+        journal.write(Event.NOTE, message=f"scaling report not rendered: {type(exc).__name__}: {exc}")
+        return []

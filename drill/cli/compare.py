@@ -52,7 +52,13 @@ def compare(
     workers: int,
     progress: bool | None,
 ) -> None:
-    """Run a baseline and a candidate that differ in exactly one variable, on the same request set; compare."""
+    """Run a baseline and a candidate that differ in exactly one variable, on the same request set; compare.
+
+    \b
+    Exit codes: 0 the candidate passed every check and met every acceptance item the drill sets;
+    1 it did not; 2 bad input, or not exactly one variable changed (nothing started);
+    3 a run could not run; 4 a revert failed (run `drill cleanup`); 130 interrupted.
+    """
     from drill.cli.run import preflight
     from drill.compare.comparison import plan_comparison, run_comparison
     from drill.engine.runner import RunOptions

@@ -32,6 +32,7 @@ with decode (chunked prefill) lengthen the steps a request decodes in.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -101,6 +102,9 @@ class VariantFigures:
     healthy: StateFigures
     degraded: StateFigures
     prediction: Prediction | None = None
+    #: The request set the variant was sent: how many logical requests, and a digest of their ids and payloads
+    #: (the same seed and scenario make the same set, so every variant of a sweep shows the same digest).
+    request_set: str = ""
 
     def state(self, name: str) -> StateFigures:
         return self.healthy if name == "healthy" else self.degraded
@@ -113,6 +117,11 @@ class ScalingTable:
     variable: str
     variants: tuple[VariantFigures, ...]
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def same_request_set(self) -> bool:
+        """Every variant was sent the same requests (ids and payload bytes)."""
+        return len({v.request_set for v in self.variants}) <= 1
 
     @property
     def reference(self) -> VariantFigures | None:
@@ -134,6 +143,7 @@ class ScalingTable:
             "schema": SCALING_SCHEMA,
             "variable": self.variable,
             "reference": self.reference.value if self.reference else None,
+            "same_request_set": self.same_request_set,
             "variants": [
                 {
                     **asdict(v),
@@ -185,7 +195,15 @@ def _measure_variant(item: dict, evidence: RunEvidence) -> VariantFigures:
         healthy,
         degraded,
         _predict(evidence, healthy),
+        _request_set(evidence.requests),
     )
+
+
+def _request_set(records: list[RequestRecord]) -> str:
+    """``63 requests, sha256:<12 hex>`` over the sorted (logical id, payload digest) of the first attempts."""
+    firsts = sorted({(r.logical_id, r.payload_digest) for r in records if r.attempt == 1})
+    digest = hashlib.sha256(repr(firsts).encode()).hexdigest()[:12]
+    return f"{len(firsts)} requests, sha256:{digest}"
 
 
 def _degraded_window(evidence: RunEvidence, skipped: tuple[str, ...]) -> tuple[PhaseWindow | None, str]:

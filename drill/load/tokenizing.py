@@ -407,7 +407,7 @@ def _usage_prompt_tokens(client: httpx.Client, path: str, body: bytes) -> int:
 
 
 @dataclass
-class _Job:
+class _FitJob:
     """One prompt being fitted: the text the counter sees is ``build(n, fill)``; ``target`` its count."""
 
     logical_id: str
@@ -474,7 +474,7 @@ class _Fitter:
             total += c
         return len(costs)
 
-    def job(self, pool: Pool, logical_id: str, planned: int, prefix_words: int) -> _Job:
+    def job(self, pool: Pool, logical_id: str, planned: int, prefix_words: int) -> _FitJob:
         overhead = self.overheads[shape_key(pool)]
         prefix, _ = prompt_parts(pool, logical_id, PromptShape(prefix_words, 0), self.text)
         constant = overhead
@@ -485,12 +485,12 @@ class _Fitter:
         words = self.text.word_list(max(planned, 1) + 8, logical_id)
         costs = [self.costs.get(w, 1) for w in words]
         base = 2 + (sum(self.costs.get(w, 1) for w in prefix.split()) if pool.endpoint is Endpoint.COMPLETIONS else 0)
-        return _Job(
+        return _FitJob(
             logical_id, planned, planned - constant, constant, costs, self._guess(costs, planned - constant - base)
         )
 
     def run(
-        self, pools: Mapping[str, Pool], jobs: list[tuple[str, _Job, int]]
+        self, pools: Mapping[str, Pool], jobs: list[tuple[str, _FitJob, int]]
     ) -> tuple[dict[str, PromptShape], list[UnfitPrompt]]:
         """Verify and adjust every job, all of them per round; the shapes, and the ones left unfit."""
         for _ in range(MAX_ROUNDS):
@@ -511,15 +511,15 @@ class _Fitter:
                 )
         return shapes, unfit
 
-    def _counted(self, pool: Pool, job: _Job, prefix_words: int) -> str:
+    def _counted(self, pool: Pool, job: _FitJob, prefix_words: int) -> str:
         shape = PromptShape(prefix_words, job.n, job.fill, self.filler)
         prefix, unique = prompt_parts(pool, job.logical_id, shape, self.text)
         return unique if pool.endpoint is Endpoint.CHAT else completion_prompt(prefix, unique)
 
-    def _achieved(self, pool: Pool, job: _Job, prefix_words: int) -> int:
+    def _achieved(self, pool: Pool, job: _FitJob, prefix_words: int) -> int:
         return job.constant + len(self.counter.ids([self._counted(pool, job, prefix_words)])[0])
 
-    def _step(self, job: _Job, got: int) -> None:
+    def _step(self, job: _FitJob, got: int) -> None:
         """Move ``n`` and ``fill`` by the estimated costs towards the target; exact: done; no move left: stuck."""
         diff = job.target - got
         if job.best is None or abs(diff) < job.best[0]:

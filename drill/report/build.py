@@ -46,6 +46,7 @@ from drill.report.model import (
     TimelineEntry,
     VerdictLine,
 )
+from drill.report.prompt_tokens import prompt_tokens
 from drill.spec.scenario import parse_slo_key
 from drill.stats import percentile
 
@@ -84,6 +85,7 @@ def assemble(evidence: RunEvidence, verdicts: list[Verdict], progress: Callable[
         ("detection", lambda: detection(evidence, verdicts, redactor)),
         ("faults", lambda: fault_sections(evidence, redactor)),
         ("metrics", lambda: _metrics(evidence, drill)),
+        ("prompt_tokens", lambda: prompt_tokens(evidence)),
         ("replay", lambda: replay_section(evidence, verdicts, redactor)),
         ("runbook", lambda: runbook(evidence, redactor)),
         ("actions", lambda: action_items(verdicts)),

@@ -30,6 +30,8 @@ __all__ = [
     "ImpactRow",
     "LatencyPercentiles",
     "PhaseMetrics",
+    "PromptTokens",
+    "PromptTokensRow",
     "Report",
     "ReportHeader",
     "ReplayRow",
@@ -283,6 +285,27 @@ class Chart:
 
 
 @dataclass(frozen=True)
+class PromptTokensRow:
+    """One pool's prompt tokens: planned (the schedule) and achieved (the server's ``usage.prompt_tokens``)."""
+
+    pool: str
+    requests: int  # successful attempts that carry both counts (bursts left out)
+    planned: int
+    achieved: int
+    ratio: float
+    off: bool  # more than 2% off
+
+
+@dataclass(frozen=True)
+class PromptTokens:
+    """Whether the load was the planned length distribution: how the prompts were made, and the ratio per pool."""
+
+    rule: str  # how the prompts were made (token-exact, or one token per word), or NOT_AVAILABLE
+    rows: tuple[PromptTokensRow, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Report:
     header: ReportHeader
     verdicts: tuple[VerdictLine, ...]
@@ -300,6 +323,7 @@ class Report:
     charts: tuple[Chart, ...]
     reads: tuple[str, ...]  # what could not be read from the run directory
     notes: tuple[str, ...] = field(default=())
+    prompt_tokens: PromptTokens = field(default=PromptTokens(NOT_AVAILABLE))
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

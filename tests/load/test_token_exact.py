@@ -263,3 +263,30 @@ def test_the_summary_shows_achieved_over_planned_per_pool_and_warns_beyond_two_p
     assert "prompt tokens achieved/planned" in text
     warnings = [line for line in text.splitlines() if "WARNING" in line]
     assert len(warnings) == 1 and "words" in warnings[0] and "1.300" in warnings[0]
+
+
+def test_the_report_shows_the_ratio_per_pool_and_the_fallback_warning(tmp_path) -> None:
+    from drill.load.tokenizing import PromptFit
+    from drill.report.render import render_html, render_markdown, report_for
+    from tests.report.report_kit import ReportKit
+
+    kit = ReportKit(tmp_path / "run")
+    kit.run_bounds(0, 12)
+    kit.phases(baseline=(0, 10))
+    kit.pool("interactive")
+    kit.pool("batch")
+    for i in range(8):
+        kit.request(1 + i, pool="interactive", prompt_tokens=100, planned_input_tokens=100)
+        kit.request(1.5 + i, pool="batch", prompt_tokens=125, planned_input_tokens=100)
+    run_dir = kit.write()
+    warning = "prompts not token-exact: the target has no tokenize endpoint this harness knows (...)"
+    (run_dir / FITTED_PROMPTS_FILE).write_text(PromptFit("words", "fallback", warning=warning).to_json())
+    report = report_for(run_dir)
+    rows = {row.pool: row for row in report.prompt_tokens.rows}
+    assert rows["interactive"].ratio == 1.0 and not rows["interactive"].off
+    assert rows["batch"].ratio == 1.25 and rows["batch"].off and rows["batch"].requests == 8
+    assert report.prompt_tokens.warnings[0] == warning and "pool batch" in report.prompt_tokens.warnings[1]
+    md = render_markdown(report)
+    assert "| batch | 8 | 800 | 1000 | 1.250 **more than 2% off** |" in md
+    assert f"- **Warning:** {warning}" in md
+    assert "more than 2% off" in render_html(report)

@@ -33,6 +33,7 @@ from types import ModuleType
 import httpx
 import pytest
 
+from drill.stack.lifeline import die_with_parent
 from tests.llamacpp.model import ModelFiles, make_model
 
 REPO = Path(__file__).resolve().parents[2]
@@ -243,6 +244,7 @@ def start_server(binary: Path, model: ModelFiles, folder: Path, parallel: int = 
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=REPO,
+            preexec_fn=die_with_parent(),  # a killed pytest leaves no server behind (the server dies with it too)
         )
     server = LlamaServer(f"http://127.0.0.1:{port}", port, pid_file, log, model, process, parallel, ctx)
     try:

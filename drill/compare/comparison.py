@@ -14,6 +14,7 @@ a baseline that could not); 4 a revert failed (stop at once: ``drill cleanup``);
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,8 @@ from drill.spec.loader import LoadedDrill
 __all__ = ["SIDES", "ComparisonPlan", "ComparisonResult", "SideRun", "plan_comparison", "run_comparison"]
 
 SIDES = ("baseline", "candidate")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,16 @@ def run_comparison(
             result.message = f"the {label} run did not complete ({side.result.message or side.result.status.value})"
             break
     if len(result.sides) == 2 and all(s.completed for s in result.sides):
-        a, b = (s.result.run_dir for s in result.sides)
-        result.outcome = judge_comparison(plan.change, Path(a), Path(b))  # type: ignore[arg-type]
+        _judge(result)
     result.files = write_documents(result)
     return result
+
+
+def _judge(result: ComparisonResult) -> None:
+    """Judge the finished pair; a failure to judge costs the comparison (exit 3), never the runs' evidence."""
+    a, b = (Path(str(s.result.run_dir)) for s in result.sides)
+    try:
+        result.outcome = judge_comparison(result.plan.change, a, b)
+    except Exception as exc:  # noqa: BLE001 - both run directories stand; `drill report` still reads each
+        log.error("judging the comparison failed: %s", exc, exc_info=True)
+        result.message = f"judging the comparison failed: {type(exc).__name__}: {exc} (both run directories stand)"

@@ -58,10 +58,14 @@ def meta_bpe() -> Tokenizer:
 
 
 class FakeServer:
-    """llama.cpp's tokenize and usage, at the transport seam: the template is tokenized with the content."""
+    """A server's tokenize and usage, at the transport seam: the template is tokenized with the content.
 
-    def __init__(self, tok: Tokenizer, tokenize: bool = True) -> None:
-        self.tok, self.tokenize = tok, tokenize
+    ``dialect``: ``llama.cpp`` (``content``; no ``content``: no tokens), ``vllm`` (``model`` and ``prompt``, 400
+    without; BOS only when ``add_special_tokens``) or ``tgi`` (``inputs``, 422 without; a list of token objects).
+    """
+
+    def __init__(self, tok: Tokenizer, tokenize: bool = True, dialect: str = "llama.cpp") -> None:
+        self.tok, self.tokenize, self.dialect = tok, tokenize, dialect
         self.calls = 0
 
     def count(self, text: str) -> int:
@@ -77,12 +81,26 @@ class FakeServer:
         self.calls += 1
         body = json.loads(request.content)
         if request.url.path == "/tokenize" and self.tokenize:
-            ids = self.tok.encode(body["content"], add_special_tokens=False).ids if "content" in body else []
-            return httpx.Response(200, json={"tokens": ids})
+            return self._tokenize(body)
         if request.url.path in ("/v1/chat/completions", "/v1/completions"):
             usage = {"prompt_tokens": self.prompt_tokens(body), "completion_tokens": 1}
             return httpx.Response(200, json={"choices": [{"text": "x"}], "usage": usage})
         return httpx.Response(404, json={"error": "not found"})
+
+    def _tokenize(self, body: dict) -> httpx.Response:
+        encode = self.tok.encode
+        if self.dialect == "llama.cpp":
+            ids = encode(body["content"], add_special_tokens=False).ids if "content" in body else []
+            return httpx.Response(200, json={"tokens": ids})
+        if self.dialect == "vllm":
+            if "prompt" not in body or "model" not in body:
+                return httpx.Response(400, json={"object": "error", "message": "Field required: prompt"})
+            ids = ([0] if body.get("add_special_tokens", True) else []) + encode(body["prompt"]).ids
+            return httpx.Response(200, json={"tokens": ids, "count": len(ids), "max_model_len": 8192})
+        if "inputs" not in body:
+            return httpx.Response(422, json={"error": "missing field `inputs`"})
+        ids = [0] + encode(body["inputs"]).ids  # TGI tokenizes as it validates: with the BOS
+        return httpx.Response(200, json=[{"id": i, "text": "", "start": 0, "stop": 0} for i in ids])
 
 
 def _scenario(input_tokens: dict, **pool: object) -> Scenario:
@@ -142,6 +160,16 @@ def test_fitted_prompts_hit_the_planned_tokens_exactly(byte_bpe, tmp_path, lengt
         for b in _bodies(scenario, schedule, fit)
     ]
     assert min(words) > 0
+
+
+@pytest.mark.parametrize(("dialect", "name"), [("vllm", "vLLM/SGLang"), ("tgi", "TGI")])
+def test_vllm_sglang_and_tgi_tokenize_shapes_fit_as_exactly(byte_bpe, tmp_path, dialect, name) -> None:
+    scenario = _scenario({"dist": "uniform", "min": 150, "max": 500}, prefix_tokens=40)
+    server = FakeServer(byte_bpe, dialect=dialect)
+    schedule, fit = _fit(scenario, server, tmp_path)
+    assert fit.source.startswith(f"{name} POST /tokenize") and not fit.unfit
+    pairs = _achieved(scenario, server, schedule, fit)
+    assert [a for _, a in pairs] == [p for p, _ in pairs]
 
 
 def test_the_words_rule_is_far_off_on_this_tokenizer(byte_bpe, tmp_path) -> None:

@@ -54,7 +54,7 @@ def promql(names: Iterable[str], selector: str) -> str:
 
 
 @dataclass(frozen=True)
-class _Series:
+class _RangeSeries:
     replica: str
     key: str  # name{labels}, as the scraper keys a sample
     name: str
@@ -171,7 +171,7 @@ class PrometheusMetrics:
     def write_window(self, start: float, end: float) -> int:
         """Range queries over ``[start, end]`` into ``metrics.jsonl``, one line per replica per step; returns the
         number of lines written."""
-        series: list[_Series] = []
+        series: list[_RangeSeries] = []
         steps: list[float] = []
         for chunk in self._chunks(start, end):
             series += self._range(chunk[0], chunk[-1])
@@ -189,7 +189,7 @@ class PrometheusMetrics:
         steps = [ms / 1000 for ms in range(first, last + 1, step_ms)]
         return [steps[i : i + _MAX_STEPS] for i in range(0, len(steps), _MAX_STEPS)]
 
-    def _range(self, start: float, end: float) -> list[_Series]:
+    def _range(self, start: float, end: float) -> list[_RangeSeries]:
         step = f"{max(1, round(self.interval_s * 1000)) / 1000:g}"
         params = {"query": self.query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": step}
         out = []
@@ -199,10 +199,10 @@ class PrometheusMetrics:
             if replica is None:
                 continue
             points = [(float(ts), float(v)) for ts, v in item.get("values") or []]
-            out.append(_Series(replica, _key(labels), labels.get("__name__", ""), points))
+            out.append(_RangeSeries(replica, _key(labels), labels.get("__name__", ""), points))
         return out
 
-    def _lines(self, series: list[_Series], steps: list[float]) -> list[dict]:
+    def _lines(self, series: list[_RangeSeries], steps: list[float]) -> list[dict]:
         replicas = sorted({s.replica for s in series} | set(self.spec.replicas.values()))
         at: dict[tuple[str, float], dict[str, float]] = defaultdict(dict)
         up: dict[tuple[str, float], float] = {}

@@ -61,7 +61,9 @@ RUN_BY_VERDICT_TESTS = {
         verdict_tests.GPU_OOM,
     )
 }
-RUN_HERE = [name for name in NAMES if name not in RUN_BY_VERDICT_TESTS]
+#: Sweep drills, run (and their predicts asserted) by their own test beside the figures the sweep must show.
+RUN_BY_SWEEP_TESTS = {"tp-scaling": REPO / "tests/sweep/test_tp_scaling.py"}
+RUN_HERE = [name for name in NAMES if name not in RUN_BY_VERDICT_TESTS and name not in RUN_BY_SWEEP_TESTS]
 
 
 # -- static: fast, no stack ------------------------------------------------------------------------------------
@@ -92,7 +94,11 @@ def test_every_drill_is_run_end_to_end_with_its_predicts_asserted() -> None:
     source = inspect.getsource(verdict_tests)
     for constant in ("UNBOUNDED", "SLOW_REPLICA", "NCCL", "RETRY_STORM", "GPU_OOM"):
         assert re.search(rf"assert_predicted\(\w+, {constant}\)", source), constant
-    assert set(NAMES) >= RUN_BY_VERDICT_TESTS and set(RUN_HERE) | RUN_BY_VERDICT_TESTS == set(NAMES)
+    assert set(NAMES) >= RUN_BY_VERDICT_TESTS and set(RUN_HERE) | RUN_BY_VERDICT_TESTS | set(RUN_BY_SWEEP_TESTS) == set(
+        NAMES
+    )
+    for name, test in RUN_BY_SWEEP_TESTS.items():
+        assert f'assert_predicted(run, "{name}")' in test.read_text(), test
     assert {"replica-crash", "priority-isolation", "boundary-context-length"} <= set(RUN_HERE)
 
 

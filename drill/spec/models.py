@@ -348,7 +348,7 @@ class SweepSpec(SpecModel):
     """
 
     variable: str = Field(min_length=1, max_length=300)
-    values: list[Any] = Field(min_length=2, max_length=8)
+    values: list[Any]
     label: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9_]*$", max_length=40)
     skip_unsupported_faults: bool = False
 
@@ -375,6 +375,8 @@ class SweepSpec(SpecModel):
     def _distinct(cls, values: list[Any]) -> list[Any]:
         import json
 
+        if not 2 <= len(values) <= 8:
+            raise ValueError(f"a sweep needs 2 to 8 values (one variant each), got {len(values)}")
         seen = [json.dumps(v, sort_keys=True, default=str) for v in values]
         for i, text in enumerate(seen):
             if seen.index(text) != i:

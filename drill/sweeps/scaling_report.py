@@ -83,8 +83,10 @@ def scaling_view(run_dir: Path) -> ScalingView:
     verdicts_path = run_dir / "verdicts.json"
     checks = json.loads(verdicts_path.read_text(encoding="utf-8"))["checks"] if verdicts_path.is_file() else []
     record = read_sweep_record(run_dir) or {}
+    drill = resolved.get("drill") or {}
     return ScalingView(
-        drill=resolved.get("drill", {}),
+        drill={key: drill.get(key) for key in ("name", "title", "seed", "hypothesis")}
+        | {"faults": drill.get("faults") or []},
         run_id=run_dir.name,
         time_scale=resolved.get("time_scale"),
         table=table,

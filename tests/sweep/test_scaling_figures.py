@@ -1,0 +1,121 @@
+"""The sweep's figures, the ``tp_scaling`` check and the scaling report, on sweep directories written by hand
+(``sweep_kit``): no stack, no load. The real sweep is ``test_tp_scaling.py``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from drill.checks.base import RunEvidence, Status, Verdict
+from drill.engine.journal import RunStatus
+from drill.engine.runner import RunResult
+from drill.spec.loader import load_drill
+from drill.sweeps.resolve import resolve_sweep
+from drill.sweeps.scaling import measure_sweep
+from drill.sweeps.scaling_report import findings, write_scaling_reports
+from drill.sweeps.sweeper import VariantOutcome, rolled_up
+from drill.sweeps.tp_scaling import TpScalingCheck, TpScalingParams
+from tests.sweep.sweep_kit import PHASE_S, TOKENS, write_sweep
+
+REPO = Path(__file__).resolve().parents[2]
+#: TP -> (healthy, degraded) TPOT p50 in ms: the gain of TP=2 (2x) reverses on degraded links (80/120 = 0.67x).
+REVERSES = {1: (80.0, 80.0), 2: (40.0, 120.0), 4: (25.0, 110.0)}
+
+
+def _judge(root: Path, **params) -> object:
+    return TpScalingCheck(TpScalingParams(**params)).evaluate(RunEvidence(root))
+
+
+def test_the_figures_of_each_variant_and_link_state(tmp_path: Path) -> None:
+    table = measure_sweep(write_sweep(tmp_path / "sweep", REVERSES))
+    tp1, tp2, tp4 = table.variants
+    assert (tp2.healthy.tpot_p50_ms, tp2.degraded.tpot_p50_ms) == (40.0, 120.0)
+    assert tp2.healthy.requests == tp2.degraded.requests == 8
+    assert tp2.healthy.stream_tokens_per_s == 25.0  # 1000 / 40 ms
+    assert tp2.healthy.output_tokens_per_s == pytest.approx(8 * TOKENS / PHASE_S)  # every chunk inside the window
+    assert tp2.healthy.goodput_rps == pytest.approx(0.8) and tp2.degraded.goodput_rps == 0  # TPOT SLO 100 ms
+    assert tp1.degraded.link.startswith("no link to degrade (tp-links: fault 'nccl_degradation' needs")
+    assert tp2.degraded.link == "degraded: tp-links (nccl_degradation)"
+    assert table.speedup("healthy", tp2) == 2.0 and table.speedup("degraded", tp2) == pytest.approx(2 / 3)
+    assert table.speedup("healthy", tp4) == 3.2
+    assert table.same_request_set
+
+
+def test_the_prediction_follows_the_stacks_cost_model(tmp_path: Path) -> None:
+    """L4, Llama-3-8B, a batch of ~1 at ~404 tokens: the decode step halves at TP=2 and pays 64 all-reduces;
+    1 ms a round on the degraded link adds 64 ms a step; TP=1 has no link and no increase."""
+    tp1, tp2, tp4 = measure_sweep(write_sweep(tmp_path / "sweep", REVERSES)).variants
+    assert tp1.prediction.comm_ms == 0 and tp1.prediction.link_increase_ms is None
+    assert tp2.prediction.stage_ms == pytest.approx(tp1.prediction.stage_ms / 2, rel=0.02)
+    assert tp4.prediction.stage_ms == pytest.approx(tp1.prediction.stage_ms / 4, rel=0.02)
+    assert tp2.prediction.comm_ms == pytest.approx(64 * 0.030, rel=0.05)  # L4: alpha 30 us, 64 rounds
+    assert tp2.prediction.link_increase_ms == tp4.prediction.link_increase_ms == 64.0
+    assert 65 < tp1.prediction.step_ms < 75  # 16.1 GB of weights at 300 GB/s x 0.78
+
+
+def test_tp_scaling_passes_when_tp2_beats_tp1_and_the_gain_reverses_on_degraded_links(tmp_path: Path) -> None:
+    verdict = _judge(write_sweep(tmp_path / "sweep", REVERSES), min_speedup=1.3, degraded="reverses")
+    assert verdict.status is Status.PASS, verdict.message
+    assert verdict.observed["healthy_speedup"] == 2.0 and verdict.observed["degraded_effect"] == "reverses"
+    assert "2.00x on healthy links" in verdict.message and "0.67x on degraded links" in verdict.message
+    assert "reverses" in verdict.message
+
+
+def test_tp_scaling_fails_when_tp2_does_not_beat_tp1(tmp_path: Path) -> None:
+    root = write_sweep(tmp_path / "sweep", {1: (80.0, 80.0), 2: (76.0, 120.0)})
+    verdict = _judge(root, min_speedup=1.3)
+    assert verdict.status is Status.FAIL and "1.05x on healthy links (needs >= 1.3x)" in verdict.message
+
+
+def test_tp_scaling_judges_the_degraded_effect_it_is_asked_for(tmp_path: Path) -> None:
+    shrinks = write_sweep(tmp_path / "sweep", {1: (80.0, 80.0), 2: (40.0, 60.0)})  # 2x -> 1.33x: shrinks, no reversal
+    assert _judge(shrinks, degraded="shrinks").status is Status.PASS
+    failed = _judge(shrinks, degraded="reverses")
+    assert failed.status is Status.FAIL and "expected it to reverse" in failed.message
+    assert _judge(shrinks).status is Status.PASS  # unset: only reported
+    assert "the gain shrinks" in _judge(shrinks).message
+
+
+def test_tp_scaling_is_inconclusive_without_enough_evidence(tmp_path: Path) -> None:
+    assert _judge(tmp_path).status is Status.INCONCLUSIVE  # not a sweep directory
+    thin = write_sweep(tmp_path / "thin", REVERSES, per_state=3)
+    assert "too few requests" in _judge(thin).message and _judge(thin).status is Status.INCONCLUSIVE
+    missing = _judge(write_sweep(tmp_path / "no-tp2", {1: (80.0, 80.0), 4: (25.0, 110.0)}))
+    assert missing.status is Status.INCONCLUSIVE and "no measured variant with the value 2" in missing.message
+
+
+def test_the_report_says_where_the_gain_reverses_and_draws_the_chart(tmp_path: Path) -> None:
+    root = write_sweep(tmp_path / "sweep", REVERSES)
+    (root / "resolved.json").write_text('{"drill": {"name": "tp-scaling", "seed": 17, "faults": []}}')
+    lines = findings(measure_sweep(root))
+    assert lines[0].startswith("tp-2 over tp-1: 2.00x on healthy links, 0.67x on degraded links — the gain reverses")
+    assert "Where parallelism stops paying: on degraded links from tp-2 on (tp-2, tp-4 slower than tp-1)" in lines[-1]
+    md, html = write_scaling_reports(root)
+    text = md.read_text()
+    assert "| tp-2 | degraded | 8 | 0 | 120 |" in text and "![TPOT" in text
+    assert "| tp-2 | 37" in text  # the modelled decode step of TP=2 on an L4 (~37 ms) in the per-step split
+    svg = (root / "scaling.svg").read_text()
+    assert svg.startswith("<svg") and 'role="img"' in svg
+    assert "<figure><svg" in html.read_text()
+    write_scaling_reports(root)
+    assert (root / "scaling.svg").read_text() == svg  # deterministic
+
+
+def _run(status: Status, name: str = "no-errors") -> RunResult:
+    return RunResult(Path("x"), RunStatus.COMPLETED, 0, [Verdict("error_rate", name, status, "m")])
+
+
+def test_a_run_level_check_rolls_up_to_the_worst_variant() -> None:
+    plan = resolve_sweep(load_drill(REPO / "drills/tp-scaling.yaml"))
+    tp1, tp2, tp4 = plan.variants
+    outcomes = [
+        VariantOutcome(tp1, _run(Status.PASS)),
+        VariantOutcome(tp2, _run(Status.FAIL)),
+        VariantOutcome(tp4, None),
+    ]
+    verdict = rolled_up("no-errors", outcomes)
+    assert verdict.status is Status.FAIL
+    assert verdict.message.startswith("tp-1: PASS; tp-2: FAIL; tp-4: not judged (not run) — tp-2: m")
+    landed = rolled_up("fault_landed", [VariantOutcome(tp1, _run(Status.PASS, "other"))])
+    assert landed.status is Status.INCONCLUSIVE and "tp-1: not judged (it ran without the fault" in landed.message

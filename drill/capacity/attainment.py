@@ -13,7 +13,8 @@ Every attempt intended inside the point's measurement window counts, failures in
 Rules (``--attainment``): ``percentile`` (default) holds when, for every SLO ``<metric>_p<NN>`` of the pool, the
 NN-th percentile of those values is within the bound; ``goodput:S`` holds when at least the share ``S`` of the
 measured attempts met every SLO of their pool (DistServe's SLO attainment). Goodput per second counts the
-successful attempts that met every SLO of their pool (DistServe; ``vllm bench --goodput``), over the window.
+successful attempts that met every SLO of their pool (DistServe; ``vllm bench --goodput``), over the window; an
+attempt cut off by the point's end counts when its censored values met every bound (it was on time so far).
 """
 
 from __future__ import annotations
@@ -141,7 +142,7 @@ def judge_pool(
     bounds = [(key, parsed, seconds * 1000.0) for key, seconds in sorted(slo.items()) if (parsed := parse_slo_key(key))]
     values = {key: [request_value(r, *parsed) for r in records] for key, parsed, _ in bounds}
     slos = tuple(_outcome(pool, key, pct, bound, values[key]) for key, (_, pct), bound in bounds)
-    good = sum(1 for i, r in enumerate(records) if r.ok and all(_within(values[k][i], b) for k, _, b in bounds))
+    good = sum(1 for i, r in enumerate(records) if _judged(r) and all(_within(values[k][i], b) for k, _, b in bounds))
     share = good / len(records) if records else 0.0
     failed = sum(1 for r in records if r.error is not None and r.error is not ErrorClass.CANCELLED)
     ok = [r for r in records if r.ok]
@@ -168,6 +169,11 @@ def judge_pool(
         tpot_p50_ms=percentile(tpot, 50),
         tpot_p95_ms=percentile(tpot, 95),
     )
+
+
+def _judged(record: RequestRecord) -> bool:
+    """Successful, or cut off by the point's end (its censored values then decide whether it was good)."""
+    return record.ok or record.error is ErrorClass.CANCELLED
 
 
 def _within(value: float | None, bound_ms: float) -> bool:

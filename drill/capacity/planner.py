@@ -9,8 +9,8 @@ synthetic points. The rules (``docs/capacity.md``):
 - **auto**: a coarse sweep from ``start`` multiplies (or, when ``start`` already fails, divides) by ``factor``
   until one rate holds and a higher one fails; then bisection (geometric midpoint) between the highest holding
   rate below the lowest failing one (``lo``) and that failing rate (``hi``) until ``hi / lo <= 1 + tolerance``.
-  Before a holding rate counts as ``lo`` it is measured at every repetition; coarse points far from the knee are
-  measured once;
+  Before a holding rate counts as ``lo`` it is measured at every repetition, and so is the final ``hi`` (each
+  repetition's own crossing needs both ends); coarse points far from the knee are measured once;
 - the search ends unbracketed when the rate would leave ``[min_rate, max_rate]`` or ``max_points`` runs are spent.
 
 :func:`knee_of` reads the result out of the observations: the knee is the highest rate that held at every
@@ -122,6 +122,9 @@ def decide(config: SearchConfig, points: Sequence[Observation]) -> Next | Done:
     if missing is not None:
         return Next(lo, missing, f"confirm {lo:g}/s with repetition {missing}")
     if hi / lo <= 1.0 + config.tolerance + 1e-9:
+        missing = _missing_repetition(config, points, hi)
+        if missing is not None:  # every repetition's own crossing: the interval needs both ends per repetition
+            return Next(hi, missing, f"measure {hi:g}/s with repetition {missing} too, for the interval")
         return Done(True, f"bracketed: {lo:g}/s held, {hi:g}/s failed (within {config.tolerance:.0%})")
     mid = math.sqrt(lo * hi)
     return Next(mid, 0, f"bisection between {lo:g}/s and {hi:g}/s")
@@ -143,9 +146,6 @@ def _decide_listed(config: SearchConfig, points: Sequence[Observation]) -> Next 
 
 def _coarse_up(config: SearchConfig, points: Sequence[Observation]) -> Next | Done:
     top = max(p.rate for p in points)
-    missing = _missing_repetition(config, points, top)
-    if missing is not None:
-        return Next(top, missing, f"confirm {top:g}/s with repetition {missing} before going higher")
     rate = top * config.factor
     if rate > config.max_rate:
         return Done(False, f"every rate up to {top:g}/s held; the next ({rate:g}/s) is above --max-rate")
@@ -166,16 +166,22 @@ def _missing_repetition(config: SearchConfig, points: Sequence[Observation], rat
     return next((rep for rep in range(config.repetitions) if rep not in have), None)
 
 
-def knee_of(points: Sequence[Observation], bracketed: bool) -> Knee:
-    """The knee of the observations: measured (``knee``) and interpolated per repetition (``estimates``)."""
-    lo, hi = _bracket(points)
-    repetitions = sorted({p.repetition for p in points})
-    estimates = tuple(e for rep in repetitions if (e := _crossing(points, rep)) is not None)
+def knee_of(points: Sequence[Observation], bracketed: bool, repetitions: int = 1) -> Knee:
+    """The knee of the observations: measured (``knee``: held at all ``repetitions``) and interpolated per
+    repetition (``estimates``)."""
+    _, hi = _bracket(points)
+    rates = _by_rate(points)
+    confirmed = [
+        r
+        for r, obs in rates.items()
+        if _holds(obs) and (hi is None or r < hi) and {o.repetition for o in obs} >= set(range(repetitions))
+    ]
+    estimates = tuple(e for rep in sorted({p.repetition for p in points}) if (e := _crossing(points, rep)) is not None)
     mean = sum(estimates) / len(estimates) if estimates else None
     low, high = t_interval(estimates)
-    rates = _by_rate(points)
     non_monotone = hi is not None and any(r > hi and _holds(obs) for r, obs in rates.items())
-    return Knee(bracketed, lo if hi is not None else None, hi, estimates, mean, low, high, non_monotone)
+    knee = max(confirmed) if confirmed and hi is not None else None
+    return Knee(bracketed, knee, hi, estimates, mean, low, high, non_monotone)
 
 
 def _crossing(points: Sequence[Observation], repetition: int) -> float | None:

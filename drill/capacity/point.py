@@ -37,7 +37,7 @@ class PointTiming:
     warmup_s: float = 4.0
     measure_s: float = 14.0
     tail_s: float = 2.0
-    drain_s: float = 8.0
+    drain_s: float = 5.0
     quiet_timeout_s: float = 20.0
 
     @property

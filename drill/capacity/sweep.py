@@ -200,11 +200,11 @@ class CapacityRun:
             try:
                 done = self._search(name, search, runner, points)
             except KeyboardInterrupt:
-                result.sweeps.append(_summarize(name, choice, points, Done(False, "interrupted")))
+                result.sweeps.append(_summarize(name, choice, points, Done(False, "interrupted"), search.repetitions))
                 raise
         finally:
             self._stop_target(target, name, journal)
-        sweep = _summarize(name, choice, points, done)
+        sweep = _summarize(name, choice, points, done, search.repetitions)
         result.sweeps.append(sweep)
         return sweep
 
@@ -306,8 +306,8 @@ def _observation(point: RatePoint) -> Observation:
     return Observation(point.rate, point.repetition, point.holds, point.ratio)
 
 
-def _summarize(name: str, choice: TargetChoice, points: list[RatePoint], done: Done) -> SweepResult:
-    knee = knee_of([_observation(p) for p in points], bracketed=done.bracketed)
+def _summarize(name: str, choice: TargetChoice, points: list[RatePoint], done: Done, repetitions: int) -> SweepResult:
+    knee = knee_of([_observation(p) for p in points], bracketed=done.bracketed, repetitions=repetitions)
     binding = None
     if knee.upper is not None:
         failing = [p for p in points if p.rate == knee.upper and not p.holds]

@@ -56,7 +56,7 @@ def embedded_capacity_stack():
 )
 @click.option("--measure", callback=parse_duration_option, default="14s", show_default=True, help="Judged per point.")
 @click.option("--tail", callback=parse_duration_option, default="2s", show_default=True, help="Arrivals after it.")
-@click.option("--drain", callback=parse_duration_option, default="8s", show_default=True, help="Then in-flight time.")
+@click.option("--drain", callback=parse_duration_option, default="5s", show_default=True, help="Then in-flight time.")
 @click.option("--repetitions", type=int, default=2, show_default=True, help="Seeds per rate near the knee.")
 @click.option("--tolerance", default="10%", show_default=True, help="Bisect until failing/holding rate <= 1 + this.")
 @click.option("--max-points", type=int, default=14, show_default=True, help="At most this many points per sweep.")

@@ -1,0 +1,87 @@
+"""How stable is the knee ``drill capacity`` finds? Run it N times against the embedded stack and compare.
+
+    .venv/bin/python bench/capacity_knee.py [--runs 3] [--scenario scenarios/chat-azure-conv.yaml] [-- EXTRA ARGS]
+
+Each run is a plain ``drill capacity SCENARIO`` (default options: auto rates, the embedded target) in its own
+run directory under ``reports/capacity/``. Prints each run's measured knee, interpolated knee and naive estimate,
+then the spread (highest knee ÷ lowest), the median knee and the naive estimate's error against it, and exits 1
+when the spread is over ``--max-spread`` (1.2: every knee within ±10 % of their middle) or a run found no knee.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run_once(scenario: str, extra: list[str], index: int) -> dict:
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "drill", "capacity", scenario, "--json", *extra],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    wall = time.monotonic() - started
+    if done.returncode not in (0, 1):
+        sys.stderr.write(done.stdout + done.stderr)
+        raise SystemExit(f"run {index}: drill capacity exited {done.returncode}")
+    doc = json.loads(done.stdout)
+    full = doc["sweeps"][0]
+    return {
+        "run": index,
+        "run_id": doc["run_id"],
+        "knee": full["knee"]["knee"],
+        "upper": full["knee"]["upper"],
+        "interpolated": full["knee"]["mean"],
+        "points": len(full["points"]),
+        "naive": (doc.get("naive") or {}).get("rate"),
+        "wall_s": round(wall, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--scenario", default="scenarios/chat-azure-conv.yaml")
+    parser.add_argument("--max-spread", type=float, default=1.2)
+    parser.add_argument("extra", nargs="*", help="more drill capacity options (after --)")
+    args = parser.parse_args(argv)
+    results = []
+    for i in range(1, args.runs + 1):
+        result = _run_once(args.scenario, args.extra, i)
+        results.append(result)
+        print(
+            f"run {i}: knee {_fmt(result['knee'])}/s (failed at {_fmt(result['upper'])}/s, interpolated "
+            f"{_fmt(result['interpolated'])}/s), naive {_fmt(result['naive'])}/s, {result['points']} points, "
+            f"{result['wall_s']}s  [{result['run_id']}]",
+            flush=True,
+        )
+    knees = [r["knee"] for r in results if r["knee"] is not None]
+    if len(knees) < len(results):
+        print("a run found no knee: no spread")
+        return 1
+    spread = max(knees) / min(knees)
+    median = statistics.median(knees)
+    naive = statistics.median(r["naive"] for r in results if r["naive"] is not None)
+    print(f"knees: {', '.join(_fmt(k) for k in knees)} requests/s")
+    print(f"spread (highest / lowest): {spread:.3f} (±{(spread - 1) / (spread + 1):.1%} around the middle)")
+    print(f"median knee: {_fmt(median)}/s")
+    print(f"naive estimate: {_fmt(naive)}/s, error {naive / median - 1:+.0%} (naive ÷ knee = {naive / median:.3f})")
+    return 0 if spread <= args.max_spread else 1
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -40,7 +40,7 @@ from drill.spec.models import check_names
 from drill.sweeps.resolve import SweepPlan, SweepVariant
 from drill.sweeps.scaling import ScalingTable, measure_sweep
 
-__all__ = ["SWEEP_SCHEMA", "SweepResult", "VariantOutcome", "rolled_up", "run_sweep"]
+__all__ = ["SWEEP_SCHEMA", "SweepRunResult", "VariantOutcome", "rolled_up", "run_sweep"]
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class VariantOutcome:
 
 
 @dataclass
-class SweepResult:
+class SweepRunResult:
     run_dir: Path | None
     exit_code: int = 3
     verdicts: list[Verdict] = field(default_factory=list)
@@ -68,11 +68,13 @@ class SweepResult:
     stopped_by: str | None = None  # a sweep has no fault phase of its own (its variants' reports say)
 
 
-def run_sweep(plan: SweepPlan, options: RunOptions | None = None, listeners: Sequence[RunListener] = ()) -> SweepResult:
+def run_sweep(
+    plan: SweepPlan, options: RunOptions | None = None, listeners: Sequence[RunListener] = ()
+) -> SweepRunResult:
     """Run every variant of ``plan``, then measure, judge and report the sweep (see the module docstring)."""
     options = options or RunOptions()
     rundir = create_run_dir(options.out_dir, plan.base.drill.name)
-    result = SweepResult(rundir.path)
+    result = SweepRunResult(rundir.path)
     redactor = Redactor(secrets=secret_environment_values())
     _write_inputs(rundir, plan, redactor)
     journal = Journal(rundir.journal)
@@ -239,7 +241,7 @@ def _why_not(outcome: VariantOutcome) -> str:
     return f"the run ended {outcome.result.status}"
 
 
-def _exit_code(result: SweepResult, status: RunStatus) -> int:
+def _exit_code(result: SweepRunResult, status: RunStatus) -> int:
     runs = [o.result for o in result.outcomes if o.result is not None]
     if any(r.revert_failures for r in runs):
         return 4

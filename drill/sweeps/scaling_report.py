@@ -149,7 +149,7 @@ def _splits(table: ScalingTable) -> list[StepSplit]:
         if p is None:
             continue
         healthy, degraded = v.healthy.tpot_p50_ms, v.degraded.tpot_p50_ms
-        measured = round(degraded - healthy, 2) if healthy and degraded and v.prediction.link_increase_ms else None
+        measured = round(degraded - healthy, 2) if healthy and degraded and p.link_increase_ms else None
         reference = ref.healthy.tpot_p50_ms if ref is not None and ref is not v else None
         gain = reference - healthy if reference and healthy else None
         splits.append(

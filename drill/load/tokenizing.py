@@ -408,7 +408,8 @@ def _usage_prompt_tokens(client: httpx.Client, path: str, body: bytes) -> int:
 
 @dataclass
 class _FitJob:
-    """One prompt being fitted: the text the counter sees is ``build(n, fill)``; ``target`` its count."""
+    """One prompt being fitted: ``n`` corpus words and ``fill`` fillers after its id; ``target`` the counted text's
+    tokens that make the planned length."""
 
     logical_id: str
     planned: int
@@ -500,24 +501,22 @@ class _Fitter:
             counts = self.counter.ids([self._counted(pools[p], j, pw) for p, j, pw in pending])
             for (_, job, _), ids in zip(pending, counts):
                 self._step(job, len(ids))
-        shapes, unfit = {}, []
-        for pool_name, job, prefix_words in jobs:
+        shapes = {}
+        for _, job, prefix_words in jobs:
             if job.best is not None:
                 job.n, job.fill = job.best[1], job.best[2]
             shapes[job.logical_id] = PromptShape(prefix_words, job.n, job.fill, self.filler if job.fill else "")
-            if not job.done:
-                unfit.append(
-                    UnfitPrompt(job.logical_id, job.planned, self._achieved(pools[pool_name], job, prefix_words))
-                )
-        return shapes, unfit
+        return shapes, self._unfit(pools, [(p, j, pw) for p, j, pw in jobs if not j.done])
+
+    def _unfit(self, pools: Mapping[str, Pool], jobs: list[tuple[str, _FitJob, int]]) -> list[UnfitPrompt]:
+        """The prompts left off, with the whole context their closest make-up comes to (one batch)."""
+        counts = self.counter.ids([self._counted(pools[p], j, pw) for p, j, pw in jobs]) if jobs else []
+        return [UnfitPrompt(j.logical_id, j.planned, j.constant + len(ids)) for (_, j, _), ids in zip(jobs, counts)]
 
     def _counted(self, pool: Pool, job: _FitJob, prefix_words: int) -> str:
         shape = PromptShape(prefix_words, job.n, job.fill, self.filler)
         prefix, unique = prompt_parts(pool, job.logical_id, shape, self.text)
         return unique if pool.endpoint is Endpoint.CHAT else completion_prompt(prefix, unique)
-
-    def _achieved(self, pool: Pool, job: _FitJob, prefix_words: int) -> int:
-        return job.constant + len(self.counter.ids([self._counted(pool, job, prefix_words)])[0])
 
     def _step(self, job: _FitJob, got: int) -> None:
         """Move ``n`` and ``fill`` by the estimated costs towards the target; exact: done; no move left: stuck."""

@@ -199,10 +199,13 @@ def _check_planned(scenario, duration_s: float) -> None:
 
 
 def _check_tokenizer(value: str | None) -> None:
+    """A bad ``--tokenizer`` is refused before anything starts (exit 2)."""
     if value is not None:
         from drill.load.tokenizing import TokenizerChoice
 
-        TokenizerChoice.parse(value)
+        choice = TokenizerChoice.parse(value)
+        if choice.path is not None and not choice.path.is_file():
+            raise InputError(f"--tokenizer: {choice.path} is not a file", hint="give the path of a tokenizer.json")
 
 
 def _headers(raw: tuple[str, ...]) -> dict[str, str]:

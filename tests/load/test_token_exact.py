@@ -318,3 +318,20 @@ def test_the_report_shows_the_ratio_per_pool_and_the_fallback_warning(tmp_path) 
     assert "| batch | 8 | 800 | 1000 | 1.250 **more than 2% off** |" in md
     assert f"- **Warning:** {warning}" in md
     assert "more than 2% off" in render_html(report)
+
+
+def test_drill_load_refuses_a_bad_tokenizer_option_before_anything_starts(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from drill.cli.main import cli
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "arrival: {process: poisson, rate: 1}\n"
+        "pools: [{name: a, input_tokens: {dist: fixed, value: 9}, output_tokens: {dist: fixed, value: 1}}]\n"
+    )
+    for option, message in (("tiktoken", "tokenizer must be"), ("file:/nope/tokenizer.json", "is not a file")):
+        result = CliRunner().invoke(
+            cli, ["load", str(scenario), "--target", "http://127.0.0.1:9", "--tokenizer", option]
+        )
+        assert result.exit_code == 2 and message in result.output, result.output

@@ -76,6 +76,7 @@ def test_timings_kept_metrics_by_quantity_and_what_llamacpp_lacks(llama_server: 
         e.get("message") for e in journal if e.event == "note" and "preemptions: not available" in e.get("message")
     ]
     assert len(notes) == 1 and "vllm:num_preemptions_total" in notes[0], notes
+    assert (done.stdout + done.stderr).count("preemptions: not available") == 1  # and in the run's output
     stops = [e for e in journal if e.event == "stop_condition"]
     assert len(stops) == 1, stops
     # llama.cpp's own name, read by quantity

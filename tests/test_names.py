@@ -29,6 +29,7 @@ SAME_CONCEPT: dict[str, tuple[tuple[str, ...], str]] = {
     "traces": (("drill", "drill/cli"), "`drill traces analyze` reads a run's spans with `drill.traces`"),
     "gameday": (("drill", "drill/cli"), "`drill gameday` runs a game-day file with `drill.gameday`"),
     "compare": (("drill", "drill/cli"), "`drill compare` runs a one-variable comparison with `drill.compare`"),
+    "capacity": (("drill", "drill/cli"), "`drill capacity` sweeps a scenario's rate with `drill.capacity`"),
     "report": (("drill", "drill/cli"), "`drill report` renders a run's reports with `drill.report`"),
     # ``faults/<component>.py`` holds the faults that act on that component of the target.
     "gpu": (("drill/stack", "faults"), "the stack's simulated GPU, and the faults that act on it"),

@@ -10,8 +10,8 @@ noise. The parts, decide/apply split:
 - :mod:`drill.capacity.point` measures one rate point with the load driver into its own directory;
 - :mod:`drill.capacity.sweep` applies: starts the OTLP receiver and the target, runs the planner's points, the
   single-request naive estimate and the N-1 sweep, and writes ``capacity.json``;
-- :mod:`drill.capacity.spans` splits the stack's spans per point (TTFT = queueing + prefill);
-- :mod:`drill.capacity.report` renders ``capacity.md`` and ``capacity.html``.
+- :mod:`drill.capacity.ttft_split` splits the stack's spans per point (TTFT = queueing + prefill);
+- :mod:`drill.capacity.reporting` renders ``capacity.md`` and ``capacity.html``.
 
 Nothing is imported here eagerly. ``docs/capacity.md`` documents the definitions and the statistics.
 """

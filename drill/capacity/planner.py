@@ -13,10 +13,11 @@ synthetic points. The rules (``docs/capacity.md``):
   repetition's own crossing needs both ends); coarse points far from the knee are measured once;
 - the search ends unbracketed when the rate would leave ``[min_rate, max_rate]`` or ``max_points`` runs are spent.
 
-:func:`knee_of` reads the result out of the observations: the knee is the highest rate that held at every
-repetition below the lowest failing rate (measured, conservative); each repetition's own crossing of the binding
-SLO (the highest observed/bound ratio, interpolated in log ratio between its last holding and first failing rate)
-gives the estimates a confidence interval is computed from.
+:func:`knee_of` reads the result out of the observations: the measured knee is the highest rate that held at every
+repetition below the lowest failing rate (conservative); each repetition's own crossing of the binding SLO (the
+highest observed/bound ratio, interpolated in log ratio between its last holding and first failing rate) gives the
+estimates a confidence interval is computed from, and their mean, kept inside the measured bracket, is the knee
+estimate (less sensitive than the bracket's ends to one borderline point).
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ class Knee:
     ci_low: float | None  # 95 % t-interval of the estimates' mean (None with fewer than 2 estimates)
     ci_high: float | None
     non_monotone: bool  # a rate held above a failing one (the knee ignores it: conservative)
+    estimate: float | None = None  # the headline: ``mean`` kept inside [knee, upper], else ``knee``
 
 
 def _by_rate(points: Sequence[Observation]) -> dict[float, list[Observation]]:
@@ -181,7 +183,8 @@ def knee_of(points: Sequence[Observation], bracketed: bool, repetitions: int = 1
     low, high = t_interval(estimates)
     non_monotone = hi is not None and any(r > hi and _holds(obs) for r, obs in rates.items())
     knee = max(confirmed) if confirmed and hi is not None else None
-    return Knee(bracketed, knee, hi, estimates, mean, low, high, non_monotone)
+    estimate = min(max(mean, knee), hi) if knee is not None and hi is not None and mean is not None else knee
+    return Knee(bracketed, knee, hi, estimates, mean, low, high, non_monotone, estimate)
 
 
 def _crossing(points: Sequence[Observation], repetition: int) -> float | None:

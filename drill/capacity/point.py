@@ -3,7 +3,7 @@
 A point runs the load driver (:class:`drill.load.driver.LoadDriver`, the same open-loop generator ``drill load``
 and ``drill run`` use) into its own directory, ``points/<sweep>/<NN>-<rate>rps-rep<k>/``: ``requests.jsonl``,
 ``failing_samples.jsonl``, ``metrics.jsonl`` (the target's ``/metrics`` every second), ``load-driver.log``,
-later ``spans.jsonl`` (:mod:`drill.capacity.spans`), and ``point.json``. Arrivals run for
+and later ``spans.jsonl`` (:mod:`drill.capacity.ttft_split`). Arrivals run for
 ``warmup + measure + tail`` seconds; only attempts intended inside ``[warmup, warmup + measure)`` are judged, so
 the judged requests never start into an empty stack nor stop with the load; the stop then waits ``drain`` seconds
 for in-flight requests (cancelling the rest) and for the target to be idle before the next point.
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from drill.capacity.attainment import AttainmentRule, PoolOutcome, SloOutcome, judge_pool
-from drill.capacity.spans import TtftSplit
+from drill.capacity.ttft_split import TtftSplit
 from drill.jsonl import ReadReport
 from drill.load.records import RequestRecord, read_records
 from drill.spec.scenario import Scenario

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CAPACITY_FILES", "capacity_view", "write_capacity_reports"]
+__all__ = ["CAPACITY_FILES", "capacity_view", "render_capacity", "write_capacity_reports"]
 
 CAPACITY_FILES = ("capacity.md", "capacity.html")
 _TEMPLATES = Path(__file__).resolve().parents[1] / "report" / "templates"
@@ -80,14 +80,8 @@ def _headline(doc: dict[str, Any], full: dict[str, Any] | None) -> list[tuple[st
     if full is None:
         return [("knee", "no sweep was measured")]
     knee = full["knee"]
-    lines.append(("knee (measured)", _knee_text(full)))
-    if knee.get("mean") is not None:
-        ci = (
-            f" (95% CI {num(knee['ci_low'])} to {num(knee['ci_high'])}/s over {len(knee['estimates'])} repetitions)"
-            if knee.get("ci_low") is not None
-            else f" ({len(knee['estimates'])} repetition: no interval)"
-        )
-        lines.append(("knee (interpolated)", f"{num(knee['mean'])}/s{ci}"))
+    lines.append(("knee", _estimate_text(knee)))
+    lines.append(("measured bracket", _knee_text(full)))
     binding = full.get("binding")
     if binding:
         lines.append(
@@ -111,6 +105,18 @@ def _headline(doc: dict[str, Any], full: dict[str, Any] | None) -> list[tuple[st
             )
         )
     return lines
+
+
+def _estimate_text(knee: dict[str, Any]) -> str:
+    estimate = knee.get("estimate", knee.get("knee"))
+    if estimate is None:
+        return "not found (see the measured bracket)"
+    estimates = knee.get("estimates") or []
+    if knee.get("ci_low") is not None:
+        ci = f"95% CI {num(knee['ci_low'])} to {num(knee['ci_high'])}/s over {len(estimates)} repetitions"
+    else:
+        ci = f"{len(estimates)} repetition(s): no interval"
+    return f"{num(estimate)}/s (each repetition's SLO crossing, interpolated inside the bracket; {ci})"
 
 
 def _knee_text(sweep: dict[str, Any]) -> str:
@@ -140,7 +146,7 @@ def _naive_lines(doc: dict[str, Any]) -> list[tuple[str, str]]:
         lines.append(
             (
                 "naive estimate's error",
-                f"{pct(comparison['error'])} (naive ÷ measured knee = {num(comparison['ratio'])})",
+                f"{pct(comparison['error'])} (naive ÷ knee = {num(comparison['ratio'])})",
             )
         )
     return lines
@@ -279,3 +285,14 @@ def write_capacity_reports(run_dir: Path) -> list[Path]:
         tmp.replace(path)
         out.append(path)
     return out
+
+
+def render_capacity(run_dir: Path, fmt: str | None) -> str:
+    """What ``drill report RUN_DIR`` prints for a capacity run: with ``fmt`` (md, html, json) the report in that
+    format, written nowhere; without, it writes both reports and returns their paths, one per line."""
+    if fmt is None:
+        return "".join(f"report: {path}\n" for path in write_capacity_reports(run_dir))
+    doc = json.loads((Path(run_dir) / "capacity.json").read_text(encoding="utf-8"))
+    if fmt == "json":
+        return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    return _environment(fmt == "html").get_template(f"capacity.{fmt}.j2").render(v=capacity_view(doc))

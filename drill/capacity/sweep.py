@@ -260,7 +260,7 @@ class CapacityRun:
     # --- finishing ----------------------------------------------------------------------------------
 
     def _finish(self, result: CapacityResult) -> None:
-        from drill.capacity.report import write_capacity_reports
+        from drill.capacity.reporting import write_capacity_reports
 
         self._attach_spans(result)
         self.rundir.write_json("capacity.json", to_json(self.options, result))
@@ -270,7 +270,7 @@ class CapacityRun:
 
     def _attach_spans(self, result: CapacityResult) -> None:
         """Split the run's spans per point and attach each point's TTFT split (queueing, prefill)."""
-        from drill.capacity.spans import split_spans, ttft_split
+        from drill.capacity.ttft_split import split_spans, ttft_split
         from drill.load.records import read_records
 
         owners: dict[str, Path] = {}
@@ -343,7 +343,7 @@ def to_json(options: CapacityOptions, result: CapacityResult) -> dict[str, Any]:
     """The ``capacity.json`` document (infinite figures — failures at the percentile — are ``null``)."""
     full = result.sweep(FULL)
     n1 = result.sweep(N_MINUS_1)
-    knee = full.knee.knee if full else None
+    knee = full.knee.estimate if full else None
     naive = result.naive
     doc: dict[str, Any] = {
         "schema": SCHEMA,
@@ -411,7 +411,7 @@ def _slo_json(slo: SloOutcome | None) -> dict[str, Any] | None:
 def _comparison(knee: float | None, naive: NaiveEstimate | None) -> dict[str, Any] | None:
     if knee is None or naive is None or naive.rate is None or knee <= 0:
         return None
-    return {"measured_knee": knee, "naive_rate": naive.rate, "ratio": naive.rate / knee, "error": naive.rate / knee - 1}
+    return {"knee": knee, "naive_rate": naive.rate, "ratio": naive.rate / knee, "error": naive.rate / knee - 1}
 
 
 def _headroom(options: CapacityOptions, full: SweepResult | None, n1: SweepResult | None) -> dict[str, Any]:

@@ -190,13 +190,16 @@ def _drill_target(path: Path, allow_hosts: tuple[str, ...], gpus: int | None):
     from drill.capacity.sweep import TargetChoice
     from drill.engine.safety import check_hosts
     from drill.spec.loader import load_drill
+    from drill.stack.config import StackConfig
 
     loaded = load_drill(path)
     kind = loaded.drill.target.kind
     check_hosts(loaded, list(allow_hosts))
     params = loaded.target_params
-    if kind == "embedded":
-        gpus = params.replicas * params.engine.world_size  # type: ignore[attr-defined]
+    if params is None:
+        raise InputError(f"--target {path}: the drill's target has no params")
+    if isinstance(params, StackConfig):
+        gpus = params.replicas * params.engine.world_size
     return TargetChoice(kind, params, f"{kind} target of {path}", gpus)
 
 
@@ -291,7 +294,7 @@ def _search(scenario, rates: str, start: float | None, repetitions: int, toleran
 
 
 def _print_summary(doc: dict) -> None:
-    from drill.capacity.report import capacity_view
+    from drill.capacity.reporting import capacity_view
 
     view = capacity_view(doc)
     console.print("")

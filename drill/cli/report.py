@@ -37,6 +37,14 @@ def report(run_dir: Path, fmt: str | None, progress: bool | None) -> None:
     from drill.report.render import render_html, render_json, render_markdown, report_for, write_reports
 
     with handle_errors():
+        if (run_dir / "capacity.json").is_file():  # a `drill capacity` run: its own report
+            from drill.capacity.reporting import render_capacity
+
+            sys.stdout.write(render_capacity(run_dir, fmt))
+            return
+        if (run_dir / "sweep.json").is_file():  # a sweep (a drill with `sweep:`): the scaling report
+            _sweep_report(run_dir, fmt)
+            return
         if not (run_dir / "resolved.json").is_file():
             raise InputError(
                 f"{run_dir}: not a run directory (it has no resolved.json)",
@@ -54,6 +62,21 @@ def report(run_dir: Path, fmt: str | None, progress: bool | None) -> None:
             console.print(f"report: {path}")
     else:
         sys.stdout.write(text)
+
+
+def _sweep_report(run_dir: Path, fmt: str | None) -> None:
+    """Write scaling.md and scaling.html again (and print their paths), or print one format of it."""
+    from drill.sweeps.scaling_report import write_scaling_reports
+
+    if fmt == "json":
+        sys.stdout.write((run_dir / "scaling.json").read_text(encoding="utf-8"))
+        return
+    paths = write_scaling_reports(run_dir)
+    if fmt is None:
+        for path in paths:
+            console.print(f"report: {path}")
+    else:
+        sys.stdout.write(paths[0 if fmt == "md" else 1].read_text(encoding="utf-8"))
 
 
 class _ReportProgress:

@@ -5,9 +5,9 @@ once the rate passes capacity."""
 from __future__ import annotations
 
 import json
-from html import unescape
 import subprocess
 import sys
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -44,7 +44,7 @@ def _doc(run_dir: Path) -> dict:
 def test_exit_0_and_the_summary(run):
     done, run_dir = run
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"knee (measured): {LOW:g}/s held at every repetition, {HIGH:g}/s failed" in done.stdout
+    assert f"measured bracket: {LOW:g}/s held at every repetition, {HIGH:g}/s failed" in done.stdout
     assert "naive estimate's error" in done.stdout
     assert f"run directory: {run_dir.relative_to(run_dir.parents[2])}" in done.stdout
 
@@ -90,7 +90,7 @@ def test_the_reports_show_the_knee_the_naive_error_and_the_cost(run):
     md = (run_dir / "capacity.md").read_text()
     html = unescape((run_dir / "capacity.html").read_text())
     doc = _doc(run_dir)
-    assert doc["comparison"]["measured_knee"] == LOW and doc["comparison"]["naive_rate"] > 0
+    assert LOW <= doc["comparison"]["knee"] <= HIGH and doc["comparison"]["naive_rate"] > 0
     assert doc["headroom"]["safe_rate"] == pytest.approx(LOW * 0.75)
     assert doc["cost"]["per_successful_request"] > 0
     for text in (md, html):

@@ -151,3 +151,16 @@ def test_the_failing_end_of_the_final_bracket_is_measured_at_every_repetition():
     assert isinstance(step, Next) and (step.rate, step.repetition) == (5.4, 1)
     done = decide(config, [*points, Observation(5.4, 1, True, 0.95)])
     assert isinstance(done, Done) and done.bracketed
+
+
+def test_the_knee_estimate_stays_inside_the_measured_bracket():
+    points = [
+        Observation(8.0, 0, True, 0.5),
+        Observation(8.0, 1, True, 0.6),
+        Observation(10.0, 0, False, 2.0),
+        Observation(10.0, 1, False, 1.5),
+    ]
+    result = knee_of(points, bracketed=True, repetitions=2)
+    assert result.knee == 8.0 and result.upper == 10.0
+    assert result.estimate is not None and 8.0 <= result.estimate <= 10.0
+    assert result.estimate == pytest.approx(result.mean)

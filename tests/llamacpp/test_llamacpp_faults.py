@@ -3,7 +3,8 @@
 The server runs under ``drill supervise`` (tests/llamacpp/conftest.py), which keeps its PID file and starts it
 again after a crash; the drill's ``kind: openai`` target names that PID file and says ``supervised: true``. The
 server exports ``llamacpp:*`` metrics, which the reports map to quantities, and no spans, so the checks that need
-spans are INCONCLUSIVE and say so. Each drill is short (12 s of phases, about 20 s in all).
+spans are INCONCLUSIVE and say so (and ``retry_budget``, which only adds spans to the client's view, says what it
+could not see). Each drill is short (12 s of phases, about 20 s in all).
 """
 
 from __future__ import annotations
@@ -120,6 +121,7 @@ def test_replica_crash_kills_the_server_the_supervisor_restarts_it_and_the_drill
         {"kind": "error_rate", "name": "recovered", "params": {"phase": "recovery", "max": 0.05}},
         {"kind": "first_abnormal_span"},
         {"kind": "duplicate_side_effects"},
+        {"kind": "retry_budget"},
     ]
     done, run_dir, took = _run(_drill("llamacpp-crash", llama_server, fault, checks), tmp_path)
     print(f"crash drill: {took:.1f} s")
@@ -136,6 +138,8 @@ def test_replica_crash_kills_the_server_the_supervisor_restarts_it_and_the_drill
     for name in ("first_abnormal_span", "duplicate_side_effects"):
         assert verdicts[name]["status"] == "INCONCLUSIVE", verdicts[name]
         assert NO_SPANS in verdicts[name]["message"], verdicts[name]
+    budget = verdicts["retry_budget"]  # judged from the client's records, saying what it could not see
+    assert budget["status"] == "PASS" and any(NO_SPANS in note for note in budget["notes"]), budget
     evidence = RunEvidence(run_dir)
     fault_phase = evidence.requests_in("fault")
     assert any(not r.ok for r in fault_phase), "the kill failed no request in flight"

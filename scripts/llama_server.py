@@ -303,13 +303,18 @@ def start_background(cache: Cache) -> str:
     with open(cache.log, "ab") as log:
         log.truncate(0)
         process = subprocess.Popen(
-            ["nice", "-n", "19", sys.executable, os.path.abspath(__file__), "build"],
+            [sys.executable, os.path.abspath(__file__), "build"],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=_lowest_priority,
         )
     return f"building llama-server in the background (pid {process.pid}, nice 19; log {cache.log})"
+
+
+def _lowest_priority() -> None:
+    os.nice(19)
 
 
 def wait(cache: Cache, timeout_s: float, tick=None) -> Path:
@@ -322,6 +327,8 @@ def wait(cache: Cache, timeout_s: float, tick=None) -> Path:
                 break
             if status.get("state") == "failed":
                 raise BuildError(f"the llama-server build failed: {status.get('error')}\n{cache.log_tail()}")
+            if status.get("state") == "building":
+                raise BuildError(f"the llama-server build (pid {status.get('pid')}) died unfinished\n{cache.log_tail()}")
             raise BuildError(f"llama-server is not built and no build is running ({cache.folder})")
         if time.monotonic() >= deadline:
             raise BuildError(f"the llama-server build did not finish within {timeout_s:g} s\n{cache.log_tail()}")

@@ -46,5 +46,10 @@ start_llama_server_build() {
   if [ -n "${LLAMA_SERVER_BIN:-}" ]; then return 0; fi
   if "$(llama_server_python)" scripts/llama_server.py path >/dev/null 2>&1; then return 0; fi
   llama_server_tools || return 1
-  log "$("$(llama_server_python)" scripts/llama_server.py background)"
+  local started
+  if ! started="$("$(llama_server_python)" scripts/llama_server.py background)"; then
+    log "could not start the llama-server build (see above)"
+    return 1
+  fi
+  log "$started"
 }

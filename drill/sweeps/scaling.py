@@ -102,9 +102,7 @@ class VariantFigures:
     healthy: StateFigures
     degraded: StateFigures
     prediction: Prediction | None = None
-    #: The request set the variant was sent: how many logical requests, and a digest of their ids and payloads
-    #: (the same seed and scenario make the same set, so every variant of a sweep shows the same digest).
-    request_set: str = ""
+    requests_sent: int = 0  # logical requests the load sent (the load stops on the clock: the tail may differ)
 
     def state(self, name: str) -> StateFigures:
         return self.healthy if name == "healthy" else self.degraded
@@ -117,11 +115,9 @@ class ScalingTable:
     variable: str
     variants: tuple[VariantFigures, ...]
     notes: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def same_request_set(self) -> bool:
-        """Every variant was sent the same requests (ids and payload bytes)."""
-        return len({v.request_set for v in self.variants}) <= 1
+    #: Every variant was sent the same requests (ids and payload bytes, in schedule order) up to the shortest's end.
+    same_request_set: bool = True
+    request_set: str = ""  # what the comparison found, in words
 
     @property
     def reference(self) -> VariantFigures | None:
@@ -144,6 +140,7 @@ class ScalingTable:
             "variable": self.variable,
             "reference": self.reference.value if self.reference else None,
             "same_request_set": self.same_request_set,
+            "request_set": self.request_set,
             "variants": [
                 {
                     **asdict(v),
@@ -166,14 +163,41 @@ def measure_sweep(run_dir: Path) -> ScalingTable:
     record = read_sweep_record(run_dir) or {}
     notes: list[str] = []
     variants = []
+    schedules = {}
     for item in record.get("variants") or []:
         path = Path(run_dir) / item["run_dir"] if item.get("run_dir") else None
         if path is None or not (path / "journal.jsonl").is_file():
             notes.append(f"{item['label']}: no run directory to measure ({item.get('status', 'not run')})")
             continue
-        variants.append(_measure_variant(item, RunEvidence(path)))
-        notes += [f"{item['label']}: {r.describe()}" for r in RunEvidence(path).reports.values() if not r.clean]
-    return ScalingTable(record.get("variable", ""), tuple(variants), tuple(notes))
+        evidence = RunEvidence(path)
+        variants.append(_measure_variant(item, evidence))
+        schedules[item["label"]] = _schedule(evidence.requests)
+        notes += [f"{item['label']}: {r.describe()}" for r in evidence.reports.values() if not r.clean]
+    same, words = _compare_schedules(schedules)
+    return ScalingTable(record.get("variable", ""), tuple(variants), tuple(notes), same, words)
+
+
+def _schedule(records: list[RequestRecord]) -> list[tuple[str, str]]:
+    """(logical id, payload digest) of each first attempt, in the order of their intended start."""
+    firsts = sorted((r for r in records if r.attempt == 1), key=lambda r: r.intended_ts)
+    return [(r.logical_id, r.payload_digest) for r in firsts]
+
+
+def _compare_schedules(schedules: dict[str, list[tuple[str, str]]]) -> tuple[bool, str]:
+    """Whether every variant was sent the same requests up to the shortest's end, and that in words."""
+    if not schedules:
+        return True, "no variant was measured"
+    common = min(len(s) for s in schedules.values())
+    first = next(iter(schedules.values()))[:common]
+    differ = [label for label, s in schedules.items() if s[:common] != first]
+    sent = ", ".join(f"{label} {len(s)}" for label, s in schedules.items())
+    if differ:
+        return False, f"differs between variants ({', '.join(differ)} from the first); sent: {sent}"
+    digest = hashlib.sha256(repr(first).encode()).hexdigest()[:12]
+    return True, (
+        f"the same {common} requests (ids and payload bytes, sha256:{digest}) in every variant, in the same order; "
+        f"sent: {sent} (the load stops on the clock)"
+    )
 
 
 # --- one variant ------------------------------------------------------------------------------------------------
@@ -195,15 +219,8 @@ def _measure_variant(item: dict, evidence: RunEvidence) -> VariantFigures:
         healthy,
         degraded,
         _predict(evidence, healthy),
-        _request_set(evidence.requests),
+        len({r.logical_id for r in evidence.requests}),
     )
-
-
-def _request_set(records: list[RequestRecord]) -> str:
-    """``63 requests, sha256:<12 hex>`` over the sorted (logical id, payload digest) of the first attempts."""
-    firsts = sorted({(r.logical_id, r.payload_digest) for r in records if r.attempt == 1})
-    digest = hashlib.sha256(repr(firsts).encode()).hexdigest()[:12]
-    return f"{len(firsts)} requests, sha256:{digest}"
 
 
 def _degraded_window(evidence: RunEvidence, skipped: tuple[str, ...]) -> tuple[PhaseWindow | None, str]:

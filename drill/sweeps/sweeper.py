@@ -19,13 +19,15 @@ worst of the variants' and the sweep's verdicts': 4 a revert failed, 3 a variant
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from drill import registry
 from drill.checks.base import RunEvidence, Status, Verdict
 from drill.engine import active
 from drill.engine.journal import Event, Journal, RunStatus
@@ -33,14 +35,21 @@ from drill.engine.listeners import RunListener
 from drill.engine.rundir import RunDir, create_run_dir
 from drill.engine.runner import RunOptions, RunResult
 from drill.engine.variants import run_variant
-from drill.engine.verdicts import judge_one, verdicts_document
+from drill.engine.verdicts import judge_one, plan_checks, verdicts_document
 from drill.report.junit import write_junit
 from drill.report.redact import Redactor, secret_environment_values
-from drill.spec.models import check_names
-from drill.sweeps.resolve import SweepPlan, SweepVariant
-from drill.sweeps.scaling import ScalingTable, measure_sweep
+from drill.sweeps.resolve import SweepPlan, SweepVariant, is_sweep_check
+from drill.sweeps.scaling import ScalingTable, measure_sweep, read_sweep_record
 
-__all__ = ["SWEEP_SCHEMA", "SweepRunResult", "VariantOutcome", "rolled_up", "run_sweep"]
+__all__ = [
+    "SWEEP_SCHEMA",
+    "SweepRunResult",
+    "VariantOutcome",
+    "VariantVerdicts",
+    "judge_sweep",
+    "rolled_up",
+    "run_sweep",
+]
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +108,7 @@ def run_sweep(
     ]
     result.table = measure_sweep(rundir.path)
     rundir.write_json("scaling.json", result.table.to_json())
-    result.verdicts = _judge(plan, rundir, result.outcomes)
+    result.verdicts = judge_sweep(rundir.path)
     result.exit_code = _exit_code(result, status)
     rundir.write_json(
         "verdicts.json",
@@ -123,6 +132,7 @@ def _write_inputs(rundir: RunDir, plan: SweepPlan, redactor: Redactor) -> None:
                 "overrides": list(base.overrides),
                 "time_scale": base.time_scale,
                 "drill": base.drill.model_dump(mode="json", by_alias=True),
+                "check_params": [p.model_dump(mode="json", by_alias=True) for p in base.check_params],
                 "variants": [
                     {"label": v.label, "value": v.value, "set": v.assignment, "skipped_faults": list(v.skipped_faults)}
                     for v in plan.variants
@@ -196,33 +206,65 @@ def _variant_record(rundir: RunDir, outcome: VariantOutcome) -> dict[str, Any]:
 # --- verdicts -----------------------------------------------------------------------------------------------------
 
 
-def _judge(plan: SweepPlan, rundir: RunDir, outcomes: list[VariantOutcome]) -> list[Verdict]:
-    """The drill's checks in its order: a sweep check judged over the sweep, a run-level one rolled up."""
-    evidence = RunEvidence(rundir.path)
-    sweep_checks = {name: (kind, params) for kind, name, params in plan.sweep_checks}
-    names = check_names(plan.base.drill.checks, bool(plan.base.drill.faults))
-    verdicts = []
-    for name in names:
-        if name in sweep_checks:
-            kind, params = sweep_checks[name]
-            verdicts.append(judge_one(kind, name, params, evidence))
-        else:
-            verdicts.append(rolled_up(name, outcomes))
-    return verdicts
+@dataclass(frozen=True)
+class VariantVerdicts:
+    """One variant's verdicts as the sweep rolls them up (None: it has none, ``why_not`` says why)."""
+
+    label: str
+    verdicts: list[Verdict] | None
+    why_not: str = ""
 
 
-def rolled_up(name: str, outcomes: list[VariantOutcome]) -> Verdict:
+def judge_sweep(run_dir: Path, variant_verdicts: Callable[[Path], list[Verdict] | None] | None = None) -> list[Verdict]:
+    """The sweep's verdicts from its run directory alone, in the drill's check order: a sweep check judged over the
+    sweep, a run-level one rolled up over the variants' verdicts (their ``verdicts.json``, or ``variant_verdicts``
+    of each variant's run directory: ``drill judge`` judges them again)."""
+    read = variant_verdicts or _recorded_verdicts
+    resolved = json.loads((run_dir / "resolved.json").read_text(encoding="utf-8"))
+    drill = resolved.get("drill") or {}
+    specs = drill.get("checks") or []
+    dumps = resolved.get("check_params") or [{} for _ in specs]
+    params = [registry.checks.get(s["kind"]).Params.model_validate(d or {}) for s, d in zip(specs, dumps)]
+    planned = plan_checks([(s["kind"], s.get("name")) for s in specs], params, bool(drill.get("faults")))
+    entries = [
+        _variant_verdicts(run_dir, item, read) for item in (read_sweep_record(run_dir) or {}).get("variants", [])
+    ]
+    evidence = RunEvidence(run_dir)
+    return [
+        judge_one(c.kind, c.name, c.params, evidence) if is_sweep_check(c.kind) else rolled_up(c.name, entries)
+        for c in planned
+    ]
+
+
+def _variant_verdicts(run_dir: Path, item: dict, read: Callable[[Path], list[Verdict] | None]) -> VariantVerdicts:
+    if not item.get("run_dir"):
+        return VariantVerdicts(item["label"], None, "not run")
+    verdicts = read(run_dir / item["run_dir"])
+    if item.get("skipped_faults"):
+        why = "it ran without the fault its target lacks"
+    else:
+        why = f"the run ended {item.get('status', '?')}"
+    return VariantVerdicts(item["label"], verdicts, why)
+
+
+def _recorded_verdicts(variant_dir: Path) -> list[Verdict] | None:
+    path = variant_dir / "verdicts.json"
+    if not path.is_file():
+        return None
+    return [Verdict.from_json(c) for c in json.loads(path.read_text(encoding="utf-8")).get("checks", [])]
+
+
+def rolled_up(name: str, variants: list[VariantVerdicts]) -> Verdict:
     """Check ``name`` over the variants: the worst of their verdicts, each variant's status in the message."""
     found: list[tuple[str, Verdict]] = []
     parts = []
-    for outcome in outcomes:
-        label, run = outcome.variant.label, outcome.result
-        verdict = next((v for v in run.verdicts if v.name == name), None) if run is not None else None
+    for variant in variants:
+        verdict = next((v for v in variant.verdicts or [] if v.name == name), None)
         if verdict is None:
-            parts.append(f"{label}: not judged ({_why_not(outcome)})")
+            parts.append(f"{variant.label}: not judged ({variant.why_not})")
             continue
-        found.append((label, verdict))
-        parts.append(f"{label}: {verdict.status.value}")
+        found.append((variant.label, verdict))
+        parts.append(f"{variant.label}: {verdict.status.value}")
     if not found:
         return Verdict(name, name, Status.INCONCLUSIVE, "no variant judged it — " + "; ".join(parts))
     worst = max((v.status for _, v in found), key=_SEVERITY.__getitem__)
@@ -231,14 +273,6 @@ def rolled_up(name: str, outcomes: list[VariantOutcome]) -> Verdict:
     message = "; ".join(parts) + (f" — {first_bad}" if worst is not Status.PASS else "")
     observed = {label: v.status.value for label, v in found}
     return Verdict(kind, name, worst, message, observed=observed, notes=tuple(parts))
-
-
-def _why_not(outcome: VariantOutcome) -> str:
-    if outcome.result is None:
-        return "not run"
-    if outcome.variant.skipped_faults:
-        return "it ran without the fault its target lacks"
-    return f"the run ended {outcome.result.status}"
 
 
 def _exit_code(result: SweepRunResult, status: RunStatus) -> int:

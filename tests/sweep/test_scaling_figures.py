@@ -3,22 +3,20 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from drill.checks.base import RunEvidence, Status, Verdict
-from drill.engine.journal import RunStatus
-from drill.engine.runner import RunResult
-from drill.spec.loader import load_drill
-from drill.sweeps.resolve import resolve_sweep
+from drill.cli.main import cli
 from drill.sweeps.scaling import measure_sweep
 from drill.sweeps.scaling_report import findings, write_scaling_reports
-from drill.sweeps.sweeper import VariantOutcome, rolled_up
+from drill.sweeps.sweeper import VariantVerdicts, rolled_up
 from drill.sweeps.tp_scaling import TpScalingCheck, TpScalingParams
-from tests.sweep.sweep_kit import PHASE_S, TOKENS, write_sweep
+from tests.sweep.sweep_kit import LINK_FAULT, PHASE_S, TOKENS, write_sweep
 
-REPO = Path(__file__).resolve().parents[2]
 #: TP -> (healthy, degraded) TPOT p50 in ms: the gain of TP=2 (2x) reverses on degraded links (80/120 = 0.67x).
 REVERSES = {1: (80.0, 80.0), 2: (40.0, 120.0), 4: (25.0, 110.0)}
 
@@ -39,7 +37,7 @@ def test_the_figures_of_each_variant_and_link_state(tmp_path: Path) -> None:
     assert tp2.degraded.link == "degraded: tp-links (nccl_degradation)"
     assert table.speedup("healthy", tp2) == 2.0 and table.speedup("degraded", tp2) == pytest.approx(2 / 3)
     assert table.speedup("healthy", tp4) == 3.2
-    assert table.same_request_set
+    assert table.same_request_set and table.request_set.startswith("the same 16 requests (ids and payload bytes")
 
 
 def test_the_prediction_follows_the_stacks_cost_model(tmp_path: Path) -> None:
@@ -102,20 +100,35 @@ def test_the_report_says_where_the_gain_reverses_and_draws_the_chart(tmp_path: P
     assert (root / "scaling.svg").read_text() == svg  # deterministic
 
 
-def _run(status: Status, name: str = "no-errors") -> RunResult:
-    return RunResult(Path("x"), RunStatus.COMPLETED, 0, [Verdict("error_rate", name, status, "m")])
+def _verdicts(label: str, status: Status | None, why: str = "") -> VariantVerdicts:
+    verdicts = None if status is None else [Verdict("error_rate", "no-errors", status, "m")]
+    return VariantVerdicts(label, verdicts, why)
 
 
 def test_a_run_level_check_rolls_up_to_the_worst_variant() -> None:
-    plan = resolve_sweep(load_drill(REPO / "drills/tp-scaling.yaml"))
-    tp1, tp2, tp4 = plan.variants
-    outcomes = [
-        VariantOutcome(tp1, _run(Status.PASS)),
-        VariantOutcome(tp2, _run(Status.FAIL)),
-        VariantOutcome(tp4, None),
-    ]
-    verdict = rolled_up("no-errors", outcomes)
-    assert verdict.status is Status.FAIL
+    variants = [_verdicts("tp-1", Status.PASS), _verdicts("tp-2", Status.FAIL), _verdicts("tp-4", None, "not run")]
+    verdict = rolled_up("no-errors", variants)
+    assert verdict.status is Status.FAIL and verdict.kind == "error_rate"
     assert verdict.message.startswith("tp-1: PASS; tp-2: FAIL; tp-4: not judged (not run) — tp-2: m")
-    landed = rolled_up("fault_landed", [VariantOutcome(tp1, _run(Status.PASS, "other"))])
+    landed = rolled_up("fault_landed", [_verdicts("tp-1", Status.PASS, "it ran without the fault its target lacks")])
     assert landed.status is Status.INCONCLUSIVE and "tp-1: not judged (it ran without the fault" in landed.message
+
+
+def test_drill_judge_and_drill_report_take_a_sweep_directory(tmp_path: Path) -> None:
+    root = write_sweep(tmp_path / "sweep", REVERSES)
+    checks = [{"kind": "tp_scaling", "params": {"degraded": "reverses"}}]
+    drill = {"name": "tp-scaling", "seed": 17, "faults": [LINK_FAULT], "checks": checks}
+    resolved = {"drill": drill, "check_params": [TpScalingParams(degraded="reverses").model_dump(mode="json")]}
+    (root / "resolved.json").write_text(json.dumps(resolved))
+    judged = CliRunner().invoke(cli, ["judge", str(root), "--json"])
+    assert judged.exit_code == 0, judged.output
+    verdicts = {c["name"]: c for c in json.loads(judged.output)["checks"]}
+    assert list(verdicts) == ["fault_landed", "tp_scaling"]
+    assert verdicts["tp_scaling"]["status"] == "PASS" and verdicts["tp_scaling"]["expected"]["degraded_effect"] == (
+        "reverses"
+    )
+    assert verdicts["fault_landed"]["message"].startswith("tp-1: not judged (it ran without the fault its target")
+    reported = CliRunner().invoke(cli, ["report", str(root)])
+    assert reported.exit_code == 0 and f"report: {root / 'scaling.md'}" in reported.output, reported.output
+    as_json = CliRunner().invoke(cli, ["report", str(root), "--format", "json"])
+    assert json.loads(as_json.output)["variants"][1]["speedup"] == {"healthy": 2.0, "degraded": 0.667}

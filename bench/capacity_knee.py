@@ -1,6 +1,7 @@
 """How stable is the knee ``drill capacity`` finds? Run it N times against the embedded stack and compare.
 
     .venv/bin/python bench/capacity_knee.py [--runs 3] [--scenario scenarios/chat-azure-conv.yaml] [-- EXTRA ARGS]
+    .venv/bin/python bench/capacity_knee.py --analyze reports/capacity/RUN_A reports/capacity/RUN_B ...
 
 Each run is a plain ``drill capacity SCENARIO`` (default options: auto rates, the embedded target) in its own
 run directory under ``reports/capacity/``. Prints each run's knee (the estimate the report leads with), its measured
@@ -35,19 +36,29 @@ def _run_once(scenario: str, extra: list[str], index: int) -> dict:
     if done.returncode not in (0, 1):
         sys.stderr.write(done.stdout + done.stderr)
         raise SystemExit(f"run {index}: drill capacity exited {done.returncode}")
-    doc = json.loads(done.stdout)
+    return _summary(json.loads(done.stdout), index, round(wall, 1))
+
+
+def _summary(doc: dict, index: int, wall_s: float | None) -> dict:
+    """One run's figures, the knee recomputed from its points with the planner (``drill.capacity.planner``)."""
+    from drill.capacity.planner import Observation, knee_of
+
     full = doc["sweeps"][0]
-    knee = full["knee"]
+    inf = float("inf")
+    points = [
+        Observation(p["rate"], p["repetition"], p["holds"], inf if p["ratio"] is None else p["ratio"])
+        for p in full["points"]
+    ]
+    knee = knee_of(points, bracketed=full["knee"]["bracketed"], repetitions=doc["inputs"]["search"]["repetitions"])
     return {
         "run": index,
         "run_id": doc["run_id"],
-        "estimate": knee["estimate"] if "estimate" in knee else _estimate(knee),
-        "knee": knee["knee"],
-        "upper": full["knee"]["upper"],
-        "interpolated": full["knee"]["mean"],
-        "points": len(full["points"]),
+        "estimate": knee.estimate,
+        "knee": knee.knee,
+        "upper": knee.upper,
+        "points": len(points),
         "naive": (doc.get("naive") or {}).get("rate"),
-        "wall_s": round(wall, 1),
+        "wall_s": wall_s,
     }
 
 
@@ -57,15 +68,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenario", default="scenarios/chat-azure-conv.yaml")
     parser.add_argument("--max-spread", type=float, default=1.2)
     parser.add_argument("extra", nargs="*", help="more drill capacity options (after --)")
+    parser.add_argument("--analyze", nargs="+", type=Path, help="only analyze these capacity run directories")
     args = parser.parse_args(argv)
     results = []
-    for i in range(1, args.runs + 1):
-        result = _run_once(args.scenario, args.extra, i)
+    runs = args.analyze or range(1, args.runs + 1)
+    for i, run in enumerate(runs, 1):
+        if isinstance(run, Path):
+            result = _summary(json.loads((run / "capacity.json").read_text()), i, None)
+        else:
+            result = _run_once(args.scenario, args.extra, i)
         results.append(result)
         print(
             f"run {i}: knee {_fmt(result['estimate'])}/s (measured: {_fmt(result['knee'])}/s held, "
             f"{_fmt(result['upper'])}/s failed), naive {_fmt(result['naive'])}/s, {result['points']} points, "
-            f"{result['wall_s']}s  [{result['run_id']}]",
+            f"{_fmt(result['wall_s'])}s  [{result['run_id']}]",
             flush=True,
         )
     knees = [r["estimate"] for r in results if r["estimate"] is not None]

@@ -16,8 +16,9 @@ synthetic points. The rules (``docs/capacity.md``):
 :func:`knee_of` reads the result out of the observations: the measured knee is the highest rate that held at every
 repetition below the lowest failing rate (conservative); each repetition's own crossing of the binding SLO (the
 highest observed/bound ratio, interpolated in log ratio between its last holding and first failing rate) gives the
-estimates a confidence interval is computed from, and their mean, kept inside the measured bracket, is the knee
-estimate (less sensitive than the bracket's ends to one borderline point).
+estimates a confidence interval is computed from; the knee *estimate* is where the worst repetition's binding
+ratio crosses 1 between the measured knee and the lowest failing rate (less sensitive than the bracket's ends to
+one borderline point, and never outside them).
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ class Knee:
     ci_low: float | None  # 95 % t-interval of the estimates' mean (None with fewer than 2 estimates)
     ci_high: float | None
     non_monotone: bool  # a rate held above a failing one (the knee ignores it: conservative)
-    estimate: float | None = None  # the headline: ``mean`` kept inside [knee, upper], else ``knee``
+    estimate: float | None = None  # the headline: where the worst repetition's binding ratio crosses 1 in [knee, upper]
 
 
 def _by_rate(points: Sequence[Observation]) -> dict[float, list[Observation]]:
@@ -183,8 +184,21 @@ def knee_of(points: Sequence[Observation], bracketed: bool, repetitions: int = 1
     low, high = t_interval(estimates)
     non_monotone = hi is not None and any(r > hi and _holds(obs) for r, obs in rates.items())
     knee = max(confirmed) if confirmed and hi is not None else None
-    estimate = min(max(mean, knee), hi) if knee is not None and hi is not None and mean is not None else knee
+    estimate = _interpolate(knee, hi, rates) if knee is not None and hi is not None else None
     return Knee(bracketed, knee, hi, estimates, mean, low, high, non_monotone, estimate)
+
+
+def _interpolate(lo: float, hi: float, rates: dict[float, list[Observation]]) -> float:
+    """Where the worst repetition's binding ratio crosses 1 between ``lo`` and ``hi`` (log ratio, linear in rate)."""
+    q_lo = max(o.ratio for o in rates[lo])
+    q_hi = max(o.ratio for o in rates[hi])
+    return _cross(lo, hi, q_lo, q_hi)
+
+
+def _cross(lo: float, hi: float, q_lo: float, q_hi: float) -> float:
+    if not (0 < q_lo < 1 <= q_hi) or math.isinf(q_hi):
+        return math.sqrt(lo * hi)  # no usable slope (a failed request at the percentile): the midpoint
+    return lo + (hi - lo) * (-math.log(q_lo) / (math.log(q_hi) - math.log(q_lo)))
 
 
 def _crossing(points: Sequence[Observation], repetition: int) -> float | None:
@@ -202,11 +216,7 @@ def _crossing(points: Sequence[Observation], repetition: int) -> float | None:
     if not holding:
         return None
     lo = max(holding)
-    q_lo, q_hi = ratio[lo].ratio, ratio[hi].ratio
-    if not (0 < q_lo < 1 <= q_hi) or math.isinf(q_hi):
-        return math.sqrt(lo * hi)  # no usable slope (a failed request at the percentile): the midpoint
-    share = -math.log(q_lo) / (math.log(q_hi) - math.log(q_lo))
-    return lo + (hi - lo) * share
+    return _cross(lo, hi, ratio[lo].ratio, ratio[hi].ratio)
 
 
 #: Two-sided 97.5 % quantiles of Student's t for 1..10 degrees of freedom.

@@ -113,10 +113,10 @@ def _estimate_text(knee: dict[str, Any]) -> str:
         return "not found (see the measured bracket)"
     estimates = knee.get("estimates") or []
     if knee.get("ci_low") is not None:
-        ci = f"95% CI {num(knee['ci_low'])} to {num(knee['ci_high'])}/s over {len(estimates)} repetitions"
+        ci = f"repetitions' crossings 95% CI {num(knee['ci_low'])} to {num(knee['ci_high'])}/s (n={len(estimates)})"
     else:
         ci = f"{len(estimates)} repetition(s): no interval"
-    return f"{num(estimate)}/s (each repetition's SLO crossing, interpolated inside the bracket; {ci})"
+    return f"{num(estimate)}/s (where the worst repetition's binding SLO crosses its bound, inside the bracket; {ci})"
 
 
 def _knee_text(sweep: dict[str, Any]) -> str:

@@ -34,6 +34,8 @@ def render_plan(loaded: LoadedDrill) -> list[str]:
     lines = [f"drill {drill.name}" + (f" — {drill.title}" if drill.title else "")]
     if loaded.time_scale != 1.0:
         lines.append(f"(--time-scale {loaded.time_scale:g} applied to every timeline duration)")
+    if drill.sweep is not None:
+        lines += _sweep(loaded)
     info = None
     lines.append(f"target: {drill.target.kind}")
     if loaded.target_params is not None:
@@ -52,6 +54,20 @@ def render_plan(loaded: LoadedDrill) -> list[str]:
         lines.append("cannot run yet — these parts are not built:")
         lines += [f"  {d.render()}" for d in loaded.missing]
     lines.append("nothing was started (dry run).")
+    return lines
+
+
+def _sweep(loaded: LoadedDrill) -> list[str]:
+    """A sweep's variants, each with its one change and any fault it runs without; the plan below is the file's."""
+    from drill.sweeps.resolve import resolve_sweep
+
+    plan = resolve_sweep(loaded)
+    lines = [
+        f"sweep: {plan.sweep.variable} — one run per value, the same seed and request set; below: the drill as written"
+    ]
+    for variant in plan.variants:
+        lines.append(f"  variant {variant.label}: --set {variant.assignment}")
+        lines += [f"    runs without {line}" for line in variant.skipped_faults]
     return lines
 
 

@@ -113,3 +113,16 @@ def test_the_variants_of_tp_scaling_change_exactly_the_one_variable() -> None:
     [why] = plan.variants[0].skipped_faults
     assert why.startswith("tp-links: fault 'nccl_degradation' needs toxiproxy.tp_link")
     assert plan.variants[1].skipped_faults == ()
+
+
+def test_drill_plan_lists_the_variants_and_the_fault_a_variant_runs_without() -> None:
+    result = CliRunner().invoke(cli, ["plan", str(REPO / "drills/tp-scaling.yaml")])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[1].startswith(f"sweep: {VARIABLE} — one run per value")
+    assert lines[2:4] == [
+        f"  variant tp-1: --set {VARIABLE}=1",
+        "    runs without tp-links: fault 'nccl_degradation' needs toxiproxy.tp_link; target 'embedded' as configured "
+        "provides: load.control, process, router.admin, stack.admin, supervisor",
+    ]
+    assert f"  variant tp-4: --set {VARIABLE}=4" in lines and "nothing was started (dry run)." in lines

@@ -10,8 +10,10 @@ Time scales: the drills' timelines shrink (``--time-scale``); latency SLOs, clie
 arrival rates do not. The unbounded-queue drill needs 0.3: its flood must last long enough (18 s) for the
 queue to outgrow what admission control admits; the others need 0.25 (a 10 s baseline of 40-60 requests, a
 6 s fault window). ``phases.replay.max_samples`` is lowered where the replay is not what a test proves. The
-retry-storm pair runs side by side (its verdicts count executions per key, which the machine's load does not
-change); everything else runs alone. Measured on the project's 2-vCPU machine: about 5 min 50 s for the file.
+runs of the tests after the unbounded-queue pair are planned (``PLANNED_RUNS``, see ``conftest.py``) and run
+three side by side, in two waves: a run uses about a fifth of a core, its latencies are simulated. The
+unbounded-queue pair runs alone: its flood is the one load that fills a core. Measured on the project's 2-vCPU
+machine: about 5 min 50 s for the file when every run ran alone.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import pytest
 from drill.compare.diff import Difference, diff_configs, effective_config
 from tests.compare.compare_run import COMPARE_TIMEOUT_S, compare_drill
 from tests.e2e.catalogue_verdicts import assert_predicted
-from tests.e2e.conftest import DrillRun
+from tests.e2e.conftest import DrillRun, PlannedRun
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -44,6 +46,19 @@ QUEUE_CI = (
     "phases.replay.max_samples=20",
     "phases.replay.controls=4",
 )
+
+
+#: The runs of the tests after the unbounded-queue pair, three side by side (conftest.py's ``planned`` fixture).
+SIDE_BY_SIDE = 3
+PLANNED_RUNS = {
+    "test_slow_replica_names_the_link_to_replica_0_never_replica_1": (PlannedRun(SLOW_REPLICA),),
+    "test_tp_link_degradation_names_decode_on_the_degraded_replica": (PlannedRun(NCCL),),
+    "test_retry_storm_duplicates_found_and_none_with_the_idempotency_store": (
+        PlannedRun(RETRY_STORM),
+        PlannedRun(RETRY_STORM, ("target.config.router.idempotency=true",)),
+    ),
+    "test_gpu_oom_replay_passes_the_failed_samples_after_the_restart": (PlannedRun(GPU_OOM),),
+}
 
 
 def _assert_status(run: DrillRun, name: str, status: str) -> dict:
@@ -111,8 +126,8 @@ def test_unbounded_queue_fails_fast_failure_and_admission_control_passes_it(tmp_
     print(f"drill compare wall time: {pair.wall_s:.0f}s")
 
 
-def test_slow_replica_names_the_link_to_replica_0_never_replica_1(drill_run) -> None:
-    run = drill_run(SLOW_REPLICA, time_scale=0.25).finish()
+def test_slow_replica_names_the_link_to_replica_0_never_replica_1(planned: tuple[DrillRun, ...]) -> None:
+    (run,) = planned
     _assert_status(run, "fault_landed", "PASS")
     _assert_status(run, "baseline-slo", "PASS")
     _assert_status(run, "first_abnormal_span", "PASS")  # expect: router -> replica-0 CLIENT span, or replica 0
@@ -128,8 +143,8 @@ def test_slow_replica_names_the_link_to_replica_0_never_replica_1(drill_run) -> 
     assert_predicted(run, SLOW_REPLICA)
 
 
-def test_tp_link_degradation_names_decode_on_the_degraded_replica(drill_run) -> None:
-    run = drill_run(NCCL, time_scale=0.25).finish()
+def test_tp_link_degradation_names_decode_on_the_degraded_replica(planned: tuple[DrillRun, ...]) -> None:
+    (run,) = planned
     _assert_status(run, "fault_landed", "PASS")
     _assert_status(run, "first_abnormal_span", "PASS")  # expect: drill-replica-0 / decode
     first = _first_span(run)
@@ -140,11 +155,8 @@ def test_tp_link_degradation_names_decode_on_the_degraded_replica(drill_run) -> 
     assert_predicted(run, NCCL)
 
 
-def test_retry_storm_duplicates_found_and_none_with_the_idempotency_store(drill_run) -> None:
-    # side by side: these verdicts count executions per key, which the machine's load does not change
-    storm_run = drill_run(RETRY_STORM, time_scale=0.25)
-    guarded_run = drill_run(RETRY_STORM, "target.config.router.idempotency=true", time_scale=0.25)
-    storm, guarded = storm_run.finish(), guarded_run.finish()
+def test_retry_storm_duplicates_found_and_none_with_the_idempotency_store(planned: tuple[DrillRun, ...]) -> None:
+    storm, guarded = planned  # the drill as written; the Idempotency-Key store on
     _assert_status(storm, "fault_landed", "PASS")
     duplicated = _assert_status(storm, "duplicate_side_effects", "FAIL")
     assert any(ref["kind"] == "idempotency_key" for ref in duplicated["evidence"]), duplicated["evidence"][:5]
@@ -158,8 +170,8 @@ def test_retry_storm_duplicates_found_and_none_with_the_idempotency_store(drill_
     assert storm.verdict("duplicate_side_effects")["observed"] != guarded.verdict("duplicate_side_effects")["observed"]
 
 
-def test_gpu_oom_replay_passes_the_failed_samples_after_the_restart(drill_run) -> None:
-    run = drill_run(GPU_OOM, time_scale=0.25).finish()
+def test_gpu_oom_replay_passes_the_failed_samples_after_the_restart(planned: tuple[DrillRun, ...]) -> None:
+    (run,) = planned
     _assert_status(run, "fault_landed", "PASS")
     # the engine died (not just lost its KV cache) and came back: replica 0's side-effect ledger has requests that
     # ended in the engine error, then requests it served after the restart

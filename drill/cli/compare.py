@@ -74,6 +74,8 @@ def compare(
             check_hosts(loaded, allow_hosts)
         preflight()
         console.print(f"one change: {plan.change.describe()}", markup=False)
+        for label in plan.labels:
+            console.print(f"  a label differs (not a variable): {label.describe()}", markup=False)
         show = sys.stderr.isatty() if progress is None else progress
         options = RunOptions(workers=workers, progress=show, argv=tuple(sys.argv))
         result = run_comparison(

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from drill.compare.decision import ComparisonOutcome, judge_comparison
-from drill.compare.diff import Difference, diff_drills, require_one
+from drill.compare.diff import Difference, diff_drills, diff_labels, require_one
 from drill.engine.journal import RunStatus
 from drill.engine.listeners import RunListener
 from drill.engine.rundir import create_run_dir
@@ -40,11 +40,13 @@ class ComparisonPlan:
     baseline: LoadedDrill
     candidate: LoadedDrill
     change: Difference  # the one variable that differs
+    labels: tuple[Difference, ...] = ()  # labels that differ (not variables; the baseline's decision is used)
 
 
 def plan_comparison(baseline: LoadedDrill, candidate: LoadedDrill) -> ComparisonPlan:
     """The comparison of two resolved drills; InputError (exit 2) unless exactly one variable differs."""
-    return ComparisonPlan(baseline, candidate, require_one(diff_drills(baseline, candidate)))
+    change = require_one(diff_drills(baseline, candidate))
+    return ComparisonPlan(baseline, candidate, change, tuple(diff_labels(baseline, candidate)))
 
 
 @dataclass(frozen=True)

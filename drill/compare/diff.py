@@ -23,7 +23,16 @@ from drill.report.redact import REDACTED, Redactor, is_secret_name, secret_value
 from drill.spec.diagnostics import format_path
 from drill.spec.loader import LoadedDrill
 
-__all__ = ["ABSENT", "LABELS", "Difference", "effective_config", "diff_configs", "diff_drills", "require_one"]
+__all__ = [
+    "ABSENT",
+    "LABELS",
+    "Difference",
+    "diff_configs",
+    "diff_drills",
+    "diff_labels",
+    "effective_config",
+    "require_one",
+]
 
 #: Top-level drill keys that describe a drill without changing its run; the baseline's are the comparison's.
 LABELS = ("name", "title", "description", "hypothesis", "runbook", "predicts", "decision")
@@ -120,6 +129,13 @@ def diff_drills(baseline: LoadedDrill, candidate: LoadedDrill) -> list[Differenc
         Difference(d.path, _redacted(redactor, d.path, d.baseline), _redacted(redactor, d.path, d.candidate))
         for d in found
     ]
+
+
+def diff_labels(baseline: LoadedDrill, candidate: LoadedDrill) -> list[Difference]:
+    """The labels (:data:`LABELS`) that differ: not variables, but shown, so nothing differs unsaid."""
+    a = baseline.drill.model_dump(mode="json", by_alias=True)
+    b = candidate.drill.model_dump(mode="json", by_alias=True)
+    return diff_configs({k: a.get(k) for k in LABELS}, {k: b.get(k) for k in LABELS})
 
 
 def _redacted(redactor: Redactor, path: str, value: Any) -> Any:

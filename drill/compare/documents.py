@@ -36,6 +36,7 @@ def comparison_json(result: ComparisonResult) -> dict[str, Any]:
         "schema": COMPARISON_SCHEMA,
         "drill": plan.baseline.drill.name,
         "change": plan.change.to_json(),
+        "labels_differing": [d.to_json() for d in plan.labels],
         "time_scale": plan.baseline.time_scale,
         "seed": plan.baseline.drill.seed,
         "exit_code": result.exit_code,

@@ -87,3 +87,14 @@ def test_bad_input_is_a_located_error_exit_2_and_nothing_starts(
     assert result.exit_code == 2, result.output
     assert expected in result.output
     _nothing_started(out)
+
+
+def test_a_differing_label_is_listed_but_is_not_a_variable(tmp_path: Path) -> None:
+    from drill.compare.comparison import plan_comparison
+    from drill.spec.loader import load_drill
+
+    plan = plan_comparison(
+        load_drill(UNBOUNDED), load_drill(UNBOUNDED, overrides=[ADMISSION, "title=admission control on"])
+    )
+    assert plan.change.path == "target.config.engine.max_num_queued_reqs"
+    assert [d.path for d in plan.labels] == ["title"] and plan.labels[0].candidate == "admission control on"

@@ -182,6 +182,7 @@ def test_the_documents_carry_the_decision_record_and_the_figures(written: tuple[
     assert document["change"] == {"path": CHANGE.path, "baseline": None, "candidate": 128}
     assert {"name": "fast_failure", "baseline": "FAIL", "candidate": "PASS"} in document["verdicts"]
     assert document["request_set"]["identical"] is True
+    assert document["labels_differing"] == []
     decision = (folder / "decision.md").read_text()
     for field in (
         "topic",

@@ -26,6 +26,7 @@ from drill.engine.listeners import RunListener
 from drill.engine.rundir import create_run_dir
 from drill.engine.runner import RunOptions, RunResult
 from drill.engine.variants import run_variant
+from drill.errors import InputError
 from drill.spec.loader import LoadedDrill
 
 __all__ = ["SIDES", "ComparisonPlan", "ComparisonResult", "SideRun", "plan_comparison", "run_comparison"]
@@ -45,6 +46,13 @@ class ComparisonPlan:
 
 def plan_comparison(baseline: LoadedDrill, candidate: LoadedDrill) -> ComparisonPlan:
     """The comparison of two resolved drills; InputError (exit 2) unless exactly one variable differs."""
+    for label, loaded in zip(SIDES, (baseline, candidate)):
+        if loaded.drill.sweep is not None:
+            raise InputError(
+                f"the {label} drill {loaded.drill.name!r} is a sweep (`drill run` runs its variants); "
+                "nothing was started",
+                hint="compare one variant with another: --set-both sweep=null and the variant's --set on one side",
+            )
     change = require_one(diff_drills(baseline, candidate))
     return ComparisonPlan(baseline, candidate, change, tuple(diff_labels(baseline, candidate)))
 

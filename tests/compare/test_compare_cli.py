@@ -98,3 +98,20 @@ def test_a_differing_label_is_listed_but_is_not_a_variable(tmp_path: Path) -> No
     )
     assert plan.change.path == "target.config.engine.max_num_queued_reqs"
     assert [d.path for d in plan.labels] == ["title"] and plan.labels[0].candidate == "admission control on"
+
+
+def test_a_sweep_drill_is_refused_and_one_variant_against_another_is_compared(tmp_path: Path) -> None:
+    sweep = str(REPO / "drills" / "tp-scaling.yaml")
+    out = tmp_path / "reports"
+    refused = _compare(sweep, "--set", "target.config.engine.tensor_parallel_size=2", "--out", str(out))
+    assert refused.exit_code == 2 and "is a sweep" in refused.output, refused.output
+    _nothing_started(out)
+    from drill.compare.comparison import plan_comparison
+    from drill.spec.loader import load_drill
+
+    variant = ["sweep=null"]
+    plan = plan_comparison(
+        load_drill(sweep, overrides=variant),
+        load_drill(sweep, overrides=[*variant, "target.config.engine.tensor_parallel_size=4"]),
+    )
+    assert plan.change.path == "target.config.engine.tensor_parallel_size" and plan.change.candidate == 4

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import httpx
 
 from drill.capacity.attainment import AttainmentRule, PoolOutcome, SloOutcome, judge_pool
 from drill.capacity.ttft_split import TtftSplit
@@ -208,8 +211,6 @@ def _with_note(point: RatePoint, note: str, **changes: object) -> RatePoint:
 
 def wait_quiet(metrics_urls: dict[str, str], timeout_s: float) -> bool | None:
     """Wait until every endpoint reports no running and no waiting request; None when none exports those gauges."""
-    import httpx
-
     from drill.engine.scraper import parse_samples
 
     if not metrics_urls:
@@ -227,13 +228,13 @@ def wait_quiet(metrics_urls: dict[str, str], timeout_s: float) -> bool | None:
             time.sleep(0.25)
 
 
-def _busy(client, metrics_urls: dict[str, str], parse) -> float | None:
+def _busy(client: httpx.Client, metrics_urls: dict[str, str], parse: Callable[[str], dict[str, float]]) -> float | None:
     total, seen = 0.0, False
     for url in metrics_urls.values():
         try:
             response = client.get(url)
             samples = parse(response.text) if response.status_code == 200 else {}
-        except Exception:  # noqa: BLE001 - an endpoint that does not answer is not idle
+        except (httpx.HTTPError, ValueError):  # an endpoint that does not answer is not idle
             return 1.0
         for key, value in samples.items():
             if key.split("{", 1)[0] in _BUSY_GAUGES:

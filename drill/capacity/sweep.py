@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -28,7 +28,12 @@ from drill.capacity.attainment import AttainmentRule, SloOutcome
 from drill.capacity.naive import NaiveEstimate
 from drill.capacity.planner import Done, Knee, Next, Observation, SearchConfig, decide, knee_of
 from drill.capacity.point import PointRequest, PointRunner, PointTiming, RatePoint
+from drill.errors import DrillError
 from drill.spec.scenario import Scenario
+
+if TYPE_CHECKING:
+    from drill.api import Target, TargetInfo
+    from drill.engine.journal import Journal
 
 __all__ = ["SCHEMA", "CapacityOptions", "CapacityResult", "CapacityRun", "SweepResult", "TargetChoice", "to_json"]
 
@@ -129,7 +134,7 @@ class CapacityRun:
         active.register(rundir.run_id, rundir.path)
         self.echo(f"run directory: {rundir.path}")
         receiver = OtlpReceiver(rundir.file("spans.jsonl"), "127.0.0.1", 0).start()
-        status = RunStatus.ERROR
+        status, failure = RunStatus.ERROR, None
         try:
             self._sweeps(result, journal, receiver.endpoint)
             status = RunStatus.COMPLETED
@@ -137,17 +142,23 @@ class CapacityRun:
             result.interrupted = True
             status = RunStatus.INTERRUPTED
             result.notes.append("interrupted: the figures cover the points measured before Ctrl-C")
+        except DrillError as exc:
+            failure = exc
+            result.notes.append(f"the run failed: {exc} (the figures cover the points measured before)")
         finally:
             receiver.stop()
-            journal.write(Event.RUN_FINISHED, status=status, exit_code=0 if status is RunStatus.COMPLETED else 130)
+            code = 0 if status is RunStatus.COMPLETED else (130 if result.interrupted else 3)
+            journal.write(Event.RUN_FINISHED, status=status, exit_code=code)
             journal.close()
             active.unregister(rundir.run_id)
         self._finish(result)
+        if failure is not None:
+            raise failure
         return result
 
     # --- sweeps -----------------------------------------------------------------------------------
 
-    def _sweeps(self, result: CapacityResult, journal, otlp: str) -> None:
+    def _sweeps(self, result: CapacityResult, journal: Journal, otlp: str) -> None:
         opts = self.options
         full = self._sweep(FULL, opts.target, opts.search, journal, otlp, result, naive=opts.naive)
         if not opts.headroom_n_minus_1:
@@ -158,7 +169,17 @@ class CapacityRun:
         search = replace(opts.search, start=start) if not opts.search.rates else opts.search
         self._sweep(N_MINUS_1, opts.target.minus_one(), search, journal, otlp, result, naive=False)
 
-    def _sweep(self, name, choice, search, journal, otlp, result, *, naive: bool) -> SweepResult:
+    def _sweep(
+        self,
+        name: str,
+        choice: TargetChoice,
+        search: SearchConfig,
+        journal: Journal,
+        otlp: str,
+        result: CapacityResult,
+        *,
+        naive: bool,
+    ) -> SweepResult:
         from drill import registry
         from drill.api import TargetContext
         from drill.engine.journal import Event
@@ -199,8 +220,9 @@ class CapacityRun:
                 result.naive = self._naive(info.base_url, runner.model, headers, choice.replicas)
             try:
                 done = self._search(name, search, runner, points)
-            except KeyboardInterrupt:
-                result.sweeps.append(_summarize(name, choice, points, Done(False, "interrupted"), search.repetitions))
+            except (KeyboardInterrupt, DrillError) as exc:
+                why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"stopped: {exc}"
+                result.sweeps.append(_summarize(name, choice, points, Done(False, why), search.repetitions))
                 raise
         finally:
             self._stop_target(target, name, journal)
@@ -238,7 +260,7 @@ class CapacityRun:
         self.echo(f"[naive] {estimate.requests} request(s), peak {peak} tokens/s -> naive rate {rate}")
         return estimate
 
-    def _stop_target(self, target, name: str, journal) -> None:
+    def _stop_target(self, target: Target, name: str, journal: Journal) -> None:
         from drill.engine.journal import Event
 
         try:
@@ -248,7 +270,7 @@ class CapacityRun:
         target.stop()
         journal.write(Event.TARGET_STOPPED, target_id=name, reason="sweep ended")
 
-    def _write_env(self, info, choice: TargetChoice) -> None:
+    def _write_env(self, info: TargetInfo, choice: TargetChoice) -> None:
         from drill.engine.rundir import environment
 
         extra = {"target": {"kind": info.kind, "base_url": info.base_url, "model": info.model, "label": choice.label}}

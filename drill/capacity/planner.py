@@ -189,9 +189,12 @@ def knee_of(points: Sequence[Observation], bracketed: bool, repetitions: int = 1
 
 
 def _interpolate(lo: float, hi: float, rates: dict[float, list[Observation]]) -> float:
-    """Where the worst repetition's binding ratio crosses 1 between ``lo`` and ``hi`` (log ratio, linear in rate)."""
+    """Where the worst repetition's binding ratio crosses 1 between ``lo`` and ``hi`` (log ratio, linear in rate);
+    ``lo`` when there is no finite slope."""
     q_lo = max(o.ratio for o in rates[lo])
     q_hi = max(o.ratio for o in rates[hi])
+    if not (0 < q_lo < 1 <= q_hi) or math.isinf(q_hi):
+        return lo  # no slope to interpolate (failures at the percentile): the measured knee, conservative
     return _cross(lo, hi, q_lo, q_hi)
 
 

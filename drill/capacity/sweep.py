@@ -355,7 +355,7 @@ def _point_line(point: RatePoint, why: str) -> str:
 
 
 def _ms(value: float) -> str:
-    return "failed" if math.isinf(value) else f"{value:.0f} ms"
+    return "over (failures at the percentile)" if math.isinf(value) else f"{value:.0f} ms"
 
 
 # --- capacity.json ------------------------------------------------------------------------------------

@@ -166,3 +166,9 @@ def test_the_knee_estimate_stays_inside_the_measured_bracket():
     share = -math.log(0.6) / (math.log(2.0) - math.log(0.6))
     assert result.estimate == pytest.approx(8.0 + 2.0 * share)
     assert 8.0 <= result.estimate <= 10.0
+
+
+def test_without_a_finite_slope_the_estimate_is_the_measured_knee():
+    points = [Observation(3.0, 0, True, 0.2), Observation(30.0, 0, False, math.inf)]
+    result = knee_of(points, bracketed=True, repetitions=1)
+    assert result.knee == 3.0 and result.estimate == 3.0

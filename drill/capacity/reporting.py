@@ -210,20 +210,24 @@ def _rows(sweep: dict[str, Any]) -> list[_Row]:
 
 
 def _chart(doc: dict[str, Any]) -> str | None:
+    """The goodput curve: per sweep and pool, the mean goodput over the repetitions at each rate; the knee estimates
+    (the figure the headline gives) and the naive estimate as vertical lines."""
     from drill.report.charts import goodput_curve
 
     curves = []
     for sweep in doc.get("sweeps") or []:
-        pools = sorted({pool["pool"] for p in sweep["points"] for pool in p["pools"]})
-        for name in pools:
-            xs, ys = [], []
-            for p in sweep["points"]:
-                for pool in p["pools"]:
-                    if pool["pool"] == name:
-                        xs.append(p["rate"])
-                        ys.append(pool["goodput_per_s"])
-            curves.append((f"{sweep['name']}: {name}", xs, ys))
-    knees = [(f"{s['name']} knee", s["knee"]["knee"]) for s in doc.get("sweeps") or [] if s["knee"].get("knee")]
+        by_pool: dict[str, dict[float, list[float]]] = {}
+        for p in sweep["points"]:
+            for pool in p["pools"]:
+                by_pool.setdefault(pool["pool"], {}).setdefault(p["rate"], []).append(pool["goodput_per_s"])
+        for name, rates in sorted(by_pool.items()):
+            xs = sorted(rates)
+            curves.append((f"{sweep['name']}: {name}", xs, [sum(rates[x]) / len(rates[x]) for x in xs]))
+    knees = []
+    for s in doc.get("sweeps") or []:
+        value = s["knee"].get("estimate", s["knee"].get("knee"))
+        if value:
+            knees.append((f"{s['name']} knee", value))
     naive = (doc.get("naive") or {}).get("rate")
     return goodput_curve(curves, knees, naive)
 

@@ -77,6 +77,7 @@ class RatePoint:
     quiet: bool | None  # the target was idle before the next point (None: it exports no queue gauges)
     unreadable_records: int
     split: tuple[TtftSplit, ...] = ()
+    window_ts: tuple[float, float] = (0.0, 0.0)  # the judged window, UNIX s of intended starts
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -153,7 +154,7 @@ class PointRunner:
             point = _with_note(point, f"{report.describe()} (those attempts are not judged)", unreadable=unreadable)
         if quiet is False:
             point = _with_note(point, f"the target was still busy {self.timing.quiet_timeout_s:g}s after the point")
-        return _replace(point, quiet=quiet)
+        return _replace(point, quiet=quiet, window_ts=(start, end))
 
 
 def judge_point(

@@ -34,6 +34,7 @@ from drill.spec.scenario import Scenario
 if TYPE_CHECKING:
     from drill.api import Target, TargetInfo
     from drill.engine.journal import Journal
+    from drill.load.records import RequestRecord
 
 __all__ = ["SCHEMA", "CapacityOptions", "CapacityResult", "CapacityRun", "SweepResult", "TargetChoice", "to_json"]
 
@@ -296,7 +297,7 @@ class CapacityRun:
         from drill.load.records import read_records
 
         owners: dict[str, Path] = {}
-        records: dict[tuple[str, int], list] = {}
+        records: dict[tuple[str, int], list[RequestRecord]] = {}
         for sweep in result.sweeps:
             for p in sweep.points:
                 folder = result.run_dir / p.directory
@@ -311,7 +312,7 @@ class CapacityRun:
                 replace(
                     p,
                     split=tuple(
-                        ttft_split(o.pool, _measured(records[(sweep.name, p.index)], o.pool), split.durations)
+                        ttft_split(o.pool, _judged(records[(sweep.name, p.index)], o.pool, p), split.durations)
                         for o in p.pools
                     ),
                 )
@@ -320,8 +321,10 @@ class CapacityRun:
             result.sweeps[i] = replace(sweep, points=points)
 
 
-def _measured(rows: list, pool: str) -> list:
-    return [r for r in rows if r.pool == pool]
+def _judged(rows: list[RequestRecord], pool: str, point: RatePoint) -> list[RequestRecord]:
+    """The pool's attempts intended inside the point's judged window."""
+    start, end = point.window_ts
+    return [r for r in rows if r.pool == pool and start <= r.intended_ts < end]
 
 
 def _observation(point: RatePoint) -> Observation:

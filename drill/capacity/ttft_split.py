@@ -41,8 +41,8 @@ class TtftSplit:
     """One pool at one point: how much of the time to first token the stack's spans put in queueing and prefill."""
 
     pool: str
-    joined: int  # successful attempts with a queue span
-    of: int  # successful attempts
+    joined: int  # attempts with a queue span
+    of: int  # attempts
     queue_p50_ms: float | None
     queue_p95_ms: float | None
     prefill_p50_ms: float | None
@@ -87,15 +87,15 @@ def _span_dict(data: object) -> dict:
 
 
 def ttft_split(pool: str, records: Sequence[RequestRecord], durations: Mapping[str, Mapping[str, float]]) -> TtftSplit:
-    """Queueing and prefill (p50, p95, ms) of ``records``' successful attempts, from their traces' spans."""
-    ok = [r for r in records if r.ok]
-    traces = [durations.get(r.trace_id.lower(), {}) for r in ok]
+    """Queueing and prefill (p50, p95, ms) of ``records``, from their traces' spans: every attempt the spans cover,
+    successful or not (past capacity, the slowest attempts are the ones cut off while they queued)."""
+    traces = [durations.get(r.trace_id.lower(), {}) for r in records if r.trace_id]
     queue = [t[QUEUE] for t in traces if QUEUE in t]
     prefill = [t[PREFILL] for t in traces if PREFILL in t]
     return TtftSplit(
         pool=pool,
         joined=len(queue),
-        of=len(ok),
+        of=len(records),
         queue_p50_ms=percentile(queue, 50),
         queue_p95_ms=percentile(queue, 95),
         prefill_p50_ms=percentile(prefill, 50),

@@ -1,11 +1,11 @@
 """A capacity run, applied: the receiver, the target, the planner's points, the naive estimate, the N-1 sweep.
 
-``reports/capacity/<UTC time>-<id>/`` holds ``journal.jsonl`` (the target is journaled before it starts, so
-``drill cleanup`` or the watchdog rules stop it after a crash), ``env.json``, ``spans.jsonl`` (every span the
-target exported), ``naive/`` (the one-at-a-time requests), ``points/<sweep>/<point>/`` (each point's raw evidence,
-:mod:`drill.capacity.point`), ``target/<sweep>/`` (the target's own records, e.g. the replicas' ledgers),
-``capacity.json`` (:data:`SCHEMA`: inputs, every point, each sweep's knee, the naive estimate, headroom and cost)
-and the rendered ``capacity.md`` and ``capacity.html``. Nothing in it is overwritten.
+``reports/capacity/<UTC time>-<id>/`` holds ``journal.jsonl`` (the target is journaled before it starts, so the
+run's watchdog process, or ``drill cleanup``, stops it after a crash; ``watchdog.log``), ``env.json``,
+``spans.jsonl`` (every span the target exported), ``naive/`` (the one-at-a-time requests), ``points/<sweep>/<point>/``
+(each point's raw evidence, :mod:`drill.capacity.point`), ``target/<sweep>/`` (the target's own records, e.g. the
+replicas' ledgers), ``capacity.json`` (:data:`SCHEMA`: inputs, every point, each sweep's knee, the naive estimate,
+headroom and cost) and the rendered ``capacity.md`` and ``capacity.html``. Nothing in it is overwritten.
 
 Sweeps: ``full`` (the target as configured) and, with ``--headroom n-1``, ``n-1``: the embedded stack started
 again with one replica fewer and measured the same way (the N-1 knee is measured, never the full knee divided).
@@ -118,6 +118,7 @@ class CapacityRun:
         from drill.engine import active
         from drill.engine.journal import Event, Journal, RunStatus
         from drill.engine.rundir import create_run_dir
+        from drill.engine.watchdog import Watchdog
         from drill.traces.receiver import OtlpReceiver
 
         rundir = create_run_dir(self.options.out_dir, "capacity")
@@ -133,6 +134,7 @@ class CapacityRun:
             argv=list(self.options.argv),
         )
         active.register(rundir.run_id, rundir.path)
+        watchdog = Watchdog(rundir.path)  # stops the target if this process dies (drill/engine/watchdog.py)
         self.echo(f"run directory: {rundir.path}")
         receiver = OtlpReceiver(rundir.file("spans.jsonl"), "127.0.0.1", 0).start()
         status, failure = RunStatus.ERROR, None
@@ -151,6 +153,7 @@ class CapacityRun:
             code = 0 if status is RunStatus.COMPLETED else (130 if result.interrupted else 3)
             journal.write(Event.RUN_FINISHED, status=status, exit_code=code)
             journal.close()
+            watchdog.finish()
             active.unregister(rundir.run_id)
         self._finish(result)
         if failure is not None:

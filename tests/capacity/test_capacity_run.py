@@ -97,3 +97,16 @@ def test_the_reports_show_the_knee_the_naive_error_and_the_cost(run):
         assert "naive estimate's error" in text and "safe operating rate" in text
         assert "cost per successful request" in text
     assert "<svg" in html and 'id="goodput-curve-title"' in html
+
+
+def test_drill_report_renders_the_same_markdown_again(run):
+    _, run_dir = run
+    before = (run_dir / "capacity.md").read_bytes()
+    done = subprocess.run(
+        [sys.executable, "-m", "drill", "report", str(run_dir), "--format", "md"],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == before

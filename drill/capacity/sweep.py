@@ -119,10 +119,13 @@ class CapacityRun:
         from drill.engine.journal import Event, Journal, RunStatus
         from drill.engine.rundir import create_run_dir
         from drill.engine.watchdog import Watchdog
+        from drill.report.redact import run_redactor
         from drill.traces.receiver import OtlpReceiver
 
         rundir = create_run_dir(self.options.out_dir, "capacity")
         self.rundir = rundir
+        # as drill run's: the secrets of the environment, the target's config and (once expanded) its headers
+        self.redactor = run_redactor(self.options.target.params.model_dump(mode="json", by_alias=True))
         result = CapacityResult(rundir.path)
         journal = Journal(rundir.journal)
         journal.write(
@@ -131,7 +134,7 @@ class CapacityRun:
             pid=os.getpid(),
             pid_start=active.process_start_time(os.getpid()),
             drill="capacity",
-            argv=list(self.options.argv),
+            argv=[self.redactor.value(arg) for arg in self.options.argv],
         )
         active.register(rundir.run_id, rundir.path)
         watchdog = Watchdog(rundir.path)  # stops the target if this process dies (drill/engine/watchdog.py)
@@ -187,6 +190,7 @@ class CapacityRun:
         from drill import registry
         from drill.api import TargetContext
         from drill.engine.journal import Event
+        from drill.report.redact import secret_values
         from drill.targets.probe import first_good_response
 
         run_id = self.rundir.run_id if name == FULL else f"{self.rundir.run_id}-n1"
@@ -198,6 +202,7 @@ class CapacityRun:
             started = time.monotonic()
             info = target.start()
             headers = target.request_headers()
+            self.redactor = self.redactor.with_secrets(secret_values(headers))
             probe = first_good_response(info.base_url, info.model, timeout_s=START_TIMEOUT_S, headers=headers)
             journal.write(
                 Event.TARGET_READY,
@@ -280,17 +285,25 @@ class CapacityRun:
         extra = {"target": {"kind": info.kind, "base_url": info.base_url, "model": info.model, "label": choice.label}}
         self.rundir.write_json(
             "env.json",
-            environment(self.rundir.run_id, list(self.options.argv), {"scenario": self.options.seed}, extra=extra),
+            environment(
+                self.rundir.run_id,
+                list(self.options.argv),
+                {"scenario": self.options.seed},
+                extra=extra,
+                redactor=self.redactor,
+            ),
         )
 
     # --- finishing ----------------------------------------------------------------------------------
 
     def _finish(self, result: CapacityResult) -> None:
         from drill.capacity.reporting import write_capacity_reports
+        from drill.report.redact import scrub_logs
 
         self._attach_spans(result)
-        self.rundir.write_json("capacity.json", to_json(self.options, result))
+        self.rundir.write_json("capacity.json", self.redactor.data(to_json(self.options, result)))
         paths = write_capacity_reports(result.run_dir)
+        scrub_logs(result.run_dir, self.redactor)
         for path in paths:
             self.echo(f"report: {path}")
 

@@ -42,7 +42,7 @@ from drill.engine.stopconditions import StopMonitor, StopTrigger
 from drill.engine.timeline import Timeline, plan_timeline
 from drill.engine.watchdog import Watchdog
 from drill.errors import DrillError, RunInterrupted
-from drill.report.redact import Redactor, scrub_files, secret_environment_values, secret_values
+from drill.report.redact import Redactor, run_redactor, scrub_logs, secret_values
 from drill.serving_metrics import QUANTITIES, wanted_sample_names
 from drill.spec.loader import LoadedDrill
 from drill.spec.models import Phase, StopKind
@@ -181,8 +181,7 @@ class Runner:
 
     def _initial_redactor(self) -> Redactor:
         """Scrubs the secrets of the environment and the target's config from every file the run writes."""
-        secrets = [*secret_environment_values(), *secret_values(_dump(self.loaded.target_params))]
-        return Redactor(include_text=self.drill.report.include_text, secrets=secrets)
+        return run_redactor(_dump(self.loaded.target_params), include_text=self.drill.report.include_text)
 
     def _headers(self) -> dict[str, str]:
         """The target's request headers (credentials); never journaled."""
@@ -239,7 +238,7 @@ class Runner:
         self.journal.close()
         if self.watchdog is not None:
             self.watchdog.finish()
-        scrub_files(sorted(self.rundir.path.rglob("*.log")), self.redactor)  # what other processes logged
+        scrub_logs(self.rundir.path, self.redactor)
         if not self.result.revert_failures:
             active.unregister(self.rundir.run_id)
         self.guard.uninstall()

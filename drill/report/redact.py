@@ -34,7 +34,9 @@ __all__ = [
     "Redactor",
     "drop_secret_headers",
     "is_secret_name",
+    "run_redactor",
     "scrub_files",
+    "scrub_logs",
     "secret_environment_values",
     "secret_values",
 ]
@@ -137,6 +139,13 @@ def secret_values(data: Any) -> list[str]:
     return found
 
 
+def run_redactor(target_config: Any, include_text: bool = False) -> Redactor:
+    """A run's redactor (``drill run``, ``drill capacity``): it scrubs the secret values of the environment and of
+    the target's config (JSON-like) from every file the run writes; add the target's request headers with
+    :meth:`Redactor.with_secrets` once they are expanded."""
+    return Redactor(include_text, [*secret_environment_values(), *secret_values(target_config)])
+
+
 class Redactor:
     """Scrubs secrets from headers, environments, free text and JSON-like data; digests prompt text."""
 
@@ -208,3 +217,8 @@ def scrub_files(paths: Iterable[Path], redactor: Redactor) -> list[Path]:
                 fh.truncate()
             changed.append(path)
     return changed
+
+
+def scrub_logs(run_dir: Path, redactor: Redactor) -> list[Path]:
+    """Scrub every ``*.log`` under a run directory (what other processes logged), when the run ends."""
+    return scrub_files(sorted(run_dir.rglob("*.log")), redactor)

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from drill.report.render import template_environment
+
 __all__ = ["CAPACITY_FILES", "capacity_view", "render_capacity", "write_capacity_reports"]
 
 CAPACITY_FILES = ("capacity.md", "capacity.html")
-_TEMPLATES = Path(__file__).resolve().parents[1] / "report" / "templates"
 
 
 def num(value: Any, digits: int = 3) -> str:
@@ -263,26 +264,13 @@ def _notes(doc: dict[str, Any]) -> list[str]:
     return notes
 
 
-def _environment(html: bool):
-    import jinja2
-
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(_TEMPLATES)),
-        autoescape=html,
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-
-
 def write_capacity_reports(run_dir: Path) -> list[Path]:
     """Render ``capacity.md`` and ``capacity.html`` from ``run_dir/capacity.json`` (replacing earlier renders)."""
     doc = json.loads((Path(run_dir) / "capacity.json").read_text(encoding="utf-8"))
     view = capacity_view(doc)
     out = []
     for name, html in zip(CAPACITY_FILES, (False, True)):
-        text = _environment(html).get_template(f"{name}.j2").render(v=view)
+        text = template_environment(html).get_template(f"{name}.j2").render(v=view)
         path = Path(run_dir) / name
         tmp = path.with_name(f".{name}.tmp")
         tmp.write_text(text, encoding="utf-8")
@@ -299,4 +287,4 @@ def render_capacity(run_dir: Path, fmt: str | None) -> str:
     doc = json.loads((Path(run_dir) / "capacity.json").read_text(encoding="utf-8"))
     if fmt == "json":
         return json.dumps(doc, indent=2, sort_keys=True) + "\n"
-    return _environment(fmt == "html").get_template(f"capacity.{fmt}.j2").render(v=capacity_view(doc))
+    return template_environment(fmt == "html").get_template(f"capacity.{fmt}.j2").render(v=capacity_view(doc))

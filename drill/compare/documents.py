@@ -9,19 +9,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
 from drill.compare.comparison import ComparisonResult
-from drill.report.build import format_value
+from drill.report.render import template_environment
 
 __all__ = ["COMPARISON_SCHEMA", "comparison_json", "write_documents"]
 
 COMPARISON_SCHEMA = "llm-drill/comparison/v1"
-_TEMPLATES = Path(__file__).resolve().parents[1] / "report" / "templates"
 #: document -> template (Markdown first; the HTML is escaped)
 _RENDERED = (
     ("decision.md", "compare.decision.md.j2"),
@@ -68,33 +64,8 @@ def comparison_json(result: ComparisonResult) -> dict[str, Any]:
     return document
 
 
-def _signed(value: Any, unit: str = "") -> str:
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return format_value(value, unit)
-    return ("+" if value > 0 else "") + format_value(value, unit)
-
-
-def _cell(value: Any) -> str:
-    text = value if isinstance(value, str) else format_value(value)
-    return " ".join(text.split()).replace("|", "\\|")
-
-
-@lru_cache(maxsize=2)
-def _environment(html: bool) -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(_TEMPLATES)),
-        autoescape=html,
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters.update(num=format_value, signed=_signed, cell=_cell)
-    return env
-
-
 def _render(template: str, result: ComparisonResult) -> str:
-    env = _environment(template.endswith(".html.j2"))
+    env = template_environment(template.endswith(".html.j2"))
     return env.get_template(template).render(c=result, o=result.outcome)
 
 

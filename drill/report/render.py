@@ -57,8 +57,20 @@ def _markdown_html(text: str) -> str:
     return MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
 
 
+def _signed(value: Any, unit: str = "") -> str:
+    """A delta with its sign: ``+12 ms``, ``-3%``."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return format_value(value, unit)
+    return ("+" if value > 0 else "") + format_value(value, unit)
+
+
 @lru_cache(maxsize=2)
-def _environment(html: bool) -> jinja2.Environment:
+def template_environment(html: bool) -> jinja2.Environment:
+    """The Jinja environment of every template in ``drill/report/templates/`` (run, capacity, comparison, scaling).
+
+    HTML templates are autoescaped; an undefined name is an error, never an empty string. Filters: ``num``
+    (a figure with its unit), ``pct``, ``signed`` (a delta), ``cell`` (a Markdown table cell), ``markdown``.
+    """
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(_TEMPLATES)),
         autoescape=html,
@@ -67,16 +79,16 @@ def _environment(html: bool) -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(num=format_value, pct=_pct, cell=_cell, markdown=_markdown_html)
+    env.filters.update(num=format_value, pct=_pct, signed=_signed, cell=_cell, markdown=_markdown_html)
     return env
 
 
 def render_markdown(report: Report) -> str:
-    return _environment(False).get_template("report.md.j2").render(r=report)
+    return template_environment(False).get_template("report.md.j2").render(r=report)
 
 
 def render_html(report: Report) -> str:
-    return _environment(True).get_template("report.html.j2").render(r=report)
+    return template_environment(True).get_template("report.html.j2").render(r=report)
 
 
 def render_json(report: Report) -> str:

@@ -14,17 +14,13 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import jinja2
-
 from drill.checks.base import Verdict
-from drill.report.build import format_value
+from drill.report.render import template_environment
 from drill.sweeps.scaling import STATES, ScalingTable, VariantFigures, measure_sweep, read_sweep_record
 from drill.sweeps.scaling_chart import scaling_chart
 from drill.sweeps.tp_scaling import degraded_effect
 
 __all__ = ["ScalingView", "StepSplit", "findings", "write_scaling_reports"]
-
-_TEMPLATES = Path(__file__).resolve().parents[1] / "report" / "templates"
 
 
 @dataclass(frozen=True)
@@ -71,7 +67,7 @@ def write_scaling_reports(run_dir: Path) -> list[Path]:
     if view.chart_svg is not None:
         (run_dir / "scaling.svg").write_text(view.chart_svg + "\n", encoding="utf-8")
     for name in ("scaling.md", "scaling.html"):
-        text = _environment(name.endswith(".html")).get_template(f"{name}.j2").render(v=view)
+        text = template_environment(name.endswith(".html")).get_template(f"{name}.j2").render(v=view)
         (run_dir / name).write_text(text, encoding="utf-8")
         written.append(run_dir / name)
     return written
@@ -171,16 +167,3 @@ def _splits(table: ScalingTable) -> list[StepSplit]:
 def _unmeasured(record: dict, table: ScalingTable) -> list[dict]:
     measured = {v.label for v in table.variants}
     return [v for v in record.get("variants") or [] if v.get("label") not in measured]
-
-
-def _environment(html: bool) -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(_TEMPLATES)),
-        autoescape=html,
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters.update(num=format_value)
-    return env

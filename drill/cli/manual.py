@@ -36,7 +36,7 @@ from drill.spec.diagnostics import Diagnostic, Position
 from drill.spec.validation import validate_model
 from drill.spec.yamlio import Locations, load_located
 
-__all__ = ["ManualInjection", "ManualOutcome", "ManualRequest", "manual_request", "target_info"]
+__all__ = ["ManualInjection", "ManualOutcome", "ManualRequest", "ManualTarget", "manual_request", "target_info"]
 
 #: The watchdog reverts a manual fault this long after ``--for`` ends if this process is stuck or dead (s).
 LEASE_GRACE_S = 5.0
@@ -54,6 +54,14 @@ class ManualRequest:
     target: TargetInfo
     targets: FaultTargets
     hold_s: float
+
+
+@dataclass(frozen=True)
+class ManualTarget:
+    """What ``--target`` names: its TargetInfo and, in a drill file, where each replica gives ``upstream``."""
+
+    info: TargetInfo
+    upstream_at: dict[str, Diagnostic] = field(default_factory=dict)  # replica -> the refusal, located there
 
 
 @dataclass
@@ -92,12 +100,15 @@ def manual_request(
     fault_params = _validated(fault_cls.Params, _pairs(params, "--param"), "<--param>", ("params",))
     selector = _validated(Selector, _pairs(selectors, "--selector"), "<--selector>", ("selector",))
     fault = fault_cls(fault_params)
-    target = target_info(target_spec, state_dir, allow_hosts)
+    manual = target_info(target_spec, state_dir, allow_hosts)
+    target = manual.info
     _check_capabilities(fault, fault_params, target)
     try:
         targets = resolve_targets(fault, selector, target, selector.seed or 0)
     except ValueError as exc:
         raise InputError(f"--selector: {exc}", hint="`drill stack status` lists the replicas") from exc
+    if Capability.TOXIPROXY_REPLICA in fault.needs_for(fault_params):
+        _refuse_harness_proxies(targets, manual)
     return ManualRequest(kind, fault_id or kind, fault, target, targets, hold_s)
 
 
@@ -149,13 +160,21 @@ def _check_capabilities(fault: Fault, params, target: TargetInfo) -> None:
         )
 
 
+def _refuse_harness_proxies(targets: FaultTargets, manual: ManualTarget) -> None:
+    """A replica that gives ``upstream`` has its Toxiproxy proxy made by ``drill run``, for the run only: outside
+    one there is no proxy to put a toxic on."""
+    problems = [manual.upstream_at[r.name] for r in targets.replicas if r.name in manual.upstream_at]
+    if problems:
+        raise SpecError(problems, "nothing was injected.")
+
+
 # -- the target ----------------------------------------------------------------------------------
 
 
-def target_info(spec: str, state_dir: Path | None = None, allow_hosts: tuple[str, ...] = ()) -> TargetInfo:
+def target_info(spec: str, state_dir: Path | None = None, allow_hosts: tuple[str, ...] = ()) -> ManualTarget:
     """The TargetInfo of ``stack[:NAME]`` or of a drill file's ``target:`` section."""
     if spec == "stack" or spec.startswith("stack:"):
-        return _stack_info(spec.partition(":")[2] or "default", state_dir, allow_hosts)
+        return ManualTarget(_stack_info(spec.partition(":")[2] or "default", state_dir, allow_hosts))
     path = Path(spec)
     if not path.is_file():
         raise InputError(
@@ -184,7 +203,7 @@ def _stack_info(name: str, state_dir: Path | None, allow_hosts: tuple[str, ...])
     return info_from_state(state, EmbeddedStack.static_capabilities(config))
 
 
-def _file_info(path: Path, allow_hosts: tuple[str, ...]) -> TargetInfo:
+def _file_info(path: Path, allow_hosts: tuple[str, ...]) -> ManualTarget:
     from drill.spec.loader import read_input_file
 
     doc = load_located(read_input_file(path, what="target"), str(path))
@@ -204,7 +223,28 @@ def _file_info(path: Path, allow_hosts: tuple[str, ...]) -> TargetInfo:
     info = target_cls(params, TargetContext("manual", str(path.parent))).planned_info()
     if info is None:
         raise InputError(f"target kind {kind!r} cannot describe itself without starting", hint="use --target stack")
-    return info
+    return ManualTarget(info, _upstream_at(params, doc.locations))
+
+
+def _upstream_at(params: object, locations: Locations) -> dict[str, Diagnostic]:
+    """Each replica whose proxy the harness makes (``upstream``), with the refusal a manual fault on it gets."""
+    from drill.targets.openai import OpenAITargetParams
+
+    if not isinstance(params, OpenAITargetParams):
+        return {}
+    found = {}
+    for i, replica in enumerate(params.replicas):
+        if replica.upstream is not None:
+            key = ("target", "config", "replicas", i, "upstream")
+            found[replica.name] = Diagnostic(
+                locations.position_of(key),
+                key,
+                f"replica {replica.name!r}: its Toxiproxy proxy is made by the harness during a `drill run` only; "
+                "a manual fault has no proxy to act on",
+                hint="run the fault in a drill (drill run), or make the proxy yourself: give the replica 'url' and "
+                "'proxy' on 'toxiproxy_url'",
+            )
+    return found
 
 
 def _validated_located(model, data: object, locations: Locations):

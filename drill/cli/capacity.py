@@ -15,8 +15,15 @@ from pathlib import Path
 
 import click
 
-from drill.cli.common import allow_host_option, console, handle_errors, parse_duration_option
-from drill.errors import InputError, SpecError
+from drill.cli.common import (
+    allow_host_option,
+    console,
+    handle_errors,
+    is_file,
+    load_scenario_argument,
+    parse_duration_option,
+)
+from drill.errors import InputError
 
 __all__ = ["capacity", "embedded_capacity_stack"]
 
@@ -138,30 +145,13 @@ def capacity(
 
 
 def _scenario(name: str):
-    from drill.spec.loader import load_scenario
-
-    path = Path(name)
-    if not _is_file(path) and len(path.parts) == 1:
-        for candidate in (Path("scenarios") / name, Path("scenarios") / f"{name}.yaml"):
-            if _is_file(candidate):
-                path = candidate
-                break
-    scenario, diagnostics = load_scenario(path)
-    if scenario is None:
-        raise SpecError(diagnostics)
+    scenario, path = load_scenario_argument(name)
     if not any(p.slo for p in scenario.pools):
         raise InputError(
             f"{path}: no pool has an SLO, so no rate can be judged",
             hint="give a pool an 'slo:' (e.g. ttft_p95: 2s, tpot_p95: 100ms)",
         )
     return scenario, path
-
-
-def _is_file(path: Path) -> bool:
-    try:
-        return path.is_file()
-    except (OSError, ValueError):
-        return False
 
 
 def _target(text: str, allow_hosts: tuple[str, ...], gpus: int | None):
@@ -178,7 +168,7 @@ def _target(text: str, allow_hosts: tuple[str, ...], gpus: int | None):
 
         check_target(text, allow_hosts)
         return TargetChoice("openai", OpenAITargetParams(url=text.rstrip("/")), text, gpus)
-    if not _is_file(Path(text)):
+    if not is_file(Path(text)):
         raise InputError(
             f"--target: {text!r} is not 'embedded', an http(s) URL or a drill file",
             hint="e.g. --target embedded, --target http://127.0.0.1:8000 or --target drills/replica-crash.yaml",

@@ -18,6 +18,8 @@ from drill.errors import DrillError, SpecError
 
 __all__ = [
     "allow_host_option",
+    "is_file",
+    "load_scenario_argument",
     "console",
     "err_console",
     "handle_errors",
@@ -131,3 +133,28 @@ def print_verdicts(verdicts) -> None:
     for v in verdicts:
         colour = {"PASS": "green", "FAIL": "red"}.get(v.status.value, "yellow")
         console.print(f"[{colour}]{v.status.value:<12}[/] {v.name}: {v.message}")
+
+
+def is_file(path: Path) -> bool:
+    """``path.is_file()``, False for a name the OS cannot look up (too long, NUL); the loader then reports it."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def load_scenario_argument(name: str):  # -> tuple[Scenario, Path]; spec imported lazily
+    """A scenario named on the command line: a path, or a bare name looked up in ``scenarios/`` (``chat`` finds
+    ``scenarios/chat.yaml``). Invalid YAML or fields raise :class:`SpecError` with located diagnostics."""
+    from drill.spec.loader import load_scenario
+
+    path = Path(name)
+    if not is_file(path) and len(path.parts) == 1:
+        for candidate in (Path("scenarios") / name, Path("scenarios") / f"{name}.yaml"):
+            if is_file(candidate):
+                path = candidate
+                break
+    scenario, diagnostics = load_scenario(path)
+    if scenario is None:
+        raise SpecError(diagnostics)
+    return scenario, path

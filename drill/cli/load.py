@@ -20,8 +20,8 @@ from urllib.parse import urlsplit
 
 import click
 
-from drill.cli.common import console, err_console, handle_errors, parse_duration_option
-from drill.errors import InputError, SpecError, UnsafeTargetError
+from drill.cli.common import console, err_console, handle_errors, load_scenario_argument, parse_duration_option
+from drill.errors import InputError, UnsafeTargetError
 
 __all__ = ["load", "worker"]
 
@@ -98,7 +98,7 @@ def load(
     from drill.load.driver import LoadPlan
 
     with handle_errors():
-        scenario = _scenario(scenario_file)
+        scenario, _ = load_scenario_argument(scenario_file)
         check_target(target, allow_hosts)
         _check_master(expect_workers, master_bind)
         length = duration or scenario.duration or DEFAULT_DURATION_S
@@ -123,28 +123,6 @@ def load(
         interrupted, summary, t0 = _run(plan, drain)
         _print(plan, summary, t0, as_json)
     sys.exit(130 if interrupted else 0)
-
-
-def _scenario(name: str):
-    from drill.spec.loader import load_scenario
-
-    path = Path(name)
-    if not _exists(path) and len(path.parts) == 1:
-        for candidate in (Path("scenarios") / name, Path("scenarios") / f"{name}.yaml"):
-            if _exists(candidate):
-                path = candidate
-                break
-    scenario, diagnostics = load_scenario(path)
-    if scenario is None:
-        raise SpecError(diagnostics)
-    return scenario
-
-
-def _exists(path: Path) -> bool:
-    try:
-        return path.exists()
-    except (OSError, ValueError):  # a name too long to look up: load_scenario reports it, located
-        return False
 
 
 def check_target(url: str, allow_hosts: tuple[str, ...] | list[str]) -> None:

@@ -571,6 +571,11 @@ class Target(abc.ABC):
     def teardown(cls, data: dict) -> None:
         """Stop a target a dead run started, from its journaled ``teardown_data``."""
 
+    @classmethod
+    def describe_teardown(cls, data: dict) -> list[str]:
+        """What :meth:`teardown` would stop or remove, one line each (``drill cleanup --dry-run``)."""
+        return []
+
 
 __all__ += ["Target", "TargetContext"]
 

@@ -40,6 +40,17 @@ def cleanup(run_dirs: tuple[str, ...], reports_dir: str, dry_run: bool) -> None:
     sys.exit(4 if failed else 0)
 
 
+def _teardown_lines(data: dict) -> list[str]:
+    """What tearing the target down would remove (its plugin's ``describe_teardown``), or why that is unknown."""
+    from drill import registry
+
+    try:
+        lines = registry.targets.get(data["target_kind"]).describe_teardown(data["teardown"])
+    except Exception as exc:  # noqa: BLE001 - a dry run lists what it can, and says what it cannot
+        return [f"cannot say what: its journaled teardown data does not read ({type(exc).__name__}: {exc})"]
+    return [f"would {line}" for line in lines]
+
+
 def _clean(run_dir: Path, dry_run: bool) -> int:
     from drill.engine.journal import read_journal
     from drill.engine.reverts import pending_reverts, pending_teardowns
@@ -50,6 +61,8 @@ def _clean(run_dir: Path, dry_run: bool) -> int:
             console.print(f"{run_dir}: would revert {record.fault_id} ({record.kind})")
         for data in pending_teardowns(entries):
             console.print(f"{run_dir}: would tear down target {data.get('target_id')} ({data.get('target_kind')})")
+            for line in _teardown_lines(data):
+                console.print(f"{run_dir}:   {line}", highlight=False, markup=False)
         return 0
     report = clean_run(run_dir, by="cleanup")
     for fid in report.reverted:

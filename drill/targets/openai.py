@@ -48,6 +48,7 @@ from drill.targets.proxies import (
     HarnessProxies,
     HarnessProxyPlan,
     MadeProxy,
+    describe_planned,
     parse_address,
     plan_proxies,
     proxy_name,
@@ -249,6 +250,11 @@ class OpenAITarget(Target):
     def teardown(cls, data: dict) -> None:
         """Remove the proxies (and stop the Toxiproxy server) a dead run made, from its journaled plan."""
         remove_planned(HarnessProxyPlan.model_validate(data))
+
+    @classmethod
+    def describe_teardown(cls, data: dict) -> list[str]:
+        """The proxies (and the Toxiproxy server) :meth:`teardown` would remove."""
+        return describe_planned(HarnessProxyPlan.model_validate(data))
 
     def start(self) -> TargetInfo:
         p: OpenAITargetParams = self.params

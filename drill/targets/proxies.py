@@ -36,6 +36,7 @@ __all__ = [
     "OwnServer",
     "PlannedProxy",
     "HarnessProxyPlan",
+    "describe_planned",
     "parse_address",
     "plan_proxies",
     "remove_planned",
@@ -178,6 +179,20 @@ def remove_planned(plan: HarnessProxyPlan, timeout_s: float = 5.0) -> None:
             _stop_own_server(plan.server, timeout_s)
 
 
+def describe_planned(plan: HarnessProxyPlan) -> list[str]:
+    """What :func:`remove_planned` would remove, one line each (``drill cleanup --dry-run``); reads nothing but
+    the server's state file."""
+    lines = []
+    for p in plan.proxies:
+        listen = "" if p.listen.endswith(":0") else f"{p.listen} "
+        lines.append(f"remove proxy {p.name} ({listen}-> {p.upstream}) of replica {p.replica} on {plan.url}")
+    if plan.server is not None and plan.server.port:
+        ref = _recorded_server(plan.server)
+        pid = f"pid {ref.pid}" if ref else "found by its command line"
+        lines.append(f"stop the harness's Toxiproxy server on {plan.server.url} ({pid})")
+    return lines
+
+
 def _create(client: ToxiproxyClient, planned: PlannedProxy) -> MadeProxy:
     proxy = client.create_proxy(planned.name, planned.upstream, listen=planned.listen)
     return MadeProxy(planned.replica, proxy.name, proxy.listen, proxy.upstream)
@@ -223,12 +238,17 @@ def _stop_own_server(spec: OwnServer, timeout_s: float) -> None:
     Path(spec.state_file).unlink(missing_ok=True)
 
 
-def _server_ref(spec: OwnServer, control: ProcessControl) -> ProcessRef | None:
+def _recorded_server(spec: OwnServer) -> ProcessRef | None:
+    """The server's process as its state file records it; None when the file was never written."""
     try:
         state = json.loads(Path(spec.state_file).read_text(encoding="utf-8"))
-        ref = ProcessRef(int(state["pid"]), int(state["start_ticks"]))
+        return ProcessRef(int(state["pid"]), int(state["start_ticks"]))
     except (OSError, ValueError, KeyError, TypeError):
-        ref = None  # killed between the server's start and its state file: find it by its command line
+        return None
+
+
+def _server_ref(spec: OwnServer, control: ProcessControl) -> ProcessRef | None:
+    ref = _recorded_server(spec)  # None: killed between the server's start and its state file
     if ref is not None:
         return ref
     try:

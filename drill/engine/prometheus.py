@@ -86,7 +86,11 @@ class PrometheusMetrics:
         self.query = promql([*names, "up"], spec.selector)
         self._by_address = {urlsplit(u).netloc: name for name, u in (metrics_urls or {}).items()}
         self._client = httpx.Client(
-            base_url=spec.url.rstrip("/"), timeout=spec.timeout, trust_env=False, transport=transport
+            base_url=spec.url.rstrip("/"),
+            headers=spec.request_headers(),
+            timeout=spec.timeout,
+            trust_env=False,
+            transport=transport,
         )
         self._stop = threading.Event()
         self._lock = threading.Lock()

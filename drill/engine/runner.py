@@ -45,7 +45,7 @@ from drill.errors import DrillError, RunInterrupted
 from drill.report.redact import Redactor, run_redactor, scrub_logs, secret_values
 from drill.serving_metrics import QUANTITIES, wanted_sample_names
 from drill.spec.loader import LoadedDrill
-from drill.spec.models import Phase, StopKind
+from drill.spec.models import Phase, PrometheusSourceSpec, StopKind
 from drill.targets.probe import first_good_response, served_model
 from drill.traces.receiver import OtlpReceiver
 
@@ -181,7 +181,8 @@ class Runner:
 
     def _initial_redactor(self) -> Redactor:
         """Scrubs the secrets of the environment and the target's config from every file the run writes."""
-        return run_redactor(_dump(self.loaded.target_params), include_text=self.drill.report.include_text)
+        config = [_dump(self.loaded.target_params), _dump(self.drill.metrics)]  # the target's, the metrics source's
+        return run_redactor(config, include_text=self.drill.report.include_text)
 
     def _headers(self) -> dict[str, str]:
         """The target's request headers (credentials); never journaled."""
@@ -323,17 +324,22 @@ class Runner:
             target.stop()
             self.journal.write(Event.TARGET_STOPPED, target_id="target", reason="run ended")
 
+    def _prometheus_source(self, spec: PrometheusSourceSpec) -> PrometheusMetrics:
+        """The user's Prometheus as the metrics source; its credentials join the run's redactor first."""
+        self.redactor = self.redactor.with_secrets(secret_values(spec.request_headers()))
+        raw = [str(c.metric) for c in self.drill.stop_conditions if c.kind is StopKind.METRIC]
+        return PrometheusMetrics(
+            spec,
+            self.rundir.file("metrics.jsonl"),
+            self.drill.metrics.interval,
+            names=[*wanted_sample_names(), *(n for n in raw if n not in QUANTITIES)],
+            metrics_urls=self.target_info.metrics_urls,
+        )
+
     def _start_scraper(self) -> None:
         spec = self.drill.metrics
         if spec.enabled and spec.prometheus is not None:
-            raw = [str(c.metric) for c in self.drill.stop_conditions if c.kind is StopKind.METRIC]
-            self.scraper = PrometheusMetrics(
-                spec.prometheus,
-                self.rundir.file("metrics.jsonl"),
-                spec.interval,
-                names=[*wanted_sample_names(), *(n for n in raw if n not in QUANTITIES)],
-                metrics_urls=self.target_info.metrics_urls,
-            ).start()
+            self.scraper = self._prometheus_source(spec.prometheus).start()
             self.journal.write(Event.NOTE, message=f"metrics from Prometheus at {spec.prometheus.url}")
         elif spec.enabled and self.target_info.metrics_urls:
             self.scraper = MetricsScraper(

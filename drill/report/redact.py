@@ -139,11 +139,11 @@ def secret_values(data: Any) -> list[str]:
     return found
 
 
-def run_redactor(target_config: Any, include_text: bool = False) -> Redactor:
+def run_redactor(config: Any, include_text: bool = False) -> Redactor:
     """A run's redactor (``drill run``, ``drill capacity``): it scrubs the secret values of the environment and of
-    the target's config (JSON-like) from every file the run writes; add the target's request headers with
-    :meth:`Redactor.with_secrets` once they are expanded."""
-    return Redactor(include_text, [*secret_environment_values(), *secret_values(target_config)])
+    the run's JSON-like ``config`` (the target's, the metrics source's) from every file the run writes; add the
+    request headers with :meth:`Redactor.with_secrets` once their ``${NAME}`` are expanded."""
+    return Redactor(include_text, [*secret_environment_values(), *secret_values(config)])
 
 
 class Redactor:

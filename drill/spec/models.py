@@ -21,7 +21,7 @@ from drill.load.records import ErrorClass
 from drill.serving_metrics import metric_name_problem
 from drill.spec.diagnostics import did_you_mean
 from drill.spec.scenario import Slo
-from drill.spec.validation import SpecModel, at_key
+from drill.spec.validation import SpecModel, at_key, expand_env
 from drill.units import BindHost, Duration, format_duration
 
 __all__ = [
@@ -244,6 +244,9 @@ class PrometheusSourceSpec(SpecModel):
     - ``replicas``: label value -> replica name; a value not listed is matched to the target's metrics URL with
       that ``host:port``, else it is the replica's name as is.
     - ``timeout`` (5 s): one query's limit.
+    - ``headers`` / ``bearer_token``: sent with every query (a Prometheus behind auth, a tenant header);
+      ``${NAME}`` is read from the environment at start, as in the openai target's ``headers`` / ``api_key``.
+      Credentials never reach ``resolved.json``, a log or a report.
     """
 
     url: str = Field(pattern=r"^https?://")
@@ -251,6 +254,24 @@ class PrometheusSourceSpec(SpecModel):
     replica_label: str = Field("instance", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     replicas: dict[str, str] = Field(default_factory=dict)
     timeout: Duration = Field(5.0, gt=0)
+    headers: dict[str, str] = Field(default_factory=dict)
+    bearer_token: str | None = None  # ``Authorization: Bearer <bearer_token>``
+
+    @model_validator(mode="after")
+    def _one_authorization(self) -> PrometheusSourceSpec:
+        if self.bearer_token is not None and any(name.lower() == "authorization" for name in self.headers):
+            raise at_key("bearer_token", "give 'bearer_token' or an 'Authorization' header, not both")
+        return self
+
+    def request_headers(self) -> dict[str, str]:
+        """The headers of every query, ``${NAME}`` expanded; an unset variable is an InputError naming the key."""
+        from drill.errors import InputError
+
+        where = "metrics.prometheus"
+        headers = {name: expand_env(v, f"{where}.headers.{name}", InputError) for name, v in self.headers.items()}
+        if self.bearer_token is not None:
+            headers["Authorization"] = f"Bearer {expand_env(self.bearer_token, f'{where}.bearer_token', InputError)}"
+        return headers
 
 
 class MetricsSpec(SpecModel):

@@ -8,6 +8,7 @@ did-you-mean hint.
 
 from __future__ import annotations
 
+import os
 import re
 import types
 import typing
@@ -16,10 +17,29 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from drill.errors import DrillError
 from drill.spec.diagnostics import Diagnostic, KeyPath, describe_value, did_you_mean, format_path
 from drill.spec.yamlio import Locations
 
-__all__ = ["SpecModel", "at_key", "validate_model", "allowed_keys"]
+__all__ = ["SpecModel", "at_key", "validate_model", "allowed_keys", "expand_env"]
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def expand_env(value: str, where: str, error: type[DrillError]) -> str:
+    """``${NAME}`` in a spec value (a credential, so the drill file need not hold it) replaced by the environment
+    variable NAME at start; an unset one raises ``error`` naming ``where`` (the value's key path)."""
+
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in os.environ:
+            raise error(
+                f"{where}: the environment variable {name} is not set", hint=f"export {name}=... before the run"
+            )
+        return os.environ[name]
+
+    return _ENV_REF.sub(one, value)
+
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -31,8 +31,6 @@ With one such replica and no ``url``, the drill talks to the proxy directly: no 
 
 from __future__ import annotations
 
-import os
-import re
 import subprocess
 import sys
 import time
@@ -43,7 +41,7 @@ from pydantic import Field, field_validator, model_validator
 
 from drill.api import Capability, ReplicaRef, Target, TargetContext, TargetInfo
 from drill.errors import TargetError
-from drill.spec.validation import SpecModel, at_key
+from drill.spec.validation import SpecModel, at_key, expand_env
 from drill.targets.proxies import (
     HarnessProxies,
     HarnessProxyPlan,
@@ -151,22 +149,9 @@ def _planned_listen(listen: str | None) -> str:
     return listen if listen and not listen.endswith(":0") else "127.0.0.1:(port assigned at start)"
 
 
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
 def _expand(value: str, where: str) -> str:
     """``${NAME}`` replaced by the environment variable NAME; an unset one is an error naming where."""
-
-    def one(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in os.environ:
-            raise TargetError(
-                f"target.config.{where}: the environment variable {name} is not set",
-                hint=f"export {name}=... before the run",
-            )
-        return os.environ[name]
-
-    return _ENV_REF.sub(one, value)
+    return expand_env(value, f"target.config.{where}", TargetError)
 
 
 class OpenAITarget(Target):

@@ -261,6 +261,9 @@ class PrometheusSourceSpec(SpecModel):
     def _one_authorization(self) -> PrometheusSourceSpec:
         if self.bearer_token is not None and any(name.lower() == "authorization" for name in self.headers):
             raise at_key("bearer_token", "give 'bearer_token' or an 'Authorization' header, not both")
+        if "@" in self.url.split("://", 1)[1].split("/", 1)[0]:
+            # user:password@host would be copied into metrics.jsonl and the journal with every query's URL
+            raise at_key("url", "credentials in the URL are not accepted; give them as 'headers' or 'bearer_token'")
         return self
 
     def request_headers(self) -> dict[str, str]:

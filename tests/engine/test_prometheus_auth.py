@@ -58,6 +58,13 @@ def test_bearer_token_and_an_authorization_header_are_not_both_given() -> None:
         _spec(headers={"authorization": "Bearer x"})
 
 
+def test_credentials_in_the_prometheus_url_are_refused_at_the_url() -> None:
+    # they would be copied into metrics.jsonl and the journal with every query's URL
+    with pytest.raises(ValueError, match="credentials in the URL"):
+        PrometheusSourceSpec(url="http://alice:s3cret@127.0.0.1:9090")
+    assert PrometheusSourceSpec(url="http://127.0.0.1:9090/prom@v1").url  # an @ in the path is not userinfo
+
+
 def _drill(tmp_path: Path) -> Path:
     drill = {
         "name": "prom-auth",

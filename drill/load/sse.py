@@ -8,6 +8,8 @@ common case (a content chunk) is decided from bytes without parsing JSON:
   counts too, §5.1);
 - ``data: {"error": ...}``: a mid-stream error (HTTP status already 200);
 - ``data: {..."choices":[],"usage":{...}}``: the final usage chunk (llama.cpp adds its ``timings`` to it);
+  llama.cpp's streamed ``/v1/completions`` sends ``usage`` in its last content chunk instead (beside
+  ``finish_reason``): :func:`carries_usage`;
 - ``data: [DONE]``: the end of the stream;
 - anything else (blank lines, comments, ``event:`` fields): ignored.
 """
@@ -19,7 +21,15 @@ import json
 
 from drill.load.records import ServerTimings
 
-__all__ = ["LineKind", "classify_line", "parse_usage", "parse_timings", "parse_error_message", "is_role_only"]
+__all__ = [
+    "LineKind",
+    "classify_line",
+    "carries_usage",
+    "parse_usage",
+    "parse_timings",
+    "parse_error_message",
+    "is_role_only",
+]
 
 
 class LineKind(enum.Enum):
@@ -67,6 +77,15 @@ def _slow(payload: bytes) -> LineKind:
     if data.get("usage"):
         return LineKind.USAGE
     return LineKind.IGNORED
+
+
+def carries_usage(line: bytes) -> bool:
+    """Whether a content chunk carries ``usage`` too (llama.cpp's streamed completions: its last content chunk).
+
+    A generated text that spells ``"usage"`` is escaped in JSON (``\\"usage\\"``), so the byte check does not
+    match it.
+    """
+    return b'"usage"' in line and parse_usage(line) != (None, None)
 
 
 def parse_usage(line: bytes) -> tuple[int | None, int | None]:

@@ -30,7 +30,15 @@ from geventhttpclient.url import URL
 from drill.load.child.reactor import reactor
 from drill.load.output import OutputDigest
 from drill.load.records import ErrorClass, ServerTimings, classify_status
-from drill.load.sse import LineKind, classify_line, is_role_only, parse_error_message, parse_timings, parse_usage
+from drill.load.sse import (
+    LineKind,
+    carries_usage,
+    classify_line,
+    is_role_only,
+    parse_error_message,
+    parse_timings,
+    parse_usage,
+)
 
 __all__ = ["Cancelled", "ClientOutcome", "Transport", "send_attempt"]
 
@@ -239,6 +247,7 @@ class _SseLines:
             and data.startswith(b'data: {"')
             and b'"choices":[{' in data
             and b'{"error"' not in data[:16]
+            and b'"usage"' not in data
         ):
             times.append(now)  # the hot path: exactly one content chunk, as vLLM sends them
             if outcome.output is not None:
@@ -256,6 +265,9 @@ class _SseLines:
                     outcome.role_only_first = is_role_only(line)
                 if outcome.output is not None:
                     outcome.output.feed_chunk(line)
+                if carries_usage(line):
+                    outcome.prompt_tokens, outcome.completion_tokens = parse_usage(line)
+                    outcome.server_timings = parse_timings(line)
             elif kind is LineKind.DONE:
                 outcome.end_at = now
                 self.done = True

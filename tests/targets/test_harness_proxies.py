@@ -196,8 +196,13 @@ def test_the_watchdog_removes_the_proxies_and_server_of_a_sigkilled_drill(tmp_pa
     finally:
         proc.kill()
     print(f"watchdog removed the proxies {seconds:.2f} s after the SIGKILL")
-    stopped = [e for e in read_journal(run_dir / "journal.jsonl") if e.event == "target_stopped"]
-    assert [(e.by, e.get("reason")) for e in stopped] == [("watchdog", "watchdog")]
+
+    # the watchdog journals target_stopped once the teardown returned: a moment after the server is gone
+    def stopped() -> list:
+        return [e for e in read_journal(run_dir / "journal.jsonl") if e.event == "target_stopped"]
+
+    _wait(stopped, 10, "the watchdog journalling target_stopped")
+    assert [(e.by, e.get("reason")) for e in stopped()] == [("watchdog", "watchdog")]
     done, _ = _cleanup(run_dir)
     assert done.returncode == 0 and "nothing to do" in done.stdout
 

@@ -18,8 +18,14 @@ Where the counts come from (a scenario's ``tokenizer:``, ``drill load --tokenize
 - ``words``: no fitting (the embedded stack's default).
 
 The chat template's own tokens (and a BOS) are not in any tokenize call of the content:
-they are measured once per request shape from ``usage.prompt_tokens`` of one real request
-(``max_tokens: 1``) whose content was counted.
+they are measured once per pool from ``usage.prompt_tokens`` of one real request
+(``max_tokens: 1``) whose content was counted. Per pool, with the pool's own system prompt
+(the same words in every request of the pool), because a template joins the content to its
+headers: a SentencePiece tokenizer adds its word prefix (``▁``) to a text tokenized alone but
+not to content that follows a header's newline, so the system prompt's tokens in the
+conversation differ from its count alone by an amount that depends on its first word. (The
+unique part's boundaries are not measured per request: a tokenizer that merges across them
+can leave a prompt a token or two off, which the fit cannot see.)
 
 The algorithm, per planned request: the target count of the counted text is the planned
 input length minus the template overhead (and, for chat, the system prompt's count); a
@@ -72,7 +78,6 @@ __all__ = [
     "TokenCounter",
     "TokenizerChoice",
     "UnfitPrompt",
-    "fit_prompts",
     "measure_overheads",
     "plan_prompts",
     "read_fit",
@@ -89,6 +94,7 @@ _THREADS = 8
 _PROBE_TEXT = "The quick brown fox jumps over the lazy dog; 0123456789 tokens, prompts and caches."
 _FILLER_CANDIDATES = ("a", "I", "x", "o", "s", "the", "and", "of", "to", "in")
 _OVERHEAD_PROBE_WORDS = 24
+_PROBE_ID = "probe-0"
 
 
 @dataclass(frozen=True)
@@ -355,11 +361,6 @@ def shapes_from_text(text: str) -> dict[str, PromptShape]:
     return PromptFit.from_json(text).shapes
 
 
-def shape_key(pool: Pool) -> str:
-    """Requests of one key share a template overhead: the endpoint, and whether a system prompt comes first."""
-    return f"{pool.endpoint.value}:{'system+user' if pool.endpoint is Endpoint.CHAT and pool.prefix_tokens else 'one'}"
-
-
 def _counted_texts(pool: Pool, prefix: str, unique: str) -> list[str]:
     """The texts whose counts add up, with the overhead, to the prompt tokens the server bills."""
     if pool.endpoint is Endpoint.CHAT:
@@ -368,25 +369,29 @@ def _counted_texts(pool: Pool, prefix: str, unique: str) -> list[str]:
 
 
 def measure_overheads(
-    client: httpx.Client, model: str, pools: Sequence[Pool], counter: TokenCounter, text: PromptText
+    client: httpx.Client,
+    model: str,
+    pools: Sequence[Pool],
+    counter: TokenCounter,
+    text: PromptText,
+    prefix_words: Mapping[str, int],
 ) -> dict[str, int]:
-    """Per shape key: ``usage.prompt_tokens`` of one real request minus the counted content's tokens.
+    """Per pool: ``usage.prompt_tokens`` of one real request minus the counted content's tokens.
 
+    The probe has the pool's own system prompt (``prefix_words`` of it, as every request of the pool), so the
+    tokens the template's join to it costs are those of the pool's requests.
     Raises LoadError when the server gives no usable answer.
     """
     overheads: dict[str, int] = {}
     for pool in pools:
-        key = shape_key(pool)
-        if key in overheads:
-            continue
-        probe = pool.model_copy(update={"stream": False, "name": "probe"})
-        shape = PromptShape(min(pool.prefix_tokens, _OVERHEAD_PROBE_WORDS), _OVERHEAD_PROBE_WORDS)
-        body = build_body(probe, model, "probe-0", 0, 1, text, shape)
+        probe = pool.model_copy(update={"stream": False})
+        shape = PromptShape(prefix_words.get(pool.name, 0), _OVERHEAD_PROBE_WORDS)
+        body = build_body(probe, model, _PROBE_ID, 0, 1, text, shape)
         prompt_tokens = _usage_prompt_tokens(client, endpoint_path(pool.endpoint), body)
         counted = sum(
-            len(ids) for ids in counter.ids(_counted_texts(probe, *prompt_parts(probe, "probe-0", shape, text)))
+            len(ids) for ids in counter.ids(_counted_texts(probe, *prompt_parts(probe, _PROBE_ID, shape, text)))
         )
-        overheads[key] = prompt_tokens - counted
+        overheads[pool.name] = prompt_tokens - counted
     return overheads
 
 
@@ -426,8 +431,8 @@ class _FitJob:
 class _Fitter:
     """Fits the requests of one scenario to one tokenizer."""
 
-    def __init__(self, counter: TokenCounter, text: PromptText, overheads: Mapping[str, int]) -> None:
-        self.counter, self.text, self.overheads = counter, text, overheads
+    def __init__(self, counter: TokenCounter, text: PromptText) -> None:
+        self.counter, self.text = counter, text
         self.costs = self._word_costs()
         self.filler = self._filler()
         self._prefix_counts: dict[str, int] = {}
@@ -475,8 +480,7 @@ class _Fitter:
             total += c
         return len(costs)
 
-    def job(self, pool: Pool, logical_id: str, planned: int, prefix_words: int) -> _FitJob:
-        overhead = self.overheads[shape_key(pool)]
+    def job(self, pool: Pool, logical_id: str, planned: int, prefix_words: int, overhead: int) -> _FitJob:
         prefix, _ = prompt_parts(pool, logical_id, PromptShape(prefix_words, 0), self.text)
         constant = overhead
         if pool.endpoint is Endpoint.CHAT and prefix:
@@ -543,25 +547,21 @@ class _Fitter:
             job.stuck = True
         job.n, job.fill = n, fill
 
-
-def fit_prompts(
-    scenario: Scenario,
-    requests: Sequence[tuple[str, str, int]],
-    counter: TokenCounter,
-    overheads: Mapping[str, int],
-    seed: int,
-) -> tuple[dict[str, PromptShape], list[UnfitPrompt], str]:
-    """Fit ``requests`` (logical id, pool, planned input tokens): their shapes, the unfit ones, the filler."""
-    text = PromptText(seed)
-    pools = {p.name: p for p in scenario.pools}
-    fitter = _Fitter(counter, text, overheads)
-    prefixes = fitter.prefix_shapes(scenario.pools)
-    jobs = [
-        (pool, fitter.job(pools[pool], logical_id, planned, prefixes[pool]), prefixes[pool])
-        for logical_id, pool, planned in requests
-    ]
-    shapes, unfit = fitter.run(pools, jobs)
-    return shapes, unfit, fitter.filler
+    def fit(
+        self,
+        scenario: Scenario,
+        requests: Sequence[tuple[str, str, int]],
+        overheads: Mapping[str, int],
+        prefixes: Mapping[str, int],
+    ) -> tuple[dict[str, PromptShape], list[UnfitPrompt]]:
+        """Fit ``requests`` (logical id, pool, planned input tokens) with the pools' prefix word counts and
+        overheads: their shapes and the unfit ones."""
+        pools = {p.name: p for p in scenario.pools}
+        jobs = [
+            (pool, self.job(pools[pool], logical_id, planned, prefixes[pool], overheads[pool]), prefixes[pool])
+            for logical_id, pool, planned in requests
+        ]
+        return self.run(pools, jobs)
 
 
 # --- plan time ------------------------------------------------------------------------------------
@@ -612,9 +612,10 @@ def _fit_or_reuse(plan: PromptPlan, client: httpx.Client) -> PromptFit:
         if found is None:
             return PromptFit("words", "fallback", warning=f"prompts not token-exact: {why}; one token per word")
         counter = found
-    text = PromptText(plan.seed)
+    fitter = _Fitter(counter, PromptText(plan.seed))
+    prefixes = fitter.prefix_shapes(plan.scenario.pools)
     try:
-        overheads = measure_overheads(client, plan.model, plan.scenario.pools, counter, text)
+        overheads = measure_overheads(client, plan.model, plan.scenario.pools, counter, fitter.text, prefixes)
     except LoadError as exc:
         return PromptFit("words", "fallback", warning=f"prompts not token-exact: {exc}; one token per word")
     fingerprint = _fingerprint(counter, overheads)
@@ -622,12 +623,12 @@ def _fit_or_reuse(plan: PromptPlan, client: httpx.Client) -> PromptFit:
     previous = read_fit(plan.run_dir)
     if previous is not None and previous.key == key:
         return replace(previous, reused=True)
-    shapes, unfit, filler = fit_prompts(plan.scenario, plan.requests, counter, overheads, plan.seed)
+    shapes, unfit = fitter.fit(plan.scenario, plan.requests, overheads, prefixes)
     return PromptFit(
         plan.choice.kind,
         counter.source,
         fingerprint,
-        filler,
+        fitter.filler,
         dict(overheads),
         shapes,
         tuple(unfit),

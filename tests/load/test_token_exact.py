@@ -191,7 +191,7 @@ def test_a_local_tokenizer_file_fits_as_exactly_with_the_template_measured_from_
     schedule, fit = _fit(scenario, server, tmp_path, choice=f"file:{path}")
     assert fit.mode == "file" and fit.source == f"tokenizer.json at {path}"
     assert fit.overheads == {
-        "chat:system+user": server.prompt_tokens(
+        "chat": server.prompt_tokens(  # per pool
             {"messages": [{"role": "system", "content": ""}, {"role": "user", "content": ""}]}
         )
     }

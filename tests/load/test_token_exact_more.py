@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from drill.load.sse import LineKind, carries_usage, classify_line, parse_usage
+from drill.spec.scenario import Scenario
+from tests.load.test_token_exact import FakeServer, _achieved, _bpe, _fit
+
+
+@pytest.fixture(scope="module")
+def meta_bpe():  # -> tokenizers.Tokenizer: the SentencePiece-like one of tests/load/test_token_exact.py
+    return _bpe(420, byte_level=False)
+
 
 # llama.cpp's streamed /v1/completions (b11434, as its server sent it): no separate usage chunk; the last content
 # chunk carries finish_reason, usage and timings together.
@@ -28,3 +38,44 @@ def test_a_generated_text_that_spells_usage_is_not_usage() -> None:
     line = b"data: " + json.dumps(chunk, separators=(",", ":")).encode()
     assert classify_line(line) is LineKind.CONTENT and not carries_usage(line)
     assert not carries_usage(b'data: {"choices":[{"text":"x"}],"usage":null}')
+
+
+class JoinedSystemPrompt(FakeServer):
+    """A template that puts the system prompt right after its header's newline, with a SentencePiece-like
+    tokenizer (Metaspace): tokenized alone the prompt's first word gets the word prefix ``▁``, in the conversation
+    it does not, so its tokens there are not its count alone, by an amount that depends on that word. The user
+    turn follows a space, as a lone tokenize call sees it."""
+
+    def prompt_tokens(self, body: dict) -> int:
+        if "messages" not in body:
+            return super().prompt_tokens(body)
+        turns = [f"system\n{m['content']}" if m["role"] == "system" else f" {m['content']}" for m in body["messages"]]
+        return 1 + self.count("".join(turns) + " assistant")
+
+
+@pytest.mark.parametrize("seed", [1, 5, 6])
+def test_the_system_prompt_is_counted_as_the_template_joins_it(meta_bpe, tmp_path, seed) -> None:
+    """Each pool's system prompt is other words: the template's overhead is measured per pool, with its own."""
+    pools = [
+        {
+            "name": "chat",
+            "share": 0.5,
+            "prefix_tokens": 60,
+            "input_tokens": {"dist": "uniform", "min": 120, "max": 400},
+        },
+        {"name": "other", "share": 0.5, "prefix_tokens": 90, "input_tokens": {"dist": "fixed", "value": 200}},
+    ]
+    out = {"dist": "fixed", "value": 4}
+    scenario = Scenario.model_validate(
+        {
+            "seed": seed,
+            "arrival": {"process": "poisson", "rate": 40},
+            "pools": [{**p, "output_tokens": out} for p in pools],
+        }
+    )
+    server = JoinedSystemPrompt(meta_bpe)
+    schedule, fit = _fit(scenario, server, tmp_path)
+    pairs = _achieved(scenario, server, schedule, fit)
+    off = [(r.logical_id, p, a) for r, (p, a) in zip(schedule.requests, pairs) if p != a]
+    assert not off and not fit.unfit, off[:5]
+    assert set(fit.overheads) == {"chat", "other"}

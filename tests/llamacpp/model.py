@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["TOKENIZERS", "ModelFiles", "TokenizerSpec", "make_model"]
+__all__ = ["SERVER_ONLY_TOKENIZERS", "TOKENIZERS", "ModelFiles", "TokenizerSpec", "make_model"]
 
 # The pre-tokenizer regex of Llama-3's tokenizer.json; llama.cpp's pre-tokenizer "llama-bpe" applies the same rule.
 _LLAMA3_SPLIT = (
@@ -33,6 +33,15 @@ _LLAMA3_SPLIT = (
 _CHATML = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+# Llama-2's template: the system prompt after "<<SYS>>\n" (no word prefix there), the turn in plain-text [INST] marks.
+_LLAMA2_CHAT = (
+    "{% if messages[0]['role'] == 'system' %}"
+    "{% set sys = '<<SYS>>\\n' + messages[0]['content'] + '\\n<</SYS>>\\n\\n' %}"
+    "{% set msgs = messages[1:] %}{% else %}{% set sys = '' %}{% set msgs = messages %}{% endif %}"
+    "{% for message in msgs %}{% if message['role'] == 'user' %}"
+    "{{ bos_token + '[INST] ' + (sys if loop.first else '') + message['content'] + ' [/INST]' }}"
+    "{% else %}{{ ' ' + message['content'] + ' ' + eos_token }}{% endif %}{% endfor %}"
 )
 _LLAMA3_CHAT = (
     "{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' "
@@ -56,6 +65,7 @@ class TokenizerSpec:
     specials: tuple[str, ...]
     add_bos: bool
     chat_template: str
+    kind: str = "bpe"  # "bpe": byte-level BPE (a gpt2-model vocabulary); "spm": SentencePiece-style (llama-model)
 
 
 TOKENIZERS: dict[str, TokenizerSpec] = {
@@ -89,6 +99,29 @@ TOKENIZERS: dict[str, TokenizerSpec] = {
         ),
     )
 }
+#: Tokenizers only the server's own tokenize counts: their ``tokenizer.json`` is not token-identical to llama.cpp's
+#: SentencePiece tokenizer for runs of whitespace, so it is written but is no local truth.
+SERVER_ONLY_TOKENIZERS: dict[str, TokenizerSpec] = {
+    spec.name: spec
+    for spec in (
+        # Llama-2 style: <unk> <s> </s>, 256 byte-fallback tokens, then "▁"-prefixed pieces scored by merge rank
+        TokenizerSpec(
+            name="spm-2000",
+            vocab_size=2000,
+            pre="default",
+            corpus_seed=37,
+            corpus_words=50_000,
+            word_share=0.7,
+            bos="<s>",
+            eos="</s>",
+            specials=("<unk>", "<s>", "</s>"),
+            add_bos=True,
+            chat_template=_LLAMA2_CHAT,
+            kind="spm",
+        ),
+    )
+}
+_BYTE_TOKENS = tuple(f"<0x{b:02X}>" for b in range(256))
 
 
 @dataclass(frozen=True)
@@ -158,6 +191,8 @@ def _corpus(seed: int, words: int, share: float) -> list[str]:
 def _train(spec: TokenizerSpec):  # -> tokenizers.Tokenizer
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
+    if spec.kind == "spm":
+        return _train_spm(spec)
     tokenizer = Tokenizer(models.BPE(ignore_merges=spec.pre == "llama-bpe"))
     if spec.pre == "llama-bpe":
         tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
@@ -186,6 +221,23 @@ def _train(spec: TokenizerSpec):  # -> tokenizers.Tokenizer
     return tokenizer
 
 
+def _train_spm(spec: TokenizerSpec):  # -> tokenizers.Tokenizer
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tokenizer = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+    tokenizer.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always", split=True)
+    trainer = trainers.BpeTrainer(
+        vocab_size=spec.vocab_size, special_tokens=list(spec.specials + _BYTE_TOKENS), show_progress=False
+    )
+    tokenizer.train_from_iterator(_corpus(spec.corpus_seed, spec.corpus_words, spec.word_share), trainer=trainer)
+    bos = tokenizer.token_to_id(spec.bos)
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{spec.bos} $A", pair=f"{spec.bos} $A $B", special_tokens=[(spec.bos, bos)]
+    )
+    return tokenizer
+
+
 @dataclass(frozen=True)
 class _Vocab:
     tokens: list[str]
@@ -202,6 +254,9 @@ def _vocab(tokenizer, spec: TokenizerSpec) -> _Vocab:
     merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
     special = set(spec.specials)
     control, normal = gguf.TokenType.CONTROL, gguf.TokenType.NORMAL
+    if spec.kind == "spm":
+        kinds = {"<unk>": gguf.TokenType.UNKNOWN, **{b: gguf.TokenType.BYTE for b in _BYTE_TOKENS}}
+        return _Vocab(tokens, merges, [int(kinds.get(t, control if t in special else normal)) for t in tokens])
     return _Vocab(tokens, merges, [int(control if t in special else normal) for t in tokens])
 
 
@@ -225,11 +280,17 @@ def _write_gguf(path: Path, spec: TokenizerSpec, vocab: _Vocab) -> None:
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_vocab_size(len(vocab.tokens))
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_model("llama" if spec.kind == "spm" else "gpt2")
     writer.add_tokenizer_pre(spec.pre)
     writer.add_token_list(vocab.tokens)
     writer.add_token_types(vocab.types)
-    writer.add_token_merges(vocab.merges)
+    if spec.kind == "spm":  # SentencePiece merges by score: a piece's rank, as Llama-2's vocabulary has them
+        normal = int(gguf.TokenType.NORMAL)
+        writer.add_token_scores([-float(i) if t == normal else 0.0 for i, t in enumerate(vocab.types)])
+        writer.add_unk_token_id(vocab.tokens.index("<unk>"))
+        writer.add_add_space_prefix(True)
+    else:
+        writer.add_token_merges(vocab.merges)
     writer.add_bos_token_id(vocab.tokens.index(spec.bos))
     writer.add_eos_token_id(vocab.tokens.index(spec.eos))
     writer.add_add_bos_token(spec.add_bos)
@@ -270,9 +331,9 @@ def _weights(n_vocab: int, seed: int) -> list[tuple[str, np.ndarray]]:
 def make_model(directory: Path, tokenizer: str = "gpt2-1024") -> ModelFiles:
     """Write ``<name>.gguf`` and ``<name>.tokenizer.json`` into ``directory`` (made if missing); same name, same bytes.
 
-    ``tokenizer`` is a key of :data:`TOKENIZERS`.
+    ``tokenizer`` is a key of :data:`TOKENIZERS` or :data:`SERVER_ONLY_TOKENIZERS`.
     """
-    spec = TOKENIZERS[tokenizer]
+    spec = {**TOKENIZERS, **SERVER_ONLY_TOKENIZERS}[tokenizer]
     directory.mkdir(parents=True, exist_ok=True)
     trained = _train(spec)
     vocab = _vocab(trained, spec)

@@ -1,10 +1,11 @@
 """Token-exact prompts against a real ``llama-server`` (issue 13): ``drill load`` fits every prompt to the server's
 own tokenizer, and the prompt tokens the server bills land on the planned ones.
 
-Three short runs of the real CLI (``drill load``, a few seconds of arrivals each): the default server with no
-tokenizer option (its ``POST /tokenize``), the same server from its local ``tokenizer.json``, and a server with the
+Four short runs of the real CLI (``drill load``, a few seconds of arrivals each): the default server with no
+tokenizer option (its ``POST /tokenize``), the same server from its local ``tokenizer.json``, and servers with the
 second test tokenizer (another vocabulary, pre-tokenizer, BOS rule and chat template, which the fitting was not
-tuned on) with no option given. Achieved = the server's ``usage.prompt_tokens`` in each record.
+tuned on) and with a SentencePiece one (Llama-2 style vocabulary and template), with no option given.
+Achieved = the server's ``usage.prompt_tokens`` in each record.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from drill.load.records import read_records
-from tests.llamacpp.model import TOKENIZERS
+from tests.llamacpp.model import SERVER_ONLY_TOKENIZERS, TOKENIZERS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,11 +27,19 @@ REPO = Path(__file__).resolve().parents[2]
 def _scenario(path: Path) -> Path:
     out = {"dist": "fixed", "value": 4}
     pools = [
-        {"name": "fixed", "share": 0.35, "input_tokens": {"dist": "fixed", "value": 300}, "output_tokens": out},
+        {"name": "fixed", "share": 0.3, "input_tokens": {"dist": "fixed", "value": 300}, "output_tokens": out},
         {
             "name": "sampled",
-            "share": 0.35,
+            "share": 0.3,
             "input_tokens": {"dist": "lognormal", "mu": 5.3, "sigma": 0.6, "min": 60, "max": 1200},
+            "output_tokens": out,
+        },
+        {
+            # a SentencePiece tokenizer counts a system prompt after its header's newline other than alone
+            "name": "system",
+            "share": 0.1,
+            "prefix_tokens": 70,
+            "input_tokens": {"dist": "uniform", "min": 120, "max": 500},
             "output_tokens": out,
         },
         {
@@ -83,7 +92,9 @@ def _check(doc: dict, out: Path, tolerance: float) -> dict[str, float]:
     ]
     assert not off, off[:5]
     groups = {g["pool"]: g for g in doc["report"]["groups"] if g["phase"] == "run"}
-    ratios = {pool: groups[pool]["prompt_tokens_ratio"] for pool in ("fixed", "sampled", "streamed", "prefixed")}
+    ratios = {
+        pool: groups[pool]["prompt_tokens_ratio"] for pool in ("fixed", "sampled", "system", "streamed", "prefixed")
+    }
     assert all(abs(ratio - 1) <= tolerance for ratio in ratios.values()), ratios
     return ratios
 
@@ -118,6 +129,10 @@ def test_drill_load_prompts_land_on_the_planned_tokens(llama_server, llama_serve
     assert doc["prompts"]["mode"] == "server" and doc["prompts"]["unfit"] == 0
     fits[other] = (doc["prompts"]["fitted"], doc["prompts"]["fit_s"])
     ratios[other] = _check(doc, tmp_path / "other", 0.03)
+    spm = next(iter(SERVER_ONLY_TOKENIZERS))  # SentencePiece, Llama-2's template: the fit was not tuned on it either
+    doc, _, walls[spm] = _load(scenario, llama_server_factory(tokenizer=spm).url, tmp_path / "spm")
+    assert doc["prompts"]["mode"] == "server" and doc["prompts"]["unfit"] == 0
+    ratios[spm] = _check(doc, tmp_path / "spm", 0.03)
     with capsys.disabled():
         print(f"\n[token-exact] achieved/planned per pool: {ratios}; drill load wall s: {walls}; (fitted, s): {fits}")
 

@@ -74,7 +74,7 @@ from drill.load.payload import (
 from drill.load.records import ErrorClass, RequestRecord, classify_status
 from drill.load.samples import FailingSample, read_samples
 from drill.load.schedule import build_schedule
-from drill.load.sse import LineKind, classify_line, parse_error_message, parse_usage
+from drill.load.sse import LineKind, carries_usage, classify_line, parse_error_message, parse_usage
 from drill.spec.scenario import Scenario
 
 __all__ = [
@@ -566,6 +566,8 @@ def _read_stream(response: http.client.HTTPResponse, start: float, deadline: flo
             out["chunks"] += 1
             out.setdefault("ttft_ms", _ms(start))
             output.feed_chunk(line)
+            if carries_usage(line):  # llama.cpp's streamed completions: usage rides on the last content chunk
+                out["completion_tokens"] = parse_usage(line)[1]
         elif kind is LineKind.USAGE:
             out["completion_tokens"] = parse_usage(line)[1]
         elif kind is LineKind.ERROR and "error" not in out:

@@ -79,3 +79,24 @@ def test_the_system_prompt_is_counted_as_the_template_joins_it(meta_bpe, tmp_pat
     off = [(r.logical_id, p, a) for r, (p, a) in zip(schedule.requests, pairs) if p != a]
     assert not off and not fit.unfit, off[:5]
     assert set(fit.overheads) == {"chat", "other"}
+
+
+class _Stream:
+    """An ``http.client.HTTPResponse`` at the transport seam: its lines, then EOF."""
+
+    def __init__(self, lines: list[bytes]) -> None:
+        self._lines = [line + b"\n" for line in lines]
+
+    def readline(self) -> bytes:
+        return self._lines.pop(0) if self._lines else b""
+
+
+def test_the_replay_reads_usage_from_llamacpps_last_content_chunk() -> None:
+    import time
+
+    from drill.load.replay import _read_stream
+
+    first = b'data: {"choices":[{"text":" the","index":0,"finish_reason":null}],"object":"text_completion"}'
+    stream = _Stream([first, LLAMACPP_LAST_COMPLETION_CHUNK, b"data: [DONE]"])
+    out = _read_stream(stream, time.monotonic(), time.monotonic() + 5)  # type: ignore[arg-type]
+    assert out["completion_tokens"] == 2 and out["chunks"] == 2 and "error" not in out

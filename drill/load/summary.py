@@ -292,7 +292,9 @@ def _prompt_token_lines(groups: list[GroupSummary]) -> list[str]:
             lines.append(
                 f"  WARNING: pool {g.pool}'s prompts are {g.prompt_tokens_ratio:.3f} times the planned tokens "
                 f"(more than {PROMPT_TOKENS_TOLERANCE:.0%} off): the request set is not the planned length "
-                f"distribution; fit prompts to the target's tokenizer (tokenizer: server or file:<path>)"
+                f"distribution; prompts made one token per word: fit them to the target's tokenizer (tokenizer: "
+                f"server or file:<path>); fitted prompts: the 'prompts:' line names those that could not be made "
+                f"exact (a planned length below the chat template's own tokens cannot be met)"
             )
     return lines
 

@@ -285,6 +285,8 @@ class PromptFit:
                 f" — WARNING: {len(self.unfit)} could not be made exact (worst {worst.logical_id}: "
                 f"{worst.achieved} for {worst.planned} planned)"
             )
+            if self.overheads and worst.planned < max(self.overheads.values()):
+                line += f"; the chat template alone costs up to {max(self.overheads.values())} tokens"
         return line
 
     def summary(self) -> dict[str, object]:

@@ -100,3 +100,16 @@ def test_the_replay_reads_usage_from_llamacpps_last_content_chunk() -> None:
     stream = _Stream([first, LLAMACPP_LAST_COMPLETION_CHUNK, b"data: [DONE]"])
     out = _read_stream(stream, time.monotonic(), time.monotonic() + 5)  # type: ignore[arg-type]
     assert out["completion_tokens"] == 2 and out["chunks"] == 2 and "error" not in out
+
+
+def test_an_unfit_plan_below_the_templates_own_tokens_says_so() -> None:
+    from drill.load.tokenizing import PromptFit, UnfitPrompt
+
+    # a Qwen-style template adds a 50-token default system prompt: 40 planned tokens cannot be met
+    fit = PromptFit(
+        "server", "http://127.0.0.1:8080/tokenize", overheads={"chat": 50}, unfit=(UnfitPrompt("c-1", 40, 58),)
+    )
+    assert "could not be made exact (worst c-1: 58 for 40 planned)" in fit.describe()
+    assert "the chat template alone costs up to 50 tokens" in fit.describe()
+    roomy = PromptFit("server", "x", overheads={"chat": 8}, unfit=(UnfitPrompt("c-2", 300, 301),))
+    assert "template alone" not in roomy.describe()

@@ -24,7 +24,9 @@ Byte volumes are multiplied by ``byte_scale`` (default 1/1024; ``links.byte_scal
 config) so that real volumes (a 64 MiB prefill all-reduce) do not swamp loopback Python; the
 prediction uses the same factor, so the expected slowdown stays exact. The baseline (loopback
 and proxy overhead, no toxic) is calibrated at start-up and subtracted: ``excess`` is what the
-links add beyond it, never negative.
+links add beyond it, never negative. The exchange thread and the rank processes run on one CPU with the
+stack's Toxiproxy (:mod:`drill.stack.interconnect.affinity`): spread over CPUs, the clean links' cost
+flips between regimes on its own and the baseline stops describing them.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from pydantic import BaseModel, ConfigDict
 
 from drill.api import LinkKind
 from drill.errors import StackError
+from drill.stack.interconnect.affinity import pin_to_link_cpu, pinned_preexec
 from drill.stack.interconnect.rank import HEADER, RankSpec, recv_exactly, split_address
 from drill.stack.interconnect.step_exchange import ExchangePlan, NoopInterconnect
 from drill.stack.lifeline import die_with_parent
@@ -143,7 +146,9 @@ class TcpInterconnect:
         self._pp = pp_sock
         self._pp_links = sum(1 for link in spec.links if link.kind == LinkKind.PP)
         self._buffer = bytearray(MAX_MESSAGE_BYTES)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="interconnect")
+        self._executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="interconnect", initializer=pin_to_link_cpu
+        )
         self.baseline = Baseline()
 
     async def exchange(self, plan: ExchangePlan) -> float:
@@ -191,8 +196,12 @@ class TcpInterconnect:
     def calibrate(self) -> Baseline:
         """Measure the clean-link cost (median of ``calibration_samples``) and keep it.
 
-        Called once by :func:`connect` before the first step; assumes no toxic is active.
+        Called once by :func:`connect` before the first step; assumes no toxic is active. It measures
+        in the exchange thread, on the CPU the steps' exchanges run on.
         """
+        return self._executor.submit(self._calibrate).result()
+
+    def _calibrate(self) -> Baseline:
         samples = self.spec.calibration_samples
         tp_round_s = tp_byte_s = 0.0
         if self._tp:  # rounds in runs, as steps make them: isolated rounds measure cheaper
@@ -255,7 +264,7 @@ def _spawn_rank(link: PeerSpec, next_connect: str | None) -> subprocess.Popen[by
         [sys.executable, "-m", "drill.stack.interconnect.rank", "--spec", spec.model_dump_json()],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
-        preexec_fn=die_with_parent(),
+        preexec_fn=pinned_preexec(die_with_parent()),
     )
 
 

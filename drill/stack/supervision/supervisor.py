@@ -32,6 +32,7 @@ from pathlib import Path
 from drill.backends.toxiproxy import ProxySpec, ToxiproxyClient, ToxiproxyServer
 from drill.errors import DrillError
 from drill.stack.config import Runtime
+from drill.stack.interconnect.affinity import pinned_preexec
 from drill.stack.lifeline import die_with_parent
 from drill.stack.supervision.stack_plan import StackPlan
 
@@ -168,7 +169,7 @@ class Supervisor:
             port=self.plan.toxiproxy_port,
             host=self.plan.router_spec.host,
             log_path=self.plan.run_dir / "toxiproxy.log",
-            preexec_fn=die_with_parent(),
+            preexec_fn=pinned_preexec(die_with_parent()),  # on the TP/PP links' CPU (interconnect.affinity)
         )
         self.toxiproxy.start()
         log.info("toxiproxy-server at %s (pid %s)", self.toxiproxy.url, self.toxiproxy.pid)

@@ -102,7 +102,10 @@ def test_a_sigkilled_injection_is_reverted_by_its_watchdog(local_stack, tmp_path
     while _toxics(local_stack):
         assert time.monotonic() - killed < 5.0, "the watchdog did not revert within 5 s"
         time.sleep(0.05)
-    reverted = [e for e in read_journal(run_dir / "journal.jsonl") if e.event == "fault_reverted"]
+    # the watchdog journals fault_reverted once the revert returned: a moment after the toxic is gone
+    while not (reverted := [e for e in read_journal(run_dir / "journal.jsonl") if e.event == "fault_reverted"]):
+        assert time.monotonic() - killed < 10.0, "the watchdog did not journal its revert"
+        time.sleep(0.05)
     assert [e.by for e in reverted] == ["watchdog"]
     cleanup = subprocess.run(
         [sys.executable, "-m", "drill", "cleanup", "--reports", str(tmp_path / "reports")],

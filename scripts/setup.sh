@@ -170,6 +170,16 @@ setup_docker() {
   return 1
 }
 
+apt_install() {  # apt_install MESSAGE LOG PACKAGE...: Debian packages, quietly into LOG (its tail shown on failure)
+  if [ -n "${DRILL_SETUP_OFFLINE:-}" ] || ! command -v apt-get >/dev/null 2>&1; then return 1; fi
+  local message="$1" log_file="$2"; shift 2
+  local sudo=""; if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  log "$message (log in $log_file)"
+  { $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+      && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"; } \
+    > "$log_file" 2>&1 || { tail -n 20 "$log_file" >&2; return 1; }
+}
+
 chromium_bin() {  # the system Chromium the report test drives ($CHROMIUM_BIN, chromium, chromium-browser), or empty
   local candidate
   for candidate in ${CHROMIUM_BIN:-} chromium chromium-browser; do
@@ -181,14 +191,9 @@ setup_chromium() {
   # Debian's chromium for the report test (tests/report/test_html_in_chromium.py). Playwright's Python package
   # (the dev extra) drives it through executable_path and never downloads a browser of its own.
   if [ -n "$(chromium_bin)" ]; then return 0; fi
-  if [ -z "${DRILL_SETUP_OFFLINE:-}" ] && command -v apt-get >/dev/null 2>&1; then
-    local sudo=""; if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
-    log "installing Debian chromium for the report test (about a minute; log in $VENV/chromium-install.log)"
-    { $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq \
-        && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; } \
-      > "$VENV/chromium-install.log" 2>&1 || tail -n 20 "$VENV/chromium-install.log" >&2
-    if [ -n "$(chromium_bin)" ]; then return 0; fi
-  fi
+  apt_install "installing Debian chromium for the report test (about a minute)" "$VENV/chromium-install.log" chromium \
+    || true
+  if [ -n "$(chromium_bin)" ]; then return 0; fi
   log "no Chromium (chromium or chromium-browser) and none could be installed: the report test opens report.html in it"
   log "  install Debian's chromium (apt-get install chromium) or set CHROMIUM_BIN=/path/to/chromium,"
   log "  or run the tests with -m 'not chromium'"
@@ -206,14 +211,9 @@ setup_prometheus() {
   # Debian's prometheus (2.42) for the Prometheus metrics source's test (tests/engine/test_prometheus_server.py):
   # the test starts its own server on loopback; the package's service is not used.
   if [ -n "$(prometheus_bin)" ]; then return 0; fi
-  if [ -z "${DRILL_SETUP_OFFLINE:-}" ] && command -v apt-get >/dev/null 2>&1; then
-    local sudo=""; if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
-    log "installing Debian prometheus for the metrics-source test (log in $VENV/prometheus-install.log)"
-    { $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq \
-        && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; } \
-      > "$VENV/prometheus-install.log" 2>&1 || tail -n 20 "$VENV/prometheus-install.log" >&2
-    if [ -n "$(prometheus_bin)" ]; then return 0; fi
-  fi
+  apt_install "installing Debian prometheus for the metrics-source test" "$VENV/prometheus-install.log" prometheus \
+    || true
+  if [ -n "$(prometheus_bin)" ]; then return 0; fi
   log "no Prometheus server (prometheus) and none could be installed: the Prometheus metrics source's test needs one"
   log "  install Debian's prometheus (apt-get install prometheus) or set PROMETHEUS_BIN=/path/to/prometheus,"
   log "  or leave that test out: --deselect tests/engine/test_prometheus_server.py"

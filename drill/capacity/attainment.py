@@ -108,13 +108,7 @@ def request_value(record: RequestRecord, metric: str, pct: float) -> float | Non
     """The attempt's own value of ``metric`` in ms (``math.inf``: over any bound; None: it has none, e.g. the TPOT
     of a one-token answer)."""
     if record.ok:
-        if metric == "ttft":
-            return record.ttft_ms
-        if metric == "e2e":
-            return record.e2e_ms
-        if metric == "tpot":
-            return record.tpot_ms
-        return percentile(record.itl_ms(), pct)
+        return record.metric_ms(metric, pct)
     if record.error is not ErrorClass.CANCELLED:
         return math.inf
     return _censored(record, metric, pct)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from drill.jsonl import ReadReport, read_jsonl
+from drill.stats import percentile
 
 __all__ = ["ErrorClass", "RequestRecord", "ServerTimings", "classify_status", "latency_values", "read_records"]
 
@@ -129,6 +130,17 @@ class RequestRecord:
         """Gaps between successive content chunks (vLLM bench ITL)."""
         offs = self.chunk_offsets_ms
         return [b - a for a, b in zip(offs, offs[1:])]
+
+    def metric_ms(self, metric: str, pct: float) -> float | None:
+        """This request's own value of an SLO metric (``ttft``, ``e2e``, ``tpot``; ``itl``: the ``pct`` percentile
+        of its gaps), in ms; None when it has none (e.g. the TPOT of a one-token answer)."""
+        if metric == "ttft":
+            return self.ttft_ms
+        if metric == "e2e":
+            return self.e2e_ms
+        if metric == "tpot":
+            return self.tpot_ms
+        return percentile(self.itl_ms(), pct)
 
     def to_json(self) -> str:
         # A shallow dict, not dataclasses.asdict: asdict deep-copies every chunk offset, which

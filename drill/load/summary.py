@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 
 from drill.load.records import ErrorClass, RequestRecord, latency_values
 from drill.spec.scenario import parse_slo_key
-from drill.stats import percentile, percentiles
+from drill.stats import percentiles
 
 __all__ = [
     "MetricStats",
@@ -225,20 +225,10 @@ def _meets(record: RequestRecord, slo: Mapping[str, float]) -> bool:
         parsed = parse_slo_key(key)
         if parsed is None:
             continue
-        value = _own_value(record, *parsed)
+        value = record.metric_ms(*parsed)
         if value is not None and value > bound_s * 1000.0:
             return False
     return True
-
-
-def _own_value(record: RequestRecord, metric: str, pct: float) -> float | None:
-    if metric == "ttft":
-        return record.ttft_ms
-    if metric == "e2e":
-        return record.e2e_ms
-    if metric == "tpot":
-        return record.tpot_ms
-    return percentile(record.itl_ms(), pct)
 
 
 def _slo_results(slo: Mapping[str, float], stats: dict[str, MetricStats]) -> list[SloResult]:

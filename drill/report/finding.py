@@ -78,7 +78,10 @@ def _sentence(text: str) -> str:
     text = text.strip()
     if not text:
         return text
-    return text[0].upper() + text[1:] + ("" if text.endswith(".") else ".")
+    first = text.split(" ", 1)[0]
+    if first.isalpha():  # a word, not a check's or a service's name (fast_failure, drill-replica-0), which keep theirs
+        text = text[0].upper() + text[1:]
+    return text + ("" if text.endswith(".") else ".")
 
 
 def _predictions(lines: tuple[VerdictLine, ...]) -> str:

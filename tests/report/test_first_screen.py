@@ -11,7 +11,7 @@ from tests.checks.test_measurement_truth import truth_run
 from tests.report.report_kit import ReportKit
 
 
-def _flood(tmp_path: Path, *, timeouts: int = 6, refused: int = 0) -> ReportKit:
+def flood_run(tmp_path: Path, *, timeouts: int = 6, refused: int = 0) -> ReportKit:
     """Baseline 0-10 s, fault 10-20 s (flood 11-18 s), recovery 20-30 s; in the flood ``timeouts`` batch requests
     time out at 30 s (a gateway's 504) and ``refused`` interactive ones are refused at once."""
     kit = ReportKit(tmp_path / "run")
@@ -43,7 +43,7 @@ def _fast_failure(kit: ReportKit, status: Status, *, refused: int, late: int, wa
 
 
 def test_the_headline_says_overload_was_left_to_wait_from_the_verdict_and_the_timeouts(tmp_path: Path) -> None:
-    kit = _flood(tmp_path)
+    kit = flood_run(tmp_path)
     _fast_failure(kit, Status.FAIL, refused=0, late=3415, waited=1.0)
     kit.verdict("error_rate", Status.PASS, "error rate 0.00% in recovery", name="recovered", window="recovery")
     kit.drill["predicts"] = {"fast_failure": "FAIL", "recovered": "FAIL"}
@@ -60,14 +60,14 @@ def test_the_headline_says_overload_was_left_to_wait_from_the_verdict_and_the_ti
 
 def test_the_headline_follows_the_verdicts_not_the_drill(tmp_path: Path) -> None:
     """The same run judged otherwise gives another headline: refused fast, or an SLO missed."""
-    refused = _flood(tmp_path, timeouts=0, refused=8)
+    refused = flood_run(tmp_path, timeouts=0, refused=8)
     _fast_failure(refused, Status.PASS, refused=8, late=8, waited=0.0, refusal_ttf_p99_ms=15.0)
     headline = report_for(refused.write()).headline
     assert headline.outcome == "PASS"
     assert headline.sentence == "Overload was refused fast: 8 of 8 late attempts refused, within 15 ms at p99."
     assert headline.predictions == "The drill predicts no verdict."
 
-    slow = _flood(tmp_path / "slo")
+    slow = flood_run(tmp_path / "slo")
     slow.verdict(
         "slo",
         Status.FAIL,
@@ -91,15 +91,15 @@ def test_the_headline_follows_the_verdicts_not_the_drill(tmp_path: Path) -> None
 
 
 def test_a_check_without_its_own_clause_speaks_through_its_message(tmp_path: Path) -> None:
-    kit = _flood(tmp_path)
+    kit = flood_run(tmp_path)
     kit.verdict("recovery_replay", Status.FAIL, "3/200 original(s) still fail — details", window="replay")
     kit.verdict("duplicate_side_effects", Status.ERROR, "check raised KeyError: 'x'")
     sentence = report_for(kit.write()).headline.sentence
-    assert sentence == "Duplicate_side_effects ERROR: check raised KeyError: 'x'."
+    assert sentence == "duplicate_side_effects ERROR: check raised KeyError: 'x'."
 
 
 def test_an_unjudged_run_says_so_in_its_headline(tmp_path: Path) -> None:
-    kit = _flood(tmp_path)
+    kit = flood_run(tmp_path)
     path = kit.write()
     (path / "verdicts.json").unlink()
     headline = report_for(path).headline
@@ -107,7 +107,7 @@ def test_an_unjudged_run_says_so_in_its_headline(tmp_path: Path) -> None:
 
 
 def test_markdown_leads_with_the_headline_then_the_chart_then_the_verdict_table(tmp_path: Path) -> None:
-    kit = _flood(tmp_path)
+    kit = flood_run(tmp_path)
     _fast_failure(kit, Status.FAIL, refused=0, late=3415, waited=1.0)
     kit.drill["hypothesis"] = "an unbounded queue leaves overload to wait"
     run_dir = kit.write()
@@ -133,7 +133,7 @@ def test_markdown_leads_with_the_headline_then_the_chart_then_the_verdict_table(
 
 
 def test_html_leads_with_the_headline_then_the_chart_then_the_verdict_table(tmp_path: Path) -> None:
-    kit = _flood(tmp_path)
+    kit = flood_run(tmp_path)
     _fast_failure(kit, Status.FAIL, refused=0, late=3415, waited=1.0)
     html = render_html(report_for(kit.write()))
     order = [
@@ -167,7 +167,7 @@ def test_the_report_has_measurement_truth_as_its_own_section(tmp_path: Path) -> 
 
 
 def test_without_spans_or_timings_the_section_says_why(tmp_path: Path) -> None:
-    kit = _flood(tmp_path)
+    kit = flood_run(tmp_path)
     report = report_for(kit.write())
     assert report.measurement_truth.phases == ()
     assert "no client record was joined" in report.measurement_truth.note

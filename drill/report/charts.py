@@ -22,6 +22,7 @@ from __future__ import annotations
 import io
 import math
 import re
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -430,7 +431,7 @@ def _mark_run(ax: Axes, evidence: RunEvidence, origin: float, key: str, *, names
         ax.axvline(phase.start_ts - origin, color="#555555", lw=0.7, ls=(0, (2, 2)), gid=f"phase-{phase.phase}-{key}")
     if names:
         for w in phases:
-            ax.annotate(
+            name = ax.annotate(
                 w.phase,
                 xy=((w.start_ts + w.end_ts) / 2 - origin, 1.0),
                 xycoords=("data", "axes fraction"),
@@ -443,6 +444,7 @@ def _mark_run(ax: Axes, evidence: RunEvidence, origin: float, key: str, *, names
                 annotation_clip=False,
                 gid=f"{_PHASE_NAME}-{w.phase}-{key}",
             )
+            _PHASE_EXTENT[name] = (w.start_ts - origin, w.end_ts - origin)
 
 
 #: The phase names over a chart's top panel: their gid prefix, the offset of the first row above the axes and the
@@ -451,6 +453,8 @@ _PHASE_NAME = "phase-name"
 _NAME_BASE_PT = 3.0
 _NAME_ROW_PT = 11.0
 _NAME_GAP_PX = 4.0
+#: Each phase name's phase (s since the run started), to centre the name on the part of the phase the axis shows.
+_PHASE_EXTENT: weakref.WeakKeyDictionary[Any, tuple[float, float]] = weakref.WeakKeyDictionary()
 
 
 def _stagger_phase_names(fig: Figure) -> None:
@@ -463,10 +467,13 @@ def _stagger_phase_names(fig: Figure) -> None:
     panels = [(ax, names) for ax in fig.axes if (names := _phase_names(ax))]
     if not panels:
         return
-    for ax, names in panels:  # a phase whose middle is off the time axis is not named (as a tick there would not be)
-        lo, hi = ax.get_xlim()
+    for ax, names in panels:  # each name over the part of its phase the axis shows; none for a phase off the axis
+        lo, hi = sorted(ax.get_xlim())
         for text in names:
-            text.set_visible(bool(lo <= text.xy[0] <= hi))
+            start, end = _PHASE_EXTENT.get(text, (text.xy[0], text.xy[0]))
+            start, end = max(start, lo), min(end, hi)
+            text.set_visible(bool(end > start or lo <= start == end <= hi))
+            text.xy = ((start + end) / 2, 1.0)
     fig.draw_without_rendering()
     for ax, names in panels:
         shown = [text for text in names if text.get_visible()]

@@ -67,19 +67,22 @@ def headline(
         clauses.append(_first_abnormal_span(where, evidence))
     lead = "every check passed — " if worst is Status.PASS and len(verdicts) > 1 else ""
     sentence = lead + "; ".join(c for c in clauses if c)
-    return Headline(outcome, redact(_sentence(sentence)), redact(_predictions(lines)), tuple(v.name for v in named))
+    text = _sentence(sentence, {v.name for v in verdicts})
+    return Headline(outcome, redact(text), redact(_predictions(lines)), tuple(v.name for v in named))
 
 
 def _lead_rank(v: Verdict) -> int:
     return _LEAD_KINDS.index(v.kind) if v.kind in _LEAD_KINDS else len(_LEAD_KINDS)
 
 
-def _sentence(text: str) -> str:
+def _sentence(text: str, names: set[str]) -> str:
+    """``text`` as a sentence: capitalised unless it starts with a name (a verdict's, ``recovered``; a check's or a
+    service's, ``fast_failure``, ``drill-replica-0``), which keeps its spelling; a full stop at the end."""
     text = text.strip()
     if not text:
         return text
-    first = text.split(" ", 1)[0]
-    if first.isalpha():  # a word, not a check's or a service's name (fast_failure, drill-replica-0), which keep theirs
+    first = text.split(" ", 1)[0].rstrip(":")
+    if first.isalpha() and first not in names:
         text = text[0].upper() + text[1:]
     return text + ("" if text.endswith(".") else ".")
 
@@ -178,7 +181,10 @@ def _error_rate(v: Verdict, evidence: RunEvidence) -> str | None:
         return None
     limit = _bound(v.expected.get("error_rate"))
     bound = f" (max {limit:.1%})" if limit is not None else ""
-    return f"{v.name} {v.status.value}: {rate:.1%} of {requests:,} requests in {v.window} failed{bound}"
+    what = f"{rate:.1%} of {requests:,} requests in {v.window} failed{bound}"
+    if v.status is Status.FAIL:
+        return f"{v.name} FAIL: {what}"
+    return what if v.name == v.kind else f"{v.name}: {what}"  # a name the drill gave says what was asked
 
 
 def _first_abnormal_span(v: Verdict, evidence: RunEvidence) -> str:

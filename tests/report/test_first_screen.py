@@ -90,6 +90,26 @@ def test_the_headline_follows_the_verdicts_not_the_drill(tmp_path: Path) -> None
     )
 
 
+def test_error_rates_read_in_the_checks_words(tmp_path: Path) -> None:
+    kit = flood_run(tmp_path)
+    figures = {"observed": {"error_rate": 0.219, "requests": 1234}, "expected": {"error_rate": "<= 0.01"}}
+    kit.verdict("error_rate", Status.FAIL, "error rate 21.9%", name="recovered", window="recovery", **figures)
+    kit.verdict("error_rate", Status.PASS, "error rate 0%", name="not-broken", window="fault",
+                observed={"error_rate": 0.0, "requests": 700}, expected={"error_rate": "<= 0.01"})  # fmt: skip
+    assert report_for(kit.write()).headline.sentence == (
+        "recovered FAIL: 21.9% of 1,234 requests in recovery failed (max 1.0%)."
+    )
+    passed = flood_run(tmp_path / "pass")
+    passed.verdict("error_rate", Status.PASS, "error rate 0%", window="recovery",
+                   observed={"error_rate": 0.0, "requests": 12}, expected={"error_rate": "<= 0.01"})  # fmt: skip
+    passed.verdict("error_rate", Status.PASS, "error rate 0%", name="recovered", window="recovery",
+                   observed={"error_rate": 0.0, "requests": 12}, expected={"error_rate": "<= 0.01"})  # fmt: skip
+    assert report_for(passed.write()).headline.sentence == (
+        "Every check passed — 0.0% of 12 requests in recovery failed (max 1.0%); "
+        "recovered: 0.0% of 12 requests in recovery failed (max 1.0%)."
+    )
+
+
 def test_a_check_without_its_own_clause_speaks_through_its_message(tmp_path: Path) -> None:
     kit = flood_run(tmp_path)
     kit.verdict("recovery_replay", Status.FAIL, "3/200 original(s) still fail — details", window="replay")

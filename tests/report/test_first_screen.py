@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from drill.checks.base import Status
 from drill.report.render import LATENCY_CHART_FILE, render_html, render_markdown, report_for, write_reports
 from tests.checks.test_measurement_truth import truth_run
@@ -88,6 +90,35 @@ def test_the_headline_follows_the_verdicts_not_the_drill(tmp_path: Path) -> None
         "The SLO was missed in baseline: interactive ttft_p95 3.2 s (limit 1.0 s); "
         "it showed first in drill-replica-0/queue (147x baseline p99)."
     )
+
+
+@pytest.mark.parametrize(
+    ("status", "observed", "expected"),
+    [
+        (
+            Status.FAIL,
+            {"refused": 80, "not_on_time": 90, "waited_share": 0.1, "timeout_share": 0.0, "refusal_ttf_p99_ms": 4200},
+            "Overload was refused, but slowly: 80 of 90 late attempts refused, taking 4.2 s at p99.",
+        ),
+        (
+            Status.INCONCLUSIVE,
+            {"refused": 0, "not_on_time": 3},
+            "The fault did not overload the stack enough to judge fast failure: 3 attempts late or failed.",
+        ),
+    ],
+    ids=["slow-refusals", "not-overloaded"],
+)
+def test_fast_failure_says_how_overload_was_met(tmp_path: Path, status, observed, expected) -> None:
+    kit = flood_run(tmp_path, timeouts=0)
+    kit.verdict(
+        "fast_failure",
+        status,
+        "message",
+        window="fault",
+        observed=observed,
+        expected={"waited_share": "<= 0.15", "timeout_share": "<= 0.01", "refusal_ttf_p99_ms": "<= 2000"},
+    )
+    assert report_for(kit.write()).headline.sentence == expected
 
 
 def test_error_rates_read_in_the_checks_words(tmp_path: Path) -> None:

@@ -147,8 +147,9 @@ class SloCheck(Check):
     :func:`drill.checks.judging.meets_slo`; attempts cancelled when the load stopped are left out),
     ``.requests_per_s`` and ``.tokens_per_s`` (their completion tokens) over the phase's length. With
     ``min_goodput`` set, a pool whose goodput share in ``phase`` is lower also FAILs. When the run's
-    spans join the client records, the client-vs-server TTFT/E2E differences (measurement truth) are
-    added to ``observed`` and the notes.
+    spans join the client records, the client-vs-server TTFT/E2E differences (measurement truth) of the
+    judged phase's requests are added to ``observed`` and the notes (every phase's: ``verdicts.json``'s
+    ``measurement_truth``, :mod:`drill.checks.truth`).
     """
 
     kind = "slo"
@@ -196,7 +197,10 @@ class SloCheck(Check):
         observed.update(goodput)
         units.update({k: _GOODPUT_UNITS[k.rsplit(".", 1)[1]] for k in goodput})
         breaches += self._goodput_breaches(goodput, targets, expected)
-        truth, notes, truth_refs = measurement_truth_figures(evidence)
+        phase = evidence.phases.get(p.phase)
+        truth, notes, truth_refs = (
+            measurement_truth_figures(evidence, (phase.start_ts, phase.end_ts)) if phase else ({}, [], [])
+        )
         observed.update(truth)
         units.update(measurement_truth_units(truth))
         return self._judge(

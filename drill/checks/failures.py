@@ -135,7 +135,7 @@ class FastFailureCheck(Check):
         records = records_in(evidence, window, p.pools)
         tally = self._tally(evidence, records)
         observed, units = self._observed(tally, records)
-        truth, truth_notes, truth_refs = measurement_truth_figures(evidence)
+        truth, truth_notes, truth_refs = measurement_truth_figures(evidence, window)
         observed.update(truth)
         units.update(measurement_truth_units(truth))
         expected = {

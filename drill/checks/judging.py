@@ -156,25 +156,24 @@ def span_evidence(evidence: RunEvidence) -> tuple[TraceEvidence | None, str | No
     return traces, None
 
 
-def measurement_truth_figures(evidence: RunEvidence) -> tuple[dict, list[str], list[EvidenceRef]]:
+def measurement_truth_figures(
+    evidence: RunEvidence, window: tuple[float, float] | None = None
+) -> tuple[dict, list[str], list[EvidenceRef]]:
     """Client-vs-server TTFT/E2E difference percentiles for verdicts: from the server spans, else from the
-    server's own per-request timings (llama.cpp); empty with neither.
+    server's own per-request timings (llama.cpp); empty with neither. Over the requests whose intended start falls
+    in ``window`` (UNIX s; the verdict's own window), else over the whole run.
 
     Returns (observed figures ``measurement_truth.ttft_diff_ms.p50``..., notes, evidence refs).
     """
     from drill.checks.base import EvidenceKind, EvidenceRef
-    from drill.traces.join import timings_truth
+    from drill.checks.truth import measured_truth
 
-    truth = None
-    if (evidence.run_dir / "spans.jsonl").exists():
-        traces, _ = span_evidence(evidence)
-        try:
-            truth = traces.joined.measurement_truth() if traces is not None else None
-        except Exception as exc:  # noqa: BLE001 - an extra figure: its failure is a note, not the verdict
-            return {}, [f"measurement truth not computed: {type(exc).__name__}: {exc}"], []
+    truth, failed = measured_truth(evidence)
+    if failed:
+        return {}, [failed], []
+    if truth is not None and window is not None:
+        truth = truth.only({r.request_id for r in records_in(evidence, window)})
     if truth is None or not truth.joined:
-        truth = timings_truth(evidence.requests)  # no spans: the server's own timings, where it reports them
-    if not truth.joined:
         return {}, [], []
     observed: dict[str, float] = {"measurement_truth.joined": truth.joined}
     for name in ("ttft_diff_ms", "e2e_diff_ms"):
@@ -182,7 +181,8 @@ def measurement_truth_figures(evidence: RunEvidence) -> tuple[dict, list[str], l
             observed[f"measurement_truth.{name}.{pct}"] = round(value, 3)
     ttft = truth.ttft_diff_ms or {}
     against = "joined to server spans" if truth.source == "spans" else "with the server's own timings"
-    note = f"measurement truth: {truth.joined} request(s) {against}; client - server TTFT " + (
+    over = "in this verdict's window" if window is not None else "over the whole run"
+    note = f"measurement truth ({over}): {truth.joined} request(s) {against}; client - server TTFT " + (
         ", ".join(f"{k} {v:.1f}ms" for k, v in ttft.items()) or "not measured"
     )
     refs = [EvidenceRef(EvidenceKind.MEASUREMENT, f"{k}={v:.3f}ms", "client - server TTFT") for k, v in ttft.items()]

@@ -12,7 +12,13 @@ and line in its message: evidence that could not be read must not pass.
     {"schema": "llm-drill/verdicts/v1", "run_id": ..., "drill": ..., "status": ..., "stopped_by": ...,
      "reads": {"requests.jsonl": {"lines_read": .., "bad_count": .., ...}, ...},
      "checks": [{"name", "kind", "status", "message", "observed", "expected", "units", "evidence": [...],
-                 "window", "notes"}]}
+                 "window", "notes"}],
+     "measurement_truth": {"source", "server_figures", "note",
+                           "phases": [{"phase", "requests", "joined", "ttft_diff_ms": {"p50", "p95", "p99"},
+                                       "e2e_diff_ms": {...}, "hops": [...], "spans": "load client → ...", ...}]}}
+
+``measurement_truth`` (:mod:`drill.checks.truth`) is client minus server TTFT and E2E per phase and the hops it
+spans; it is written when the run's evidence is at hand (not for a sweep's roll-up).
 """
 
 from __future__ import annotations
@@ -101,7 +107,7 @@ def verdicts_document(
     evidence: RunEvidence | None,
 ) -> dict:
     reads = {name: r.to_json() for name, r in sorted(evidence.reports.items())} if evidence is not None else {}
-    return {
+    document = {
         "schema": VERDICTS_SCHEMA,
         "run_id": run_id,
         "drill": drill_name,
@@ -110,6 +116,20 @@ def verdicts_document(
         "reads": reads,
         "checks": [v.to_json() for v in verdicts],
     }
+    if evidence is not None:
+        document["measurement_truth"] = _measurement_truth(evidence)
+    return document
+
+
+def _measurement_truth(evidence: RunEvidence) -> dict:
+    """The run's measurement truth per phase; a failure to compute it is its note, never a lost verdicts.json."""
+    from drill.checks.truth import measurement_truth_by_phase
+
+    try:
+        return measurement_truth_by_phase(evidence).to_json()
+    except Exception as exc:  # noqa: BLE001 - an extra section: its failure must not cost the verdicts
+        note = f"not computed: {type(exc).__name__}: {exc}"
+        return {"source": "none", "server_figures": "", "phases": [], "note": note}
 
 
 def write_verdicts(rundir: RunDir, loaded: LoadedDrill, result, evidence: RunEvidence | None = None) -> None:

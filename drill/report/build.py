@@ -18,6 +18,7 @@ import numpy as np
 
 from drill.checks.base import RunEvidence, Status, Verdict
 from drill.checks.judging import meets_slo
+from drill.checks.truth import MeasurementTruthSection, measurement_truth_by_phase
 from drill.engine.journal import Event
 from drill.load.records import ErrorClass, RequestRecord, latency_values
 from drill.report.actions import action_items, coverage_gaps
@@ -31,6 +32,7 @@ from drill.report.detail import (
     replay_section,
     runbook,
 )
+from drill.report.finding import headline
 from drill.report.model import (
     NOT_AVAILABLE,
     UNSET,
@@ -69,6 +71,8 @@ SECTIONS = (
     "decision",
     "not_covered",
     "charts",
+    "measurement_truth",
+    "headline",
 )
 _STATUS_ORDER = (Status.ERROR.value, Status.FAIL.value, Status.INCONCLUSIVE.value, Status.PASS.value)
 
@@ -92,6 +96,7 @@ def assemble(evidence: RunEvidence, verdicts: list[Verdict], progress: Callable[
         ("decision", lambda: decision_fields(drill)),
         ("not_covered", lambda: coverage_gaps(evidence)),
         ("charts", lambda: charts(evidence)),
+        ("measurement_truth", lambda: _measurement_truth(evidence)),
     ]
     for name, step in steps:
         progress(name)
@@ -102,7 +107,16 @@ def assemble(evidence: RunEvidence, verdicts: list[Verdict], progress: Callable[
         notes += ("the drill has no recovery_time check: the timeline shows no recovery point",)
     every_chart = (*sections["charts"], sections["detection"].waterfall)
     notes += tuple(c.note for c in every_chart if c.note.startswith(CHART_FAILED))
-    return Report(metrics=metrics, cost=cost, reads=reads, notes=notes, **sections)
+    progress("headline")
+    found = headline(evidence, verdicts, sections["verdicts"], sections["header"].outcome, redactor.value)
+    return Report(metrics=metrics, cost=cost, reads=reads, notes=notes, headline=found, **sections)
+
+
+def _measurement_truth(evidence: RunEvidence) -> MeasurementTruthSection:
+    try:
+        return measurement_truth_by_phase(evidence)
+    except Exception as exc:  # noqa: BLE001 - one broken figure source must not cost the whole report
+        return MeasurementTruthSection("none", "", (), f"not computed: {type(exc).__name__}: {exc}")
 
 
 # --- formatting helpers shared by the builders (the renderers format numbers with the same function) --------

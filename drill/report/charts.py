@@ -22,6 +22,7 @@ from __future__ import annotations
 import io
 import math
 import re
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -311,6 +312,7 @@ def _svg(fig: Figure, chart_id: str, title: str, description: str) -> str:
     """The figure as inline-ready SVG: no XML prolog, ids scoped to ``chart_id``, a ``<title>`` and ``<desc>``."""
     import matplotlib as mpl
 
+    _stagger_phase_names(fig)
     buffer = io.StringIO()
     with mpl.rc_context({"svg.id": chart_id}):
         fig.savefig(buffer, format="svg", metadata=_NO_METADATA)
@@ -427,11 +429,72 @@ def _mark_run(ax: Axes, evidence: RunEvidence, origin: float, key: str, *, names
     phases = sorted(evidence.phases.values(), key=lambda w: w.start_ts)
     for phase in phases:
         ax.axvline(phase.start_ts - origin, color="#555555", lw=0.7, ls=(0, (2, 2)), gid=f"phase-{phase.phase}-{key}")
-    if names and phases:
-        top = ax.secondary_xaxis("top")
-        top.set_xticks([(w.start_ts + w.end_ts) / 2 - origin for w in phases], [w.phase for w in phases])
-        top.tick_params(length=0, labelsize=8, labelcolor="#333333")
-        top.spines["top"].set_visible(False)
+    if names:
+        for w in phases:
+            name = ax.annotate(
+                w.phase,
+                xy=((w.start_ts + w.end_ts) / 2 - origin, 1.0),
+                xycoords=("data", "axes fraction"),
+                xytext=(0, _NAME_BASE_PT),
+                textcoords="offset points",
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                color="#333333",
+                annotation_clip=False,
+                gid=f"{_PHASE_NAME}-{w.phase}-{key}",
+            )
+            _PHASE_EXTENT[name] = (w.start_ts - origin, w.end_ts - origin)
+
+
+#: The phase names over a chart's top panel: their gid prefix, the offset of the first row above the axes and the
+#: height of a row (points; the charts draw at 72 dpi, so points are pixels), and the least gap between two names.
+_PHASE_NAME = "phase-name"
+_NAME_BASE_PT = 3.0
+_NAME_ROW_PT = 11.0
+_NAME_GAP_PX = 4.0
+#: Each phase name's phase (s since the run started), to centre the name on the part of the phase the axis shows.
+_PHASE_EXTENT: weakref.WeakKeyDictionary[Any, tuple[float, float]] = weakref.WeakKeyDictionary()
+
+
+def _stagger_phase_names(fig: Figure) -> None:
+    """Lay the phase names out in rows so that no two overlap: short adjacent phases (``cold_start``, ``warmup``)
+    get names on rows above each other, and each panel's title moves above its top row.
+
+    The names' extents are measured after the layout (``draw_without_rendering``), then each name goes on the
+    lowest row where it clears every name already there (first fit over names sorted by their left edge, which
+    needs the fewest rows for intervals)."""
+    panels = [(ax, names) for ax in fig.axes if (names := _phase_names(ax))]
+    if not panels:
+        return
+    for ax, names in panels:  # each name over the part of its phase the axis shows; none for a phase off the axis
+        lo, hi = sorted(ax.get_xlim())
+        for text in names:
+            start, end = _PHASE_EXTENT.get(text, (text.xy[0], text.xy[0]))
+            start, end = max(start, lo), min(end, hi)
+            text.set_visible(bool(end > start or lo <= start == end <= hi))
+            text.xy = ((start + end) / 2, 1.0)
+    fig.draw_without_rendering()
+    for ax, names in panels:
+        shown = [text for text in names if text.get_visible()]
+        boxes = sorted(((text.get_window_extent(), text) for text in shown), key=lambda pair: pair[0].x0)
+        row_ends: list[float] = []  # the right edge (px) of the last name on each row
+        for box, text in boxes:
+            row = next((i for i, end in enumerate(row_ends) if box.x0 >= end + _NAME_GAP_PX), len(row_ends))
+            if row == len(row_ends):
+                row_ends.append(box.x1)
+            else:
+                row_ends[row] = box.x1
+            text.xyann = (0.0, _NAME_BASE_PT + row * _NAME_ROW_PT)
+        pad = _NAME_BASE_PT + len(row_ends) * _NAME_ROW_PT + 3.0
+        for loc in ("left", "center", "right"):
+            title = ax.get_title(loc=loc)
+            if title:
+                ax.set_title(title, loc=loc, pad=pad)
+
+
+def _phase_names(ax: Axes) -> list[Any]:
+    return [t for t in ax.texts if (t.get_gid() or "").startswith(_PHASE_NAME + "-")]
 
 
 # --- latency over time -----------------------------------------------------------------------------------------

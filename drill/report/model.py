@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from drill.checks.truth import MeasurementTruthSection
+
 __all__ = [
     "NOT_AVAILABLE",
     "UNSET",
@@ -26,6 +28,7 @@ __all__ = [
     "Detection",
     "FaultSection",
     "Figure",
+    "Headline",
     "Impact",
     "ImpactRow",
     "LatencyPercentiles",
@@ -66,6 +69,17 @@ class ReportHeader:
     hypothesis: str | None
     owner: str | None
     drill_file: str | None
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The finding, first: the outcome and one sentence of what happened, derived from the verdicts and evidence
+    (:mod:`drill.report.finding`), and how the verdicts matched the drill's predictions."""
+
+    outcome: str
+    sentence: str
+    predictions: str  # "" when the run was not judged
+    from_checks: tuple[str, ...]  # the verdicts the sentence names
 
 
 @dataclass(frozen=True)
@@ -322,8 +336,15 @@ class Report:
     not_covered: tuple[CoverageGap, ...]
     charts: tuple[Chart, ...]
     reads: tuple[str, ...]  # what could not be read from the run directory
+    headline: Headline
+    measurement_truth: MeasurementTruthSection
     notes: tuple[str, ...] = field(default=())
     prompt_tokens: PromptTokens = field(default=PromptTokens(NOT_AVAILABLE))
+
+    @property
+    def latency_chart(self) -> Chart | None:
+        """The latency-over-time chart, which the report shows first (under the headline)."""
+        return next((c for c in self.charts if c.key == "latency_over_time"), None)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -20,6 +20,7 @@ from drill.report.build import format_value
 from drill.report.model import Report, build_report
 
 __all__ = [
+    "LATENCY_CHART_FILE",
     "REPORT_FILES",
     "REPORT_SCHEMA",
     "load_verdicts",
@@ -31,6 +32,8 @@ __all__ = [
 ]
 
 REPORT_FILES = ("report.md", "report.html")
+#: The latency-over-time chart beside the reports, for ``report.md`` to show (HTML has it inline).
+LATENCY_CHART_FILE = "latency-over-time.svg"
 #: The ``schema`` of ``drill report --format json``.
 REPORT_SCHEMA = "llm-drill/report/v1"
 _TEMPLATES = Path(__file__).parent / "templates"
@@ -84,7 +87,7 @@ def template_environment(html: bool) -> jinja2.Environment:
 
 
 def render_markdown(report: Report) -> str:
-    return template_environment(False).get_template("report.md.j2").render(r=report)
+    return template_environment(False).get_template("report.md.j2").render(r=report, latency_svg=LATENCY_CHART_FILE)
 
 
 def render_html(report: Report) -> str:
@@ -94,6 +97,11 @@ def render_html(report: Report) -> str:
 def render_json(report: Report) -> str:
     document = {"schema": REPORT_SCHEMA, **report.to_json()}
     return json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+def _standalone_svg(svg: str) -> str:
+    """An inline chart as an SVG file of its own (the XML prolog the inline form leaves out)."""
+    return '<?xml version="1.0" encoding="utf-8" standalone="no"?>\n' + svg + ("" if svg.endswith("\n") else "\n")
 
 
 def load_verdicts(run_dir: Path) -> list[Verdict]:
@@ -113,15 +121,21 @@ def report_for(run_dir: Path, progress: Callable[[str], None] | None = None) -> 
 
 def write_reports(run_dir: Path, progress: Callable[[str], None] | None = None) -> list[Path]:
     """Render ``report.md`` and ``report.html`` into the run directory (replacing earlier renders: a report is a
-    view of the directory, not evidence); returns their paths."""
+    view of the directory, not evidence), and beside them the latency chart ``report.md`` shows
+    (:data:`LATENCY_CHART_FILE`, when the run has one); returns the reports' paths."""
     run_dir = Path(run_dir)
     report = report_for(run_dir, progress)
     out = []
     for name, render in zip(REPORT_FILES, (render_markdown, render_html)):
-        text = render(report)
-        path = run_dir / name
-        tmp = path.with_name(f".{name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-        out.append(path)
+        out.append(_replace(run_dir / name, render(report)))
+    chart = report.latency_chart
+    if chart is not None and chart.svg:
+        _replace(run_dir / LATENCY_CHART_FILE, _standalone_svg(chart.svg))
     return out
+
+
+def _replace(path: Path, text: str) -> Path:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path

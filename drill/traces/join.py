@@ -96,6 +96,10 @@ class MeasurementTruth:
     def joined(self) -> int:
         return len(self.rows)
 
+    def only(self, request_ids: set[str]) -> MeasurementTruth:
+        """The same measurement over the rows of ``request_ids`` alone (one phase's, one window's)."""
+        return _truth(tuple(r for r in self.rows if r.request_id in request_ids), self.source)
+
     def to_json(self, max_rows: int = 0) -> dict:
         """Summary (and the first ``max_rows`` rows) for a verdict's ``observed``."""
         data: dict[str, Any] = {

@@ -35,7 +35,10 @@ LAUNCH_ARGS = [
 #: The report's sections, by the ids the template (drill/report/templates/report.html.j2) puts on them.
 SECTIONS = (
     "summary",
+    "headline",
     "verdicts",
+    "run-details",
+    "verdict-details",
     "impact",
     "timeline",
     "detection",
@@ -46,6 +49,7 @@ SECTIONS = (
     "actions",
     "decision",
     "not-covered",
+    "measurement-truth",
 )
 #: Its charts: a <figure> each, holding an inline <svg> when the run has data for it.
 CHARTS = ("latency_over_time", "errors_over_time", "trace_waterfall", "queue_and_kv", "latency_distributions")
@@ -152,6 +156,96 @@ def open_in_chromium(path: Path, screenshot: Path | None = None) -> PageFindings
     return found
 
 
+#: The first screen a reviewer sees: a laptop's browser window.
+FIRST_SCREEN = {"width": 1400, "height": 900}
+#: What must be on it, by CSS selector: the headline and the latency-over-time chart (its SVG), whole.
+ON_THE_FIRST_SCREEN = ("#headline", "#chart-latency_over_time svg")
+
+
+def first_screen(path: Path, screenshot: Path | None = None) -> dict[str, dict[str, float] | None]:
+    """The bounding client rectangle (CSS px: top, bottom, left, right) of each of ``ON_THE_FIRST_SCREEN`` and of
+    the verdict table (``#verdicts table``) when ``path`` opens at :data:`FIRST_SCREEN`, unscrolled; None for an
+    element the page lacks."""
+    from playwright.sync_api import sync_playwright
+
+    script = """selectors => Object.fromEntries(selectors.map(s => {
+        const e = document.querySelector(s);
+        if (!e) return [s, null];
+        const r = e.getBoundingClientRect();
+        return [s, {top: r.top, bottom: r.bottom, left: r.left, right: r.right}];
+    }))"""
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=_chromium(), args=LAUNCH_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport=FIRST_SCREEN)
+            page.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:") else r.abort())
+            page.goto(path.resolve().as_uri(), wait_until="load")
+            rects = page.evaluate(script, [*ON_THE_FIRST_SCREEN, "#verdicts table"])
+            if screenshot is not None:
+                page.screenshot(path=str(screenshot))  # the viewport only: the first screen as a reviewer sees it
+        finally:
+            browser.close()
+    return rects
+
+
+def _off_the_first_screen(rects: dict[str, dict[str, float] | None]) -> list[str]:
+    """The selectors of ``ON_THE_FIRST_SCREEN`` that are missing or not wholly inside the first screen."""
+    out = []
+    for selector in ON_THE_FIRST_SCREEN:
+        r = rects.get(selector)
+        inside = r is not None and r["top"] >= 0 and r["left"] >= 0 and r["bottom"] <= FIRST_SCREEN["height"]
+        if not inside or r is None or r["right"] > FIRST_SCREEN["width"] or r["bottom"] - r["top"] < 50:
+            out.append(f"{selector}: {r}")
+    return out
+
+
+def _assert_leads_with_the_finding(rects: dict[str, dict[str, float] | None]) -> None:
+    assert _off_the_first_screen(rects) == [], rects
+    headline, chart, verdicts = rects["#headline"], rects["#chart-latency_over_time svg"], rects["#verdicts table"]
+    assert headline is not None and chart is not None and verdicts is not None
+    assert headline["bottom"] <= chart["top"] <= chart["bottom"] <= verdicts["top"], rects
+    assert verdicts["top"] < FIRST_SCREEN["height"], "the verdict table starts on the first screen"
+
+
+def test_the_first_screen_check_sees_a_chart_below_the_fold(tmp_path):
+    """The check can fail: a headline whose chart is a screen further down is caught."""
+    page = tmp_path / "late-chart.html"
+    page.write_text(
+        '<!doctype html><html><body><div id="headline"><p>FAIL</p><p>what happened</p><p>more</p></div>'
+        '<div style="height:1200px"></div><figure id="chart-latency_over_time">'
+        '<svg width="600" height="300"></svg></figure><section id="verdicts"><table><tr><td>x</td></tr>'
+        "</table></section></body></html>"
+    )
+    rects = first_screen(page)
+    assert _off_the_first_screen(rects) == [f"#chart-latency_over_time svg: {rects['#chart-latency_over_time svg']}"]
+
+
+def test_the_first_screen_shows_the_headline_and_the_latency_chart(tmp_path):
+    """A hand-built flood run with three pools (three chart panels, taller than the screen's share for the chart at
+    its own size, so it is scaled down): headline, chart, verdict table at 1400 x 900."""
+    from drill.checks.base import Status
+    from drill.report.render import write_reports
+    from tests.report.test_first_screen import flood_run
+
+    kit = flood_run(tmp_path)
+    kit.pool("background", slo={"e2e_p95": 120.0})
+    for i in range(20):
+        kit.request(i * 1.5, pool="batch", ttft_ms=900, e2e_ms=8000)
+        kit.request(i * 1.5, pool="background", ttft_ms=2000, e2e_ms=30000)
+    kit.verdict(
+        "fast_failure",
+        Status.FAIL,
+        "100.0% of the failures were timeouts — 0 refused, 6 timed out",
+        window="fault",
+        observed={"refused": 0, "not_on_time": 6, "timeout_share": 1.0},
+        expected={"timeout_share": "<= 0.01"},
+    )
+    kit.verdict("error_rate", Status.PASS, "error rate 0.00% in recovery", name="recovered", window="recovery")
+    run_dir = kit.write()
+    (html,) = [p for p in write_reports(run_dir) if p.suffix == ".html"]
+    _assert_leads_with_the_finding(first_screen(html, screenshot=_artifacts() / "first-screen-kit.png"))
+
+
 def test_the_inspection_sees_requests_console_errors_and_missing_parts(tmp_path):
     """The checks below can fail: a page with an external image, a script error and no sections is caught."""
     page = tmp_path / "bad.html"
@@ -182,3 +276,11 @@ def test_report_opens_offline_with_every_section_and_chart(report_html: Path):
     assert found.empty_charts == [], f"charts without an inline SVG: {found.empty_charts}"
     assert "unbounded-queue" in found.title
     assert shot.stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_the_real_reports_first_screen_shows_the_headline_and_the_latency_chart(report_html: Path):
+    shot = _artifacts() / f"first-screen-{report_html.parent.name}.png"
+    rects = first_screen(report_html, screenshot=shot)
+    print(f"first screen: {shot}")
+    _assert_leads_with_the_finding(rects)

@@ -1,0 +1,186 @@
+"""Measurement truth per phase: how far the client's latencies can be trusted, phase by phase, and which hops the
+difference between the client's and the server's figures spans.
+
+The client measures TTFT and E2E from the send; the server's figures come from the replica's spans (the
+``llm_request`` span's TTFT attribute and the replica SERVER span around it, :mod:`drill.traces.join`), else from
+the server's own per-request timings (llama.cpp's ``timings``). Client minus server is what the hops in between add
+— the network, a router, the client itself — so it is measured over each phase on its own: a figure taken over the
+whole run mixes the flood's queueing in the router into the baseline's.
+
+The hops are read from each joined request's trace: the services from the trace's root down to the span that
+carries the server's figures, after the load client (``load client → drill-router → drill-replica``; a replica's
+index is left out, so the replicas of one stack are one hop). A phase's hops are its most common chain.
+
+``verdicts.json`` carries the section as ``measurement_truth`` and the report shows it; a verdict judged over one
+window (``slo`` over its phase, ``fast_failure`` over the fault window) carries that window's figures.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from drill.checks.base import RunEvidence
+from drill.traces.join import LLM_REQUEST, MeasurementTruth, timings_truth
+
+__all__ = ["CLIENT_HOP", "MeasurementTruthSection", "PhaseTruth", "measured_truth", "measurement_truth_by_phase"]
+
+CLIENT_HOP = "load client"
+#: What the server-side figures are, by source.
+SERVER_FIGURES = {
+    "spans": "server TTFT from the llm_request span (gen_ai.latency.time_to_first_token, else its prefill's end); "
+    "server E2E the replica SERVER span's duration",
+    "server_timings": "the server's own timings (prompt_ms, prompt_ms + predicted_ms), which leave out the time a "
+    "request waited for a free slot: the difference also holds the server's own queueing",
+}
+_INDEX = re.compile(r"-\d+$")
+
+
+@dataclass(frozen=True)
+class PhaseTruth:
+    """Client minus server TTFT and E2E (ms) of the requests joined in one phase."""
+
+    phase: str
+    requests: int  # client records whose intended start falls in the phase
+    joined: int
+    with_server_ttft: int
+    with_server_e2e: int
+    ttft_diff_ms: dict[str, float] | None  # p50/p95/p99
+    e2e_diff_ms: dict[str, float] | None
+    hops: tuple[str, ...]  # the chain the difference spans, client first; () when nothing was joined
+    other_chains: int  # joined requests whose trace took another chain
+
+    @property
+    def spans(self) -> str:
+        return " → ".join(self.hops)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "phase": self.phase,
+            "requests": self.requests,
+            "joined": self.joined,
+            "with_server_ttft": self.with_server_ttft,
+            "with_server_e2e": self.with_server_e2e,
+            "ttft_diff_ms": _rounded(self.ttft_diff_ms),
+            "e2e_diff_ms": _rounded(self.e2e_diff_ms),
+            "hops": list(self.hops),
+            "spans": self.spans,
+            "other_chains": self.other_chains,
+        }
+
+
+@dataclass(frozen=True)
+class MeasurementTruthSection:
+    """Measurement truth per phase, in run order."""
+
+    source: str  # "spans", "server_timings", or "none"
+    server_figures: str  # what the server side of the difference is
+    phases: tuple[PhaseTruth, ...]
+    note: str  # why there is nothing to compare (or a failure), else ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "server_figures": self.server_figures,
+            "phases": [p.to_json() for p in self.phases],
+            "note": self.note,
+        }
+
+
+def measured_truth(evidence: RunEvidence) -> tuple[MeasurementTruth | None, str]:
+    """The run's client-vs-server rows: from the server spans, else from the server's own per-request timings
+    (llama.cpp); None with neither. The second value is a note when computing it failed."""
+    from drill.checks.judging import span_evidence
+
+    truth = None
+    if (evidence.run_dir / "spans.jsonl").exists():
+        traces, _ = span_evidence(evidence)
+        try:
+            truth = traces.joined.measurement_truth() if traces is not None else None
+        except Exception as exc:  # noqa: BLE001 - an extra figure: its failure is a note, not the verdict
+            return None, f"measurement truth not computed: {type(exc).__name__}: {exc}"
+    if truth is None or not truth.joined:
+        truth = timings_truth(evidence.requests)  # no spans: the server's own timings, where it reports them
+    return (truth if truth.joined else None), ""
+
+
+def measurement_truth_by_phase(evidence: RunEvidence) -> MeasurementTruthSection:
+    """Measurement truth of every phase that has client records, in run order."""
+    truth, failed = measured_truth(evidence)
+    if truth is None:
+        note = failed or (
+            "no client record was joined to a server figure: the target exported no spans joined to the requests "
+            "and reports no per-request timings"
+        )
+        return MeasurementTruthSection("none", "", (), note)
+    hops = _hops_by_request(evidence) if truth.source == "spans" else {}
+    windows = sorted(evidence.phases.values(), key=lambda w: w.start_ts)
+    phases = []
+    for window in windows:
+        records = [r for r in evidence.requests if window.contains(r.intended_ts)]
+        if not records:
+            continue
+        ids = {r.request_id for r in records}
+        mine = truth.only(ids)
+        default = (CLIENT_HOP, "server") if truth.source != "spans" else ()
+        chains = Counter(hops.get(row.request_id, default) for row in mine.rows)
+        chain = min(chains.items(), key=lambda item: (-item[1], item[0]))[0] if chains else ()
+        phases.append(
+            PhaseTruth(
+                phase=window.phase,
+                requests=len(records),
+                joined=mine.joined,
+                with_server_ttft=sum(1 for r in mine.rows if r.ttft_diff_ms is not None),
+                with_server_e2e=sum(1 for r in mine.rows if r.e2e_diff_ms is not None),
+                ttft_diff_ms=mine.ttft_diff_ms,
+                e2e_diff_ms=mine.e2e_diff_ms,
+                hops=chain,
+                other_chains=sum(chains.values()) - chains.get(chain, 0),
+            )
+        )
+    return MeasurementTruthSection(truth.source, SERVER_FIGURES.get(truth.source, ""), tuple(phases), failed)
+
+
+def _hops_by_request(evidence: RunEvidence) -> dict[str, tuple[str, ...]]:
+    """Each joined request's chain: the load client, then the services from its trace's root down to its last
+    ``llm_request`` span (the one the server figures come from), a replica's index left out."""
+    from drill.checks.judging import span_evidence
+
+    traces, _ = span_evidence(evidence)
+    if traces is None:
+        return {}
+    table, joined = traces.table, traces.joined
+    llm = table.name_code(LLM_REQUEST)
+    if llm is None:
+        return {}
+    parents = table.parent_row
+    out: dict[str, tuple[str, ...]] = {}
+    for record in joined.joined:
+        rows = joined.rows_by_trace.get(record.trace_id.lower())
+        if rows is None:
+            continue
+        llm_rows = rows[table.name[rows] == llm]
+        if not len(llm_rows):
+            continue
+        out[record.request_id] = (CLIENT_HOP, *_chain(table, parents, int(llm_rows[-1])))
+    return out
+
+
+def _chain(table: Any, parents: np.ndarray, row: int) -> tuple[str, ...]:
+    services: list[str] = []
+    seen = set()
+    while row >= 0 and row not in seen:  # a cycle of parents ends the walk
+        seen.add(row)
+        name = _INDEX.sub("", table.services[int(table.service[row])])
+        if not services or services[-1] != name:
+            services.append(name)
+        row = int(parents[row])
+    return tuple(reversed(services))
+
+
+def _rounded(values: dict[str, float] | None) -> dict[str, float] | None:
+    return None if values is None else {k: round(v, 3) for k, v in values.items()}

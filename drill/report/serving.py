@@ -59,7 +59,7 @@ def _admission_rejections(path: Path, windows: list[PhaseWindow]) -> tuple[tuple
     for (_, reason), points in series.items():
         points.sort()
         for (_, before), (ts, value) in zip(points, points[1:]):
-            window = next((w for w in windows if w.contains(ts)), None)
+            window = next((w for w in windows if w.start_ts < ts <= w.end_ts), None)  # an increase covers (t0, t]
             if window is not None:
                 counts[(window.phase, reason)] += value - before if value >= before else value
     reasons = sorted({reason for _, reason in series})

@@ -15,7 +15,7 @@ Endpoints: ``POST /v1/chat/completions`` and ``/v1/completions`` (streaming as
 vLLM, §3.1 of docs/serving-facts.md: chat role chunk with the first token, usage
 chunk, ``[DONE]``; non-streaming JSON with ``usage``), ``GET /v1/models``,
 ``GET /health``; test controls ``PUT /_bench/config`` (JSON: ``gap_ms``,
-``ttft_ms``, ``fail_status``, ``fail_every``, ``midstream_error_after``,
+``ttft_ms``, ``fail_status``, ``fail_every``, ``midstream_error_after``, ``midstream_error_code``,
 ``cut_after``, ``hang_headers``), ``PUT /_bench/stall`` (``{"seconds": 2}``:
 no chunk is sent and no stream starts until it ends), ``GET /_bench/log`` (one
 JSON object per request: ``request_id``, ``idempotency_key``, ``traceparent``,
@@ -44,6 +44,7 @@ class Config:
         self.fail_status = 0  # answer every `fail_every`-th request with this status (0: never)
         self.fail_every = 1
         self.midstream_error_after = -1  # send an error event after this many chunks (-1: never)
+        self.midstream_error_code = 500  # its code; 503 after 0 chunks is vLLM's refusal after the 200 went out
         self.cut_after = -1  # close the connection after this many chunks (-1: never)
         self.hang_headers = 0.0  # delay the response headers by this many seconds
 
@@ -102,15 +103,10 @@ class Server:
             return
         cfg = self.config
         out = []
-        if stream.sent == 0 and stream.chat:
+        if stream.sent == 0 and stream.chat and cfg.midstream_error_after != 0:
             out.append(_chunk(_role_chunk(stream.entry["request_id"], self.model)))
         if stream.sent == cfg.midstream_error_after:
-            out.append(
-                _chunk(
-                    b'data: {"error":{"message":"simulated mid-stream error","type":"InternalServerError",'
-                    b'"param":null,"code":500}}\n\n'
-                )
-            )
+            out.append(_chunk(_error_event(int(cfg.midstream_error_code))))
             out.append(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
             conn.write(b"".join(out))
             stream.entry["finish_ts"] = time.time()
@@ -155,6 +151,18 @@ class Server:
 
 def _chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _error_event(code: int) -> bytes:
+    """vLLM's error event (``{"error": {message, type, param, code}}``); 503 reads as its admission refusal."""
+    refused = code == 503
+    error = {
+        "message": "The engine is currently busy and cannot accept new requests." if refused else "simulated error",
+        "type": "Service Unavailable" if refused else "InternalServerError",
+        "param": None,
+        "code": code,
+    }
+    return b"data: " + json.dumps({"error": error}, separators=(",", ":")).encode() + b"\n\n"
 
 
 def _role_chunk(rid: str, model: str) -> bytes:

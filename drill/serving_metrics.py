@@ -119,6 +119,18 @@ _QUANTITY_TABLE: dict[str, Quantity] = {
         _S.MEAN_OBSERVED,
         {"vllm": ("vllm:time_to_first_token_seconds",), "sglang": ("sglang:time_to_first_token_seconds",)},
     ),
+    "admission_rejections": _Q(
+        _K.COUNTER,
+        _A.SUM,
+        _S.TOTAL,
+        {"vllm": ("vllm:admission_rejections_total",)},
+    ),
+    "queue_time_seconds": _Q(
+        _K.HISTOGRAM_MEAN,
+        _A.SUM,
+        _S.MEAN_OBSERVED,
+        {"vllm": ("vllm:request_queue_time_seconds",), "tgi": ("tgi_request_queue_duration",)},
+    ),
     "generation_tokens_per_s": _Q(
         _K.COUNTER,
         _A.SUM,

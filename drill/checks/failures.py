@@ -57,6 +57,7 @@ class _OutcomeTally:
     failure_ms: list[float] = field(default_factory=list)
     waited: list[tuple[float, RequestRecord, str]] = field(default_factory=list)  # (ms, record, outcome)
     with_retry_after: int = 0
+    in_stream: int = 0  # refusals that came as HTTP 200 + an error event with a 429/503 code (vLLM's late check)
     client_drops: int = 0
     cancelled: int = 0
     pools_without_limit: set[str] = field(default_factory=set)
@@ -87,10 +88,10 @@ class FastFailureCheck(Check):
       an overloaded server answers "overloaded; don't retry" rather than letting clients time out.
     - Envoy (adaptive concurrency, overload manager) and Netflix concurrency-limits reject at the limit
       at once with 503 / 429; Envoy's ``stop_accepting_requests`` is an immediate 503.
-    - So a failure should be an explicit refusal (429/503, ideally with ``Retry-After``) that arrives
-      fast; a failure at 90% or more of the client's deadline is a slow failure, i.e. a timeout in all
-      but name, and a success that came only after the pool's SLO had passed is the same failure mode —
-      the client was **left to wait** (queueing without admission control).
+    - So a failure should be an explicit refusal (429/503; ``Retry-After`` is counted, not required:
+      vLLM sends none) that arrives fast; a failure at 90% or more of the client's deadline is a slow
+      failure, i.e. a timeout in all but name, and a success that came only after the pool's SLO had
+      passed is the same failure mode — the client was **left to wait** (queueing without admission control).
 
     What it reads: ``requests.jsonl`` and ``journal.jsonl`` (the window), ``resolved.json`` (each pool's
     client deadline), the pools' SLOs. The window is the fault window (first injection to last revert)
@@ -98,7 +99,9 @@ class FastFailureCheck(Check):
 
     Each attempt in the window is one of: on time (succeeded within the pool's wait limit — its most
     lenient TTFT bound, else its E2E bound), **left to wait** (succeeded later; or still in flight when
-    the load stopped: ``cancelled``), **refused** (429/503), **timeout** (the client's deadline expired,
+    the load stopped: ``cancelled``), **refused** (429/503 — as the status, or as the ``code`` of an error
+    event in a stream whose status was 200, which is how vLLM refuses a streamed request its late admission
+    check turns away: ``refusals_in_stream``), **timeout** (the client's deadline expired,
     or a gateway's: HTTP 504/408),
     a **slow failure** (any other failure after ``slow_fraction`` of the deadline) or another explicit
     error (5xx, reset, mid-stream error). The attempts the client never sent (``client_drop``, its own
@@ -202,6 +205,7 @@ class FastFailureCheck(Check):
         tally.counts[outcome] += 1
         if outcome == "refused":
             tally.with_retry_after += record.retry_after_s is not None
+            tally.in_stream += record.stream_error_code is not None
             if ttf is not None:
                 tally.refusal_ms.append(ttf)
         if outcome in WAITED or outcome == "refused":
@@ -231,6 +235,7 @@ class FastFailureCheck(Check):
             "waited_share": _share(tally.waited_count, tally.not_on_time),
             "refused_share": (round(tally.counts["refused"] / tally.not_on_time, 4) if tally.not_on_time else None),
             "refusals_with_retry_after": tally.with_retry_after,
+            "refusals_in_stream": tally.in_stream,
         }
         units = {
             name: "requests"
@@ -241,6 +246,7 @@ class FastFailureCheck(Check):
                 "not_on_time",
                 "failures",
                 "refusals_with_retry_after",
+                "refusals_in_stream",
                 *OUTCOMES,
             )
         }
@@ -301,6 +307,11 @@ class FastFailureCheck(Check):
             )
         if tally.counts["refused"]:
             notes.append(f"{tally.with_retry_after} of {tally.counts['refused']} refusal(s) carried Retry-After")
+        if tally.in_stream:
+            notes.append(
+                f"{tally.in_stream} of {tally.counts['refused']} refusal(s) came as HTTP 200 followed by an error "
+                "event with a 429/503 code (a refusal after the stream had started)"
+            )
         return notes
 
 

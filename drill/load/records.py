@@ -23,17 +23,25 @@ from pathlib import Path
 from drill.jsonl import ReadReport, read_jsonl
 from drill.stats import percentile
 
-__all__ = ["ErrorClass", "RequestRecord", "ServerTimings", "classify_status", "latency_values", "read_records"]
+__all__ = [
+    "ErrorClass",
+    "RequestRecord",
+    "ServerTimings",
+    "classify_status",
+    "classify_stream_error",
+    "latency_values",
+    "read_records",
+]
 
 
 class ErrorClass(str, enum.Enum):
-    REFUSED = "refused"  # 429 / 503: admission control said no
+    REFUSED = "refused"  # 429 / 503 (the status, or the code of an error event in a 200 stream): admission said no
     CLIENT_ERROR = "client_error"  # other 4xx (e.g. 400 prompt too long)
     SERVER_ERROR = "server_error"  # other 5xx (e.g. 500 engine dead)
     TIMEOUT = "timeout"  # the client's timeout expired
     CONNECTION_RESET = "connection_reset"  # reset or closed mid-request
     CONNECTION_ERROR = "connection_error"  # could not connect
-    MID_STREAM_ERROR = "mid_stream_error"  # HTTP 200, then an error event in the stream
+    MID_STREAM_ERROR = "mid_stream_error"  # HTTP 200, then an error event in the stream (not a refusal's code)
     CLIENT_DROP = "client_drop"  # never sent: the in-flight cap was reached
     CANCELLED = "cancelled"  # still in flight when the drain period at stop ran out
 
@@ -44,6 +52,17 @@ def classify_status(status: int) -> ErrorClass | None:
     if status in (429, 503):
         return ErrorClass.REFUSED
     return ErrorClass.CLIENT_ERROR if status < 500 else ErrorClass.SERVER_ERROR
+
+
+def classify_stream_error(code: int | None) -> ErrorClass:
+    """The class of an error event inside a stream whose HTTP status was 200, from the ``code`` it carries.
+
+    vLLM answers a streamed request that its admission control refuses after the 200 has gone out with
+    ``data: {"error": {..., "code": 503}}`` then ``data: [DONE]``: the refusal is in the event, not the status
+    line. A 429/503 code is therefore a refusal like the status would be; any other error event is a
+    mid-stream error.
+    """
+    return ErrorClass.REFUSED if code in (429, 503) else ErrorClass.MID_STREAM_ERROR
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +127,7 @@ class RequestRecord:
     endpoint: str = "chat"
     stream: bool = True
     retry_after_s: float | None = None
+    stream_error_code: int | None = None  # the code of an error event in a 200 stream (vLLM: 503 = refused)
     burst: str | None = None  # the queue_flood burst that produced it, if any
     worker: str | None = None
     output_digest: str | None = None  # sha256 of the generated text (control requests only)

@@ -71,10 +71,10 @@ from drill.load.payload import (
     payload_digest,
     traceparent,
 )
-from drill.load.records import ErrorClass, RequestRecord, classify_status
+from drill.load.records import ErrorClass, RequestRecord, classify_status, classify_stream_error
 from drill.load.samples import FailingSample, read_samples
 from drill.load.schedule import build_schedule
-from drill.load.sse import LineKind, carries_usage, classify_line, parse_error_message, parse_usage
+from drill.load.sse import LineKind, carries_usage, classify_line, parse_error_code, parse_error_message, parse_usage
 from drill.spec.scenario import Scenario
 
 __all__ = [
@@ -571,7 +571,8 @@ def _read_stream(response: http.client.HTTPResponse, start: float, deadline: flo
         elif kind is LineKind.USAGE:
             out["completion_tokens"] = parse_usage(line)[1]
         elif kind is LineKind.ERROR and "error" not in out:
-            out.update(error=ErrorClass.MID_STREAM_ERROR.value, error_detail=parse_error_message(line))
+            code = parse_error_code(line)  # vLLM's refusal after the 200: code 503 in the event
+            out.update(error=classify_stream_error(code).value, error_detail=parse_error_message(line))
         elif kind is LineKind.DONE:
             out["e2e_ms"] = _ms(start)
             if "error" not in out:

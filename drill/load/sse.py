@@ -6,7 +6,9 @@ common case (a content chunk) is decided from bytes without parsing JSON:
 - ``data: {...}`` with non-empty ``choices``: a content chunk. It counts for
   TTFT and ITL, as in ``vllm bench serve`` (the chat role-only first chunk
   counts too, §5.1);
-- ``data: {"error": ...}``: a mid-stream error (HTTP status already 200);
+- ``data: {"error": ...}``: a mid-stream error (HTTP status already 200). vLLM's ``code`` in it is the HTTP
+  status the error would have had (:func:`parse_error_code`): a refusal that comes after the 200 has gone
+  out carries 503 there (``vllm/entrypoints/openai/protocol.py`` ``ErrorInfo``);
 - ``data: {..."choices":[],"usage":{...}}``: the final usage chunk (llama.cpp adds its ``timings`` to it);
   llama.cpp's streamed ``/v1/completions`` sends ``usage`` in its last content chunk instead (beside
   ``finish_reason``): :func:`carries_usage`;
@@ -28,6 +30,7 @@ __all__ = [
     "parse_usage",
     "parse_timings",
     "parse_error_message",
+    "parse_error_code",
     "is_role_only",
 ]
 
@@ -122,6 +125,24 @@ def parse_error_message(data: bytes, limit: int = 300) -> str:
     else:
         message = str(error)
     return str(message)[:limit]
+
+
+def parse_error_code(data: bytes) -> int | None:
+    """The ``code`` of a vLLM/OpenAI error event or body (``{"error": {"code": 503, ...}}``, or the legacy flat
+    ``{"object": "error", "code": 503}``); None when it has none that is an HTTP status (OpenAI's own errors carry
+    string codes such as ``"rate_limit_exceeded"``)."""
+    raw = data[5:] if data.startswith(_DATA) else data
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    error = body.get("error", body)
+    code = error.get("code") if isinstance(error, dict) else None
+    if isinstance(code, str) and code.isdigit():
+        code = int(code)
+    return code if isinstance(code, int) and not isinstance(code, bool) and 100 <= code <= 599 else None
 
 
 def is_role_only(line: bytes) -> bool:

@@ -49,6 +49,7 @@ from drill.report.model import (
     VerdictLine,
 )
 from drill.report.prompt_tokens import prompt_tokens
+from drill.report.serving import serving_side
 from drill.spec.scenario import parse_slo_key
 from drill.stats import percentile
 
@@ -90,6 +91,7 @@ def assemble(evidence: RunEvidence, verdicts: list[Verdict], progress: Callable[
         ("faults", lambda: fault_sections(evidence, redactor)),
         ("metrics", lambda: _metrics(evidence, drill)),
         ("prompt_tokens", lambda: prompt_tokens(evidence)),
+        ("serving", lambda: serving_side(evidence, LOADED_PHASES)),
         ("replay", lambda: replay_section(evidence, verdicts, redactor)),
         ("runbook", lambda: runbook(evidence, redactor)),
         ("actions", lambda: action_items(verdicts)),

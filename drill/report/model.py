@@ -21,6 +21,7 @@ __all__ = [
     "NOT_AVAILABLE",
     "UNSET",
     "ActionItem",
+    "AdmissionRejectionRow",
     "Chart",
     "CostFigures",
     "CoverageGap",
@@ -40,7 +41,9 @@ __all__ = [
     "ReplayRow",
     "ReplaySection",
     "Runbook",
+    "RouterOverheadRow",
     "RunbookSection",
+    "ServingSide",
     "SloBreach",
     "TimelineEntry",
     "VerdictLine",
@@ -320,6 +323,36 @@ class PromptTokens:
 
 
 @dataclass(frozen=True)
+class AdmissionRejectionRow:
+    """Requests admission control rejected in one phase for one reason (``vllm:admission_rejections_total``)."""
+
+    phase: str
+    reason: str
+    count: int
+
+
+@dataclass(frozen=True)
+class RouterOverheadRow:
+    """What the embedded router added to the requests of one phase (ms), from its spans."""
+
+    phase: str
+    requests: int
+    added_ttft_ms: LatencyPercentiles
+    added_e2e_ms: LatencyPercentiles
+    ttft_share_p50: float | None  # the router's median share of the TTFT its client saw
+
+
+@dataclass(frozen=True)
+class ServingSide:
+    """Admission rejections by reason and the router's overhead, per phase (:mod:`drill.report.serving`)."""
+
+    admission_rejections: tuple[AdmissionRejectionRow, ...] = ()
+    admission_note: str = NOT_AVAILABLE  # why there are no rows ("" when there are)
+    router_overhead: tuple[RouterOverheadRow, ...] = ()
+    router_note: str = NOT_AVAILABLE
+
+
+@dataclass(frozen=True)
 class Report:
     header: ReportHeader
     verdicts: tuple[VerdictLine, ...]
@@ -340,6 +373,7 @@ class Report:
     measurement_truth: MeasurementTruthSection
     notes: tuple[str, ...] = field(default=())
     prompt_tokens: PromptTokens = field(default=PromptTokens(NOT_AVAILABLE))
+    serving: ServingSide = field(default=ServingSide())
 
     @property
     def latency_chart(self) -> Chart | None:

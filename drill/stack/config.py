@@ -28,7 +28,9 @@ __all__ = [
     "RouterPolicy",
     "Runtime",
     "SchedulingPolicy",
+    "SpanShape",
     "StackConfig",
+    "TracingConfig",
     "load_stack_config",
     "parse_stack_config",
 ]
@@ -41,6 +43,20 @@ class SchedulingPolicy(str, enum.Enum):
 
     FCFS = "fcfs"
     PRIORITY = "priority"
+
+
+class SpanShape(str, enum.Enum):
+    """Which spans a replica exports per request (``tracing.span_shape``).
+
+    ``vllm`` (the default) is what vLLM exports: one ``llm_request`` span, parented to the incoming
+    ``traceparent``, with its phases as ``gen_ai.latency.*`` attributes (``vllm/v1/engine/output_processor.py``,
+    ``do_tracing``); the harness's readers turn those into phase spans (:mod:`drill.traces.phases`).
+    ``teaching`` adds what vLLM does not export, to show where the time goes: the replica's HTTP SERVER span
+    around ``llm_request``, and ``queue``/``prefill``/``decode`` child spans.
+    """
+
+    VLLM = "vllm"
+    TEACHING = "teaching"
 
 
 class RouterPolicy(str, enum.Enum):
@@ -61,9 +77,11 @@ class EngineConfig(BaseModel):
     """One replica's engine options, named as vLLM names them (docs/serving-facts.md §3.2, §4).
 
     ``max_num_queued_reqs`` / ``max_num_queued_tokens`` are vLLM ≥ 0.29's opt-in admission flags;
-    ``None`` keeps vLLM's default unbounded waiting queue. ``max_queue_wait`` (seconds) refuses a
-    request with 503 once it has waited longer. ``weight_load_time`` is ``"auto"`` (modelled from
-    the weight bytes, see :func:`drill.stack.inference.cost_model.weight_load_seconds`) or a duration.
+    ``None`` keeps vLLM's default unbounded waiting queue; a refusal carries no ``Retry-After``, as vLLM's
+    does not, unless ``refusal_retry_after`` (not a vLLM option: what a gateway in front might add) is set.
+    ``max_queue_wait`` (seconds) refuses a request with 503 once it has waited longer. ``weight_load_time``
+    is ``"auto"`` (modelled from the weight bytes, see
+    :func:`drill.stack.inference.cost_model.weight_load_seconds`) or a duration.
     """
 
     model_config = _FROZEN
@@ -81,6 +99,7 @@ class EngineConfig(BaseModel):
     max_num_queued_reqs: int | None = Field(None, ge=1)
     max_num_queued_tokens: int | None = Field(None, ge=1)
     max_queue_wait: Duration | None = None
+    refusal_retry_after: Duration | None = Field(None, ge=0)
     weight_load_time: Literal["auto"] | Duration = "auto"
 
     @field_validator("max_queue_wait")
@@ -159,6 +178,14 @@ class LinksConfig(BaseModel):
     )
 
 
+class TracingConfig(BaseModel):
+    """What the replicas export as spans (:class:`SpanShape`)."""
+
+    model_config = _FROZEN
+
+    span_shape: SpanShape = SpanShape.VLLM
+
+
 class StackConfig(BaseModel):
     """The whole stack YAML (stack-contracts.md §1).
 
@@ -176,6 +203,7 @@ class StackConfig(BaseModel):
     engine: EngineConfig = EngineConfig()
     router: RouterConfig = RouterConfig()
     links: LinksConfig = LinksConfig()
+    tracing: TracingConfig = TracingConfig()
     runtime: Runtime = Runtime.LOCAL
     host: BindHost = "127.0.0.1"
 

@@ -10,7 +10,9 @@ since the records count from the intended start). Server values come from the re
 
 - server TTFT: the ``llm_request`` span's ``gen_ai.latency.time_to_first_token`` (s, vLLM's
   attribute), else its ``prefill`` child's end minus the replica SERVER span's start;
-- server E2E: the replica SERVER span's duration (the HTTP span that is ``llm_request``'s parent).
+- server E2E: the replica SERVER span's duration (the HTTP span that is ``llm_request``'s parent, in the
+  reference stack's teaching span shape), else, as vLLM exports no HTTP span, ``llm_request``'s own
+  duration (arrival to finish).
 
 With several ``llm_request`` spans in one trace (router retries) the last one is used. The
 difference client - server is what the network, the router and the client itself add.
@@ -31,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from drill.traces.table import SpanTable
+from drill.traces.table import SpanTable, kind_code
 
 __all__ = ["JoinedRequests", "MeasurementTruth", "TruthRow", "percentiles", "timings_truth"]
 
@@ -39,6 +41,7 @@ LLM_REQUEST = "llm_request"
 PREFILL = "prefill"
 TTFT_ATTRIBUTE = "gen_ai.latency.time_to_first_token"
 PERCENTILES = (50, 95, 99)
+_SERVER = kind_code("SERVER")
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float] | None:
@@ -193,9 +196,9 @@ def _truth_row(table: SpanTable, record, rows: np.ndarray) -> TruthRow:
     llm_rows = rows[table.name[rows] == llm_code] if llm_code is not None else rows[:0]
     if len(llm_rows):
         llm = int(llm_rows[-1])
-        http = int(table.parent_row[llm])
-        if http >= 0:
-            server_e2e = (int(table.end_ns[http]) - int(table.start_ns[http])) / 1e6
+        http = _replica_http_span(table, llm)
+        outer = http if http >= 0 else llm
+        server_e2e = (int(table.end_ns[outer]) - int(table.start_ns[outer])) / 1e6
         server_ttft = _server_ttft(table, rows, llm, http, prefill_code)
     return TruthRow(
         request_id=record.request_id,
@@ -205,6 +208,14 @@ def _truth_row(table: SpanTable, record, rows: np.ndarray) -> TruthRow:
         client_e2e_ms=_client_ms(record, record.e2e_ms),
         server_e2e_ms=server_e2e,
     )
+
+
+def _replica_http_span(table: SpanTable, llm: int) -> int:
+    """The row of ``llm_request``'s parent when it is the replica's own HTTP SERVER span (same service), else -1."""
+    parent = int(table.parent_row[llm])
+    if parent < 0 or table.service[parent] != table.service[llm] or table.kind[parent] != _SERVER:
+        return -1
+    return parent
 
 
 def _server_ttft(table: SpanTable, rows: np.ndarray, llm: int, http: int, prefill_code: int | None) -> float | None:

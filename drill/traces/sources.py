@@ -27,6 +27,7 @@ import numpy as np
 
 from drill.api import PluginParams, TraceSource
 from drill.jsonl import BadLine, ReadReport
+from drill.traces.phases import with_phase_spans
 from drill.traces.table import KIND_NAMES, STATUS_NAMES, SpanTable, hex_u64, intern_codes, kind_code, status_code
 
 __all__ = [
@@ -117,10 +118,19 @@ class TableSource(TraceSource):
         self.report = SourceReport(self.kind)
 
     def table(self, window: tuple[int, int] | None = None) -> SpanTable:
-        """The spans overlapping ``window`` (UNIX ns; None: all); ``self.report`` says what was not read."""
+        """The spans overlapping ``window`` (UNIX ns; None: all); ``self.report`` says what was not read.
+
+        The phases of vLLM's ``llm_request`` spans come as child spans (:mod:`drill.traces.phases`), derived
+        here from the span's attributes; the report's note says how many.
+        """
         self.report = SourceReport(self.kind)
         table = self._read(self.report, window).in_window(window)
         self.report.spans = len(table)
+        table, derived = with_phase_spans(table)
+        if derived:
+            self.report.notes.append(
+                f"{derived} phase span(s) (queue/prefill/decode) derived from llm_request's gen_ai.latency.* attributes"
+            )
         return table
 
     def spans(self, window: tuple[int, int] | None = None) -> Iterator[dict]:

@@ -38,6 +38,22 @@ def test_overload_refused_quickly_passes(tmp_path: Path) -> None:
     assert verdict.units["refusal_ttf_p99_ms"] == "ms" and verdict.units["waited_share"] == "ratio"
 
 
+def test_refusals_in_a_200_stream_count_and_retry_after_is_optional(tmp_path: Path) -> None:
+    """vLLM: a refused stream is either HTTP 503 or HTTP 200 + an error event with code 503; neither has
+    Retry-After. Both forms are refusals; the verdict counts how many carried Retry-After and came in the stream."""
+    kit = _kit(tmp_path)
+    for i in range(20):
+        kit.request(75 + i, status=503, error="refused", headers_ms=15, e2e_ms=16)
+        kit.request(75 + i, status=200, error="refused", stream_error_code=503, headers_ms=12, e2e_ms=14)
+        kit.request(75 + i, ttft_ms=300)
+    verdict = _judge(kit)
+    assert verdict.status is Status.PASS, verdict.message
+    assert verdict.observed["refused"] == 40 and verdict.observed["other_error"] == 0
+    assert verdict.observed["refusals_with_retry_after"] == 0 and verdict.observed["refusals_in_stream"] == 20
+    assert "0 of 40 refusal(s) carried Retry-After" in verdict.notes
+    assert any(note.startswith("20 of 40 refusal(s) came as HTTP 200") for note in verdict.notes)
+
+
 def test_requests_outside_the_fault_window_do_not_count(tmp_path: Path) -> None:
     kit = _kit(tmp_path)
     for i in range(40):

@@ -15,13 +15,15 @@ from drill.checks.spans import FirstAbnormalSpanCheck, FirstAbnormalSpanParams
 from drill.engine.verdicts import judge_one
 from drill.registry import checks
 from tests.checks.rundir_kit import RunKit
-from tests.traces.spankit import drill_request
+from tests.traces.spankit import drill_request, vllm_request
 
 SPACING_MS = 50.0
 N_BASE, N_FAULT = 120, 60
 
 
-def run(tmp_path, *, slow_queue: bool = True, baseline: bool = True, n_base: int = N_BASE, edit=None) -> RunKit:
+def run(
+    tmp_path, *, slow_queue: bool = True, baseline: bool = True, n_base: int = N_BASE, edit=None, make=drill_request
+) -> RunKit:
     """A 6 s baseline and a 3 s fault phase (fault injected at its start) of requests every 50 ms."""
     kit = RunKit(tmp_path)
     base_s, fault_s = n_base * SPACING_MS / 1e3, N_FAULT * SPACING_MS / 1e3
@@ -34,7 +36,7 @@ def run(tmp_path, *, slow_queue: bool = True, baseline: bool = True, n_base: int
     for i in range(n_base + N_FAULT):
         in_fault = i >= n_base
         queue = 400.0 if in_fault and slow_queue and i % 2 == 0 else 1 + rng.random() * 0.5
-        spans = drill_request(
+        spans = make(
             i + 1,
             replica=i % 2,
             start_ms=i * SPACING_MS,
@@ -71,6 +73,21 @@ def test_pass_names_the_span_its_chain_and_evidence(tmp_path):
     assert kinds[0] is EvidenceKind.TRACE and verdict.evidence[0].value == o["trace_id"]
     assert kinds.count(EvidenceKind.SPAN) == 5 and verdict.evidence[1].value == o["span_id"]
     assert verdict.window == "fault" and "drill-replica-0/queue" in verdict.message
+
+
+def test_a_queue_flood_on_real_vllm_spans_is_named_as_the_queue(tmp_path):
+    """vLLM exports only ``llm_request``, its phases as attributes: the reader makes them phases to judge."""
+    verdict = judge(run(tmp_path, make=vllm_request), expect={"name": "queue"})
+    assert verdict.status is Status.PASS, verdict.message
+    o = verdict.observed
+    assert (o["service"], o["name"]) == ("vllm-0", "queue")
+    assert o["chain"] == [
+        "vllm-0/queue",
+        "vllm-0/llm_request",
+        "drill-router/POST",
+        "drill-router/POST /v1/chat/completions",
+    ]
+    assert o["pairs"][0]["name"] == "queue" and o["pairs"][0]["root_causes"] == N_FAULT // 2
 
 
 def test_expectations_match_or_fail(tmp_path):

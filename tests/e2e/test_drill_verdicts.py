@@ -107,7 +107,7 @@ def test_unbounded_queue_fails_fast_failure_and_admission_control_passes_it(tmp_
     assert passed["observed"]["refused"] >= 20, "admission control answers the excess with 503"
     assert passed["observed"]["waited_share"] <= 0.15 and passed["observed"]["timeout"] == 0, passed["observed"]
     assert passed["observed"]["refusal_ttf_p99_ms"] <= 500
-    assert passed["observed"]["refusals_with_retry_after"] == passed["observed"]["refused"]
+    assert passed["observed"]["refusals_with_retry_after"] == 0  # as vLLM's: no Retry-After (issue 17)
 
     # the comparison: exactly this one variable differs between the two run directories' resolved.json
     resolved = [json.loads((run.run_dir / "resolved.json").read_text()) for run in (unbounded, bounded)]

@@ -186,6 +186,8 @@ def _assert_llamacpp_metrics(evidence: RunEvidence) -> None:
         "prefix_cache_hit_rate": None,
         "preemptions": None,
         "ttft_seconds": None,
+        "admission_rejections": None,  # llama.cpp has no admission control
+        "queue_time_seconds": None,
         "generation_tokens_per_s": "llamacpp:tokens_predicted_total",
     }
     figures = phase_quantities(evidence)

@@ -65,6 +65,7 @@ def test_records_match_the_server_log_chunk_for_chunk(sse_server, tmp_path: Path
     [
         ({"fail_status": 503, "fail_every": 2}, {"retry": {"attempts": 2, "backoff": "10ms"}}, ErrorClass.REFUSED),
         ({"midstream_error_after": 3}, {}, ErrorClass.MID_STREAM_ERROR),
+        ({"midstream_error_after": 0, "midstream_error_code": 503}, {}, ErrorClass.REFUSED),  # vLLM's 200 + 503 event
         (
             {"cut_after": 2},
             {"retry": {"attempts": 1, "backoff": "10ms", "on": ["connection"]}},
@@ -82,6 +83,8 @@ def test_error_classes_retries_and_failing_samples(
     assert failed and {r.error for r in failed} == {expected}
     assert run.summary.errors == {expected.value: len(failed)}
     assert {s.request_id for s in run.samples} == {r.request_id for r in failed}
+    if settings.get("midstream_error_code") == 503:
+        assert {(r.status, r.stream_error_code, r.retry_after_s, r.ttft_ms) for r in failed} == {(200, 503, None, None)}
     for sample in run.samples:
         assert sample.error == expected.value and sample.headers["X-Request-Id"] == sample.request_id
         assert "sha256:" + __import__("hashlib").sha256(sample.body).hexdigest() == sample.payload_digest

@@ -119,6 +119,59 @@ def drill_request(
     return [router, client, http, llm, queue, prefill, decode]
 
 
+def vllm_request(
+    trace: int,
+    *,
+    replica: int = 0,
+    start_ms: float = 0.0,
+    queue_ms: float = 1.0,
+    prefill_ms: float = 5.0,
+    decode_ms: float = 20.0,
+    client_parent: str | None = "c0ffee00c0ffee00",
+) -> list[dict]:
+    """Real vLLM's spans of one request behind the router: router SERVER + CLIENT, then vLLM's one ``llm_request``
+    (its parent the incoming traceparent), with the phases only as ``gen_ai.latency.*`` attributes in seconds."""
+    total = queue_ms + prefill_ms + decode_ms
+    router = span(
+        trace,
+        "POST /v1/chat/completions",
+        service="drill-router",
+        kind="SERVER",
+        parent=client_parent,
+        start_ms=start_ms,
+        end_ms=start_ms + total + 2,
+    )
+    client = span(
+        trace,
+        "POST",
+        service="drill-router",
+        kind="CLIENT",
+        parent=router,
+        start_ms=start_ms + 0.2,
+        end_ms=start_ms + total + 1.8,
+        attributes={"drill.upstream": f"replica-{replica}", "drill.attempt": 1},
+    )
+    llm = span(
+        trace,
+        "llm_request",
+        service=f"vllm-{replica}",
+        kind="SERVER",
+        parent=client,
+        start_ms=start_ms + 0.7,
+        end_ms=start_ms + 0.7 + total + 0.3,  # detokenizing and the output processor after the last token
+        attributes={
+            "gen_ai.latency.time_to_first_token": (queue_ms + prefill_ms + 0.1) / 1e3,  # arrival -> queued: 0.1 ms
+            "gen_ai.latency.time_in_queue": queue_ms / 1e3,
+            "gen_ai.latency.time_in_model_prefill": prefill_ms / 1e3,
+            "gen_ai.latency.time_in_model_decode": decode_ms / 1e3,
+            "gen_ai.latency.time_in_model_inference": (prefill_ms + decode_ms) / 1e3,
+            "gen_ai.latency.e2e": (total + 0.3) / 1e3,
+            "gen_ai.response.finish_reasons": '["length"]',
+        },
+    )
+    return [router, client, llm]
+
+
 def write_spans(path: Path, spans: list[dict]) -> Path:
     path.write_text("".join(json.dumps(s) + "\n" for s in spans))
     return path

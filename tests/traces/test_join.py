@@ -7,7 +7,7 @@ import pytest
 from drill.load.records import RequestRecord
 from drill.traces.join import JoinedRequests, percentiles
 from drill.traces.table import SpanTable
-from tests.traces.spankit import drill_request, span, trace_id
+from tests.traces.spankit import drill_request, span, trace_id, vllm_request
 
 
 def _record(n: int, trace: int, *, ttft_ms: float | None, e2e_ms: float | None, lag_ms: float = 0.0) -> RequestRecord:
@@ -55,6 +55,14 @@ def test_measurement_truth_client_minus_server_per_request() -> None:
     assert second.ttft_diff_ms == pytest.approx(5.0) and second.e2e_diff_ms == pytest.approx(5.0)
     assert truth.ttft_diff_ms == {"p50": pytest.approx(4.0), "p95": pytest.approx(4.9), "p99": pytest.approx(4.98)}
     assert truth.to_json()["with_server_ttft"] == 2
+
+
+def test_vllms_spans_give_server_e2e_from_llm_request_itself() -> None:
+    """vLLM exports no HTTP span: llm_request's parent is the router's CLIENT span, not the server's own."""
+    spans = vllm_request(1, queue_ms=4, prefill_ms=6, decode_ms=20)  # llm_request: 30.3 ms, TTFT 10.1 ms
+    truth = JoinedRequests(SpanTable.from_spans(spans), [_record(1, 1, ttft_ms=12.0, e2e_ms=33.0)]).measurement_truth()
+    (row,) = truth.rows
+    assert row.server_e2e_ms == pytest.approx(30.3, abs=1e-3) and row.server_ttft_ms == pytest.approx(10.1)
 
 
 def test_server_ttft_from_the_prefill_span_without_the_vllm_attribute() -> None:

@@ -320,6 +320,7 @@ class OpenLoop:
             prompt_tokens=outcome.prompt_tokens,
             completion_tokens=completion,
             retry_after_s=outcome.retry_after_s,
+            stream_error_code=outcome.stream_error_code,
             output_digest=outcome.output.value() if outcome.output is not None and outcome.error is None else None,
             server_timings=outcome.server_timings,
             **base,

@@ -29,12 +29,13 @@ from geventhttpclient.url import URL
 
 from drill.load.child.reactor import reactor
 from drill.load.output import OutputDigest
-from drill.load.records import ErrorClass, ServerTimings, classify_status
+from drill.load.records import ErrorClass, ServerTimings, classify_status, classify_stream_error
 from drill.load.sse import (
     LineKind,
     carries_usage,
     classify_line,
     is_role_only,
+    parse_error_code,
     parse_error_message,
     parse_timings,
     parse_usage,
@@ -66,6 +67,7 @@ class ClientOutcome:
     completion_tokens: int | None = None
     role_only_first: bool = False
     retry_after_s: float | None = None
+    stream_error_code: int | None = None  # the code of an error event in a 200 stream (vLLM's refusal: 503)
     output: OutputDigest | None = None  # the generated text's digest, for a watched (control) request
     server_timings: ServerTimings | None = None  # the server's own timings (llama.cpp), from the final chunk/body
 
@@ -276,8 +278,17 @@ class _SseLines:
                 outcome.prompt_tokens, outcome.completion_tokens = parse_usage(line)
                 outcome.server_timings = parse_timings(line)
             elif kind is LineKind.ERROR and outcome.error is None:
-                outcome.error, outcome.detail = ErrorClass.MID_STREAM_ERROR, parse_error_message(line)
+                self._error_event(line)
         return False
+
+    def _error_event(self, line: bytes) -> None:
+        """An error event after the 200: a refusal when its code says 429/503 (vLLM's late admission check)."""
+        outcome = self.outcome
+        code = parse_error_code(line)
+        outcome.stream_error_code = code
+        outcome.error = classify_stream_error(code)
+        message = parse_error_message(line)
+        outcome.detail = f"HTTP 200, then an error event with code {code}: {message}" if code is not None else message
 
 
 class _ReactorStream:

@@ -136,6 +136,13 @@ class Engine:
         self.scheduler.add_request(request)
         self._wakeup.set()
 
+    def check_admission(self, request: Request) -> None:
+        """Raise what :meth:`add_request` would (AdmissionRefused, EngineDeadError) without queueing: vLLM's
+        early check before the response starts; it reserves nothing, so add_request checks again."""
+        if self.dead is not None:
+            raise self.dead
+        self.scheduler.check_admission(request.num_prompt_tokens)
+
     def abort_request(self, request: Request) -> None:
         """Abort a request whose client went away (finish reason ``abort``); no-op when already finished."""
         if request.is_finished:

@@ -12,14 +12,18 @@ __all__ = ["AdmissionRefused", "EngineDeadError", "MaxQueuedTokensError", "Queue
 
 
 class AdmissionRefused(StackError):
-    """Admission control refused a request: HTTP 503 with ``Retry-After`` (vLLM ≥ 0.29, §3.2)."""
+    """Admission control refused a request: HTTP 503, or an error event with code 503 in a stream whose 200
+    has gone out (vLLM ≥ 0.29, §3.2). ``reason`` labels ``vllm:admission_rejections_total``."""
 
     status = 503
     error_type = "Service Unavailable"
+    reason = "admission"
 
 
 class QueueOverflowError(AdmissionRefused):
     """``max_num_queued_reqs`` reached (vLLM's ``QueueOverflowError``, its message verbatim)."""
+
+    reason = "max_num_queued_reqs"
 
     def __init__(self, in_flight: int, limit: int) -> None:
         super().__init__(
@@ -32,6 +36,8 @@ class QueueOverflowError(AdmissionRefused):
 
 class MaxQueuedTokensError(AdmissionRefused):
     """``max_num_queued_tokens`` reached (vLLM's ``MaxQueuedTokensError``, its message verbatim)."""
+
+    reason = "max_num_queued_tokens"
 
     def __init__(self, backlog_tokens: int, limit: int) -> None:
         super().__init__(

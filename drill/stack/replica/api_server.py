@@ -73,7 +73,11 @@ class Replica:
         self.scheduler = Scheduler(engine_config, kv)
         self.gpu = GpuState(plan, self.cost_model)
         self.tracing = Tracing(
-            spec.service_name, spec.otlp_endpoint, span_processor=span_processor, resource={"drill.replica": spec.name}
+            spec.service_name,
+            spec.otlp_endpoint,
+            span_processor=span_processor,
+            resource={"drill.replica": spec.name},
+            span_shape=config.tracing.span_shape,
         )
         self.ledger = Ledger(spec.ledger_path, spec.name)
         self.metrics = EngineMetrics(

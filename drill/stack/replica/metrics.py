@@ -1,8 +1,12 @@
 """``GET /metrics`` of a replica: vLLM V1's Prometheus metrics (≥ 0.11 profile, docs/serving-facts.md §2).
 
 Names, types, help texts, labels (``model_name``, ``engine``; ``finished_reason`` on
-``vllm:request_success``) and bucket lists follow §2.2. Counters are declared without ``_total``
-and exposed with it, as prometheus_client does for vLLM. :class:`EngineMetrics` is an
+``vllm:request_success``) and bucket lists follow §2.2. Admission control's refusals are counted as
+``vllm:admission_rejections_total{model_name, reason}`` (vLLM PR #55812: counted in the API server, so no
+``engine`` label; ``reason`` is the flag that refused: ``max_num_queued_reqs`` or ``max_num_queued_tokens``), and
+the waiting queue is split as vLLM's ``vllm:num_requests_waiting_by_reason{reason="capacity"|"deferred"}``
+(the stack's waiting requests all wait for capacity: it has no grammar or remote-KV waits). Counters are
+declared without ``_total`` and exposed with it, as prometheus_client does for vLLM. :class:`EngineMetrics` is an
 :class:`~drill.stack.inference.core.EngineListener`: the engine calls it synchronously after each step and
 for each finished request; it accumulates into plain integers and :class:`FastHistogram` (a bisect
 into the bucket list, 1 µs) instead of ``prometheus_client.Histogram.observe`` (a locked loop per
@@ -26,7 +30,10 @@ from drill.stack.inference.core import StepRecord
 from drill.stack.inference.request import FinishReason, Request
 from drill.stack.inference.scheduler import Scheduler
 
-__all__ = ["CONTENT_TYPE", "EngineMetrics", "FastHistogram", "build_1_2_5_buckets"]
+__all__ = ["ADMISSION_REASONS", "CONTENT_TYPE", "EngineMetrics", "FastHistogram", "build_1_2_5_buckets"]
+
+#: The ``reason`` label values of ``vllm:admission_rejections_total``: the admission flags.
+ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
 
 #: The exposition format prometheus_client writes (and vLLM serves).
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -204,11 +211,16 @@ class EngineMetrics:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.success = {reason: 0 for reason in FinishReason}
+        self.admission_rejections = dict.fromkeys(ADMISSION_REASONS, 0)
         token_buckets = build_1_2_5_buckets(max_model_len)
         self.histograms = {name: FastHistogram(buckets) for name, (_, buckets) in _HISTOGRAMS.items()}
         self.histograms.update({name: FastHistogram(token_buckets) for name in _TOKEN_HISTOGRAMS})
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
+
+    def admission_rejected(self, reason: str) -> None:
+        """One request refused by admission control (the API layer calls it at either of its checks)."""
+        self.admission_rejections[reason] = self.admission_rejections.get(reason, 0) + 1
 
     # engine listener -----------------------------------------------------------------------------
     def step_finished(self, record: StepRecord) -> None:
@@ -285,6 +297,14 @@ class EngineMetrics:
             family = GaugeMetricFamily(name, doc, labels=labels)
             family.add_metric(self.labels, value)
             yield family
+        by_reason = GaugeMetricFamily(
+            "vllm:num_requests_waiting_by_reason",
+            "Number of requests waiting to be processed, by the reason they wait.",
+            labels=[*labels, "reason"],
+        )
+        by_reason.add_metric([*self.labels, "capacity"], self.scheduler.num_waiting)
+        by_reason.add_metric([*self.labels, "deferred"], 0)
+        yield by_reason
         info = GaugeMetricFamily(
             "vllm:cache_config_info", "Information of the LLMEngine CacheConfig", labels=[*self.cache_info, "engine"]
         )
@@ -333,3 +353,11 @@ class EngineMetrics:
         for reason, count in self.success.items():
             success.add_metric([*self.labels, reason.value], count, created=self.created)
         yield success
+        rejections = CounterMetricFamily(
+            "vllm:admission_rejections",
+            "Requests rejected by admission control, by the limit that rejected them.",
+            labels=["model_name", "reason"],
+        )
+        for reason, count in self.admission_rejections.items():
+            rejections.add_metric([self.labels[0], reason], count, created=self.created)
+        yield rejections

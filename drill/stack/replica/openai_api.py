@@ -8,8 +8,11 @@ engine's step loop (or collects the text for a plain response), and aborted (fin
 ``abort``) when the client disconnects.
 
 Answers as vLLM gives them: 400 for a prompt over the context length, 404 for an unknown model,
-503 + ``Retry-After`` when admission control refuses or ``max_queue_wait`` expires, 500 when the
-engine dies (for a stream whose 200 has gone out: an error event, then ``[DONE]``). Headers
+503 when admission control refuses or ``max_queue_wait`` expires (no ``Retry-After``, as in vLLM, unless
+``engine.refusal_retry_after`` is set), 500 when the engine dies; for a stream whose 200 has gone out, an error
+event with that code, then ``[DONE]``. Admission is checked twice, as vLLM does: before the response starts
+(a refusal there is HTTP 503) and when the engine queues the request (a streamed request refused there gets
+200 + the error event; see :meth:`OpenAIApi._admit`). Headers
 honoured: ``traceparent``/``tracestate``, ``X-Request-Id``, ``Idempotency-Key``, ``X-Drill-Priority``
 (lower = more urgent; ignored under ``scheduling_policy: fcfs``, where a non-zero body ``priority``
 is a 400 as in vLLM).
@@ -20,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import os
 import random
 import time
@@ -52,8 +56,6 @@ from drill.stack.replica.openai_protocol import (
 from drill.stack.replica.request_spans import Tracing, parse_traceparent
 
 __all__ = ["ApiContext", "OpenAIApi"]
-
-RETRY_AFTER_S = "1"
 
 
 @dataclass(slots=True, eq=False)
@@ -212,17 +214,51 @@ class OpenAIApi:
         span = self.tracing.start_http_span(http.method, http.path, http.headers, arrival_wall)
         try:
             request = self._build(http, stream, body, endpoint, tokens, max_tokens, arrival_wall, span)
-            self.engine.add_request(request)
+            self.engine.check_admission(request)  # vLLM's early check (before the response starts): HTTP 503
         except (HttpError, AdmissionRefused, EngineDeadError) as exc:
-            error = _as_http_error(exc)
-            self.tracing.end_http_span(span, error.status, time.time(), error.message)
-            raise error from None
+            raise self._refuse(exc, span) from None
         ctx: ApiContext = request.context  # type: ignore[assignment]
-        stream.on_disconnect(lambda: (self.engine.abort_request(request), ctx.resolve()))
         if ctx.stream:
             stream.start(200, "text/event-stream; charset=utf-8")
+        if not await self._admit(request, ctx, stream, span):
+            return None
+        stream.on_disconnect(lambda: (self.engine.abort_request(request), ctx.resolve()))
         await ctx.done
         return self._finish(request, ctx, stream, span)
+
+    async def _admit(self, request: Request, ctx: ApiContext, stream: ResponseStream, span: object) -> bool:
+        """Queue the request in the engine, which checks admission again; False when a stream was refused.
+
+        As in vLLM: the early check reserves nothing, and between it and the engine's own check
+        (``AsyncLLM._add_request``) the request is rendered, an await during which other requests of a burst pass
+        their early checks too. The ones the engine then refuses are answered in the stream whose 200 has gone
+        out: an error event with code 503, then ``[DONE]``.
+        """
+        await asyncio.sleep(0)  # the prompt rendering's await: the other requests of a burst get here too
+        try:
+            self.engine.add_request(request)
+        except (AdmissionRefused, EngineDeadError) as exc:
+            error = self._refuse(exc, span if not ctx.stream else None)
+            if not ctx.stream:
+                raise error from None
+            stream.write(error_event(error.message, error.type, error.status))
+            stream.end()
+            self.tracing.end_http_span(span, 200, time.time(), error.message)
+            return False
+        return True
+
+    def _refuse(self, exc: Exception, span: object) -> HttpError:
+        """The HTTP error for ``exc`` (counted when it is an admission refusal); ends ``span`` with it."""
+        if isinstance(exc, AdmissionRefused):
+            self.metrics.admission_rejected(exc.reason)
+        error = _as_http_error(exc, self._retry_after())
+        self.tracing.end_http_span(span, error.status, time.time(), error.message)
+        return error
+
+    def _retry_after(self) -> tuple[tuple[str, str], ...]:
+        """The ``Retry-After`` header of a 503: none, as vLLM sends none, unless ``refusal_retry_after`` is set."""
+        seconds = self.config.engine.refusal_retry_after
+        return () if seconds is None else (("Retry-After", f"{math.ceil(seconds):d}"),)
 
     def _finish(self, request: Request, ctx: ApiContext, stream: ResponseStream, span: object) -> HttpResponse | None:
         if ctx.stream:
@@ -231,7 +267,7 @@ class OpenAIApi:
             return None
         if ctx.error is not None:
             status, message, error_type = ctx.error
-            headers = (("Retry-After", RETRY_AFTER_S),) if status == 503 else ()
+            headers = self._retry_after() if status == 503 else ()
             self.tracing.end_http_span(span, status, time.time(), message)
             raise HttpError(status, message, type=error_type, headers=headers)
         text = "".join(token_text(token) for token in request.output_token_ids)
@@ -323,9 +359,9 @@ class OpenAIApi:
         return TokenSampler(self._unseeded.getrandbits(64))
 
 
-def _as_http_error(exc: Exception) -> HttpError:
+def _as_http_error(exc: Exception, retry_after: tuple[tuple[str, str], ...]) -> HttpError:
     if isinstance(exc, HttpError):
         return exc
     if isinstance(exc, AdmissionRefused):
-        return HttpError(503, str(exc), type=exc.error_type, headers=(("Retry-After", RETRY_AFTER_S),))
+        return HttpError(503, str(exc), type=exc.error_type, headers=retry_after)
     return HttpError(500, EngineDeadError.CLIENT_MESSAGE, type="InternalServerError")

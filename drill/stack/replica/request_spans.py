@@ -6,14 +6,18 @@ costs nothing. Spans are exported over OTLP/HTTP protobuf: for ``http://`` endpo
 loop (:mod:`drill.stack.replica.span_export`, so no exporter thread competes with the engine for the GIL),
 otherwise by the SDK's ``BatchSpanProcessor``.
 
-Per request:
+Per request, in the default span shape (``tracing.span_shape: vllm``), what vLLM exports: one
+``llm_request`` span (vLLM's name and SERVER kind, start = arrival, end = finish), parented from the
+incoming W3C ``traceparent``/``tracestate``, carrying vLLM's V1 ``gen_ai.*`` attributes (§1.2; the phases
+as ``gen_ai.latency.time_in_queue`` / ``time_in_model_prefill`` / ``time_in_model_decode``, in seconds) and
+the side-effect fields of contracts §6. A refused request never reaches the engine and has no span.
 
-* a SERVER span for the HTTP request (``POST /v1/completions``), parented from the incoming W3C
-  ``traceparent``/``tracestate``, started when the request arrives and ended when its response ends;
-* inside it ``llm_request`` (vLLM's name and SERVER kind, start = arrival, end = finish), carrying
-  vLLM's V1 ``gen_ai.*`` attributes (§1.2) and the side-effect fields of contracts §6;
-* children ``queue`` (arrival → first scheduled), ``prefill`` (first scheduled → first token) and
-  ``decode`` (first token → last token), so a trace shows where the time went.
+The ``teaching`` shape adds what vLLM does not export, to show where the time went:
+
+* a SERVER span for the HTTP request (``POST /v1/completions``) around ``llm_request``, started when the
+  request arrives and ended when its response ends (a refusal included);
+* children of ``llm_request``: ``queue`` (arrival → first scheduled), ``prefill`` (first scheduled →
+  first token) and ``decode`` (first token → last token).
 
 Failures (engine death, queue timeout, aborts) set ERROR status with the message.
 """
@@ -25,7 +29,9 @@ import json
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
+from drill.stack.config import SpanShape
 from drill.stack.inference.request import Request
 
 __all__ = ["SpanAttributes", "Tracing", "parse_traceparent"]
@@ -71,11 +77,20 @@ def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
 
 
+@dataclass(frozen=True, slots=True)
+class _Incoming:
+    """vLLM's span shape has no HTTP span: what stands for it is the context of the request's traceparent."""
+
+    context: object  # the extracted OpenTelemetry context, None without a traceparent
+    trace_id: str | None
+
+
 class Tracing:
     """Span creation for one replica; a no-op when ``endpoint`` is None and no processor is given.
 
     ``span_processor`` replaces the OTLP exporter (tests pass a ``SimpleSpanProcessor`` over an
-    in-memory exporter). ``clock_offset`` converts engine-loop seconds to UNIX seconds.
+    in-memory exporter). ``clock_offset`` converts engine-loop seconds to UNIX seconds. ``span_shape``
+    is the module docstring's.
     """
 
     def __init__(
@@ -85,7 +100,9 @@ class Tracing:
         *,
         span_processor: object = None,
         resource: Mapping[str, object] | None = None,
+        span_shape: SpanShape = SpanShape.VLLM,
     ) -> None:
+        self.teaching = span_shape is SpanShape.TEACHING
         endpoint = endpoint or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or None
         self.enabled = endpoint is not None or span_processor is not None
         self.endpoint = endpoint
@@ -129,11 +146,13 @@ class Tracing:
 
     # HTTP server spans -----------------------------------------------------------------------------
     def start_http_span(self, method: str, path: str, headers: Mapping[str, str], start_wall: float) -> object:
-        """Start the SERVER span of an HTTP request (None when disabled)."""
+        """Start the SERVER span of an HTTP request (None when disabled; in vLLM's shape only its parent context)."""
         if not self.enabled:
             return None
         carrier = {key: headers[key] for key in ("traceparent", "tracestate") if key in headers}
         parent = self._propagator.extract(carrier) if carrier else None
+        if not self.teaching:
+            return _Incoming(parent, parse_traceparent(headers.get("traceparent")))
         return self._tracer.start_span(
             f"{method} {path}",
             context=parent,
@@ -144,7 +163,7 @@ class Tracing:
 
     def end_http_span(self, span: object, status_code: int, end_wall: float, error: str | None = None) -> None:
         """End a SERVER span with the response status; ERROR status on ≥ 500 or when ``error`` is given."""
-        if span is None:
+        if span is None or isinstance(span, _Incoming):
             return
         span.set_attribute("http.response.status_code", status_code)
         if error is not None or status_code >= 500:
@@ -157,6 +176,8 @@ class Tracing:
         """The hex trace id of a span (None for no span)."""
         if span is None:
             return None
+        if isinstance(span, _Incoming):
+            return span.trace_id
         return format(span.get_span_context().trace_id, "032x")
 
     # the llm_request span --------------------------------------------------------------------------
@@ -169,7 +190,7 @@ class Tracing:
         attributes: Mapping[str, object],
         error: str | None = None,
     ) -> None:
-        """Emit ``llm_request`` and its ``queue``/``prefill``/``decode`` children for a finished request.
+        """Emit ``llm_request`` (and, in the teaching shape, its ``queue``/``prefill``/``decode`` children).
 
         ``clock_offset`` is added to the request's engine-loop times to get UNIX seconds;
         ``attributes`` are extra attributes (the ledger's). No-op when disabled.
@@ -178,7 +199,10 @@ class Tracing:
             return
         from opentelemetry import trace
 
-        context = trace.set_span_in_context(parent) if parent is not None else None
+        if isinstance(parent, _Incoming):
+            context = parent.context
+        else:
+            context = trace.set_span_in_context(parent) if parent is not None else None
         start = request.arrival_time + clock_offset
         end = (request.finished_ts if request.finished_ts is not None else request.arrival_time) + clock_offset
         span = self._tracer.start_span(
@@ -189,7 +213,7 @@ class Tracing:
             attributes={**_gen_ai_attributes(request), **attributes},
         )
         inner = trace.set_span_in_context(span)
-        for name, begin, finish in _phases(request):
+        for name, begin, finish in _phases(request) if self.teaching else ():
             self._tracer.start_span(name, context=inner, start_time=_ns(begin + clock_offset)).end(
                 end_time=_ns(finish + clock_offset)
             )

@@ -15,6 +15,7 @@ failure ends the stream with a vLLM-style error event and ``data: [DONE]``.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 
 import httpx
@@ -26,7 +27,12 @@ from drill.stack.config import RouterConfig
 from drill.stack.http.server import HttpRequest, HttpResponse, ResponseStream, error_body
 from drill.stack.router.routing import CachedResponse, ReplicaState
 
-__all__ = ["Attempt", "UpstreamOutcome", "Tee", "forward_headers", "sse_error"]
+__all__ = ["FIRST_CHUNK_ATTRIBUTE", "Attempt", "UpstreamOutcome", "Tee", "forward_headers", "sse_error"]
+
+#: Set on an attempt's CLIENT span when the stream's first chunk has been written to the client (UNIX ns): with the
+#: replica's ``llm_request`` (arrival + ``gen_ai.latency.time_to_first_token``) it gives the router's share of TTFT
+#: (:mod:`drill.traces.overhead`).
+FIRST_CHUNK_ATTRIBUTE = "drill.router.first_chunk_unix_ns"
 
 _HOP_BY_HOP = frozenset(
     {
@@ -204,7 +210,9 @@ class Attempt:
         except httpx.TransportError:
             return self._failed(RouterRetryOn.ERROR, "read", 502)
         self.out.start(response.status_code, response.headers["content-type"], self._pass_back(response))
-        if self.out.write(first):
+        delivered = self.out.write(first)
+        trace.get_current_span().set_attribute(FIRST_CHUNK_ATTRIBUTE, time.time_ns())  # the router's share of TTFT
+        if delivered:
             await self._pump(chunks)
         self.out.end()
         return UpstreamOutcome(done=True)

@@ -161,9 +161,14 @@ async def test_error_bodies_and_status_codes(start_replica) -> None:
     assert "Priority scheduling is not enabled" in fcfs_priority.json()["error"]["message"]
 
 
-async def test_admission_control_refuses_with_503_and_retry_after(start_replica) -> None:
+@pytest.mark.parametrize("retry_after,header", [(None, None), ("2s", "2")])
+async def test_admission_control_refuses_with_503_and_retry_after_only_when_configured(
+    start_replica, retry_after: str | None, header: str | None
+) -> None:
+    """vLLM's refusals carry no Retry-After (issue 17's measurement); ``refusal_retry_after`` adds one."""
+    engine = {"max_num_queued_reqs": 2, "max_num_seqs": 2, "refusal_retry_after": retry_after}
     async with (
-        start_replica(engine={"max_num_queued_reqs": 2, "max_num_seqs": 2}) as replica,
+        start_replica(engine=engine) as replica,
         httpx.AsyncClient(base_url=replica.server.url, timeout=30) as client,
     ):
         slow = [
@@ -176,7 +181,7 @@ async def test_admission_control_refuses_with_503_and_retry_after(start_replica)
             await asyncio.sleep(0.005)
         refused = await client.post("/v1/completions", json={"prompt": "a", "max_tokens": 1})
         done = await asyncio.gather(*slow)
-    assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+    assert refused.status_code == 503 and refused.headers.get("retry-after") == header
     assert refused.json() == {
         "error": {
             "message": "The engine is currently busy and cannot accept new requests. Please try again later or on a "
@@ -205,11 +210,64 @@ async def test_max_queue_wait_gives_503_and_stream_error_event(start_replica) ->
         )
         timed_out = await plain
         await hog
-    assert timed_out.status_code == 503 and timed_out.headers["retry-after"] == "1"
+    assert timed_out.status_code == 503 and "retry-after" not in timed_out.headers
     assert "max_queue_wait" in timed_out.json()["error"]["message"]
     assert response.status_code == 200 and events[-1] == "[DONE]"
     error = json.loads(events[-2])["error"]
     assert error["code"] == 503 and error["type"] == "Service Unavailable"
+
+
+async def _raw_streams(url: str, count: int) -> list[tuple[int, bytes]]:
+    """``count`` streamed completions written at once on their own connections (a burst); (status, body) each."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    conns = [await asyncio.open_connection(host, int(port)) for _ in range(count)]
+    body = json.dumps({"prompt": "a", "max_tokens": 40, "ignore_eos": True, "stream": True}).encode()
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    for _, writer in conns:
+        writer.write(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    out = []
+    for reader, writer in conns:
+        raw = await reader.read()
+        writer.close()
+        out.append((int(raw.split(b" ", 2)[1]), raw))
+    return out
+
+
+async def test_a_burst_is_refused_in_both_of_vllms_forms_and_counted_by_reason(start_replica) -> None:
+    """vLLM checks admission before the response starts (HTTP 503) and again when the engine takes the request;
+    a burst passes the first check together, so those beyond the limit are refused after the 200, in the stream."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with (
+        start_replica(engine={"max_num_queued_reqs": 4, "max_num_seqs": 4}) as replica,
+        httpx.AsyncClient(base_url=replica.server.url, timeout=30) as client,
+    ):
+        first = asyncio.create_task(_raw_streams(replica.server.url, 6))  # 6 at once: 4 admitted, 2 refused late
+        while replica.scheduler.num_running + replica.scheduler.num_waiting < 4:
+            await asyncio.sleep(0.002)
+        second = await _raw_streams(replica.server.url, 3)  # the queue is full: refused at the first check
+        first_answers = await first
+        text = (await client.get("/metrics")).text
+    in_stream = [raw for status, raw in first_answers if status == 200 and b'"code":503' in raw]
+    assert len(in_stream) == 2
+    for raw in in_stream:  # the error event, then [DONE], and no token before them
+        assert raw.index(b'data: {"error"') < raw.index(b"data: [DONE]") and b'"choices"' not in raw
+    assert all(b"retry-after" not in raw.lower() for _, raw in first_answers + second)
+    assert [status for status, _ in second] == [503, 503, 503]
+    served = [raw for status, raw in first_answers if status == 200 and b'"code":503' not in raw]
+    assert len(served) == 4
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    model = replica.spec.config.model_name
+    assert samples[("vllm:admission_rejections_total", (("model_name", model), ("reason", "max_num_queued_reqs")))] == 5
+    assert (
+        samples[("vllm:admission_rejections_total", (("model_name", model), ("reason", "max_num_queued_tokens")))] == 0
+    )
+    waiting = ("vllm:num_requests_waiting_by_reason", (("engine", "0"), ("model_name", model), ("reason", "deferred")))
+    assert samples[waiting] == 0
 
 
 async def test_models_health_version(start_replica) -> None:
@@ -241,6 +299,8 @@ VLLM_METRICS = {
     "vllm:request_time_per_output_token_seconds": "histogram",
     "vllm:e2e_request_latency_seconds": "histogram",
     "vllm:request_queue_time_seconds": "histogram",
+    "vllm:num_requests_waiting_by_reason": "gauge",
+    "vllm:admission_rejections": "counter",
     "vllm:request_prompt_tokens": "histogram",
     "vllm:request_generation_tokens": "histogram",
     "vllm:iteration_tokens_total": "histogram",

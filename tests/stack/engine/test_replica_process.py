@@ -126,7 +126,7 @@ async def test_sigterm_finishes_in_flight_flushes_spans_and_exits_zero(spawn_rep
     assert response.status_code == 200 and response.json()["usage"]["completion_tokens"] == 30
     assert code == 0
     names = sorted(span["name"] for span in sink.spans if span["trace_id"] == trace_id)
-    assert names == ["POST /v1/completions", "decode", "llm_request", "prefill", "queue"]
+    assert names == ["llm_request"]  # vLLM's span shape (the default): its phases are attributes
     assert {span["service"] for span in sink.spans} == {"drill-replica-0"}
 
 

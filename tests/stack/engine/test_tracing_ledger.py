@@ -34,11 +34,32 @@ GEN_AI_KEYS = {
 }
 
 
-async def test_spans_parented_from_traceparent_with_vllm_attributes(start_replica) -> None:
+async def test_vllms_span_shape_is_one_llm_request_parented_from_traceparent(start_replica) -> None:
+    """The default: what vLLM exports (``OutputProcessor.do_tracing``), the phases as attributes only."""
+    exporter = InMemorySpanExporter()
+    async with (
+        start_replica(span_processor=SimpleSpanProcessor(exporter), engine={"max_num_queued_reqs": 1}) as replica,
+        httpx.AsyncClient(base_url=replica.server.url) as client,
+    ):
+        headers = {"traceparent": TRACEPARENT, "X-Request-Id": "req-7"}
+        response = await client.post("/v1/completions", headers=headers, json={"prompt": "a b", "max_tokens": 3})
+        assert response.status_code == 200
+    (llm,) = exporter.get_finished_spans()
+    assert llm.name == "llm_request" and llm.kind is SpanKind.SERVER
+    assert format(llm.context.trace_id, "032x") == TRACE_ID and format(llm.parent.span_id, "016x") == "eee19b7ec3c1b174"
+    attrs = dict(llm.attributes)
+    assert set(attrs) >= GEN_AI_KEYS and attrs["gen_ai.request.id"] == "req-7"
+    phases = sum(
+        attrs[f"gen_ai.latency.{k}"] for k in ("time_in_queue", "time_in_model_prefill", "time_in_model_decode")
+    )
+    assert phases <= attrs["gen_ai.latency.e2e"] + 1e-6
+
+
+async def test_teaching_spans_parented_from_traceparent_with_vllm_attributes(start_replica) -> None:
     exporter = InMemorySpanExporter()
     headers = {"traceparent": TRACEPARENT, "X-Request-Id": "req-42", "Idempotency-Key": "idem-1"}
     async with (
-        start_replica(span_processor=SimpleSpanProcessor(exporter)) as replica,
+        start_replica(span_processor=SimpleSpanProcessor(exporter), tracing={"span_shape": "teaching"}) as replica,
         httpx.AsyncClient(base_url=replica.server.url) as client,
     ):
         response = await client.post(

@@ -139,7 +139,7 @@ def timing(cases: int, seed: int, reps: int = 3) -> dict:
             best = []
             for _ in range(reps):
                 t = time.process_time()
-                find_abnormal(case.table, baseline_until_ns=case.injection_ns, rank_suspects=flag)
+                find_abnormal(case.table, baseline_until_ns=case.injection_ns, rank=flag)
                 best.append(time.process_time() - t)
             bucket.append(min(best))
     total_with, total_without = sum(with_rank), sum(without)

@@ -68,6 +68,7 @@ class Service:
     instrumented: bool = True  # exports spans of its own (databases may not)
     client_spans: bool = True  # wraps its outgoing calls in CLIENT spans
     peer_style: str = "server.address"  # how its CLIENT spans name the callee
+    layer: int = 0  # its depth in the graph (callers are in shallower layers)
 
 
 @dataclass(frozen=True)
@@ -336,16 +337,29 @@ def _peer_attributes(style: str, target: Service) -> dict:
 # -- cases -----------------------------------------------------------------------------------------
 
 
-def _fault(rng: random.Random, kind: str, services: list[Service]) -> Fault:
+def _calls_per_request(services: list[Service], entry: list[Operation]) -> dict[str, float]:
+    """Expected calls per request of each service's busiest operation (operations in layer order)."""
+    expected = {id(op): 1 / len(entry) for op in entry}
+    for service in sorted(services, key=lambda s: s.layer):
+        for op in service.operations:
+            for callee, p in op.calls:
+                expected[id(callee)] = expected.get(id(callee), 0.0) + expected.get(id(op), 0.0) * p
+    return {s.name: max(expected.get(id(op), 0.0) for op in s.operations) for s in services}
+
+
+def _fault(rng: random.Random, kind: str, services: list[Service], busy: dict[str, float], requests: float) -> Fault:
+    """A fault on a service seen in the baseline: its busiest operation has 3 or more spans there (rare
+    services stay candidates, unseen ones are not: a benchmark's faults are on services that serve)."""
+    seen = [s for s in services[1:] if busy[s.name] * requests >= 3]
     if kind == "slow_dependency":
-        target = rng.choice([s for s in services if s.database])
+        target = rng.choice([s for s in seen if s.database] or [s for s in services if s.database])
         return Fault(kind, target.name, factor=rng.uniform(3, 10))
-    target = rng.choice([s for s in services[1:] if not s.database])
+    target = rng.choice([s for s in seen if not s.database] or [s for s in services[1:] if not s.database])
     if kind == "cpu":
         return Fault(kind, target.name, factor=rng.uniform(1.25, 2.5))
     if kind == "delay":
         return Fault(
-            kind, target.name, delay_ms=math.exp(rng.uniform(math.log(10), math.log(300))), egress=rng.random() < 0.5
+            kind, target.name, delay_ms=math.exp(rng.uniform(math.log(10), math.log(300))), egress=rng.random() < 0.7
         )
     return Fault(kind, target.name, error_share=rng.uniform(0.2, 1.0))
 
@@ -355,11 +369,11 @@ def make_case(seed: int, kind: str | None = None) -> Case:
     rng = random.Random(seed)
     kind = kind or KINDS[seed % len(KINDS)]
     services, entry = _graph(rng)
-    fault = _fault(rng, kind, services)
     with_status = kind != "error_no_status" and rng.random() < 0.5
     baseline_s = math.exp(rng.uniform(math.log(20), math.log(300)))
     fault_s = rng.uniform(60, 180)
     rate = min(math.exp(rng.uniform(math.log(2), math.log(10))), 1500 / (baseline_s + fault_s))
+    fault = _fault(rng, kind, services, _calls_per_request(services, entry), rate * baseline_s)
     app = _App(rng, services, fault, with_status)
     period = rng.uniform(60, 600)
     t = 0.0

@@ -61,6 +61,7 @@ from typing import Any
 
 import numpy as np
 
+from drill.traces.suspects import Ranking, Suspect, SuspectInputs, Thresholds, rank_suspects
 from drill.traces.table import KIND_NAMES, STATUS_NAMES, SpanTable
 
 __all__ = [
@@ -113,6 +114,13 @@ class AnalysisOptions:
     onset_tolerance_ms: float = 10.0  # onsets this close are simultaneous (clock skew); the deeper span wins
     min_impact: float = 0.5  # a slow cause is material when its excess is this share of the user-facing
     #                                  span's baseline median (errors and missing children always are)
+    min_judged_spans: int = 3  # baseline spans a pair needs for the suspects' rank test; fewer: not judged
+    min_ratio: float = 1.15  # a suspect's pair deviates when its self-time median grew this much (and significantly)
+
+    def thresholds(self) -> Thresholds:
+        return Thresholds(
+            self.min_judged_spans, self.min_baseline_spans, self.alpha, self.min_ratio, self.min_excess_ms
+        )
 
 
 @dataclass(frozen=True)
@@ -233,12 +241,34 @@ class AbnormalReport:
     thin_pairs: tuple[str, ...]  # fault-window pairs with some but too few baseline spans
     new_pairs: tuple[str, ...]  # fault-window pairs absent from the baseline
     options: AnalysisOptions = field(default_factory=AnalysisOptions)
+    ranking: Ranking | None = None  # ranked suspects and what could be judged (None: ranking not asked for)
+
+    @property
+    def suspects(self) -> tuple[Suspect, ...]:
+        return () if self.ranking is None else self.ranking.suspects
+
+    @property
+    def inconclusive_reason(self) -> str | None:
+        """Why no finding can be stated: most of the fault window could not be judged (None: it could)."""
+        if self.ranking is None or not self.ranking.mostly_unjudged or self.suspects:
+            return None
+        return self.ranking.unjudged_reason
 
     def to_json(self) -> dict:
         data = asdict(self)
         if self.first is not None:
             data["first"]["deviation"] = self.first.deviation
+        if self.ranking is not None:
+            for suspect in data["ranking"]["suspects"]:
+                suspect["evidence"] = [
+                    {**e, "text": x.text} for e, x in zip(suspect["evidence"], _evidence_of(self, suspect))
+                ]
+            data["ranking"]["inconclusive_reason"] = self.inconclusive_reason
         return data
+
+
+def _evidence_of(report: AbnormalReport, suspect: dict) -> tuple:
+    return next(s.evidence for s in report.suspects if s.service == suspect["service"])
 
 
 # -- structure ------------------------------------------------------------------------------------
@@ -488,6 +518,7 @@ class _Flags:
     impact: np.ndarray  # float: excess reaching the top / the top's baseline median (nan: not slow)
     onset: np.ndarray  # int64 ns (_NEVER where not abnormal)
     slow_raw: np.ndarray  # above the latency threshold, significant or not
+    critical: np.ndarray  # on its parent's critical path
 
 
 def _flags(
@@ -522,7 +553,7 @@ def _flags(
     impact, usual = _impact(duration, group, tree, critical, model, latency)
     material = cause & (ended | (impact >= options.min_impact))
     onset = _onset(table, group, model, latency, ended, material, usual, options)
-    return _Flags(latency, error, miss, abnormal, cause, material, impact, onset, slow_raw)
+    return _Flags(latency, error, miss, abnormal, cause, material, impact, onset, slow_raw, critical)
 
 
 def _onset(
@@ -1069,6 +1100,7 @@ def find_abnormal(
     fault_end_ns: int | None = None,
     top: int = 10,
     options: AnalysisOptions | None = None,
+    rank: bool = True,
 ) -> AbnormalReport:
     """Find the first abnormal span of the fault window and rank the abnormal (service, span name) pairs.
 
@@ -1076,7 +1108,8 @@ def find_abnormal(
     ``[baseline_from_ns, baseline_until_ns)``, else the first third of the table's time range. The
     fault window is the traces starting at or after ``fault_start_ns`` (up to ``fault_end_ns``), else
     every trace not in the baseline (after ``baseline_until_ns`` when given); onsets are reported
-    relative to ``fault_start_ns``, else to the baseline's end. ``top`` bounds the ranked pairs.
+    relative to ``fault_start_ns``, else to the baseline's end. ``top`` bounds the ranked pairs and
+    suspects; ``rank`` False skips the suspects' ranking (:mod:`drill.traces.suspects`).
     """
     options = options or AnalysisOptions()
     if not len(table):
@@ -1107,4 +1140,21 @@ def find_abnormal(
         thin_pairs=thin,
         new_pairs=new,
         options=options,
+        ranking=_ranking(ctx, groups, top) if rank else None,
     )
+
+
+def _ranking(ctx: _Context, groups: int, top: int) -> Ranking:
+    flags = ctx.flags
+    inputs = SuspectInputs(
+        ctx.table,
+        ctx.tree.parent,
+        flags.critical,
+        ctx.group,
+        ctx.pair_service,
+        ctx.pair_name,
+        ctx.win.baseline,
+        ctx.win.fault,
+        flags.cause & (flags.error | flags.missing),
+    )
+    return rank_suspects(inputs, groups, ctx.options.thresholds(), top)

@@ -114,11 +114,16 @@ def test_too_many_orphans_is_inconclusive(tmp_path):
     assert verdict.status is Status.INCONCLUSIVE and "never exported" in verdict.message
 
 
-def test_thin_baseline_is_inconclusive(tmp_path):
-    verdict = judge(run(tmp_path, n_base=8))  # 8 router spans of each pair, 4 per replica
+def test_thin_baseline_is_judged_by_rank_test_and_too_thin_is_inconclusive(tmp_path):
+    kit = run(tmp_path, n_base=8)  # 8 router spans of each pair, 4 per replica
+    thin = judge(kit)  # under min_baseline_spans (10): the rank test still judges the replica's queue
+    assert thin.status is Status.PASS and thin.observed["suspects"][0]["service"] == "drill-replica-0", thin.observed
+    assert any("thin baseline: rank test on 4 spans" in e for e in thin.observed["suspects"][0]["evidence"])
+    verdict = judge(kit, min_judged_spans=9)  # no pair has 9 baseline spans: nothing can be judged
     assert verdict.status is Status.INCONCLUSIVE
-    assert "10 or more baseline spans" in verdict.message and verdict.observed["baseline_spans"] == 56
-    assert judge(run(tmp_path, n_base=8), min_baseline_spans=8).status is Status.PASS
+    assert "could be judged" in verdict.message and "fewer than 9 baseline spans" in verdict.message
+    assert verdict.observed["baseline_spans"] == 56
+    assert judge(kit, min_baseline_spans=8).status is Status.PASS
 
 
 def test_no_baseline_phase_is_inconclusive(tmp_path):

@@ -1,0 +1,61 @@
+"""Where a span's time went: its self time, and the link time around calls made without a CLIENT span.
+
+- :func:`self_time`: a span's duration less the time of its children on its critical path (Jaeger's
+  critical path, one step deep: the last-finishing child and the children that ended before it
+  started; a child running in parallel with it was not waited for). Clipped to the span: a child's
+  clock skew cannot make it negative.
+- :func:`direct_links`: for a call into another service with no CLIENT span between (the caller's
+  SERVER or INTERNAL span is the callee's SERVER span's parent), the time around the callee's span:
+  from the previous sibling's end (the parent's start when that sibling still ran) to the callee
+  span's start, plus from its end to the next sibling's start (the parent's end when the next one
+  started before it ended: calls in parallel). It holds the network both ways and the caller's own
+  work next to the call: a delay on that link shows there, and not in the callee's spans.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from drill.traces.table import KIND_NAMES, SpanTable
+
+__all__ = ["DirectLinks", "direct_links", "self_time"]
+
+_CLIENT = KIND_NAMES.index("CLIENT")
+
+
+def self_time(table: SpanTable, parent: np.ndarray, critical: np.ndarray) -> np.ndarray:
+    """float ns per row: the duration less its critical-path children's time inside it (never below 0)."""
+    rows = np.flatnonzero((parent >= 0) & critical)
+    up = parent[rows]
+    inside = np.minimum(table.end_ns[rows], table.end_ns[up]) - np.maximum(table.start_ns[rows], table.start_ns[up])
+    waited = np.bincount(up, weights=np.maximum(inside, 0), minlength=len(table))
+    return np.maximum(table.duration_ns - waited, 0.0)
+
+
+@dataclass(frozen=True)
+class DirectLinks:
+    """One entry per call into another service without a CLIENT span."""
+
+    child: np.ndarray  # int64 row of the callee's span
+    parent: np.ndarray  # int64 row of the caller's span
+    gap: np.ndarray  # float ns of link time around the call
+
+
+def direct_links(table: SpanTable, parent: np.ndarray) -> DirectLinks:
+    rows = np.flatnonzero(parent >= 0)
+    order = rows[np.lexsort((table.start_ns[rows], parent[rows]))]
+    up = parent[order]
+    same_before = np.zeros(len(order), dtype=bool)
+    same_before[1:] = up[1:] == up[:-1]
+    same_after = np.zeros(len(order), dtype=bool)
+    same_after[:-1] = same_before[1:]
+    start, end = table.start_ns[order], table.end_ns[order]
+    prev_end = np.where(same_before, np.roll(end, 1), table.start_ns[up])
+    prev_end = np.where(prev_end <= start, prev_end, table.start_ns[up])
+    next_start = np.where(same_after, np.roll(start, -1), table.end_ns[up])
+    next_start = np.where(next_start >= end, next_start, table.end_ns[up])
+    gap = (np.maximum(start - prev_end, 0) + np.maximum(next_start - end, 0)).astype(np.float64)
+    cross = (table.service[order] != table.service[up]) & (table.kind[up] != _CLIENT)
+    return DirectLinks(order[cross], up[cross], gap[cross])

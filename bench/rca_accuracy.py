@@ -83,7 +83,7 @@ def legacy_ranking(report: AbnormalReport) -> list[str]:
 
 
 def suspects_ranking(report: AbnormalReport) -> list[str]:
-    return [s.service for s in getattr(report, "suspects", ())]
+    return [s.service for s in report.suspects]
 
 
 def _rank(ranking: list[str], truth: str) -> int | None:
@@ -97,31 +97,38 @@ def _scores(ranks: list[int | None]) -> dict[str, float]:
 
 
 def _silent_not_judged(report: AbnormalReport) -> bool:
-    """Nothing reported (no first span, no suspect) and no INCONCLUSIVE either, while most of the fault
-    window was not judged: the analysis would have said "no deviation" on evidence it never weighed."""
-    coverage = getattr(report, "coverage", None)
-    if report.first is not None or getattr(report, "suspects", ()):
+    """The analysis said "no deviation" (no first span, no suspect, no INCONCLUSIVE reason) while most of
+    the fault window was not judged: it would have stated a finding on evidence it never weighed."""
+    ranking = report.ranking
+    if report.first is not None or report.suspects or report.inconclusive_reason is not None:
         return False
-    if coverage is None:
+    if ranking is None:
         return len(report.thin_pairs) + len(report.new_pairs) > report.judged_pairs
-    return coverage.mostly_unjudged and not coverage.inconclusive_reason
+    return ranking.unjudged_spans * 2 > ranking.fault_spans or ranking.judged * 2 < ranking.pairs
 
 
 def run(cases: int, seed: int) -> dict:
     ranks: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
-    silent = 0
+    silent = inconclusive = 0
     for i in range(cases):
         kind = trace_corpus.KINDS[i % len(trace_corpus.KINDS)]
         case = trace_corpus.make_case(seed + i, kind)
         report = find_abnormal(case.table, baseline_until_ns=case.injection_ns)
         silent += _silent_not_judged(report)
+        inconclusive += report.inconclusive_reason is not None
         for method, ranking in (
             ("suspects", suspects_ranking(report)),
             ("first+pairs", legacy_ranking(report)),
             ("naive", naive_ranking(case.table, case.injection_ns)),
         ):
             ranks[method][kind].append(_rank(ranking, case.truth))
-    out: dict = {"cases": cases, "seed": seed, "not_judged_as_no_deviation": silent, "methods": {}}
+    out: dict = {
+        "cases": cases,
+        "seed": seed,
+        "not_judged_as_no_deviation": silent,
+        "inconclusive": inconclusive,
+        "methods": {},
+    }
     for method, by_kind in ranks.items():
         table = {kind: _scores(r) for kind, r in by_kind.items()}
         table["latency-visible"] = _scores([r for k in trace_corpus.LATENCY_KINDS for r in by_kind[k]])
@@ -164,7 +171,10 @@ def _print(result: dict) -> None:
             cells.append(f"{s['AC@1']:>10.2f}/{s['AC@3']:.2f}/{s['Avg@5']:.2f}".rjust(36))
         n = result["methods"][methods[0]][row]["n"]
         print(f"{row:<18}{n:>5}  " + "  ".join(cells))
-    print(f"not judged reported as no deviation: {result['not_judged_as_no_deviation']}")
+    print(
+        f"not judged reported as no deviation: {result['not_judged_as_no_deviation']}; "
+        f"INCONCLUSIVE (most of the fault window not judged, nothing found): {result['inconclusive']}"
+    )
     if "timing" in result:
         t = result["timing"]
         print(

@@ -518,7 +518,6 @@ class _Flags:
     impact: np.ndarray  # float: excess reaching the top / the top's baseline median (nan: not slow)
     onset: np.ndarray  # int64 ns (_NEVER where not abnormal)
     slow_raw: np.ndarray  # above the latency threshold, significant or not
-    critical: np.ndarray  # on its parent's critical path
 
 
 def _flags(
@@ -553,7 +552,7 @@ def _flags(
     impact, usual = _impact(duration, group, tree, critical, model, latency)
     material = cause & (ended | (impact >= options.min_impact))
     onset = _onset(table, group, model, latency, ended, material, usual, options)
-    return _Flags(latency, error, miss, abnormal, cause, material, impact, onset, slow_raw, critical)
+    return _Flags(latency, error, miss, abnormal, cause, material, impact, onset, slow_raw)
 
 
 def _onset(
@@ -1149,7 +1148,6 @@ def _ranking(ctx: _Context, groups: int, top: int) -> Ranking:
     inputs = SuspectInputs(
         ctx.table,
         ctx.tree.parent,
-        flags.critical,
         ctx.group,
         ctx.pair_service,
         ctx.pair_name,

@@ -20,14 +20,54 @@ import numpy as np
 
 from drill.traces.table import KIND_NAMES, SpanTable
 
-__all__ = ["DirectLinks", "direct_links", "self_time"]
+__all__ = ["DirectLinks", "critical_children", "direct_links", "self_time"]
 
 _CLIENT = KIND_NAMES.index("CLIENT")
 
 
-def self_time(table: SpanTable, parent: np.ndarray, critical: np.ndarray) -> np.ndarray:
+def critical_children(table: SpanTable, parent: np.ndarray) -> np.ndarray:
+    """bool per row: the span is on its parent's critical path (Jaeger's: from the last-finishing child
+    back, each time the child that finished last before the current one started)."""
+    rows = np.flatnonzero(parent >= 0)
+    critical = np.zeros(len(table), dtype=bool)
+    if not len(rows):
+        return critical
+    by_end = rows[np.lexsort((table.end_ns[rows], parent[rows]))]
+    last = np.ones(len(by_end), dtype=bool)
+    last[:-1] = parent[by_end[1:]] != parent[by_end[:-1]]
+    before = _finished_before(table, parent, by_end)
+    frontier = by_end[last]
+    while len(frontier):
+        critical[frontier] = True
+        frontier = before[frontier]
+        frontier = frontier[(frontier >= 0) & ~critical[np.maximum(frontier, 0)]]
+    return critical
+
+
+def _finished_before(table: SpanTable, parent: np.ndarray, by_end: np.ndarray) -> np.ndarray:
+    """int64 per row: the sibling that ended last at or before the row's start (-1: none).
+
+    One sort of the siblings' ends and starts together (an end before a start at the same instant); a
+    running maximum carries the latest end seen to each start, kept when it is the same parent's."""
+    n = len(by_end)
+    times = np.concatenate((table.end_ns[by_end], table.start_ns[by_end]))
+    owners = np.concatenate((parent[by_end], parent[by_end]))
+    is_start = np.concatenate((np.zeros(n, dtype=bool), np.ones(n, dtype=bool)))
+    order = np.lexsort((is_start, times, owners))
+    position = np.where(~is_start[order], order, -1)  # index into by_end of each end event
+    seen = np.maximum.accumulate(position)
+    starts = np.flatnonzero(is_start[order])
+    found = seen[starts]
+    child = by_end[order[starts] - n]
+    same = (found >= 0) & (parent[by_end[np.maximum(found, 0)]] == parent[child])
+    out = np.full(len(table), -1, dtype=np.int64)
+    out[child[same]] = by_end[found[same]]
+    return out
+
+
+def self_time(table: SpanTable, parent: np.ndarray) -> np.ndarray:
     """float ns per row: the duration less its critical-path children's time inside it (never below 0)."""
-    rows = np.flatnonzero((parent >= 0) & critical)
+    rows = np.flatnonzero(critical_children(table, parent))
     up = parent[rows]
     inside = np.minimum(table.end_ns[rows], table.end_ns[up]) - np.maximum(table.start_ns[rows], table.start_ns[up])
     waited = np.bincount(up, weights=np.maximum(inside, 0), minlength=len(table))

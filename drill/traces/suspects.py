@@ -63,7 +63,6 @@ class SuspectInputs:
 
     table: SpanTable
     parent: np.ndarray  # int64 parent row, -1 for a top
-    critical: np.ndarray  # bool: on its parent's critical path
     group: np.ndarray  # int64 (service, name) pair code per row
     pair_service: np.ndarray  # service code per pair
     pair_name: np.ndarray  # name code per pair
@@ -176,7 +175,7 @@ class _Units:
 def _units(inputs: SuspectInputs, groups: int) -> _Units:
     table = inputs.table
     rows = np.flatnonzero(inputs.baseline | inputs.fault)
-    own = self_time(table, inputs.parent, inputs.critical)
+    own = self_time(table, inputs.parent)
     links = direct_links(table, inputs.parent)
     keep = inputs.baseline[links.parent] | inputs.fault[links.parent]
     child, parent, gap = links.child[keep], links.parent[keep], links.gap[keep]
@@ -250,6 +249,13 @@ def _client_callees(inputs: SuspectInputs, groups: int, kinds: np.ndarray) -> li
 
 # -- per-unit judgement ----------------------------------------------------------------------------
 
+#: A unit slower by min_ratio whose rank test passes only alpha times this (at most 0.2) is suggestive: it
+#: counts this weight of its effect, so it ranks its service after every significant suspect's.
+_SUGGESTIVE_ALPHA, _SUGGESTIVE_WEIGHT = 10, 0.05
+#: Root-cause errors that count fully (fewer count in proportion).
+_ERRORS_FULL = 5
+#: The ratio's floor, as a share of min_excess_ms: a 20 µs span cannot look 3x slower by 40 µs.
+_FLOOR_SHARE = 0.1
 #: The largest load shift (both windows slower or faster everywhere) the judgement corrects for.
 _MAX_COMMON = math.log(1.5)
 
@@ -267,6 +273,7 @@ class _Judged:
     effect: np.ndarray  # log ratio less the common shift
     judged: np.ndarray  # bool
     deviates: np.ndarray  # bool
+    suggestive: np.ndarray  # bool: slower, significant only at alpha·_SUGGESTIVE_ALPHA
 
 
 def _judge(u: _Units, t: Thresholds) -> _Judged:
@@ -278,7 +285,7 @@ def _judge(u: _Units, t: Thresholds) -> _Judged:
 
     self_base, self_fault = medians(values, ~fault), medians(values, fault)
     judged = (np.bincount(g[~fault], minlength=n) >= t.min_spans) & (np.bincount(g[fault], minlength=n) > 0)
-    floor = t.min_excess_ms
+    floor = t.min_excess_ms * _FLOOR_SHARE
     ratio = (np.nan_to_num(self_fault) + floor) / (np.nan_to_num(self_base) + floor)
     log_ratio = np.log(ratio)
     pairs = judged.copy()
@@ -287,15 +294,23 @@ def _judge(u: _Units, t: Thresholds) -> _Judged:
     # the rank test against the baseline scaled by the common shift: a load change everywhere is no deviation
     test = rank_test(np.where(fault, values, values * math.exp(common)), g, fault, n)
     effect = log_ratio - common
-    deviates = (
-        judged
-        & (test.z >= _z_alpha(t))
-        & (effect >= math.log(t.min_ratio))
-        & (np.nan_to_num(self_fault - self_base) >= t.min_excess_ms)
-    )
+    slower = judged & (effect >= math.log(t.min_ratio))
+    deviates = slower & (test.z >= _z_alpha(t))
+    suggestive = slower & ~deviates & (test.z >= NormalDist().inv_cdf(1 - min(t.alpha * _SUGGESTIVE_ALPHA, 0.2)))
     dur_base, dur_fault = medians(u.duration, ~fault), medians(u.duration, fault)
     return _Judged(
-        test.z, test.n_base, test.n_fault, self_base, self_fault, dur_base, dur_fault, ratio, effect, judged, deviates
+        test.z,
+        test.n_base,
+        test.n_fault,
+        self_base,
+        self_fault,
+        dur_base,
+        dur_fault,
+        ratio,
+        effect,
+        judged,
+        deviates,
+        suggestive,
     )
 
 
@@ -354,7 +369,18 @@ def _own_units(u: _Units, j: _Judged, t: Thresholds) -> set[int]:
 
 
 def _error_score(u: _Units, j: _Judged, x: int) -> float:
-    return 1.0 + 2.0 * float(u.errors[x]) / max(int(j.n_fault[x]), 1) if u.errors[x] else 0.0
+    """Root-cause errors: twice their share of the unit's fault-window spans, less for a handful."""
+    errors = float(u.errors[x])
+    return 2.0 * errors / max(int(j.n_fault[x]), 1) * min(1.0, errors / _ERRORS_FULL)
+
+
+def _effect(u: _Units, j: _Judged, own: set[int], x: int) -> float:
+    """What unit ``x``'s slowdown adds: its effect when it deviates (or counts in its service's pooled own
+    work), a ``_SUGGESTIVE_WEIGHT`` of it when it is only suggestive, else nothing."""
+    effect = max(float(j.effect[x]), 0.0)
+    if j.deviates[x] or (x in own and x < u.pairs):
+        return effect
+    return effect * _SUGGESTIVE_WEIGHT if j.suggestive[x] else 0.0
 
 
 def _tally(u: _Units, j: _Judged, t: Thresholds) -> _Tally:
@@ -362,11 +388,9 @@ def _tally(u: _Units, j: _Judged, t: Thresholds) -> _Tally:
     own = _own_units(u, j, t)
     for x in np.flatnonzero(j.n_fault > 0).tolist():
         service, callee = u.service[x], u.callee[x]
-        effect = float(j.effect[x]) if (j.deviates[x] or (x in own and x < u.pairs)) else 0.0
-        effect = effect if effect > 0 else 0.0
-        errors = _error_score(u, j, x)
+        effect, errors = _effect(u, j, own, x), _error_score(u, j, x)
         if x in own or callee is None or callee == service:
-            if x < u.pairs and (effect or errors) and (x in own or callee is None or callee == service):
+            if x < u.pairs and (effect or errors):
                 tally.own.setdefault(service, []).append((x, effect + errors))
             continue
         if j.judged[x]:

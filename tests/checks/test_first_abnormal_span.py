@@ -83,6 +83,26 @@ def test_expectations_match_or_fail(tmp_path):
     assert either.status is Status.PASS
 
 
+def test_suspects_top_five_in_observed_and_expect_within_k(tmp_path):
+    kit = run(tmp_path)
+    verdict = judge(kit)
+    suspects = verdict.observed["suspects"]
+    assert suspects[0]["service"] == "drill-replica-0" and suspects[0]["rank"] == 1 and len(suspects) <= 5
+    assert "own work" in suspects[0]["why"] and suspects[0]["evidence"]
+    assert "suspects: drill-replica-0" in verdict.message
+    assert judge(kit, expect={"service": "drill-replica-0", "within": 1}).status is Status.PASS
+    missed = judge(kit, expect={"service": "drill-replica-1", "within": 3})
+    assert missed.status is Status.FAIL and "within the first 3" in missed.message
+
+
+def test_an_immaterial_first_span_is_no_pass_when_a_span_is_expected(tmp_path):
+    kit = run(tmp_path)
+    weak = judge(kit, min_impact=1000.0, expect={"service": "drill-replica-0"})  # nothing adds 1000x
+    assert weak.status is Status.FAIL and weak.message.startswith("nothing material deviated; weakest signals:")
+    assert judge(kit, min_impact=1000.0, expect={"service": "drill-replica-0"}, material=False).status is Status.PASS
+    assert judge(kit, min_impact=1000.0).status is Status.PASS  # nothing expected: reported, with a note
+
+
 def test_nothing_abnormal_passes_unless_required(tmp_path):
     kit = run(tmp_path, slow_queue=False)
     calm = judge(kit)

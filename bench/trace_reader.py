@@ -13,6 +13,8 @@ each repetition times:
 - **load + normalize**: ``ReceiverSource.table()`` (msgspec-decoded blocks into numpy columns);
 - **completeness**: ``measure_completeness`` (orphans, roots, clock skew);
 - **analyze**: ``drill.traces.analysis.find_abnormal`` with the baseline/fault boundary;
+- after those, **analyze without ranking** (``rank=False``): what the suspects' ranking adds (issue 18's
+  target: under 20% of the analysis time);
 
 and prints spans/s end to end and per stage (wall time, and the child's CPU time, which is what "one
 core" means on a shared machine), and the peak resident memory, as medians of ``--reps`` repetitions.
@@ -225,6 +227,8 @@ def measure(path: Path, fault_start_ns: int) -> dict:
     c2, t2 = _cpu(), time.perf_counter()
     first = _analyze(table, fault_start_ns)
     c3, t3 = _cpu(), time.perf_counter()
+    _analyze(table, fault_start_ns, rank=False)  # after the end-to-end figures: the ranking's share alone
+    c4 = _cpu()
     return {
         "spans": len(table),
         "unreadable": source.report.unreadable,
@@ -236,6 +240,7 @@ def measure(path: Path, fault_start_ns: int) -> dict:
         "load_normalize_cpu_s": c1 - c0,
         "completeness_cpu_s": c2 - c1,
         "analyze_cpu_s": c3 - c2,
+        "analyze_unranked_cpu_s": c4 - c3,
         "cpu_s": c3 - c0,
         "first_abnormal": first,
         "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -247,10 +252,10 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _analyze(table, fault_start_ns: int) -> str | None:
+def _analyze(table, fault_start_ns: int, rank: bool = True) -> str | None:
     from drill.traces.analysis import find_abnormal
 
-    report = find_abnormal(table, baseline_until_ns=fault_start_ns, fault_start_ns=fault_start_ns)
+    report = find_abnormal(table, baseline_until_ns=fault_start_ns, fault_start_ns=fault_start_ns, rank=rank)
     first = report.first
     return None if first is None else f"{first.service} {first.name}"
 
@@ -286,6 +291,7 @@ def _report(results: list[dict], generated: int, file_mib: float) -> dict:
         "load_normalize_cpu_s": median("load_normalize_cpu_s"),
         "completeness_cpu_s": median("completeness_cpu_s"),
         "analyze_cpu_s": median("analyze_cpu_s"),
+        "analyze_unranked_cpu_s": median("analyze_unranked_cpu_s"),
         "first_abnormal": results[0]["first_abnormal"],
         "unreadable": results[0]["unreadable"],
     }
@@ -311,6 +317,11 @@ def _print(summary: dict) -> None:
     )
     print(
         f"peak RSS {summary['peak_rss_mib']:.0f} MiB (target < 1024); first abnormal span: {summary['first_abnormal']}"
+    )
+    unranked = summary["analyze_unranked_cpu_s"]
+    print(
+        f"analyze without the suspects' ranking {unranked:.2f} CPU s: the ranking adds "
+        f"{summary['analyze_cpu_s'] / unranked - 1:+.0%} to the analysis (target < 20%)"
     )
 
 

@@ -141,14 +141,19 @@ class FirstAbnormalSpanCheck(Check):
     same-service ancestors); ``require`` (false) — FAIL when nothing is abnormal; ``min_spans`` (50);
     ``min_baseline_spans`` (10); ``max_orphan_share`` (0.25); ``latency_mads`` (5); ``min_excess``
     (1ms); ``child_presence`` (0.95); ``alpha`` (0.01); ``explain_share`` (0.5); ``min_impact`` (0.5);
-    ``onset_tolerance`` (10ms); ``top`` (5).
+    ``onset_tolerance`` (10ms); ``top`` (5); for the ranked suspects (``drill.traces.suspects``,
+    ``docs/trace-analysis.md``): ``min_judged_spans`` (3) — baseline spans a pair needs to be judged at
+    all, ``min_ratio`` (1.15) — a deviating pair's self-time median ratio; ``material`` (true) — with
+    ``expect``/``require``, a first span below ``min_impact`` is no PASS ("nothing material deviated").
+    ``expect: {service, within: k}`` asks for a suspect whose service matches among the first k.
 
     PASS: a first abnormal span was found (and matches ``expect`` when given), or nothing is abnormal
     and neither ``require`` nor ``expect`` asks for a span. FAIL: the span does not match ``expect``,
     or nothing is abnormal while ``require``/``expect`` is set. INCONCLUSIVE: the target exported no
     spans, the spans are too thin (fewer than ``min_spans``, more than ``max_orphan_share`` orphans,
-    no baseline or fault-window spans, no pair with ``min_baseline_spans`` baseline spans), or the
-    run has no baseline phase or fault window.
+    no baseline or fault-window spans, no pair with ``min_judged_spans`` baseline spans), most of the
+    fault window could not be judged and nothing was found (the reason with its counts), or the run has
+    no baseline phase or fault window.
     """
 
     kind = "first_abnormal_span"

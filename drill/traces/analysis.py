@@ -47,6 +47,12 @@ The analysis compares a *fault window* (the selection) with a *baseline* (Bubble
    ones, each by its earliest onset, then by flagged spans. For each listed pair, the low-cardinality
    attribute values its flagged spans share far more than its other spans are named (BubbleUp).
 
+7. **Ranked suspects** (:mod:`drill.traces.suspects`, ``docs/trace-analysis.md``): services ranked by
+   their pooled evidence — self time over the critical path, slow links attributed to the callee,
+   root-cause errors — judged by a rank test that works on thin baselines; pairs that could not be
+   judged are counted, and :attr:`AbnormalReport.inconclusive_reason` says when most of the fault
+   window could not be.
+
 Spans are assigned to the baseline or the fault window by their trace's top span's start (the root,
 or the top-most span present when parents are missing), so one trace is never split; orphans are
 analysed as the tops of their own subtrees. Everything is vectorised over the table's columns; Python

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from drill.traces.ranktest import order_by
 from drill.traces.table import KIND_NAMES, SpanTable
 
 __all__ = ["DirectLinks", "critical_children", "direct_links", "self_time"]
@@ -28,14 +29,17 @@ _CLIENT = KIND_NAMES.index("CLIENT")
 def critical_children(table: SpanTable, parent: np.ndarray) -> np.ndarray:
     """bool per row: the span is on its parent's critical path (Jaeger's: from the last-finishing child
     back, each time the child that finished last before the current one started)."""
-    rows = np.flatnonzero(parent >= 0)
-    critical = np.zeros(len(table), dtype=bool)
+    has_parent = parent >= 0
+    siblings = np.bincount(parent[has_parent], minlength=len(table))
+    critical = has_parent & (siblings[np.maximum(parent, 0)] == 1)  # an only child is on the path
+    rows = np.flatnonzero(has_parent & ~critical)
     if not len(rows):
         return critical
-    by_end = rows[np.lexsort((table.end_ns[rows], parent[rows]))]
+    t0 = int(table.start_ns.min())
+    by_end = rows[order_by(parent[rows], table.end_ns[rows] - t0)]
     last = np.ones(len(by_end), dtype=bool)
     last[:-1] = parent[by_end[1:]] != parent[by_end[:-1]]
-    before = _finished_before(table, parent, by_end)
+    before = _finished_before(table, parent, by_end, t0)
     frontier = by_end[last]
     while len(frontier):
         critical[frontier] = True
@@ -44,11 +48,27 @@ def critical_children(table: SpanTable, parent: np.ndarray) -> np.ndarray:
     return critical
 
 
-def _finished_before(table: SpanTable, parent: np.ndarray, by_end: np.ndarray) -> np.ndarray:
+def _finished_before(table: SpanTable, parent: np.ndarray, by_end: np.ndarray, t0: int) -> np.ndarray:
     """int64 per row: the sibling that ended last at or before the row's start (-1: none).
 
-    One sort of the siblings' ends and starts together (an end before a start at the same instant); a
-    running maximum carries the latest end seen to each start, kept when it is the same parent's."""
+    ``by_end`` is sorted by (parent, end): a binary search of each child's start among its parent's ends
+    (one int64 key per (parent, time)), kept when the end found is the same parent's."""
+    up = parent[by_end]
+    dense = np.cumsum(np.concatenate(([0], up[1:] != up[:-1])))  # parent rank, ascending along by_end
+    end, start = table.end_ns[by_end] - t0, table.start_ns[by_end] - t0
+    if int(dense[-1]) >= 2**21 or int(max(end.max(), start.max())) >= 2**42:
+        return _finished_before_merged(table, parent, by_end)
+    keys = (dense << 42) | np.maximum(end, 0)
+    found = np.searchsorted(keys, (dense << 42) | np.maximum(start, 0), side="right") - 1
+    found -= found == np.arange(len(by_end))  # a zero-length child finds its own end: the one before it
+    same = (found >= 0) & (dense[np.maximum(found, 0)] == dense)
+    out = np.full(len(table), -1, dtype=np.int64)
+    out[by_end[same]] = by_end[found[same]]
+    return out
+
+
+def _finished_before_merged(table: SpanTable, parent: np.ndarray, by_end: np.ndarray) -> np.ndarray:
+    """:func:`_finished_before` by one sort of the ends and starts together (any ids and times)."""
     n = len(by_end)
     times = np.concatenate((table.end_ns[by_end], table.start_ns[by_end]))
     owners = np.concatenate((parent[by_end], parent[by_end]))
@@ -85,7 +105,16 @@ class DirectLinks:
 
 def direct_links(table: SpanTable, parent: np.ndarray) -> DirectLinks:
     rows = np.flatnonzero(parent >= 0)
-    order = rows[np.lexsort((table.start_ns[rows], parent[rows]))]
+    up = parent[rows]
+    cross = (table.service[rows] != table.service[up]) & (table.kind[up] != _CLIENT)
+    callers = np.zeros(len(table), dtype=bool)
+    callers[up[cross]] = True
+    rows = rows[callers[up]]  # only the children of spans that call another service without a CLIENT span
+    if not len(rows):
+        empty = np.zeros(0, dtype=np.int64)
+        return DirectLinks(empty, empty, np.zeros(0))
+    t0 = int(table.start_ns.min())
+    order = rows[order_by(parent[rows], table.start_ns[rows] - t0)]
     up = parent[order]
     same_before = np.zeros(len(order), dtype=bool)
     same_before[1:] = up[1:] == up[:-1]

@@ -34,7 +34,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from drill.traces.ranktest import group_medians, rank_test
+from drill.traces.ranktest import group_medians, sort_sides
 from drill.traces.selftime import direct_links, self_time
 from drill.traces.table import KIND_NAMES, SpanTable
 
@@ -160,7 +160,8 @@ class _Units:
     callee service) of the calls made without a CLIENT span; plus their samples (baseline and fault rows)."""
 
     values: np.ndarray  # float ns per sample: self time (pairs), link time (direct links)
-    duration: np.ndarray  # float ns per sample
+    rows: np.ndarray  # int64 table row of each pair sample (the direct links' samples follow them)
+    table: SpanTable
     unit: np.ndarray  # int64 unit code per sample
     fault: np.ndarray  # bool per sample
     errors: np.ndarray  # int per unit: root-cause errors / missing children in the fault window
@@ -189,7 +190,8 @@ def _units(inputs: SuspectInputs, groups: int) -> _Units:
     errors = np.bincount(inputs.group[inputs.root_errors & inputs.fault], minlength=groups)
     return _Units(
         values=np.concatenate((own[rows], gap)),
-        duration=np.concatenate((table.duration_ns[rows].astype(np.float64), gap)),
+        rows=rows,
+        table=table,
         unit=np.concatenate((inputs.group[rows], groups + link_unit.astype(np.int64))),
         fault=np.concatenate((inputs.fault[rows], inputs.fault[parent])),
         errors=np.concatenate((errors, np.zeros(len(keys), dtype=np.int64))),
@@ -203,9 +205,9 @@ def _units(inputs: SuspectInputs, groups: int) -> _Units:
 
 
 def _pair_kind(inputs: SuspectInputs, groups: int) -> np.ndarray:
+    """The span kind of each pair's first span (a fancy assignment keeps the last write: reversed)."""
     kind = np.zeros(groups, dtype=np.int64)
-    _, first = np.unique(inputs.group, return_index=True)
-    kind[inputs.group[first]] = inputs.table.kind[first]
+    kind[inputs.group[::-1]] = inputs.table.kind[::-1]
     return kind
 
 
@@ -267,8 +269,6 @@ class _Judged:
     n_fault: np.ndarray
     self_base: np.ndarray  # ms medians
     self_fault: np.ndarray
-    dur_base: np.ndarray
-    dur_fault: np.ndarray
     ratio: np.ndarray
     effect: np.ndarray  # log ratio less the common shift
     judged: np.ndarray  # bool
@@ -278,13 +278,10 @@ class _Judged:
 
 def _judge(u: _Units, t: Thresholds) -> _Judged:
     n = len(u.service)
-    g, fault, values = u.unit, u.fault, u.values
-
-    def medians(x: np.ndarray, side: np.ndarray) -> np.ndarray:
-        return group_medians(x[side], g[side], n) / 1e6
-
-    self_base, self_fault = medians(values, ~fault), medians(values, fault)
-    judged = (np.bincount(g[~fault], minlength=n) >= t.min_spans) & (np.bincount(g[fault], minlength=n) > 0)
+    sides = sort_sides(u.values, u.unit, u.fault, n)
+    self_base, self_fault = sides.medians(fault=False) / 1e6, sides.medians(fault=True) / 1e6
+    n_base = np.bincount(sides.base_group, minlength=n)
+    judged = (n_base >= t.min_spans) & (np.bincount(sides.fault_group, minlength=n) > 0)
     floor = t.min_excess_ms * _FLOOR_SHARE
     ratio = (np.nan_to_num(self_fault) + floor) / (np.nan_to_num(self_base) + floor)
     log_ratio = np.log(ratio)
@@ -292,26 +289,29 @@ def _judge(u: _Units, t: Thresholds) -> _Judged:
     pairs[u.pairs :] = False
     common = float(np.clip(np.median(log_ratio[pairs]), -_MAX_COMMON, _MAX_COMMON)) if pairs.sum() >= 5 else 0.0
     # the rank test against the baseline scaled by the common shift: a load change everywhere is no deviation
-    test = rank_test(np.where(fault, values, values * math.exp(common)), g, fault, n)
+    test = sides.rank_test(math.exp(common))
     effect = log_ratio - common
     slower = judged & (effect >= math.log(t.min_ratio))
     deviates = slower & (test.z >= _z_alpha(t))
     suggestive = slower & ~deviates & (test.z >= NormalDist().inv_cdf(1 - min(t.alpha * _SUGGESTIVE_ALPHA, 0.2)))
-    dur_base, dur_fault = medians(u.duration, ~fault), medians(u.duration, fault)
     return _Judged(
-        test.z,
-        test.n_base,
-        test.n_fault,
-        self_base,
-        self_fault,
-        dur_base,
-        dur_fault,
-        ratio,
-        effect,
-        judged,
-        deviates,
-        suggestive,
+        test.z, test.n_base, test.n_fault, self_base, self_fault, ratio, effect, judged, deviates, suggestive
     )
+
+
+def _durations(u: _Units, wanted: list[int]) -> dict[int, tuple[float, float]]:
+    """Median durations (ms, baseline and fault window) of the ``wanted`` units, for their evidence."""
+    samples = np.flatnonzero(np.isin(u.unit, np.asarray(wanted, dtype=np.int64)))
+    index = {x: i for i, x in enumerate(wanted)}
+    local = np.fromiter((index[x] for x in u.unit[samples].tolist()), dtype=np.int64, count=len(samples))
+    fault = u.fault[samples]
+    pair = samples < len(u.rows)
+    duration = u.values[samples].astype(np.float64)  # a direct link's duration is its link time
+    rows = u.rows[samples[pair]]
+    duration[pair] = u.table.end_ns[rows] - u.table.start_ns[rows]
+    base = group_medians(duration[~fault], local[~fault], len(wanted)) / 1e6
+    late = group_medians(duration[fault], local[fault], len(wanted)) / 1e6
+    return {x: (float(base[i]), float(late[i])) for x, i in index.items()}
 
 
 def _z_alpha(t: Thresholds) -> float:
@@ -420,7 +420,10 @@ def _scores(tally: _Tally, t: Thresholds) -> dict[str, list[tuple[int, float, st
 # -- the report ------------------------------------------------------------------------------------
 
 
-def _evidence(u: _Units, j: _Judged, x: int, role: str, score: float, t: Thresholds) -> PairEvidence:
+def _evidence(
+    u: _Units, j: _Judged, x: int, role: str, score: float, t: Thresholds, durations: dict[int, tuple[float, float]]
+) -> PairEvidence:
+    dur_base, dur_fault = durations[x]
     return PairEvidence(
         service=u.service[x],
         name=u.name[x],
@@ -431,8 +434,8 @@ def _evidence(u: _Units, j: _Judged, x: int, role: str, score: float, t: Thresho
         thin=bool(j.n_base[x] < t.min_baseline_spans),
         self_baseline_ms=round(float(j.self_base[x]), 3),
         self_fault_ms=round(float(j.self_fault[x]), 3),
-        duration_baseline_ms=round(float(j.dur_base[x]), 3),
-        duration_fault_ms=round(float(j.dur_fault[x]), 3),
+        duration_baseline_ms=round(dur_base, 3),
+        duration_fault_ms=round(dur_fault, 3),
         ratio=round(float(j.ratio[x]), 3),
         z=round(float(j.z[x]), 2),
         errors=int(u.errors[x]),
@@ -461,22 +464,33 @@ def rank_suspects(inputs: SuspectInputs, groups: int, t: Thresholds, top: int = 
     """Services ranked by the fault window's pooled evidence against them (see the module doc)."""
     u = _units(inputs, groups)
     j = _judge(u, t)
-    ranked = []
+    scored = []
     for service, items in _scores(_tally(u, j, t), t).items():
         total = sum(s for _, s, _ in items)
-        if total <= 0:
-            continue
-        items = sorted(items, key=lambda item: -item[1])
-        evidence = tuple(_evidence(u, j, x, role, s, t) for x, s, role in items[:_EVIDENCE_KEPT])
-        callee_side = sum(s for _, s, role in items if role == _CALLEE)
-        ranked.append(
-            (-total, -callee_side, service, Suspect(service, round(total, 4), evidence, _why(service, evidence)))
-        )
-    ranked.sort(key=lambda r: r[:3])
-    return _ranking(u, j, tuple(r[3] for r in ranked[:top]), t)
+        if total > 0:
+            items = sorted(items, key=lambda item: -item[1])[:_EVIDENCE_KEPT]
+            callee_side = sum(s for _, s, role in items if role == _CALLEE)
+            scored.append((-total, -callee_side, service, items))
+    scored = sorted(scored, key=lambda r: r[:3])[:top]
+    weakest = [] if scored else _weakest_units(j)
+    durations = _durations(u, sorted({x for *_, items in scored for x, _, _ in items} | set(weakest)))
+    suspects = []
+    for total, _, service, items in scored:
+        evidence = tuple(_evidence(u, j, x, role, s, t, durations) for x, s, role in items)
+        suspects.append(Suspect(service, round(-total, 4), evidence, _why(service, evidence)))
+    weak = tuple(_evidence(u, j, x, _OWN, 0.0, t, durations) for x in weakest)
+    return _ranking(u, j, tuple(suspects), weak, t)
 
 
-def _ranking(u: _Units, j: _Judged, suspects: tuple[Suspect, ...], t: Thresholds) -> Ranking:
+def _weakest_units(j: _Judged) -> list[int]:
+    """The largest effects among the judged units that are slower at all (the weakest signals)."""
+    candidates = np.flatnonzero(j.judged & (j.ratio > 1))
+    return candidates[np.argsort(-j.effect[candidates], kind="stable")][:5].tolist()
+
+
+def _ranking(
+    u: _Units, j: _Judged, suspects: tuple[Suspect, ...], weakest: tuple[PairEvidence, ...], t: Thresholds
+) -> Ranking:
     pairs = np.arange(len(u.service)) < u.pairs
     in_fault = pairs & (j.n_fault > 0)
     unjudged = in_fault & ~j.judged
@@ -484,11 +498,6 @@ def _ranking(u: _Units, j: _Judged, suspects: tuple[Suspect, ...], t: Thresholds
         NotJudged(f"{u.service[x]}/{u.name[x]}", int(j.n_base[x]), int(j.n_fault[x]))
         for x in sorted(np.flatnonzero(unjudged).tolist(), key=lambda x: -int(j.n_fault[x]))
     )
-    weakest: tuple[PairEvidence, ...] = ()
-    if not suspects:
-        candidates = np.flatnonzero(j.judged & (j.ratio > 1))
-        order = candidates[np.argsort(-j.effect[candidates], kind="stable")][:5]
-        weakest = tuple(_evidence(u, j, int(x), _OWN, 0.0, t) for x in order)
     return Ranking(
         suspects=suspects,
         weakest=weakest,

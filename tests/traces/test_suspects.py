@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from drill.traces.analysis import AnalysisOptions, find_abnormal
-from drill.traces.ranktest import group_medians, rank_test
+from drill.traces.ranktest import group_medians, rank_test, sort_sides
 from drill.traces.selftime import critical_children, direct_links, self_time
 from drill.traces.table import SpanTable
 from tests.traces.spankit import T0, span
@@ -213,3 +213,15 @@ def test_without_ranking_nothing_is_ranked():
     table = SpanTable.from_spans(shop(Fault(cpu={"cart": 2.0})))
     report = find_abnormal(table, baseline_until_ns=T0 + int(FAULT_S * 1e9), rank=False)
     assert report.ranking is None and report.suspects == () and report.first is not None
+
+
+def test_the_sorted_rank_test_agrees_with_the_merged_one():
+    rng = np.random.default_rng(3)
+    values = np.rint(rng.lognormal(10, 1, 3000) / 100) * 100  # ties
+    group = rng.integers(0, 7, 3000)
+    fault = rng.random(3000) < 0.4
+    values[fault & (group == 2)] *= 3
+    sides = sort_sides(values, group, fault, 7)
+    fast, merged = sides.rank_test(1.25), rank_test(np.where(fault, values, values * 1.25), group, fault, 7)
+    assert np.allclose(fast.z, merged.z) and (fast.n_base == merged.n_base).all()
+    assert fast.z[2] > 5 and np.allclose(sides.medians(fault=True), group_medians(values[fault], group[fault], 7))

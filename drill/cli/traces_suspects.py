@@ -30,14 +30,17 @@ def verdict_line(report: AbnormalReport) -> str | None:
     if report.first is None and not report.suspects:
         judged = "" if ranking is None else f" in the {ranking.judged} judged (service, span name) pairs"
         return f"[bold]no abnormal span:[/] no deviation from the baseline{judged}"
-    if report.first is not None and not report.first.material and not report.suspects:
+    if report.first is not None and not report.first.material:
         return "[bold]nothing material deviated[/]; weakest signals: " + escape(_weakest(report))
     return None
 
 
 def _weakest(report: AbnormalReport) -> str:
+    """The immaterial first span, then the suspects (or, without any, the largest effects judged)."""
     ranking = report.ranking
-    signals = [e.text for e in (ranking.weakest if ranking is not None else ())[:3]]
+    signals = [f"{s.service} (suspect, score {s.score:.2f})" for s in report.suspects[:3]]
+    if not signals and ranking is not None:
+        signals = [e.text for e in ranking.weakest[:3]]
     if report.first is not None:
         signals.insert(0, f"{report.first.service}/{report.first.name}: {report.first.deviation}")
     return "; ".join(signals) or "none"

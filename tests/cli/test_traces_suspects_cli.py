@@ -46,3 +46,12 @@ def test_a_window_that_could_not_be_judged_is_inconclusive_never_a_match(tmp_pat
     out = invoke(str(write_spans(tmp_path / "spans.jsonl", spans)), "--baseline-until", UNTIL).stdout
     assert "INCONCLUSIVE: most of the fault window could not be judged: 8 of 8 pairs had fewer than 3" in out
     assert "match" not in out and "no deviation" not in out
+
+
+def test_an_immaterial_first_span_is_not_stated_as_a_finding(tmp_path):
+    path = write_spans(tmp_path / "spans.jsonl", shop(Fault(ingress_ms={"auth": 40.0})))
+    out = invoke(str(path), "--baseline-until", UNTIL, "--min-impact", "1000").stdout
+    assert "nothing material deviated; weakest signals: gateway/POST /verify" in out
+    assert "auth (suspect, score" in out
+    material = invoke(str(path), "--baseline-until", UNTIL).stdout
+    assert "nothing material deviated" not in material

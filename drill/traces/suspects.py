@@ -189,7 +189,7 @@ def _units(inputs: SuspectInputs, groups: int) -> _Units:
     link_pair = (keys // width).astype(np.int64)
     errors = np.bincount(inputs.group[inputs.root_errors & inputs.fault], minlength=groups)
     return _Units(
-        values=np.concatenate((own[rows], gap)),
+        values=np.concatenate((own if len(rows) == len(table) else own[rows], gap)),
         rows=rows,
         table=table,
         unit=np.concatenate((inputs.group[rows], groups + link_unit.astype(np.int64))),
@@ -301,9 +301,12 @@ def _judge(u: _Units, t: Thresholds) -> _Judged:
 
 def _durations(u: _Units, wanted: list[int]) -> dict[int, tuple[float, float]]:
     """Median durations (ms, baseline and fault window) of the ``wanted`` units, for their evidence."""
-    samples = np.flatnonzero(np.isin(u.unit, np.asarray(wanted, dtype=np.int64)))
+    lookup = np.full(len(u.service), -1, dtype=np.int64)
+    lookup[np.asarray(wanted, dtype=np.int64)] = np.arange(len(wanted))
+    local = lookup[u.unit]
+    samples = np.flatnonzero(local >= 0)
+    local = local[samples]
     index = {x: i for i, x in enumerate(wanted)}
-    local = np.fromiter((index[x] for x in u.unit[samples].tolist()), dtype=np.int64, count=len(samples))
     fault = u.fault[samples]
     pair = samples < len(u.rows)
     duration = u.values[samples].astype(np.float64)  # a direct link's duration is its link time

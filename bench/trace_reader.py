@@ -13,6 +13,9 @@ each repetition times:
 - **load + normalize**: ``ReceiverSource.table()`` (msgspec-decoded blocks into numpy columns);
 - **completeness**: ``measure_completeness`` (orphans, roots, clock skew);
 - **analyze**: ``drill.traces.analysis.find_abnormal`` with the baseline/fault boundary;
+- after those, **analyze without ranking** (``rank=False``) and **with** it, both warm (the table's
+  derived columns cached by the first): what the suspects' ranking adds (issue 18's target: under 20%
+  of the analysis time);
 
 and prints spans/s end to end and per stage (wall time, and the child's CPU time, which is what "one
 core" means on a shared machine), and the peak resident memory, as medians of ``--reps`` repetitions.
@@ -225,6 +228,11 @@ def measure(path: Path, fault_start_ns: int) -> dict:
     c2, t2 = _cpu(), time.perf_counter()
     first = _analyze(table, fault_start_ns)
     c3, t3 = _cpu(), time.perf_counter()
+    # after the end-to-end figures, the ranking's share alone: both again, warm (derived columns cached)
+    _analyze(table, fault_start_ns, rank=False)
+    c4 = _cpu()
+    _analyze(table, fault_start_ns)
+    c5 = _cpu()
     return {
         "spans": len(table),
         "unreadable": source.report.unreadable,
@@ -236,6 +244,8 @@ def measure(path: Path, fault_start_ns: int) -> dict:
         "load_normalize_cpu_s": c1 - c0,
         "completeness_cpu_s": c2 - c1,
         "analyze_cpu_s": c3 - c2,
+        "analyze_unranked_cpu_s": c4 - c3,
+        "analyze_ranked_cpu_s": c5 - c4,
         "cpu_s": c3 - c0,
         "first_abnormal": first,
         "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -247,10 +257,10 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _analyze(table, fault_start_ns: int) -> str | None:
+def _analyze(table, fault_start_ns: int, rank: bool = True) -> str | None:
     from drill.traces.analysis import find_abnormal
 
-    report = find_abnormal(table, baseline_until_ns=fault_start_ns, fault_start_ns=fault_start_ns)
+    report = find_abnormal(table, baseline_until_ns=fault_start_ns, fault_start_ns=fault_start_ns, rank=rank)
     first = report.first
     return None if first is None else f"{first.service} {first.name}"
 
@@ -286,6 +296,8 @@ def _report(results: list[dict], generated: int, file_mib: float) -> dict:
         "load_normalize_cpu_s": median("load_normalize_cpu_s"),
         "completeness_cpu_s": median("completeness_cpu_s"),
         "analyze_cpu_s": median("analyze_cpu_s"),
+        "analyze_unranked_cpu_s": median("analyze_unranked_cpu_s"),
+        "analyze_ranked_cpu_s": median("analyze_ranked_cpu_s"),
         "first_abnormal": results[0]["first_abnormal"],
         "unreadable": results[0]["unreadable"],
     }
@@ -311,6 +323,11 @@ def _print(summary: dict) -> None:
     )
     print(
         f"peak RSS {summary['peak_rss_mib']:.0f} MiB (target < 1024); first abnormal span: {summary['first_abnormal']}"
+    )
+    unranked, ranked = summary["analyze_unranked_cpu_s"], summary["analyze_ranked_cpu_s"]
+    print(
+        f"analyze again, warm: {unranked:.2f} CPU s without the suspects' ranking, {ranked:.2f} with it: the "
+        f"ranking adds {ranked / unranked - 1:+.0%} to the analysis (target < 20%)"
     )
 
 

@@ -15,6 +15,7 @@ from pydantic import Field, field_validator
 
 from drill.checks.base import Check, CheckParams, EvidenceKind, EvidenceRef, RunEvidence, Status, Verdict
 from drill.traces.analysis import AbnormalPair, AbnormalReport, AbnormalSpan, AnalysisOptions, find_abnormal
+from drill.traces.suspects import Suspect
 from drill.units import Duration
 
 if TYPE_CHECKING:
@@ -24,11 +25,13 @@ __all__ = ["FirstAbnormalSpanCheck", "FirstAbnormalSpanParams", "SpanExpectation
 
 
 class SpanExpectation(CheckParams):
-    """Where the first abnormal span is expected: regexes matched in full (``re.fullmatch``)."""
+    """Where the first abnormal span is expected: regexes matched in full (``re.fullmatch``); with
+    ``within: k``, a ranked suspect among the first k whose service matches ``service`` instead."""
 
     service: str | None = None
     name: str | None = None
     attributes: dict[str, str] = Field(default_factory=dict)  # key -> regex of the value (span or same-service parent)
+    within: int | None = Field(None, ge=1)  # the service is among the first k suspects
 
     @field_validator("service", "name")
     @classmethod
@@ -52,7 +55,13 @@ class SpanExpectation(CheckParams):
             and all(key in attributes and re.fullmatch(rx, str(attributes[key])) for key, rx in self.attributes.items())
         )
 
+    def matches_suspects(self, suspects: tuple[Suspect, ...]) -> bool:
+        """Whether a suspect among the first ``within`` has a matching service."""
+        return any(_full(self.service, s.service) for s in suspects[: self.within or 1])
+
     def describe(self) -> str:
+        if self.within is not None:
+            return f"a suspect service ~ {self.service or '.*'} within the first {self.within}"
         parts = [f"service ~ {self.service}"] if self.service else []
         parts += [f"name ~ {self.name}"] if self.name else []
         parts += [f"{k} ~ {v}" for k, v in self.attributes.items()]
@@ -83,7 +92,10 @@ class FirstAbnormalSpanParams(CheckParams):
     explain_share: float = Field(0.5, gt=0)
     onset_tolerance: Duration = 0.010  # onsets this close are simultaneous (clock skew); the deeper wins
     min_impact: float = Field(0.5, ge=0)  # a slow cause matters when it adds this share of the user-facing span
-    top: int = Field(5, ge=1)  # abnormal (service, name) pairs listed in observed
+    min_judged_spans: int = Field(3, ge=1)  # baseline spans a pair needs to be judged at all; fewer: not judged
+    min_ratio: float = Field(1.15, ge=1)  # a suspect's pair deviates when its self-time median grew this much
+    material: bool = True  # with expect/require: an immaterial first span is no PASS
+    top: int = Field(5, ge=1)  # abnormal (service, name) pairs and suspects listed in observed
 
     def options(self) -> AnalysisOptions:
         return AnalysisOptions(
@@ -95,6 +107,8 @@ class FirstAbnormalSpanParams(CheckParams):
             explain_share=self.explain_share,
             onset_tolerance_ms=self.onset_tolerance * 1e3,
             min_impact=self.min_impact,
+            min_judged_spans=self.min_judged_spans,
+            min_ratio=self.min_ratio,
         )
 
     def expectations(self) -> list[SpanExpectation]:
@@ -127,14 +141,19 @@ class FirstAbnormalSpanCheck(Check):
     same-service ancestors); ``require`` (false) — FAIL when nothing is abnormal; ``min_spans`` (50);
     ``min_baseline_spans`` (10); ``max_orphan_share`` (0.25); ``latency_mads`` (5); ``min_excess``
     (1ms); ``child_presence`` (0.95); ``alpha`` (0.01); ``explain_share`` (0.5); ``min_impact`` (0.5);
-    ``onset_tolerance`` (10ms); ``top`` (5).
+    ``onset_tolerance`` (10ms); ``top`` (5); for the ranked suspects (``drill.traces.suspects``,
+    ``docs/trace-analysis.md``): ``min_judged_spans`` (3) — baseline spans a pair needs to be judged at
+    all, ``min_ratio`` (1.15) — a deviating pair's self-time median ratio; ``material`` (true) — with
+    ``expect``/``require``, a first span below ``min_impact`` is no PASS ("nothing material deviated").
+    ``expect: {service, within: k}`` asks for a suspect whose service matches among the first k.
 
     PASS: a first abnormal span was found (and matches ``expect`` when given), or nothing is abnormal
     and neither ``require`` nor ``expect`` asks for a span. FAIL: the span does not match ``expect``,
     or nothing is abnormal while ``require``/``expect`` is set. INCONCLUSIVE: the target exported no
     spans, the spans are too thin (fewer than ``min_spans``, more than ``max_orphan_share`` orphans,
-    no baseline or fault-window spans, no pair with ``min_baseline_spans`` baseline spans), or the
-    run has no baseline phase or fault window.
+    no baseline or fault-window spans, no pair with ``min_judged_spans`` baseline spans), most of the
+    fault window could not be judged and nothing was found (the reason with its counts), or the run has
+    no baseline phase or fault window.
     """
 
     kind = "first_abnormal_span"
@@ -175,48 +194,110 @@ class FirstAbnormalSpanCheck(Check):
             if expectations
             else {"first_abnormal_span": "found" if p.require else "found, or nothing abnormal"}
         )
-        first = report.first
-        if first is None:
+        first, unjudged = report.first, report.inconclusive_reason
+        ranked = {"suspects": _suspects_json(report, p.top), **_counts(report)}
+        if first is None and not report.suspects:
+            if unjudged is not None:
+                return self.verdict(
+                    Status.INCONCLUSIVE,
+                    f"most of the fault window could not be judged: {unjudged}",
+                    observed=ranked,
+                    window="fault",
+                    notes=notes,
+                )
             status = Status.FAIL if (p.require or expectations) else Status.PASS
             return self.verdict(
-                status,
-                "no span of the fault window deviates from the baseline",
-                observed=_counts(report),
-                expected=expected,
-                window="fault",
-                notes=notes,
+                status, _no_deviation(report), observed=ranked, expected=expected, window="fault", notes=notes
             )
-        observed = {**_observed(first), "pairs": [_pair_json(x) for x in report.pairs], **_counts(report)}
+        observed = {**(_observed(first) if first else {}), "pairs": [_pair_json(x) for x in report.pairs], **ranked}
         units = {"onset_s": "s", "duration_ms": "ms", "impact": "share of the user-facing span's baseline median"}
-        where = f"{first.service}/{first.name} (trace {first.trace_id}, span {first.span_id}): {first.deviation}"
-        if expectations and not any(e.matches(first) for e in expectations):
-            wanted = expected["first_abnormal_span"]
+        where = _where(report)
+        if expectations and not any(_met(e, report) for e in expectations):
+            status = Status.INCONCLUSIVE if unjudged is not None else Status.FAIL
             return self.verdict(
-                Status.FAIL,
-                f"the first abnormal span is {where}; expected {wanted}",
+                status,
+                f"{where}; expected {expected['first_abnormal_span']}",
                 observed=observed,
                 expected=expected,
                 units=units,
-                evidence=_refs(first),
+                evidence=_refs(first) if first else [],
                 window="fault",
                 notes=notes,
             )
-        onset = "" if first.onset_s is None else f", {first.onset_s:+.3f}s after the {report.reference}"
-        if not first.material:
+        weak = first is not None and not first.material
+        if weak and p.material and (p.require or expectations) and not any(e.within for e in expectations):
+            return self.verdict(
+                Status.FAIL,
+                f"nothing material deviated; weakest signals: {where}",
+                observed=observed,
+                expected=expected,
+                units=units,
+                evidence=_refs(first) if first else [],
+                window="fault",
+                notes=notes,
+            )
+        if weak:
             notes = notes + (
                 f"no abnormal span adds {p.min_impact:.0%} of its user-facing span's usual duration; "
                 "the earliest unexplained one is reported",
             )
+        onset = (
+            "" if first is None or first.onset_s is None else f", {first.onset_s:+.3f}s after the {report.reference}"
+        )
         return self.verdict(
             Status.PASS,
-            f"first abnormal span: {where}{onset}",
+            f"{where}{onset}",
             observed=observed,
             expected=expected,
             units=units,
-            evidence=_refs(first),
+            evidence=_refs(first) if first else [],
             window="fault",
             notes=notes,
         )
+
+
+def _met(expectation: SpanExpectation, report: AbnormalReport) -> bool:
+    if expectation.within is not None:
+        return expectation.matches_suspects(report.suspects)
+    return report.first is not None and expectation.matches(report.first)
+
+
+def _where(report: AbnormalReport) -> str:
+    parts = []
+    first = report.first
+    if first is not None:
+        parts.append(
+            f"first abnormal span: {first.service}/{first.name} (trace {first.trace_id}, span {first.span_id}): "
+            f"{first.deviation}"
+        )
+    if report.suspects:
+        parts.append("suspects: " + ", ".join(s.service for s in report.suspects[:_SHOWN]))
+    return "; ".join(parts)
+
+
+def _no_deviation(report: AbnormalReport) -> str:
+    ranking = report.ranking
+    if ranking is None:
+        return "no span of the fault window deviates from the baseline"
+    text = f"no span of the fault window deviates from the baseline ({ranking.judged} of {ranking.pairs} pairs judged"
+    return text + (f"; {ranking.unjudged_reason})" if ranking.not_judged else ")")
+
+
+#: Suspects in the verdict's text and observed (the report shows as many).
+_SHOWN = 5
+
+
+def _suspects_json(report: AbnormalReport, top: int) -> list[dict]:
+    return [
+        {
+            "rank": rank,
+            "service": s.service,
+            "score": s.score,
+            "why": s.why,
+            "evidence": [e.text for e in s.evidence[:3]],
+        }
+        for rank, s in enumerate(report.suspects[: max(top, _SHOWN)], 1)
+    ]
 
 
 def _ns(ts: float) -> int:
@@ -240,7 +321,10 @@ def _thin(report: AbnormalReport, p: FirstAbnormalSpanParams) -> str | None:
         return "no span started in the baseline phase"
     if report.fault_spans == 0:
         return "no span started in the fault window"
-    if report.judged_pairs == 0:
+    ranking = report.ranking
+    if ranking is not None and ranking.judged == 0 and report.first is None:
+        return f"no (service, span name) of the fault window could be judged: {ranking.unjudged_reason}"
+    if ranking is None and report.judged_pairs == 0:
         return (
             f"no (service, span name) of the fault window has {p.min_baseline_spans} or more baseline spans "
             f"({len(report.thin_pairs)} with fewer, {len(report.new_pairs)} absent from the baseline)"

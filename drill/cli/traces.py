@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from drill.cli.common import console, err_console, handle_errors
+from drill.cli.traces_suspects import print_coverage, print_suspects, verdict_line
 from drill.errors import InputError
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
 
-    from drill.traces.analysis import AbnormalReport, AbnormalSpan
+    from drill.traces.analysis import AbnormalReport, AbnormalSpan, AnalysisOptions
     from drill.traces.evidence import TraceEvidence
     from drill.traces.table import SpanTable
 
@@ -203,6 +204,41 @@ def traces() -> None:
     show_default=True,
     help="How many abnormal (service, span name) pairs to list.",
 )
+@click.option(
+    "--min-judged-spans",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Baseline spans a (service, span name) pair needs to be judged at all; fewer: not judged.",
+)
+@click.option(
+    "--min-baseline-spans",
+    type=click.IntRange(min=2),
+    default=10,
+    show_default=True,
+    help="Baseline spans below which a judgement is thin (rank test) and span thresholds are not set.",
+)
+@click.option(
+    "--alpha",
+    type=click.FloatRange(min=0, max=1, min_open=True, max_open=True),
+    default=0.01,
+    show_default=True,
+    help="Significance of each comparison (the rank test, flag rates).",
+)
+@click.option(
+    "--min-ratio",
+    type=click.FloatRange(min=1),
+    default=1.15,
+    show_default=True,
+    help="Materiality of a suspect's pair: its self-time median grew at least this much.",
+)
+@click.option(
+    "--min-impact",
+    type=click.FloatRange(min=0),
+    default=0.5,
+    show_default=True,
+    help="Materiality of the first abnormal span: its excess over the user-facing span's usual duration.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def analyze(
     spans: tuple[Path, ...],
@@ -211,19 +247,34 @@ def analyze(
     baseline_files: tuple[Path, ...],
     fault_start: str | None,
     top: int,
+    min_judged_spans: int,
+    min_baseline_spans: int,
+    alpha: float,
+    min_ratio: float,
+    min_impact: float,
     as_json: bool,
 ) -> None:
     """Find the first abnormal span in SPANS and rank the abnormal (service, span name) pairs.
 
     The baseline is --baseline FILE..., else the traces starting before --baseline-until, else the first
-    third of the time range. Formats are detected from the files' content.
+    third of the time range. Formats are detected from the files' content. Suspects are services ranked
+    by their pooled evidence (self time, slow links, root-cause errors; see docs/trace-analysis.md).
     """
+    from drill.traces.analysis import AnalysisOptions
+
     if baseline_until is not None and baseline_files:
         raise click.UsageError("give --baseline-until or --baseline, not both")
     until_ns = None if baseline_until is None else parse_time_ns(baseline_until, "--baseline-until")
     start_ns = None if fault_start is None else parse_time_ns(fault_start, "--fault-start")
+    options = AnalysisOptions(
+        min_judged_spans=min_judged_spans,
+        min_baseline_spans=min_baseline_spans,
+        alpha=alpha,
+        min_ratio=min_ratio,
+        min_impact=min_impact,
+    )
     with handle_errors():
-        _analyze(spans, records, until_ns, baseline_files, start_ns, top, as_json)
+        _analyze(spans, records, until_ns, baseline_files, start_ns, top, as_json, options)
 
 
 def _analyze(
@@ -234,6 +285,7 @@ def _analyze(
     start_ns: int | None,
     top: int,
     as_json: bool,
+    options: AnalysisOptions,
 ) -> None:
     import numpy as np
 
@@ -260,7 +312,9 @@ def _analyze(
         raise InputError(f"no span could be read from {', '.join(str(p) for p in spans)} ({evidence.no_spans_reason})")
     if mask is not None and not mask.any():
         raise InputError("the --baseline files hold no span")
-    report = find_abnormal(table, baseline=mask, baseline_until_ns=until_ns, fault_start_ns=start_ns, top=top)
+    report = find_abnormal(
+        table, baseline=mask, baseline_until_ns=until_ns, fault_start_ns=start_ns, top=top, options=options
+    )
     if as_json:
         click.echo(
             json.dumps(
@@ -305,10 +359,12 @@ def _print(report: AbnormalReport, loaded: list[_Loaded], evidence: TraceEvidenc
                 markup=True,
             )
     console.print()
-    if report.first is None:
-        console.print("[bold]no abnormal span:[/] the fault window's spans match the baseline", markup=True)
-    else:
+    headline = verdict_line(report)
+    if headline is not None:
+        console.print(headline, markup=True)
+    if report.first is not None:
         _print_first(report.first, report.reference)
+    print_suspects(report)
     if report.pairs:
         console.print()
         console.print(_pairs_table(report))
@@ -319,10 +375,11 @@ def _print(report: AbnormalReport, loaded: list[_Loaded], evidence: TraceEvidenc
             console.print(f"  {pair.service} / {pair.name}: {skew.text}")
     if report.thin_pairs or report.new_pairs:
         console.print(
-            f"[dim]{len(report.thin_pairs)} pair(s) with too few baseline spans to judge latency, "
+            f"[dim]{len(report.thin_pairs)} pair(s) with too few baseline spans for span thresholds, "
             f"{len(report.new_pairs)} absent from the baseline[/]",
             markup=True,
         )
+    print_coverage(report.ranking)
 
 
 def _print_first(first: AbnormalSpan, reference: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +104,7 @@ def detection(evidence: RunEvidence, verdicts: list[Verdict], redactor: Any) -> 
     o = v.observed
     trace_id = o.get("trace_id")
     if not trace_id:
-        return _no_detection(v.message, status=v.status.value)
+        return replace(_no_detection(v.message, status=v.status.value), suspects=_suspects(o))
     baseline_id = _baseline_trace(evidence, trace_id)
     pairs = tuple(
         (
@@ -134,6 +135,25 @@ def detection(evidence: RunEvidence, verdicts: list[Verdict], redactor: Any) -> 
         pairs=pairs,
         baseline_trace_id=baseline_id,
         waterfall=_waterfall(evidence, trace_id, baseline_id),
+        suspects=_suspects(o),
+    )
+
+
+#: Suspects the report shows.
+_SUSPECTS_SHOWN = 5
+
+
+def _suspects(observed: dict) -> tuple[tuple[str, str, str, str], ...]:
+    """The verdict's ranked suspects: rank, service, score, and why with the strongest evidence."""
+    return tuple(
+        (
+            str(s.get("rank", "")),
+            str(s.get("service", "")),
+            f"{s.get('score', 0):.2f}" if isinstance(s.get("score"), (int, float)) else "",
+            "; ".join([str(s.get("why") or ""), *(str(e) for e in (s.get("evidence") or ())[:2])]),
+        )
+        for s in (observed.get("suspects") or ())[:_SUSPECTS_SHOWN]
+        if isinstance(s, dict)
     )
 
 

@@ -170,6 +170,7 @@ class Detection:
     pairs: tuple[tuple[str, str, str], ...]  # (service/name, flagged of spans, deviation)
     baseline_trace_id: str | None
     waterfall: Chart
+    suspects: tuple[tuple[str, str, str, str], ...] = ()  # (rank, service, score, why and evidence), top five
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,12 @@ The analysis compares a *fault window* (the selection) with a *baseline* (Bubble
    ones, each by its earliest onset, then by flagged spans. For each listed pair, the low-cardinality
    attribute values its flagged spans share far more than its other spans are named (BubbleUp).
 
+7. **Ranked suspects** (:mod:`drill.traces.suspects`, ``docs/trace-analysis.md``): services ranked by
+   their pooled evidence — self time over the critical path, slow links attributed to the callee,
+   root-cause errors — judged by a rank test that works on thin baselines; pairs that could not be
+   judged are counted, and :attr:`AbnormalReport.inconclusive_reason` says when most of the fault
+   window could not be.
+
 Spans are assigned to the baseline or the fault window by their trace's top span's start (the root,
 or the top-most span present when parents are missing), so one trace is never split; orphans are
 analysed as the tops of their own subtrees. Everything is vectorised over the table's columns; Python
@@ -61,6 +67,7 @@ from typing import Any
 
 import numpy as np
 
+from drill.traces.suspects import Ranking, Suspect, SuspectInputs, Thresholds, rank_suspects
 from drill.traces.table import KIND_NAMES, STATUS_NAMES, SpanTable
 
 __all__ = [
@@ -113,6 +120,13 @@ class AnalysisOptions:
     onset_tolerance_ms: float = 10.0  # onsets this close are simultaneous (clock skew); the deeper span wins
     min_impact: float = 0.5  # a slow cause is material when its excess is this share of the user-facing
     #                                  span's baseline median (errors and missing children always are)
+    min_judged_spans: int = 3  # baseline spans a pair needs for the suspects' rank test; fewer: not judged
+    min_ratio: float = 1.15  # a suspect's pair deviates when its self-time median grew this much (and significantly)
+
+    def thresholds(self) -> Thresholds:
+        return Thresholds(
+            self.min_judged_spans, self.min_baseline_spans, self.alpha, self.min_ratio, self.min_excess_ms
+        )
 
 
 @dataclass(frozen=True)
@@ -233,12 +247,34 @@ class AbnormalReport:
     thin_pairs: tuple[str, ...]  # fault-window pairs with some but too few baseline spans
     new_pairs: tuple[str, ...]  # fault-window pairs absent from the baseline
     options: AnalysisOptions = field(default_factory=AnalysisOptions)
+    ranking: Ranking | None = None  # ranked suspects and what could be judged (None: ranking not asked for)
+
+    @property
+    def suspects(self) -> tuple[Suspect, ...]:
+        return () if self.ranking is None else self.ranking.suspects
+
+    @property
+    def inconclusive_reason(self) -> str | None:
+        """Why no finding can be stated: most of the fault window could not be judged (None: it could)."""
+        if self.ranking is None or not self.ranking.mostly_unjudged or self.suspects:
+            return None
+        return self.ranking.unjudged_reason
 
     def to_json(self) -> dict:
         data = asdict(self)
         if self.first is not None:
             data["first"]["deviation"] = self.first.deviation
+        if self.ranking is not None:
+            for suspect in data["ranking"]["suspects"]:
+                suspect["evidence"] = [
+                    {**e, "text": x.text} for e, x in zip(suspect["evidence"], _evidence_of(self, suspect))
+                ]
+            data["ranking"]["inconclusive_reason"] = self.inconclusive_reason
         return data
+
+
+def _evidence_of(report: AbnormalReport, suspect: dict) -> tuple:
+    return next(s.evidence for s in report.suspects if s.service == suspect["service"])
 
 
 # -- structure ------------------------------------------------------------------------------------
@@ -1069,6 +1105,7 @@ def find_abnormal(
     fault_end_ns: int | None = None,
     top: int = 10,
     options: AnalysisOptions | None = None,
+    rank: bool = True,
 ) -> AbnormalReport:
     """Find the first abnormal span of the fault window and rank the abnormal (service, span name) pairs.
 
@@ -1076,7 +1113,8 @@ def find_abnormal(
     ``[baseline_from_ns, baseline_until_ns)``, else the first third of the table's time range. The
     fault window is the traces starting at or after ``fault_start_ns`` (up to ``fault_end_ns``), else
     every trace not in the baseline (after ``baseline_until_ns`` when given); onsets are reported
-    relative to ``fault_start_ns``, else to the baseline's end. ``top`` bounds the ranked pairs.
+    relative to ``fault_start_ns``, else to the baseline's end. ``top`` bounds the ranked pairs and
+    suspects; ``rank`` False skips the suspects' ranking (:mod:`drill.traces.suspects`).
     """
     options = options or AnalysisOptions()
     if not len(table):
@@ -1107,4 +1145,20 @@ def find_abnormal(
         thin_pairs=thin,
         new_pairs=new,
         options=options,
+        ranking=_ranking(ctx, groups, top) if rank else None,
     )
+
+
+def _ranking(ctx: _Context, groups: int, top: int) -> Ranking:
+    flags = ctx.flags
+    inputs = SuspectInputs(
+        ctx.table,
+        ctx.tree.parent,
+        ctx.group,
+        ctx.pair_service,
+        ctx.pair_name,
+        ctx.win.baseline,
+        ctx.win.fault,
+        flags.cause & (flags.error | flags.missing),
+    )
+    return rank_suspects(inputs, groups, ctx.options.thresholds(), top)

@@ -100,6 +100,26 @@ def test_expectations_match_or_fail(tmp_path):
     assert either.status is Status.PASS
 
 
+def test_suspects_top_five_in_observed_and_expect_within_k(tmp_path):
+    kit = run(tmp_path)
+    verdict = judge(kit)
+    suspects = verdict.observed["suspects"]
+    assert suspects[0]["service"] == "drill-replica-0" and suspects[0]["rank"] == 1 and len(suspects) <= 5
+    assert "own work" in suspects[0]["why"] and suspects[0]["evidence"]
+    assert "suspects: drill-replica-0" in verdict.message
+    assert judge(kit, expect={"service": "drill-replica-0", "within": 1}).status is Status.PASS
+    missed = judge(kit, expect={"service": "drill-replica-1", "within": 3})
+    assert missed.status is Status.FAIL and "within the first 3" in missed.message
+
+
+def test_an_immaterial_first_span_is_no_pass_when_a_span_is_expected(tmp_path):
+    kit = run(tmp_path)
+    weak = judge(kit, min_impact=1000.0, expect={"service": "drill-replica-0"})  # nothing adds 1000x
+    assert weak.status is Status.FAIL and weak.message.startswith("nothing material deviated; weakest signals:")
+    assert judge(kit, min_impact=1000.0, expect={"service": "drill-replica-0"}, material=False).status is Status.PASS
+    assert judge(kit, min_impact=1000.0).status is Status.PASS  # nothing expected: reported, with a note
+
+
 def test_nothing_abnormal_passes_unless_required(tmp_path):
     kit = run(tmp_path, slow_queue=False)
     calm = judge(kit)
@@ -131,11 +151,16 @@ def test_too_many_orphans_is_inconclusive(tmp_path):
     assert verdict.status is Status.INCONCLUSIVE and "never exported" in verdict.message
 
 
-def test_thin_baseline_is_inconclusive(tmp_path):
-    verdict = judge(run(tmp_path, n_base=8))  # 8 router spans of each pair, 4 per replica
+def test_thin_baseline_is_judged_by_rank_test_and_too_thin_is_inconclusive(tmp_path):
+    kit = run(tmp_path, n_base=8)  # 8 router spans of each pair, 4 per replica
+    thin = judge(kit)  # under min_baseline_spans (10): the rank test still judges the replica's queue
+    assert thin.status is Status.PASS and thin.observed["suspects"][0]["service"] == "drill-replica-0", thin.observed
+    assert any("thin baseline: rank test on 4 spans" in e for e in thin.observed["suspects"][0]["evidence"])
+    verdict = judge(kit, min_judged_spans=9)  # no pair has 9 baseline spans: nothing can be judged
     assert verdict.status is Status.INCONCLUSIVE
-    assert "10 or more baseline spans" in verdict.message and verdict.observed["baseline_spans"] == 56
-    assert judge(run(tmp_path, n_base=8), min_baseline_spans=8).status is Status.PASS
+    assert "could be judged" in verdict.message and "fewer than 9 baseline spans" in verdict.message
+    assert verdict.observed["baseline_spans"] == 56
+    assert judge(kit, min_baseline_spans=8).status is Status.PASS
 
 
 def test_no_baseline_phase_is_inconclusive(tmp_path):

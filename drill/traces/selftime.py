@@ -1,0 +1,130 @@
+"""Where a span's time went: its self time, and the link time around calls made without a CLIENT span.
+
+- :func:`self_time`: a span's duration less the time of its children on its critical path (Jaeger's
+  critical path, one step deep: the last-finishing child and the children that ended before it
+  started; a child running in parallel with it was not waited for). Clipped to the span: a child's
+  clock skew cannot make it negative.
+- :func:`direct_links`: for a call into another service with no CLIENT span between (the caller's
+  SERVER or INTERNAL span is the callee's SERVER span's parent), the time around the callee's span:
+  from the previous sibling's end (the parent's start when that sibling still ran) to the callee
+  span's start, plus from its end to the next sibling's start (the parent's end when the next one
+  started before it ended: calls in parallel). It holds the network both ways and the caller's own
+  work next to the call: a delay on that link shows there, and not in the callee's spans.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from drill.traces.ranktest import order_by
+from drill.traces.table import KIND_NAMES, SpanTable
+
+__all__ = ["DirectLinks", "critical_children", "direct_links", "self_time"]
+
+_CLIENT = KIND_NAMES.index("CLIENT")
+
+
+def critical_children(table: SpanTable, parent: np.ndarray) -> np.ndarray:
+    """bool per row: the span is on its parent's critical path (Jaeger's: from the last-finishing child
+    back, each time the child that finished last before the current one started)."""
+    has_parent = parent >= 0
+    siblings = np.bincount(parent[has_parent], minlength=len(table))
+    critical = has_parent & (siblings[np.maximum(parent, 0)] == 1)  # an only child is on the path
+    rows = np.flatnonzero(has_parent & ~critical)
+    if not len(rows):
+        return critical
+    t0 = int(table.start_ns.min())
+    by_end = rows[order_by(parent[rows], table.end_ns[rows] - t0)]
+    last = np.ones(len(by_end), dtype=bool)
+    last[:-1] = parent[by_end[1:]] != parent[by_end[:-1]]
+    before = _finished_before(table, parent, by_end, t0)
+    frontier = by_end[last]
+    while len(frontier):
+        critical[frontier] = True
+        frontier = before[frontier]
+        frontier = frontier[(frontier >= 0) & ~critical[np.maximum(frontier, 0)]]
+    return critical
+
+
+def _finished_before(table: SpanTable, parent: np.ndarray, by_end: np.ndarray, t0: int) -> np.ndarray:
+    """int64 per row: the sibling that ended last at or before the row's start (-1: none).
+
+    ``by_end`` is sorted by (parent, end): a binary search of each child's start among its parent's ends
+    (one int64 key per (parent, time)), kept when the end found is the same parent's."""
+    up = parent[by_end]
+    dense = np.cumsum(np.concatenate(([0], up[1:] != up[:-1])))  # parent rank, ascending along by_end
+    end, start = table.end_ns[by_end] - t0, table.start_ns[by_end] - t0
+    if int(dense[-1]) >= 2**21 or int(max(end.max(), start.max())) >= 2**42:
+        return _finished_before_merged(table, parent, by_end)
+    keys = (dense << 42) | np.maximum(end, 0)
+    found = np.searchsorted(keys, (dense << 42) | np.maximum(start, 0), side="right") - 1
+    found -= found == np.arange(len(by_end))  # a zero-length child finds its own end: the one before it
+    same = (found >= 0) & (dense[np.maximum(found, 0)] == dense)
+    out = np.full(len(table), -1, dtype=np.int64)
+    out[by_end[same]] = by_end[found[same]]
+    return out
+
+
+def _finished_before_merged(table: SpanTable, parent: np.ndarray, by_end: np.ndarray) -> np.ndarray:
+    """:func:`_finished_before` by one sort of the ends and starts together (any ids and times)."""
+    n = len(by_end)
+    times = np.concatenate((table.end_ns[by_end], table.start_ns[by_end]))
+    owners = np.concatenate((parent[by_end], parent[by_end]))
+    is_start = np.concatenate((np.zeros(n, dtype=bool), np.ones(n, dtype=bool)))
+    order = np.lexsort((is_start, times, owners))
+    position = np.where(~is_start[order], order, -1)  # index into by_end of each end event
+    seen = np.maximum.accumulate(position)
+    starts = np.flatnonzero(is_start[order])
+    found = seen[starts]
+    child = by_end[order[starts] - n]
+    same = (found >= 0) & (parent[by_end[np.maximum(found, 0)]] == parent[child])
+    out = np.full(len(table), -1, dtype=np.int64)
+    out[child[same]] = by_end[found[same]]
+    return out
+
+
+def self_time(table: SpanTable, parent: np.ndarray) -> np.ndarray:
+    """float ns per row: the duration less its critical-path children's time inside it (never below 0)."""
+    rows = np.flatnonzero(critical_children(table, parent))
+    up = parent[rows]
+    inside = np.minimum(table.end_ns[rows], table.end_ns[up]) - np.maximum(table.start_ns[rows], table.start_ns[up])
+    waited = np.bincount(up, weights=np.maximum(inside, 0), minlength=len(table))
+    return np.maximum(table.duration_ns - waited, 0.0)
+
+
+@dataclass(frozen=True)
+class DirectLinks:
+    """One entry per call into another service without a CLIENT span."""
+
+    child: np.ndarray  # int64 row of the callee's span
+    parent: np.ndarray  # int64 row of the caller's span
+    gap: np.ndarray  # float ns of link time around the call
+
+
+def direct_links(table: SpanTable, parent: np.ndarray) -> DirectLinks:
+    rows = np.flatnonzero(parent >= 0)
+    up = parent[rows]
+    cross = (table.service[rows] != table.service[up]) & (table.kind[up] != _CLIENT)
+    callers = np.zeros(len(table), dtype=bool)
+    callers[up[cross]] = True
+    rows = rows[callers[up]]  # only the children of spans that call another service without a CLIENT span
+    if not len(rows):
+        empty = np.zeros(0, dtype=np.int64)
+        return DirectLinks(empty, empty, np.zeros(0))
+    t0 = int(table.start_ns.min())
+    order = rows[order_by(parent[rows], table.start_ns[rows] - t0)]
+    up = parent[order]
+    same_before = np.zeros(len(order), dtype=bool)
+    same_before[1:] = up[1:] == up[:-1]
+    same_after = np.zeros(len(order), dtype=bool)
+    same_after[:-1] = same_before[1:]
+    start, end = table.start_ns[order], table.end_ns[order]
+    prev_end = np.where(same_before, np.roll(end, 1), table.start_ns[up])
+    prev_end = np.where(prev_end <= start, prev_end, table.start_ns[up])
+    next_start = np.where(same_after, np.roll(start, -1), table.end_ns[up])
+    next_start = np.where(next_start >= end, next_start, table.end_ns[up])
+    gap = (np.maximum(start - prev_end, 0) + np.maximum(next_start - end, 0)).astype(np.float64)
+    cross = (table.service[order] != table.service[up]) & (table.kind[up] != _CLIENT)
+    return DirectLinks(order[cross], up[cross], gap[cross])

@@ -1,0 +1,514 @@
+"""Ranked suspects: which services the fault window's evidence points at, pooled per service.
+
+Per (service, span name) pair with spans in the fault window (see ``docs/trace-analysis.md``):
+
+1. **Self time** of every span: its duration minus the time of its children on its critical path
+   (clipped to the span), so a caller that only waits for a slow callee is not itself slower.
+2. **Judged** when the pair has ``min_spans`` or more baseline spans: a one-sided Mann-Whitney rank
+   test (:mod:`drill.traces.ranktest`) of the fault window's self times against the baseline's, and
+   the median ratio ``(median_f + floor) / (median_b + floor)`` (``floor`` = ``min_excess_ms``, so a
+   µs-scale span cannot look 3x slower). The log ratio less the median log ratio of all judged pairs
+   (a load change that slows everything a little is not a fault) is the pair's *effect*. A pair
+   *deviates* when its rank test passes ``alpha``, its ratio reaches ``min_ratio`` and its median
+   grew by ``min_excess_ms``. Pairs with fewer than ``min_baseline_spans`` baseline spans are judged
+   the same way and marked *thin*; those under ``min_spans`` are *not judged*, with their counts.
+3. **Attribution**: a CLIENT span's self time is the link's (network, proxy, the callee's queue): its
+   evidence goes to the *callee* (its SERVER child's service, else ``server.address``,
+   ``peer.service`` or ``net.peer.name``), weighed by the share of the callee's incoming links that
+   are slow, and to the caller, weighed by the share of its outgoing links that are slow and by
+   ``caller_weight``: a delay on one service's network slows every link into it (and, on egress, out
+   of it), not one caller's. A non-CLIENT span whose children are in other services (no CLIENT span
+   between) holds link time too: it counts as the service's own only when the service's own work
+   deviates elsewhere, else as its downstream link. Errors and missing children that are root causes
+   (no abnormal span below them) count for their service, a CLIENT span's for its callee.
+4. **Score** of a service: the sum of its deviating pairs' effects (as attributed), plus one point and
+   twice the share of erring spans per pair with root-cause errors. Services are ranked by score;
+   ties go to the callee side.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from statistics import NormalDist
+
+import numpy as np
+
+from drill.traces.ranktest import group_medians, sort_sides
+from drill.traces.selftime import direct_links, self_time
+from drill.traces.table import KIND_NAMES, SpanTable
+
+__all__ = ["NotJudged", "PairEvidence", "Ranking", "Suspect", "SuspectInputs", "Thresholds", "rank_suspects"]
+
+_CLIENT = KIND_NAMES.index("CLIENT")
+_PEER_KEYS = ("server.address", "peer.service", "net.peer.name")
+#: Pieces of evidence kept per suspect.
+_EVIDENCE_KEPT = 8
+_OWN, _CALLEE, _CALLER = "own work", "callee of a slow link", "caller of a slow link"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    min_spans: int  # baseline spans a pair needs to be judged at all (rank test)
+    min_baseline_spans: int  # below this a judgement is marked thin
+    alpha: float  # one-sided significance of the rank test
+    min_ratio: float  # a deviating pair's self-time median ratio
+    min_excess_ms: float  # ... and its median's growth; also the ratio's floor
+    caller_weight: float = 0.75  # a slow link's weight for its caller (the callee's is 1)
+
+
+@dataclass(frozen=True)
+class SuspectInputs:
+    """What the ranking needs from the analysis, as columns over the table's rows."""
+
+    table: SpanTable
+    parent: np.ndarray  # int64 parent row, -1 for a top
+    group: np.ndarray  # int64 (service, name) pair code per row
+    pair_service: np.ndarray  # service code per pair
+    pair_name: np.ndarray  # name code per pair
+    baseline: np.ndarray  # bool per row
+    fault: np.ndarray  # bool per row
+    root_errors: np.ndarray  # bool per row: an error or missing child that is a root cause
+
+
+@dataclass(frozen=True)
+class PairEvidence:
+    """One (service, span name) pair's judgement, as it counts for one suspect."""
+
+    service: str  # the spans' service
+    name: str
+    kind: str  # span kind
+    role: str  # "own work" | "callee of a slow link" | "caller of a slow link"
+    baseline_spans: int
+    fault_spans: int
+    thin: bool  # judged on fewer than min_baseline_spans baseline spans
+    self_baseline_ms: float
+    self_fault_ms: float  # medians of the self time
+    duration_baseline_ms: float
+    duration_fault_ms: float  # medians of the duration
+    ratio: float  # self-time median ratio (floored)
+    z: float  # rank test z of the self time (one-sided; alpha's z in Thresholds)
+    errors: int  # root-cause error / missing-child spans in the fault window
+    score: float  # what it adds to the suspect's score
+
+    @property
+    def text(self) -> str:
+        thin = f", thin baseline: rank test on {self.baseline_spans} spans" if self.thin else ""
+        parts = []
+        if self.ratio > 1:
+            parts.append(
+                f"self time {self.ratio:.1f}x ({_ms(self.self_baseline_ms)} → {_ms(self.self_fault_ms)}, "
+                f"duration {_ms(self.duration_baseline_ms)} → {_ms(self.duration_fault_ms)})"
+            )
+        if self.errors:
+            parts.append(f"{self.errors} root-cause error(s)")
+        counts = f"{self.baseline_spans} baseline / {self.fault_spans} fault spans{thin}"
+        return f"{self.service}/{self.name} [{self.role}]: {'; '.join(parts) or 'no change'} ({counts})"
+
+
+@dataclass(frozen=True)
+class Suspect:
+    service: str
+    score: float
+    evidence: tuple[PairEvidence, ...]  # strongest first
+    why: str
+
+
+@dataclass(frozen=True)
+class NotJudged:
+    pair: str  # "service/name"
+    baseline_spans: int
+    fault_spans: int
+
+
+@dataclass(frozen=True)
+class Ranking:
+    suspects: tuple[Suspect, ...]
+    weakest: tuple[PairEvidence, ...]  # the largest effects that did not deviate (when nothing did)
+    pairs: int  # fault-window pairs
+    judged: int  # of them judged (min_spans baseline spans or more)
+    thin: int  # of the judged, on fewer than min_baseline_spans
+    not_judged: tuple[NotJudged, ...]
+    fault_spans: int
+    unjudged_spans: int  # fault-window spans of pairs not judged
+    min_spans: int
+
+    @property
+    def mostly_unjudged(self) -> bool:
+        return self.unjudged_spans * 2 > self.fault_spans or self.judged * 2 < self.pairs
+
+    @property
+    def unjudged_reason(self) -> str:
+        return (
+            f"{len(self.not_judged)} of {self.pairs} pairs had fewer than {self.min_spans} baseline spans "
+            f"({self.unjudged_spans} of {self.fault_spans} fault-window spans not judged)"
+        )
+
+
+def _ms(value: float) -> str:
+    if not math.isfinite(value):
+        return "-"
+    return f"{value / 1000:.2f} s" if value >= 1000 else (f"{value:.0f} ms" if value >= 10 else f"{value:.3g} ms")
+
+
+# -- what is judged: the pairs, and the calls made without a CLIENT span ----------------------------
+
+
+@dataclass(frozen=True)
+class _Units:
+    """The judged units: codes 0..groups-1 are the (service, span name) pairs, then one per (caller pair,
+    callee service) of the calls made without a CLIENT span; plus their samples (baseline and fault rows)."""
+
+    values: np.ndarray  # float ns per sample: self time (pairs), link time (direct links)
+    rows: np.ndarray  # int64 table row of each pair sample (the direct links' samples follow them)
+    table: SpanTable
+    unit: np.ndarray  # int64 unit code per sample
+    fault: np.ndarray  # bool per sample
+    errors: np.ndarray  # int per unit: root-cause errors / missing children in the fault window
+    service: list[str]  # per unit: the spans' service (the caller's for a link)
+    name: list[str]
+    kind: list[str]
+    callee: list[str | None]  # links (CLIENT pairs, direct links): the called service
+    caller_pair: np.ndarray  # int64 per unit: a direct link's caller pair, else -1
+    pairs: int  # how many units are pairs
+
+
+def _units(inputs: SuspectInputs, groups: int) -> _Units:
+    table = inputs.table
+    rows = np.flatnonzero(inputs.baseline | inputs.fault)
+    own = self_time(table, inputs.parent)
+    links = direct_links(table, inputs.parent)
+    keep = inputs.baseline[links.parent] | inputs.fault[links.parent]
+    child, parent, gap = links.child[keep], links.parent[keep], links.gap[keep]
+    width = max(len(table.services), 1)
+    keys, link_unit = np.unique(inputs.group[parent] * width + table.service[child], return_inverse=True)
+    kinds = _pair_kind(inputs, groups)
+    service = [table.services[s] for s in inputs.pair_service.tolist()]
+    name = [table.names[n] for n in inputs.pair_name.tolist()]
+    callee = _client_callees(inputs, groups, kinds)
+    link_pair = (keys // width).astype(np.int64)
+    errors = np.bincount(inputs.group[inputs.root_errors & inputs.fault], minlength=groups)
+    return _Units(
+        values=np.concatenate((own if len(rows) == len(table) else own[rows], gap)),
+        rows=rows,
+        table=table,
+        unit=np.concatenate((inputs.group[rows], groups + link_unit.astype(np.int64))),
+        fault=np.concatenate((inputs.fault[rows], inputs.fault[parent])),
+        errors=np.concatenate((errors, np.zeros(len(keys), dtype=np.int64))),
+        service=service + [service[g] for g in link_pair.tolist()],
+        name=name + [f"{name[g]} → {table.services[s]}" for g, s in zip(link_pair.tolist(), (keys % width).tolist())],
+        kind=[KIND_NAMES[int(k)] for k in kinds] + ["link"] * len(keys),
+        callee=callee + [table.services[s] for s in (keys % width).tolist()],
+        caller_pair=np.concatenate((np.full(groups, -1, dtype=np.int64), link_pair)),
+        pairs=groups,
+    )
+
+
+def _pair_kind(inputs: SuspectInputs, groups: int) -> np.ndarray:
+    """The span kind of each pair's first span (a fancy assignment keeps the last write: reversed)."""
+    kind = np.zeros(groups, dtype=np.int64)
+    kind[inputs.group[::-1]] = inputs.table.kind[::-1]
+    return kind
+
+
+def _peer_service(attributes: dict, services: dict[str, int]) -> str | None:
+    """The service a CLIENT span's attributes name: the host of ``server.address`` / ``peer.service`` /
+    ``net.peer.name`` (scheme, path and port dropped) when it is a known service, else its first DNS
+    label (``cart.shop.svc.cluster.local`` is ``cart``); an IP address as it is."""
+    for key in _PEER_KEYS:
+        value = attributes.get(key)
+        if value:
+            host = str(value).split("://")[-1].split("/")[0]
+            if host.count(":") == 1:  # host:port (an IPv6 address has more colons)
+                host = host.split(":")[0]
+            if host in services or ":" in host or host.replace(".", "").isdigit():
+                return host
+            return host.split(".")[0]
+    return None
+
+
+def _client_callees(inputs: SuspectInputs, groups: int, kinds: np.ndarray) -> list[str | None]:
+    """Per pair: for a CLIENT pair, the service it calls (its children's commonest service other than its
+    own, else the peer its attributes name); None for other pairs and CLIENT spans naming no callee."""
+    table, parent = inputs.table, inputs.parent
+    out: list[str | None] = [None] * groups
+    child = np.flatnonzero(parent >= 0)
+    up = parent[child]
+    cross = (table.service[child] != table.service[up]) & (table.kind[up] == _CLIENT)
+    width = max(len(table.services), 1)
+    values, counts = np.unique(inputs.group[up[cross]] * width + table.service[child[cross]], return_counts=True)
+    for value in values[np.argsort(counts, kind="stable")].tolist():  # the commonest last, so it wins
+        out[value // width] = table.services[value % width]
+    services = {name: code for code, name in enumerate(table.services)}
+    client_rows = np.flatnonzero(table.kind == _CLIENT)
+    for g in np.flatnonzero(kinds == _CLIENT).tolist():
+        if out[g] is None:
+            rows = client_rows[inputs.group[client_rows] == g][:50]
+            peers = [p for p in (_peer_service(table.attributes[r], services) for r in rows) if p]
+            out[g] = max(sorted(set(peers)), key=peers.count) if peers else None
+    return out
+
+
+# -- per-unit judgement ----------------------------------------------------------------------------
+
+#: A unit slower by min_ratio whose rank test passes only alpha times this (at most 0.2) is suggestive: it
+#: counts this weight of its effect, so it ranks its service after every significant suspect's.
+_SUGGESTIVE_ALPHA, _SUGGESTIVE_WEIGHT = 10, 0.05
+#: Root-cause errors that count fully (fewer count in proportion).
+_ERRORS_FULL = 5
+#: The ratio's floor, as a share of min_excess_ms: a 20 µs span cannot look 3x slower by 40 µs.
+_FLOOR_SHARE = 0.1
+#: The largest load shift (both windows slower or faster everywhere) the judgement corrects for.
+_MAX_COMMON = math.log(1.5)
+
+
+@dataclass(frozen=True)
+class _Judged:
+    z: np.ndarray  # rank test z per unit
+    n_base: np.ndarray
+    n_fault: np.ndarray
+    self_base: np.ndarray  # ms medians
+    self_fault: np.ndarray
+    ratio: np.ndarray
+    effect: np.ndarray  # log ratio less the common shift
+    judged: np.ndarray  # bool
+    deviates: np.ndarray  # bool
+    suggestive: np.ndarray  # bool: slower, significant only at alpha·_SUGGESTIVE_ALPHA
+
+
+def _judge(u: _Units, t: Thresholds) -> _Judged:
+    n = len(u.service)
+    sides = sort_sides(u.values, u.unit, u.fault, n)
+    self_base, self_fault = sides.medians(fault=False) / 1e6, sides.medians(fault=True) / 1e6
+    n_base = np.bincount(sides.base_group, minlength=n)
+    judged = (n_base >= t.min_spans) & (np.bincount(sides.fault_group, minlength=n) > 0)
+    floor = t.min_excess_ms * _FLOOR_SHARE
+    ratio = (np.nan_to_num(self_fault) + floor) / (np.nan_to_num(self_base) + floor)
+    log_ratio = np.log(ratio)
+    pairs = judged.copy()
+    pairs[u.pairs :] = False
+    common = float(np.clip(np.median(log_ratio[pairs]), -_MAX_COMMON, _MAX_COMMON)) if pairs.sum() >= 5 else 0.0
+    # the rank test against the baseline scaled by the common shift: a load change everywhere is no deviation
+    test = sides.rank_test(math.exp(common))
+    effect = log_ratio - common
+    slower = judged & (effect >= math.log(t.min_ratio))
+    deviates = slower & (test.z >= _z_alpha(t))
+    suggestive = slower & ~deviates & (test.z >= NormalDist().inv_cdf(1 - min(t.alpha * _SUGGESTIVE_ALPHA, 0.2)))
+    return _Judged(
+        test.z, test.n_base, test.n_fault, self_base, self_fault, ratio, effect, judged, deviates, suggestive
+    )
+
+
+def _durations(u: _Units, wanted: list[int]) -> dict[int, tuple[float, float]]:
+    """Median durations (ms, baseline and fault window) of the ``wanted`` units, for their evidence."""
+    lookup = np.full(len(u.service), -1, dtype=np.int64)
+    lookup[np.asarray(wanted, dtype=np.int64)] = np.arange(len(wanted))
+    local = lookup[u.unit]
+    samples = np.flatnonzero(local >= 0)
+    local = local[samples]
+    index = {x: i for i, x in enumerate(wanted)}
+    fault = u.fault[samples]
+    pair = samples < len(u.rows)
+    duration = u.values[samples].astype(np.float64)  # a direct link's duration is its link time
+    rows = u.rows[samples[pair]]
+    duration[pair] = u.table.end_ns[rows] - u.table.start_ns[rows]
+    base = group_medians(duration[~fault], local[~fault], len(wanted)) / 1e6
+    late = group_medians(duration[fault], local[fault], len(wanted)) / 1e6
+    return {x: (float(base[i]), float(late[i])) for x, i in index.items()}
+
+
+def _z_alpha(t: Thresholds) -> float:
+    return NormalDist().inv_cdf(1 - t.alpha)
+
+
+# -- attribution -----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Tally:
+    """Per service: (unit, score) of its own work, of slow links into it and out of it; links judged."""
+
+    own: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    incoming: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    outgoing: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    in_links: dict[str, int] = field(default_factory=dict)
+    out_links: dict[str, int] = field(default_factory=dict)
+
+
+def _pooled(j: _Judged, units: list[int], t: Thresholds) -> list[int]:
+    """A service's own units that count: those that deviate, or — when its own units' rank tests pooled
+    (Stouffer's z = Σz/√k) pass ``alpha`` and their median effect reaches ``min_ratio`` — every judged one
+    that is slower (a service slower everywhere by a little: CPU contention)."""
+    judged = [x for x in units if j.judged[x]]
+    if len(judged) >= 2:
+        pooled_z = float(np.sum(j.z[judged])) / math.sqrt(len(judged))
+        if pooled_z >= _z_alpha(t) and float(np.median(j.effect[judged])) >= math.log(t.min_ratio):
+            return [x for x in judged if j.effect[x] > 0 and j.z[x] > 0]
+    return [x for x in units if j.deviates[x]]
+
+
+def _own_units(u: _Units, j: _Judged, t: Thresholds) -> set[int]:
+    """Units counted as their service's own work: its pairs that are not links, and a caller's span whose
+    calls went without a CLIENT span unless one of those links is slow while the rest of the service's
+    own work is normal (then the time is the link's)."""
+    live = np.flatnonzero(j.n_fault > 0).tolist()
+    direct: dict[int, list[int]] = {}
+    for x in live:
+        if x >= u.pairs:
+            direct.setdefault(int(u.caller_pair[x]), []).append(x)
+    own: dict[str, list[int]] = {}
+    for x in live:
+        if x < u.pairs and (u.callee[x] is None or u.callee[x] == u.service[x]) and x not in direct:
+            own.setdefault(u.service[x], []).append(x)
+    counted = {x for units in own.values() for x in _pooled(j, units, t)}
+    working = {u.service[x] for x in counted}
+    for caller, links in direct.items():
+        slow = [x for x in links if j.deviates[x]]
+        if u.service[caller] in working or not slow:
+            if j.deviates[caller] or u.errors[caller]:
+                counted.add(caller)
+            counted.update(links)  # marked own: not counted as links
+    return counted
+
+
+def _error_score(u: _Units, j: _Judged, x: int) -> float:
+    """Root-cause errors: twice their share of the unit's fault-window spans, less for a handful."""
+    errors = float(u.errors[x])
+    return 2.0 * errors / max(int(j.n_fault[x]), 1) * min(1.0, errors / _ERRORS_FULL)
+
+
+def _effect(u: _Units, j: _Judged, own: set[int], x: int) -> float:
+    """What unit ``x``'s slowdown adds: its effect when it deviates (or counts in its service's pooled own
+    work), a ``_SUGGESTIVE_WEIGHT`` of it when it is only suggestive, else nothing."""
+    effect = max(float(j.effect[x]), 0.0)
+    if j.deviates[x] or (x in own and x < u.pairs):
+        return effect
+    return effect * _SUGGESTIVE_WEIGHT if j.suggestive[x] else 0.0
+
+
+def _tally(u: _Units, j: _Judged, t: Thresholds) -> _Tally:
+    tally = _Tally()
+    own = _own_units(u, j, t)
+    for x in np.flatnonzero(j.n_fault > 0).tolist():
+        service, callee = u.service[x], u.callee[x]
+        effect, errors = _effect(u, j, own, x), _error_score(u, j, x)
+        if x in own or callee is None or callee == service:
+            if x < u.pairs and (effect or errors):
+                tally.own.setdefault(service, []).append((x, effect + errors))
+            continue
+        if j.judged[x]:
+            tally.in_links[callee] = tally.in_links.get(callee, 0) + 1
+            tally.out_links[service] = tally.out_links.get(service, 0) + 1
+        if effect:
+            tally.incoming.setdefault(callee, []).append((x, effect))
+            tally.outgoing.setdefault(service, []).append((x, effect))
+        if errors:
+            tally.incoming.setdefault(callee, []).append((x, errors))
+    return tally
+
+
+def _scores(tally: _Tally, t: Thresholds) -> dict[str, list[tuple[int, float, str]]]:
+    out: dict[str, list[tuple[int, float, str]]] = {}
+    for service, items in tally.own.items():
+        out.setdefault(service, []).extend((x, s, _OWN) for x, s in items)
+    for service, items in tally.incoming.items():
+        share = len(items) / max(tally.in_links.get(service, 0), len(items))
+        out.setdefault(service, []).extend((x, s * share, _CALLEE) for x, s in items)
+    for service, items in tally.outgoing.items():
+        share = len(items) / max(tally.out_links.get(service, 0), len(items))
+        out.setdefault(service, []).extend((x, s * share * t.caller_weight, _CALLER) for x, s in items)
+    return out
+
+
+# -- the report ------------------------------------------------------------------------------------
+
+
+def _evidence(
+    u: _Units, j: _Judged, x: int, role: str, score: float, t: Thresholds, durations: dict[int, tuple[float, float]]
+) -> PairEvidence:
+    dur_base, dur_fault = durations[x]
+    return PairEvidence(
+        service=u.service[x],
+        name=u.name[x],
+        kind=u.kind[x],
+        role=role,
+        baseline_spans=int(j.n_base[x]),
+        fault_spans=int(j.n_fault[x]),
+        thin=bool(j.n_base[x] < t.min_baseline_spans),
+        self_baseline_ms=round(float(j.self_base[x]), 3),
+        self_fault_ms=round(float(j.self_fault[x]), 3),
+        duration_baseline_ms=round(dur_base, 3),
+        duration_fault_ms=round(dur_fault, 3),
+        ratio=round(float(j.ratio[x]), 3),
+        z=round(float(j.z[x]), 2),
+        errors=int(u.errors[x]),
+        score=round(score, 4),
+    )
+
+
+def _why(service: str, evidence: tuple[PairEvidence, ...]) -> str:
+    parts = []
+    slower = [e for e in evidence if e.role == _OWN and e.ratio > 1 and not e.errors]
+    erring = [e for e in evidence if e.role == _OWN and e.errors]
+    if slower:
+        top = max(e.ratio for e in slower)
+        parts.append(f"its own work is slower in {len(slower)} operation(s) (self time up to {top:.1f}x)")
+    if erring:
+        parts.append(f"root-cause errors in {len(erring)} operation(s)")
+    callers = sorted({e.service for e in evidence if e.role == _CALLEE})
+    if callers:
+        parts.append(f"the links into it are slow (time in {', '.join(callers[:4])}'s calls, outside its spans)")
+    if any(e.role == _CALLER for e in evidence):
+        parts.append("its outgoing links are slow")
+    return "; ".join(parts)
+
+
+def rank_suspects(inputs: SuspectInputs, groups: int, t: Thresholds, top: int = 10) -> Ranking:
+    """Services ranked by the fault window's pooled evidence against them (see the module doc)."""
+    u = _units(inputs, groups)
+    j = _judge(u, t)
+    scored = []
+    for service, items in _scores(_tally(u, j, t), t).items():
+        total = sum(s for _, s, _ in items)
+        if total > 0:
+            items = sorted(items, key=lambda item: -item[1])[:_EVIDENCE_KEPT]
+            callee_side = sum(s for _, s, role in items if role == _CALLEE)
+            scored.append((-total, -callee_side, service, items))
+    scored = sorted(scored, key=lambda r: r[:3])[:top]
+    weakest = [] if scored else _weakest_units(j)
+    durations = _durations(u, sorted({x for *_, items in scored for x, _, _ in items} | set(weakest)))
+    suspects = []
+    for total, _, service, items in scored:
+        evidence = tuple(_evidence(u, j, x, role, s, t, durations) for x, s, role in items)
+        suspects.append(Suspect(service, round(-total, 4), evidence, _why(service, evidence)))
+    weak = tuple(_evidence(u, j, x, _OWN, 0.0, t, durations) for x in weakest)
+    return _ranking(u, j, tuple(suspects), weak, t)
+
+
+def _weakest_units(j: _Judged) -> list[int]:
+    """The largest effects among the judged units that are slower at all (the weakest signals)."""
+    candidates = np.flatnonzero(j.judged & (j.ratio > 1))
+    return candidates[np.argsort(-j.effect[candidates], kind="stable")][:5].tolist()
+
+
+def _ranking(
+    u: _Units, j: _Judged, suspects: tuple[Suspect, ...], weakest: tuple[PairEvidence, ...], t: Thresholds
+) -> Ranking:
+    pairs = np.arange(len(u.service)) < u.pairs
+    in_fault = pairs & (j.n_fault > 0)
+    unjudged = in_fault & ~j.judged
+    not_judged = tuple(
+        NotJudged(f"{u.service[x]}/{u.name[x]}", int(j.n_base[x]), int(j.n_fault[x]))
+        for x in sorted(np.flatnonzero(unjudged).tolist(), key=lambda x: -int(j.n_fault[x]))
+    )
+    return Ranking(
+        suspects=suspects,
+        weakest=weakest,
+        pairs=int(in_fault.sum()),
+        judged=int((in_fault & j.judged).sum()),
+        thin=int((in_fault & j.judged & (j.n_base < t.min_baseline_spans)).sum()),
+        not_judged=not_judged,
+        fault_spans=int(j.n_fault[pairs].sum()),
+        unjudged_spans=int(j.n_fault[unjudged].sum()),
+        min_spans=t.min_spans,
+    )

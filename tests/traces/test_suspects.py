@@ -1,0 +1,227 @@
+"""Ranked suspects (drill.traces.suspects): the failure classes of microservice traces, hand-built.
+
+A small shop: ``gateway`` (SERVER) calls ``cart`` and ``auth`` through CLIENT spans, ``cart`` calls the
+database ``pg`` (no spans of its own: only cart's CLIENT span names it), and now and then the rare
+``reports`` service. Latencies are lognormal with a fixed seed; the fault is applied to the spans of
+traces starting at or after FAULT_S.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from drill.traces.analysis import AnalysisOptions, find_abnormal
+from drill.traces.ranktest import group_medians, rank_test, sort_sides
+from drill.traces.selftime import critical_children, direct_links, self_time
+from drill.traces.table import SpanTable
+from tests.traces.spankit import T0, span
+
+FAULT_S = 60.0
+GAP_MS = 100.0  # 10 requests/s
+
+
+@dataclass
+class Fault:
+    cpu: dict[str, float] = field(default_factory=dict)  # service -> own-work factor
+    ingress_ms: dict[str, float] = field(default_factory=dict)  # service -> delay on every call into it
+    pg_factor: float = 1.0
+
+
+def _lognormal(rng: random.Random, median_ms: float, sigma: float = 0.25) -> float:
+    return median_ms * math.exp(rng.gauss(0, sigma))
+
+
+def _call(rng, trace, parent, caller, callee, name, start, work_ms, fault, active, attrs=None) -> tuple[list, float]:
+    """A CLIENT span of ``caller`` around ``callee``'s SERVER span doing ``work_ms`` of own work."""
+    delay = fault.ingress_ms.get(callee, 0.0) if active else 0.0
+    work = _lognormal(rng, work_ms) * (fault.cpu.get(callee, 1.0) if active else 1.0)
+    server_start = start + _lognormal(rng, 0.3)
+    server_end = server_start + work
+    end = server_end + _lognormal(rng, 0.3) + delay
+    client = span(
+        trace,
+        name,
+        service=caller,
+        kind="CLIENT",
+        parent=parent,
+        start_ms=start,
+        end_ms=end,
+        attributes=attrs or {"server.address": callee, "server.port": 8080},
+    )
+    server = span(trace, name, service=callee, kind="SERVER", parent=client, start_ms=server_start, end_ms=server_end)
+    return [client, server], end
+
+
+def shop(fault: Fault | None = None, *, seconds: float = 120.0, seed: int = 1, reports_every: int = 15) -> list[dict]:
+    rng, fault, out = random.Random(seed), fault or Fault(), []
+    for i in range(int(seconds * 1000 / GAP_MS)):
+        start = i * GAP_MS
+        active = start >= FAULT_S * 1000
+        trace = i + 1
+        gateway = span(trace, "GET /checkout", service="gateway", kind="SERVER", start_ms=start, end_ms=start)
+        spans = [gateway]
+        t = start + _lognormal(rng, 1.0) * (fault.cpu.get("gateway", 1.0) if active else 1.0)
+        auth, t = _call(rng, trace, gateway, "gateway", "auth", "POST /verify", t, 2.0, fault, active)
+        spans += auth
+        cart, t = _call(rng, trace, gateway, "gateway", "cart", "GET /cart", t, 3.0, fault, active)
+        spans += cart
+        pg_ms = _lognormal(rng, 4.0) * (fault.pg_factor if active else 1.0)
+        client, server = cart  # cart queries pg after its own work: the query moves the span's end
+        back = client["end_ns"] - server["end_ns"]
+        q_start = (server["end_ns"] - T0) / 1e6
+        spans.append(
+            span(
+                trace,
+                "SELECT cart",
+                service="cart",
+                kind="CLIENT",
+                parent=server,
+                start_ms=q_start,
+                end_ms=q_start + pg_ms,
+                attributes={"db.system": "postgresql", "server.address": "pg.shop.svc.cluster.local"},
+            )
+        )
+        server["end_ns"] = T0 + int((q_start + pg_ms + 0.2) * 1e6)
+        client["end_ns"] = server["end_ns"] + back
+        t = max(t, (cart[0]["end_ns"] - T0) / 1e6)
+        if i % reports_every == 0:
+            rep, t = _call(rng, trace, gateway, "gateway", "reports", "GET /report", t, 20.0, fault, active)
+            spans += rep
+        gateway["end_ns"] = T0 + int((t + 0.5) * 1e6)
+        out += spans
+    return out
+
+
+def analyse(spans: list[dict], **options) -> object:
+    table = SpanTable.from_spans(spans)
+    return find_abnormal(table, baseline_until_ns=T0 + int(FAULT_S * 1e9), options=AnalysisOptions(**options))
+
+
+def services(report) -> list[str]:
+    return [s.service for s in report.suspects]
+
+
+# -- the statistics --------------------------------------------------------------------------------
+
+
+def test_rank_test_small_samples_ties_and_direction():
+    values = np.array([1.0, 2.0, 3.0, 10.0, 11.0, 12.0, 13.0, 5.0, 5.0, 5.0, 5.0])
+    group = np.array([0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1])
+    fault = np.array([False, False, False, True, True, True, True, False, False, True, True])
+    test = rank_test(values, group, fault, 3)
+    assert test.n_base.tolist() == [3, 2, 0] and test.n_fault.tolist() == [4, 2, 0]
+    assert test.z[0] > 1.9  # every fault value above every baseline one: U = 12 of 12
+    assert abs(test.z[1]) < 0.5  # all ties: no evidence either way
+    assert test.z[2] == 0  # an empty group
+    slower = rank_test(values[::-1].copy(), group[::-1].copy(), ~fault[::-1], 3)
+    assert slower.z[0] < 0  # the other way round: the fault window is faster
+    assert group_medians(values, group, 3)[:2].tolist() == [10.0, 5.0] and np.isnan(group_medians(values, group, 3)[2])
+
+
+def test_self_time_follows_the_critical_path_not_parallel_children():
+    parent = span(1, "fan-out", start_ms=0, end_ms=100)
+    a = span(1, "a", parent=parent, start_ms=10, end_ms=60)  # parallel with b, finishes first
+    b = span(1, "b", parent=parent, start_ms=10, end_ms=90)  # the last-finishing child
+    c = span(1, "c", parent=parent, start_ms=0, end_ms=8)  # before b started: on the path
+    table = SpanTable.from_spans([parent, a, b, c])
+    rows = {table.names[n]: i for i, n in enumerate(table.name)}
+    critical = critical_children(table, table.parent_row)
+    assert critical[rows["b"]] and critical[rows["c"]] and not critical[rows["a"]]
+    own = self_time(table, table.parent_row)
+    assert own[rows["fan-out"]] == pytest.approx((100 - 80 - 8) * 1e6)
+
+
+def test_direct_links_hold_the_time_around_a_call_without_a_client_span():
+    caller = span(1, "GET /", service="web", kind="SERVER", start_ms=0, end_ms=50)
+    callee = span(1, "GET /api", service="api", kind="SERVER", parent=caller, start_ms=5, end_ms=35)
+    same = span(1, "render", service="web", parent=caller, start_ms=40, end_ms=48)
+    table = SpanTable.from_spans([caller, callee, same])
+    links = direct_links(table, table.parent_row)
+    assert len(links.child) == 1 and table.span_id[links.child[0]] == callee["span_id"]
+    assert links.gap[0] == pytest.approx(10e6)  # 5 ms before it, 5 ms until the next sibling
+
+
+# -- the failure classes ---------------------------------------------------------------------------
+
+
+def test_a_calm_shop_has_no_suspect_and_says_what_it_judged():
+    report = analyse(shop())
+    assert report.suspects == () and report.inconclusive_reason is None
+    assert report.ranking.judged == report.ranking.pairs and report.ranking.not_judged == ()
+
+
+def test_cpu_contention_pools_a_little_slower_everywhere_over_one_noisy_pair():
+    report = analyse(shop(Fault(cpu={"cart": 1.35})))
+    assert services(report)[0] == "cart", [(s.service, s.why) for s in report.suspects]
+    assert "own work" in report.suspects[0].why
+    assert "gateway" not in services(report)[:1]  # the caller only waited for it
+
+
+def test_network_delay_on_the_callee_ranks_the_callee_first_and_the_caller_after():
+    report = analyse(shop(Fault(ingress_ms={"auth": 40.0})))
+    ranked = services(report)
+    assert ranked[0] == "auth", [(s.service, s.why) for s in report.suspects]
+    assert "gateway" in ranked[1:]
+    top = report.suspects[0]
+    assert "links into it are slow" in top.why and top.evidence[0].role == "callee of a slow link"
+    assert top.evidence[0].service == "gateway" and top.evidence[0].kind == "CLIENT"
+
+
+def test_a_slow_database_without_spans_is_named_from_the_client_spans_peer():
+    report = analyse(shop(Fault(pg_factor=5.0)))
+    assert services(report)[0] == "pg"  # server.address pg.shop.svc.cluster.local: its first DNS label
+
+
+def test_a_rare_service_with_a_thin_baseline_is_judged_and_said_to_be_thin():
+    report = analyse(shop(Fault(cpu={"reports": 4.0}), reports_every=150))  # 4 baseline spans, 4 in the fault
+    assert services(report)[0] == "reports", [(s.service, s.why) for s in report.suspects]
+    evidence = report.suspects[0].evidence[0]
+    assert evidence.thin and evidence.baseline_spans == 4 and "thin baseline: rank test on 4 spans" in evidence.text
+    assert services(analyse(shop(Fault(cpu={"reports": 4.0}), reports_every=150), min_judged_spans=5)) == []
+
+
+def test_mostly_unjudged_is_inconclusive_with_the_counts_never_no_deviation():
+    spans = shop(Fault(), seconds=120)
+    renamed = []
+    for s in spans:  # every fault-window span gets names the baseline never had: nothing can be judged
+        if s["start_ns"] >= T0 + int(FAULT_S * 1e9):
+            s = {**s, "name": s["name"] + " v2"}
+        renamed.append(s)
+    report = analyse(renamed)
+    assert report.suspects == () and report.first is None
+    assert report.inconclusive_reason is not None
+    assert f"{report.ranking.pairs} of {report.ranking.pairs} pairs had fewer than 3 baseline spans" in (
+        report.inconclusive_reason
+    )
+
+
+def test_json_carries_the_ranking_with_evidence_text():
+    data = analyse(shop(Fault(ingress_ms={"auth": 40.0}))).to_json()
+    suspect = data["ranking"]["suspects"][0]
+    assert suspect["service"] == "auth" and suspect["score"] > 0 and suspect["why"]
+    evidence = suspect["evidence"][0]
+    assert {"baseline_spans", "fault_spans", "ratio", "z", "thin", "role", "text"} <= set(evidence)
+    assert data["ranking"]["inconclusive_reason"] is None
+
+
+def test_without_ranking_nothing_is_ranked():
+    table = SpanTable.from_spans(shop(Fault(cpu={"cart": 2.0})))
+    report = find_abnormal(table, baseline_until_ns=T0 + int(FAULT_S * 1e9), rank=False)
+    assert report.ranking is None and report.suspects == () and report.first is not None
+
+
+def test_the_sorted_rank_test_agrees_with_the_merged_one():
+    rng = np.random.default_rng(3)
+    values = np.rint(rng.lognormal(10, 1, 3000) / 100) * 100  # ties
+    group = rng.integers(0, 7, 3000)
+    fault = rng.random(3000) < 0.4
+    values[fault & (group == 2)] *= 3
+    sides = sort_sides(values, group, fault, 7)
+    fast, merged = sides.rank_test(1.25), rank_test(np.where(fault, values, values * 1.25), group, fault, 7)
+    assert np.allclose(fast.z, merged.z) and (fast.n_base == merged.n_base).all()
+    assert fast.z[2] > 5 and np.allclose(sides.medians(fault=True), group_medians(values[fault], group[fault], 7))

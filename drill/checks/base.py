@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import abc
 import enum
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -27,8 +26,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from pydantic import BaseModel
 
 from drill.engine.journal import Event, JournalEntry, read_journal
+from drill.errors import InputError
 from drill.jsonl import ReadReport
 from drill.load.records import RequestRecord, read_records
+from drill.rundir.files import read_json
 from drill.spec.validation import SpecModel
 from drill.units import parse_duration
 
@@ -195,7 +196,7 @@ class RunEvidence:
 
     def read(self, name: str, reader: Callable[[Path, ReadReport], Iterator[T]]) -> list[T]:
         """Read ``name`` (a file of the run directory) with ``reader``, recording its report."""
-        report = ReadReport(self.run_dir / name)
+        report = ReadReport(self.run_dir / name, root=self.run_dir)
         items = list(reader(self.run_dir / name, report))
         self.reports[name] = report
         return items
@@ -203,8 +204,17 @@ class RunEvidence:
     @cached_property
     def resolved(self) -> dict:
         """``resolved.json``: the drill, scenario and plugin params as the run used them ({} if absent)."""
-        path = self.run_dir / "resolved.json"
-        return json.loads(path.read_text()) if path.exists() else {}
+        try:
+            resolved = read_json(self.run_dir / "resolved.json", root=self.run_dir)
+        except FileNotFoundError:
+            return {}
+        if not isinstance(resolved, dict):
+            raise InputError(
+                f"{self.run_dir / 'resolved.json'}: expected a JSON object (the resolved drill), "
+                f"found {type(resolved).__name__}",
+                hint="the run directory is damaged; its raw files can still be read by hand",
+            )
+        return resolved
 
     @cached_property
     def journal(self) -> list[JournalEntry]:

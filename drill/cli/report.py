@@ -35,8 +35,10 @@ def report(run_dir: Path, fmt: str | None, progress: bool | None) -> None:
     """
     from drill.errors import InputError
     from drill.report.render import render_html, render_json, render_markdown, report_for, write_reports
+    from drill.rundir.files import check_run_dir
 
     with handle_errors():
+        check_run_dir(run_dir)  # a received run directory: no link or special file in it is read
         if (run_dir / "capacity.json").is_file():  # a `drill capacity` run: its own report
             from drill.capacity.reporting import render_capacity
 

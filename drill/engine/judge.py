@@ -9,7 +9,6 @@ the run directory is changed: it is append-only evidence.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from drill.checks.base import RunEvidence, Verdict
 from drill.engine.journal import Event, RunStatus
 from drill.engine.verdicts import judge_one, plan_checks, verdicts_document
 from drill.errors import InputError
+from drill.rundir.files import check_run_dir
 
 __all__ = ["Judgement", "rejudge"]
 
@@ -59,21 +59,13 @@ def rejudge(run_dir: Path) -> Judgement:
 
 
 def _read_resolved(run_dir: Path) -> dict:
-    path = run_dir / "resolved.json"
-    if not run_dir.is_dir():
-        raise InputError(f"{run_dir}: no such run directory", hint="pass a directory such as reports/<drill>/<run id>")
-    if not path.exists():
+    check_run_dir(run_dir)
+    if not (run_dir / "resolved.json").exists():
         raise InputError(
             f"{run_dir}: not a run directory (it has no resolved.json)",
             hint="pass a directory that `drill run` created, such as reports/<drill>/<run id>",
         )
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(
-            f"{path}: cannot read the resolved drill: {exc}",
-            hint="the run directory is damaged; its raw files can still be read by hand",
-        ) from exc
+    return RunEvidence(run_dir).resolved
 
 
 def _how_it_ended(evidence: RunEvidence) -> tuple[str, str | None]:

@@ -8,7 +8,6 @@ so the same directory always builds the same report.
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +46,7 @@ from drill.report.model import (
     VerdictLine,
 )
 from drill.report.prompt_tokens import prompt_tokens
+from drill.rundir.files import UnsafeFileError, read_json
 from drill.spec.scenario import parse_slo_key
 from drill.stats import percentile
 
@@ -186,7 +186,9 @@ def _outcome(verdicts: list[Verdict]) -> str:
 
 def _read_json(path: Path) -> dict:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path, root=path.parent)
+    except UnsafeFileError:
+        raise
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

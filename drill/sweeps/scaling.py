@@ -33,13 +33,14 @@ with decode (chunked prefill) lengthen the steps a request decodes in.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from drill.checks.base import PhaseWindow, RunEvidence
+from drill.errors import InputError
 from drill.load.records import RequestRecord
+from drill.rundir.files import inside, read_json
 from drill.stats import percentile
 
 __all__ = [
@@ -154,8 +155,13 @@ class ScalingTable:
 
 def read_sweep_record(run_dir: Path) -> dict | None:
     """``sweep.json`` of a sweep's run directory (None when absent: not a sweep)."""
-    path = Path(run_dir) / "sweep.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    try:
+        record = read_json(Path(run_dir) / "sweep.json", root=run_dir)
+    except FileNotFoundError:
+        return None
+    if not isinstance(record, dict):
+        raise InputError(f"{Path(run_dir) / 'sweep.json'}: expected a JSON object, found {type(record).__name__}")
+    return record
 
 
 def measure_sweep(run_dir: Path) -> ScalingTable:
@@ -165,7 +171,7 @@ def measure_sweep(run_dir: Path) -> ScalingTable:
     variants = []
     schedules = {}
     for item in record.get("variants") or []:
-        path = Path(run_dir) / item["run_dir"] if item.get("run_dir") else None
+        path = inside(run_dir, str(item["run_dir"])) if item.get("run_dir") else None
         if path is None or not (path / "journal.jsonl").is_file():
             notes.append(f"{item['label']}: no run directory to measure ({item.get('status', 'not run')})")
             continue

@@ -159,9 +159,37 @@ def read_sweep_record(run_dir: Path) -> dict | None:
         record = read_json(Path(run_dir) / "sweep.json", root=run_dir)
     except FileNotFoundError:
         return None
-    if not isinstance(record, dict):
-        raise InputError(f"{Path(run_dir) / 'sweep.json'}: expected a JSON object, found {type(record).__name__}")
+    problem = _sweep_record_problem(record)
+    if problem is not None:
+        raise InputError(
+            f"{Path(run_dir) / 'sweep.json'}: {problem}",
+            hint="the run directory is damaged; its raw files can still be read by hand",
+        )
     return record
+
+
+#: Each variant of ``sweep.json``: the fields its readers use and their types (None allowed where written so).
+_VARIANT_FIELDS: dict[str, tuple[type, ...]] = {
+    "label": (str,),
+    "status": (str,),
+    "run_dir": (str, type(None)),
+    "skipped_faults": (list, type(None)),
+}
+
+
+def _sweep_record_problem(record: Any) -> str | None:
+    if not isinstance(record, dict):
+        return f"expected a JSON object, found {type(record).__name__}"
+    variants = record.get("variants", [])
+    if not isinstance(variants, list):
+        return f"variants: expected a list, found {type(variants).__name__}"
+    for i, item in enumerate(variants):
+        if not isinstance(item, dict):
+            return f"variants[{i}]: expected an object, found {type(item).__name__}"
+        for key, types in _VARIANT_FIELDS.items():
+            if not isinstance(item.get(key), types) and (key in item or type(None) not in types):
+                return f"variants[{i}].{key}: expected {' or '.join(t.__name__ for t in types)}"
+    return None
 
 
 def measure_sweep(run_dir: Path) -> ScalingTable:
@@ -315,7 +343,8 @@ def _mean_context(served: list[RequestRecord]) -> float | None:
 def _predict(evidence: RunEvidence, healthy: StateFigures) -> Prediction | None:
     """The embedded stack's decode step at the healthy state's batch and context; None for other targets."""
     resolved = evidence.resolved
-    if (resolved.get("drill", {}).get("target") or {}).get("kind") != "embedded" or not resolved.get("target_params"):
+    target = (resolved.get("drill") or {}).get("target") or {}
+    if target.get("kind") != "embedded" or not resolved.get("target_params"):
         return None
     from drill.stack.config import parse_stack_config
     from drill.stack.inference.cost_model import BatchShape, CostModel
@@ -349,7 +378,7 @@ def _link_increase(resolved: dict, plan, byte_scale: float, pp: int) -> float | 
     from drill.backends.toxiproxy import Stream
     from drill.stack.interconnect.link_model import LinkToxic, predict_step_increase
 
-    faults = resolved.get("drill", {}).get("faults") or []
+    faults = (resolved.get("drill") or {}).get("faults") or []
     increases = []
     for fault, params in zip(faults, resolved.get("fault_params") or []):
         if fault.get("kind") != "nccl_degradation" or (params or {}).get("method") != "toxiproxy":

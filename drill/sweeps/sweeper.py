@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drill import registry
 from drill.checks.base import RunEvidence, Status, Verdict
 from drill.engine import active
 from drill.engine.journal import Event, Journal, RunStatus
@@ -34,7 +33,7 @@ from drill.engine.listeners import RunListener
 from drill.engine.rundir import RunDir, create_run_dir
 from drill.engine.runner import RunOptions, RunResult
 from drill.engine.variants import run_variant
-from drill.engine.verdicts import judge_one, plan_checks, verdicts_document
+from drill.engine.verdicts import judge_one, verdicts_document
 from drill.report.junit import write_junit
 from drill.report.redact import Redactor, secret_environment_values
 from drill.rundir.files import inside
@@ -220,12 +219,9 @@ def judge_sweep(run_dir: Path, variant_verdicts: Callable[[Path], list[Verdict] 
     sweep, a run-level one rolled up over the variants' verdicts (their ``verdicts.json``, or ``variant_verdicts``
     of each variant's run directory: ``drill judge`` judges them again)."""
     read = variant_verdicts or _recorded_verdicts
-    resolved = RunEvidence(run_dir).resolved
-    drill = resolved.get("drill") or {}
-    specs = drill.get("checks") or []
-    dumps = resolved.get("check_params") or [{} for _ in specs]
-    params = [registry.checks.get(s["kind"]).Params.model_validate(d or {}) for s, d in zip(specs, dumps)]
-    planned = plan_checks([(s["kind"], s.get("name")) for s in specs], params, bool(drill.get("faults")))
+    from drill.engine.judge import planned_checks
+
+    planned = planned_checks(run_dir, RunEvidence(run_dir).resolved)
     entries = [
         _variant_verdicts(run_dir, item, read) for item in (read_sweep_record(run_dir) or {}).get("variants", [])
     ]

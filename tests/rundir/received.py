@@ -21,7 +21,7 @@ from pathlib import Path
 
 from drill.load.records import RequestRecord
 
-__all__ = ["Ran", "T0", "received_run", "run_drill", "span_line"]
+__all__ = ["Ran", "T0", "received_run", "run_drill", "run_python", "span_line"]
 
 T0 = 1_700_000_000.0
 REPO = Path(__file__).resolve().parents[2]
@@ -145,13 +145,18 @@ def run_drill(*args: str, timeout: float = 20.0, cwd: Path | None = None, env: d
 
     A command still running after ``timeout`` seconds is killed (``timed_out``).
     """
+    return run_python("-m", "drill", *args, timeout=timeout, cwd=cwd, env=env)
+
+
+def run_python(*args: str, timeout: float = 20.0, cwd: Path | None = None, env: dict | None = None) -> Ran:
+    """``python ARGS`` as :func:`run_drill` runs it."""
     folder = Path(tempfile.mkdtemp(prefix="drill-run-"))
     out_path, err_path, rss_path = folder / "out", folder / "err", folder / "rss"
     full_env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", **(env or {})}
     start = time.monotonic()
     with out_path.open("wb") as out, err_path.open("wb") as err:
         child = subprocess.Popen(
-            [sys.executable, "-c", _MEASURE, str(rss_path), "-m", "drill", *args],
+            [sys.executable, "-c", _MEASURE, str(rss_path), *args],
             stdout=out,
             stderr=err,
             stdin=subprocess.DEVNULL,

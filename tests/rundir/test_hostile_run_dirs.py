@@ -52,16 +52,20 @@ def test_a_link_planted_at_the_reports_temporary_name_is_not_written_through(tmp
     assert outside.read_text() == SECRET + "\n"
 
 
-def test_report_of_a_clean_received_run_creates_only_the_report_files(tmp_path: Path, outside: Path) -> None:
+def test_report_and_judge_of_a_received_run_create_only_the_report_files(tmp_path: Path, outside: Path) -> None:
+    """Nothing is created outside the run directory either: not even matplotlib's font cache in a fresh home."""
     run = _run(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "XDG_CACHE_HOME": "", "XDG_CONFIG_HOME": "", "MPLCONFIGDIR": ""}
     before = _files(tmp_path)
-    ran = run_drill("report", str(run))
+    reports = {str((run / n).relative_to(tmp_path)) for n in ("report.md", "report.html")}
+    ran = run_drill("report", str(run), env=env)
     assert ran.code == 0, ran.text
-    assert _files(tmp_path) - before == {str((run / n).relative_to(tmp_path)) for n in ("report.md", "report.html")}
-    ran = run_drill("judge", str(run))
-    assert ran.code in (0, 1) and _files(tmp_path) - before == {
-        str((run / n).relative_to(tmp_path)) for n in ("report.md", "report.html")
-    }
+    assert _files(tmp_path) - before == reports
+    ran = run_drill("judge", str(run), env=env)
+    assert ran.code in (0, 1), ran.text
+    assert _files(tmp_path) - before == reports
 
 
 def test_the_runbook_is_read_from_the_run_directory_only(tmp_path: Path, outside: Path) -> None:

@@ -179,3 +179,14 @@ def test_a_line_over_the_cap_is_skipped_in_bounded_memory_and_counted(tmp_path: 
     errors = next(c for c in doc["checks"] if c["name"] == "errors")
     assert errors["status"] == "INCONCLUSIVE" and "requests.jsonl:61" in errors["message"]
     assert ran.max_rss_mb < 250, f"judge peaked at {ran.max_rss_mb:.0f} MB"
+
+
+def test_cleanup_skips_a_journal_that_is_a_fifo_and_goes_on(tmp_path: Path) -> None:
+    """One damaged run directory under reports/ neither blocks nor stops the search for the others."""
+    run = _run(tmp_path)
+    (run / "journal.jsonl").unlink()
+    os.mkfifo(run / "journal.jsonl")
+    ran = run_drill("cleanup", "--dry-run", "--reports", str(tmp_path / "reports"), timeout=20)
+    assert not ran.timed_out, "blocked on the FIFO"
+    assert ran.code == 0, ran.text
+    assert "nothing to clean up" in ran.out

@@ -71,6 +71,7 @@ MAX_JSON_DEPTH = 64
 _READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _SKIP_CHUNK = 1024 * 1024
+_BUFFER = 1024 * 1024  # readline copies buffer by buffer: 8 KiB buffers make a long line slow to read
 
 
 class UnsafeFileError(InputError):
@@ -177,7 +178,7 @@ def open_input(path: Path | str, *, root: Path | str | None = None) -> io.Buffer
         if not stat.S_ISREG(mode):
             raise UnsafeFileError(path, f"{_kind(mode)}, not a regular file; only regular files are read")
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-        return os.fdopen(fd, "rb")
+        return os.fdopen(fd, "rb", buffering=_BUFFER)
     except BaseException:
         os.close(fd)
         raise
@@ -338,14 +339,17 @@ def read_lines(fh: IO[bytes], limit: int = MAX_LINE_BYTES) -> Iterator[Line]:
             yield Line(number, raw, len(raw), newline, nul)
             continue
         size = len(raw)
-        while True:  # the rest of an over-long line, read and dropped
-            chunk = fh.readline(_SKIP_CHUNK)
+        while True:  # the rest of an over-long line, read and dropped (the file is regular: seekable)
+            chunk = fh.read(_SKIP_CHUNK)
             if not chunk:
                 break
+            end = chunk.find(b"\n")
+            if end >= 0:
+                fh.seek(end + 1 - len(chunk), os.SEEK_CUR)
+                chunk, newline = chunk[: end + 1], True
             size += len(chunk)
-            nul = nul and not chunk.strip(b"\x00\n")
-            if chunk.endswith(b"\n"):
-                newline = True
+            nul = nul and chunk.count(0) + newline == len(chunk)
+            if newline:
                 break
         yield Line(number, None, size, newline, nul)
 

@@ -248,19 +248,28 @@ def check_run_dir(run_dir: Path | str) -> None:
     found: list[str] = []
     seen = 0
     pending = [run_dir]
-    while pending and seen < MAX_RUN_DIR_ENTRIES:
+    while pending:
         folder = pending.pop()
         try:
             entries = list(os.scandir(folder))
         except OSError as exc:
             raise InputError(f"{folder}: cannot list the run directory: {exc.strerror or exc}") from None
+        seen += len(entries)
+        if seen > MAX_RUN_DIR_ENTRIES:
+            raise UnsafeFileError(
+                run_dir,
+                f"more than {MAX_RUN_DIR_ENTRIES} files and folders: not a run directory as drill run writes one",
+            )
         for entry in entries:
-            seen += 1
-            mode = entry.stat(follow_symlinks=False).st_mode
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+                target = f" -> {os.readlink(entry.path)}" if stat.S_ISLNK(mode) else ""
+            except OSError as exc:  # gone meanwhile, or unreadable: it cannot be read as evidence either
+                found.append(f"{entry.path} ({exc.strerror or exc})")
+                continue
             if stat.S_ISDIR(mode):
                 pending.append(Path(entry.path))
             elif not stat.S_ISREG(mode):
-                target = f" -> {os.readlink(entry.path)}" if stat.S_ISLNK(mode) else ""
                 found.append(f"{entry.path} ({_kind(mode)}{target})")
     if found:
         shown = "; ".join(sorted(found)[:5]) + (f"; and {len(found) - 5} more" if len(found) > 5 else "")
@@ -326,32 +335,59 @@ class Line(NamedTuple):
 
 
 def read_lines(fh: IO[bytes], limit: int = MAX_LINE_BYTES) -> Iterator[Line]:
-    """The lines of ``fh``, none held longer than ``limit`` bytes: a longer line is skipped in bounded chunks."""
+    """The lines of a regular (seekable) file, none held longer than ``limit`` bytes: a longer line is skipped in
+    bounded chunks.
+
+    A run of NUL bytes where a line starts (a crash's zero-filled tail, maybe followed by what a later writer
+    appended) is a :class:`Line` of its own (``only_nul``, however long), and what follows it on the same line is
+    read as the line it is, with the same number.
+    """
     number = 0
+    continued = False  # the previous Line was a NUL run, and this one is the rest of its line
     while True:
         raw = fh.readline(limit + 1)
         if not raw:
             return
-        number += 1
-        nul = b"\x00" in raw and not raw.strip(b"\x00\n")
+        number += not continued
+        continued = False
+        if raw[:1] == b"\x00":
+            fh.seek(-len(raw), os.SEEK_CUR)
+            yield Line(number, None, _skip_nul_run(fh), False, True)
+            continued = True
+            continue
         newline = raw.endswith(b"\n")
         if len(raw) <= limit or newline:
-            yield Line(number, raw, len(raw), newline, nul)
+            yield Line(number, raw, len(raw), newline, False)
             continue
-        size = len(raw)
-        while True:  # the rest of an over-long line, read and dropped (the file is regular: seekable)
-            chunk = fh.read(_SKIP_CHUNK)
-            if not chunk:
-                break
-            end = chunk.find(b"\n")
-            if end >= 0:
-                fh.seek(end + 1 - len(chunk), os.SEEK_CUR)
-                chunk, newline = chunk[: end + 1], True
-            size += len(chunk)
-            nul = nul and chunk.count(0) + newline == len(chunk)
-            if newline:
-                break
-        yield Line(number, None, size, newline, nul)
+        skipped, newline = _skip_rest_of_line(fh)
+        yield Line(number, None, len(raw) + skipped, newline, False)
+
+
+def _skip_nul_run(fh: IO[bytes]) -> int:
+    """Read past the NUL bytes at the file's position; returns how many."""
+    run = 0
+    while True:
+        chunk = fh.read(_SKIP_CHUNK)
+        body = chunk.lstrip(b"\x00")
+        run += len(chunk) - len(body)
+        if body:
+            fh.seek(-len(body), os.SEEK_CUR)
+        if body or not chunk:
+            return run
+
+
+def _skip_rest_of_line(fh: IO[bytes]) -> tuple[int, bool]:
+    """Read past the rest of a line, its newline included; returns the bytes skipped and whether it had one."""
+    skipped = 0
+    while True:
+        chunk = fh.read(_SKIP_CHUNK)
+        if not chunk:
+            return skipped, False
+        end = chunk.find(b"\n")
+        if end >= 0:
+            fh.seek(end + 1 - len(chunk), os.SEEK_CUR)
+            return skipped + end + 1, True
+        skipped += len(chunk)
 
 
 # --- writing ----------------------------------------------------------------------------------------------

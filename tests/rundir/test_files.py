@@ -83,17 +83,18 @@ def test_read_json_locates_its_errors(tmp_path: Path) -> None:
         read_json(path)
 
 
-def test_lines_are_capped_and_nul_runs_are_told_apart() -> None:
+def test_lines_are_capped_and_nul_runs_are_lines_of_their_own() -> None:
     data = b'{"a": 1}\n' + b"x" * 5000 + b"\n" + b"\x00" * 7000 + b'{"b": 2}\n' + b"\x00" * 3000
     lines = list(read_lines(io.BytesIO(data), limit=1000))
-    assert [(line.number, line.data is None, line.only_nul, line.newline) for line in lines] == [
-        (1, False, False, True),
-        (2, True, False, True),
-        (3, True, False, True),  # NUL bytes then a record: over the cap, not only NUL
-        (4, True, True, False),  # a zero-filled tail
+    assert [(line.number, line.data, line.size, line.only_nul, line.newline) for line in lines] == [
+        (1, b'{"a": 1}\n', 9, False, True),
+        (2, None, 5001, False, True),
+        (3, None, 7000, True, False),  # a zero-filled tail, then what a later writer appended on the same line
+        (3, b'{"b": 2}\n', 9, False, True),
+        (4, None, 3000, True, False),
     ]
-    assert lines[1].size == 5001 and "5001 bytes skipped" in (lines[1].problem(1000) or "")
-    assert "3000 NUL bytes" in (lines[3].problem(1000) or "")
+    assert "5001 bytes skipped" in (lines[1].problem(1000) or "")
+    assert "3000 NUL bytes" in (lines[4].problem(1000) or "")
 
 
 def test_writes_replace_a_planted_link_and_never_write_through_it(tmp_path: Path) -> None:

@@ -190,3 +190,20 @@ def test_cleanup_skips_a_journal_that_is_a_fifo_and_goes_on(tmp_path: Path) -> N
     assert not ran.timed_out, "blocked on the FIFO"
     assert ran.code == 0, ran.text
     assert "nothing to clean up" in ran.out
+
+
+def test_what_was_appended_after_a_zero_filled_tail_is_still_read(tmp_path: Path) -> None:
+    """A crash leaves zeros at the journal's end; the next writer (drill cleanup) appends right after them."""
+    run = _run(tmp_path)
+    lines = (run / "journal.jsonl").read_text().splitlines(keepends=True)
+    finished = lines.pop()
+    with (run / "journal.jsonl").open("wb") as fh:
+        fh.write("".join(lines).encode())
+        fh.truncate(fh.tell() + 12 * 1024**2)  # longer than the cap on one line
+        fh.seek(0, os.SEEK_END)
+        fh.write(finished.encode())
+    ran = run_drill("judge", str(run), "--json")
+    doc = json.loads(ran.out)
+    assert doc["status"] == "completed", doc["status"]
+    assert doc["reads"]["journal.jsonl"]["nul_bytes"] == 12 * 1024**2
+    assert doc["reads"]["journal.jsonl"]["bad_count"] == 0

@@ -178,7 +178,7 @@ def open_input(path: Path | str, *, root: Path | str | None = None) -> io.Buffer
         if not stat.S_ISREG(mode):
             raise UnsafeFileError(path, f"{_kind(mode)}, not a regular file; only regular files are read")
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-        return os.fdopen(fd, "rb", buffering=_BUFFER)
+        return io.BufferedReader(io.FileIO(fd, "rb"), buffer_size=_BUFFER)
     except BaseException:
         os.close(fd)
         raise

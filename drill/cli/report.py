@@ -97,7 +97,9 @@ def _sweep_report(run_dir: Path, fmt: str | None) -> None:
         for path in paths:
             console.print(f"report: {path}")
     else:
-        sys.stdout.write(paths[0 if fmt == "md" else 1].read_text(encoding="utf-8"))
+        from drill.rundir.files import read_bytes
+
+        sys.stdout.write(read_bytes(paths[0 if fmt == "md" else 1], root=run_dir).decode("utf-8"))
 
 
 class _ReportProgress:

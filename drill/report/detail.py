@@ -23,7 +23,7 @@ from drill.report.model import (
     Runbook,
     RunbookSection,
 )
-from drill.rundir.files import MAX_INPUT_BYTES, read_bytes
+from drill.rundir.files import MAX_INPUT_BYTES, loads_json, read_bytes
 
 __all__ = [
     "CHART_FAILED",
@@ -336,7 +336,7 @@ def _payload(sample, redactor) -> str:
     if sample is None:
         return NOT_AVAILABLE
     try:
-        body = json.loads(base64.b64decode(sample.body_b64) or b"{}")
+        body = loads_json(base64.b64decode(sample.body_b64) or b"{}")
     except (ValueError, TypeError):
         return redactor.text(sample.body_b64)
     messages = body.get("messages") if isinstance(body, dict) else None

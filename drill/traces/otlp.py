@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import binascii
 import gzip
-import json
 import struct
 import zlib
 from collections.abc import Callable, Iterator
@@ -40,7 +39,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from drill.jsonl import BadLine, ReadReport
-from drill.rundir.files import MAX_DOCUMENT_BYTES, UnsafeFileError, open_input, read_bytes, read_lines
+from drill.rundir.files import MAX_DOCUMENT_BYTES, UnsafeFileError, loads_json, open_input, read_bytes, read_lines
 from drill.traces.table import ATTRIBUTE_DEPTH, SpanTable, TableBuilder, kind_code, status_code
 
 __all__ = [
@@ -84,8 +83,8 @@ def decode_request(body: bytes, content_type: str | None) -> ExportTraceServiceR
     message = ExportTraceServiceRequest()
     if _is_json(content_type):
         try:
-            raw = json.loads(body or b"{}")
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raw = loads_json(body or b"{}")
+        except (ValueError, UnicodeDecodeError) as exc:  # JsonTooDeep too: ParseDict below recurses
             raise OtlpDecodeError(f"invalid JSON: {exc}") from exc
         _hex_ids_to_base64(raw)
         try:

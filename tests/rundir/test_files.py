@@ -117,3 +117,14 @@ def test_writes_replace_a_planted_link_and_never_write_through_it(tmp_path: Path
             write_in_run_dir(run, "report.html", b"x")
     finally:
         os.chmod(run, 0o700)
+
+
+def test_the_journal_is_never_appended_through_a_link(tmp_path: Path) -> None:
+    from drill.engine.journal import Journal
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep\n")
+    (tmp_path / "journal.jsonl").symlink_to(victim)
+    with pytest.raises(OSError):
+        Journal(tmp_path / "journal.jsonl", by="cleanup")
+    assert victim.read_text() == "keep\n"

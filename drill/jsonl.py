@@ -4,15 +4,22 @@ Evidence is never dropped silently. A reader is given a :class:`ReadReport` (or 
 line it cannot read is counted there with its line number and the reason: a torn **last** line is what
 a crash mid-write leaves and is reported as such (``torn_last_line``); any other unreadable line is a
 ``bad_line``, and the checks that depend on the file say so instead of passing.
+
+Files are opened through :mod:`drill.rundir.files`: a regular file only, no link inside a run directory
+(``ReadReport.root``), one line at most :data:`~drill.rundir.files.MAX_LINE_BYTES` (a longer one is a bad line,
+skipped in bounded memory), JSON at most :data:`~drill.rundir.files.MAX_JSON_DEPTH` deep. A run of NUL bytes
+(the zero-filled tail a crash can leave, maybe followed by what ``drill cleanup`` appended) is skipped and
+counted in ``ReadReport.nul_bytes``, like a torn last line: a note, not a bad line.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
+
+from drill.rundir.files import loads_json, open_input, read_lines
 
 __all__ = ["BadLine", "ReadReport", "read_jsonl"]
 
@@ -41,6 +48,9 @@ class ReadReport:
     bad_count: int = 0  # unreadable lines other than a torn last line
     bad_lines: list[BadLine] = field(default_factory=list)  # the first KEPT_BAD_LINES of them
     torn_last_line: BadLine | None = None
+    root: Path | None = None  # the run directory ``path`` is in: opened inside it, no link followed
+    nul_bytes: int = 0  # NUL bytes skipped (a crash's zero-filled tail)
+    nul_line: int | None = None  # the first line of them
 
     @property
     def clean(self) -> bool:
@@ -60,6 +70,11 @@ class ReadReport:
             parts.append(f"{self.bad_count} unreadable line(s) in {self.path.name} (first: {first})")
         if self.torn_last_line is not None:
             parts.append(f"a torn last line in {self.path.name} (line {self.torn_last_line.line}, a crash mid-write)")
+        if self.nul_bytes:
+            parts.append(
+                f"{self.nul_bytes} NUL bytes skipped in {self.path.name} from line {self.nul_line} "
+                "(the zero-filled tail a crash can leave)"
+            )
         return "; ".join(parts) or f"{self.path.name}: every line read"
 
     def to_json(self) -> dict:
@@ -74,6 +89,7 @@ class ReadReport:
                 if self.torn_last_line is None
                 else {"line": self.torn_last_line.line, "reason": self.torn_last_line.reason}
             ),
+            "nul_bytes": self.nul_bytes,
         }
 
 
@@ -84,28 +100,35 @@ def read_jsonl(
 ) -> Iterator[T]:
     """Each line's object, through ``parse``; a missing file is empty (``report.exists`` False).
 
-    A line that is not JSON, not an object, or that ``parse`` rejects (ValueError/TypeError/KeyError) is
+    A line that is not JSON, not an object, or that ``parse`` rejects (ValueError/TypeError/KeyError/OverflowError) is
     counted in ``report``: as ``torn_last_line`` when it is the file's last line and does not end in a
     newline (a crash mid-write), otherwise as a bad line. Nothing is skipped without a count.
     """
     report = report if report is not None else ReadReport(path)
-    if not path.exists():
+    try:
+        fh = open_input(path, root=report.root)
+    except FileNotFoundError:
         report.exists = False
         return
-    with path.open("rb") as fh:
-        number = 0
-        for raw in fh:
-            number += 1
-            if not raw.strip():
+    with fh:
+        for line in read_lines(fh):
+            if line.only_nul:
+                report.nul_bytes += line.size
+                report.nul_line = report.nul_line or line.number
+                continue
+            raw = line.data
+            if raw is not None and not raw.strip():
                 continue
             try:
-                data = json.loads(raw)
+                if raw is None:
+                    raise ValueError(line.problem())
+                data = loads_json(raw)
                 if not isinstance(data, dict):
                     raise TypeError(f"expected a JSON object, found {type(data).__name__}")
                 value = parse(data)
-            except (ValueError, TypeError, KeyError) as exc:
-                bad = BadLine(number, _reason(exc))
-                if not raw.endswith(b"\n"):  # only the last line can lack its newline
+            except (ValueError, TypeError, KeyError, OverflowError, RecursionError) as exc:
+                bad = BadLine(line.number, _reason(exc))
+                if not line.newline:  # only the last line can lack its newline
                     report.torn_last_line = bad
                 else:
                     report.add_bad(bad)

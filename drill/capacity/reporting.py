@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from drill.errors import InputError
 from drill.report.render import template_environment
+from drill.rundir.files import read_json, write_in_run_dir
 
 __all__ = ["CAPACITY_FILES", "capacity_view", "render_capacity", "write_capacity_reports"]
 
@@ -266,17 +268,20 @@ def _notes(doc: dict[str, Any]) -> list[str]:
 
 def write_capacity_reports(run_dir: Path) -> list[Path]:
     """Render ``capacity.md`` and ``capacity.html`` from ``run_dir/capacity.json`` (replacing earlier renders)."""
-    doc = json.loads((Path(run_dir) / "capacity.json").read_text(encoding="utf-8"))
-    view = capacity_view(doc)
+    view = capacity_view(_capacity_document(run_dir))
     out = []
     for name, html in zip(CAPACITY_FILES, (False, True)):
         text = template_environment(html).get_template(f"{name}.j2").render(v=view)
-        path = Path(run_dir) / name
-        tmp = path.with_name(f".{name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-        out.append(path)
+        out.append(write_in_run_dir(run_dir, name, text.encode("utf-8")))
     return out
+
+
+def _capacity_document(run_dir: Path) -> dict:
+    path = Path(run_dir) / "capacity.json"
+    doc = read_json(path, root=run_dir, what="capacity.json")
+    if not isinstance(doc, dict):
+        raise InputError(f"{path}: expected a JSON object (a capacity run's figures), found {type(doc).__name__}")
+    return doc
 
 
 def render_capacity(run_dir: Path, fmt: str | None) -> str:
@@ -284,7 +289,7 @@ def render_capacity(run_dir: Path, fmt: str | None) -> str:
     format, written nowhere; without, it writes both reports and returns their paths, one per line."""
     if fmt is None:
         return "".join(f"report: {path}\n" for path in write_capacity_reports(run_dir))
-    doc = json.loads((Path(run_dir) / "capacity.json").read_text(encoding="utf-8"))
+    doc = _capacity_document(run_dir)
     if fmt == "json":
         return json.dumps(doc, indent=2, sort_keys=True) + "\n"
     return template_environment(fmt == "html").get_template(f"capacity.{fmt}.j2").render(v=capacity_view(doc))

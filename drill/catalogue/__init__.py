@@ -86,10 +86,13 @@ def _drill_files(folder: Path) -> list[Path]:
 
 
 def _read_entry(path: Path, source: str) -> CatalogueDrill:
+    from drill.rundir.files import MAX_INPUT_BYTES, UnsafeFileError, read_bytes
     from drill.spec.yamlio import load_located
 
     try:
-        doc = load_located(path.read_text(encoding="utf-8"), str(path))
+        doc = load_located(read_bytes(path, limit=MAX_INPUT_BYTES, what="drill").decode("utf-8"), str(path))
+    except UnsafeFileError as exc:
+        return CatalogueDrill(path.stem, path, source, problem=exc.reason)
     except (OSError, UnicodeDecodeError) as exc:
         return CatalogueDrill(path.stem, path, source, problem=f"cannot read: {exc}")
     data = doc.data

@@ -54,8 +54,12 @@ def _teardown_lines(data: dict) -> list[str]:
 def _clean(run_dir: Path, dry_run: bool) -> int:
     from drill.engine.journal import read_journal
     from drill.engine.reverts import pending_reverts, pending_teardowns
+    from drill.jsonl import ReadReport
 
-    entries = list(read_journal(run_dir / "journal.jsonl"))
+    read = ReadReport(run_dir / "journal.jsonl", root=run_dir)
+    entries = list(read_journal(read.path, read))
+    if not read.clean or read.torn_last_line is not None or read.nul_bytes:
+        console.print(f"{run_dir}: skipped in the journal: {read.describe()}", highlight=False, markup=False)
     if dry_run:
         for record in pending_reverts(entries):
             console.print(f"{run_dir}: would revert {record.fault_id} ({record.kind})")

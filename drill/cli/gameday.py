@@ -7,7 +7,6 @@ Exit codes: 0 every drill passed, 1 a drill had a FAIL or INCONCLUSIVE verdict, 
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -77,8 +76,9 @@ def _list(loaded) -> None:
 def _render(folder: Path) -> None:
     from drill.gameday.pages import write_pages
     from drill.gameday.record import GameDayRecord
+    from drill.rundir.files import read_json
 
-    record = GameDayRecord.from_json(json.loads((folder / "gameday.json").read_text(encoding="utf-8")))
+    record = GameDayRecord.from_json(read_json(folder / "gameday.json", root=folder))
     for path in write_pages(folder, record):
         console.print(f"wrote {path}", markup=False)
 

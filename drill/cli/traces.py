@@ -43,7 +43,9 @@ def detect_source(path: Path) -> str:
     ``span_id`` the receiver's normalized spans (``receiver``); anything that is not text is OTLP
     protobuf (``otlp_proto_file``). An empty file is read as (empty) receiver output.
     """
-    with path.open("rb") as fh:
+    from drill.rundir.files import open_input
+
+    with open_input(path) as fh:
         head = fh.read(HEAD_BYTES)
     text = head.lstrip()
     if not text:
@@ -86,9 +88,11 @@ def _is_text(head: bytes) -> bool:
 def _top_keys(text: bytes) -> set[str]:
     """Keys of the first JSON object: from the first line that parses (JSON lines; a bad line is the reader's
     to count), else found by pattern (one pretty-printed JSON document)."""
+    from drill.rundir.files import loads_json
+
     for line in text.split(b"\n")[:50]:
         try:
-            value = json.loads(line)
+            value = loads_json(line)
         except ValueError:
             continue
         if isinstance(value, dict):

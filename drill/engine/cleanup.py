@@ -15,6 +15,7 @@ from pathlib import Path
 from drill.engine import active
 from drill.engine.journal import Event, Journal, read_journal
 from drill.engine.reverts import RevertRecord, pending_reverts, pending_teardowns, revert_from_record, run_bounded
+from drill.rundir.files import UnsafeFileError
 
 __all__ = ["CleanupReport", "clean_run", "dead_runs", "teardown_target"]
 
@@ -96,8 +97,19 @@ def dead_runs(reports_dir: Path | None = None) -> list[Path]:
         candidates[run.run_dir] = run.alive
     if reports_dir is not None and reports_dir.is_dir():
         for journal in reports_dir.glob("**/journal.jsonl"):
-            candidates.setdefault(journal.parent.resolve(), _runner_alive(journal))
-    return [d for d, alive in sorted(candidates.items()) if not alive and _has_pending(d)]
+            try:
+                candidates.setdefault(journal.parent.resolve(), _runner_alive(journal))
+            except UnsafeFileError as exc:  # one damaged run directory must not stop the cleanup of the others
+                log.warning("skipping %s: %s", journal.parent, exc.reason)
+    return [d for d, alive in sorted(candidates.items()) if not alive and _pending_or_skipped(d)]
+
+
+def _pending_or_skipped(run_dir: Path) -> bool:
+    try:
+        return _has_pending(run_dir)
+    except UnsafeFileError as exc:
+        log.warning("skipping %s: %s", run_dir, exc.reason)
+        return False
 
 
 def _runner_alive(journal: Path) -> bool:

@@ -298,7 +298,7 @@ class Journal:
         self.path = path
         self.by = by
         self._lock = threading.Lock()
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # never through a link
         self._seq = _last_seq(path)
 
     def write(self, event: Event, **data: Any) -> JournalEntry:

@@ -9,15 +9,17 @@ the run directory is changed: it is append-only evidence.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from pydantic import ValidationError
 
 from drill import registry
 from drill.checks.base import RunEvidence, Verdict
 from drill.engine.journal import Event, RunStatus
-from drill.engine.verdicts import judge_one, plan_checks, verdicts_document
+from drill.engine.verdicts import PlannedCheck, judge_one, plan_checks, verdicts_document
 from drill.errors import InputError
+from drill.rundir.files import check_run_dir
 
 __all__ = ["Judgement", "rejudge"]
 
@@ -48,32 +50,37 @@ def rejudge(run_dir: Path) -> Judgement:
         verdicts = judge_sweep(run_dir, lambda variant_dir: rejudge(variant_dir).verdicts)
         status, stopped_by = _how_it_ended(evidence)
         return Judgement(run_dir, run_dir.name, str(drill.get("name", "?")), status, stopped_by, verdicts, evidence)
-    specs = drill.get("checks") or []
-    dumps = resolved.get("check_params") or [{} for _ in specs]
-    params = [registry.checks.get(spec["kind"]).Params.model_validate(dump or {}) for spec, dump in zip(specs, dumps)]
-    planned = plan_checks([(s["kind"], s.get("name")) for s in specs], params, bool(drill.get("faults")))
+    planned = planned_checks(run_dir, resolved)
     evidence = RunEvidence(run_dir)
     verdicts = [judge_one(c.kind, c.name, c.params, evidence) for c in planned]
     status, stopped_by = _how_it_ended(evidence)
     return Judgement(run_dir, run_dir.name, str(drill.get("name", "?")), status, stopped_by, verdicts, evidence)
 
 
+def planned_checks(run_dir: Path, resolved: dict) -> list[PlannedCheck]:
+    """The checks ``resolved.json`` lists, with their params validated again; InputError (exit 2) when the params
+    recorded there do not validate (the run directory was altered, or comes from an incompatible version)."""
+    drill = resolved.get("drill") or {}
+    specs = drill.get("checks") or []
+    dumps = resolved.get("check_params") or [{} for _ in specs]
+    try:
+        params = [registry.checks.get(s["kind"]).Params.model_validate(d or {}) for s, d in zip(specs, dumps)]
+    except ValidationError as exc:
+        raise InputError(
+            f"{run_dir / 'resolved.json'}: check_params do not validate: {str(exc).splitlines()[0]}",
+            hint="the run directory is damaged; its raw files can still be read by hand",
+        ) from None
+    return plan_checks([(s["kind"], s.get("name")) for s in specs], params, bool(drill.get("faults")))
+
+
 def _read_resolved(run_dir: Path) -> dict:
-    path = run_dir / "resolved.json"
-    if not run_dir.is_dir():
-        raise InputError(f"{run_dir}: no such run directory", hint="pass a directory such as reports/<drill>/<run id>")
-    if not path.exists():
+    check_run_dir(run_dir)
+    if not (run_dir / "resolved.json").exists():
         raise InputError(
             f"{run_dir}: not a run directory (it has no resolved.json)",
             hint="pass a directory that `drill run` created, such as reports/<drill>/<run id>",
         )
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(
-            f"{path}: cannot read the resolved drill: {exc}",
-            hint="the run directory is damaged; its raw files can still be read by hand",
-        ) from exc
+    return RunEvidence(run_dir).resolved
 
 
 def _how_it_ended(evidence: RunEvidence) -> tuple[str, str | None]:

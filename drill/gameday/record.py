@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from drill.gameday.headline import HeadlineFigure, headline_figures
+from drill.rundir.files import read_json
 
 __all__ = [
     "GAMEDAY_SCHEMA",
@@ -232,7 +233,7 @@ def read_verdict_lines(run_dir: Path) -> tuple[tuple[CheckLine, ...], str | None
     """The verdicts of a finished run as check lines, and what went wrong reading them (None when nothing did)."""
     path = run_dir / "verdicts.json"
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = read_json(path, root=run_dir)
         checks = document["checks"]
         lines = tuple(
             CheckLine(
@@ -246,7 +247,7 @@ def read_verdict_lines(run_dir: Path) -> tuple[tuple[CheckLine, ...], str | None
         )
     except FileNotFoundError:
         return (), "the run wrote no verdicts.json"
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         return (), f"verdicts.json could not be read: {type(exc).__name__}: {exc}"
     return lines, None
 
@@ -265,8 +266,8 @@ def read_history(gamedays_dir: Path, name: str) -> History:
     unreadable: list[str] = []
     for path in sorted((gamedays_dir / name).glob(f"*/{RECORD_FILE}")):
         try:
-            record = GameDayRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            record = GameDayRecord.from_json(read_json(path, root=gamedays_dir / name))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:  # UnsafeFileError is a ValueError
             unreadable.append(f"{path}: {type(exc).__name__}: {exc}")
             continue
         if record.name != name:

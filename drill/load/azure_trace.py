@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 
 from drill.errors import InputError
+from drill.rundir.files import open_input, read_lines
 
 __all__ = ["TraceRow", "read_trace", "per_bucket_counts"]
 
@@ -44,16 +46,34 @@ def read_trace(path: Path | str) -> tuple[TraceRow, ...]:
 @lru_cache(maxsize=8)
 def _read_cached(path: str) -> tuple[TraceRow, ...]:
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            rows = list(csv.reader(fh))
+        fh = open_input(path)
     except OSError as exc:
-        raise InputError(f"cannot read trace file {path}: {exc.strerror or exc}") from exc
-    if not rows or tuple(c.strip() for c in rows[0]) != _COLUMNS:
-        raise InputError(f"{path}:1: expected the header {','.join(_COLUMNS)} (Azure LLM inference trace format)")
-    parsed = [_row(path, number, row) for number, row in enumerate(rows[1:], start=2) if row]
+        raise InputError(f"cannot read trace file {path}: {exc.strerror or exc}") from None
+    with fh:
+        reader = csv.reader(_text_lines(path, fh))
+        try:
+            header = next(reader, None)
+            if header is None or tuple(c.strip() for c in header) != _COLUMNS:
+                raise InputError(
+                    f"{path}:1: expected the header {','.join(_COLUMNS)} (Azure LLM inference trace format)"
+                )
+            parsed = [_row(path, reader.line_num, row) for row in reader if row]
+        except (csv.Error, UnicodeDecodeError) as exc:
+            raise InputError(f"{path}:{reader.line_num + 1}: not an Azure trace CSV row: {exc}") from None
     parsed.sort(key=lambda r: r[0])
     first = parsed[0][0] if parsed else 0.0
     return tuple(TraceRow(ts - first, ctx, gen) for ts, ctx, gen in parsed)
+
+
+#: A trace row is a timestamp and two counts: a line longer than this is not one (and is not read whole).
+MAX_ROW_BYTES = 64 * 1024
+
+
+def _text_lines(path: str, fh) -> Iterator[str]:
+    for line in read_lines(fh, limit=MAX_ROW_BYTES):
+        if line.data is None:
+            raise InputError(f"{path}:{line.number}: a line of {line.size} bytes is not a trace row")
+        yield line.data.decode("utf-8")
 
 
 def _row(path: str, number: int, row: list[str]) -> tuple[float, int, int]:

@@ -66,6 +66,7 @@ from drill.load.payload import (
     endpoint_path,
     prompt_parts,
 )
+from drill.rundir.files import UnsafeFileError, loads_json, read_bytes
 from drill.spec.scenario import Endpoint, Pool, Scenario
 
 __all__ = [
@@ -324,7 +325,7 @@ class PromptFit:
     @classmethod
     def from_json(cls, text: str) -> PromptFit:
         """Raises ValueError for a file that is not a fitted-prompts file."""
-        data = json.loads(text)
+        data = loads_json(text)
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError(f"not a {FORMAT} file")
         filler = str(data.get("filler") or "")
@@ -352,8 +353,10 @@ def read_fit(run_dir: Path) -> PromptFit | None:
     if not path.is_file():
         return None
     try:
-        return PromptFit.from_json(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+        return PromptFit.from_json(read_bytes(path, root=run_dir).decode("utf-8"))
+    except UnsafeFileError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError, IndexError, OverflowError) as exc:
         log.warning("cannot read %s: %s", path, exc)
         return None
 

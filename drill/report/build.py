@@ -8,7 +8,6 @@ so the same directory always builds the same report.
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -50,6 +49,7 @@ from drill.report.model import (
 )
 from drill.report.prompt_tokens import prompt_tokens
 from drill.report.serving import serving_side
+from drill.rundir.files import UnsafeFileError, read_json
 from drill.spec.scenario import parse_slo_key
 from drill.stats import percentile
 
@@ -202,7 +202,9 @@ def _outcome(verdicts: list[Verdict]) -> str:
 
 def _read_json(path: Path) -> dict:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path, root=path.parent)
+    except UnsafeFileError:
+        raise
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

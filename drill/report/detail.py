@@ -24,6 +24,7 @@ from drill.report.model import (
     Runbook,
     RunbookSection,
 )
+from drill.rundir.files import MAX_INPUT_BYTES, loads_json, read_bytes
 
 __all__ = [
     "CHART_FAILED",
@@ -355,7 +356,7 @@ def _payload(sample, redactor) -> str:
     if sample is None:
         return NOT_AVAILABLE
     try:
-        body = json.loads(base64.b64decode(sample.body_b64) or b"{}")
+        body = loads_json(base64.b64decode(sample.body_b64) or b"{}")
     except (ValueError, TypeError):
         return redactor.text(sample.body_b64)
     messages = body.get("messages") if isinstance(body, dict) else None
@@ -373,28 +374,27 @@ def _payload(sample, redactor) -> str:
 
 
 def _runbook_path(evidence: RunEvidence) -> tuple[Path | None, str | None]:
+    """The run directory's copy of the runbook; never a file outside the run directory (it may come from
+    another machine, and its ``resolved.json`` names paths there)."""
     declared = (evidence.resolved.get("drill") or {}).get("runbook")
     copy = evidence.run_dir / RUNBOOK_COPY
-    if copy.is_file():
+    if copy.is_file() or copy.is_symlink():
         return copy, declared
-    if not declared:
-        return None, None
-    drill_file = evidence.resolved.get("drill_file")
-    bases = [Path(drill_file).parent, Path(drill_file).parent.parent] if drill_file else []
-    for base in [*bases, Path.cwd()]:
-        candidate = base / declared
-        if candidate.is_file():
-            return candidate, declared
     return None, declared
 
 
 def runbook(evidence: RunEvidence, redactor) -> Runbook:
-    """The drill's runbook, cut into its ``##`` sections (the copy in the run directory first)."""
+    """The drill's runbook, cut into its ``##`` sections (the copy ``drill run`` put in the run directory)."""
     path, declared = _runbook_path(evidence)
     if path is None:
-        note = f"the runbook {declared} was not found" if declared else "the drill names no runbook"
+        note = (
+            f"the runbook {declared} was not found in the run directory (runs copy it to {RUNBOOK_COPY})"
+            if declared
+            else "the drill names no runbook"
+        )
         return Runbook(declared, False, None, (), note)
-    text = redactor.value(path.read_text(encoding="utf-8"))
+    data = read_bytes(path, limit=MAX_INPUT_BYTES, what="runbook", root=evidence.run_dir)
+    text = redactor.value(data.decode("utf-8", "replace"))
     title, sections = _split_sections(text)
     return Runbook(declared or path.name, True, title, sections, "")
 

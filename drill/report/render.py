@@ -16,8 +16,10 @@ from typing import Any
 import jinja2
 
 from drill.checks.base import RunEvidence, Verdict
+from drill.errors import InputError
 from drill.report.build import format_value
 from drill.report.model import Report, build_report
+from drill.rundir.files import check_run_dir, read_json, write_in_run_dir
 
 __all__ = [
     "LATENCY_CHART_FILE",
@@ -107,35 +109,39 @@ def _standalone_svg(svg: str) -> str:
 def load_verdicts(run_dir: Path) -> list[Verdict]:
     """The verdicts of ``verdicts.json`` ([] when the run was not judged)."""
     path = Path(run_dir) / "verdicts.json"
-    if not path.exists():
+    try:
+        document = read_json(path, root=run_dir)
+    except FileNotFoundError:
         return []
-    document = json.loads(path.read_text(encoding="utf-8"))
-    return [Verdict.from_json(v) for v in document.get("checks") or ()]
+    checks = document.get("checks") if isinstance(document, dict) else None
+    try:
+        return [Verdict.from_json(v) for v in checks or ()]
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InputError(
+            f"{path}: not a verdicts.json document ({type(exc).__name__}: {exc})",
+            hint="`drill judge RUN_DIR --json` writes the verdicts again from the raw evidence",
+        ) from None
 
 
 def report_for(run_dir: Path, progress: Callable[[str], None] | None = None) -> Report:
-    """The report model of one run directory (its verdicts from ``verdicts.json``)."""
+    """The report model of one run directory (its verdicts from ``verdicts.json``); refuses a run directory
+    with links or special files in it (:func:`drill.rundir.files.check_run_dir`)."""
     run_dir = Path(run_dir)
+    check_run_dir(run_dir)
     return build_report(RunEvidence(run_dir), load_verdicts(run_dir), progress=progress)
 
 
 def write_reports(run_dir: Path, progress: Callable[[str], None] | None = None) -> list[Path]:
     """Render ``report.md`` and ``report.html`` into the run directory (replacing earlier renders: a report is a
     view of the directory, not evidence), and beside them the latency chart ``report.md`` shows
-    (:data:`LATENCY_CHART_FILE`, when the run has one); returns the reports' paths."""
+    (:data:`LATENCY_CHART_FILE`, when the run has one); returns the reports' paths. Each is written through a
+    fresh temporary name and renamed, never through a link (:func:`drill.rundir.files.write_in_run_dir`)."""
     run_dir = Path(run_dir)
     report = report_for(run_dir, progress)
     out = []
     for name, render in zip(REPORT_FILES, (render_markdown, render_html)):
-        out.append(_replace(run_dir / name, render(report)))
+        out.append(write_in_run_dir(run_dir, name, render(report).encode("utf-8")))
     chart = report.latency_chart
     if chart is not None and chart.svg:
-        _replace(run_dir / LATENCY_CHART_FILE, _standalone_svg(chart.svg))
+        write_in_run_dir(run_dir, LATENCY_CHART_FILE, _standalone_svg(chart.svg).encode("utf-8"))
     return out
-
-
-def _replace(path: Path, text: str) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-    return path

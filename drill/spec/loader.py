@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from drill import registry
 from drill.errors import DrillError, SpecError, UnknownPluginError
+from drill.rundir.files import MAX_INPUT_BYTES, UnsafeFileError, read_bytes
 from drill.spec.diagnostics import Diagnostic, KeyPath, Position, did_you_mean, format_path
 from drill.spec.models import Drill
 from drill.spec.scenario import ArrivalProcess, Scenario, planned_load_problem
@@ -41,7 +42,7 @@ __all__ = [
 
 M = TypeVar("M", bound=BaseModel)
 
-MAX_FILE_BYTES = 4 * 1024 * 1024
+MAX_FILE_BYTES = MAX_INPUT_BYTES
 
 
 @dataclass(frozen=True)
@@ -125,10 +126,12 @@ def _exists(path: Path) -> bool:
 
 
 def read_input_file(path: Path, *, what: str = "drill") -> str:
-    """The text of an input file (at most MAX_FILE_BYTES of UTF-8), or SpecError located at the file itself."""
+    """The text of an input file (a regular file of at most MAX_FILE_BYTES of UTF-8), or SpecError located at
+    the file itself; read through :func:`drill.rundir.files.read_bytes` (never blocks on a FIFO or a device,
+    checks the size before reading)."""
     where = Position(str(path), 1, 1)
     try:
-        data = path.read_bytes()
+        data = read_bytes(path, limit=MAX_FILE_BYTES, what=what)
     except FileNotFoundError:
         hint = (
             (
@@ -139,12 +142,11 @@ def read_input_file(path: Path, *, what: str = "drill") -> str:
             else None
         )
         raise SpecError([Diagnostic(where, (), "file not found", hint=hint)]) from None
-    except OSError as exc:
-        raise SpecError([Diagnostic(where, (), f"cannot read file: {exc.strerror or exc}")]) from None
-    if len(data) > MAX_FILE_BYTES:
-        raise SpecError(
-            [Diagnostic(where, (), f"file is {len(data)} bytes; {what} files are limited to {MAX_FILE_BYTES}")]
-        )
+    except UnsafeFileError as exc:
+        raise SpecError([Diagnostic(where, (), exc.reason, hint=exc.hint)]) from None
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise SpecError([Diagnostic(where, (), f"cannot read file: {reason}")]) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -33,13 +33,14 @@ with decode (chunked prefill) lengthen the steps a request decodes in.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from drill.checks.base import PhaseWindow, RunEvidence
+from drill.errors import InputError
 from drill.load.records import RequestRecord
+from drill.rundir.files import inside, read_json
 from drill.stats import percentile
 
 __all__ = [
@@ -154,8 +155,41 @@ class ScalingTable:
 
 def read_sweep_record(run_dir: Path) -> dict | None:
     """``sweep.json`` of a sweep's run directory (None when absent: not a sweep)."""
-    path = Path(run_dir) / "sweep.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    try:
+        record = read_json(Path(run_dir) / "sweep.json", root=run_dir)
+    except FileNotFoundError:
+        return None
+    problem = _sweep_record_problem(record)
+    if problem is not None:
+        raise InputError(
+            f"{Path(run_dir) / 'sweep.json'}: {problem}",
+            hint="the run directory is damaged; its raw files can still be read by hand",
+        )
+    return record
+
+
+#: Each variant of ``sweep.json``: the fields its readers use and their types (None allowed where written so).
+_VARIANT_FIELDS: dict[str, tuple[type, ...]] = {
+    "label": (str,),
+    "status": (str,),
+    "run_dir": (str, type(None)),
+    "skipped_faults": (list, type(None)),
+}
+
+
+def _sweep_record_problem(record: Any) -> str | None:
+    if not isinstance(record, dict):
+        return f"expected a JSON object, found {type(record).__name__}"
+    variants = record.get("variants", [])
+    if not isinstance(variants, list):
+        return f"variants: expected a list, found {type(variants).__name__}"
+    for i, item in enumerate(variants):
+        if not isinstance(item, dict):
+            return f"variants[{i}]: expected an object, found {type(item).__name__}"
+        for key, types in _VARIANT_FIELDS.items():
+            if not isinstance(item.get(key), types) and (key in item or type(None) not in types):
+                return f"variants[{i}].{key}: expected {' or '.join(t.__name__ for t in types)}"
+    return None
 
 
 def measure_sweep(run_dir: Path) -> ScalingTable:
@@ -165,7 +199,7 @@ def measure_sweep(run_dir: Path) -> ScalingTable:
     variants = []
     schedules = {}
     for item in record.get("variants") or []:
-        path = Path(run_dir) / item["run_dir"] if item.get("run_dir") else None
+        path = inside(run_dir, str(item["run_dir"])) if item.get("run_dir") else None
         if path is None or not (path / "journal.jsonl").is_file():
             notes.append(f"{item['label']}: no run directory to measure ({item.get('status', 'not run')})")
             continue
@@ -309,7 +343,8 @@ def _mean_context(served: list[RequestRecord]) -> float | None:
 def _predict(evidence: RunEvidence, healthy: StateFigures) -> Prediction | None:
     """The embedded stack's decode step at the healthy state's batch and context; None for other targets."""
     resolved = evidence.resolved
-    if (resolved.get("drill", {}).get("target") or {}).get("kind") != "embedded" or not resolved.get("target_params"):
+    target = (resolved.get("drill") or {}).get("target") or {}
+    if target.get("kind") != "embedded" or not resolved.get("target_params"):
         return None
     from drill.stack.config import parse_stack_config
     from drill.stack.inference.cost_model import BatchShape, CostModel
@@ -343,7 +378,7 @@ def _link_increase(resolved: dict, plan, byte_scale: float, pp: int) -> float | 
     from drill.backends.toxiproxy import Stream
     from drill.stack.interconnect.link_model import LinkToxic, predict_step_increase
 
-    faults = resolved.get("drill", {}).get("faults") or []
+    faults = (resolved.get("drill") or {}).get("faults") or []
     increases = []
     for fault, params in zip(faults, resolved.get("fault_params") or []):
         if fault.get("kind") != "nccl_degradation" or (params or {}).get("method") != "toxiproxy":

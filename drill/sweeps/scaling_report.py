@@ -10,12 +10,12 @@ into memory, compute, communication and overhead beside the measured per-step co
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from drill.checks.base import Verdict
-from drill.report.render import template_environment
+from drill.checks.base import RunEvidence, Verdict
+from drill.report.render import load_verdicts, template_environment
+from drill.rundir.files import write_in_run_dir
 from drill.sweeps.scaling import STATES, ScalingTable, VariantFigures, measure_sweep, read_sweep_record
 from drill.sweeps.scaling_chart import scaling_chart
 from drill.sweeps.tp_scaling import degraded_effect
@@ -65,19 +65,16 @@ def write_scaling_reports(run_dir: Path) -> list[Path]:
     view = scaling_view(run_dir)
     written = []
     if view.chart_svg is not None:
-        (run_dir / "scaling.svg").write_text(view.chart_svg + "\n", encoding="utf-8")
+        write_in_run_dir(run_dir, "scaling.svg", (view.chart_svg + "\n").encode("utf-8"))
     for name in ("scaling.md", "scaling.html"):
         text = template_environment(name.endswith(".html")).get_template(f"{name}.j2").render(v=view)
-        (run_dir / name).write_text(text, encoding="utf-8")
-        written.append(run_dir / name)
+        written.append(write_in_run_dir(run_dir, name, text.encode("utf-8")))
     return written
 
 
 def scaling_view(run_dir: Path) -> ScalingView:
     table = measure_sweep(run_dir)
-    resolved = json.loads((run_dir / "resolved.json").read_text(encoding="utf-8"))
-    verdicts_path = run_dir / "verdicts.json"
-    checks = json.loads(verdicts_path.read_text(encoding="utf-8"))["checks"] if verdicts_path.is_file() else []
+    resolved = RunEvidence(run_dir).resolved
     record = read_sweep_record(run_dir) or {}
     drill = resolved.get("drill") or {}
     return ScalingView(
@@ -86,7 +83,7 @@ def scaling_view(run_dir: Path) -> ScalingView:
         run_id=run_dir.name,
         time_scale=resolved.get("time_scale"),
         table=table,
-        verdicts=[Verdict.from_json(c) for c in checks],
+        verdicts=load_verdicts(run_dir),
         findings=findings(table) + [f"{v['label']}: not measured ({v['status']})" for v in _unmeasured(record, table)],
         splits=_splits(table),
         chart_svg=scaling_chart(table),

@@ -19,7 +19,6 @@ worst of the variants' and the sweep's verdicts': 4 a revert failed, 3 a variant
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -27,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drill import registry
 from drill.checks.base import RunEvidence, Status, Verdict
 from drill.engine import active
 from drill.engine.journal import Event, Journal, RunStatus
@@ -35,9 +33,10 @@ from drill.engine.listeners import RunListener
 from drill.engine.rundir import RunDir, create_run_dir
 from drill.engine.runner import RunOptions, RunResult
 from drill.engine.variants import run_variant
-from drill.engine.verdicts import judge_one, plan_checks, verdicts_document
+from drill.engine.verdicts import judge_one, verdicts_document
 from drill.report.junit import write_junit
 from drill.report.redact import Redactor, secret_environment_values
+from drill.rundir.files import inside
 from drill.sweeps.resolve import SweepPlan, SweepVariant, is_sweep_check
 from drill.sweeps.scaling import ScalingTable, measure_sweep, read_sweep_record
 
@@ -220,12 +219,9 @@ def judge_sweep(run_dir: Path, variant_verdicts: Callable[[Path], list[Verdict] 
     sweep, a run-level one rolled up over the variants' verdicts (their ``verdicts.json``, or ``variant_verdicts``
     of each variant's run directory: ``drill judge`` judges them again)."""
     read = variant_verdicts or _recorded_verdicts
-    resolved = json.loads((run_dir / "resolved.json").read_text(encoding="utf-8"))
-    drill = resolved.get("drill") or {}
-    specs = drill.get("checks") or []
-    dumps = resolved.get("check_params") or [{} for _ in specs]
-    params = [registry.checks.get(s["kind"]).Params.model_validate(d or {}) for s, d in zip(specs, dumps)]
-    planned = plan_checks([(s["kind"], s.get("name")) for s in specs], params, bool(drill.get("faults")))
+    from drill.engine.judge import planned_checks
+
+    planned = planned_checks(run_dir, RunEvidence(run_dir).resolved)
     entries = [
         _variant_verdicts(run_dir, item, read) for item in (read_sweep_record(run_dir) or {}).get("variants", [])
     ]
@@ -239,7 +235,7 @@ def judge_sweep(run_dir: Path, variant_verdicts: Callable[[Path], list[Verdict] 
 def _variant_verdicts(run_dir: Path, item: dict, read: Callable[[Path], list[Verdict] | None]) -> VariantVerdicts:
     if not item.get("run_dir"):
         return VariantVerdicts(item["label"], None, "not run")
-    verdicts = read(run_dir / item["run_dir"])
+    verdicts = read(inside(run_dir, str(item["run_dir"])))
     if item.get("skipped_faults"):
         why = "it ran without the fault its target lacks"
     else:
@@ -248,10 +244,11 @@ def _variant_verdicts(run_dir: Path, item: dict, read: Callable[[Path], list[Ver
 
 
 def _recorded_verdicts(variant_dir: Path) -> list[Verdict] | None:
-    path = variant_dir / "verdicts.json"
-    if not path.is_file():
+    from drill.report.render import load_verdicts
+
+    if not (variant_dir / "verdicts.json").is_file():
         return None
-    return [Verdict.from_json(c) for c in json.loads(path.read_text(encoding="utf-8")).get("checks", [])]
+    return load_verdicts(variant_dir)
 
 
 def rolled_up(name: str, variants: list[VariantVerdicts]) -> Verdict:

@@ -36,8 +36,9 @@ import msgspec
 
 from drill.api import PluginParams
 from drill.errors import InputError, TargetError
+from drill.rundir.files import MAX_DOCUMENT_BYTES, UnsafeFileError, read_bytes
 from drill.traces.sources import SourceReport, TableSource
-from drill.traces.table import SpanTable, TableBuilder, kind_code
+from drill.traces.table import AttributeValue, SpanTable, TableBuilder, kind_code
 
 __all__ = ["JaegerApiSource", "JaegerFileSource", "read_jaeger_document"]
 
@@ -47,7 +48,7 @@ _CONVERSION_TAGS = frozenset({"span.kind", "otel.status_code", "otel.status_desc
 class _Tag(msgspec.Struct):
     key: str
     type: str = "string"
-    value: Any = None
+    value: AttributeValue = None
 
 
 class _Reference(msgspec.Struct, rename={"ref_type": "refType", "trace_id": "traceID", "span_id": "spanID"}):
@@ -175,7 +176,7 @@ def read_jaeger_document(
     """
     try:
         document = _DOCUMENT.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
         raise ValueError(f'not Jaeger JSON ({{"data": [trace, ...]}}): {exc}') from exc
     for error in document.errors or ():
         report.add_problem(
@@ -192,7 +193,7 @@ def read_jaeger_document(
             mark = len(builder)
             try:
                 _add_span(_SPAN.decode(raw), trace.processes, builder)
-            except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError) as exc:
+            except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError, RecursionError) as exc:
                 builder.truncate(mark)
                 report.add_problem(f"{where}: data[{t}].spans[{s}]", f"{type(exc).__name__}: {exc}"[:200])
     return len(traces)
@@ -218,8 +219,11 @@ class JaegerFileSource(TableSource):
         builder = TableBuilder()
         seen: set[str] = set()
         for file in files:
+            document = read_bytes(file, limit=MAX_DOCUMENT_BYTES, what="Jaeger JSON", root=self._root(self.params.path))
             try:
-                read_jaeger_document(file.read_bytes(), str(file), report, builder, seen)
+                read_jaeger_document(document, str(file), report, builder, seen)
+            except UnsafeFileError:
+                raise
             except ValueError as exc:
                 raise InputError(f"{file}: {exc}") from exc
         return builder.build()

@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import binascii
 import gzip
-import json
 import struct
 import zlib
 from collections.abc import Callable, Iterator
@@ -40,7 +39,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from drill.jsonl import BadLine, ReadReport
-from drill.traces.table import SpanTable, TableBuilder, kind_code, status_code
+from drill.rundir.files import MAX_DOCUMENT_BYTES, UnsafeFileError, loads_json, open_input, read_bytes, read_lines
+from drill.traces.table import ATTRIBUTE_DEPTH, SpanTable, TableBuilder, kind_code, status_code
 
 __all__ = [
     "PROTO_FRAMINGS",
@@ -83,8 +83,8 @@ def decode_request(body: bytes, content_type: str | None) -> ExportTraceServiceR
     message = ExportTraceServiceRequest()
     if _is_json(content_type):
         try:
-            raw = json.loads(body or b"{}")
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raw = loads_json(body or b"{}")
+        except (ValueError, UnicodeDecodeError) as exc:  # JsonTooDeep too: ParseDict below recurses
             raise OtlpDecodeError(f"invalid JSON: {exc}") from exc
         _hex_ids_to_base64(raw)
         try:
@@ -282,7 +282,9 @@ def span_id_hex(value: str) -> str:
     return _id_hex(value, 12, "=", 16)
 
 
-def _json_value(value: _AnyValue | None) -> Any:
+def _json_value(value: _AnyValue | None, depth: int = 0) -> Any:
+    if depth > ATTRIBUTE_DEPTH:
+        raise ValueError(f"an attribute value nested more than {ATTRIBUTE_DEPTH} deep")
     if value is None:
         return None
     if value.string_value is not None:
@@ -294,16 +296,16 @@ def _json_value(value: _AnyValue | None) -> Any:
     if value.double_value is not None:
         return float(value.double_value)
     if value.array_value is not None:
-        return [_json_value(v) for v in value.array_value.values]
+        return [_json_value(v, depth + 1) for v in value.array_value.values]
     if value.kvlist_value is not None:
-        return _json_attributes(value.kvlist_value.values)
+        return _json_attributes(value.kvlist_value.values, depth + 1)
     if value.bytes_value is not None:
         return base64.b64decode(value.bytes_value).hex()
     return None
 
 
-def _json_attributes(items: list[_KeyValue]) -> dict[str, Any]:
-    return {kv.key: _json_value(kv.value) for kv in items}
+def _json_attributes(items: list[_KeyValue], depth: int = 0) -> dict[str, Any]:
+    return {kv.key: _json_value(kv.value, depth) for kv in items}
 
 
 _NO_STATUS = _JsonStatus()
@@ -371,37 +373,53 @@ def read_json_file(path: Path, report: ReadReport | None = None) -> SpanTable:
     """
     report = report if report is not None else ReadReport(path)
     builder = TableBuilder()
-    if not path.exists():
+    try:
+        fh = open_input(path, root=report.root)
+    except FileNotFoundError:
         report.exists = False
         return builder.build()
-    with path.open("rb") as fh:
-        for number, line in enumerate(fh, start=1):
-            if line.strip():
-                _add_json_line(line, number, builder, report)
-    if report.lines_read == 0 and (report.bad_count or report.torn_last_line) and _add_whole_document(path, builder):
+    long_lines = 0
+    with fh:
+        for line in read_lines(fh):
+            problem = line.problem()
+            if problem is not None:
+                long_lines += line.data is None
+                _count_bad(report, line.number, problem, line.newline)
+            elif line.data is not None and line.data.strip():
+                _add_json_line(line.data, line.number, builder, report)
+    whole = report.lines_read == 0 and (report.bad_count or report.torn_last_line) and long_lines <= 1
+    if whole and _add_whole_document(path, builder, report.root):
         report.bad_count, report.bad_lines, report.torn_last_line, report.lines_read = 0, [], None, 1
     return builder.build()
+
+
+def _count_bad(report: ReadReport, number: int, reason: str, newline: bool) -> None:
+    bad = BadLine(number, reason[:200])
+    if newline:
+        report.add_bad(bad)
+    else:
+        report.torn_last_line = bad
 
 
 def _add_json_line(line: bytes, number: int, builder: TableBuilder, report: ReadReport) -> None:
     mark = len(builder)
     try:
         _add_traces_data(_TRACES_DECODER.decode(line), builder)
-    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError, RecursionError) as exc:
         builder.truncate(mark)
-        bad = BadLine(number, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200])
-        if line.endswith(b"\n"):
-            report.add_bad(bad)
-        else:
-            report.torn_last_line = bad
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        _count_bad(report, number, reason, line.endswith(b"\n"))
         return
     report.lines_read += 1
 
 
-def _add_whole_document(path: Path, builder: TableBuilder) -> bool:
+def _add_whole_document(path: Path, builder: TableBuilder, root: Path | None = None) -> bool:
     try:
-        _add_traces_data(_TRACES_DECODER.decode(path.read_bytes()), builder)
-    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError):
+        document = read_bytes(path, limit=MAX_DOCUMENT_BYTES, root=root)
+        _add_traces_data(_TRACES_DECODER.decode(document), builder)
+    except UnsafeFileError:
+        return False
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError, RecursionError):
         builder.truncate(0)
         return False
     return True
@@ -468,9 +486,11 @@ def read_proto_file(path: Path, report: ReadReport | None = None, framing: str =
         report.exists = False
         return SpanTable.empty()
     files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+    root = report.root
     tables, index = [], 0
     for file in files:
-        for offset, payload, reason in _frames(file.read_bytes(), framing):
+        data = read_bytes(file, limit=MAX_DOCUMENT_BYTES, what="OTLP protobuf", root=root)
+        for offset, payload, reason in _frames(data, framing):
             index += 1
             where = f"{file.name} byte {offset}"
             if payload is None:
@@ -482,6 +502,10 @@ def read_proto_file(path: Path, report: ReadReport | None = None, framing: str =
             except DecodeError as exc:
                 report.add_bad(BadLine(index, f"{where}: invalid protobuf: {exc}"[:200]))
                 continue
+            try:
+                tables.append(SpanTable.from_spans(normalize(message)))
+            except (ValueError, TypeError, RecursionError) as exc:
+                report.add_bad(BadLine(index, f"{where}: {exc}"[:200]))
+                continue
             report.lines_read += 1
-            tables.append(SpanTable.from_spans(normalize(message)))
     return SpanTable.concat(tables)

@@ -25,11 +25,11 @@ real children; a span that has them gets none derived.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 
 import numpy as np
 
+from drill.rundir.files import loads_json
 from drill.traces.table import SpanTable, TableBuilder, kind_code
 
 __all__ = ["LLM_REQUEST", "PHASE_ATTRIBUTES", "PHASE_FROM", "with_phase_spans"]
@@ -138,7 +138,7 @@ def _aborted(attributes: dict) -> bool:
     reasons = attributes.get(FINISH_REASONS)
     if isinstance(reasons, str):
         try:
-            reasons = json.loads(reasons)
+            reasons = loads_json(reasons)
         except ValueError:
             return False
     return isinstance(reasons, list) and reasons == ["abort"]

@@ -20,15 +20,26 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 import numpy as np
 
 from drill.api import PluginParams, TraceSource
 from drill.jsonl import BadLine, ReadReport
+from drill.rundir.files import MAX_LINE_BYTES, open_input
 from drill.traces.phases import with_phase_spans
-from drill.traces.table import KIND_NAMES, STATUS_NAMES, SpanTable, hex_u64, intern_codes, kind_code, status_code
+from drill.traces.table import (
+    KIND_NAMES,
+    NS_RANGE,
+    STATUS_NAMES,
+    AttributeValue,
+    SpanTable,
+    hex_u64,
+    intern_codes,
+    kind_code,
+    status_code,
+)
 
 __all__ = [
     "OtlpFileSource",
@@ -62,9 +73,9 @@ class SourceReport:
     problem_where: list[str] = field(default_factory=list)  # the first KEPT_PROBLEMS of them, located
     notes: list[str] = field(default_factory=list)  # e.g. a query limit reached: maybe incomplete
 
-    def file(self, path: Path) -> ReadReport:
-        """A new ReadReport for ``path``, kept in :attr:`files`."""
-        report = ReadReport(path)
+    def file(self, path: Path, root: Path | None = None) -> ReadReport:
+        """A new ReadReport for ``path`` (a file of the run directory ``root``, if given), kept in :attr:`files`."""
+        report = ReadReport(path, root=root)
         self.files.append(report)
         return report
 
@@ -143,6 +154,15 @@ class TableSource(TraceSource):
         resolved = Path(path).expanduser()
         return resolved if resolved.is_absolute() else Path(self.run_dir) / resolved
 
+    def _root(self, path: str) -> Path | None:
+        """The run directory when ``path`` is relative: it names a file of the run directory, which is opened
+        inside it, following no link (:func:`drill.rundir.files.open_input`); None for an absolute path."""
+        return None if Path(path).expanduser().is_absolute() else Path(self.run_dir)
+
+    def _file(self, report: SourceReport, path: str) -> tuple[Path, ReadReport]:
+        """The file ``path`` names and its report (see :meth:`_root`)."""
+        return self._path(path), report.file(self._path(path), root=self._root(path))
+
 
 def table_to_dicts(table: SpanTable) -> Iterator[dict]:
     """The rows of ``table`` as normalized span dicts (the plugin interface's shape)."""
@@ -171,19 +191,23 @@ class _Status(msgspec.Struct, gc=False):
     message: str | None = None
 
 
+#: A span time as the table holds it (signed 64-bit ns): a larger one makes its line unreadable, counted.
+_Ns = Annotated[int, msgspec.Meta(ge=NS_RANGE[0], le=NS_RANGE[1])]
+
+
 class _ReceiverSpan(msgspec.Struct, gc=False):
     """One line of spans.jsonl; the keys the table does not keep (resource, events, ...) are skipped."""
 
     trace_id: str
     span_id: str
-    start_ns: int
-    end_ns: int
+    start_ns: _Ns
+    end_ns: _Ns
     parent_span_id: str | None = None
     name: str = ""
     kind: str | int = "UNSPECIFIED"
     service: str = "unknown"
     status: _Status | None = None
-    attributes: dict[str, Any] = msgspec.field(default_factory=dict)
+    attributes: dict[str, AttributeValue] = msgspec.field(default_factory=dict)
 
 
 _RECEIVER_DECODER = msgspec.json.Decoder(_ReceiverSpan)
@@ -199,14 +223,20 @@ def decode_json_lines(path: Path, decoder: msgspec.json.Decoder, report: ReadRep
     by line so that every bad line is counted with its number, as :func:`drill.jsonl.read_jsonl` does
     (a torn last line without its newline is ``torn_last_line``).
     """
-    if not path.exists():
+    try:
+        fh = open_input(path, root=report.root)
+    except FileNotFoundError:
         report.exists = False
         return
     buffer = bytearray(BLOCK_BYTES)
     kept, offset = 0, 0  # bytes of a partial line at the buffer's start; its file offset
-    with path.open("rb") as fh:
+    with fh:
         while True:
             if kept == len(buffer):  # one line longer than the buffer
+                if kept >= MAX_LINE_BYTES:
+                    offset += _skip_long_line(fh, path, offset, kept, report)
+                    kept = 0
+                    continue
                 buffer.extend(bytes(len(buffer)))
             with memoryview(buffer) as view:
                 read = fh.readinto(view[kept:])
@@ -221,20 +251,41 @@ def decode_json_lines(path: Path, decoder: msgspec.json.Decoder, report: ReadRep
             kept = end - cut
 
 
+def _skip_long_line(fh, path: Path, offset: int, kept: int, report: ReadReport) -> int:
+    """Drop the rest of a line over :data:`~drill.rundir.files.MAX_LINE_BYTES` (counted as a bad line, or
+    the torn last line); returns its size in bytes."""
+    number = _line_number(path, offset, report.root)
+    size, newline = kept, False
+    while True:
+        chunk = fh.readline(BLOCK_BYTES)
+        if not chunk:
+            break
+        size += len(chunk)
+        if chunk.endswith(b"\n"):
+            newline = True
+            break
+    bad = BadLine(number, f"line of {size} bytes skipped: longer than the {MAX_LINE_BYTES}-byte cap on one line")
+    if newline:
+        report.add_bad(bad)
+    else:
+        report.torn_last_line = bad
+    return size
+
+
 def _decode_block(path: Path, block, offset: int, decoder: msgspec.json.Decoder, report: ReadReport) -> list:
     try:
         items = decoder.decode_lines(block)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        items = _decode_lines_one_by_one(bytes(block), _line_number(path, offset), decoder, report)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        items = _decode_lines_one_by_one(bytes(block), _line_number(path, offset, report.root), decoder, report)
     else:
         report.lines_read += len(items)
     return items
 
 
-def _line_number(path: Path, offset: int) -> int:
+def _line_number(path: Path, offset: int, root: Path | None = None) -> int:
     """1-based number of the line starting at byte ``offset`` (only counted when a block has a bad line)."""
     lines, done = 1, 0
-    with path.open("rb") as fh:
+    with open_input(path, root=root) as fh:
         while done < offset:
             data = fh.read(min(BLOCK_BYTES, offset - done))
             if not data:
@@ -253,7 +304,7 @@ def _decode_lines_one_by_one(block: bytes, first_line: int, decoder: msgspec.jso
             continue
         try:
             items.append(decoder.decode(line))
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
             bad = BadLine(first_line + offset, _reason(exc))
             if torn and offset == len(lines) - 1:
                 report.torn_last_line = bad
@@ -277,7 +328,7 @@ def read_receiver_file(path: Path, report: ReadReport | None = None) -> SpanTabl
     lower-cased where they are not already.
     """
     report = report if report is not None else ReadReport(path)
-    columns = _ReceiverColumns(path.stat().st_size if path.exists() else 0)
+    columns = _ReceiverColumns(path.stat().st_size if path.is_file() else 0)
     for block, size in decode_json_lines(path, _RECEIVER_DECODER, report):
         columns.add(block, size)
     return columns.build()
@@ -436,7 +487,7 @@ class ReceiverSource(TableSource):
     params: ReceiverParams
 
     def _read(self, report: SourceReport, window: tuple[int, int] | None) -> SpanTable:
-        return read_receiver_file(self._path(self.params.file), report.file(self._path(self.params.file)))
+        return read_receiver_file(*self._file(report, self.params.file))
 
 
 # --- OTLP files -------------------------------------------------------------------------------------
@@ -454,8 +505,7 @@ class OtlpFileSource(TableSource):
     def _read(self, report: SourceReport, window: tuple[int, int] | None) -> SpanTable:
         from drill.traces.otlp import read_json_file
 
-        path = self._path(self.params.path)
-        return read_json_file(path, report.file(path))
+        return read_json_file(*self._file(report, self.params.path))
 
 
 class OtlpProtoFileParams(PluginParams):
@@ -471,5 +521,5 @@ class OtlpProtoFileSource(TableSource):
     def _read(self, report: SourceReport, window: tuple[int, int] | None) -> SpanTable:
         from drill.traces.otlp import read_proto_file
 
-        path = self._path(self.params.path)
-        return read_proto_file(path, report.file(path), framing=self.params.framing)
+        path, file_report = self._file(report, self.params.path)
+        return read_proto_file(path, file_report, framing=self.params.framing)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 
@@ -396,6 +396,36 @@ def _name_of(names: tuple[str, ...], code: int) -> str:
     return names[code] if 0 <= code < len(names) else str(code)
 
 
+#: The span times a table holds: signed 64-bit nanoseconds (numpy ``int64``), as OTLP's ``fixed64`` times are
+#: read; 2**63 ns is the year 2262.
+NS_RANGE = (-(2**63), 2**63 - 1)
+
+
+def _check_ns(values) -> None:
+    """ValueError (a span a reader counts as unreadable) when a time does not fit the table's ``int64``."""
+    if values and (min(values) < NS_RANGE[0] or max(values) > NS_RANGE[1]):
+        bad = next(v for v in values if not NS_RANGE[0] <= v <= NS_RANGE[1])
+        raise ValueError(f"span time {bad} ns is outside the signed 64-bit range of span times")
+
+
+_Scalar = str | int | float | bool | None
+
+
+def _nested(depth: int) -> Any:
+    """An attribute value: a scalar, or lists and maps of them nested at most ``depth`` deep (OTLP's
+    ``AnyValue`` arrays and kvlists), as a type the readers' msgspec decoders check while they decode."""
+    value: Any = _Scalar
+    for _ in range(depth):
+        value = Union[_Scalar, list[value], dict[str, value]]  # noqa: UP007 - built at run time
+    return value
+
+
+#: How deep a span attribute's value may nest (OTel's attributes are flat; kvlists add a level or two). A span
+#: with a deeper one is unreadable, counted and located by its reader, never a RecursionError.
+ATTRIBUTE_DEPTH = 8
+AttributeValue = _nested(ATTRIBUTE_DEPTH)
+
+
 class TableBuilder:
     """Accumulates spans row by row (for sources whose records are not one flat row each)."""
 
@@ -429,6 +459,7 @@ class TableBuilder:
         status_message: str | None,
         attributes: dict,
     ) -> None:
+        _check_ns((start_ns, end_ns))
         self.trace_id.append(trace_id)
         self.span_id.append(span_id)
         self.parent_id.append(parent_id)
@@ -443,6 +474,8 @@ class TableBuilder:
 
     def extend(self, **columns: list) -> None:
         """Append equal-length column lists (every column of :meth:`add`, by name)."""
+        for name in ("start_ns", "end_ns"):
+            _check_ns(columns.get(name) or ())
         for name, values in columns.items():
             getattr(self, name).extend(values)
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import click
-from rich.console import Console
 
+from drill.cli.terminal import console, echo, err_console, say
 from drill.errors import DrillError, SpecError
 
 __all__ = [
@@ -21,16 +21,15 @@ __all__ = [
     "is_file",
     "load_scenario_argument",
     "console",
+    "echo",
     "err_console",
     "handle_errors",
     "out_option",
     "parse_duration_option",
     "print_verdicts",
+    "say",
     "time_scale_option",
 ]
-
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 @dataclass
@@ -73,25 +72,20 @@ def handle_errors() -> Iterator[CrashSite]:
     try:
         yield site
     except SpecError as exc:
-        click.echo(exc.render(), err=True)
+        echo(exc.render(), err=True)
         sys.exit(exc.exit_code)
     except DrillError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False, soft_wrap=True)
+        say(("error:", "bold red"), f" {exc}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        err_console.print("interrupted (^C)")
+        say("interrupted (^C)", err=True)
         sys.exit(130)
     except (click.exceptions.Exit, click.ClickException, SystemExit, BrokenPipeError):
         raise
     except Exception as exc:  # noqa: BLE001 - last resort: keep a report a maintainer can use
         log = site.write(exc)
         where = f"traceback in {log}" if log else "traceback above"
-        err_console.print(
-            f"[bold red]internal error:[/] {type(exc).__name__}: {exc} ({where})",
-            markup=True,
-            highlight=False,
-            soft_wrap=True,
-        )
+        say(("internal error:", "bold red"), f" {type(exc).__name__}: {exc} ({where})", err=True)
         sys.exit(3)
 
 
@@ -132,7 +126,7 @@ def print_verdicts(verdicts) -> None:
     """One line per verdict, as ``drill run`` and ``drill judge`` print them."""
     for v in verdicts:
         colour = {"PASS": "green", "FAIL": "red"}.get(v.status.value, "yellow")
-        console.print(f"[{colour}]{v.status.value:<12}[/] {v.name}: {v.message}")
+        say((f"{v.status.value:<12}", colour), f" {v.name}: {v.message}")
 
 
 def is_file(path: Path) -> bool:

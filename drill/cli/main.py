@@ -40,6 +40,16 @@ class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(SUBCOMMANDS)
 
+    def invoke(self, ctx: click.Context) -> object:
+        """Run the subcommand; a usage error's message (which quotes what was typed) is shown as literal text."""
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as exc:
+            from drill.cli.terminal import literal
+
+            exc.__dict__["message"] = literal(exc.message)  # click types it Final; shown as typed, made safe
+            raise
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         target = SUBCOMMANDS.get(cmd_name)
         if target is None:

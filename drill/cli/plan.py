@@ -6,7 +6,7 @@ import click
 
 from drill import registry
 from drill.api import FaultContext, TargetContext
-from drill.cli.common import handle_errors
+from drill.cli.common import echo, handle_errors
 from drill.engine.fault_schedule import resolve_targets
 from drill.engine.safety import check_hosts
 from drill.engine.timeline import plan_timeline
@@ -26,7 +26,7 @@ def plan(drill_file: str, overrides: tuple[str, ...], time_scale: float, allow_h
         if loaded.target_params is not None:
             check_hosts(loaded, allow_hosts)
         for line in render_plan(loaded):
-            click.echo(line)
+            echo(line)
 
 
 def render_plan(loaded: LoadedDrill) -> list[str]:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from drill.cli.common import console, err_console, handle_errors
+from drill.cli.terminal import literal, literal_json
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -40,7 +41,7 @@ def report(run_dir: Path, fmt: str | None, progress: bool | None) -> None:
         if (run_dir / "capacity.json").is_file():  # a `drill capacity` run: its own report
             from drill.capacity.reporting import render_capacity
 
-            sys.stdout.write(render_capacity(run_dir, fmt))
+            _write(render_capacity(run_dir, fmt), fmt)
             return
         if (run_dir / "sweep.json").is_file():  # a sweep (a drill with `sweep:`): the scaling report
             _sweep_report(run_dir, fmt)
@@ -61,7 +62,7 @@ def report(run_dir: Path, fmt: str | None, progress: bool | None) -> None:
         for path in paths:
             console.print(f"report: {path}")
     else:
-        sys.stdout.write(text)
+        _write(text, fmt)
 
 
 def _sweep_report(run_dir: Path, fmt: str | None) -> None:
@@ -72,14 +73,19 @@ def _sweep_report(run_dir: Path, fmt: str | None) -> None:
     from drill.sweeps.scaling_report import write_scaling_reports
 
     if fmt == "json":  # the figures measured again from the run directory, as scaling.json holds them
-        sys.stdout.write(json.dumps(measure_sweep(run_dir).to_json(), indent=2) + "\n")
+        _write(json.dumps(measure_sweep(run_dir).to_json(), indent=2) + "\n", fmt)
         return
     paths = write_scaling_reports(run_dir)
     if fmt is None:
         for path in paths:
             console.print(f"report: {path}")
     else:
-        sys.stdout.write(paths[0 if fmt == "md" else 1].read_text(encoding="utf-8"))
+        _write(paths[0 if fmt == "md" else 1].read_text(encoding="utf-8"), fmt)
+
+
+def _write(text: str, fmt: str | None) -> None:
+    """A report printed to stdout: no control character reaches the terminal raw (JSON keeps parsing)."""
+    sys.stdout.write(literal_json(text) if fmt == "json" else literal(text))
 
 
 class _ReportProgress:

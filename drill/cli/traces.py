@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from drill.cli.common import console, err_console, handle_errors
+from drill.cli.common import console, err_console, handle_errors, say
 from drill.errors import InputError
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ def _records(path: Path | None) -> tuple[list, dict | None]:
     report = ReadReport(path)
     records = list(read_records(path, report))
     if report.bad_count or report.torn_last_line is not None:
-        err_console.print(f"[yellow]warning:[/] {report.describe()}", markup=True)
+        say(("warning:", "yellow"), f" {report.describe()}", err=True)
     return records, report.to_json()
 
 
@@ -284,8 +284,10 @@ def _analyze(
 
 def _print(report: AbnormalReport, loaded: list[_Loaded], evidence: TraceEvidence) -> None:
     for info in loaded:
-        bad = f", [yellow]{info.unreadable} unreadable[/] (first: {info.where[0]})" if info.unreadable else ""
-        console.print(f"{info.path}: {info.kind}, {info.spans:,} spans{bad}", markup=True)
+        bad: tuple = ()
+        if info.unreadable:
+            bad = (", ", (f"{info.unreadable} unreadable", "yellow"), f" (first: {info.where[0]})")
+        say(f"{info.path}: {info.kind}, {info.spans:,} spans", *bad)
     console.print(
         f"baseline: {report.baseline_rule}: {report.baseline_spans:,} spans; fault window: {report.fault_spans:,} spans"
     )
@@ -296,7 +298,7 @@ def _print(report: AbnormalReport, loaded: list[_Loaded], evidence: TraceEvidenc
             f"id (p50 {c.spans_per_request_p50 or 0:g} spans per request)"
         )
     for note in evidence.completeness.notes():
-        console.print(f"[dim]note: {note}[/]", markup=True)
+        say((f"note: {note}", "dim"))
     for count, what in ((report.baseline_spans, "baseline"), (report.fault_spans, "fault window")):
         if count == 0:
             err_console.print(

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import abc
 import enum
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -202,9 +201,12 @@ class RunEvidence:
 
     @cached_property
     def resolved(self) -> dict:
-        """``resolved.json``: the drill, scenario and plugin params as the run used them ({} if absent)."""
+        """``resolved.json``: the drill, scenario and plugin params as the run used them ({} if absent);
+        InputError (exit 2) when it is damaged (:mod:`drill.checks.resolved`)."""
+        from drill.checks.resolved import read_resolved
+
         path = self.run_dir / "resolved.json"
-        return json.loads(path.read_text()) if path.exists() else {}
+        return read_resolved(path) if path.exists() else {}
 
     @cached_property
     def journal(self) -> list[JournalEntry]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -18,6 +20,7 @@ from drill.errors import DrillError, SpecError
 
 __all__ = [
     "allow_host_option",
+    "interrupts_kept",
     "is_file",
     "load_scenario_argument",
     "console",
@@ -87,6 +90,30 @@ def handle_errors() -> Iterator[CrashSite]:
         where = f"traceback in {log}" if log else "traceback above"
         say(("internal error:", "bold red"), f" {type(exc).__name__}: {exc} ({where})", err=True)
         sys.exit(3)
+
+
+@contextmanager
+def interrupts_kept() -> Iterator[None]:
+    """A Ctrl-C is never lost: SIGINT is remembered as it raises KeyboardInterrupt, and if code the command
+    called swallowed that (an exception in a finalizer or a C callback is only printed), KeyboardInterrupt is
+    raised again when the block ends, so the command exits 130, never 0. Outside the main thread it does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    seen: list[int] = []
+
+    def interrupted(signum: int, frame: object) -> None:
+        seen.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if seen:
+        raise KeyboardInterrupt
 
 
 def time_scale_option(help_text: str = "Multiply every timeline duration (0.1 = ten times shorter, for smoke runs)."):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from drill.cli.common import console, err_console, handle_errors
+from drill.cli.common import console, err_console, handle_errors, interrupts_kept
 from drill.cli.terminal import literal, literal_json
 
 if TYPE_CHECKING:
@@ -52,9 +52,9 @@ def report(run_dir: Path, fmt: str | None, progress: bool | None) -> None:
                 hint="pass a directory that `drill run` created, such as reports/<drill>/<run id>",
             )
         show = sys.stderr.isatty() if progress is None else progress
-        with _ReportProgress(show) as step:
+        with interrupts_kept(), _ReportProgress(show) as step:
             if fmt is None:
-                paths = write_reports(run_dir, progress=step)
+                paths = _writing(run_dir, lambda: write_reports(run_dir, progress=step))
             else:
                 model = report_for(run_dir, progress=step)
                 text = {"md": render_markdown, "html": render_html, "json": render_json}[fmt](model)
@@ -75,12 +75,27 @@ def _sweep_report(run_dir: Path, fmt: str | None) -> None:
     if fmt == "json":  # the figures measured again from the run directory, as scaling.json holds them
         _write(json.dumps(measure_sweep(run_dir).to_json(), indent=2) + "\n", fmt)
         return
-    paths = write_scaling_reports(run_dir)
+    paths = _writing(run_dir, lambda: write_scaling_reports(run_dir))
     if fmt is None:
         for path in paths:
             console.print(f"report: {path}")
     else:
         _write(paths[0 if fmt == "md" else 1].read_text(encoding="utf-8"), fmt)
+
+
+def _writing(run_dir: Path, write: Callable[[], list[Path]]) -> list[Path]:
+    """``write()``'s paths; a run directory that cannot be written (read-only, full, a directory where a report
+    file goes) is exit 2 with the reason, not an internal error."""
+    from drill.errors import InputError
+
+    try:
+        return write()
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise InputError(
+            f"{run_dir}: cannot write the report: {exc.strerror or exc}{where}",
+            hint="render it elsewhere with `drill report RUN_DIR --format md|html > FILE`, or make RUN_DIR writable",
+        ) from None
 
 
 def _write(text: str, fmt: str | None) -> None:

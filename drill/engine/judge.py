@@ -9,9 +9,10 @@ the run directory is changed: it is append-only evidence.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
 
 from drill import registry
 from drill.checks.base import RunEvidence, Verdict
@@ -38,42 +39,54 @@ class Judgement:
 
 
 def rejudge(run_dir: Path) -> Judgement:
-    """Evaluate the run's checks again; InputError (exit 2) when ``run_dir`` is not a run directory."""
-    resolved = _read_resolved(run_dir)
-    drill = resolved.get("drill") or {}
+    """Evaluate the run's checks again; InputError (exit 2) when ``run_dir`` is not a run directory, when its
+    ``resolved.json`` is damaged, and when it lists no check (nothing judged is not a PASS)."""
+    evidence = _evidence(run_dir)
+    drill = evidence.resolved.get("drill") or {}
     if (run_dir / "sweep.json").is_file():  # a sweep: its checks over the whole, each variant judged again
         from drill.sweeps.sweeper import judge_sweep
 
-        evidence = RunEvidence(run_dir)
         verdicts = judge_sweep(run_dir, lambda variant_dir: rejudge(variant_dir).verdicts)
         status, stopped_by = _how_it_ended(evidence)
         return Judgement(run_dir, run_dir.name, str(drill.get("name", "?")), status, stopped_by, verdicts, evidence)
     specs = drill.get("checks") or []
-    dumps = resolved.get("check_params") or [{} for _ in specs]
-    params = [registry.checks.get(spec["kind"]).Params.model_validate(dump or {}) for spec, dump in zip(specs, dumps)]
+    dumps = evidence.resolved.get("check_params") or [{} for _ in specs]
+    params = [_params(spec["kind"], dump, i, run_dir) for i, (spec, dump) in enumerate(zip(specs, dumps))]
     planned = plan_checks([(s["kind"], s.get("name")) for s in specs], params, bool(drill.get("faults")))
-    evidence = RunEvidence(run_dir)
+    if not planned:
+        raise InputError(
+            f"{run_dir / 'resolved.json'}: the drill has no check and no fault: there is nothing to judge",
+            hint="a run's verdicts come from its drill's checks; a run directory without them cannot pass",
+        )
     verdicts = [judge_one(c.kind, c.name, c.params, evidence) for c in planned]
     status, stopped_by = _how_it_ended(evidence)
     return Judgement(run_dir, run_dir.name, str(drill.get("name", "?")), status, stopped_by, verdicts, evidence)
 
 
-def _read_resolved(run_dir: Path) -> dict:
-    path = run_dir / "resolved.json"
+def _evidence(run_dir: Path) -> RunEvidence:
+    """The run's evidence, its ``resolved.json`` read and checked (InputError when it is missing or damaged)."""
     if not run_dir.is_dir():
         raise InputError(f"{run_dir}: no such run directory", hint="pass a directory such as reports/<drill>/<run id>")
-    if not path.exists():
+    if not (run_dir / "resolved.json").exists():
         raise InputError(
             f"{run_dir}: not a run directory (it has no resolved.json)",
             hint="pass a directory that `drill run` created, such as reports/<drill>/<run id>",
         )
+    evidence = RunEvidence(run_dir)
+    _ = evidence.resolved  # read and checked now: a damaged file is exit 2 before any check runs
+    return evidence
+
+
+def _params(kind: str, dump: dict | None, index: int, run_dir: Path) -> BaseModel:
+    """Check ``index``'s params as resolved.json holds them; InputError naming the check when they do not fit."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
+        return registry.checks.get(kind).Params.model_validate(dump or {})
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(params)'}: {e['msg']}" for e in exc.errors()[:5])
         raise InputError(
-            f"{path}: cannot read the resolved drill: {exc}",
-            hint="the run directory is damaged; its raw files can still be read by hand",
-        ) from exc
+            f"{run_dir / 'resolved.json'}: check_params[{index}] ({kind}) do not fit the check: {problems}",
+            hint="the run directory is damaged, or was written by a version whose check params differ",
+        ) from None
 
 
 def _how_it_ended(evidence: RunEvidence) -> tuple[str, str | None]:

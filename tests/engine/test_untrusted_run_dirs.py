@@ -1,0 +1,145 @@
+"""``drill judge`` and ``drill report`` on run directories someone else made (issue 21): a damaged ``resolved.json``
+is exit 2 naming it, a run with no check is an error (not a PASS), evidence of the wrong type or missing evidence
+is INCONCLUSIVE with the file (and line), and a run directory that cannot be written is exit 2 with a message."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from drill.cli.common import interrupts_kept
+from drill.cli.main import cli
+from tests.engine.test_judge import _record, _run_dir
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def _resolved(run: Path, **changes) -> None:
+    doc = json.loads((run / "resolved.json").read_text())
+    doc.update(changes)
+    (run / "resolved.json").write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("[]", "must be a JSON object, not a list"),
+        ("null", "must be a JSON object, not null"),
+        ('{"drill": {"checks": [{"name": "x"}]}}', "drill.checks[0].kind must be the check's kind"),
+        ('{"drill": {"checks": "error_rate"}}', "drill.checks must be a list"),
+        ('{"drill": []}', "drill must be an object"),
+        ('{"drill": {"checks": [{"kind": "error_rate"}]}, "check_params": [{"max": "x"}]}', "check_params[0]"),
+        ('{"drill": {"checks": [{"kind": "error_rate"}], "slo": {"ttft_p95": "fast"}}}', "drill.slo.ttft_p95"),
+        ('{"drill": {"checks": [{"kind": "slo"}]}, "scenario": {"pools": [7]}}', "scenario.pools[0]"),
+        ('{"drill"', "cannot read the resolved drill"),
+    ],
+)
+@pytest.mark.parametrize("command", ["judge", "report"])
+def test_a_damaged_resolved_json_is_exit_2_naming_it(tmp_path: Path, text: str, says: str, command: str) -> None:
+    if command == "report" and says == "check_params[0]":
+        pytest.skip("the report shows the verdicts the run wrote; it does not read the checks' params")
+    run = _run_dir(tmp_path, [_record(i) for i in range(10)])
+    (run / "resolved.json").write_text(text)
+    result = _invoke(command, str(run), *(["--no-progress"] if command == "report" else []))
+    assert result.exit_code == 2, result.output
+    assert "resolved.json" in result.output and says in result.output
+    assert "internal error" not in result.output and "Traceback" not in result.output
+
+
+def test_a_run_directory_with_no_check_is_an_error_not_a_pass(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path, [_record(i) for i in range(10)])
+    (run / "resolved.json").write_text("{}")
+    result = _invoke("judge", str(run))
+    assert result.exit_code == 2, result.output
+    assert "nothing to judge" in result.output
+
+
+def _slo_run(tmp_path: Path, records: list[str]) -> Path:
+    run = _run_dir(tmp_path, records)
+    _resolved(
+        run,
+        drill={"name": "d", "faults": [], "slo": {}, "checks": [{"kind": "slo", "name": "slo"}]},
+        check_params=[{"phase": "fault", "min_requests": 5}],
+    )
+    return run
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("ttft_ms", "fast"), ("e2e_ms", [1]), ("intended_ts", None), ("status", 2.5), ("chunk_offsets_ms", ["x"])],
+)
+def test_a_record_of_the_wrong_type_makes_the_check_inconclusive_with_file_and_line(
+    tmp_path: Path, field: str, value: object
+) -> None:
+    records = [_record(i) for i in range(10)]
+    bad = json.loads(records[3])
+    bad[field] = value
+    records[3] = json.dumps(bad)
+    run = _slo_run(tmp_path, records)
+    result = _invoke("judge", str(run), "--json")
+    assert result.exit_code == 1, result.output
+    (check,) = json.loads(result.output)["checks"]
+    assert check["status"] == "INCONCLUSIVE", check
+    assert "requests.jsonl:4" in check["message"] and field in check["message"]
+
+
+def test_a_record_with_a_number_too_large_for_a_float_is_counted_not_raised(tmp_path: Path) -> None:
+    records = [_record(i) for i in range(10)]
+    records[2] = records[2].replace('"ttft_ms": 50.0', '"ttft_ms": 1' + "0" * 400)
+    run = _slo_run(tmp_path, records)
+    result = _invoke("judge", str(run), "--json")
+    (check,) = json.loads(result.output)["checks"]
+    assert check["status"] == "INCONCLUSIVE" and "requests.jsonl:3" in check["message"]
+
+
+def test_with_the_journal_missing_fault_landed_is_inconclusive_not_fail(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path, [_record(i) for i in range(10)])
+    _resolved(
+        run,
+        drill={"name": "d", "faults": [{"kind": "queue_flood"}], "slo": {}, "checks": [{"kind": "fault_landed"}]},
+        check_params=[{}],
+    )
+    (run / "journal.jsonl").unlink()
+    result = _invoke("judge", str(run), "--json")
+    assert result.exit_code == 1, result.output
+    (check,) = json.loads(result.output)["checks"]
+    assert check["status"] == "INCONCLUSIVE", check
+    assert "journal.jsonl is missing" in check["message"]
+
+
+def test_with_the_records_missing_error_rate_is_inconclusive(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path, [_record(i) for i in range(10)])
+    (run / "requests.jsonl").unlink()
+    result = _invoke("judge", str(run), "--json")
+    (check,) = json.loads(result.output)["checks"]
+    assert check["status"] == "INCONCLUSIVE" and "requests.jsonl is missing" in check["notes"]
+
+
+def test_a_run_directory_that_cannot_be_written_is_exit_2(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path, [_record(i) for i in range(10)])
+    (run / ".report.md.tmp").mkdir()  # the report's temporary file cannot be created
+    result = _invoke("report", str(run), "--no-progress")
+    assert result.exit_code == 2, result.output
+    assert "cannot write" in result.output and "internal error" not in result.output
+
+
+def test_a_ctrl_c_that_something_swallowed_still_ends_the_command() -> None:
+    """A KeyboardInterrupt caught by code the command calls (a finalizer, a callback) is not lost."""
+
+    def swallowing() -> None:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the handler runs here, inside the try
+        except KeyboardInterrupt:
+            pass
+
+    with pytest.raises(KeyboardInterrupt), interrupts_kept():
+        swallowing()

@@ -34,6 +34,8 @@ from drill.units import parse_duration
 if TYPE_CHECKING:  # the heavy parts are imported only by the checks that use them
     from drill.checks.ledger import RunLedger
     from drill.checks.replay import ReplayEvidence
+    from drill.spec.diagnostics import KeyPath
+    from drill.spec.models import Phases
     from drill.traces.evidence import TraceEvidence
 
 __all__ = [
@@ -320,6 +322,12 @@ class Check(abc.ABC):
     def __init__(self, params: BaseModel, name: str | None = None) -> None:
         self.params = params
         self.name = name or self.kind
+
+    @classmethod
+    def plan_problems(cls, params: BaseModel, phases: Phases) -> list[tuple[KeyPath, str, str | None]]:
+        """What validation refuses in these params given the drill's phases (a step too fine for the phases it
+        judges): ``(key path under params, message, hint)`` each. None by default."""
+        return []
 
     @abc.abstractmethod
     def evaluate(self, evidence: RunEvidence) -> Verdict:

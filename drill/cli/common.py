@@ -144,9 +144,12 @@ def parse_duration_option(ctx: click.Context, param: click.Parameter, value: str
     if value is None:
         return None
     try:
-        return parse_duration(value)
+        seconds = parse_duration(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+    if seconds < 0:
+        raise click.BadParameter(f"a duration cannot be negative, got {value!r}")
+    return seconds
 
 
 def print_verdicts(verdicts) -> None:

@@ -39,8 +39,8 @@ class Judgement:
 
 
 def rejudge(run_dir: Path) -> Judgement:
-    """Evaluate the run's checks again; InputError (exit 2) when ``run_dir`` is not a run directory, when its
-    ``resolved.json`` is damaged, and when it lists no check (nothing judged is not a PASS)."""
+    """Evaluate the run's checks again; InputError (exit 2) when ``run_dir`` is not a run directory or its
+    ``resolved.json`` is damaged. A run with no check has no verdicts (a sweep's variant may have none)."""
     evidence = _evidence(run_dir)
     drill = evidence.resolved.get("drill") or {}
     if (run_dir / "sweep.json").is_file():  # a sweep: its checks over the whole, each variant judged again
@@ -53,11 +53,6 @@ def rejudge(run_dir: Path) -> Judgement:
     dumps = evidence.resolved.get("check_params") or [{} for _ in specs]
     params = [_params(spec["kind"], dump, i, run_dir) for i, (spec, dump) in enumerate(zip(specs, dumps))]
     planned = plan_checks([(s["kind"], s.get("name")) for s in specs], params, bool(drill.get("faults")))
-    if not planned:
-        raise InputError(
-            f"{run_dir / 'resolved.json'}: the drill has no check and no fault: there is nothing to judge",
-            hint="a run's verdicts come from its drill's checks; a run directory without them cannot pass",
-        )
     verdicts = [judge_one(c.kind, c.name, c.params, evidence) for c in planned]
     status, stopped_by = _how_it_ended(evidence)
     return Judgement(run_dir, run_dir.name, str(drill.get("name", "?")), status, stopped_by, verdicts, evidence)

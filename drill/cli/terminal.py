@@ -4,7 +4,8 @@ Names and messages reach the terminal from untrusted places — a span or servic
 title, a path given on the command line — so nothing printed is parsed as rich markup (``[/x]`` is shown as
 ``[/x]``, never a crash), and no control character reaches the terminal raw: ESC (the start of colour, cursor and
 OSC sequences such as hyperlinks or window titles), the other C0 controls except newline and tab, DEL, the C1
-controls and the Unicode bidirectional overrides are shown as ``\\xNN`` / ``\\uNNNN`` escapes.
+controls and the Unicode bidirectional overrides are shown as ``\\xNN`` / ``\\uNNNN`` escapes. The userinfo of a
+URL is a credential and is shown as ``[redacted]``.
 
 Styled output is assembled from parts (:func:`say`): a plain ``str`` part is literal text, a ``(text, style)``
 part is literal text in a rich style. The two consoles default to ``markup=False`` and escape every segment they
@@ -22,6 +23,8 @@ from rich.console import Console
 from rich.segment import Segment
 from rich.text import Text
 
+from drill.report.redact import scrub_url_userinfo
+
 __all__ = ["SafeConsole", "console", "echo", "err_console", "literal", "literal_json", "say", "styled"]
 
 # C0 except tab and newline, DEL, C1; the bidi embeddings/overrides/isolates and marks that reorder shown text.
@@ -34,8 +37,9 @@ def _escape(match: re.Match[str]) -> str:
 
 
 def literal(text: object) -> str:
-    """``text`` as it may be shown on a terminal: every unsafe control character replaced by its escape."""
-    return _UNSAFE.sub(_escape, str(text))
+    """``text`` as it may be shown on a terminal: every unsafe control character replaced by its escape, and the
+    userinfo of every URL (``http://admin:PW@host``) redacted."""
+    return scrub_url_userinfo(_UNSAFE.sub(_escape, str(text)))
 
 
 def literal_json(text: str) -> str:

@@ -51,10 +51,23 @@ def _pct(value: Any) -> str:
 
 
 def _markdown_html(text: str) -> str:
-    """Runbook Markdown as HTML (raw HTML in it is escaped, not passed through)."""
+    """Runbook Markdown as HTML (raw HTML in it is escaped, not passed through). An image becomes a link to it
+    (``image: alt``): the report loads nothing from outside itself, whatever a runbook someone sent holds."""
     from markdown_it import MarkdownIt
 
-    return MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    md.add_render_rule("image", _image_as_link)
+    return md.render(text)
+
+
+def _image_as_link(self: Any, tokens: list, idx: int, options: Any, env: Any) -> str:
+    """markdown-it's render rule for an image token: a link, never an ``<img>``."""
+    from markupsafe import escape
+
+    token = tokens[idx]
+    alt = self.renderInlineAsText(token.children or [], options, env)
+    src = str(token.attrGet("src") or "")
+    return f'<a href="{escape(src)}" rel="noreferrer">image: {escape(alt or src)}</a>'
 
 
 def _signed(value: Any, unit: str = "") -> str:

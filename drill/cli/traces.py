@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from drill.traces.table import SpanTable
 
 __all__ = ["detect_source", "parse_time_ns", "traces"]
+
+T = TypeVar("T")
 
 #: Bytes of a file looked at to tell its format.
 HEAD_BYTES = 64 * 1024
@@ -349,13 +351,31 @@ def _print_first(first: AbnormalSpan, reference: str) -> None:
         )
     lost = " (its parent was lost)" if first.root_missing else ""
     console.print(f"  chain, from the user-facing span{lost} down to it:")
-    for depth, link in enumerate(reversed(first.chain)):
-        state = f"  {escape(link.deviation)}" if link.deviation else "  normal"
-        console.print(
-            f"    {'  ' * depth}{'└ ' if depth else ''}{escape(link.service)} / {escape(link.name)} "
-            f"[dim]{link.kind} {link.duration_ms:,.3f} ms[/]{state}",
-            markup=True,
-        )
+    for depth, link in chain_rows(list(reversed(first.chain))):
+        indent = "    " + "  " * min(depth, MAX_CHAIN_INDENT) + ("└ " if depth else "")
+        if link is None:
+            left_out = len(first.chain) - 2 * CHAIN_ENDS
+            say(indent, (f"… {left_out:,} links not shown (the chain is {len(first.chain):,} spans deep) …", "dim"))
+            continue
+        state = f"  {link.deviation}" if link.deviation else "  normal"
+        say(indent, f"{link.service} / {link.name} ", (f"{link.kind} {link.duration_ms:,.3f} ms", "dim"), state)
+
+
+#: How many links of a long chain are shown from each end, and the deepest indentation of the chain's text (the
+#: links after the elided middle are not indented further): a chain 100,000 spans deep prints a few dozen lines,
+#: not gigabytes.
+CHAIN_ENDS = 12
+MAX_CHAIN_INDENT = 2 * CHAIN_ENDS + 1  # a chain shown whole is indented whole
+
+
+def chain_rows(links: list[T]) -> list[tuple[int, T | None]]:
+    """``(depth, link)`` for each link shown; the middle of a chain longer than ``2 * CHAIN_ENDS + 1`` links is one
+    ``(depth, None)`` row (its ``len(links) - 2 * CHAIN_ENDS`` links are left out)."""
+    if len(links) <= 2 * CHAIN_ENDS + 1:
+        return list(enumerate(links))
+    head: list[tuple[int, T | None]] = list(enumerate(links[:CHAIN_ENDS]))
+    tail = [(len(links) - CHAIN_ENDS + i, link) for i, link in enumerate(links[-CHAIN_ENDS:])]
+    return [*head, (CHAIN_ENDS, None), *tail]
 
 
 def _short(value: Any) -> str:

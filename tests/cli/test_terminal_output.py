@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from drill.cli.main import cli
 from drill.cli.terminal import literal, literal_json
-from tests.traces.spankit import write_spans
+from tests.traces.spankit import T0, span, write_spans
 from tests.traces.test_analysis import FAULT_START, drill_spans
 
 RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -85,3 +85,39 @@ def test_a_drill_title_with_control_characters_is_listed_literally(tmp_path: Pat
     assert result.exit_code == 0, result.output
     _assert_literal(result.output)
     assert "\\x1b[2J[bold]h" in result.output
+
+
+def _deep_chain_spans(depth: int) -> list[dict]:
+    """60 baseline requests and 20 slow ones (gateway > hop x N > work); the first slow one is ``depth`` hops deep."""
+
+    def request(n: int, start_ms: float, work_ms: float, hops: int) -> list[dict]:
+        parent = span(n, "POST /v1/chat", service="gw", kind="SERVER", start_ms=start_ms, end_ms=start_ms + work_ms + 2)
+        out = [parent]
+        for k in range(hops):
+            parent = span(
+                n,
+                "hop",
+                service="svc",
+                parent=parent,
+                start_ms=start_ms + 0.001 * (k + 1),
+                end_ms=start_ms + work_ms + 1,
+            )
+            out.append(parent)
+        return [
+            *out,
+            span(n, "work", service="svc", parent=parent, start_ms=start_ms + 0.5, end_ms=start_ms + 0.5 + work_ms),
+        ]
+
+    spans = [s for i in range(60) for s in request(i + 1, i * 50.0, 1.0 + (i % 5) * 0.01, 3)]
+    return spans + [s for i in range(20) for s in request(61 + i, 3000 + i * 50.0, 400.0, depth if i == 0 else 3)]
+
+
+def test_a_deep_chain_prints_a_bounded_amount_and_says_what_it_left_out(tmp_path: Path) -> None:
+    """The chain's text indented by depth without bound: 3,000 deep printed about 9 MB (100,000 deep: 10 GB)."""
+    path = write_spans(tmp_path / "deep.jsonl", _deep_chain_spans(3000))
+    result = _run("traces", "analyze", str(path), "--baseline-until", f"{(T0 + 3000 * 1e6) / 1e9}")
+    assert result.exit_code == 0, result.output[:2000]
+    assert "first abnormal span: svc / work" in result.output
+    assert "… 2,978 links not shown (the chain is 3,002 spans deep) …" in result.output
+    assert len(result.output) < 20_000
+    assert max(len(line) for line in result.output.splitlines()) < 300

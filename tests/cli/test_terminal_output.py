@@ -6,6 +6,7 @@ drill's title. Each test prints one through a different command and checks the b
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -121,3 +122,18 @@ def test_a_deep_chain_prints_a_bounded_amount_and_says_what_it_left_out(tmp_path
     assert "… 2,978 links not shown (the chain is 3,002 spans deep) …" in result.output
     assert len(result.output) < 20_000
     assert max(len(line) for line in result.output.splitlines()) < 300
+
+
+def test_spans_that_end_before_they_start_are_counted_and_said(tmp_path: Path) -> None:
+    spans = drill_spans()
+    backwards = [s for s in spans if s["name"] == "decode"][-3:]
+    for s in backwards:
+        s["start_ns"], s["end_ns"] = s["end_ns"], s["start_ns"]
+    path = write_spans(tmp_path / "spans.jsonl", spans)
+    args = ("traces", "analyze", str(path), "--baseline-until", f"{FAULT_START / 1e9}")
+    result = _run(*args)
+    assert result.exit_code == 0, result.output
+    first = f"trace {backwards[0]['trace_id']} span {backwards[0]['span_id']}"
+    assert f"note: 3 span(s) end before they start (first: {first})" in result.output
+    document = json.loads(_run(*args, "--json").output)
+    assert document["completeness"]["backwards_spans"] == 3

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import enum
 import json
-import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from drill.fieldtypes import check_fields, field_rules
 from drill.jsonl import ReadReport, read_jsonl
 from drill.stats import percentile
 
@@ -159,8 +159,7 @@ class RequestRecord:
         the field documents (``"ttft_ms": "fast"``), so the reader counts the line instead of a check crashing."""
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
-        for name, value in values.items():
-            _check_type(name, value)
+        check_fields(_FIELD_RULES, values)
         if values.get("error") is not None:
             values["error"] = ErrorClass(values["error"])
         if values.get("server_timings") is not None:
@@ -171,50 +170,7 @@ class RequestRecord:
 _FIELD_NAMES = tuple(f.name for f in fields(RequestRecord))
 
 
-def _is_int(value: object) -> bool:
-    """An integer a float can hold (a 400-digit one would overflow the first sum it enters)."""
-    return isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**63
-
-
-def _is_number(value: object) -> bool:
-    return _is_int(value) or (isinstance(value, float) and math.isfinite(value))
-
-
-_TYPE_TESTS = {
-    "float": ("a finite number", _is_number),
-    "int": ("an integer", _is_int),
-    "str": ("a string", lambda v: isinstance(v, str)),
-    "bool": ("true or false", lambda v: isinstance(v, bool)),
-    "list[float]": ("a list of finite numbers", lambda v: isinstance(v, list) and all(_is_number(x) for x in v)),
-}
-
-
-def _field_types() -> dict[str, tuple[str, Callable[[object], bool], bool]]:
-    """Field name -> (what it must be, its test, whether null is allowed), from the dataclass's annotations;
-    fields of other types (``error``, ``server_timings``) are converted and checked by ``from_dict`` itself."""
-    table = {}
-    for f in fields(RequestRecord):
-        annotation = str(f.type)
-        optional = annotation.endswith(" | None")
-        base = annotation.removesuffix(" | None")
-        if base in _TYPE_TESTS:
-            table[f.name] = (*_TYPE_TESTS[base], optional)
-    return table
-
-
-_FIELD_TYPES = _field_types()
-
-
-def _check_type(name: str, value: object) -> None:
-    rule = _FIELD_TYPES.get(name)
-    if rule is None:
-        return
-    what, test, optional = rule
-    if value is None and optional:
-        return
-    if not test(value):
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-        raise ValueError(f"field {name!r} must be {what}{' or null' if optional else ''}, not {shown}")
+_FIELD_RULES = field_rules(RequestRecord)
 
 
 def latency_values(records: Iterable[RequestRecord], metric: str) -> list[float]:

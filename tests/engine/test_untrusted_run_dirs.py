@@ -143,3 +143,23 @@ def test_a_ctrl_c_that_something_swallowed_still_ends_the_command() -> None:
 
     with pytest.raises(KeyboardInterrupt), interrupts_kept():
         swallowing()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("ts", "soon"), ("ts", True), ("seq", 1.5), ("phase", ["fault"]), ("planned_s", "long")]
+)
+def test_a_journal_line_of_the_wrong_type_makes_the_check_inconclusive_with_file_and_line(
+    tmp_path: Path, field: str, value: object
+) -> None:
+    run = _run_dir(tmp_path, [_record(i) for i in range(10)])
+    lines = (run / "journal.jsonl").read_text().splitlines()
+    entry = json.loads(lines[1])  # phase_started fault
+    assert entry["event"] == "phase_started"
+    entry[field] = value
+    lines[1] = json.dumps(entry)
+    (run / "journal.jsonl").write_text("\n".join(lines) + "\n")
+    result = _invoke("judge", str(run), "--json")
+    (check,) = json.loads(result.output)["checks"]
+    assert check["status"] == "INCONCLUSIVE", check
+    said = " ".join([check["message"], *check["notes"]])
+    assert "journal.jsonl:2" in said and field in said, said

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from drill.cli.common import console, handle_errors, print_verdicts
+from drill.cli.common import console, handle_errors, interrupts_kept, print_verdicts
 
 __all__ = ["judge"]
 
@@ -25,7 +25,7 @@ def judge(run_dir: Path, as_json: bool) -> None:
     from drill.engine.judge import rejudge
     from drill.errors import InputError
 
-    with handle_errors():
+    with handle_errors(), interrupts_kept():
         judgement = rejudge(run_dir)
         if not judgement.verdicts:  # nothing judged is not a PASS
             raise InputError(

@@ -34,30 +34,34 @@ def report(run_dir: Path, fmt: str | None, progress: bool | None) -> None:
     Without --format, writes report.md and report.html into RUN_DIR (replacing earlier renders) and prints their
     paths; with it, prints the report to stdout and writes nothing. Exit 2 when RUN_DIR is not a run directory.
     """
+    with handle_errors(), interrupts_kept():  # a Ctrl-C is exit 130, whatever it interrupts
+        _report(run_dir, fmt, progress)
+
+
+def _report(run_dir: Path, fmt: str | None, progress: bool | None) -> None:
     from drill.errors import InputError
     from drill.report.render import render_html, render_json, render_markdown, report_for, write_reports
 
-    with handle_errors():
-        if (run_dir / "capacity.json").is_file():  # a `drill capacity` run: its own report
-            from drill.capacity.reporting import render_capacity
+    if (run_dir / "capacity.json").is_file():  # a `drill capacity` run: its own report
+        from drill.capacity.reporting import render_capacity
 
-            _write(render_capacity(run_dir, fmt), fmt)
-            return
-        if (run_dir / "sweep.json").is_file():  # a sweep (a drill with `sweep:`): the scaling report
-            _sweep_report(run_dir, fmt)
-            return
-        if not (run_dir / "resolved.json").is_file():
-            raise InputError(
-                f"{run_dir}: not a run directory (it has no resolved.json)",
-                hint="pass a directory that `drill run` created, such as reports/<drill>/<run id>",
-            )
-        show = sys.stderr.isatty() if progress is None else progress
-        with interrupts_kept(), _ReportProgress(show) as step:
-            if fmt is None:
-                paths = _writing(run_dir, lambda: write_reports(run_dir, progress=step))
-            else:
-                model = report_for(run_dir, progress=step)
-                text = {"md": render_markdown, "html": render_html, "json": render_json}[fmt](model)
+        _write(render_capacity(run_dir, fmt), fmt)
+        return
+    if (run_dir / "sweep.json").is_file():  # a sweep (a drill with `sweep:`): the scaling report
+        _sweep_report(run_dir, fmt)
+        return
+    if not (run_dir / "resolved.json").is_file():
+        raise InputError(
+            f"{run_dir}: not a run directory (it has no resolved.json)",
+            hint="pass a directory that `drill run` created, such as reports/<drill>/<run id>",
+        )
+    show = sys.stderr.isatty() if progress is None else progress
+    with _ReportProgress(show) as step:
+        if fmt is None:
+            paths = _writing(run_dir, lambda: write_reports(run_dir, progress=step))
+        else:
+            model = report_for(run_dir, progress=step)
+            text = {"md": render_markdown, "html": render_html, "json": render_json}[fmt](model)
     if fmt is None:
         for path in paths:
             console.print(f"report: {path}")

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -163,3 +165,29 @@ def test_a_journal_line_of_the_wrong_type_makes_the_check_inconclusive_with_file
     assert check["status"] == "INCONCLUSIVE", check
     said = " ".join([check["message"], *check["notes"]])
     assert "journal.jsonl:2" in said and field in said, said
+
+
+@pytest.mark.parametrize("inherited", ["default", "ignored"])
+def test_ctrl_c_during_drill_report_exits_130(tmp_path: Path, inherited: str) -> None:
+    """SIGINT while `drill report` imports and renders is exit 130 ("interrupted"), never click's exit 1 or a
+    report finished with exit 0 — also when it was started with SIGINT ignored, as a shell starts a background job
+    (the runner's signal guard handles SIGINT the same way)."""
+    run = _run_dir(tmp_path, [_record(i) for i in range(10)])
+
+    def start() -> None:
+        if inherited == "ignored":
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "drill", "report", str(run), "--no-progress"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=start,
+    )
+    time.sleep(0.6)  # past the interpreter's start: imports of the report take longer than this
+    while proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+    stderr = proc.stderr.read().decode()
+    assert proc.returncode == 130, stderr
+    assert "interrupted (^C)" in stderr and "Traceback" not in stderr

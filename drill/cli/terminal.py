@@ -15,7 +15,6 @@ character through.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 import click
@@ -23,29 +22,21 @@ from rich.console import Console
 from rich.segment import Segment
 from rich.text import Text
 
-from drill.report.redact import scrub_url_userinfo
+from drill.report.redact import CONTROL_CHARACTERS, escape_controls, scrub_url_userinfo
 
 __all__ = ["SafeConsole", "console", "echo", "err_console", "literal", "literal_json", "say", "styled"]
-
-# C0 except tab and newline, DEL, C1; the bidi embeddings/overrides/isolates and marks that reorder shown text.
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def literal(text: object) -> str:
     """``text`` as it may be shown on a terminal: every unsafe control character replaced by its escape, and the
     userinfo of every URL (``http://admin:PW@host``) redacted."""
-    return scrub_url_userinfo(_UNSAFE.sub(_escape, str(text)))
+    return scrub_url_userinfo(escape_controls(str(text)))
 
 
 def literal_json(text: str) -> str:
     """JSON text as it may be shown on a terminal: unsafe characters (which JSON holds only inside strings) as
     ``\\uNNNN`` escapes, so the document still parses to the same value."""
-    return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return CONTROL_CHARACTERS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 class SafeConsole(Console):

@@ -30,9 +30,11 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "CONTROL_CHARACTERS",
     "REDACTED",
     "Redactor",
     "drop_secret_headers",
+    "escape_controls",
     "is_secret_name",
     "run_redactor",
     "scrub_files",
@@ -98,6 +100,22 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 
 _SCHEMES = frozenset({"bearer", "basic", "token", "digest"})
 _WORD_SPLIT = re.compile(r"[\s_.:/-]+")
+
+
+#: Characters never written raw into text meant for a person (a terminal, report.md/.html): the C0 controls but tab
+#: and newline, DEL, the C1 controls (ESC starts colour, cursor and OSC sequences), the bidi embeddings, overrides,
+#: isolates and marks (they reorder the text shown).
+CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with each of :data:`CONTROL_CHARACTERS` shown as its escape (``\\x1b``, ``\\u202e``)."""
+    return CONTROL_CHARACTERS.sub(_control_escape, text)
+
+
+def _control_escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def scrub_url_userinfo(text: str) -> str:

@@ -5,6 +5,7 @@ a runbook is a link (report.html loads nothing from outside itself), and names d
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -110,3 +111,16 @@ def test_dollar_signs_in_span_and_service_names_are_drawn_literally(tmp_path: Pa
     for name in names:
         assert name in svg
     assert r"$\alpha$" in svg and "$svc$" in svg
+
+
+def test_the_report_files_hold_no_raw_control_character(tmp_path: Path) -> None:
+    """A `cat report.md` must not run a drill title's or a runbook's escape sequences on the reader's terminal."""
+    run = _run(tmp_path)
+    resolved = json.loads((run / "resolved.json").read_text())
+    resolved["drill"]["title"] = "\x1b]0;owned\x07\x1b[2J title \u202eevil"
+    (run / "resolved.json").write_text(json.dumps(resolved))
+    (run / "runbook.md").write_text("# Runbook\n\n## Triage\n\nrun \x1b[31mthis\x9b\n")
+    for path in write_reports(run):
+        text = path.read_text()
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]", text), path.name
+        assert "\\x1b]0;owned\\x07\\x1b[2J title \\u202eevil" in text

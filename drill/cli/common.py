@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from drill.cli.terminal import console, echo, err_console, say
+from drill.cli.terminal import console, echo, err_console, literal, say
 from drill.errors import DrillError, SpecError
 
 __all__ = [
@@ -59,7 +59,7 @@ class CrashSite:
             log.write_text(text, encoding="utf-8")
             return log
         except OSError:
-            sys.stderr.write(text)
+            sys.stderr.write(literal(text))
             return None
 
 

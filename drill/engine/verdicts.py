@@ -79,7 +79,8 @@ def _account_for_reads(verdict: Verdict, reads: tuple[str, ...], evidence: RunEv
     """INCONCLUSIVE when a file the check depends on is missing or had unreadable lines (a PASS or FAIL on part of
     the evidence, or on none, is not a verdict); a torn last line is a note."""
     reports = [evidence.reports[name] for name in reads if name in evidence.reports]
-    missing = [f"{name} is missing" for name in reads if name in evidence.reports and not evidence.reports[name].exists]
+    missing = [_missing(name, evidence.reports[name]) for name in reads if name in evidence.reports]
+    missing = [m for m in missing if m]
     notes = missing + [r.describe() for r in reports if not r.clean or r.torn_last_line is not None]
     if not notes:
         return verdict
@@ -90,6 +91,16 @@ def _account_for_reads(verdict: Verdict, reads: tuple[str, ...], evidence: RunEv
         message = f"evidence could not be read in full — {'; '.join(damaged)}; {read}"
         return replace(verdict, status=Status.INCONCLUSIVE, message=message, notes=verdict.notes + tuple(notes))
     return replace(verdict, notes=verdict.notes + tuple(notes))
+
+
+def _missing(name: str, report) -> str | None:
+    """Why a file a check read is no evidence at all: absent, or the journal with no event in it (every run
+    journals its start), else None."""
+    if not report.exists:
+        return f"{name} is missing"
+    if name == "journal.jsonl" and report.lines_read == 0:
+        return f"{name} holds no event"
+    return None
 
 
 def verdicts_document(

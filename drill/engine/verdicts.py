@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from drill import registry
 from drill.checks.base import Check, RunEvidence, Status, Verdict
 from drill.engine.rundir import RunDir
+from drill.jsonl import ReadReport
 from drill.report.junit import write_junit
 from drill.report.redact import Redactor
 from drill.spec.loader import LoadedDrill
@@ -79,8 +80,7 @@ def _account_for_reads(verdict: Verdict, reads: tuple[str, ...], evidence: RunEv
     """INCONCLUSIVE when a file the check depends on is missing or had unreadable lines (a PASS or FAIL on part of
     the evidence, or on none, is not a verdict); a torn last line is a note."""
     reports = [evidence.reports[name] for name in reads if name in evidence.reports]
-    missing = [_missing(name, evidence.reports[name]) for name in reads if name in evidence.reports]
-    missing = [m for m in missing if m]
+    missing = [m for name in reads if name in evidence.reports and (m := _missing(name, evidence.reports[name]))]
     notes = missing + [r.describe() for r in reports if not r.clean or r.torn_last_line is not None]
     if not notes:
         return verdict
@@ -93,7 +93,7 @@ def _account_for_reads(verdict: Verdict, reads: tuple[str, ...], evidence: RunEv
     return replace(verdict, notes=verdict.notes + tuple(notes))
 
 
-def _missing(name: str, report) -> str | None:
+def _missing(name: str, report: ReadReport) -> str | None:
     """Why a file a check read is no evidence at all: absent, or the journal with no event in it (every run
     journals its start), else None."""
     if not report.exists:

@@ -5,8 +5,9 @@ each field holds in its annotations; :func:`field_rules` turns the simple ones (
 ``bool``, ``list[float]``, ``list[Any]``, ``dict[str, Any]``, each maybe ``| None``) into tests, and
 :func:`check_fields` raises ``ValueError`` naming the field for a value of another type — so the reader counts
 the line as unreadable (``file:line``) and a check is INCONCLUSIVE, instead of a TypeError deep in a check.
-A number must be finite and an integer must fit a float: ``"ttft_ms": "fast"``, ``1e999`` and a 400-digit
-integer are all refused. Fields of other types are left to the record's own conversion.
+A number must be finite and an integer must fit a float; a UNIX time (``ts``, ``*_ts``) must be one a clock
+can read: ``"ttft_ms": "fast"``, ``1e999``, a 400-digit integer and a ``ts`` of 1e308 are all refused.
+Fields of other types are left to the record's own conversion.
 """
 
 from __future__ import annotations
@@ -38,6 +39,15 @@ _TESTS: dict[str, tuple[str, Callable[[object], bool]]] = {
 }
 
 
+#: A UNIX time in seconds (a field named ``ts`` or ``*_ts``) is within this of 1970 (about the year 5100): a time
+#: beyond it is no clock's reading, and datetime cannot show it.
+MAX_UNIX_S = 1e11
+
+
+def _is_unix_time(value: object) -> bool:
+    return _is_number(value) and abs(value) < MAX_UNIX_S  # type: ignore[arg-type]  # a number, tested first
+
+
 class FieldRule(NamedTuple):
     what: str  # "a finite number"
     test: Callable[[object], bool]
@@ -51,7 +61,9 @@ def field_rules(record: type) -> dict[str, FieldRule]:
         annotation = str(f.type)
         optional = annotation.endswith(" | None")
         base = annotation.removesuffix(" | None")
-        if base in _TESTS:
+        if base == "float" and (f.name == "ts" or f.name.endswith("_ts")):
+            rules[f.name] = FieldRule("a UNIX time in seconds", _is_unix_time, optional)
+        elif base in _TESTS:
             rules[f.name] = FieldRule(*_TESTS[base], optional)
     return rules
 

@@ -16,6 +16,7 @@ from typing import Any
 import jinja2
 
 from drill.checks.base import RunEvidence, Verdict
+from drill.errors import InputError
 from drill.report.build import format_value
 from drill.report.model import Report, build_report
 
@@ -126,8 +127,28 @@ def load_verdicts(run_dir: Path) -> list[Verdict]:
     path = Path(run_dir) / "verdicts.json"
     if not path.exists():
         return []
-    document = json.loads(path.read_text(encoding="utf-8"))
-    return [Verdict.from_json(v) for v in document.get("checks") or ()]
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        checks = document.get("checks") or []
+        if not isinstance(checks, list):
+            raise TypeError(f"'checks' must be a list, not {type(checks).__name__}")
+        return [_verdict(item) for item in checks]
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+        raise InputError(
+            f"{path}: not a verdicts document: {type(exc).__name__}: {exc}",
+            hint="the run directory is damaged; `drill judge RUN_DIR --json` judges its evidence again",
+        ) from None
+
+
+def _verdict(item: object) -> Verdict:
+    """One entry of ``verdicts.json``: TypeError unless its texts are texts (the report shows them as such)."""
+    if not isinstance(item, dict):
+        raise TypeError(f"a check must be an object, not {type(item).__name__}")
+    verdict = Verdict.from_json(item)
+    texts = [verdict.kind, verdict.name, verdict.message, *verdict.notes]
+    if not all(isinstance(t, str) for t in texts) or not isinstance(verdict.window, (str, type(None))):
+        raise TypeError(f"check {verdict.name!r}: kind, name, message, window and notes must be text")
+    return verdict
 
 
 def report_for(run_dir: Path, progress: Callable[[str], None] | None = None) -> Report:

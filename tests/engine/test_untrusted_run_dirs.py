@@ -216,3 +216,29 @@ def test_with_an_empty_journal_fault_landed_is_inconclusive_not_fail(tmp_path: P
     result = _invoke("judge", str(run), "--json")
     (check,) = json.loads(result.output)["checks"]
     assert check["status"] == "INCONCLUSIVE", check
+
+
+@pytest.mark.parametrize(
+    "text", ["[]", "null", "7", '{"checks": 5}', '{"checks": [5]}', '{"checks": [{"kind": 5}]}', '{"checks": [{']
+)
+def test_report_of_a_damaged_verdicts_json_is_exit_2_naming_it(tmp_path: Path, text: str) -> None:
+    run = _run_dir(tmp_path, [_record(i) for i in range(10)])
+    (run / "verdicts.json").write_text(text)
+    result = _invoke("report", str(run), "--no-progress")
+    assert result.exit_code == 2, result.output
+    assert "verdicts.json: not a verdicts document" in result.output and "internal error" not in result.output
+
+
+@pytest.mark.parametrize("command", ["judge", "report"])
+def test_a_journal_time_no_clock_can_read_is_an_unreadable_line_not_an_overflow(tmp_path: Path, command: str) -> None:
+    run = _run_dir(tmp_path, [_record(i) for i in range(10)])
+    lines = (run / "journal.jsonl").read_text().splitlines()
+    last = json.loads(lines[-1])
+    last["ts"] = 1e308
+    lines[-1] = json.dumps(last)
+    (run / "journal.jsonl").write_text("\n".join(lines) + "\n")
+    result = _invoke(command, str(run), *(["--no-progress"] if command == "report" else ["--json"]))
+    assert result.exit_code in (0, 1), result.output
+    assert "internal error" not in result.output and "Overflow" not in result.output
+    if command == "judge":
+        assert json.loads(result.output)["reads"]["journal.jsonl"]["bad_count"] == 1

@@ -83,7 +83,7 @@ def template_environment(html: bool) -> jinja2.Environment:
     """The Jinja environment of every template in ``drill/report/templates/`` (run, capacity, comparison, scaling).
 
     HTML templates are autoescaped; an undefined name is an error, never an empty string; control characters are
-    escaped in every document (:class:`_Document`). Filters: ``num``
+    escaped in every document (:class:`_ControlFreeTemplate`). Filters: ``num``
     (a figure with its unit), ``pct``, ``signed`` (a delta), ``cell`` (a Markdown table cell), ``markdown``.
     """
     env = jinja2.Environment(
@@ -95,11 +95,11 @@ def template_environment(html: bool) -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(num=format_value, pct=_pct, signed=_signed, cell=_cell, markdown=_markdown_html)
-    env.template_class = _Document
+    env.template_class = _ControlFreeTemplate
     return env
 
 
-class _Document(jinja2.Template):
+class _ControlFreeTemplate(jinja2.Template):
     """A template whose rendered document holds no raw control character (a span name's ESC sequence would act on
     the terminal of whoever runs ``cat report.md``): each is written as its escape, ``\\x1b``."""
 

@@ -12,7 +12,7 @@ import ipaddress
 import re
 from typing import Annotated
 
-from pydantic import BeforeValidator, PlainSerializer
+from pydantic import AfterValidator, BeforeValidator, PlainSerializer
 
 __all__ = ["BindHost", "Duration", "Size", "format_duration", "parse_bind_host", "parse_duration", "parse_size"]
 
@@ -85,9 +85,19 @@ def format_duration(seconds: float) -> str:
     return f"{seconds / 3600:g}h"
 
 
-#: A pydantic field type: written with a unit in YAML, held as seconds (float).
+def _not_negative(seconds: float) -> float:
+    """No length of time, timeout, window, step or bound is negative (a field may ask for more than 0)."""
+    if seconds < 0:
+        raise ValueError(f"a duration cannot be a negative time, got {format_duration(seconds)}")
+    return seconds
+
+
+#: A pydantic field type: written with a unit in YAML, held as seconds (float), 0 or more.
 Duration = Annotated[
-    float, BeforeValidator(parse_duration), PlainSerializer(format_duration, return_type=str, when_used="json")
+    float,
+    BeforeValidator(parse_duration),
+    AfterValidator(_not_negative),
+    PlainSerializer(format_duration, return_type=str, when_used="json"),
 ]
 
 #: A pydantic field type: written with a unit in YAML, held as bytes (int).

@@ -25,17 +25,19 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel
 
+from drill.checks.resolved import read_resolved
 from drill.engine.journal import Event, JournalEntry, read_journal
 from drill.errors import InputError
 from drill.jsonl import ReadReport
 from drill.load.records import RequestRecord, read_records
-from drill.rundir.files import read_json
 from drill.spec.validation import SpecModel
 from drill.units import parse_duration
 
 if TYPE_CHECKING:  # the heavy parts are imported only by the checks that use them
     from drill.checks.ledger import RunLedger
     from drill.checks.replay import ReplayEvidence
+    from drill.spec.diagnostics import KeyPath
+    from drill.spec.models import Phases
     from drill.traces.evidence import TraceEvidence
 
 __all__ = [
@@ -203,9 +205,10 @@ class RunEvidence:
 
     @cached_property
     def resolved(self) -> dict:
-        """``resolved.json``: the drill, scenario and plugin params as the run used them ({} if absent)."""
+        """``resolved.json``: the drill, scenario and plugin params as the run used them ({} if absent);
+        InputError (exit 2) when it is damaged (:mod:`drill.checks.resolved`)."""
         try:
-            resolved = read_json(self.run_dir / "resolved.json", root=self.run_dir)
+            resolved = read_resolved(self.run_dir / "resolved.json", root=self.run_dir)
         except FileNotFoundError:
             return {}
         problem = resolved_shape_problem(resolved)
@@ -387,6 +390,12 @@ class Check(abc.ABC):
     def __init__(self, params: BaseModel, name: str | None = None) -> None:
         self.params = params
         self.name = name or self.kind
+
+    @classmethod
+    def plan_problems(cls, params: BaseModel, phases: Phases) -> list[tuple[KeyPath, str, str | None]]:
+        """What validation refuses in these params given the drill's phases (a step too fine for the phases it
+        judges): ``(key path under params, message, hint)`` each. None by default."""
+        return []
 
     @abc.abstractmethod
     def evaluate(self, evidence: RunEvidence) -> Verdict:

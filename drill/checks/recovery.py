@@ -6,17 +6,27 @@ The rule, its sources and its params are in :class:`RecoveryTimeCheck`.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from drill.checks.base import Check, CheckParams, EvidenceKind, EvidenceRef, RunEvidence, Status, Verdict
 from drill.checks.judging import record_metric_ms
 from drill.load.records import ErrorClass, RequestRecord
 from drill.stats import percentile
-from drill.units import Duration
+from drill.units import Duration, format_duration
 
-__all__ = ["RecoveryTimeCheck", "RecoveryTimeParams"]
+if TYPE_CHECKING:
+    from drill.spec.diagnostics import KeyPath
+    from drill.spec.models import Phases
+
+__all__ = ["MAX_WINDOWS", "RecoveryTimeCheck", "RecoveryTimeParams"]
+
+#: The most windows one pool's recovery is judged on (a finer step over a long phase is refused by validation;
+#: a run directory that asks for more has its search cut there).
+MAX_WINDOWS = 10_000
 
 
 class RecoveryTimeParams(CheckParams):
@@ -25,8 +35,8 @@ class RecoveryTimeParams(CheckParams):
     tolerance: float = Field(0.5, ge=0)  # the band: baseline percentile x (1 + tolerance) ...
     min_slack: Duration = 0.05  # ... and at least baseline + min_slack
     error_margin: float = Field(0.01, ge=0, le=1)  # error rate <= baseline error rate + margin
-    window: Duration = 10.0  # the rolling window
-    step: Duration = 1.0  # how far apart the windows start
+    window: Duration = Field(10.0, gt=0)  # the rolling window
+    step: Duration = Field(1.0, gt=0)  # how far apart the windows start (at most MAX_WINDOWS of them)
     hold: Duration = 10.0  # the band must keep holding this long
     max: Duration = 60.0  # recovered within this long after the revert: PASS
     pools: list[str] | None = None  # default: every pool
@@ -81,6 +91,24 @@ class RecoveryTimeCheck(Check):
     Params = RecoveryTimeParams
     params: RecoveryTimeParams
     reads = ("journal.jsonl", "requests.jsonl")
+
+    @classmethod
+    def plan_problems(cls, params: BaseModel, phases: Phases) -> list[tuple[KeyPath, str, str | None]]:
+        """A ``step`` that would judge more than :data:`MAX_WINDOWS` windows over the fault and recovery phases
+        (the revert is in the first, the windows end with the second)."""
+        assert isinstance(params, RecoveryTimeParams)
+        span = phases.fault + phases.recovery
+        windows = span / params.step
+        if windows <= MAX_WINDOWS:
+            return []
+        return [
+            (
+                ("step",),
+                f"step {format_duration(params.step)} makes {windows:,.0f} windows over the fault and recovery "
+                f"phases ({format_duration(span)}); at most {MAX_WINDOWS:,} are judged",
+                f"use a step of at least {format_duration(span / MAX_WINDOWS)} (the default is 1s)",
+            )
+        ]
 
     def evaluate(self, evidence: RunEvidence) -> Verdict:
         revert, revert_ref = _revert(evidence)
@@ -139,9 +167,13 @@ class RecoveryTimeCheck(Check):
     def _recover(self, band: _Band, records: list[RequestRecord], revert: float, end: float) -> _PoolRecovery:
         p: RecoveryTimeParams = self.params
         last_start = end - p.window  # the last window that fits in the recovery phase
-        count = max(0, math.floor((last_start - revert) / p.step + 1e-9) + 1)
+        count = min(MAX_WINDOWS, max(0, math.floor((last_start - revert) / p.step + 1e-9) + 1))
         starts = [revert + i * p.step for i in range(count)]
-        verdicts = [self._in_band(band, records, s) for s in starts]
+        records = sorted(records, key=lambda r: r.intended_ts)
+        times = [r.intended_ts for r in records]
+        verdicts = [
+            self._in_band(band, records[bisect_left(times, s) : bisect_left(times, s + p.window)]) for s in starts
+        ]
         need = max(1, math.floor(p.hold / p.step + 1e-9) + 1) if p.hold > 0 else 1
         last_bad = "no window fits in the recovery phase"
         run = 0
@@ -154,9 +186,9 @@ class RecoveryTimeCheck(Check):
         searched = max(0.0, last_start - revert - (need - 1) * p.step)
         return _PoolRecovery(band, None, searched, last_bad)
 
-    def _in_band(self, band: _Band, records: list[RequestRecord], start: float) -> tuple[bool, str]:
+    def _in_band(self, band: _Band, mine: list[RequestRecord]) -> tuple[bool, str]:
+        """Whether the requests of one window (intended in it) are within the band."""
         p: RecoveryTimeParams = self.params
-        mine = [r for r in records if start <= r.intended_ts < start + p.window]
         values = _values(mine, p.metric)
         if len(values) < p.min_requests:
             return False, f"{len(values)} successful sample(s) in the window"

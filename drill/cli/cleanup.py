@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from drill.cli.common import console, handle_errors
+from drill.cli.common import console, handle_errors, say
 from drill.engine import active
 from drill.engine.cleanup import clean_run, dead_runs
 
@@ -74,7 +74,7 @@ def _clean(run_dir: Path, dry_run: bool) -> int:
     for target in report.torn_down:
         console.print(f"{run_dir}: tore down target {target}")
     for what, error in report.failed:
-        console.print(f"[red]{run_dir}: FAILED to revert {what}: {error}[/]")
+        say((f"{run_dir}: FAILED to revert {what}: {error}", "red"))
     if report.nothing_to_do:
         console.print(f"{run_dir}: nothing to do")
     if not report.failed:

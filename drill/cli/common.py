@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -12,25 +14,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import click
-from rich.console import Console
 
+from drill.cli.terminal import console, echo, err_console, literal, say
 from drill.errors import DrillError, SpecError
 
 __all__ = [
     "allow_host_option",
+    "interrupts_kept",
     "is_file",
     "load_scenario_argument",
     "console",
+    "echo",
     "err_console",
     "handle_errors",
     "out_option",
     "parse_duration_option",
     "print_verdicts",
+    "say",
     "time_scale_option",
 ]
-
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 @dataclass
@@ -57,7 +59,7 @@ class CrashSite:
             log.write_text(text, encoding="utf-8")
             return log
         except OSError:
-            sys.stderr.write(text)
+            sys.stderr.write(literal(text))
             return None
 
 
@@ -73,26 +75,45 @@ def handle_errors() -> Iterator[CrashSite]:
     try:
         yield site
     except SpecError as exc:
-        click.echo(exc.render(), err=True)
+        echo(exc.render(), err=True)
         sys.exit(exc.exit_code)
     except DrillError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False, soft_wrap=True)
+        say(("error:", "bold red"), f" {exc}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        err_console.print("interrupted (^C)")
+        say("interrupted (^C)", err=True)
         sys.exit(130)
     except (click.exceptions.Exit, click.ClickException, SystemExit, BrokenPipeError):
         raise
     except Exception as exc:  # noqa: BLE001 - last resort: keep a report a maintainer can use
         log = site.write(exc)
         where = f"traceback in {log}" if log else "traceback above"
-        err_console.print(
-            f"[bold red]internal error:[/] {type(exc).__name__}: {exc} ({where})",
-            markup=True,
-            highlight=False,
-            soft_wrap=True,
-        )
+        say(("internal error:", "bold red"), f" {type(exc).__name__}: {exc} ({where})", err=True)
         sys.exit(3)
+
+
+@contextmanager
+def interrupts_kept() -> Iterator[None]:
+    """A Ctrl-C is never lost: SIGINT is remembered as it raises KeyboardInterrupt, and if code the command
+    called swallowed that (an exception in a finalizer or a C callback is only printed), KeyboardInterrupt is
+    raised again when the block ends, so the command exits 130, never 0. Outside the main thread it does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    seen: list[int] = []
+
+    def interrupted(signum: int, frame: object) -> None:
+        seen.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if seen:
+        raise KeyboardInterrupt
 
 
 def time_scale_option(help_text: str = "Multiply every timeline duration (0.1 = ten times shorter, for smoke runs)."):
@@ -123,16 +144,19 @@ def parse_duration_option(ctx: click.Context, param: click.Parameter, value: str
     if value is None:
         return None
     try:
-        return parse_duration(value)
+        seconds = parse_duration(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+    if seconds < 0:
+        raise click.BadParameter(f"a duration cannot be negative, got {value!r}")
+    return seconds
 
 
 def print_verdicts(verdicts) -> None:
     """One line per verdict, as ``drill run`` and ``drill judge`` print them."""
     for v in verdicts:
         colour = {"PASS": "green", "FAIL": "red"}.get(v.status.value, "yellow")
-        console.print(f"[{colour}]{v.status.value:<12}[/] {v.name}: {v.message}")
+        say((f"{v.status.value:<12}", colour), f" {v.name}: {v.message}")
 
 
 def is_file(path: Path) -> bool:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from drill.cli.common import allow_host_option, console, err_console, handle_errors, out_option, time_scale_option
+from drill.cli.common import allow_host_option, console, err_console, handle_errors, out_option, say, time_scale_option
 
 
 @click.command("gameday")
@@ -89,7 +89,7 @@ def _report(folder: Path | None, record) -> None:
         colour = {"PASS": "green", "FAIL": "red", "REVERT FAILED": "bold red", "ERROR": "red"}.get(
             d.result.value, "yellow"
         )
-        console.print(f"[{colour}]{d.result.value:<13}[/] {d.label:<{width}}  exit {d.exit_code}")
+        say((f"{d.result.value:<13}", colour), f" {d.label:<{width}}  exit {d.exit_code}")
     if record.stopped_by:
         err_console.print(f"game day stopped early: {record.stopped_by}", markup=False)
     if folder is not None:

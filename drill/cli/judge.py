@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from drill.cli.common import console, handle_errors, print_verdicts
+from drill.cli.common import console, handle_errors, interrupts_kept, print_verdicts
 
 __all__ = ["judge"]
 
@@ -23,9 +23,15 @@ def judge(run_dir: Path, as_json: bool) -> None:
     """
     from drill.checks.base import Status
     from drill.engine.judge import rejudge
+    from drill.errors import InputError
 
-    with handle_errors():
+    with handle_errors(), interrupts_kept():
         judgement = rejudge(run_dir)
+        if not judgement.verdicts:  # nothing judged is not a PASS
+            raise InputError(
+                f"{run_dir / 'resolved.json'}: the drill has no check and no fault: there is nothing to judge",
+                hint="a run's verdicts come from its drill's checks; a run directory without them cannot pass",
+            )
     if as_json:
         click.echo(json.dumps(judgement.document(), indent=2, default=str))
     else:

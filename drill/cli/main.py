@@ -7,6 +7,7 @@ Subcommands live one per module and are imported only when used, so
 from __future__ import annotations
 
 import importlib
+import sys
 
 import click
 
@@ -39,6 +40,22 @@ class LazyGroup(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(SUBCOMMANDS)
+
+    def invoke(self, ctx: click.Context) -> object:
+        """Run the subcommand; a usage error's message (which quotes what was typed) is shown as literal text, and
+        a Ctrl-C that no command handler saw (while a subcommand is imported) is exit 130, not click's exit 1."""
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as exc:
+            from drill.cli.terminal import literal
+
+            exc.__dict__["message"] = literal(exc.message)  # click types it Final; shown as typed, made safe
+            raise
+        except KeyboardInterrupt:
+            from drill.cli.terminal import say
+
+            say("interrupted (^C)", err=True)
+            sys.exit(130)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         target = SUBCOMMANDS.get(cmd_name)

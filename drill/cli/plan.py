@@ -6,10 +6,11 @@ import click
 
 from drill import registry
 from drill.api import FaultContext, TargetContext
-from drill.cli.common import handle_errors
+from drill.cli.common import echo, handle_errors
 from drill.engine.fault_schedule import resolve_targets
 from drill.engine.safety import check_hosts
 from drill.engine.timeline import plan_timeline
+from drill.report.redact import Redactor, secret_values
 from drill.spec.loader import LoadedDrill, load_drill
 from drill.units import format_duration as fmt
 
@@ -25,8 +26,9 @@ def plan(drill_file: str, overrides: tuple[str, ...], time_scale: float, allow_h
         loaded = load_drill(drill_file, overrides=overrides, time_scale=time_scale, allow_missing=True)
         if loaded.target_params is not None:
             check_hosts(loaded, allow_hosts)
+        redactor = Redactor(secrets=secret_values(loaded.target_params.model_dump() if loaded.target_params else {}))
         for line in render_plan(loaded):
-            click.echo(line)
+            echo(redactor.value(line))  # as resolved.json and the report are: credentials never printed
 
 
 def render_plan(loaded: LoadedDrill) -> list[str]:

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from drill.cli.common import console, err_console, handle_errors
+from drill.cli.common import console, err_console, handle_errors, interrupts_kept
+from drill.cli.terminal import literal, literal_json
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -37,38 +38,42 @@ def report(run_dir: Path, fmt: str | None, progress: bool | None) -> None:
     Without --format, writes report.md and report.html into RUN_DIR (replacing earlier renders) and prints their
     paths; with it, prints the report to stdout and writes nothing. Exit 2 when RUN_DIR is not a run directory.
     """
+    with handle_errors(), interrupts_kept():  # a Ctrl-C is exit 130, whatever it interrupts
+        _report(run_dir, fmt, progress)
+
+
+def _report(run_dir: Path, fmt: str | None, progress: bool | None) -> None:
     from drill.errors import InputError
     from drill.report.render import render_html, render_json, render_markdown, report_for, write_reports
     from drill.rundir.files import check_run_dir
 
-    with handle_errors():
-        check_run_dir(run_dir)  # a received run directory: no link or special file in it is read
-        _private_matplotlib_cache()
-        if (run_dir / "capacity.json").is_file():  # a `drill capacity` run: its own report
-            from drill.capacity.reporting import render_capacity
+    check_run_dir(run_dir)  # a received run directory: no link or special file in it is read
+    _private_matplotlib_cache()
+    if (run_dir / "capacity.json").is_file():  # a `drill capacity` run: its own report
+        from drill.capacity.reporting import render_capacity
 
-            sys.stdout.write(render_capacity(run_dir, fmt))
-            return
-        if (run_dir / "sweep.json").is_file():  # a sweep (a drill with `sweep:`): the scaling report
-            _sweep_report(run_dir, fmt)
-            return
-        if not (run_dir / "resolved.json").is_file():
-            raise InputError(
-                f"{run_dir}: not a run directory (it has no resolved.json)",
-                hint="pass a directory that `drill run` created, such as reports/<drill>/<run id>",
-            )
-        show = sys.stderr.isatty() if progress is None else progress
-        with _ReportProgress(show) as step:
-            if fmt is None:
-                paths = write_reports(run_dir, progress=step)
-            else:
-                model = report_for(run_dir, progress=step)
-                text = {"md": render_markdown, "html": render_html, "json": render_json}[fmt](model)
+        _write(render_capacity(run_dir, fmt), fmt)
+        return
+    if (run_dir / "sweep.json").is_file():  # a sweep (a drill with `sweep:`): the scaling report
+        _sweep_report(run_dir, fmt)
+        return
+    if not (run_dir / "resolved.json").is_file():
+        raise InputError(
+            f"{run_dir}: not a run directory (it has no resolved.json)",
+            hint="pass a directory that `drill run` created, such as reports/<drill>/<run id>",
+        )
+    show = sys.stderr.isatty() if progress is None else progress
+    with _ReportProgress(show) as step:
+        if fmt is None:
+            paths = _writing(run_dir, lambda: write_reports(run_dir, progress=step))
+        else:
+            model = report_for(run_dir, progress=step)
+            text = {"md": render_markdown, "html": render_html, "json": render_json}[fmt](model)
     if fmt is None:
         for path in paths:
             console.print(f"report: {path}")
     else:
-        sys.stdout.write(text)
+        _write(text, fmt)
 
 
 def _private_matplotlib_cache() -> None:
@@ -90,16 +95,36 @@ def _sweep_report(run_dir: Path, fmt: str | None) -> None:
     from drill.sweeps.scaling_report import write_scaling_reports
 
     if fmt == "json":  # the figures measured again from the run directory, as scaling.json holds them
-        sys.stdout.write(json.dumps(measure_sweep(run_dir).to_json(), indent=2) + "\n")
+        _write(json.dumps(measure_sweep(run_dir).to_json(), indent=2) + "\n", fmt)
         return
-    paths = write_scaling_reports(run_dir)
+    paths = _writing(run_dir, lambda: write_scaling_reports(run_dir))
     if fmt is None:
         for path in paths:
             console.print(f"report: {path}")
     else:
         from drill.rundir.files import read_bytes
 
-        sys.stdout.write(read_bytes(paths[0 if fmt == "md" else 1], root=run_dir).decode("utf-8"))
+        _write(read_bytes(paths[0 if fmt == "md" else 1], root=run_dir).decode("utf-8"), fmt)
+
+
+def _writing(run_dir: Path, write: Callable[[], list[Path]]) -> list[Path]:
+    """``write()``'s paths; a run directory that cannot be written (read-only, full, a directory where a report
+    file goes) is exit 2 with the reason, not an internal error."""
+    from drill.errors import InputError
+
+    try:
+        return write()
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise InputError(
+            f"{run_dir}: cannot write the report: {exc.strerror or exc}{where}",
+            hint="render it elsewhere with `drill report RUN_DIR --format md|html > FILE`, or make RUN_DIR writable",
+        ) from None
+
+
+def _write(text: str, fmt: str | None) -> None:
+    """A report printed to stdout: no control character reaches the terminal raw (JSON keeps parsing)."""
+    sys.stdout.write(literal_json(text) if fmt == "json" else literal(text))
 
 
 class _ReportProgress:

@@ -14,6 +14,7 @@ from drill.cli.common import (
     handle_errors,
     out_option,
     print_verdicts,
+    say,
     time_scale_option,
 )
 from drill.engine.safety import check_hosts
@@ -97,7 +98,7 @@ def _report(result) -> None:
     if result.message:
         err_console.print(result.message)
     if result.revert_failures:
-        err_console.print("[bold red]REVERT FAILED — the target may still be faulted:[/]")
+        say(("REVERT FAILED — the target may still be faulted:", "bold red"), err=True)
         for line in result.revert_failures:
             err_console.print(f"  {line}")
         err_console.print(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from drill.cli.common import console, handle_errors, parse_duration_option
+from drill.cli.common import console, handle_errors, parse_duration_option, say
 
 __all__ = ["stack"]
 
@@ -73,10 +73,11 @@ def up(
 
         config = load_stack_config(config_path) if config_path else StackConfig()
         if not as_json:
-            console.print(
-                f"starting stack [bold]{name}[/]: {config.replicas} replica(s) of {config.model} "
-                f"on {config.gpu}, tp={config.engine.tensor_parallel_size} "
-                f"pp={config.engine.pipeline_parallel_size} ..."
+            say(
+                "starting stack ",
+                (name, "bold"),
+                f": {config.replicas} replica(s) of {config.model} on {config.gpu}, "
+                f"tp={config.engine.tensor_parallel_size} pp={config.engine.pipeline_parallel_size} ...",
             )
         state = start_stack(
             config, name=name, runtime=runtime, otlp_endpoint=otlp_endpoint, state_dir=state_dir, timeout_s=timeout_s
@@ -132,9 +133,13 @@ def _show(state, as_json: bool, *, running: bool) -> None:
         data["running"] = running
         click.echo(json.dumps(data, indent=2))
         return
+    say(
+        "stack ",
+        (state.name, "bold"),
+        f" ({state.runtime.value}, model {state.model}) ",
+        "running" if running else ("not running", "red"),
+    )
     lines = [
-        f"stack [bold]{state.name}[/] ({state.runtime.value}, model {state.model}) "
-        f"{'running' if running else '[red]not running[/]'}",
         f"  router      {state.router}    admin {state.router_admin_url}",
         f"  toxiproxy   {state.toxiproxy_url}",
     ]

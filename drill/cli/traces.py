@@ -12,11 +12,11 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from drill.cli.common import console, err_console, handle_errors
+from drill.cli.common import console, err_console, handle_errors, say
 from drill.cli.traces_suspects import print_coverage, print_suspects, verdict_line
 from drill.errors import InputError
 
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from drill.traces.table import SpanTable
 
 __all__ = ["detect_source", "parse_time_ns", "traces"]
+
+T = TypeVar("T")
 
 #: Bytes of a file looked at to tell its format.
 HEAD_BYTES = 64 * 1024
@@ -169,7 +171,7 @@ def _records(path: Path | None) -> tuple[list, dict | None]:
     report = ReadReport(path)
     records = list(read_records(path, report))
     if report.bad_count or report.torn_last_line is not None:
-        err_console.print(f"[yellow]warning:[/] {report.describe()}", markup=True)
+        say(("warning:", "yellow"), f" {report.describe()}", err=True)
     return records, report.to_json()
 
 
@@ -342,8 +344,10 @@ def _analyze(
 
 def _print(report: AbnormalReport, loaded: list[_Loaded], evidence: TraceEvidence) -> None:
     for info in loaded:
-        bad = f", [yellow]{info.unreadable} unreadable[/] (first: {info.where[0]})" if info.unreadable else ""
-        console.print(f"{info.path}: {info.kind}, {info.spans:,} spans{bad}", markup=True)
+        bad: tuple = ()
+        if info.unreadable:
+            bad = (", ", (f"{info.unreadable} unreadable", "yellow"), f" (first: {info.where[0]})")
+        say(f"{info.path}: {info.kind}, {info.spans:,} spans", *bad)
     console.print(
         f"baseline: {report.baseline_rule}: {report.baseline_spans:,} spans; fault window: {report.fault_spans:,} spans"
     )
@@ -354,7 +358,7 @@ def _print(report: AbnormalReport, loaded: list[_Loaded], evidence: TraceEvidenc
             f"id (p50 {c.spans_per_request_p50 or 0:g} spans per request)"
         )
     for note in evidence.completeness.notes():
-        console.print(f"[dim]note: {note}[/]", markup=True)
+        say((f"note: {note}", "dim"))
     for count, what in ((report.baseline_spans, "baseline"), (report.fault_spans, "fault window")):
         if count == 0:
             err_console.print(
@@ -408,13 +412,31 @@ def _print_first(first: AbnormalSpan, reference: str) -> None:
         )
     lost = " (its parent was lost)" if first.root_missing else ""
     console.print(f"  chain, from the user-facing span{lost} down to it:")
-    for depth, link in enumerate(reversed(first.chain)):
-        state = f"  {escape(link.deviation)}" if link.deviation else "  normal"
-        console.print(
-            f"    {'  ' * depth}{'└ ' if depth else ''}{escape(link.service)} / {escape(link.name)} "
-            f"[dim]{link.kind} {link.duration_ms:,.3f} ms[/]{state}",
-            markup=True,
-        )
+    for depth, link in chain_rows(list(reversed(first.chain))):
+        indent = "    " + "  " * min(depth, MAX_CHAIN_INDENT) + ("└ " if depth else "")
+        if link is None:
+            left_out = len(first.chain) - 2 * CHAIN_ENDS
+            say(indent, (f"… {left_out:,} links not shown (the chain is {len(first.chain):,} spans deep) …", "dim"))
+            continue
+        state = f"  {link.deviation}" if link.deviation else "  normal"
+        say(indent, f"{link.service} / {link.name} ", (f"{link.kind} {link.duration_ms:,.3f} ms", "dim"), state)
+
+
+#: How many links of a long chain are shown from each end, and the deepest indentation of the chain's text (the
+#: links after the elided middle are not indented further): a chain 100,000 spans deep prints a few dozen lines,
+#: not gigabytes.
+CHAIN_ENDS = 12
+MAX_CHAIN_INDENT = 2 * CHAIN_ENDS + 1  # a chain shown whole is indented whole
+
+
+def chain_rows(links: list[T]) -> list[tuple[int, T | None]]:
+    """``(depth, link)`` for each link shown; the middle of a chain longer than ``2 * CHAIN_ENDS + 1`` links is one
+    ``(depth, None)`` row (its ``len(links) - 2 * CHAIN_ENDS`` links are left out)."""
+    if len(links) <= 2 * CHAIN_ENDS + 1:
+        return list(enumerate(links))
+    head: list[tuple[int, T | None]] = list(enumerate(links[:CHAIN_ENDS]))
+    tail = [(len(links) - CHAIN_ENDS + i, link) for i, link in enumerate(links[-CHAIN_ENDS:])]
+    return [*head, (CHAIN_ENDS, None), *tail]
 
 
 def _short(value: Any) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from drill.cli.common import handle_errors
+from drill.cli.common import echo, handle_errors
 from drill.errors import SpecError
 from drill.spec.loader import load_drill, resolve_drill_path
 
@@ -42,7 +42,7 @@ def validate(drills: tuple[str, ...], overrides: tuple[str, ...]) -> None:
                 load_drill(path, overrides=overrides)
             except SpecError as exc:
                 bad += 1
-                click.echo(exc.render(), err=True)
+                echo(exc.render(), err=True)
                 continue
-            click.echo(f"{path}: ok")
+            echo(f"{path}: ok")
     sys.exit(2 if bad else 0)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from drill.fieldtypes import check_fields, field_rules
 from drill.jsonl import ReadReport, read_jsonl
 
 __all__ = ["Event", "Journal", "JournalEntry", "PAYLOADS", "RunStatus", "read_journal"]
@@ -352,8 +353,21 @@ def read_journal(path: Path, report: ReadReport | None = None) -> Iterator[Journ
     return read_jsonl(path, _entry, report)
 
 
+_ENVELOPE_RULES = {name: rule for name, rule in field_rules(JournalEntry).items() if name in _ENVELOPE}
+_PAYLOAD_RULES = {event: field_rules(record) for event, record in PAYLOADS.items()}
+
+
 def _entry(raw: dict) -> JournalEntry:
+    """One journal line; ValueError naming the field when the envelope or a known event's field has a value of
+    another type than the event's record documents (the line is then counted unreadable, never half-used)."""
+    check_fields(_ENVELOPE_RULES, raw)
     data = {k: v for k, v in raw.items() if k not in _ENVELOPE}
+    try:
+        event = Event(raw["event"])
+    except ValueError:
+        event = None  # an event this version does not know: kept, its fields unchecked
+    if event is not None:
+        check_fields(_PAYLOAD_RULES[event], data)
     return JournalEntry(
         int(raw.get("seq", 0)),
         str(raw["event"]),

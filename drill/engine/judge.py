@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from drill import registry
 from drill.checks.base import RunEvidence, Verdict
@@ -40,47 +40,57 @@ class Judgement:
 
 
 def rejudge(run_dir: Path) -> Judgement:
-    """Evaluate the run's checks again; InputError (exit 2) when ``run_dir`` is not a run directory."""
-    resolved = _read_resolved(run_dir)
-    drill = resolved.get("drill") or {}
+    """Evaluate the run's checks again; InputError (exit 2) when ``run_dir`` is not a run directory or its
+    ``resolved.json`` is damaged. A run with no check has no verdicts (a sweep's variant may have none)."""
+    evidence = _evidence(run_dir)
+    drill = evidence.resolved.get("drill") or {}
     if (run_dir / "sweep.json").is_file():  # a sweep: its checks over the whole, each variant judged again
         from drill.sweeps.sweeper import judge_sweep
 
-        evidence = RunEvidence(run_dir)
         verdicts = judge_sweep(run_dir, lambda variant_dir: rejudge(variant_dir).verdicts)
         status, stopped_by = _how_it_ended(evidence)
         return Judgement(run_dir, run_dir.name, str(drill.get("name", "?")), status, stopped_by, verdicts, evidence)
-    planned = planned_checks(run_dir, resolved)
-    evidence = RunEvidence(run_dir)
+    planned = planned_checks(run_dir, evidence.resolved)
     verdicts = [judge_one(c.kind, c.name, c.params, evidence) for c in planned]
     status, stopped_by = _how_it_ended(evidence)
     return Judgement(run_dir, run_dir.name, str(drill.get("name", "?")), status, stopped_by, verdicts, evidence)
 
 
 def planned_checks(run_dir: Path, resolved: dict) -> list[PlannedCheck]:
-    """The checks ``resolved.json`` lists, with their params validated again; InputError (exit 2) when the params
-    recorded there do not validate (the run directory was altered, or comes from an incompatible version)."""
+    """The checks ``resolved.json`` lists, with their params validated again; InputError (exit 2) naming the check
+    when the params recorded there do not fit (the run directory was altered, or comes from another version)."""
     drill = resolved.get("drill") or {}
     specs = drill.get("checks") or []
     dumps = resolved.get("check_params") or [{} for _ in specs]
-    try:
-        params = [registry.checks.get(s["kind"]).Params.model_validate(d or {}) for s, d in zip(specs, dumps)]
-    except ValidationError as exc:
-        raise InputError(
-            f"{run_dir / 'resolved.json'}: check_params do not validate: {str(exc).splitlines()[0]}",
-            hint="the run directory is damaged; its raw files can still be read by hand",
-        ) from None
+    params = [_params(spec["kind"], dump, i, run_dir) for i, (spec, dump) in enumerate(zip(specs, dumps))]
     return plan_checks([(s["kind"], s.get("name")) for s in specs], params, bool(drill.get("faults")))
 
 
-def _read_resolved(run_dir: Path) -> dict:
-    check_run_dir(run_dir)
+def _evidence(run_dir: Path) -> RunEvidence:
+    """The run's evidence, its ``resolved.json`` read and checked (InputError when it is missing or damaged)."""
+    if not run_dir.is_dir():
+        raise InputError(f"{run_dir}: no such run directory", hint="pass a directory such as reports/<drill>/<run id>")
+    check_run_dir(run_dir)  # a received run directory: no link or special file in it is read
     if not (run_dir / "resolved.json").exists():
         raise InputError(
             f"{run_dir}: not a run directory (it has no resolved.json)",
             hint="pass a directory that `drill run` created, such as reports/<drill>/<run id>",
         )
-    return RunEvidence(run_dir).resolved
+    evidence = RunEvidence(run_dir)
+    _ = evidence.resolved  # read and checked now: a damaged file is exit 2 before any check runs
+    return evidence
+
+
+def _params(kind: str, dump: dict | None, index: int, run_dir: Path) -> BaseModel:
+    """Check ``index``'s params as resolved.json holds them; InputError naming the check when they do not fit."""
+    try:
+        return registry.checks.get(kind).Params.model_validate(dump or {})
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(params)'}: {e['msg']}" for e in exc.errors()[:5])
+        raise InputError(
+            f"{run_dir / 'resolved.json'}: check_params[{index}] ({kind}) do not fit the check: {problems}",
+            hint="the run directory is damaged, or was written by a version whose check params differ",
+        ) from None
 
 
 def _how_it_ended(evidence: RunEvidence) -> tuple[str, str | None]:

@@ -30,6 +30,7 @@ from pydantic import BaseModel
 from drill import registry
 from drill.checks.base import Check, RunEvidence, Status, Verdict
 from drill.engine.rundir import RunDir
+from drill.jsonl import ReadReport
 from drill.report.junit import write_junit
 from drill.report.redact import Redactor
 from drill.spec.loader import LoadedDrill
@@ -82,20 +83,30 @@ def judge_one(kind: str, name: str, params, evidence: RunEvidence) -> Verdict:
 
 
 def _account_for_reads(verdict: Verdict, reads: tuple[str, ...], evidence: RunEvidence) -> Verdict:
-    """INCONCLUSIVE when a file the check depends on had unreadable lines; a torn last line is a note."""
+    """INCONCLUSIVE when a file the check depends on is missing or had unreadable lines (a PASS or FAIL on part of
+    the evidence, or on none, is not a verdict); a torn last line is a note."""
     reports = [evidence.reports[name] for name in reads if name in evidence.reports]
-    notes = [r.describe() for r in reports if not r.clean or r.torn_last_line is not None]
+    missing = [m for name in reads if name in evidence.reports and (m := _missing(name, evidence.reports[name]))]
+    notes = missing + [r.describe() for r in reports if not r.clean or r.torn_last_line is not None]
     if not notes:
         return verdict
-    damaged = [r for r in reports if not r.clean]
+    damaged = missing + [r.describe() for r in reports if not r.clean]
     if damaged and verdict.status in (Status.PASS, Status.FAIL):
         was = verdict.status.value
-        message = (
-            f"evidence could not be read in full — {'; '.join(r.describe() for r in damaged)}; "
-            f"on what could be read: {was}: {verdict.message}"
-        )
+        read = f"on what could be read: {was}: {verdict.message}"
+        message = f"evidence could not be read in full — {'; '.join(damaged)}; {read}"
         return replace(verdict, status=Status.INCONCLUSIVE, message=message, notes=verdict.notes + tuple(notes))
     return replace(verdict, notes=verdict.notes + tuple(notes))
+
+
+def _missing(name: str, report: ReadReport) -> str | None:
+    """Why a file a check read is no evidence at all: absent, or the journal with no event in it (every run
+    journals its start), else None."""
+    if not report.exists:
+        return f"{name} is missing"
+    if name == "journal.jsonl" and report.lines_read == 0:
+        return f"{name} holds no event"
+    return None
 
 
 def verdicts_document(

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from drill.fieldtypes import check_fields, field_rules
 from drill.jsonl import ReadReport, read_jsonl
 from drill.stats import percentile
 
@@ -174,8 +175,11 @@ class RequestRecord:
 
     @classmethod
     def from_dict(cls, data: dict) -> RequestRecord:
+        """The record of one ``requests.jsonl`` line; ValueError naming the field when a value is not of the type
+        the field documents (``"ttft_ms": "fast"``), so the reader counts the line instead of a check crashing."""
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
+        check_fields(_FIELD_RULES, values)
         if values.get("error") is not None:
             values["error"] = ErrorClass(values["error"])
         if values.get("server_timings") is not None:
@@ -184,6 +188,9 @@ class RequestRecord:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(RequestRecord))
+
+
+_FIELD_RULES = field_rules(RequestRecord)
 
 
 def latency_values(records: Iterable[RequestRecord], metric: str) -> list[float]:

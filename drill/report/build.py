@@ -79,8 +79,8 @@ _STATUS_ORDER = (Status.ERROR.value, Status.FAIL.value, Status.INCONCLUSIVE.valu
 
 
 def assemble(evidence: RunEvidence, verdicts: list[Verdict], progress: Callable[[str], None]) -> Report:
-    drill = evidence.resolved.get("drill") or {}
     redactor = redactor_for(evidence)
+    drill = redactor.data(evidence.resolved.get("drill") or {})  # every free-text field (description, ...) scrubbed
     sections: dict[str, Any] = {}
     steps: list[tuple[str, Callable[[], Any]]] = [
         ("header", lambda: _header(evidence, verdicts, drill)),

@@ -101,6 +101,10 @@ _OUTCOME_HATCHES = {"ok": None, ErrorClass.REFUSED.value: "//"}
 
 _RC: dict[RcKeyType, Any] = {
     "svg.hashsalt": "llm-drill",
+    # Names drawn in a chart (span, service, pool names) come from the evidence: literal text, never TeX or
+    # mathtext (a "$" in a span name would be parsed as math and could stop the chart from drawing).
+    "text.parse_math": False,
+    "text.usetex": False,
     "svg.fonttype": "none",
     "path.simplify": True,
     "path.simplify_threshold": 0.5,

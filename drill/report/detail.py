@@ -65,6 +65,9 @@ class _DigestOnly:
     def value(self, s: str) -> str:
         return s
 
+    def data(self, obj: Any) -> Any:
+        return obj
+
     def headers(self, d: dict) -> dict:
         return {k: "[redacted]" for k in d}
 

@@ -30,13 +30,16 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "CONTROL_CHARACTERS",
     "REDACTED",
     "Redactor",
     "drop_secret_headers",
+    "escape_controls",
     "is_secret_name",
     "run_redactor",
     "scrub_files",
     "scrub_logs",
+    "scrub_url_userinfo",
     "secret_environment_values",
     "secret_values",
 ]
@@ -61,6 +64,9 @@ _NOT_SECRET = frozenset({"key", "idempotency-key", "x-idempotency-key", "idempot
 _EVIDENCE_WORDS = frozenset({"idempotency"})
 #: A known secret shorter than this is not scrubbed from free text as an exact value (too many false hits).
 _MIN_EXACT = 6
+
+#: The userinfo of a URL (``user:password@``, a token used as the user name): a credential wherever it is shown.
+_URL_USERINFO = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)(?!\[redacted\]@)[^/\s@\[\]]+@")
 
 # In free text, a name=value pair is secret when the name *ends* in a secret word (HF_TOKEN=..., "api_key": ..).
 _SECRET_NAME = r"\b[A-Za-z0-9_.-]*(?:token|secret|api[_-]?key|password|passwd|credentials?)"
@@ -88,12 +94,34 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     ),
     # --api-key x, --hf-token x (command lines)
     (re.compile(r"(?i)(--[a-z0-9-]*(?:token|secret|key|password))(\s+)(?!\[redacted\])(?!-)\S+"), rf"\1\2{REDACTED}"),
-    # scheme://user:password@host
-    (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@"), rf"\1{REDACTED}@"),
+    # scheme://user:password@host, scheme://token@host: the whole userinfo
+    (_URL_USERINFO, rf"\1{REDACTED}@"),
 )
 
 _SCHEMES = frozenset({"bearer", "basic", "token", "digest"})
 _WORD_SPLIT = re.compile(r"[\s_.:/-]+")
+
+
+#: Characters never written raw into text meant for a person (a terminal, report.md/.html): the C0 controls but tab
+#: and newline, DEL, the C1 controls (ESC starts colour, cursor and OSC sequences), the bidi embeddings, overrides,
+#: isolates and marks (they reorder the text shown).
+CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with each of :data:`CONTROL_CHARACTERS` shown as its escape (``\\x1b``, ``\\u202e``)."""
+    return CONTROL_CHARACTERS.sub(_control_escape, text)
+
+
+def _control_escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def scrub_url_userinfo(text: str) -> str:
+    """``text`` with the userinfo of every URL in it replaced (``http://[redacted]@host``): what every line printed
+    to a terminal gets, as it may quote a target's URL."""
+    return _URL_USERINFO.sub(rf"\1{REDACTED}@", text) if "@" in text else text
 
 
 def is_secret_name(name: str) -> bool:

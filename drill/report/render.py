@@ -56,10 +56,23 @@ def _pct(value: Any) -> str:
 
 
 def _markdown_html(text: str) -> str:
-    """Runbook Markdown as HTML (raw HTML in it is escaped, not passed through)."""
+    """Runbook Markdown as HTML (raw HTML in it is escaped, not passed through). An image becomes a link to it
+    (``image: alt``): the report loads nothing from outside itself, whatever a runbook someone sent holds."""
     from markdown_it import MarkdownIt
 
-    return MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    md.add_render_rule("image", _image_as_link)
+    return md.render(text)
+
+
+def _image_as_link(self: Any, tokens: list, idx: int, options: Any, env: Any) -> str:
+    """markdown-it's render rule for an image token: a link, never an ``<img>``."""
+    from markupsafe import escape
+
+    token = tokens[idx]
+    alt = self.renderInlineAsText(token.children or [], options, env)
+    src = str(token.attrGet("src") or "")
+    return f'<a href="{escape(src)}" rel="noreferrer">image: {escape(alt or src)}</a>'
 
 
 def _signed(value: Any, unit: str = "") -> str:
@@ -73,7 +86,8 @@ def _signed(value: Any, unit: str = "") -> str:
 def template_environment(html: bool) -> jinja2.Environment:
     """The Jinja environment of every template in ``drill/report/templates/`` (run, capacity, comparison, scaling).
 
-    HTML templates are autoescaped; an undefined name is an error, never an empty string. Filters: ``num``
+    HTML templates are autoescaped; an undefined name is an error, never an empty string; control characters are
+    escaped in every document (:class:`_ControlFreeTemplate`). Filters: ``num``
     (a figure with its unit), ``pct``, ``signed`` (a delta), ``cell`` (a Markdown table cell), ``markdown``.
     """
     env = jinja2.Environment(
@@ -85,7 +99,18 @@ def template_environment(html: bool) -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(num=format_value, pct=_pct, signed=_signed, cell=_cell, markdown=_markdown_html)
+    env.template_class = _ControlFreeTemplate
     return env
+
+
+class _ControlFreeTemplate(jinja2.Template):
+    """A template whose rendered document holds no raw control character (a span name's ESC sequence would act on
+    the terminal of whoever runs ``cat report.md``): each is written as its escape, ``\\x1b``."""
+
+    def render(self, *args: Any, **kwargs: Any) -> str:
+        from drill.report.redact import escape_controls
+
+        return escape_controls(super().render(*args, **kwargs))
 
 
 def render_markdown(report: Report) -> str:
@@ -113,14 +138,29 @@ def load_verdicts(run_dir: Path) -> list[Verdict]:
         document = read_json(path, root=run_dir)
     except FileNotFoundError:
         return []
-    checks = document.get("checks") if isinstance(document, dict) else None
     try:
-        return [Verdict.from_json(v) for v in checks or ()]
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        checks = document.get("checks") if isinstance(document, dict) else None
+        if not isinstance(checks, (list, type(None))):
+            raise TypeError(f"'checks' must be a list, not {type(checks).__name__}")
+        if not isinstance(document, dict):
+            raise TypeError(f"the document must be an object, not {type(document).__name__}")
+        return [_verdict(item) for item in checks or ()]
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise InputError(
-            f"{path}: not a verdicts.json document ({type(exc).__name__}: {exc})",
-            hint="`drill judge RUN_DIR --json` writes the verdicts again from the raw evidence",
+            f"{path}: not a verdicts document: {type(exc).__name__}: {exc}",
+            hint="the run directory is damaged; `drill judge RUN_DIR --json` judges its evidence again",
         ) from None
+
+
+def _verdict(item: object) -> Verdict:
+    """One entry of ``verdicts.json``: TypeError unless its texts are texts (the report shows them as such)."""
+    if not isinstance(item, dict):
+        raise TypeError(f"a check must be an object, not {type(item).__name__}")
+    verdict = Verdict.from_json(item)
+    texts = [verdict.kind, verdict.name, verdict.message, *verdict.notes]
+    if not all(isinstance(t, str) for t in texts) or not isinstance(verdict.window, (str, type(None))):
+        raise TypeError(f"check {verdict.name!r}: kind, name, message, window and notes must be text")
+    return verdict
 
 
 def report_for(run_dir: Path, progress: Callable[[str], None] | None = None) -> Report:

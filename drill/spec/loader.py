@@ -26,7 +26,7 @@ from drill.rundir.files import MAX_INPUT_BYTES, UnsafeFileError, read_bytes
 from drill.spec.diagnostics import Diagnostic, KeyPath, Position, did_you_mean, format_path
 from drill.spec.models import Drill
 from drill.spec.scenario import ArrivalProcess, Scenario, planned_load_problem
-from drill.spec.validation import validate_model
+from drill.spec.validation import unset_env_refs, validate_model
 from drill.spec.yamlio import Locations, load_located
 from drill.units import MAX_DURATION_S
 
@@ -298,7 +298,7 @@ def _validate(
     if skip_unsupported and target_params is not None:
         drill, fault_params, skipped = _without_unsupported_faults(drill, fault_params, target_params)
     if scenario is not None:
-        _cross_checks(drill, scenario, fault_params, target_params, out)
+        _cross_checks(drill, scenario, fault_params, check_params, target_params, out)
     if out.diagnostics or scenario is None:
         return None
     return LoadedDrill(
@@ -509,13 +509,20 @@ def _is_file(path: Path) -> bool:
 
 
 def _cross_checks(
-    drill: Drill, scenario: Scenario, fault_params: list, target_params: BaseModel | None, out: _Collector
+    drill: Drill,
+    scenario: Scenario,
+    fault_params: list,
+    check_params: list,
+    target_params: BaseModel | None,
+    out: _Collector,
 ) -> None:
     _check_fault_windows(drill, out)
     too_much = planned_load_problem(scenario, drill.phases.loaded_length())
     if too_much:
         out.add(("scenario",), too_much, hint="lower the arrival rates or shorten the phases")
     _check_unique_names(drill, out)
+    _check_check_plans(drill, check_params, out)
+    _check_env_refs(drill, target_params, out)
     pools = [p.name for p in scenario.pools]
     for i, fault in enumerate(drill.faults):
         for j, pool in enumerate(fault.selector.pools or []):
@@ -532,6 +539,27 @@ def _cross_checks(
         for path, message, hint in target_cls.check_scenario(target_params, scenario):
             where = ("target", "config") + tuple(path)
             out.add(where if _has_location(out, where) else ("target", "config"), message, hint=hint)
+
+
+def _check_check_plans(drill: Drill, check_params: list, out: _Collector) -> None:
+    """Each check's params against the drill's phases (``Check.plan_problems``), located at the param."""
+    for i, (spec, params) in enumerate(zip(drill.checks, check_params)):
+        if params is None:  # its params already have a diagnostic
+            continue
+        for path, message, hint in registry.checks.get(spec.kind).plan_problems(params, drill.phases):
+            where = ("checks", i, "params", *path)
+            out.add(where if _has_location(out, where) else ("checks", i), message, hint=hint)
+
+
+def _check_env_refs(drill: Drill, target_params: BaseModel | None, out: _Collector) -> None:
+    """Every ``${NAME}`` the run would expand (target config, the metrics source) names a variable that is set."""
+    refs = unset_env_refs(drill) + (unset_env_refs(target_params, ("target", "config")) if target_params else [])
+    for where, name in refs:
+        out.add(
+            where,
+            f"the environment variable {name} is not set (${{{name}}} is read from the environment at start)",
+            hint=f"export {name}=... before the run, or write the value itself",
+        )
 
 
 def _has_location(out: _Collector, path: KeyPath) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 import re
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -113,13 +113,6 @@ class Phases(SpecModel):
     def _allow_bool(cls, value: object) -> object:
         return _flag_or_model(value)
 
-    @field_validator("warmup", "baseline", "fault", "recovery")
-    @classmethod
-    def _not_negative(cls, value: float) -> float:
-        if value < 0:
-            raise ValueError(f"a phase cannot last a negative time, got {value:g}s")
-        return value
-
     def loaded_length(self) -> float:
         return self.warmup + self.baseline + self.fault + self.recovery
 
@@ -181,6 +174,8 @@ class StopCondition(SpecModel):
                 data = {**data, "above": parse_duration(data["above"])}
             except ValueError as exc:
                 raise at_key("above", str(exc)) from None
+            if not data["above"] > 0:
+                raise at_key("above", f"a latency bound must be more than 0, got {data['above']:g}s")
         return data
 
     @model_validator(mode="after")
@@ -248,6 +243,9 @@ class PrometheusSourceSpec(SpecModel):
       ``${NAME}`` is read from the environment at start, as in the openai target's ``headers`` / ``api_key``.
       Credentials never reach ``resolved.json``, a log or a report.
     """
+
+    #: The fields whose ``${NAME}`` are expanded at start (validation checks that each NAME is set).
+    env_fields: ClassVar[tuple[str, ...]] = ("headers", "bearer_token")
 
     url: str = Field(pattern=r"^https?://")
     selector: str = Field("", pattern=r"^(\{.*\})?$")

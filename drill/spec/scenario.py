@@ -22,7 +22,7 @@ import math
 import re
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
 from drill.spec.validation import SpecModel, at_key
 from drill.units import Duration
@@ -244,8 +244,15 @@ def _check_slo_keys(value: object) -> object:
     return value
 
 
-#: ``{"ttft_p95": 2.0, "tpot_p99": 0.1}``: each a latency bound in seconds at a percentile.
-Slo = Annotated[dict[str, Duration], BeforeValidator(_check_slo_keys)]
+def _check_slo_bounds(value: dict[str, float]) -> dict[str, float]:
+    for key, bound in value.items():
+        if not bound > 0:
+            raise ValueError(f"the SLO {key} is {bound:g}s; a latency bound must be more than 0 (e.g. {key}: 2s)")
+    return value
+
+
+#: ``{"ttft_p95": 2.0, "tpot_p99": 0.1}``: each a latency bound in seconds (more than 0) at a percentile.
+Slo = Annotated[dict[str, Duration], BeforeValidator(_check_slo_keys), AfterValidator(_check_slo_bounds)]
 
 
 class Pool(SpecModel):

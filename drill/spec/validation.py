@@ -21,7 +21,7 @@ from drill.errors import DrillError
 from drill.spec.diagnostics import Diagnostic, KeyPath, describe_value, did_you_mean, format_path
 from drill.spec.yamlio import Locations
 
-__all__ = ["SpecModel", "at_key", "validate_model", "allowed_keys", "expand_env"]
+__all__ = ["SpecModel", "at_key", "validate_model", "allowed_keys", "expand_env", "unset_env_refs"]
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -39,6 +39,36 @@ def expand_env(value: str, where: str, error: type[DrillError]) -> str:
         return os.environ[name]
 
     return _ENV_REF.sub(one, value)
+
+
+def unset_env_refs(model: BaseModel, prefix: KeyPath = ()) -> list[tuple[KeyPath, str]]:
+    """``(key path, NAME)`` of each ``${NAME}`` whose variable is not set, in the fields a model names in its
+    ``env_fields`` (the fields :func:`expand_env` expands at start) and in the models nested in it — so
+    validation says what the run would fail on."""
+    found: list[tuple[KeyPath, str]] = []
+    expanded = getattr(model, "env_fields", ())
+    for name, info in type(model).model_fields.items():
+        value = getattr(model, name)
+        where = (*prefix, info.alias or name)
+        if name in expanded:
+            items = value.items() if isinstance(value, dict) else [(None, value)]
+            for key, text in items:
+                if isinstance(text, str):
+                    at = where if key is None else (*where, key)
+                    found += [(at, ref) for ref in _ENV_REF.findall(text) if ref not in os.environ]
+        for key, child in _models_in(value):
+            found += unset_env_refs(child, where if key is None else (*where, key))
+    return found
+
+
+def _models_in(value: object) -> list[tuple[str | int | None, BaseModel]]:
+    if isinstance(value, BaseModel):
+        return [(None, value)]
+    if isinstance(value, (list, tuple)):
+        return [(i, v) for i, v in enumerate(value) if isinstance(v, BaseModel)]
+    if isinstance(value, dict):
+        return [(k, v) for k, v in value.items() if isinstance(v, BaseModel)]
+    return []
 
 
 M = TypeVar("M", bound=BaseModel)

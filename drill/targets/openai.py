@@ -34,6 +34,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from typing import ClassVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -101,6 +102,9 @@ class ReplicaConfig(SpecModel):
 
 
 class OpenAITargetParams(SpecModel):
+    #: The fields whose ``${NAME}`` are expanded at start (validation checks that each NAME is set).
+    env_fields: ClassVar[tuple[str, ...]] = ("headers", "api_key")
+
     url: str | None = Field(None, pattern=r"^https?://")  # the router; optional for one replica with ``upstream``
     model: str | None = None
     #: Headers sent with every request (load, probes, replay), e.g. ``Authorization: Bearer ${VLLM_API_KEY}``;

@@ -16,6 +16,9 @@ clock skew
     For a parent and a child in *different services* (so maybe on different clocks), how far the
     child starts before its parent, in ms: only a clock behind makes that happen. A few ms are normal
     between hosts (NTP, two timers); ``skewed_spans`` counts children beyond ``skew_tolerance_ms``.
+backwards span
+    A span that ends before it starts (a negative duration): a broken exporter or clock. Counted and said in
+    the notes, as no latency judgement can rest on it.
 overrun
     A child that ends after its parent: work the caller no longer waited for (a timed-out or cancelled
     request whose callee kept going), or a callee clock that runs ahead (a late start cannot be told
@@ -66,6 +69,8 @@ class Completeness:
     skew_tolerance_ms: float = SKEW_TOLERANCE_MS
     overrun_spans: int = 0  # children ending > skew_tolerance_ms after their parent
     overrun_ms: float = 0.0  # the largest such overrun
+    backwards_spans: int = 0  # spans that end before they start (a negative duration: a broken exporter or clock)
+    backwards_where: str = ""  # the first of them: "trace T span S"
 
     @property
     def orphan_share(self) -> float:
@@ -103,6 +108,11 @@ class Completeness:
                 f"{self.overrun_spans} span(s) ended after their parent (up to {self.overrun_ms:.3f} ms): "
                 "work the caller no longer waited for"
             )
+        if self.backwards_spans:
+            out.append(
+                f"{self.backwards_spans} span(s) end before they start (first: {self.backwards_where}): "
+                "their durations are negative, so they are not evidence of normal or abnormal latency"
+            )
         if self.orphans:
             out.append(f"{self.orphans} orphan span(s) (parent not exported)")
         if self.traces_without_root:
@@ -126,6 +136,8 @@ class Completeness:
             "skew_tolerance_ms": self.skew_tolerance_ms,
             "overrun_spans": self.overrun_spans,
             "overrun_ms": self.overrun_ms,
+            "backwards_spans": self.backwards_spans,
+            "backwards_where": self.backwards_where,
             "unreadable": self.unreadable,
             "unreadable_where": list(self.unreadable_where),
             "requests": self.requests,
@@ -164,6 +176,12 @@ def measure_completeness(
     overruns, overrun_ms = _overruns(table, skew_tolerance_ms)
     per_trace = np.bincount(table.trace_code, minlength=len(table.trace_ids))
     requests, with_spans, per_request = _per_request(table, per_trace, records)
+    backwards = np.flatnonzero(table.end_ns < table.start_ns)
+    first_backwards = (
+        f"trace {table.trace_ids[table.trace_code[backwards[0]]]} span {table.span_id[backwards[0]]}"
+        if len(backwards)
+        else ""
+    )
     return Completeness(
         spans=n,
         traces=len(table.trace_ids),
@@ -182,6 +200,8 @@ def measure_completeness(
         skew_tolerance_ms=skew_tolerance_ms,
         overrun_spans=overruns,
         overrun_ms=overrun_ms,
+        backwards_spans=len(backwards),
+        backwards_where=first_backwards,
     )
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import httpx
 from opentelemetry import propagate
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from pydantic import ValidationError
 
 from drill.stack.config import RouterConfig
@@ -48,6 +48,10 @@ from drill.stack.specs import RouterSpec
 __all__ = ["Gateway", "main"]
 
 log = logging.getLogger("drill.stack.router")
+#: nginx's status for a request whose client closed the connection first (never reaches the client).
+CLIENT_CLOSED_REQUEST = 499
+#: Router SERVER span attribute: the client went away and the upstream request was closed (aborted there).
+CLIENT_GONE_ATTRIBUTE = "drill.client_gone"
 _PROXIED = (("POST", "/v1/completions"), ("POST", "/v1/chat/completions"), ("GET", "/v1/models"), ("GET", "/version"))
 
 
@@ -147,7 +151,7 @@ class Gateway:
                     span.set_attribute("drill.idempotency_key", key)
                     response = await self._idempotent(request, stream, key, config)
                 else:
-                    response = await self._forward(request, stream, stream, config)
+                    response = await self._forward_while_connected(request, stream, config, span)
             except HttpError as exc:
                 self.metrics.requests.labels(request.path, str(exc.status)).inc()
                 raise
@@ -211,6 +215,32 @@ class Gateway:
             if outcome.failure not in config.retries.on or stream.disconnected:
                 break
         return outcome.fallback
+
+    async def _forward_while_connected(
+        self, request: HttpRequest, stream: ResponseStream, config: RouterConfig, span: Span
+    ) -> HttpResponse | None:
+        """:meth:`_forward`, cancelled the moment the client goes away (``abort_abandoned``, vLLM's
+        ``with_cancellation``): cancelling the attempt makes httpx close the upstream connection, and the
+        replica aborts the request wherever it is. Answers 499 (client closed request) to nobody then."""
+        if not self.spec.abort_abandoned:
+            return await self._forward(request, stream, stream, config)
+        work = asyncio.ensure_future(self._forward(request, stream, stream, config))
+        gone = asyncio.Event()
+
+        def client_gone() -> None:
+            gone.set()
+            work.cancel()
+
+        stream.on_disconnect(client_gone)
+        try:
+            return await work
+        except asyncio.CancelledError:
+            if not gone.is_set():
+                raise  # the router itself is stopping
+        self.metrics.cancelled.inc()
+        span.set_attribute(CLIENT_GONE_ATTRIBUTE, True)
+        span.set_status(Status(StatusCode.ERROR, "client disconnected: upstream request closed"))
+        return HttpResponse(CLIENT_CLOSED_REQUEST, b"", "text/plain")
 
     async def _attempt(self, attempt: Attempt) -> UpstreamOutcome:
         replica = attempt.replica

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import dataclass, field
 
 from drill.stack.http.server import HttpRequest, HttpResponse, HttpServer, ResponseStream, Router
@@ -27,6 +28,7 @@ class FakeReplica:
     chunks: int = 3
     ledger: list[dict] = field(default_factory=list)
     headers_seen: list[dict[str, str]] = field(default_factory=list)
+    disconnects: list[float] = field(default_factory=list)  # monotonic times the router closed a request early
     server: HttpServer | None = None
 
     @property
@@ -58,6 +60,7 @@ class FakeReplica:
         body = request.json()
         self.ledger.append({"replica": self.name, "body": body})
         self.headers_seen.append(dict(request.headers))
+        stream.on_disconnect(lambda: self.disconnects.append(time.monotonic()))
         if self.mode == "fail":
             return HttpResponse.json(
                 {"error": {"message": "engine dead", "type": "InternalServerError", "param": None, "code": 500}}, 500

@@ -364,6 +364,8 @@ def _start_note(recovery: dict | None) -> str | None:
     after = f"{waited:.1f}s after the load stopped" if isinstance(waited, int | float) else "after the load stopped"
     if recovery.get("observed"):
         return f"the replay started {after}, once recovery was observed: {reason}"
+    if recovery.get("queue_held"):
+        return f"the replay started {after} without observed recovery (errors out of band): {reason}"
     return (
         f"the replay started {after} without observed recovery (gave up waiting after "
         f"{recovery.get('max_wait_s', '?')}s): {reason}"

@@ -61,6 +61,7 @@ class RecoveryWait:
     """How the wait before the replay ended: ``observed`` (both in band) or given up after ``max_wait_s``."""
 
     observed: bool
+    queue_held: bool  # the queue was back in band (False: the wait gave up after max_wait_s)
     waited_s: float
     max_wait_s: float
     queue_depth: float | None  # the last live reading
@@ -125,7 +126,7 @@ def wait_for_recovery(
             break
         sleep(poll_s)
     reason = _reason(band, depth, recent_errors, held, errors_ok)
-    return RecoveryWait(held and errors_ok, clock() - start, max_wait_s, depth, recent_errors, band, reason)
+    return RecoveryWait(held and errors_ok, held, clock() - start, max_wait_s, depth, recent_errors, band, reason)
 
 
 def _reason(band: RecoveryBand, depth: float | None, errors: float | None, held: bool, errors_ok: bool) -> str:

@@ -530,7 +530,7 @@ class Runner:
             hold_s=2 * interval,
             poll_s=min(0.5, interval),
         )
-        how = "recovery observed" if wait.observed else f"recovery not observed, gave up after {wait.max_wait_s:g}s"
+        how = _recovery_outcome(wait)
         self.journal.write(
             Event.NOTE,
             message=f"replay starts {wait.waited_s:.1f}s after the load stopped: {how} ({wait.reason})",
@@ -573,6 +573,14 @@ class Runner:
     def _signal_received(self, name: str) -> None:
         if self.journal is not None:
             self.journal.write(Event.SIGNAL, signal=name)
+
+
+def _recovery_outcome(wait: RecoveryWait) -> str:
+    if wait.observed:
+        return "recovery observed"
+    if wait.queue_held:
+        return "recovery not observed (the errors at the recovery phase's end were out of band)"
+    return f"recovery not observed, gave up waiting after {wait.max_wait_s:g}s"
 
 
 def resolved_inputs(loaded: LoadedDrill) -> dict:

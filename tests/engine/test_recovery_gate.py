@@ -51,7 +51,7 @@ def test_the_replay_waits_for_the_backlog_to_drain_and_then_holds_it() -> None:
 def test_a_queue_that_never_drains_gives_up_at_the_bound() -> None:
     time = FakeTime()
     wait = wait_for_recovery(BAND, 0.0, lambda: 1500.0, max_wait_s=30, hold_s=2.0, clock=time.clock, sleep=time.sleep)
-    assert not wait.observed and wait.waited_s == pytest.approx(30.0)
+    assert not wait.observed and not wait.queue_held and wait.waited_s == pytest.approx(30.0)
     assert "queue depth 1500 > 1" in wait.reason
     assert wait.summary()["band"]["queue_depth"] == 1.0 and wait.summary()["observed"] is False
 
@@ -60,7 +60,7 @@ def test_errors_out_of_band_at_the_recovery_phases_end_are_not_recovery() -> Non
     """The queue drained, but the last window of the recovery phase failed 20%: no waiting changes that."""
     time = FakeTime()
     wait = wait_for_recovery(BAND, 0.2, lambda: 0.0, max_wait_s=60, hold_s=1.0, clock=time.clock, sleep=time.sleep)
-    assert not wait.observed and wait.waited_s == pytest.approx(1.0)
+    assert not wait.observed and wait.queue_held and wait.waited_s == pytest.approx(1.0)
     assert "error rate 20.0% > 1.0%" in wait.reason
 
 

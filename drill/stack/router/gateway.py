@@ -52,6 +52,9 @@ log = logging.getLogger("drill.stack.router")
 CLIENT_CLOSED_REQUEST = 499
 #: Router SERVER span attribute: the client went away and the upstream request was closed (aborted there).
 CLIENT_GONE_ATTRIBUTE = "drill.client_gone"
+#: Health checks that must time out in a row before a replica leaves rotation (an answer other than 200, or a
+#: refused connection, takes it out at once).
+HEALTH_TIMEOUTS_TO_FAIL = 3
 _PROXIED = (("POST", "/v1/completions"), ("POST", "/v1/chat/completions"), ("GET", "/v1/models"), ("GET", "/version"))
 
 
@@ -73,6 +76,8 @@ class Gateway:
         self.server = HttpServer(self._routes(), host=spec.host, port=spec.port)
         self._health_task: asyncio.Task | None = None
         self._checks: set[asyncio.Task] = set()
+        self._checking: set[str] = set()  # replicas with a _check_soon under way
+        self._health_timeouts: dict[str, int] = {}  # replica -> health checks timed out in a row
 
     def _routes(self) -> Router:
         router = Router()
@@ -112,14 +117,29 @@ class Gateway:
         await asyncio.gather(*(self.check(r) for r in self.pool.replicas))
 
     async def check(self, replica: ReplicaState) -> None:
-        """``GET /health`` of one replica: 200 keeps it in rotation, anything else takes it out."""
+        """``GET /health`` of one replica: 200 keeps it in rotation, another answer or a refused connection takes
+        it out; a check that times out does so only :data:`HEALTH_TIMEOUTS_TO_FAIL` times in a row."""
         timeout = min(5.0, max(0.5, self.config.health_check_interval))
         try:
             response = await self.health_client.get(replica.url + "/health", timeout=timeout)
             healthy, error = response.status_code == 200, f"HTTP {response.status_code}"
+        except httpx.TimeoutException as exc:
+            self._health_timed_out(replica, type(exc).__name__)
+            return
         except httpx.HTTPError as exc:
             healthy, error = False, type(exc).__name__
+        self._health_timeouts.pop(replica.name, None)
         self._mark(replica, healthy, None if healthy else error)
+
+    def _health_timed_out(self, replica: ReplicaState, kind: str) -> None:
+        """A timed-out check is weak evidence: under a flood the router's own loop (or its health client's pool)
+        may be what is late, and taking healthy replicas out for it refuses everything ("no healthy replica") —
+        so, like a load balancer's ``fall 3`` (HAProxy) or a probe's ``failureThreshold: 3`` (Kubernetes), a
+        replica leaves rotation after that many in a row."""
+        count = self._health_timeouts.get(replica.name, 0) + 1
+        self._health_timeouts[replica.name] = count
+        if count >= HEALTH_TIMEOUTS_TO_FAIL or not replica.healthy:
+            self._mark(replica, False, f"{kind} ({count} in a row)")
 
     def _mark(self, replica: ReplicaState, healthy: bool, error: str | None) -> None:
         if self.pool.mark(replica, healthy, error):
@@ -133,9 +153,15 @@ class Gateway:
         self.metrics.healthy.labels(replica.name).set(1 if healthy else 0)
 
     def _check_soon(self, replica: ReplicaState) -> None:
+        """Check ``replica`` now, unless a check of it is already under way (a burst of upstream timeouts asks
+        once, instead of exhausting the health client's connections with one check per timeout)."""
+        if replica.name in self._checking:
+            return
+        self._checking.add(replica.name)
         task = asyncio.create_task(self.check(replica))
         self._checks.add(task)
         task.add_done_callback(self._checks.discard)
+        task.add_done_callback(lambda _: self._checking.discard(replica.name))
 
     # -- proxying ----------------------------------------------------------------------------
     async def handle_proxy(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse | None:

@@ -29,6 +29,8 @@ class FakeReplica:
     ledger: list[dict] = field(default_factory=list)
     headers_seen: list[dict[str, str]] = field(default_factory=list)
     disconnects: list[float] = field(default_factory=list)  # monotonic times the router closed a request early
+    health_delay_s: float = 0.0  # how long /health takes to answer
+    health_checks: int = 0
     server: HttpServer | None = None
 
     @property
@@ -51,6 +53,8 @@ class FakeReplica:
             await self.server.close()
 
     async def _health(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse:
+        self.health_checks += 1
+        await asyncio.sleep(self.health_delay_s)
         return HttpResponse(self.health, b"", "text/plain")
 
     async def _models(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse:

@@ -139,10 +139,11 @@ class Gateway:
         count = self._health_timeouts.get(replica.name, 0) + 1
         self._health_timeouts[replica.name] = count
         if count >= HEALTH_TIMEOUTS_TO_FAIL or not replica.healthy:
-            self._mark(replica, False, f"{kind} ({count} in a row)")
+            weak = replica.healthy or replica.late_only  # out before for a stronger reason: it stays that way
+            self._mark(replica, False, f"{kind} ({count} in a row)", late_only=weak)
 
-    def _mark(self, replica: ReplicaState, healthy: bool, error: str | None) -> None:
-        if self.pool.mark(replica, healthy, error):
+    def _mark(self, replica: ReplicaState, healthy: bool, error: str | None, *, late_only: bool = False) -> None:
+        if self.pool.mark(replica, healthy, error, late_only=late_only):
             log.log(
                 logging.INFO if healthy else logging.WARNING,
                 "replica %s is %s%s",

@@ -9,7 +9,7 @@ the failure the drill showed before the stack aborted abandoned work.
 
 The flood needs its own length (60 s against the router's 30 s), so the fault phase runs unscaled; warm-up,
 baseline and recovery are shortened and the replay is off (not what this test proves). Measured on the project's
-2-vCPU machine, shared: about 4 minutes.
+2-vCPU machine, shared: 3 minutes.
 """
 
 from __future__ import annotations

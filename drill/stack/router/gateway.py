@@ -248,7 +248,8 @@ class Gateway:
     ) -> HttpResponse | None:
         """:meth:`_forward`, cancelled the moment the client goes away (``abort_abandoned``, vLLM's
         ``with_cancellation``): cancelling the attempt makes httpx close the upstream connection, and the
-        replica aborts the request wherever it is. Answers 499 (client closed request) to nobody then."""
+        replica aborts the request wherever it is. Answers 499 (client closed request) to nobody then, or ends a
+        stream whose head went out."""
         if not self.spec.abort_abandoned:
             return await self._forward(request, stream, stream, config)
         work = asyncio.ensure_future(self._forward(request, stream, stream, config))
@@ -267,6 +268,8 @@ class Gateway:
         self.metrics.cancelled.inc()
         span.set_attribute(CLIENT_GONE_ATTRIBUTE, True)
         span.set_status(Status(StatusCode.ERROR, "client disconnected: upstream request closed"))
+        if stream.started:
+            return None  # its head (200) went out: the stream just ends
         return HttpResponse(CLIENT_CLOSED_REQUEST, b"", "text/plain")
 
     async def _attempt(self, attempt: Attempt) -> UpstreamOutcome:

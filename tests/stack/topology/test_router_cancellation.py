@@ -103,3 +103,32 @@ async def test_the_upstream_timeout_closes_the_upstream_request() -> None:
         await _wait_for(lambda: bool(replica.disconnects))
     assert response.status_code == 504
     assert replica.disconnects and replica.disconnects[0] - started < 0.2 + 1.0
+
+
+async def test_a_client_that_leaves_mid_stream_ends_it_quietly(caplog: pytest.LogCaptureFixture) -> None:
+    """Its head (200) went out: the router ends the stream and closes the upstream, without an answer to nobody."""
+    replica = await FakeReplica("r0", chunks=500, chunk_gap_s=0.02).start()
+    gateway = Gateway(
+        RouterSpec(
+            replicas=(UpstreamSpec(name="r0", index=0, url=replica.url),),
+            router=RouterConfig(health_check_interval="100ms"),
+            admin_token=TOKEN,
+        )
+    )
+    await gateway.start()
+    try:
+        reader, writer = await asyncio.open_connection(gateway.server.host, gateway.server.port)
+        payload = json.dumps({"prompt": "hi", "max_tokens": 4, "stream": True}).encode()
+        writer.write(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%b" % (len(payload), payload)
+        )
+        await asyncio.wait_for(reader.readuntil(b"t1"), 5)
+        closed_at = time.monotonic()
+        writer.close()
+        await _wait_for(lambda: bool(replica.disconnects))
+        await asyncio.sleep(0.05)
+    finally:
+        await gateway.close()
+        await replica.close()
+    assert replica.disconnects and replica.disconnects[0] - closed_at < WITHIN_S
+    assert not [r for r in caplog.records if "after streaming" in r.getMessage()]

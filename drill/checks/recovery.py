@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from drill.spec.diagnostics import KeyPath
     from drill.spec.models import Phases
 
-__all__ = ["MAX_WINDOWS", "RecoveryTimeCheck", "RecoveryTimeParams"]
+__all__ = ["MAX_WINDOWS", "RecoveryTimeCheck", "RecoveryTimeParams", "error_rate"]
 
 #: The most windows one pool's recovery is judged on (a finer step over a long phase is refused by validation;
 #: a run directory that asks for more has its search cut there).
@@ -152,7 +152,7 @@ class RecoveryTimeCheck(Check):
             if base is None:  # no sample at all (min_baseline 0)
                 thin.append(f"{pool}: no baseline sample")
                 continue
-            errors = _error_rate(mine) or 0.0
+            errors = error_rate(mine) or 0.0
             bands.append(
                 _Band(
                     pool,
@@ -195,7 +195,7 @@ class RecoveryTimeCheck(Check):
         value = percentile(values, p.percentile)
         if value is None:  # no sample at all (min_requests 0)
             return False, "no successful sample in the window"
-        errors = _error_rate(mine) or 0.0
+        errors = error_rate(mine) or 0.0
         if value > band.limit_ms:
             return False, f"p{p.percentile:g} {p.metric} {value:.0f}ms > {band.limit_ms:.0f}ms"
         if errors > band.limit_errors:
@@ -286,7 +286,8 @@ def _values(records: list[RequestRecord], metric: str) -> list[float]:
     return [v for r in records if r.ok and (v := record_metric_ms(r, metric)) is not None]
 
 
-def _error_rate(records: list[RequestRecord]) -> float | None:
+def error_rate(records: list[RequestRecord]) -> float | None:
+    """Failed share of ``records``, not counting attempts cancelled when the load stopped; None with none."""
     counted = [r for r in records if r.error is not ErrorClass.CANCELLED]
     if not counted:
         return None

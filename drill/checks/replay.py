@@ -22,6 +22,10 @@ one that does not is a FAIL, never a pass.
   shows — Diffy's rule: raw > noise, ``|raw - noise| / (raw + noise)`` > 20% and
   ``|raw - noise| / total`` > 0.03% (opendiffy ``JoinedDifferences.scala``).
 
+The replay starts once recovery is observed (:mod:`drill.engine.recovery_gate`: queue depth and error rate back
+in the baseline band), within a bounded wait; the verdict's notes say when and why. When the wait gave up, originals
+that still fail make the verdict INCONCLUSIVE, not FAIL: a stack that had not recovered cannot show a fix.
+
 INCONCLUSIVE, never PASS: the replay phase did not run (``max_duration`` ended the
 run first, or it was turned off), the drill had no failing samples, no original was
 replayed, or no control was (so "no regression" cannot be said).
@@ -60,6 +64,17 @@ class ReplayEvidence:
     @property
     def ran(self) -> bool:
         return self.window is not None
+
+    @property
+    def recovery(self) -> dict | None:
+        """How the replay's start was decided (:class:`drill.engine.recovery_gate.RecoveryWait`), if recorded."""
+        found = (self.summary or {}).get("recovery") if isinstance(self.summary, dict) else None
+        return found if isinstance(found, dict) else None
+
+    @property
+    def started_unrecovered(self) -> bool:
+        """The replay started after waiting in vain for recovery (runs before the wait existed: False)."""
+        return self.recovery is not None and self.recovery.get("observed") is False
 
     @property
     def originals(self) -> list[ReplayResult]:
@@ -187,6 +202,9 @@ class RecoveryReplayCheck(Check):
                 f"replayed requests were sent up to {lag:.1f}s (p95) after their planned times: "
                 "the replay's concurrency cap held them back from the planned rate"
             )
+        start_note = _start_note(replay.recovery)
+        if start_note:
+            tally.notes.append(start_note)
         missing = sorted({r.pool for r in replay.controls} - set(bands))
         if missing:
             tally.notes.append(
@@ -258,6 +276,14 @@ class RecoveryReplayCheck(Check):
         if t.mismatches:
             problems.append(f"{len(t.mismatches)} deterministic control output(s) differ from the baseline")
         problems.extend(f"non-deterministic controls above the noise floor: {r}" for r in t.regressions)
+        if problems and replay.started_unrecovered and not t.not_identical:
+            return self.verdict(
+                Status.INCONCLUSIVE,
+                "; ".join(problems) + " — but the replay started before recovery was observed: failures on a stack "
+                "that had not recovered say nothing about the fix",
+                evidence=_refs(t),
+                **common,
+            )
         if problems:
             return self.verdict(Status.FAIL, "; ".join(problems), evidence=_refs(t), **common)
         if not originals:
@@ -328,6 +354,22 @@ def _latency_bands(evidence: RunEvidence, p: RecoveryReplayParams) -> dict[str, 
                 band[metric] = p.latency_factor * base + p.latency_slack * 1000.0
         bands[pool] = band
     return bands
+
+
+def _start_note(recovery: dict | None) -> str | None:
+    """When the replay started and why, from the runner's wait for recovery."""
+    if recovery is None:
+        return None
+    waited, reason = recovery.get("waited_s"), recovery.get("reason", "")
+    after = f"{waited:.1f}s after the load stopped" if isinstance(waited, int | float) else "after the load stopped"
+    if recovery.get("observed"):
+        return f"the replay started {after}, once recovery was observed: {reason}"
+    if recovery.get("queue_held"):
+        return f"the replay started {after} without observed recovery (errors out of band): {reason}"
+    return (
+        f"the replay started {after} without observed recovery (gave up waiting after "
+        f"{recovery.get('max_wait_s', '?')}s): {reason}"
+    )
 
 
 def _send_lag_s(results: tuple[ReplayResult, ...]) -> float | None:

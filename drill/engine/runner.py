@@ -8,7 +8,9 @@ Order of a run::
     scraper    /metrics every second, or the user's Prometheus (metrics.jsonl)
     load       the scenario's open-loop load, from warmup to the end of recovery (requests.jsonl)
     warmup, baseline, fault (faults on their schedule; stop conditions may end it early), recovery
-    replay     the original failing requests and baseline controls, sent again after recovery (replay.jsonl)
+    replay     once recovery is observed (queue depth and error rate back in the baseline band, or a bounded wait:
+               drill.engine.recovery_gate), the original failing requests and baseline controls sent again
+               (replay.jsonl)
     shutdown   revert everything left, stop load, scraper, target, receiver (always, in this order)
     evaluate   checks -> verdicts.json, summary.md
 
@@ -34,6 +36,13 @@ from drill.engine.fault_schedule import FaultRunner
 from drill.engine.journal import Event, Journal, RunStatus
 from drill.engine.listeners import ListenerEvent, Listeners, RunListener
 from drill.engine.prometheus import PrometheusMetrics
+from drill.engine.recovery_gate import (
+    RecoveryWait,
+    live_queue_depth,
+    recent_error_rate,
+    recovery_band,
+    wait_for_recovery,
+)
 from drill.engine.reverts import RevertStack
 from drill.engine.rundir import RunDir, create_run_dir, environment
 from drill.engine.scraper import MetricsScraper
@@ -54,6 +63,7 @@ __all__ = ["RunOptions", "RunResult", "Runner", "resolved_inputs"]
 log = logging.getLogger(__name__)
 
 TICK_S = 0.25
+RECENT_WINDOW_S = 10.0  # recovery_time's window: the recovery phase's last seconds whose error rate gates the replay
 
 
 @dataclass(frozen=True)
@@ -490,6 +500,7 @@ class Runner:
             repetitions=spec.repetitions,
             headers=self._headers(),
         )
+        recovery = self._wait_for_recovery(evidence)
         self._phase_started(Phase.REPLAY, None)
         start = time.monotonic()
         summary = replay_after_recovery(
@@ -503,7 +514,29 @@ class Runner:
             baseline_ts=baseline,
             prompt_shapes=fit.shapes if fit is not None else None,
         )
-        self._phase_ended(Phase.REPLAY, time.monotonic() - start, summary=_dump(summary))
+        self._phase_ended(
+            Phase.REPLAY, time.monotonic() - start, summary={**_dump(summary), "recovery": recovery.summary()}
+        )
+
+    def _wait_for_recovery(self, evidence: RunEvidence) -> RecoveryWait:
+        """Hold the replay until recovery is observed, up to ``phases.replay.wait_for_recovery`` (journaled)."""
+        interval = self.drill.metrics.interval
+        readings = self.scraper.readings if self.scraper is not None else dict
+        wait = wait_for_recovery(
+            recovery_band(evidence),
+            recent_error_rate(evidence, RECENT_WINDOW_S),
+            lambda: live_queue_depth(readings()),
+            max_wait_s=self.drill.phases.replay.wait_for_recovery,
+            hold_s=2 * interval,
+            poll_s=min(0.5, interval),
+        )
+        how = _recovery_outcome(wait)
+        self.journal.write(
+            Event.NOTE,
+            message=f"replay starts {wait.waited_s:.1f}s after the load stopped: {how} ({wait.reason})",
+            summary=wait.summary(),
+        )
+        return wait
 
     # --- verdicts ---------------------------------------------------------------------------------
 
@@ -540,6 +573,14 @@ class Runner:
     def _signal_received(self, name: str) -> None:
         if self.journal is not None:
             self.journal.write(Event.SIGNAL, signal=name)
+
+
+def _recovery_outcome(wait: RecoveryWait) -> str:
+    if wait.observed:
+        return "recovery observed"
+    if wait.queue_held:
+        return "recovery not observed (the errors at the recovery phase's end were out of band)"
+    return f"recovery not observed, gave up waiting after {wait.max_wait_s:g}s"
 
 
 def resolved_inputs(loaded: LoadedDrill) -> dict:

@@ -84,6 +84,9 @@ class ReplayPhase(SpecModel):
       requests that are not deterministic (temperature > 0).
     - ``seed`` (the drill's ``seed``): seeds the choice of samples and controls and the send order.
     - ``rate`` (the baseline's arrival rate): replayed requests sent per second, evenly spaced.
+    - ``wait_for_recovery`` (120s, >= 0): the longest the replay waits, once the load has stopped, for the target
+      to be seen back inside its baseline band (queue depth and error rate, :mod:`drill.engine.recovery_gate`);
+      it then starts anyway and says so. 0 starts it at once. Not scaled by ``--time-scale``.
     """
 
     enabled: bool = True
@@ -94,6 +97,7 @@ class ReplayPhase(SpecModel):
     repetitions: int = Field(2, ge=2, le=5)
     seed: int | None = None
     rate: float | None = Field(None, gt=0)
+    wait_for_recovery: Duration = Field(120.0, ge=0)
 
 
 def _flag_or_model(value: object) -> object:

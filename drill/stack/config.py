@@ -189,6 +189,9 @@ class TracingConfig(BaseModel):
 class StackConfig(BaseModel):
     """The whole stack YAML (stack-contracts.md §1).
 
+    ``abort_abandoned`` is the cancellation switch of stack-contracts.md §4 "Cancellation": on (vLLM's
+    behaviour) the router closes the upstream request of a client that went away and the replica aborts a
+    request whose connection closed; off, the replica computes abandoned requests to the end.
     ``model`` and ``gpu`` name presets (:mod:`drill.stack.presets`); an unknown name is an error
     listing the known ones. ``max_model_len`` may not exceed the model's own context length.
     """
@@ -206,6 +209,13 @@ class StackConfig(BaseModel):
     tracing: TracingConfig = TracingConfig()
     runtime: Runtime = Runtime.LOCAL
     host: BindHost = "127.0.0.1"
+    abort_abandoned: bool = Field(
+        True,
+        description=(
+            "a request whose client has gone (closed connection, the router's upstream timeout) is aborted "
+            "wherever it is, as vLLM does; false keeps computing it (what abandoned work costs)"
+        ),
+    )
 
     @field_validator("model")
     @classmethod

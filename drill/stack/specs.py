@@ -114,3 +114,4 @@ class RouterSpec(BaseModel):
     admin_token: str = Field(min_length=8)
     otlp_endpoint: str | None = None
     ready_file: Path | None = None
+    abort_abandoned: bool = True  # StackConfig.abort_abandoned: close the upstream request of a client gone

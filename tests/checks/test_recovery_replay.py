@@ -301,3 +301,38 @@ def test_sends_held_back_by_the_concurrency_cap_are_noted(tmp_path: Path) -> Non
     run.kit.extra_lines["replay.jsonl"] = late
     verdict = run.judge()
     assert verdict.status is Status.PASS and any("concurrency cap" in n for n in verdict.notes)
+
+
+def _replay_started_after(run: ReplayRun, *, observed: bool) -> None:
+    """The replay phase as the runner journals it now: its summary says how the wait for recovery ended."""
+    reason = "queue depth 0 <= 1 (baseline max 0)" if observed else "queue depth 1500 > 1 (baseline max 0)"
+    recovery = {"observed": observed, "waited_s": 3.0 if observed else 120.0, "max_wait_s": 120.0, "reason": reason}
+    run.kit.event("phase_started", 180, phase="replay", planned_s=None)
+    run.kit.event("phase_ended", 200, phase="replay", elapsed_s=20, summary={"recovery": recovery})
+
+
+def test_the_verdict_says_when_the_replay_started_and_why(tmp_path: Path) -> None:
+    run = ReplayRun(tmp_path, replay_ran=False)
+    _replay_started_after(run, observed=True)
+    run.replay_all()
+    verdict = run.judge()
+    assert verdict.status is Status.PASS, verdict.message
+    assert any("started 3.0s after the load stopped, once recovery was observed" in n for n in verdict.notes)
+
+
+def test_originals_failing_on_a_stack_never_seen_to_recover_are_inconclusive_not_fail(tmp_path: Path) -> None:
+    run = ReplayRun(tmp_path, replay_ran=False)
+    _replay_started_after(run, observed=False)
+    run.replay_all()
+    run.replay(run.failed[1], status=504, error="timeout", e2e_ms=30_000.0)
+    verdict = run.judge(min_success=1.0)
+    assert verdict.status is Status.INCONCLUSIVE and "still fail" in verdict.message
+    assert "before recovery was observed" in verdict.message
+    assert any("without observed recovery (gave up waiting after 120.0s)" in n for n in verdict.notes)
+
+
+def test_originals_that_pass_even_so_pass(tmp_path: Path) -> None:
+    run = ReplayRun(tmp_path, replay_ran=False)
+    _replay_started_after(run, observed=False)
+    run.replay_all()
+    assert run.judge().status is Status.PASS

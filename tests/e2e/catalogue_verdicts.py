@@ -15,13 +15,7 @@ from tests.e2e.conftest import REPO, DrillRun
 __all__ = ["UNPREDICTED", "assert_predicted", "predicted"]
 
 #: Checks a drill's runbook does not commit to, with why; the catalogue test allows these alone to go unpredicted.
-UNPREDICTED = {
-    "unbounded-queue": {
-        "recovered": "under vLLM's defaults the flood's backlog drains into the recovery phase: whether requests "
-        "arriving then fail (health checks of a saturated replica time out, the router answers 503) depends "
-        "on the machine's speed (runbooks/unbounded-queue.md: 'may FAIL')",
-    },
-}
+UNPREDICTED: dict[str, dict[str, str]] = {}
 
 
 def predicted(drill: str | Path) -> dict[str, str]:

@@ -3,8 +3,9 @@
 What it does: keep-alive (and pipelined requests, answered in order), ``Content-Length`` request
 bodies (``Expect: 100-continue`` answered), fixed-length responses, chunked streaming responses
 (``text/event-stream``) written chunk by chunk straight to the socket, a tiny router by
-``(method, path)``, and client-disconnect detection so a stream's request can be aborted (vLLM
-counts it as ``abort``, docs/serving-facts.md §3.2). Chunked *request* bodies are refused with 411.
+``(method, path)``, and client-disconnect detection so a request can be aborted wherever it is (vLLM
+counts it as ``abort``, docs/serving-facts.md §3.2; the stack's cancellation: stack-contracts.md §4).
+Chunked *request* bodies are refused with 411.
 
 Why not a framework: one SSE chunk costs one ``transport.write`` here (a few µs); the engine
 writes tokens from its step loop without a task switch per token.
@@ -179,8 +180,8 @@ class _Connection(asyncio.Protocol):
             self._next_request()
 
     def eof_received(self) -> bool:
-        if not self.busy:
-            return False  # idle: close
+        if not self.busy or not self.server.half_close:
+            return False  # idle, or the client is gone: the transport closes and connection_lost fires
         self.keep_alive = False  # half-closed while a request runs: answer it, then close
         return True
 
@@ -296,13 +297,28 @@ class _Connection(asyncio.Protocol):
 
 
 class HttpServer:
-    """Serves a :class:`Router` on ``host:port`` (port 0 picks a free one; read :attr:`port` after start)."""
+    """Serves a :class:`Router` on ``host:port`` (port 0 picks a free one; read :attr:`port` after start).
 
-    def __init__(self, router: Router, *, host: str = "127.0.0.1", port: int = 0, backlog: int = 2048) -> None:
+    A client that closes its side (EOF) while its request runs is gone, as uvicorn (vLLM's server) treats
+    it: the connection closes and the stream's disconnect callbacks run at once, so a handler can abort
+    its work. ``half_close=True`` instead answers such a request and then closes (the stack's
+    ``abort_abandoned: false``): a handler then learns of the client only when a write fails.
+    """
+
+    def __init__(
+        self,
+        router: Router,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        backlog: int = 2048,
+        half_close: bool = False,
+    ) -> None:
         self.router = router
         self.host = host
         self.port = port
         self.backlog = backlog
+        self.half_close = half_close
         self.connections: set[_Connection] = set()
         self.closing = False
         self._server: asyncio.base_events.Server | None = None

@@ -144,9 +144,12 @@ class Engine:
         self.scheduler.check_admission(request.num_prompt_tokens)
 
     def abort_request(self, request: Request) -> None:
-        """Abort a request whose client went away (finish reason ``abort``); no-op when already finished."""
+        """Abort a request whose client went away (finish reason ``abort``) wherever it is — waiting, in its
+        prefill or decoding — freeing its KV blocks at once, as vLLM's ``AsyncLLM.abort`` does; a step that is
+        running drops its output (:meth:`Scheduler.update_from_output`). No-op when already finished."""
         if request.is_finished:
             return
+        request.aborted_in = request.phase
         self.scheduler.finish_request(request, RequestStatus.FINISHED_ABORTED)
         self._notify_finished(request)
 

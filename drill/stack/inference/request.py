@@ -104,6 +104,7 @@ class Request:
         "sampler",
         "block_hashes",
         "context",
+        "aborted_in",
     )
 
     def __init__(
@@ -146,6 +147,7 @@ class Request:
         self.sampler = sampler
         self.block_hashes: list[int] | None = None
         self.context = context  # opaque to the engine: the API layer's per-request data
+        self.aborted_in: str | None = None  # set by an abort: "waiting", "prefill" or "decode"
 
     def append_token(self, token_id: int) -> None:
         """Append one generated token (keeps :attr:`num_tokens` in step)."""
@@ -164,6 +166,14 @@ class Request:
     @property
     def is_finished(self) -> bool:
         return self.status > RequestStatus.PREEMPTED
+
+    @property
+    def phase(self) -> str:
+        """Where an unfinished request is: ``waiting`` (never scheduled, or preempted), ``prefill`` (scheduled,
+        no token yet) or ``decode``."""
+        if self.status is not RequestStatus.RUNNING:
+            return "waiting"
+        return "prefill" if self.num_output_tokens == 0 else "decode"
 
     def get_block_hashes(self, block_size: int) -> list[int]:
         """Prefix-cache keys of the prompt's full blocks (computed once, on first use)."""

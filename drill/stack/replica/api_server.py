@@ -103,7 +103,7 @@ class Replica:
             last_death=take_death(spec.ledger_path),
         )
         self.admin.register(router)
-        self.server = HttpServer(router, host=spec.host, port=spec.port)
+        self.server = HttpServer(router, host=spec.host, port=spec.port, half_close=not config.abort_abandoned)
         self._engine_task: asyncio.Task | None = None
         log.info(
             "GPU KV cache size: %s tokens, Maximum concurrency for %s tokens per request: %.2fx",

@@ -57,6 +57,9 @@ from drill.stack.replica.request_spans import Tracing, parse_traceparent
 
 __all__ = ["ApiContext", "OpenAIApi"]
 
+#: nginx's status for a request whose client closed the connection first; it never reaches the client.
+CLIENT_CLOSED_REQUEST = 499
+
 
 @dataclass(slots=True, eq=False)
 class ApiContext:
@@ -261,6 +264,8 @@ class OpenAIApi:
         return () if seconds is None else (("Retry-After", f"{math.ceil(seconds):d}"),)
 
     def _finish(self, request: Request, ctx: ApiContext, stream: ResponseStream, span: object) -> HttpResponse | None:
+        if stream.disconnected and request.aborted_in is not None:
+            return self._client_gone(request, stream, span)
         if ctx.stream:
             stream.end()
             self.tracing.end_http_span(span, 200, time.time(), ctx.error[1] if ctx.error else None)
@@ -284,6 +289,17 @@ class OpenAIApi:
         )
         self.tracing.end_http_span(span, 200, time.time())
         return HttpResponse.json(payload)
+
+    def _client_gone(self, request: Request, stream: ResponseStream, span: object) -> HttpResponse | None:
+        """The client closed its connection and the request was aborted: a stream ends (its 200 went out), a
+        plain request answers 499 (nginx's "client closed request") to nobody. The span says so."""
+        message = f"client disconnected; request aborted ({request.aborted_in})"
+        status = 200 if stream.started else CLIENT_CLOSED_REQUEST
+        self.tracing.end_http_span(span, status, time.time(), message)
+        if stream.started:
+            stream.end()
+            return None
+        return HttpResponse(CLIENT_CLOSED_REQUEST, b"", "text/plain")
 
     def _build(
         self,

@@ -70,8 +70,18 @@ class RequestRecorder:
             attributes[SpanAttributes.GEN_AI_REQUEST_TEMPERATURE] = ctx.temperature
         if ctx.top_p:
             attributes[SpanAttributes.GEN_AI_REQUEST_TOP_P] = ctx.top_p
-        error = ctx.error[1] if ctx.error else ("client disconnected" if status is LedgerStatus.ABORTED else None)
+        if request.aborted_in is not None:
+            attributes[SpanAttributes.DRILL_ABORTED_IN] = request.aborted_in
+        error = (
+            ctx.error[1] if ctx.error else (_abort_message(request, ctx) if status is LedgerStatus.ABORTED else None)
+        )
         self.tracing.record_request(request, ctx.http_span, clock_offset=to_wall, attributes=attributes, error=error)
+
+
+def _abort_message(request: Request, ctx: ApiContext) -> str:
+    """The ERROR status of an aborted request's span: who went away, and where the request was then."""
+    who = "client disconnected" if ctx.response.disconnected else "aborted at shutdown"
+    return f"{who} ({request.aborted_in})" if request.aborted_in else who
 
 
 def _status(request: Request, ctx: ApiContext) -> LedgerStatus:

@@ -61,6 +61,7 @@ class SpanAttributes:
     DRILL_IDEMPOTENCY_KEY = "drill.idempotency_key"
     DRILL_REPLICA = "drill.replica"
     DRILL_BILLED_TOKENS = "drill.billed_tokens"
+    DRILL_ABORTED_IN = "drill.aborted_in"  # where an aborted request was: waiting, prefill or decode
 
 
 def parse_traceparent(value: str | None) -> str | None:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import httpx
 from opentelemetry import propagate
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from pydantic import ValidationError
 
 from drill.stack.config import RouterConfig
@@ -48,6 +48,13 @@ from drill.stack.specs import RouterSpec
 __all__ = ["Gateway", "main"]
 
 log = logging.getLogger("drill.stack.router")
+#: nginx's status for a request whose client closed the connection first (never reaches the client).
+CLIENT_CLOSED_REQUEST = 499
+#: Router SERVER span attribute: the client went away and the upstream request was closed (aborted there).
+CLIENT_GONE_ATTRIBUTE = "drill.client_gone"
+#: Health checks that must time out in a row before a replica leaves rotation (an answer other than 200, or a
+#: refused connection, takes it out at once).
+HEALTH_TIMEOUTS_TO_FAIL = 3
 _PROXIED = (("POST", "/v1/completions"), ("POST", "/v1/chat/completions"), ("GET", "/v1/models"), ("GET", "/version"))
 
 
@@ -69,6 +76,8 @@ class Gateway:
         self.server = HttpServer(self._routes(), host=spec.host, port=spec.port)
         self._health_task: asyncio.Task | None = None
         self._checks: set[asyncio.Task] = set()
+        self._checking: set[str] = set()  # replicas with a _check_soon under way
+        self._health_timeouts: dict[str, int] = {}  # replica -> health checks timed out in a row
 
     def _routes(self) -> Router:
         router = Router()
@@ -108,17 +117,33 @@ class Gateway:
         await asyncio.gather(*(self.check(r) for r in self.pool.replicas))
 
     async def check(self, replica: ReplicaState) -> None:
-        """``GET /health`` of one replica: 200 keeps it in rotation, anything else takes it out."""
+        """``GET /health`` of one replica: 200 keeps it in rotation, another answer or a refused connection takes
+        it out; a check that times out does so only :data:`HEALTH_TIMEOUTS_TO_FAIL` times in a row."""
         timeout = min(5.0, max(0.5, self.config.health_check_interval))
         try:
             response = await self.health_client.get(replica.url + "/health", timeout=timeout)
             healthy, error = response.status_code == 200, f"HTTP {response.status_code}"
+        except httpx.TimeoutException as exc:
+            self._health_timed_out(replica, type(exc).__name__)
+            return
         except httpx.HTTPError as exc:
             healthy, error = False, type(exc).__name__
+        self._health_timeouts.pop(replica.name, None)
         self._mark(replica, healthy, None if healthy else error)
 
-    def _mark(self, replica: ReplicaState, healthy: bool, error: str | None) -> None:
-        if self.pool.mark(replica, healthy, error):
+    def _health_timed_out(self, replica: ReplicaState, kind: str) -> None:
+        """A timed-out check is weak evidence: under a flood the router's own loop (or its health client's pool)
+        may be what is late, and taking healthy replicas out for it refuses everything ("no healthy replica") —
+        so, like a load balancer's ``fall 3`` (HAProxy) or a probe's ``failureThreshold: 3`` (Kubernetes), a
+        replica leaves rotation after that many in a row."""
+        count = self._health_timeouts.get(replica.name, 0) + 1
+        self._health_timeouts[replica.name] = count
+        if count >= HEALTH_TIMEOUTS_TO_FAIL or not replica.healthy:
+            weak = replica.healthy or replica.late_only  # out before for a stronger reason: it stays that way
+            self._mark(replica, False, f"{kind} ({count} in a row)", late_only=weak)
+
+    def _mark(self, replica: ReplicaState, healthy: bool, error: str | None, *, late_only: bool = False) -> None:
+        if self.pool.mark(replica, healthy, error, late_only=late_only):
             log.log(
                 logging.INFO if healthy else logging.WARNING,
                 "replica %s is %s%s",
@@ -129,9 +154,15 @@ class Gateway:
         self.metrics.healthy.labels(replica.name).set(1 if healthy else 0)
 
     def _check_soon(self, replica: ReplicaState) -> None:
+        """Check ``replica`` now, unless a check of it is already under way (a burst of upstream timeouts asks
+        once, instead of exhausting the health client's connections with one check per timeout)."""
+        if replica.name in self._checking:
+            return
+        self._checking.add(replica.name)
         task = asyncio.create_task(self.check(replica))
         self._checks.add(task)
         task.add_done_callback(self._checks.discard)
+        task.add_done_callback(lambda _: self._checking.discard(replica.name))
 
     # -- proxying ----------------------------------------------------------------------------
     async def handle_proxy(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse | None:
@@ -147,7 +178,7 @@ class Gateway:
                     span.set_attribute("drill.idempotency_key", key)
                     response = await self._idempotent(request, stream, key, config)
                 else:
-                    response = await self._forward(request, stream, stream, config)
+                    response = await self._forward_while_connected(request, stream, config, span)
             except HttpError as exc:
                 self.metrics.requests.labels(request.path, str(exc.status)).inc()
                 raise
@@ -211,6 +242,35 @@ class Gateway:
             if outcome.failure not in config.retries.on or stream.disconnected:
                 break
         return outcome.fallback
+
+    async def _forward_while_connected(
+        self, request: HttpRequest, stream: ResponseStream, config: RouterConfig, span: Span
+    ) -> HttpResponse | None:
+        """:meth:`_forward`, cancelled the moment the client goes away (``abort_abandoned``, vLLM's
+        ``with_cancellation``): cancelling the attempt makes httpx close the upstream connection, and the
+        replica aborts the request wherever it is. Answers 499 (client closed request) to nobody then, or ends a
+        stream whose head went out."""
+        if not self.spec.abort_abandoned:
+            return await self._forward(request, stream, stream, config)
+        work = asyncio.ensure_future(self._forward(request, stream, stream, config))
+        gone = asyncio.Event()
+
+        def client_gone() -> None:
+            gone.set()
+            work.cancel()
+
+        stream.on_disconnect(client_gone)
+        try:
+            return await work
+        except asyncio.CancelledError:
+            if not gone.is_set():
+                raise  # the router itself is stopping
+        self.metrics.cancelled.inc()
+        span.set_attribute(CLIENT_GONE_ATTRIBUTE, True)
+        span.set_status(Status(StatusCode.ERROR, "client disconnected: upstream request closed"))
+        if stream.started:
+            return None  # its head (200) went out: the stream just ends
+        return HttpResponse(CLIENT_CLOSED_REQUEST, b"", "text/plain")
 
     async def _attempt(self, attempt: Attempt) -> UpstreamOutcome:
         replica = attempt.replica

@@ -40,6 +40,7 @@ class ReplicaState:
     outstanding: int = 0
     last_check: float = 0.0  # UNIX s of the last health check
     last_error: str | None = None
+    late_only: bool = False  # out of rotation only because its health checks timed out (weak evidence)
 
     def as_json(self) -> dict[str, object]:
         """The ``GET /admin/state`` entry of this replica."""
@@ -51,6 +52,7 @@ class ReplicaState:
             "outstanding": self.outstanding,
             "last_check": self.last_check,
             "last_error": self.last_error,
+            "late_only": self.late_only,
         }
 
 
@@ -72,7 +74,7 @@ class ReplicaPool:
         ``round_robin`` cycles over healthy replicas; ``least_outstanding`` takes the fewest
         requests in flight, ties broken in round-robin order so equal replicas share the load.
         """
-        candidates = self.healthy()
+        candidates = self.healthy() or self.panic_candidates()
         if not candidates:
             return None
         start = self._next % len(candidates)
@@ -82,6 +84,13 @@ class ReplicaPool:
             return rotated[0]
         return min(rotated, key=lambda r: r.outstanding)
 
+    def panic_candidates(self) -> list[ReplicaState]:
+        """With no replica in rotation, those out only for late health checks: when every check is late at once the
+        checker (the router's own loop under a flood) is the likelier culprit, and refusing everything with "no
+        healthy replica" would turn a slow router into an outage. Envoy routes to all hosts in the same case (its
+        ``healthy_panic_threshold``); a replica that answered non-200 or refused the connection is never used."""
+        return [r for r in self.replicas if r.late_only]
+
     def acquire(self, replica: ReplicaState) -> None:
         """An attempt to ``replica`` starts."""
         replica.outstanding += 1
@@ -90,10 +99,11 @@ class ReplicaPool:
         """An attempt to ``replica`` ended (any outcome)."""
         replica.outstanding = max(0, replica.outstanding - 1)
 
-    def mark(self, replica: ReplicaState, healthy: bool, error: str | None = None) -> bool:
-        """Record a health verdict; returns True when it changed the replica's state."""
+    def mark(self, replica: ReplicaState, healthy: bool, error: str | None = None, *, late_only: bool = False) -> bool:
+        """Record a health verdict (``late_only``: out for timed-out checks alone); True when the state changed."""
         changed = replica.healthy != healthy
         replica.healthy = healthy
+        replica.late_only = late_only and not healthy
         replica.last_check = time.time()
         replica.last_error = error
         return changed

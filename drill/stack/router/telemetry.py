@@ -8,6 +8,7 @@ Metrics (Prometheus text, one registry per router, nothing global)::
     drill_router_upstream_errors_total{replica,kind}     connect|read|timeout|status_5xx
     drill_router_idempotent_replays_total                answers served from the Idempotency-Key store
     drill_router_idempotency_conflicts_total             same key, different body (422)
+    drill_router_cancelled_total                         client gone first: upstream request closed (499)
     drill_router_replica_healthy{replica}                1 in rotation, 0 out
     drill_router_outstanding_requests{replica}           attempts in flight
 
@@ -49,6 +50,11 @@ class RouterMetrics:
         self.conflicts = Counter(
             "drill_router_idempotency_conflicts",
             "Requests refused: known Idempotency-Key with a different body",
+            registry=r,
+        )
+        self.cancelled = Counter(
+            "drill_router_cancelled",
+            "Requests whose client went away first; their upstream request was closed (status 499)",
             registry=r,
         )
         self.healthy = Gauge(

@@ -176,6 +176,7 @@ def build_plan(
         admin_token=token,
         otlp_endpoint=otlp_endpoint,
         router=config.router,
+        abort_abandoned=config.abort_abandoned,
         ready_file=root / "router.ready.json",
         replicas=tuple(UpstreamSpec(name=e.name, index=e.index, url=e.url) for e in entries),
     )

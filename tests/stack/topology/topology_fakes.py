@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import dataclass, field
 
 from drill.stack.http.server import HttpRequest, HttpResponse, HttpServer, ResponseStream, Router
@@ -27,6 +28,9 @@ class FakeReplica:
     chunks: int = 3
     ledger: list[dict] = field(default_factory=list)
     headers_seen: list[dict[str, str]] = field(default_factory=list)
+    disconnects: list[float] = field(default_factory=list)  # monotonic times the router closed a request early
+    health_delay_s: float = 0.0  # how long /health takes to answer
+    health_checks: int = 0
     server: HttpServer | None = None
 
     @property
@@ -49,6 +53,8 @@ class FakeReplica:
             await self.server.close()
 
     async def _health(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse:
+        self.health_checks += 1
+        await asyncio.sleep(self.health_delay_s)
         return HttpResponse(self.health, b"", "text/plain")
 
     async def _models(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse:
@@ -58,6 +64,7 @@ class FakeReplica:
         body = request.json()
         self.ledger.append({"replica": self.name, "body": body})
         self.headers_seen.append(dict(request.headers))
+        stream.on_disconnect(lambda: self.disconnects.append(time.monotonic()))
         if self.mode == "fail":
             return HttpResponse.json(
                 {"error": {"message": "engine dead", "type": "InternalServerError", "param": None, "code": 500}}, 500

@@ -35,6 +35,7 @@ from drill.stack.lifeline import die_with_parent
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 MODEL_NAME = "tiny-llama"
+DEFAULT = "vllm-0"  # the server with vLLM's defaults (but --max-num-seqs), shared by every test that needs no flag
 MAX_MODEL_LEN = 2048
 MAX_NUM_SEQS = 4
 START_TIMEOUT_S = 300.0  # healthy in 20-30 s on an idle 2-core machine, 45-60 s on a loaded one
@@ -115,6 +116,9 @@ def server_env(otlp_port: int | None, service: str) -> dict[str, str]:
         "OTEL_SERVICE_NAME": service,
         "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
         "OTEL_BSP_SCHEDULE_DELAY": str(SPAN_DELAY_MS),
+        # a failed export (no drill running, so no receiver) gives up after 2 s instead of retrying for 10 s while
+        # the spans of the next run queue up behind it
+        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "2",
     }
     if otlp_port is None:
         env.pop("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", None)

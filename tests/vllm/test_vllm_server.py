@@ -18,7 +18,7 @@ import pytest
 
 from drill.traces.receiver import OtlpReceiver
 from tests.vllm.conftest import ServerPool
-from tests.vllm.servers import MAX_MODEL_LEN, MODEL_NAME, VllmServer, vllm_python
+from tests.vllm.servers import DEFAULT, MAX_MODEL_LEN, MODEL_NAME, VllmServer, vllm_python
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration]
 
@@ -27,7 +27,7 @@ PHASE_ATTRIBUTES = ("gen_ai.latency.time_in_queue", "gen_ai.latency.time_in_mode
 
 @pytest.fixture(scope="module")
 def server(vllm_servers: ServerPool) -> VllmServer:
-    return vllm_servers.get("vllm-default")
+    return vllm_servers.get(DEFAULT)
 
 
 def _complete(server: VllmServer, **body) -> httpx.Response:

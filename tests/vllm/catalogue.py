@@ -165,7 +165,7 @@ def priority_isolation(url: str, otlp_port: int, priority: bool) -> dict:
     drill["phases"] = {"cold_start": {"timeout": "60s"}, "warmup": "3s", "baseline": "12s", "fault": "16s",
                        "recovery": "12s", "replay": False}  # fmt: skip
     drill["faults"][0].update(start="2s", duration="10s")
-    for name in ("baseline-slo", "interactive-isolated", "recovered-slo"):
+    for name in ("baseline-slo", "interactive-isolated", "recovered-slo", "recovered"):
         _check(drill, name)["params"]["min_requests"] = 10
     if priority:  # the catalogue's prediction for its candidate (the drill file's header)
         drill["predicts"].update({"interactive-isolated": "PASS", "recovered-slo": "PASS"})

@@ -265,7 +265,7 @@ def start_router(folder: Path, upstreams: dict[str, str], otlp_port: int | None)
         "host": "127.0.0.1",
         "port": free_port(),
         "replicas": [{"name": name, "index": i, "url": url} for i, (name, url) in enumerate(upstreams.items())],
-        "router": {"policy": "least_outstanding", "health_check_interval": 0.5},
+        "router": {"policy": "least_outstanding", "health_check_interval": "500ms"},
         "admin_token": secrets.token_hex(8),
         "otlp_endpoint": f"http://127.0.0.1:{otlp_port}/v1/traces" if otlp_port else None,
         "ready_file": str(ready),

@@ -231,7 +231,7 @@ def slow_replica(router_url: str, replicas: list[dict], otlp_port: int) -> dict:
     The router was started pointing at the proxies' ``listen`` addresses; the first replica's link is slowed.
     """
     drill = _fitted("slow-replica", target(router_url, replicas), otlp_port)
-    drill["scenario"] = _two_replica_load(21, 3)
+    drill["scenario"] = _two_replica_load(21, 5)  # the catalogue's rate: the router keeps both replicas busy
     drill["phases"] = {"cold_start": {"timeout": "60s"}, "warmup": "3s", "baseline": "12s", "fault": "14s",
                        "recovery": "12s", "replay": False}  # fmt: skip
     drill["faults"][0].update(start="2s", duration="10s")

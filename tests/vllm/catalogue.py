@@ -1,0 +1,258 @@
+"""The catalogue drills (``drills/*.yaml``), fitted to real vLLM serving the tiny model of tests/vllm/model.py.
+
+Each function reads the catalogue's drill file and keeps what it judges — its checks, its predictions, its fault
+kind and selector — and replaces what is about the embedded stack: the target (an ``openai`` target at the vLLM
+servers, spans to the receiver port the servers export to), the load (rates and lengths that the tiny model on a
+2-core machine serves, and a flood that overloads it: ``--max-num-seqs 4``, about 6-10 requests/s) and the timeline
+(seconds, not minutes). A check's parameters change only where the stack's names differ from vLLM's (service
+names in ``expect``) and where the shorter timeline needs it (``min_requests``), each said where it is done.
+
+Used by the tests in this folder and by bench/faithfulness.py; :data:`NOT_ON_VLLM` says, per drill, why a
+catalogue drill has no vLLM version here.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL = "tiny-llama"
+ROUTER_SERVICE = "drill-router"
+
+#: Catalogue drills whose mechanism vLLM's CPU build on one machine cannot take, and why.
+NOT_ON_VLLM = {
+    "gpu-oom": "its fault takes GPU memory (the stack's admin API, or a CUDA hog with nvidia.gpu); vLLM's CPU build "
+    "has no GPU memory to take",
+    "nccl-degradation": "its fault slows a tensor-parallel link (a Toxiproxy proxy between TP ranks, or netem on "
+    "NCCL's interface); a CPU vLLM with TP=1 has no such link, and TP over gloo on two cores measures nothing",
+    "tp-scaling": "it sweeps tensor_parallel_size 1/2/4 over GPUs whose TP links it degrades; on two CPU cores "
+    "there is no parallel hardware to split a step across",
+    "retry-storm-duplicates": "its fault is the embedded router's naive retries (router.admin) and its check reads "
+    "the replicas' side-effect ledgers; vLLM keeps no ledger of Idempotency-Keys and has no such router",
+}
+
+
+def catalogue(name: str) -> dict[str, Any]:
+    return yaml.safe_load((REPO / "drills" / f"{name}.yaml").read_text(encoding="utf-8"))
+
+
+def target(url: str | None, replicas: list[dict] | None = None, supervised: bool = False) -> dict:
+    config: dict[str, Any] = {"model": MODEL, "startup_timeout": "60s", "supervised": supervised}
+    if url is not None:
+        config["url"] = url
+    if replicas:
+        config["replicas"] = replicas
+    return {"kind": "openai", "config": config}
+
+
+def _fitted(name: str, tgt: dict, otlp_port: int) -> dict:
+    drill = copy.deepcopy(catalogue(name))
+    drill["name"] = f"{name}-vllm"
+    drill["target"] = tgt
+    drill["otlp"] = {"host": "127.0.0.1", "port": otlp_port}
+    drill.pop("runbook", None)  # the runbooks are written for the drills as they are
+    return drill
+
+
+def _pool(name: str, **fields: Any) -> dict:
+    pool = {
+        "name": name,
+        "endpoint": "chat",
+        "stream": True,
+        "sampling": {"temperature": 0, "ignore_eos": True},
+        "retry": {"attempts": 0},
+    }
+    pool.update(fields)
+    return pool
+
+
+def _check(drill: dict, name: str) -> dict:
+    """The check called ``name`` (its ``name``, else its kind) of ``drill``."""
+    for check in drill["checks"]:
+        if check.get("name", check["kind"]) == name:
+            return check
+    raise KeyError(name)
+
+
+def unbounded_queue(url: str, otlp_port: int) -> dict:
+    """An interactive and a batch pool at about half the server's capacity, flooded to about twice it.
+
+    vLLM's defaults leave the waiting queue unbounded; the candidate sets ``--max-num-queued-reqs`` on the server
+    (a second server: the flag is vLLM's, not the drill's), so baseline and candidate differ in ``target.config.url``
+    only. No priorities: the default server schedules FCFS and answers a priority with 400.
+    """
+    drill = _fitted("unbounded-queue", target(url), otlp_port)
+    drill["scenario"] = {
+        "name": "mixed-interactive-batch-tiny",
+        "seed": 13,
+        "max_in_flight": 2000,
+        "pools": [
+            _pool(
+                "interactive",
+                arrival={"process": "poisson", "rate": 2},
+                input_tokens={"dist": "uniform", "min": 100, "max": 400},
+                output_tokens={"dist": "fixed", "value": 48},
+                timeout="5s",
+                slo={"ttft_p95": "1s", "tpot_p95": "75ms"},
+            ),
+            _pool(
+                "batch",
+                endpoint="completions",
+                stream=False,
+                arrival={"process": "poisson", "rate": 1},
+                input_tokens={"dist": "uniform", "min": 300, "max": 800},
+                output_tokens={"dist": "fixed", "value": 96},
+                timeout="20s",
+                slo={"e2e_p95": "10s"},
+            ),
+        ],
+    }
+    drill["phases"] = {
+        "cold_start": {"timeout": "60s"},
+        "warmup": "3s",
+        "baseline": "12s",
+        "fault": "16s",
+        "recovery": "20s",
+        # below the baseline's 3 requests/s: the controls are judged against the baseline's latencies, and the 4
+        # running slots are shared with the originals replayed beside them
+        "replay": {"max_samples": 20, "controls": 8, "rate": 2},
+    }
+    drill["faults"][0].update(start="2s", duration="10s")
+    drill["faults"][0]["params"]["rate_multiplier"] = 8.0
+    # the queue phase on vLLM is an attribute of its llm_request span (gen_ai.latency.time_in_queue), in the
+    # service the server names (OTEL_SERVICE_NAME), not a drill-replica-N child span
+    _check(drill, "first_abnormal_span")["params"]["expect"] = {"service": "vllm-.*", "name": "queue"}
+    _check(drill, "baseline-slo")["params"]["min_requests"] = 10
+    return drill
+
+
+def priority_isolation(url: str, otlp_port: int, priority: bool) -> dict:
+    """Interactive chat beside a batch pool that a flood takes far past the server's 4 running slots.
+
+    FCFS (vLLM's default) sends no priorities; ``priority`` is the catalogue's candidate: the server started with
+    ``--scheduling-policy priority`` and the batch pool at priority 10.
+    """
+    drill = _fitted("priority-isolation", target(url), otlp_port)
+    drill["scenario"] = {
+        "name": "priority-isolation-tiny",
+        "seed": 81,
+        "max_in_flight": 2000,
+        "pools": [
+            _pool(
+                "interactive",
+                arrival={"process": "poisson", "rate": 2},
+                input_tokens={"dist": "uniform", "min": 100, "max": 300},
+                output_tokens={"dist": "fixed", "value": 32},
+                timeout="30s",
+                slo={"ttft_p95": "1s"},
+            ),
+            _pool(
+                "batch",
+                endpoint="completions",
+                stream=False,
+                priority=10 if priority else 0,
+                arrival={"process": "poisson", "rate": 0.5},
+                input_tokens={"dist": "uniform", "min": 600, "max": 1200},
+                output_tokens={"dist": "fixed", "value": 128},
+                timeout="120s",
+            ),
+        ],
+    }
+    drill["phases"] = {"cold_start": {"timeout": "60s"}, "warmup": "3s", "baseline": "12s", "fault": "16s",
+                       "recovery": "12s", "replay": False}  # fmt: skip
+    drill["faults"][0].update(start="2s", duration="10s")
+    for name in ("baseline-slo", "interactive-isolated", "recovered-slo", "recovered"):
+        _check(drill, name)["params"]["min_requests"] = 10
+    if priority:  # the catalogue's prediction for its candidate (the drill file's header)
+        drill["predicts"].update({"interactive-isolated": "PASS", "recovered-slo": "PASS"})
+    return drill
+
+
+def boundary_context_length(url: str, otlp_port: int, max_model_len: int) -> dict:
+    """Chat beside documents exactly at ``max_model_len`` (prompt + max_tokens), a burst of them 1.5x longer."""
+    drill = _fitted("boundary-context-length", target(url), otlp_port)
+    drill["scenario"] = {
+        "name": "boundary-context-length-tiny",
+        "seed": 71,
+        "max_in_flight": 500,
+        "pools": [
+            _pool(
+                "chat",
+                arrival={"process": "poisson", "rate": 2},
+                input_tokens={"dist": "uniform", "min": 100, "max": 400},
+                output_tokens={"dist": "fixed", "value": 32},
+                timeout="30s",
+                slo={"ttft_p95": "1s", "tpot_p95": "100ms"},
+            ),
+            _pool(
+                "long-docs",
+                endpoint="completions",
+                stream=False,
+                arrival={"process": "poisson", "rate": 1},
+                input_tokens={"dist": "fixed", "value": max_model_len - 32},
+                output_tokens={"dist": "fixed", "value": 32},
+                timeout="30s",
+            ),
+        ],
+    }
+    drill["phases"] = {"cold_start": {"timeout": "60s"}, "warmup": "3s", "baseline": "12s", "fault": "14s",
+                       "recovery": "10s", "replay": False}  # fmt: skip
+    drill["faults"][0].update(start="2s", duration="10s")
+    for name, count in (("baseline-slo", 10), ("at-limit-served", 5), ("clean-400s", 5), ("chat-slo-in-fault", 10)):
+        _check(drill, name)["params"]["min_requests"] = count
+    return drill
+
+
+def _two_replica_load(seed: int, rate: float) -> dict:
+    return {
+        "name": "chat-tiny",
+        "seed": seed,
+        "max_in_flight": 500,
+        "pools": [
+            _pool(
+                "chat",
+                arrival={"process": "poisson", "rate": rate},
+                input_tokens={"dist": "uniform", "min": 100, "max": 400},
+                output_tokens={"dist": "fixed", "value": 24},
+                timeout="30s",
+                slo={"ttft_p95": "1s", "tpot_p95": "100ms"},
+            )
+        ],
+    }
+
+
+def slow_replica(router_url: str, replicas: list[dict], otlp_port: int) -> dict:
+    """Two vLLM replicas behind the harness's router, through proxies the harness makes (``upstream``/``listen``).
+
+    The router was started pointing at the proxies' ``listen`` addresses; the first replica's link is slowed.
+    """
+    drill = _fitted("slow-replica", target(router_url, replicas), otlp_port)
+    drill["scenario"] = _two_replica_load(21, 5)  # the catalogue's rate: the router keeps both replicas busy
+    drill["phases"] = {"cold_start": {"timeout": "60s"}, "warmup": "3s", "baseline": "12s", "fault": "14s",
+                       "recovery": "12s", "replay": False}  # fmt: skip
+    drill["faults"][0].update(start="2s", duration="10s")
+    first = replicas[0]["name"]
+    # the names of this deployment: the router's upstream and the server's service.name are the replica's name
+    _check(drill, "first_abnormal_span")["params"]["expect"] = [
+        {"service": ROUTER_SERVICE, "name": "POST upstream", "attributes": {"drill.upstream": first}},
+        {"service": first},
+    ]
+    _check(drill, "baseline-slo")["params"]["min_requests"] = 10
+    return drill
+
+
+def replica_crash(router_url: str, replicas: list[dict], otlp_port: int, restart_timeout_s: float) -> dict:
+    """SIGKILL of the first replica's API server (its PID file is ``drill supervise``'s), the other serving."""
+    drill = _fitted("replica-crash", target(router_url, replicas, supervised=True), otlp_port)
+    drill["scenario"] = _two_replica_load(61, 3)
+    drill["phases"] = {"cold_start": {"timeout": "60s"}, "warmup": "3s", "baseline": "12s", "fault": "20s",
+                       "recovery": "20s", "replay": False}  # fmt: skip
+    fault = drill["faults"][0]
+    fault.update(start="2s", duration="15s")
+    fault["params"]["restart_timeout"] = f"{restart_timeout_s:g}s"  # vLLM takes 20-100 s to come back here
+    _check(drill, "baseline-slo")["params"]["min_requests"] = 10
+    return drill

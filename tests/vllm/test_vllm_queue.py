@@ -1,9 +1,8 @@
 """``unbounded-queue`` on real vLLM: its defaults against ``--max-num-queued-reqs``, through ``drill compare``.
 
-One comparison (two runs of about 50 s, on two servers that differ in that one flag) feeds every test here. What
-the harness reads from vLLM's defaults today is asserted as it is; what needs the harness to read vLLM's own forms
-(a streamed refusal arriving as HTTP 200 and an SSE error event; no ``Retry-After``; the queue phase as an attribute
-of ``llm_request``) is marked ``xfail(strict=True)`` naming what is missing, so it turns green when that lands.
+One comparison (two runs of about 50 s, on two servers that differ in that one flag) feeds every test here. The
+harness reads vLLM's own forms: a streamed refusal arriving as HTTP 200 and an SSE error event, no
+``Retry-After``, and the queue phase as an attribute of ``llm_request``.
 """
 
 from __future__ import annotations
@@ -77,11 +76,6 @@ def test_with_max_num_queued_reqs_the_excess_is_refused_fast_and_fast_failure_pa
     assert verdict["observed"]["refusals_with_retry_after"] == 0  # vLLM sends no Retry-After
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the harness does not yet count vLLM's streamed refusals (HTTP 200, then an SSE error event with code "
-    "503) as refusals: fast_failure files them under other errors (issue #17, part 2)",
-)
 def test_every_refusal_counts_as_one_whichever_form_vllm_gives_it(queue_runs) -> None:
     _, candidate = queue_runs
     verdict = candidate.verdicts["fast_failure"]
@@ -89,11 +83,6 @@ def test_every_refusal_counts_as_one_whichever_form_vllm_gives_it(queue_runs) ->
     assert _fault_outcomes(candidate)["mid_stream_error"] == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="first_abnormal_span does not yet judge llm_request's gen_ai.latency.time_in_queue as the queue phase "
-    "(vLLM has no queue child span; issue #17, part 2)",
-)
 def test_first_abnormal_span_names_vllm_s_queue_phase_on_the_flood(queue_runs) -> None:
     baseline, _ = queue_runs
     assert baseline.status("first_abnormal_span") == "PASS", baseline.verdicts["first_abnormal_span"]

@@ -3,13 +3,15 @@
 One OTLP receiver serves the whole run (the stack is told its endpoint once, at start) and writes the run's
 ``spans.jsonl``; :func:`split_spans` copies each span into the ``spans.jsonl`` of the point whose request carried
 its trace id (the file of the run stays whole: the raw evidence). The embedded stack exports, per request, an
-``llm_request`` span with the children ``queue`` (waiting for the scheduler), ``prefill`` (the prompt's forward
-passes, up to the first token) and ``decode`` (stack-contracts.md §7); vLLM's own request spans carry the same
-split as attributes. A span line that cannot be read is counted, never dropped silently.
+``llm_request`` span that carries, as vLLM's does, the time in queue (waiting for the scheduler), in prefill (the
+prompt's forward passes, up to the first token) and in decode as attributes; with its teaching span shape, as the
+children ``queue``, ``prefill`` and ``decode`` (stack-contracts.md §7). Both are read. A span line that cannot be
+read is counted, never dropped silently.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +20,7 @@ from typing import IO
 from drill.jsonl import ReadReport, read_jsonl
 from drill.load.records import RequestRecord
 from drill.stats import percentile
+from drill.traces.phases import LLM_REQUEST, PHASE_ATTRIBUTES
 
 __all__ = ["SpanSplit", "TtftSplit", "split_spans", "ttft_split"]
 
@@ -70,14 +73,32 @@ def split_spans(spans_path: Path, owners: Mapping[str, Path]) -> SpanSplit:
                 handle = handles[owner] = open(owner / "spans.jsonl", "x", encoding="utf-8")
             handle.write(json.dumps(span, separators=(",", ":")) + "\n")
             out.written[str(owner)] = out.written.get(str(owner), 0) + 1
-            name, duration = span.get("name"), span.get("duration_ms")
-            if isinstance(name, str) and isinstance(duration, (int, float)):
-                out.durations.setdefault(trace, {}).setdefault(name, float(duration))
+            _collect_phases(out.durations.setdefault(trace, {}), span)
     finally:
         for handle in handles.values():
             handle.close()
     out.unreadable = report.bad_count + (1 if report.torn_last_line is not None else 0)
     return out
+
+
+def _collect_phases(phases: dict[str, float], span: dict) -> None:
+    """The span's duration under its name, and for vLLM's span shape (an ``llm_request`` with the phases as
+    attributes, in seconds: :mod:`drill.traces.phases`) the phases it carries; the first of each name is kept."""
+    name, duration = span.get("name"), span.get("duration_ms")
+    if isinstance(name, str) and isinstance(duration, (int, float)) and not isinstance(duration, bool):
+        phases.setdefault(name, float(duration))
+    attributes = span.get("attributes")
+    if name != LLM_REQUEST or not isinstance(attributes, dict):
+        return
+    for phase, attribute in PHASE_ATTRIBUTES:
+        seconds = attributes.get(attribute)
+        if (
+            isinstance(seconds, (int, float))
+            and not isinstance(seconds, bool)
+            and math.isfinite(seconds)
+            and seconds >= 0
+        ):
+            phases.setdefault(phase, float(seconds) * 1000.0)
 
 
 def _span_dict(data: object) -> dict:

@@ -33,11 +33,11 @@ def _nothing_started(out: Path) -> None:
 
 def test_two_changed_variables_are_refused_naming_both_and_nothing_starts(tmp_path: Path) -> None:
     out = tmp_path / "reports"
-    result = _compare(UNBOUNDED, "--set", ADMISSION, "--set", "phases.fault=100s", "--out", str(out))
+    result = _compare(UNBOUNDED, "--set", ADMISSION, "--set", "phases.fault=130s", "--out", str(out))
     assert result.exit_code == 2, result.output
     assert "differ in 2 variables" in result.output
     assert "target.config.engine.max_num_queued_reqs: null -> 128" in result.output
-    assert 'phases.fault: "90s" -> "100s"' in result.output
+    assert 'phases.fault: "2m" -> "130s"' in result.output
     assert "one change:" not in result.output  # refused before the comparison began
     _nothing_started(out)
 

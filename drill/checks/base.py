@@ -27,7 +27,6 @@ from pydantic import BaseModel
 
 from drill.checks.resolved import read_resolved
 from drill.engine.journal import Event, JournalEntry, read_journal
-from drill.errors import InputError
 from drill.jsonl import ReadReport
 from drill.load.records import RequestRecord, read_records
 from drill.spec.validation import SpecModel
@@ -208,16 +207,9 @@ class RunEvidence:
         """``resolved.json``: the drill, scenario and plugin params as the run used them ({} if absent);
         InputError (exit 2) when it is damaged (:mod:`drill.checks.resolved`)."""
         try:
-            resolved = read_resolved(self.run_dir / "resolved.json", root=self.run_dir)
+            return read_resolved(self.run_dir / "resolved.json", root=self.run_dir)
         except FileNotFoundError:
             return {}
-        problem = resolved_shape_problem(resolved)
-        if problem is not None:
-            raise InputError(
-                f"{self.run_dir / 'resolved.json'}: {problem}",
-                hint="the run directory is damaged; its raw files can still be read by hand",
-            )
-        return resolved
 
     @cached_property
     def journal(self) -> list[JournalEntry]:
@@ -301,65 +293,6 @@ class RunEvidence:
             return min(injected), end
         window = self.phases.get("fault")
         return (window.start_ts, window.end_ts) if window else None
-
-
-#: The containers of ``resolved.json`` its readers walk (``key.[]`` an item of a list), and the type each must be;
-#: a document that the runner wrote always has them so (``drill.engine.runner.resolved_inputs``).
-_RESOLVED_SHAPE: tuple[tuple[str, type | tuple[type, ...]], ...] = (
-    ("drill", dict),
-    ("scenario", dict),
-    ("target_params", dict),
-    ("check_params", list),
-    ("check_params.[]", dict),
-    ("fault_params", list),
-    ("fault_params.[]", dict),
-    ("drill_file", str),
-    ("time_scale", (int, float)),
-    ("drill.name", str),
-    ("drill.checks", list),
-    ("drill.checks.[]", dict),
-    ("drill.checks.[].kind", str),
-    ("drill.faults", list),
-    ("drill.faults.[]", dict),
-    ("drill.target", dict),
-    ("drill.slo", dict),
-    ("drill.report", dict),
-    ("drill.runbook", str),
-    ("scenario.pools", list),
-    ("scenario.pools.[]", dict),
-    ("scenario.pools.[].slo", dict),
-)
-
-
-_TYPE_WORDS: dict[Any, str] = {dict: "an object", list: "a list", str: "a string"}
-
-
-def resolved_shape_problem(doc: Any) -> str | None:
-    """What is not of the type its readers expect in a ``resolved.json`` document (None: every container is)."""
-    if not isinstance(doc, dict):
-        return f"expected a JSON object (the resolved drill), found {type(doc).__name__}"
-    for key, expected in _RESOLVED_SHAPE:
-        for where, value in _at(doc, key.split(".")):
-            if value is not None and (not isinstance(value, expected) or isinstance(value, bool)):
-                wanted = _TYPE_WORDS.get(expected, "a number")
-                return f"{where}: expected {wanted}, found {type(value).__name__}"
-    for where, check in _at(doc, ["drill", "checks", "[]"]):
-        if isinstance(check, dict) and not check.get("kind"):
-            return f"{where}: a check without a 'kind'"
-    return None
-
-
-def _at(doc: Any, keys: list[str], where: str = "") -> Iterator[tuple[str, Any]]:
-    """(``drill.checks[2].kind``, value) for each value at the path ``keys`` (``[]``: each item of a list)."""
-    if not keys:
-        yield where, doc
-        return
-    key, rest = keys[0], keys[1:]
-    if key == "[]":
-        for i, item in enumerate(doc if isinstance(doc, list) else ()):
-            yield from _at(item, rest, f"{where}[{i}]")
-    elif isinstance(doc, dict) and key in doc:
-        yield from _at(doc[key], rest, f"{where}.{key}" if where else key)
 
 
 def _apply_fault_event(state: dict, entry: JournalEntry) -> None:

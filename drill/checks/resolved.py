@@ -8,6 +8,7 @@ Only the keys something reads are checked; other keys are left as they are.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,9 @@ from drill.errors import InputError
 from drill.rundir.files import read_json
 from drill.units import parse_duration
 
-__all__ = ["read_resolved"]
+__all__ = ["read_resolved", "resolved_shape_problem"]
 
+_SHAPE_HINT = "the run directory is damaged; its raw files can still be read by hand"
 _HINT = "the run directory is damaged; `drill run` writes resolved.json, and its raw files can still be read by hand"
 
 
@@ -27,6 +29,11 @@ def read_resolved(path: Path, root: Path | None = None) -> dict[str, Any]:
     problems = _problems(data)
     if problems:
         raise InputError(f"{path}: not a resolved drill: {'; '.join(problems[:5])}", hint=_HINT)
+    shape = resolved_shape_problem(data)
+    if shape is not None:
+        raise InputError(
+            f"{path}: {shape}", hint="the run directory is damaged; its raw files can still be read by hand"
+        )
     return data
 
 
@@ -103,3 +110,62 @@ def _kind(value: object) -> str:
         return "an object" if isinstance(value, dict) else "a list"
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+#: The containers of ``resolved.json`` its readers walk (``key.[]`` an item of a list), and the type each must be;
+#: a document that the runner wrote always has them so (``drill.engine.runner.resolved_inputs``).
+_RESOLVED_SHAPE: tuple[tuple[str, type | tuple[type, ...]], ...] = (
+    ("drill", dict),
+    ("scenario", dict),
+    ("target_params", dict),
+    ("check_params", list),
+    ("check_params.[]", dict),
+    ("fault_params", list),
+    ("fault_params.[]", dict),
+    ("drill_file", str),
+    ("time_scale", (int, float)),
+    ("drill.name", str),
+    ("drill.checks", list),
+    ("drill.checks.[]", dict),
+    ("drill.checks.[].kind", str),
+    ("drill.faults", list),
+    ("drill.faults.[]", dict),
+    ("drill.target", dict),
+    ("drill.slo", dict),
+    ("drill.report", dict),
+    ("drill.runbook", str),
+    ("scenario.pools", list),
+    ("scenario.pools.[]", dict),
+    ("scenario.pools.[].slo", dict),
+)
+
+
+_TYPE_WORDS: dict[Any, str] = {dict: "an object", list: "a list", str: "a string"}
+
+
+def resolved_shape_problem(doc: Any) -> str | None:
+    """What is not of the type its readers expect in a ``resolved.json`` document (None: every container is)."""
+    if not isinstance(doc, dict):
+        return f"expected a JSON object (the resolved drill), found {type(doc).__name__}"
+    for key, expected in _RESOLVED_SHAPE:
+        for where, value in _at(doc, key.split(".")):
+            if value is not None and (not isinstance(value, expected) or isinstance(value, bool)):
+                wanted = _TYPE_WORDS.get(expected, "a number")
+                return f"{where}: expected {wanted}, found {type(value).__name__}"
+    for where, check in _at(doc, ["drill", "checks", "[]"]):
+        if isinstance(check, dict) and not check.get("kind"):
+            return f"{where}: a check without a 'kind'"
+    return None
+
+
+def _at(doc: Any, keys: list[str], where: str = "") -> Iterator[tuple[str, Any]]:
+    """(``drill.checks[2].kind``, value) for each value at the path ``keys`` (``[]``: each item of a list)."""
+    if not keys:
+        yield where, doc
+        return
+    key, rest = keys[0], keys[1:]
+    if key == "[]":
+        for i, item in enumerate(doc if isinstance(doc, list) else ()):
+            yield from _at(item, rest, f"{where}[{i}]")
+    elif isinstance(doc, dict) and key in doc:
+        yield from _at(doc[key], rest, f"{where}.{key}" if where else key)

@@ -31,9 +31,7 @@ def read_resolved(path: Path, root: Path | None = None) -> dict[str, Any]:
         raise InputError(f"{path}: not a resolved drill: {'; '.join(problems[:5])}", hint=_HINT)
     shape = resolved_shape_problem(data)
     if shape is not None:
-        raise InputError(
-            f"{path}: {shape}", hint="the run directory is damaged; its raw files can still be read by hand"
-        )
+        raise InputError(f"{path}: {shape}", hint=_SHAPE_HINT)
     return data
 
 

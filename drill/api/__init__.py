@@ -1,8 +1,12 @@
-"""The plugin SDK: everything a fault, target or check plugin may import from llm-drill.
+"""The plugin SDK: everything a fault, target, trace source or check plugin may import from llm-drill.
 
-The fault library (:mod:`faults`) imports nothing else from ``drill``. Built-in
-faults are registered through the ``drill.faults`` entry point exactly like
-third-party ones.
+The fault library (:mod:`faults`) imports nothing else from ``drill``, and a
+third-party check needs nothing else either. Built-in faults and checks are
+registered through the ``drill.faults`` and ``drill.checks`` entry points
+exactly like third-party ones. The fault SDK is this module; the check SDK
+(``Check``, ``CheckParams``, ``Verdict``, ``Status``, ``EvidenceRef``, and
+``RunEvidence``, a finished run as a check reads it) is
+:mod:`drill.api.check_sdk`, re-exported here.
 
 A **fault** is a class with a ``kind``, a frozen ``Params`` model (units in the
 names or the types), the capabilities it ``needs`` from a target, and three
@@ -39,13 +43,15 @@ from __future__ import annotations
 
 import abc
 import enum
+import importlib
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from drill.api.check_sdk import MAX_EVIDENCE, Check, CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
 from drill.errors import (
     AdminApiError,
     BackendError,
@@ -68,12 +74,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from drill.backends.toxiproxy import ToxiproxyClient
 
 __all__ = [
+    "MAX_EVIDENCE",
     "AdminApiError",
     "BackendError",
     "Capability",
+    "Check",
+    "CheckParams",
     "DockerError",
     "Duration",
     "Evidence",
+    "EvidenceKind",
+    "EvidenceRef",
     "Fault",
     "LandingProof",
     "FaultContext",
@@ -92,15 +103,31 @@ __all__ = [
     "ReplicaRef",
     "RevertError",
     "RouterRetryOn",
+    "RunEvidence",
     "Saved",
     "Selector",
     "Size",
+    "Status",
     "TargetInfo",
     "ToxiproxyError",
+    "Verdict",
     "format_duration",
     "parse_duration",
     "parse_size",
 ]
+
+
+#: Where ``RunEvidence`` (a finished run as the checks read it) lives. It reads the run directory's files with
+#: their readers, which sit above the SDK, so the SDK loads it by name when a plugin first asks for it (as the
+#: registry loads plugins): importing ``drill.api`` (a fault, the stack) never loads the run readers.
+_RUN_EVIDENCE_MODULE = "drill.checks.base"
+
+
+def __getattr__(name: str) -> Any:
+    """``drill.api.RunEvidence``, loaded on first use (see :data:`_RUN_EVIDENCE_MODULE`)."""
+    if name == "RunEvidence":
+        return importlib.import_module(_RUN_EVIDENCE_MODULE).RunEvidence
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Capability(str, enum.Enum):
@@ -272,7 +299,7 @@ _SavedState = Saved  # the class Saved, for annotations inside Fault, whose attr
 class LandingProof(_Frozen):
     """Proof that a fault landed (what ``verify`` returns): a sentence and the observations behind it.
 
-    Not to be confused with :class:`drill.checks.base.RunEvidence`, a finished run's files as the checks read them.
+    Not to be confused with :class:`RunEvidence`, a finished run's files as the checks read them.
     """
 
     summary: str

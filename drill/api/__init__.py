@@ -607,24 +607,53 @@ class Target(abc.ABC):
 __all__ += ["Target", "TargetContext"]
 
 
+@dataclass(frozen=True)
+class SpanFileHead:
+    """The start of a span file, as every trace source's :meth:`TraceSource.sniff` sees it: its content, never its
+    name (``drill traces analyze`` reads files whatever they are called)."""
+
+    head: bytes  # the file's first bytes (at most drill.traces.detect.HEAD_BYTES)
+    text: bool  # UTF-8 text with no NUL byte (a multi-byte character cut at the end still counts as text)
+    keys: frozenset[str]  # the keys of its first JSON object (empty when there is none)
+
+    @property
+    def empty(self) -> bool:
+        """Nothing but white space: a span file with no span yet."""
+        return not self.head.strip()
+
+
 class TraceSource(abc.ABC):
     """Base class of ``drill.traces`` plugins: read normalized spans for a time window, read-only.
 
     A span is a dict in the normalized shape of :mod:`drill.traces.otlp` (hex ids, ``start_ns``/``end_ns``
     in UNIX ns, ``service``, ``name``, ``kind``, ``status``, ``attributes``). ``window`` is
     ``(start_ns, end_ns)`` in wall-clock UNIX ns, or None for everything.
+
+    A source that reads a file format names the Params field that takes the file (``file_param``) and says, from a
+    file's first bytes, whether the file is in its format (``sniff``): that is how ``drill traces analyze`` picks
+    the source of each file it is given, so adding a format is one module and one entry point. At most one
+    source may claim a file; a source that reads no file (an HTTP API) keeps the defaults.
     """
 
     kind: ClassVar[str]
     Params: ClassVar[type[BaseModel]]
+    #: The Params field naming the file (or folder) it reads; None for a source that reads no file.
+    file_param: ClassVar[str | None] = None
+    #: Its format in messages, e.g. "OTLP JSON lines" (what ``drill traces analyze`` lists as supported).
+    format_name: ClassVar[str] = ""
 
     def __init__(self, params: BaseModel, run_dir: str) -> None:
         self.params = params
         self.run_dir = run_dir
+
+    @classmethod
+    def sniff(cls, head: SpanFileHead) -> bool:
+        """Whether a file starting with ``head`` is in this source's format (by content alone). Default: never."""
+        return False
 
     @abc.abstractmethod
     def spans(self, window: tuple[int, int] | None = None):
         """Yield spans that overlap ``window``."""
 
 
-__all__ += ["TraceSource"]
+__all__ += ["SpanFileHead", "TraceSource"]

@@ -40,8 +40,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from drill import registry
-from drill.api import Check, CheckParams, Status, Verdict
-from drill.checks.base import RunEvidence
+from drill.api import Check, CheckParams, RunEvidence, Status, Verdict
 from drill.engine.journal import Event, Journal
 from drill.testing.fault_contract import ContractViolation
 

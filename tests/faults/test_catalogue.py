@@ -21,6 +21,8 @@ from drill import registry
 from drill.api import Capability, Fault, Realism
 from drill.cli.main import cli
 from drill.spec.models import FaultSpec
+from tests.faults.test_contract_docker import CASES as DOCKER_CASES
+from tests.faults.test_contract_local import CASES as LOCAL_CASES
 
 #: The faults llm-drill itself ships: its own distribution's ``drill.faults`` entry points (pyproject.toml), read
 #: the way the registry reads them, so a new built-in fault is tested here as soon as it is registered.
@@ -46,6 +48,14 @@ def test_every_fault_class_of_the_library_has_an_entry_point() -> None:
     }
     assert len(BUILT_IN) >= 10 and sorted(classes) == BUILT_IN
     assert {kind: registry.faults.info(kind).value for kind in BUILT_IN} == classes
+
+
+def test_every_built_in_fault_keeps_the_contract_kit_somewhere() -> None:
+    """Each built-in fault has a contract case: on the local stack, on Docker, or its own (the queue flood's
+    needs the real load driver)."""
+    own = set(re.findall(r'FaultCase\(\s*"(\w+)"', (Path(__file__).parent / "test_queue_flood.py").read_text()))
+    covered = {case[0] for case in [*LOCAL_CASES.values(), *DOCKER_CASES.values()]} | own
+    assert own == {"queue_flood"} and set(BUILT_IN) <= covered, sorted(set(BUILT_IN) - covered)
 
 
 def test_every_built_in_fault_is_installed_and_none_is_still_planned() -> None:

@@ -1,8 +1,8 @@
 """Checks: what judges a finished run, from its run directory alone, into verdicts.
 
-- :mod:`drill.checks.base` — the check contract (:class:`~drill.checks.base.Check`,
-  :class:`~drill.checks.base.Verdict`, :class:`~drill.checks.base.Status`) and
-  :class:`~drill.checks.base.RunEvidence`, the run's files as every check reads them.
+- the check contract (:class:`~drill.api.Check`, :class:`~drill.api.Verdict`, :class:`~drill.api.Status`) is the
+  plugin SDK's, :mod:`drill.api.check_sdk`: built-in checks import it from :mod:`drill.api`, as third-party ones do.
+- :mod:`drill.checks.base` — :class:`~drill.checks.base.RunEvidence`, the run's files as every check reads them.
 - :mod:`drill.checks.builtin` — ``slo``, ``error_rate``, ``fault_landed``; :mod:`~drill.checks.failures`
   (``fast_failure``), :mod:`~drill.checks.recovery` (``recovery_time``), :mod:`~drill.checks.replay`
   (``recovery_replay``), :mod:`~drill.checks.retries` (``retry_budget``, ``duplicate_side_effects``),

@@ -9,7 +9,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from drill.checks.base import Check, CheckParams, EvidenceKind, EvidenceRef, RunEvidence, Status, Verdict
+from drill.api import Check, CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
+from drill.checks.base import RunEvidence
 from drill.checks.judging import measurement_truth_figures, measurement_truth_units, meets_slo, record_metric_ms
 from drill.engine.journal import Event
 from drill.load.records import ErrorClass, latency_values

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 
 from pydantic import Field
 
-from drill.checks.base import Check, CheckParams, EvidenceKind, EvidenceRef, RunEvidence, Status, Verdict
+from drill.api import Check, CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
+from drill.checks.base import RunEvidence
 from drill.checks.builtin import PhaseName
 from drill.checks.judging import (
     is_counted,

@@ -11,13 +11,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from drill.api import EvidenceKind, EvidenceRef
 from drill.load.records import ErrorClass, RequestRecord
 from drill.spec.scenario import parse_slo_key
 from drill.stats import percentile
 from drill.units import parse_duration
 
 if TYPE_CHECKING:
-    from drill.checks.base import EvidenceRef, RunEvidence
+    from drill.checks.base import RunEvidence
     from drill.traces.evidence import TraceEvidence
 
 __all__ = [
@@ -165,7 +166,6 @@ def measurement_truth_figures(
 
     Returns (observed figures ``measurement_truth.ttft_diff_ms.p50``..., notes, evidence refs).
     """
-    from drill.checks.base import EvidenceKind, EvidenceRef
     from drill.checks.truth import measured_truth
 
     truth, failed = measured_truth(evidence)

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from drill.checks.base import Check, CheckParams, EvidenceKind, EvidenceRef, RunEvidence, Status, Verdict
+from drill.api import Check, CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
+from drill.checks.base import RunEvidence
 from drill.checks.judging import record_metric_ms
 from drill.load.records import ErrorClass, RequestRecord
 from drill.stats import percentile

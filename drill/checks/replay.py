@@ -39,7 +39,8 @@ from typing import Any
 
 from pydantic import Field
 
-from drill.checks.base import Check, CheckParams, EvidenceKind, EvidenceRef, PhaseWindow, RunEvidence, Status, Verdict
+from drill.api import Check, CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
+from drill.checks.base import PhaseWindow, RunEvidence
 from drill.checks.judging import meets_slo
 from drill.engine.journal import Event
 from drill.load.records import ErrorClass, RequestRecord

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from pydantic import Field
 
-from drill.checks.base import Check, CheckParams, EvidenceKind, EvidenceRef, RunEvidence, Status, Verdict
+from drill.api import Check, CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
+from drill.checks.base import RunEvidence
 from drill.checks.builtin import PhaseName
 from drill.checks.judging import records_in, span_evidence, window_of
 from drill.checks.ledger import LEDGER_READS

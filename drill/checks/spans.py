@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field, field_validator
 
-from drill.checks.base import Check, CheckParams, EvidenceKind, EvidenceRef, RunEvidence, Status, Verdict
+from drill.api import Check, CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
+from drill.checks.base import RunEvidence
 from drill.traces.analysis import AbnormalPair, AbnormalReport, AbnormalSpan, AnalysisOptions, find_abnormal
 from drill.traces.suspects import Suspect
 from drill.units import Duration

@@ -2,13 +2,13 @@
 
 ``drill traces analyze SPANS...`` finds the first abnormal span (see :mod:`drill.traces.analysis`) in
 files the user brings — a run's ``spans.jsonl``, an OpenTelemetry Collector file export, OTLP
-protobuf, a Jaeger UI download — detecting each file's format from its content.
+protobuf, a Jaeger UI download — detecting each file's format from its content (each trace source's ``sniff``,
+:mod:`drill.traces.detect`).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -27,79 +27,9 @@ if TYPE_CHECKING:
     from drill.traces.evidence import TraceEvidence
     from drill.traces.table import SpanTable
 
-__all__ = ["detect_source", "parse_time_ns", "traces"]
+__all__ = ["parse_time_ns", "traces"]
 
 T = TypeVar("T")
-
-#: Bytes of a file looked at to tell its format.
-HEAD_BYTES = 64 * 1024
-
-_FILE_PARAM = {"receiver": "file"}  # the source's Params field naming the file (default "path")
-
-
-def detect_source(path: Path) -> str:
-    """The ``drill.traces`` source kind that reads ``path``, from its content (not its name).
-
-    JSON whose first object has ``resourceSpans``/``batches`` is OTLP JSON lines (``otlp_file``), one
-    with ``data`` or ``traceID`` a Jaeger JSON download (``jaeger_file``), one with ``trace_id`` and
-    ``span_id`` the receiver's normalized spans (``receiver``); anything that is not text is OTLP
-    protobuf (``otlp_proto_file``). An empty file is read as (empty) receiver output.
-    """
-    from drill.rundir.files import open_input
-
-    with open_input(path) as fh:
-        head = fh.read(HEAD_BYTES)
-    text = head.lstrip()
-    if not text:
-        return "receiver"
-    if not _is_text(head):
-        return "otlp_proto_file"
-    if text[:1] == b"[":
-        raise InputError(
-            f"{path}: a JSON array of spans (Zipkin v2?) is not a supported span format; "
-            "supported: receiver JSON lines, OTLP JSON lines, OTLP protobuf, Jaeger JSON"
-        )
-    if text[:1] != b"{":
-        raise InputError(
-            f"{path}: not a span file (it starts with {text[:20]!r}); supported: receiver JSON lines, "
-            "OTLP JSON lines, OTLP protobuf, Jaeger JSON"
-        )
-    keys = _top_keys(text)
-    if keys & {"resourceSpans", "resource_spans", "batches"}:
-        return "otlp_file"
-    if keys & {"data", "traceID"}:
-        return "jaeger_file"
-    if {"trace_id", "span_id"} <= keys:
-        return "receiver"
-    raise InputError(
-        f"{path}: JSON, but neither OTLP (resourceSpans/batches), Jaeger (data) nor receiver spans "
-        f"(trace_id, span_id); its first keys: {', '.join(sorted(keys)[:8]) or 'none'}"
-    )
-
-
-def _is_text(head: bytes) -> bool:
-    if b"\x00" in head:
-        return False
-    try:
-        head.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return exc.start >= len(head) - 4  # a multi-byte character cut by HEAD_BYTES
-    return True
-
-
-def _top_keys(text: bytes) -> set[str]:
-    """Keys of the first JSON object: from the first line that parses (JSON lines; a bad line is the reader's
-    to count), else found by pattern (one pretty-printed JSON document)."""
-    from drill.rundir.files import loads_json
-
-    for line in text.split(b"\n")[:50]:
-        try:
-            value = loads_json(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return set(value)
-    return set(re.findall(r'"([A-Za-z_]+)"\s*:', text.decode("utf-8", "replace")[:4096]))
 
 
 def parse_time_ns(text: str, option: str) -> int:
@@ -139,12 +69,14 @@ class _Loaded:
 
 
 def _read(path: Path) -> tuple[SpanTable, _Loaded]:
-    from drill.registry import traces as sources
+    from drill.traces.detect import open_span_file
+    from drill.traces.sources import TableSource
+    from drill.traces.table import SpanTable
 
-    kind = detect_source(path)
-    source_cls = sources.get(kind)
-    params = source_cls.Params.model_validate({_FILE_PARAM.get(kind, "path"): str(path.resolve())})
-    source = source_cls(params, str(path.resolve().parent))
+    kind, source = open_span_file(path)
+    if not isinstance(source, TableSource):  # a plugin that yields span dicts (drill.api.TraceSource) only
+        table = SpanTable.from_spans(source.spans())
+        return table, _Loaded(path, kind, len(table), 0, ())
     table = source.table()
     report = source.report
     return table, _Loaded(path, kind, len(table), report.unreadable, tuple(report.where))

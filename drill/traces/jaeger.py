@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 import msgspec
 
-from drill.api import PluginParams
+from drill.api import PluginParams, SpanFileHead
 from drill.errors import InputError, TargetError
 from drill.rundir.files import MAX_DOCUMENT_BYTES, UnsafeFileError, read_bytes
 from drill.traces.sources import SourceReport, TableSource
@@ -210,6 +210,13 @@ class JaegerFileSource(TableSource):
     kind = "jaeger_file"
     Params = JaegerFileParams
     params: JaegerFileParams
+    file_param = "path"
+    format_name = "Jaeger JSON"
+
+    @classmethod
+    def sniff(cls, head: SpanFileHead) -> bool:
+        """A Jaeger UI download (``data``: a list of traces) or one trace of it (``traceID``)."""
+        return bool(head.keys & {"data", "traceID"})
 
     def _read(self, report: SourceReport, window: tuple[int, int] | None) -> SpanTable:
         path = self._path(self.params.path)

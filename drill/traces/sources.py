@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 import numpy as np
 
-from drill.api import PluginParams, TraceSource
+from drill.api import PluginParams, SpanFileHead, TraceSource
 from drill.jsonl import BadLine, ReadReport
 from drill.rundir.files import MAX_LINE_BYTES, open_input
 from drill.traces.phases import with_phase_spans
@@ -485,6 +485,13 @@ class ReceiverSource(TableSource):
     kind = "receiver"
     Params = ReceiverParams
     params: ReceiverParams
+    file_param = "file"
+    format_name = "receiver JSON lines"
+
+    @classmethod
+    def sniff(cls, head: SpanFileHead) -> bool:
+        """Normalized spans (``trace_id`` and ``span_id`` in the first object), or an empty file: no span yet."""
+        return head.empty or {"trace_id", "span_id"} <= head.keys
 
     def _read(self, report: SourceReport, window: tuple[int, int] | None) -> SpanTable:
         return read_receiver_file(*self._file(report, self.params.file))
@@ -501,6 +508,13 @@ class OtlpFileSource(TableSource):
     kind = "otlp_file"
     Params = OtlpFileParams
     params: OtlpFileParams
+    file_param = "path"
+    format_name = "OTLP JSON lines"
+
+    @classmethod
+    def sniff(cls, head: SpanFileHead) -> bool:
+        """A ``TracesData`` object first: ``resourceSpans`` (or ``resource_spans``), or Tempo's ``batches``."""
+        return bool(head.keys & {"resourceSpans", "resource_spans", "batches"})
 
     def _read(self, report: SourceReport, window: tuple[int, int] | None) -> SpanTable:
         from drill.traces.otlp import read_json_file
@@ -517,6 +531,13 @@ class OtlpProtoFileSource(TableSource):
     kind = "otlp_proto_file"
     Params = OtlpProtoFileParams
     params: OtlpProtoFileParams
+    file_param = "path"
+    format_name = "OTLP protobuf"
+
+    @classmethod
+    def sniff(cls, head: SpanFileHead) -> bool:
+        """Anything that is not text: the other span formats are all JSON."""
+        return not head.text
 
     def _read(self, report: SourceReport, window: tuple[int, int] | None) -> SpanTable:
         from drill.traces.otlp import read_proto_file

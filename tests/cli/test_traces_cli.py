@@ -12,7 +12,7 @@ from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from drill.cli.main import cli
-from drill.cli.traces import detect_source
+from drill.traces.detect import detect_source
 from drill.traces.table import KIND_NAMES, STATUS_NAMES
 from tests.checks.rundir_kit import RunKit
 from tests.traces.spankit import write_spans

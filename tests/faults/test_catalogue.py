@@ -4,36 +4,58 @@ validates), and its method decides what it needs from a target."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import re
 import textwrap
+from importlib.metadata import entry_points
+from pathlib import Path
 
 import pytest
 import yaml
 from click.testing import CliRunner
 from pydantic import ValidationError
 
+import faults
 from drill import registry
-from drill.api import Capability, Realism
+from drill.api import Capability, Fault, Realism
 from drill.cli.main import cli
 from drill.spec.models import FaultSpec
+from tests.faults.test_contract_docker import CASES as DOCKER_CASES
+from tests.faults.test_contract_local import CASES as LOCAL_CASES
 
-BUILT_IN = [
-    "gpu_clock_cap",
-    "gpu_oom",
-    "link_reset",
-    "nccl_degradation",
-    "partition",
-    "queue_flood",
-    "replica_crash",
-    "replica_pause",
-    "router_retry_storm",
-    "slow_replica",
-]
+#: The faults llm-drill itself ships: its own distribution's ``drill.faults`` entry points (pyproject.toml), read
+#: the way the registry reads them, so a new built-in fault is tested here as soon as it is registered.
+BUILT_IN = sorted(
+    ep.name for ep in entry_points(group="drill.faults") if ep.dist is not None and ep.dist.name == "llm-drill"
+)
+FAULT_MODULES = sorted(p.stem for p in (Path(faults.__file__).parent).glob("*.py") if not p.stem.startswith("_"))
 
 
 def _example(fault_cls) -> list[dict]:
     doc = textwrap.dedent(fault_cls.__doc__.split(".. code-block:: yaml", 1)[1])
     return yaml.safe_load(textwrap.dedent(doc))["faults"]
+
+
+def test_every_fault_class_of_the_library_has_an_entry_point() -> None:
+    """The list above cannot miss a fault: each concrete Fault class in faults/ is registered under its kind."""
+    classes = {
+        cls.kind: f"{module.__name__}:{name}"
+        for module in (importlib.import_module(f"faults.{stem}") for stem in FAULT_MODULES)
+        for name, cls in vars(module).items()
+        if inspect.isclass(cls) and issubclass(cls, Fault) and cls.__module__ == module.__name__
+        if not inspect.isabstract(cls)
+    }
+    assert len(BUILT_IN) >= 10 and sorted(classes) == BUILT_IN
+    assert {kind: registry.faults.info(kind).value for kind in BUILT_IN} == classes
+
+
+def test_every_built_in_fault_keeps_the_contract_kit_somewhere() -> None:
+    """Each built-in fault has a contract case: on the local stack, on Docker, or its own (the queue flood's
+    needs the real load driver)."""
+    own = set(re.findall(r'FaultCase\(\s*"(\w+)"', (Path(__file__).parent / "test_queue_flood.py").read_text()))
+    covered = {case[0] for case in [*LOCAL_CASES.values(), *DOCKER_CASES.values()]} | own
+    assert own == {"queue_flood"} and set(BUILT_IN) <= covered, sorted(set(BUILT_IN) - covered)
 
 
 def test_every_built_in_fault_is_installed_and_none_is_still_planned() -> None:

@@ -8,11 +8,11 @@ from drill.testing import (
     ContractViolation,
     FaultCase,
     TrafficSample,
-    _sample_until,
     errors_above,
     latency_above,
     within_baseline,
 )
+from drill.testing.fault_contract import _sample_until
 
 BASE = TrafficSample(count=100, errors=0, p50_s=0.050, p90_s=0.080)
 

@@ -1,8 +1,12 @@
-"""The plugin SDK: everything a fault, target or check plugin may import from llm-drill.
+"""The plugin SDK: everything a fault, target, trace source or check plugin may import from llm-drill.
 
-The fault library (:mod:`faults`) imports nothing else from ``drill``. Built-in
-faults are registered through the ``drill.faults`` entry point exactly like
-third-party ones.
+The fault library (:mod:`faults`) imports nothing else from ``drill``, and a
+third-party check needs nothing else either. Built-in faults and checks are
+registered through the ``drill.faults`` and ``drill.checks`` entry points
+exactly like third-party ones. The fault SDK is this module; the check SDK
+(``Check``, ``CheckParams``, ``Verdict``, ``Status``, ``EvidenceRef``, and
+``RunEvidence``, a finished run as a check reads it) is
+:mod:`drill.api.check_sdk`, re-exported here.
 
 A **fault** is a class with a ``kind``, a frozen ``Params`` model (units in the
 names or the types), the capabilities it ``needs`` from a target, and three
@@ -39,13 +43,15 @@ from __future__ import annotations
 
 import abc
 import enum
+import importlib
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from drill.api.check_sdk import MAX_EVIDENCE, Check, CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
 from drill.errors import (
     AdminApiError,
     BackendError,
@@ -68,12 +74,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from drill.backends.toxiproxy import ToxiproxyClient
 
 __all__ = [
+    "MAX_EVIDENCE",
     "AdminApiError",
     "BackendError",
     "Capability",
+    "Check",
+    "CheckParams",
     "DockerError",
     "Duration",
     "Evidence",
+    "EvidenceKind",
+    "EvidenceRef",
     "Fault",
     "LandingProof",
     "FaultContext",
@@ -92,15 +103,31 @@ __all__ = [
     "ReplicaRef",
     "RevertError",
     "RouterRetryOn",
+    "RunEvidence",
     "Saved",
     "Selector",
     "Size",
+    "Status",
     "TargetInfo",
     "ToxiproxyError",
+    "Verdict",
     "format_duration",
     "parse_duration",
     "parse_size",
 ]
+
+
+#: Where ``RunEvidence`` (a finished run as the checks read it) lives. It reads the run directory's files with
+#: their readers, which sit above the SDK, so the SDK loads it by name when a plugin first asks for it (as the
+#: registry loads plugins): importing ``drill.api`` (a fault, the stack) never loads the run readers.
+_RUN_EVIDENCE_MODULE = "drill.checks.base"
+
+
+def __getattr__(name: str) -> Any:
+    """``drill.api.RunEvidence``, loaded on first use (see :data:`_RUN_EVIDENCE_MODULE`)."""
+    if name == "RunEvidence":
+        return importlib.import_module(_RUN_EVIDENCE_MODULE).RunEvidence
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Capability(str, enum.Enum):
@@ -272,7 +299,7 @@ _SavedState = Saved  # the class Saved, for annotations inside Fault, whose attr
 class LandingProof(_Frozen):
     """Proof that a fault landed (what ``verify`` returns): a sentence and the observations behind it.
 
-    Not to be confused with :class:`drill.checks.base.RunEvidence`, a finished run's files as the checks read them.
+    Not to be confused with :class:`RunEvidence`, a finished run's files as the checks read them.
     """
 
     summary: str
@@ -580,24 +607,53 @@ class Target(abc.ABC):
 __all__ += ["Target", "TargetContext"]
 
 
+@dataclass(frozen=True)
+class SpanFileHead:
+    """The start of a span file, as every trace source's :meth:`TraceSource.sniff` sees it: its content, never its
+    name (``drill traces analyze`` reads files whatever they are called)."""
+
+    head: bytes  # the file's first bytes (at most drill.traces.detect.HEAD_BYTES)
+    text: bool  # UTF-8 text with no NUL byte (a multi-byte character cut at the end still counts as text)
+    keys: frozenset[str]  # the keys of its first JSON object (empty when there is none)
+
+    @property
+    def empty(self) -> bool:
+        """Nothing but white space: a span file with no span yet."""
+        return not self.head.strip()
+
+
 class TraceSource(abc.ABC):
     """Base class of ``drill.traces`` plugins: read normalized spans for a time window, read-only.
 
     A span is a dict in the normalized shape of :mod:`drill.traces.otlp` (hex ids, ``start_ns``/``end_ns``
     in UNIX ns, ``service``, ``name``, ``kind``, ``status``, ``attributes``). ``window`` is
     ``(start_ns, end_ns)`` in wall-clock UNIX ns, or None for everything.
+
+    A source that reads a file format names the Params field that takes the file (``file_param``) and says, from a
+    file's first bytes, whether the file is in its format (``sniff``): that is how ``drill traces analyze`` picks
+    the source of each file it is given, so adding a format is one module and one entry point. At most one
+    source may claim a file; a source that reads no file (an HTTP API) keeps the defaults.
     """
 
     kind: ClassVar[str]
     Params: ClassVar[type[BaseModel]]
+    #: The Params field naming the file (or folder) it reads; None for a source that reads no file.
+    file_param: ClassVar[str | None] = None
+    #: Its format in messages, e.g. "OTLP JSON lines" (what ``drill traces analyze`` lists as supported).
+    format_name: ClassVar[str] = ""
 
     def __init__(self, params: BaseModel, run_dir: str) -> None:
         self.params = params
         self.run_dir = run_dir
+
+    @classmethod
+    def sniff(cls, head: SpanFileHead) -> bool:
+        """Whether a file starting with ``head`` is in this source's format (by content alone). Default: never."""
+        return False
 
     @abc.abstractmethod
     def spans(self, window: tuple[int, int] | None = None):
         """Yield spans that overlap ``window``."""
 
 
-__all__ += ["TraceSource"]
+__all__ += ["SpanFileHead", "TraceSource"]

@@ -38,7 +38,7 @@ from drill.errors import NotAvailableError, ToxiproxyError
 
 __all__ = [
     "Proxy",
-    "ProxySpec",
+    "NewProxy",
     "Stream",
     "Toxic",
     "ToxicType",
@@ -105,7 +105,7 @@ class Proxy(_ToxiproxyWire):
         return int(self.listen.rsplit(":", 1)[1])
 
 
-class ProxySpec(_ToxiproxyWire):
+class NewProxy(_ToxiproxyWire):
     """A proxy to create: ``listen`` ``host:0`` lets the server pick a free port."""
 
     name: str
@@ -180,7 +180,7 @@ class ToxiproxyClient(RestClient):
 
     def create_proxy(self, name: str, upstream: str, *, listen: str = "127.0.0.1:0", enabled: bool = True) -> Proxy:
         """Create a proxy; ``listen`` port 0 lets the server pick one (read it from the result)."""
-        body = ProxySpec(name=name, upstream=upstream, listen=listen, enabled=enabled).model_dump()
+        body = NewProxy(name=name, upstream=upstream, listen=listen, enabled=enabled).model_dump()
         return self._model(Proxy, "POST", "/proxies", f"create proxy {name!r}", json=body, ok=(201,))
 
     def update_proxy(
@@ -202,13 +202,13 @@ class ToxiproxyClient(RestClient):
         """Delete a proxy. Returns False when it did not exist (and ``missing_ok``)."""
         return self._delete(f"/proxies/{name}", f"delete proxy {name!r}", missing_ok)
 
-    def populate(self, specs: Iterable[ProxySpec]) -> list[Proxy]:
+    def populate(self, proxies: Iterable[NewProxy]) -> list[Proxy]:
         """Create or keep proxies in one server-side call (``POST /populate``).
 
         A proxy whose listen and upstream are unchanged is kept with its live connections.
         Raises ToxiproxyError when any proxy failed (the server reports all in one body).
         """
-        body = [spec.model_dump() for spec in specs]
+        body = [proxy.model_dump() for proxy in proxies]
         data = self._json("POST", "/populate", "populate", json=body, ok=(201,))
         return [Proxy.from_wire(p) for p in data.get("proxies", [])]
 

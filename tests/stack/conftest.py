@@ -1,5 +1,5 @@
 """Fixtures of the reference stack's tests: asyncio through anyio's pytest plugin, in-process replicas, replica
-processes that are killed when the test ends (helpers: ``replica_harness.py``), and whole stacks that are stopped
+processes that are killed when the test ends (helpers: ``replica_kit.py``), and whole stacks that are stopped
 when the test ends (client-side measurements: ``stack_probes.py``)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from drill.stack.replica.api_server import Replica
-from tests.stack.replica_harness import ReplicaLauncher, make_spec
+from tests.stack.replica_kit import ReplicaLauncher, make_spec
 
 
 @pytest.fixture

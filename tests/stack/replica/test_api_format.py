@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from drill.stack.inference.tokenizer import count_chat_tokens, count_tokens, make_prompt
-from tests.stack.replica_harness import ADMIN_TOKEN
+from tests.stack.replica_kit import ADMIN_TOKEN
 
 pytestmark = pytest.mark.anyio
 

@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from tests.stack.replica_harness import OtlpSink
+from tests.stack.replica_kit import OtlpSink
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 

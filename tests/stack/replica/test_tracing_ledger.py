@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from drill.stack.replica.request_spans import Tracing, parse_traceparent
-from tests.stack.replica_harness import ADMIN_TOKEN
+from tests.stack.replica_kit import ADMIN_TOKEN
 
 pytestmark = pytest.mark.anyio
 
@@ -220,7 +220,7 @@ async def test_loop_exporter_merges_chunks_and_survives_a_dead_sink() -> None:
     from opentelemetry.sdk.trace import TracerProvider
 
     from drill.stack.replica.span_export import LoopSpanExporter
-    from tests.stack.replica_harness import OtlpSink
+    from tests.stack.replica_kit import OtlpSink
 
     sink = OtlpSink()
     await sink.server.start()

@@ -15,10 +15,11 @@ The CLI maps the class to an exit code (:attr:`DrillError.exit_code`)::
     ├── TargetError                 the target could not be started, reached or stopped
     │   └── StackError              the embedded reference stack failed
     ├── BackendError                a fault mechanism call failed (with .backend)
-    │   ├── ToxiproxyError
+    │   ├── HttpApiError            a REST API call failed (with .status; drill/backends/rest.py)
+    │   │   ├── ToxiproxyError
+    │   │   └── AdminApiError       the reference stack's admin API
     │   ├── DockerError
     │   ├── ProcessControlError
-    │   ├── AdminApiError           the reference stack's admin API
     │   ├── GpuError                nvidia-smi, NVML, the CUDA memory hog
     │   └── NetemError              tc/netem on a host interface
     ├── FaultError                  a fault could not be handled (with .fault)
@@ -42,6 +43,7 @@ __all__ = [
     "FaultError",
     "FaultNotLanded",
     "GpuError",
+    "HttpApiError",
     "InjectError",
     "InputError",
     "LoadError",
@@ -154,14 +156,20 @@ class BackendError(DrillError):
         self.operation = operation
 
 
-class ToxiproxyError(BackendError):
-    backend = "toxiproxy"
+class HttpApiError(BackendError):
+    """A call to a backend's REST API failed: ``status`` is the HTTP status it answered, None when none came."""
+
+    backend = "http"
 
     def __init__(
         self, message: str, *, hint: str | None = None, operation: str | None = None, status: int | None = None
     ) -> None:
         super().__init__(message, hint=hint, operation=operation)
         self.status = status
+
+
+class ToxiproxyError(HttpApiError):
+    backend = "toxiproxy"
 
 
 class DockerError(BackendError):
@@ -180,14 +188,8 @@ class NetemError(BackendError):
     backend = "netem"
 
 
-class AdminApiError(BackendError):
+class AdminApiError(HttpApiError):
     backend = "stack-admin"
-
-    def __init__(
-        self, message: str, *, hint: str | None = None, operation: str | None = None, status: int | None = None
-    ) -> None:
-        super().__init__(message, hint=hint, operation=operation)
-        self.status = status
 
 
 class FaultError(DrillError):

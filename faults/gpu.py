@@ -8,14 +8,10 @@ from __future__ import annotations
 
 import enum
 import functools
-import time
-from collections.abc import Callable
-from typing import Literal, TypeVar, overload
 
 from pydantic import Field, model_validator
 
 from drill.api import (
-    AdminApiError,
     Capability,
     Duration,
     Fault,
@@ -28,38 +24,19 @@ from drill.api import (
     ReplicaRef,
     Saved,
 )
-from faults._toxics import artefact, refused
+from faults._admin import (
+    cap_clocks,
+    clock_cap_mechanism,
+    clock_fractions,
+    restore_clocks,
+    verify_clocks,
+    with_admin_retry,
+)
+from faults._toxics import artefact
 
-__all__ = ["ClockMethod", "GpuClockCap", "GpuOom", "OomMethod", "restore_clock", "verify_clock"]
+__all__ = ["ClockMethod", "GpuClockCap", "GpuOom", "OomMethod"]
 
-T = TypeVar("T")
 MIB_PER_GIB = 1024
-
-
-@overload
-def with_admin_retry(ctx: FaultContext, call: Callable[[], T], *, gone_ok: Literal[False] = False) -> T: ...
-@overload
-def with_admin_retry(ctx: FaultContext, call: Callable[[], T], *, gone_ok: bool) -> T | None: ...
-def with_admin_retry(ctx: FaultContext, call: Callable[[], T], *, gone_ok: bool = False) -> T | None:
-    """Call the admin API, retrying while the replica does not answer (it may be restarting).
-
-    Gives up after ``ctx.timeout_s`` seconds, or at once on an HTTP error (the replica answered).
-    With ``gone_ok`` (reverts), a replica still refusing connections then returns None: a simulated
-    GPU condition lives in the replica process, and no process listens there.
-    """
-    deadline = time.monotonic() + ctx.timeout_s
-    while True:
-        try:
-            return call()
-        except AdminApiError as exc:
-            if exc.status is not None:
-                raise
-            if time.monotonic() >= deadline:
-                if gone_ok and refused(exc):
-                    ctx.note(f"{exc.message}: no replica process there, so no simulated condition to remove")
-                    return None
-                raise
-            time.sleep(0.1)
 
 
 # -- gpu_clock_cap ---------------------------------------------------------------------------------
@@ -115,12 +92,7 @@ class GpuClockCap(Fault):
     params: GpuClockCapParams
     Saved = GpuClockCapSaved
     mechanisms = (
-        Mechanism(
-            name="stack_admin",
-            needs=frozenset({Capability.STACK_ADMIN}),
-            realism=Realism.SIMULATED,
-            summary="the reference stack's simulated SM clock cap",
-        ),
+        clock_cap_mechanism("stack_admin"),
         Mechanism(
             name="nvidia_smi",
             needs=frozenset({Capability.NVIDIA_GPU}),
@@ -138,9 +110,7 @@ class GpuClockCap(Fault):
         if self.params.method is ClockMethod.NVIDIA_SMI:
             gpus = {g.index: g for g in ctx.gpus.query()}
             return GpuClockCapSaved(max_sm_mhz={str(i): gpus[i].clocks_max_sm_mhz for i in self._indices(gpus)})
-        return GpuClockCapSaved(
-            clock_fraction={r.name: ctx.stack_admin(r).state().gpu.clock_fraction for r in ctx.targets.replicas}
-        )
+        return GpuClockCapSaved(clock_fraction=clock_fractions(ctx))
 
     def _indices(self, gpus: dict) -> list[int]:
         missing = [i for i in self.params.gpu_indices or [] if i not in gpus]  # required with nvidia_smi
@@ -157,12 +127,11 @@ class GpuClockCap(Fault):
             for index, mhz in self._cap_mhz(ctx).items():
                 ctx.gpus.lock_clocks([index], mhz, mhz)
             return
-        for replica in ctx.targets.replicas:
-            ctx.stack_admin(replica).set_clock_cap(self.params.fraction)
+        cap_clocks(ctx, self.params.fraction)
 
     def verify(self, ctx: FaultContext) -> LandingProof:
         if self.params.method is ClockMethod.STACK_ADMIN:
-            return verify_clock(ctx, self.params.fraction)
+            return verify_clocks(ctx, self.params.fraction)
         caps = self._cap_mhz(ctx)
         seen = {g.index: g.clocks_sm_mhz for g in ctx.gpus.query() if g.index in caps}
         over = {i: f"{mhz:g} MHz > {caps[i]} MHz" for i, mhz in seen.items() if not mhz <= caps[i] * 1.02}
@@ -179,28 +148,7 @@ class GpuClockCap(Fault):
             ctx.gpus.reset_clocks(list(self.params.gpu_indices or []))
             return
         saved = ctx.saved if isinstance(ctx.saved, GpuClockCapSaved) else GpuClockCapSaved()
-        for replica in ctx.targets.replicas:
-            restore_clock(ctx, replica, saved.clock_fraction.get(replica.name, 1.0))
-
-
-def verify_clock(ctx: FaultContext, fraction: float) -> LandingProof:
-    """Evidence that every targeted replica's simulated SM clock is at ``fraction``; FaultNotLanded otherwise."""
-    seen = {r.name: ctx.stack_admin(r).state().gpu.clock_fraction for r in ctx.targets.replicas}
-    wrong = {name: f for name, f in seen.items() if abs(f - fraction) > 1e-6}
-    if wrong:
-        raise FaultNotLanded(f"clock fraction is {wrong}, not {fraction:g}", fault=ctx.fault_id)
-    return LandingProof(
-        summary=f"SM clock of {', '.join(seen)} capped at {fraction:g} of nominal (simulated)",
-        observations={f"{name}.clock_fraction": f for name, f in seen.items()},
-    )
-
-
-def restore_clock(ctx: FaultContext, replica: ReplicaRef, fraction: float) -> None:
-    """Put the simulated clock back to ``fraction`` (nominal: remove the cap); retries while the replica restarts."""
-    admin = ctx.stack_admin(replica)
-    with_admin_retry(
-        ctx, admin.clear_clock_cap if fraction >= 1.0 else lambda: admin.set_clock_cap(fraction), gone_ok=True
-    )
+        restore_clocks(ctx, saved.clock_fraction)
 
 
 # -- gpu_oom ---------------------------------------------------------------------------------------

@@ -18,8 +18,8 @@ from drill.api import (
     Realism,
     Saved,
 )
+from faults._admin import cap_clocks, clock_cap_mechanism, clock_fractions, restore_clocks, verify_clocks
 from faults._toxics import Direction, ToxicPlan, add_toxics, artefact, remove_toxics, required, verify_toxics
-from faults.gpu import restore_clock, verify_clock
 
 __all__ = ["SlowMethod", "SlowReplica", "SlowReplicaParams"]
 
@@ -115,12 +115,7 @@ class SlowReplica(Fault):
             realism=Realism.REAL,
             summary="a CFS CPU quota on the replica's container",
         ),
-        Mechanism(
-            name="clock_cap",
-            needs=frozenset({Capability.STACK_ADMIN}),
-            realism=Realism.SIMULATED,
-            summary="the reference stack's simulated SM clock cap",
-        ),
+        clock_cap_mechanism("clock_cap"),
     )
     summary = "one replica gets slow: Toxiproxy latency/bandwidth, a Docker CPU cap, or a (simulated) clock cap"
     revert_semantics = (
@@ -161,9 +156,7 @@ class SlowReplica(Fault):
         if method is SlowMethod.DOCKER_CPU:
             return SlowReplicaSaved(cpu_quota_us={c: ctx.docker.info(c).cpu_quota_us for c in _containers(ctx)})
         if method is SlowMethod.CLOCK_CAP:
-            return SlowReplicaSaved(
-                clock_fraction={r.name: ctx.stack_admin(r).state().gpu.clock_fraction for r in ctx.targets.replicas}
-            )
+            return SlowReplicaSaved(clock_fraction=clock_fractions(ctx))
         return SlowReplicaSaved()
 
     def inject(self, ctx: FaultContext) -> None:
@@ -174,8 +167,7 @@ class SlowReplica(Fault):
             for container in _containers(ctx):
                 ctx.docker.set_cpu_limit(container, required(p.cpus, "cpus", ctx))
         else:
-            for replica in ctx.targets.replicas:
-                ctx.stack_admin(replica).set_clock_cap(required(p.clock_fraction, "clock_fraction", ctx))
+            cap_clocks(ctx, required(p.clock_fraction, "clock_fraction", ctx))
 
     def verify(self, ctx: FaultContext) -> LandingProof:
         p: SlowReplicaParams = self.params
@@ -183,7 +175,7 @@ class SlowReplica(Fault):
             return verify_toxics(ctx, self._proxies(ctx), self._plans(ctx))
         if p.method is SlowMethod.DOCKER_CPU:
             return _verify_quota(ctx, _quota_us(required(p.cpus, "cpus", ctx)))
-        return verify_clock(ctx, required(p.clock_fraction, "clock_fraction", ctx))
+        return verify_clocks(ctx, required(p.clock_fraction, "clock_fraction", ctx))
 
     def revert(self, ctx: FaultContext) -> None:
         p: SlowReplicaParams = self.params
@@ -194,8 +186,7 @@ class SlowReplica(Fault):
             for container in _containers(ctx):
                 _restore_quota(ctx, container, saved.cpu_quota_us.get(container, 0))
         else:
-            for replica in ctx.targets.replicas:
-                restore_clock(ctx, replica, saved.clock_fraction.get(replica.name, 1.0))
+            restore_clocks(ctx, saved.clock_fraction)
 
 
 def _containers(ctx: FaultContext) -> list[str]:

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from drill import __version__
+from drill.backends.rest import RestClient, user_agent
 from drill.errors import AdminApiError
 from drill.units import Duration
 
@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 DEFAULT_TIMEOUT_S = 5.0
-_USER_AGENT = f"llm-drill/{__version__} (admin client)"
+_USER_AGENT = user_agent("admin client")
 
 
 class _AdminWire(BaseModel):
@@ -130,10 +130,19 @@ class RouterState(_AdminWire):
 M = TypeVar("M", bound=_AdminWire)
 
 
-class _AdminHttp:
-    """Shared plumbing: one httpx client, token, timeout, error translation."""
+class _AdminHttp(RestClient):
+    """Shared by both admin clients: the token, the hints, and answers parsed into frozen models."""
 
-    what = "admin API"
+    error = AdminApiError
+    who = "the admin API"
+    timeout_hint = "the process may be stopped or overloaded"
+    unreachable_hint = "is it running? (`drill stack status`)"
+    status_hints = {
+        401: "the admin token is wrong: it is in the stack's state file (`drill stack status --json`)",
+        403: "the admin API answers loopback clients only",
+        404: "this server has no such admin route: is it the llm-drill reference stack?",
+    }
+    trust_env = False
 
     def __init__(
         self,
@@ -143,92 +152,24 @@ class _AdminHttp:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.timeout_s = timeout_s
-        headers = {"User-Agent": _USER_AGENT}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        self._http = httpx.Client(
-            base_url=self.base_url,
-            timeout=httpx.Timeout(timeout_s),
-            headers=headers,
-            transport=transport,
-            trust_env=False,
-        )
-
-    def close(self) -> None:
-        """Close the connection pool. Called once when the client is no longer needed."""
-        self._http.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _json(self, method: str, path: str, operation: str, body: Any = None) -> Any:
-        try:
-            response = self._http.request(method, path, json=body)
-        except httpx.TimeoutException as exc:
-            raise AdminApiError(
-                f"{operation}: the {self.what} at {self.base_url} did not answer within {self.timeout_s:g}s",
-                hint="the process may be stopped or overloaded",
-                operation=operation,
-            ) from exc
-        except httpx.HTTPError as exc:
-            raise AdminApiError(
-                f"{operation}: cannot reach the {self.what} at {self.base_url} ({type(exc).__name__}: {exc})",
-                hint="is it running? (`drill stack status`)",
-                operation=operation,
-            ) from exc
-        if response.status_code != 200:
-            raise _status_error(response, operation, self.what)
-        try:
-            return response.json()
-        except ValueError as exc:
-            raise AdminApiError(
-                f"{operation}: the {self.what} answered non-JSON: {response.text[:200]!r}",
-                operation=operation,
-                status=response.status_code,
-            ) from exc
+        super().__init__(base_url, timeout_s=timeout_s, user_agent=_USER_AGENT, token=token, transport=transport)
 
     def _model(self, model: type[M], data: Any, operation: str) -> M:
         try:
             return model.model_validate(data)
         except ValidationError as exc:
             raise AdminApiError(
-                f"{operation}: unexpected answer from the {self.what}: {exc.errors()[0]['msg']} "
+                f"{operation}: unexpected answer from {self.who}: {exc.errors()[0]['msg']} "
                 f"at {'.'.join(str(p) for p in exc.errors()[0]['loc'])}",
                 hint="is this the llm-drill reference stack (stack-contracts.md §5)?",
                 operation=operation,
             ) from exc
 
 
-_HINTS = {
-    401: "the admin token is wrong: it is in the stack's state file (`drill stack status --json`)",
-    403: "the admin API answers loopback clients only",
-    404: "this server has no such admin route: is it the llm-drill reference stack?",
-}
-
-
-def _status_error(response: httpx.Response, operation: str, what: str) -> AdminApiError:
-    try:
-        message = response.json()["error"]["message"]
-    except (ValueError, KeyError, TypeError):
-        message = response.text.strip()[:300]
-    status = response.status_code
-    return AdminApiError(
-        f"{operation}: the {what} answered HTTP {status}: {message}",
-        hint=_HINTS.get(status),
-        operation=operation,
-        status=status,
-    )
-
-
 class StackAdminClient(_AdminHttp):
     """One replica's admin API. ``admin_url`` is the replica's base URL (``/admin`` is added)."""
 
-    what = "replica admin API"
+    who = "the replica admin API"
 
     def __init__(self, admin_url: str, token: str | None, **kwargs: Any) -> None:
         super().__init__(admin_url.rstrip("/").removesuffix("/admin"), token, **kwargs)
@@ -241,7 +182,7 @@ class StackAdminClient(_AdminHttp):
 
     def set_memory_hog(self, gib: float) -> float:
         """Another process takes ``gib`` GiB of the GPU; returns the previous amount (GiB)."""
-        data = self._json("PUT", "/admin/gpu/memory-hog", f"set memory hog {gib:g} GiB", {"gib": gib})
+        data = self._json("PUT", "/admin/gpu/memory-hog", f"set memory hog {gib:g} GiB", json={"gib": gib})
         return float(data.get("previous_gib", 0.0))
 
     def clear_memory_hog(self) -> float:
@@ -251,7 +192,7 @@ class StackAdminClient(_AdminHttp):
 
     def set_clock_cap(self, fraction: float) -> float:
         """Cap the SM clock at ``fraction`` of nominal (0.01–1); returns the previous fraction."""
-        data = self._json("PUT", "/admin/gpu/clock-cap", f"set clock cap {fraction:g}", {"fraction": fraction})
+        data = self._json("PUT", "/admin/gpu/clock-cap", f"set clock cap {fraction:g}", json={"fraction": fraction})
         return float(data.get("previous", 1.0))
 
     def clear_clock_cap(self) -> float:
@@ -261,11 +202,11 @@ class StackAdminClient(_AdminHttp):
 
     def xid(self, code: int) -> None:
         """A fatal XID-style error: the engine dies."""
-        self._json("POST", "/admin/gpu/xid", f"XID {code}", {"code": code})
+        self._json("POST", "/admin/gpu/xid", f"XID {code}", json={"code": code})
 
     def stall(self, seconds: float) -> None:
         """The engine takes no step for ``seconds`` (HTTP keeps answering)."""
-        self._json("PUT", "/admin/engine/stall", f"stall {seconds:g}s", {"seconds": seconds})
+        self._json("PUT", "/admin/engine/stall", f"stall {seconds:g}s", json={"seconds": seconds})
 
     def clear_stall(self) -> None:
         """Resume engine steps now (idempotent)."""
@@ -275,7 +216,7 @@ class StackAdminClient(_AdminHttp):
 class RouterAdminClient(_AdminHttp):
     """The router's admin API. ``router_admin_url`` ends in ``/admin`` (as the state file gives it)."""
 
-    what = "router admin API"
+    who = "the router admin API"
 
     def __init__(self, router_admin_url: str, token: str | None, **kwargs: Any) -> None:
         super().__init__(router_admin_url.rstrip("/").removesuffix("/admin"), token, **kwargs)
@@ -294,5 +235,5 @@ class RouterAdminClient(_AdminHttp):
         Returns the configuration before and after; raises AdminApiError (status 400) for a bad value.
         """
         keys = ", ".join(sorted(patch)) or "nothing"
-        data = self._json("PATCH", "/admin/config", f"patch router config ({keys})", patch)
+        data = self._json("PATCH", "/admin/config", f"patch router config ({keys})", json=patch)
         return self._model(ConfigChange, data, "patch router config")

@@ -33,12 +33,12 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from drill import __version__
+from drill.backends.rest import RestClient, user_agent
 from drill.errors import NotAvailableError, ToxiproxyError
 
 __all__ = [
     "Proxy",
-    "ProxySpec",
+    "NewProxy",
     "Stream",
     "Toxic",
     "ToxicType",
@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 DEFAULT_TIMEOUT_S = 5.0
-_USER_AGENT = f"llm-drill/{__version__} (toxiproxy client)"
+_USER_AGENT = user_agent("toxiproxy client")
 
 
 class ToxicType(StrEnum):
@@ -105,7 +105,7 @@ class Proxy(_ToxiproxyWire):
         return int(self.listen.rsplit(":", 1)[1])
 
 
-class ProxySpec(_ToxiproxyWire):
+class NewProxy(_ToxiproxyWire):
     """A proxy to create: ``listen`` ``host:0`` lets the server pick a free port."""
 
     name: str
@@ -114,35 +114,32 @@ class ProxySpec(_ToxiproxyWire):
     enabled: bool = True
 
 
-_HINTS = {
-    400: "check the toxic type, the stream (upstream|downstream) and that attributes are integers",
-    403: "Toxiproxy refuses User-Agents starting with 'Mozilla/'",
-    404: "it does not exist (already deleted, or a typo); list proxies with GET /proxies",
-    409: "it already exists; delete it first, or use populate() which keeps identical proxies",
-    500: "the server could not listen there: the address may be in use",
-}
-
 M = TypeVar("M", bound=_ToxiproxyWire)
 
 
-class ToxiproxyClient:
+class ToxiproxyClient(RestClient):
     """Talks to one Toxiproxy server. Thread-safe for concurrent calls (one httpx pool).
 
     ``base_url`` is e.g. ``http://127.0.0.1:8474``; ``timeout_s`` bounds every call (connect,
     read, write and pool wait). Use as a context manager or call :meth:`close`.
     """
 
+    error = ToxiproxyError
+    who = "Toxiproxy"
+    timeout_hint = "the server may be hung or overloaded; check its log"
+    unreachable_hint = "start one (`drill stack up` does), or point TOXIPROXY_URL at a running server"
+    status_hints = {
+        400: "check the toxic type, the stream (upstream|downstream) and that attributes are integers",
+        403: "Toxiproxy refuses User-Agents starting with 'Mozilla/'",
+        404: "it does not exist (already deleted, or a typo); list proxies with GET /proxies",
+        409: "it already exists; delete it first, or use populate() which keeps identical proxies",
+        500: "the server could not listen there: the address may be in use",
+    }
+
     def __init__(
         self, base_url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, transport: httpx.BaseTransport | None = None
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.timeout_s = timeout_s
-        self._http = httpx.Client(
-            base_url=self.base_url,
-            timeout=httpx.Timeout(timeout_s),
-            headers={"User-Agent": _USER_AGENT},
-            transport=transport,
-        )
+        super().__init__(base_url, timeout_s=timeout_s, user_agent=_USER_AGENT, transport=transport)
 
     @classmethod
     def from_env(cls, default: str | None = None, **kwargs: Any) -> ToxiproxyClient:
@@ -157,16 +154,6 @@ class ToxiproxyClient:
                 hint="set TOXIPROXY_URL=http://host:port, or start one with ToxiproxyServer",
             )
         return cls(url, **kwargs)
-
-    def __enter__(self) -> ToxiproxyClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close the connection pool. Called once when the client is no longer needed."""
-        self._http.close()
 
     # -- server ------------------------------------------------------------------------------
     def version(self) -> str:
@@ -184,7 +171,7 @@ class ToxiproxyClient:
     # -- proxies -----------------------------------------------------------------------------
     def proxies(self) -> dict[str, Proxy]:
         """Every proxy on the server by name."""
-        data = self._request("GET", "/proxies", "list proxies").json()
+        data = self._json("GET", "/proxies", "list proxies")
         return {name: Proxy.from_wire(p) for name, p in data.items()}
 
     def proxy(self, name: str) -> Proxy:
@@ -193,7 +180,7 @@ class ToxiproxyClient:
 
     def create_proxy(self, name: str, upstream: str, *, listen: str = "127.0.0.1:0", enabled: bool = True) -> Proxy:
         """Create a proxy; ``listen`` port 0 lets the server pick one (read it from the result)."""
-        body = ProxySpec(name=name, upstream=upstream, listen=listen, enabled=enabled).model_dump()
+        body = NewProxy(name=name, upstream=upstream, listen=listen, enabled=enabled).model_dump()
         return self._model(Proxy, "POST", "/proxies", f"create proxy {name!r}", json=body, ok=(201,))
 
     def update_proxy(
@@ -215,20 +202,20 @@ class ToxiproxyClient:
         """Delete a proxy. Returns False when it did not exist (and ``missing_ok``)."""
         return self._delete(f"/proxies/{name}", f"delete proxy {name!r}", missing_ok)
 
-    def populate(self, specs: Iterable[ProxySpec]) -> list[Proxy]:
+    def populate(self, proxies: Iterable[NewProxy]) -> list[Proxy]:
         """Create or keep proxies in one server-side call (``POST /populate``).
 
         A proxy whose listen and upstream are unchanged is kept with its live connections.
         Raises ToxiproxyError when any proxy failed (the server reports all in one body).
         """
-        body = [spec.model_dump() for spec in specs]
-        response = self._request("POST", "/populate", "populate", json=body, ok=(201,))
-        return [Proxy.from_wire(p) for p in response.json().get("proxies", [])]
+        body = [proxy.model_dump() for proxy in proxies]
+        data = self._json("POST", "/populate", "populate", json=body, ok=(201,))
+        return [Proxy.from_wire(p) for p in data.get("proxies", [])]
 
     # -- toxics ------------------------------------------------------------------------------
     def toxics(self, proxy: str) -> list[Toxic]:
         """The toxics on one proxy."""
-        data = self._request("GET", f"/proxies/{proxy}/toxics", f"list toxics of {proxy!r}").json()
+        data = self._json("GET", f"/proxies/{proxy}/toxics", f"list toxics of {proxy!r}")
         return [Toxic.from_wire(t) for t in data]
 
     def add_toxic(
@@ -271,7 +258,7 @@ class ToxiproxyClient:
 
     # -- plumbing ----------------------------------------------------------------------------
     def _model(self, model: type[M], method: str, path: str, operation: str, **kwargs: Any) -> M:
-        return model.from_wire(self._request(method, path, operation, **kwargs).json())
+        return model.from_wire(self._json(method, path, operation, **kwargs))
 
     def _delete(self, path: str, operation: str, missing_ok: bool) -> bool:
         try:
@@ -281,38 +268,6 @@ class ToxiproxyClient:
                 return False
             raise
         return True
-
-    def _request(
-        self, method: str, path: str, operation: str, *, json: Any = None, ok: tuple[int, ...] = (200,)
-    ) -> httpx.Response:
-        try:
-            response = self._http.request(method, path, json=json)
-        except httpx.TimeoutException as exc:
-            raise ToxiproxyError(
-                f"{operation}: Toxiproxy at {self.base_url} did not answer within {self.timeout_s:g}s",
-                hint="the server may be hung or overloaded; check its log",
-                operation=operation,
-            ) from exc
-        except httpx.HTTPError as exc:
-            raise ToxiproxyError(
-                f"{operation}: cannot reach Toxiproxy at {self.base_url} ({type(exc).__name__}: {exc})",
-                hint="start one (`drill stack up` does), or point TOXIPROXY_URL at a running server",
-                operation=operation,
-            ) from exc
-        if response.status_code not in ok:
-            raise _status_error(response, operation)
-        return response
-
-
-def _status_error(response: httpx.Response, operation: str) -> ToxiproxyError:
-    try:
-        message = str(response.json().get("error", response.text))
-    except ValueError:
-        message = response.text.strip()
-    status = response.status_code
-    return ToxiproxyError(
-        f"{operation}: HTTP {status}: {message}", hint=_HINTS.get(status), operation=operation, status=status
-    )
 
 
 # -- the server ------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import IO
 from drill.jsonl import ReadReport, read_jsonl
 from drill.load.records import RequestRecord
 from drill.stats import percentile
-from drill.traces.phases import LLM_REQUEST, PHASE_ATTRIBUTES
+from drill.traces.request_phases import LLM_REQUEST, PHASE_ATTRIBUTES
 
 __all__ = ["SpanSplit", "TtftSplit", "split_spans", "ttft_split"]
 
@@ -83,7 +83,8 @@ def split_spans(spans_path: Path, owners: Mapping[str, Path]) -> SpanSplit:
 
 def _collect_phases(phases: dict[str, float], span: dict) -> None:
     """The span's duration under its name, and for vLLM's span shape (an ``llm_request`` with the phases as
-    attributes, in seconds: :mod:`drill.traces.phases`) the phases it carries; the first of each name is kept."""
+    attributes, in seconds: :mod:`drill.traces.request_phases`) the phases it carries; the first of each name is
+    kept."""
     name, duration = span.get("name"), span.get("duration_ms")
     if isinstance(name, str) and isinstance(duration, (int, float)) and not isinstance(duration, bool):
         phases.setdefault(name, float(duration))

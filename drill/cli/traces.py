@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from drill.cli.common import console, err_console, handle_errors, say
+from drill.cli.common import console, handle_errors, say
 from drill.cli.traces_suspects import print_coverage, print_suspects, verdict_line
 from drill.errors import InputError
 
@@ -293,15 +293,16 @@ def _print(report: AbnormalReport, loaded: list[_Loaded], evidence: TraceEvidenc
         say((f"note: {note}", "dim"))
     for count, what in ((report.baseline_spans, "baseline"), (report.fault_spans, "fault window")):
         if count == 0:
-            err_console.print(
-                f"[yellow]warning:[/] the {what} holds no span: nothing can be compared "
+            say(
+                ("warning:", "yellow"),
+                f" the {what} holds no span: nothing can be compared "
                 "(check --baseline-until / --fault-start against the spans' times)",
-                markup=True,
+                err=True,
             )
     console.print()
     headline = verdict_line(report)
     if headline is not None:
-        console.print(headline, markup=True)
+        console.print(headline)
     if report.first is not None:
         _print_first(report.first, report.reference)
     print_suspects(report)
@@ -314,24 +315,25 @@ def _print(report: AbnormalReport, loaded: list[_Loaded], evidence: TraceEvidenc
         for pair, skew in skews:
             console.print(f"  {pair.service} / {pair.name}: {skew.text}")
     if report.thin_pairs or report.new_pairs:
-        console.print(
-            f"[dim]{len(report.thin_pairs)} pair(s) with too few baseline spans for span thresholds, "
-            f"{len(report.new_pairs)} absent from the baseline[/]",
-            markup=True,
+        say(
+            (
+                f"{len(report.thin_pairs)} pair(s) with too few baseline spans for span thresholds, "
+                f"{len(report.new_pairs)} absent from the baseline",
+                "dim",
+            )
         )
     print_coverage(report.ranking)
 
 
 def _print_first(first: AbnormalSpan, reference: str) -> None:
-    from rich.markup import escape
-
-    console.print(
-        f"[bold]first abnormal span:[/] {escape(first.service)} / [bold]{escape(first.name)}[/] "
-        f"({first.kind}, {first.status}, {first.duration_ms:,.3f} ms)",
-        markup=True,
+    say(
+        ("first abnormal span:", "bold"),
+        f" {first.service} / ",
+        (first.name, "bold"),
+        f" ({first.kind}, {first.status}, {first.duration_ms:,.3f} ms)",
     )
     console.print(f"  trace {first.trace_id}  span {first.span_id}")
-    console.print(f"  deviation: {escape(first.deviation)}", markup=True)
+    say(f"  deviation: {first.deviation}")
     if first.onset_s is not None:
         console.print(f"  onset: {first.onset_s:+.3f} s after the {reference}")
     if first.impact is not None:
@@ -339,9 +341,7 @@ def _print_first(first: AbnormalSpan, reference: str) -> None:
         console.print(f"  impact: adds {first.impact:.0%} of the user-facing span's usual duration{minor}")
     attributes = {**first.context_attributes, **first.attributes}
     if attributes:
-        console.print(
-            "  attributes: " + escape(", ".join(f"{k}={_short(v)}" for k, v in attributes.items())), markup=True
-        )
+        say("  attributes: " + ", ".join(f"{k}={_short(v)}" for k, v in attributes.items()))
     lost = " (its parent was lost)" if first.root_missing else ""
     console.print(f"  chain, from the user-facing span{lost} down to it:")
     for depth, link in chain_rows(list(reversed(first.chain))):

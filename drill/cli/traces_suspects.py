@@ -1,12 +1,17 @@
-"""``drill traces analyze``'s text for the ranked suspects, what could not be judged, and weak findings."""
+"""``drill traces analyze``'s text for the ranked suspects, what could not be judged, and weak findings.
+
+Printed the project's one way (:mod:`drill.cli.terminal`): names from a trace file are literal text, never markup.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from drill.cli.common import console
+from drill.cli.terminal import console, say, styled
 
 if TYPE_CHECKING:
+    from rich.text import Text
+
     from drill.traces.analysis import AbnormalReport
     from drill.traces.suspects import PairEvidence, Ranking
 
@@ -17,21 +22,19 @@ SHOWN_SUSPECTS = 5
 _EVIDENCE_SHOWN = 3
 
 
-def verdict_line(report: AbnormalReport) -> str | None:
+def verdict_line(report: AbnormalReport) -> Text | None:
     """The headline when there is no first abnormal span, or when it is too weak to be a finding."""
-    from rich.markup import escape
-
     reason = report.inconclusive_reason
     if reason is not None:
-        return f"[bold]INCONCLUSIVE:[/] most of the fault window could not be judged: {escape(reason)}"
+        return styled(("INCONCLUSIVE:", "bold"), f" most of the fault window could not be judged: {reason}")
     ranking = report.ranking
     if report.fault_spans == 0:
-        return "[bold]no abnormal span:[/] the fault window holds no span"
+        return styled(("no abnormal span:", "bold"), " the fault window holds no span")
     if report.first is None and not report.suspects:
         judged = "" if ranking is None else f" in the {ranking.judged} judged (service, span name) pairs"
-        return f"[bold]no abnormal span:[/] no deviation from the baseline{judged}"
+        return styled(("no abnormal span:", "bold"), f" no deviation from the baseline{judged}")
     if report.first is not None and not report.first.material:
-        return "[bold]nothing material deviated[/]; weakest signals: " + escape(_weakest(report))
+        return styled(("nothing material deviated", "bold"), "; weakest signals: " + _weakest(report))
     return None
 
 
@@ -47,19 +50,14 @@ def _weakest(report: AbnormalReport) -> str:
 
 
 def print_suspects(report: AbnormalReport) -> None:
-    from rich.markup import escape
-
     if not report.suspects:
         return
     console.print()
-    console.print(f"[bold]suspects[/] (services ranked by pooled evidence, top {SHOWN_SUSPECTS}):", markup=True)
+    say(("suspects", "bold"), f" (services ranked by pooled evidence, top {SHOWN_SUSPECTS}):")
     for rank, suspect in enumerate(report.suspects[:SHOWN_SUSPECTS], 1):
-        console.print(
-            f"  {rank}. [bold]{escape(suspect.service)}[/] score {suspect.score:.2f}: {escape(suspect.why)}",
-            markup=True,
-        )
+        say(f"  {rank}. ", (suspect.service, "bold"), f" score {suspect.score:.2f}: {suspect.why}")
         for evidence in suspect.evidence[:_EVIDENCE_SHOWN]:
-            console.print(f"       {escape(_evidence_text(evidence))}", markup=True)
+            say(f"       {_evidence_text(evidence)}")
 
 
 def _evidence_text(evidence: PairEvidence) -> str:
@@ -73,10 +71,7 @@ def print_coverage(ranking: Ranking | None) -> None:
     line = f"judged {ranking.judged} of {ranking.pairs} (service, span name) pairs of the fault window"
     if ranking.thin:
         line += f" ({ranking.thin} on thin baselines: rank test on fewer spans than min_baseline_spans)"
-    console.print(f"[dim]{line}[/]", markup=True)
+    say((line, "dim"))
     if ranking.not_judged:
         shown = ", ".join(f"{x.pair} ({x.baseline_spans}/{x.fault_spans})" for x in ranking.not_judged[:5])
-        console.print(
-            f"[dim]not judged: {ranking.unjudged_reason}; e.g. (baseline/fault spans) {shown}[/]",
-            markup=True,
-        )
+        say((f"not judged: {ranking.unjudged_reason}; e.g. (baseline/fault spans) {shown}", "dim"))

@@ -50,7 +50,7 @@ class SpanShape(str, enum.Enum):
 
     ``vllm`` (the default) is what vLLM exports: one ``llm_request`` span, parented to the incoming
     ``traceparent``, with its phases as ``gen_ai.latency.*`` attributes (``vllm/v1/engine/output_processor.py``,
-    ``do_tracing``); the harness's readers turn those into phase spans (:mod:`drill.traces.phases`).
+    ``do_tracing``); the harness's readers turn those into phase spans (:mod:`drill.traces.request_phases`).
     ``teaching`` adds what vLLM does not export, to show where the time goes: the replica's HTTP SERVER span
     around ``llm_request``, and ``queue``/``prefill``/``decode`` child spans.
     """

@@ -5,7 +5,7 @@
 - :mod:`drill.traces.sources` and :mod:`drill.traces.jaeger` — the ``drill.traces`` plugins: the run's
   receiver file, OTLP JSON and protobuf files, Jaeger JSON files and Jaeger's query API; each reads
   into a table and reports what it could not read.
-- :mod:`drill.traces.phases` — vLLM's ``llm_request`` phase attributes as ``queue``/``prefill``/``decode``
+- :mod:`drill.traces.request_phases` — vLLM's ``llm_request`` phase attributes as ``queue``/``prefill``/``decode``
   child spans, derived by every source when it reads.
 - :mod:`drill.traces.otlp` — OTLP decoding (the receiver's HTTP bodies, OTLP/JSON lines, protobuf files).
 - :mod:`drill.traces.receiver` — the run's OTLP/HTTP receiver, which writes ``spans.jsonl``.

@@ -28,7 +28,7 @@ import numpy as np
 from drill.api import PluginParams, SpanFileHead, TraceSource
 from drill.jsonl import BadLine, ReadReport
 from drill.rundir.files import MAX_LINE_BYTES, open_input
-from drill.traces.phases import with_phase_spans
+from drill.traces.request_phases import with_phase_spans
 from drill.traces.table import (
     KIND_NAMES,
     NS_RANGE,
@@ -131,7 +131,7 @@ class TableSource(TraceSource):
     def table(self, window: tuple[int, int] | None = None) -> SpanTable:
         """The spans overlapping ``window`` (UNIX ns; None: all); ``self.report`` says what was not read.
 
-        The phases of vLLM's ``llm_request`` spans come as child spans (:mod:`drill.traces.phases`), derived
+        The phases of vLLM's ``llm_request`` spans come as child spans (:mod:`drill.traces.request_phases`), derived
         here from the span's attributes; the report's note says how many.
         """
         self.report = SourceReport(self.kind)

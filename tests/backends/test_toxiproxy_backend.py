@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from drill.backends.toxiproxy import (
-    ProxySpec,
+    NewProxy,
     Stream,
     ToxicType,
     ToxiproxyClient,
@@ -104,8 +104,8 @@ def test_reset_removes_toxics_and_reenables(toxiproxy: ToxiproxyClient, echo_add
 @real_server
 def test_populate_keeps_unchanged_proxies(toxiproxy: ToxiproxyClient, echo_addr: str) -> None:
     first = toxiproxy.create_proxy("keep", echo_addr)
-    specs = [ProxySpec(name="keep", upstream=echo_addr, listen=first.listen), ProxySpec(name="new", upstream=echo_addr)]
-    result = {p.name: p for p in toxiproxy.populate(specs)}
+    wanted = [NewProxy(name="keep", upstream=echo_addr, listen=first.listen), NewProxy(name="new", upstream=echo_addr)]
+    result = {p.name: p for p in toxiproxy.populate(wanted)}
     assert result["keep"].listen == first.listen
     assert result["new"].listen_port > 0
     assert set(toxiproxy.proxies()) == {"keep", "new"}

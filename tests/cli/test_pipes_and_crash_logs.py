@@ -12,18 +12,9 @@ from click.testing import CliRunner
 
 from drill.cli.common import CrashSite, handle_errors
 from drill.cli.main import cli
+from tests.minimal_drill import minimal_drill
 
-DRILL = """\
-name: piped
-target: {kind: openai, config: {url: "http://127.0.0.1:8000"}}
-scenario:
-  arrival: {process: poisson, rate: 5}
-  pools:
-    - name: chat
-      input_tokens: {dist: fixed, value: 100}
-      output_tokens: {dist: fixed, value: 50}
-phases: {baseline: 10s, fault: 20s}
-"""
+DRILL = minimal_drill("piped")
 
 
 def test_plan_into_a_closed_pipe_exits_quietly_and_writes_no_crash_log(tmp_path: Path) -> None:

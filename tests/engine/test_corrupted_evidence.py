@@ -4,15 +4,12 @@ run's ``RunEvidence``); ``tests/engine/test_judge.py`` covers the same through `
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from drill.checks.base import RunEvidence, Status
 from drill.engine.verdicts import evaluate_checks, verdicts_document
-from drill.load.records import RequestRecord
 from drill.spec.loader import load_drill
-
-T0 = 1_700_000_000.0
+from tests.engine.judged_run import record_line, write_journal
 
 DRILL = """\
 name: corrupted
@@ -29,49 +26,13 @@ checks:
 """
 
 
-def _journal(path: Path) -> None:
-    events = [
-        ("run_started", {}),
-        ("phase_started", {"phase": "fault", "planned_s": 10}),
-        ("phase_ended", {"phase": "fault"}),
-        ("run_finished", {"status": "completed", "stopped_by": None}),
-    ]
-    path.write_text(
-        "".join(
-            json.dumps(
-                {"seq": i, "event": e, "ts": T0 + (0 if i <= 2 else 10) + i * 0.001, "mono": i, "by": "runner", **data}
-            )
-            + "\n"
-            for i, (e, data) in enumerate(events, 1)
-        )
-    )
-
-
-def _record(i: int, error: str | None = None) -> str:
-    record = RequestRecord(
-        request_id=f"r{i}",
-        logical_id=f"l{i}",
-        pool="chat",
-        attempt=1,
-        intended_ts=T0 + 1 + i * 0.1,
-        sent_ts=T0 + 1 + i * 0.1,
-        schedule_lag_ms=0.1,
-        status=200 if error is None else 503,
-        ttft_ms=50.0,
-        e2e_ms=100.0,
-    )
-    data = json.loads(record.to_json())
-    data["error"] = error
-    return json.dumps(data)
-
-
 def _judge(tmp_path: Path, records: list[str]):
     drill = tmp_path / "d.yaml"
     drill.write_text(DRILL)
     loaded = load_drill(drill)
     run = tmp_path / "run"
     run.mkdir()
-    _journal(run / "journal.jsonl")
+    write_journal(run / "journal.jsonl")
     (run / "requests.jsonl").write_text("".join(r + "\n" for r in records))
     evidence = RunEvidence(run, {"chat": {}})
     return evaluate_checks(loaded, evidence), evidence
@@ -82,10 +43,10 @@ def test_a_record_with_an_unknown_error_class_makes_the_error_rate_check_inconcl
 ) -> None:
     # 7 good records, then 3 failures of which one has a class the reader does not know (line 9): read without
     # it, the error rate is 2/9 = 22% (FAIL); had it vanished with a refused one, 1/9 would PASS. Neither counts.
-    records = [_record(i) for i in range(7)] + [
-        _record(7, "refused"),
-        _record(8, "a-class-from-the-future"),
-        _record(9, "timeout"),
+    records = [record_line(i) for i in range(7)] + [
+        record_line(7, "refused"),
+        record_line(8, "a-class-from-the-future"),
+        record_line(9, "timeout"),
     ]
     verdicts, evidence = _judge(tmp_path, records)
     (errors,) = verdicts
@@ -98,7 +59,7 @@ def test_a_record_with_an_unknown_error_class_makes_the_error_rate_check_inconcl
 
 
 def test_a_check_that_would_pass_on_what_could_be_read_does_not_pass(tmp_path: Path) -> None:
-    records = [_record(i) for i in range(9)] + [_record(9, "a-class-from-the-future"), _record(10)]
+    records = [record_line(i) for i in range(9)] + [record_line(9, "a-class-from-the-future"), record_line(10)]
     (errors,), _ = _judge(tmp_path, records)
     assert errors.status is not Status.PASS
     assert errors.status is Status.INCONCLUSIVE and "on what could be read: PASS" in errors.message
@@ -106,6 +67,6 @@ def test_a_check_that_would_pass_on_what_could_be_read_does_not_pass(tmp_path: P
 
 def test_the_same_run_without_the_corrupted_line_passes(tmp_path: Path) -> None:
     """The control: the check itself passes on these records, so the INCONCLUSIVE above is the bad line's doing."""
-    records = [_record(i) for i in range(9)] + [_record(10)]
+    records = [record_line(i) for i in range(9)] + [record_line(10)]
     (errors,), evidence = _judge(tmp_path, records)
     assert errors.status is Status.PASS and evidence.reports["requests.jsonl"].clean

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from drill.cli.common import interrupts_kept
 from drill.cli.main import cli
-from tests.engine.test_judge import _record, _run_dir
+from tests.engine.judged_run import record_line, write_run_dir
 
 
 def _invoke(*args: str):
@@ -48,7 +48,7 @@ def _resolved(run: Path, **changes) -> None:
 def test_a_damaged_resolved_json_is_exit_2_naming_it(tmp_path: Path, text: str, says: str, command: str) -> None:
     if command == "report" and says == "check_params[0]":
         pytest.skip("the report shows the verdicts the run wrote; it does not read the checks' params")
-    run = _run_dir(tmp_path, [_record(i) for i in range(10)])
+    run = write_run_dir(tmp_path, [record_line(i) for i in range(10)])
     (run / "resolved.json").write_text(text)
     result = _invoke(command, str(run), *(["--no-progress"] if command == "report" else []))
     assert result.exit_code == 2, result.output
@@ -57,7 +57,7 @@ def test_a_damaged_resolved_json_is_exit_2_naming_it(tmp_path: Path, text: str, 
 
 
 def test_a_run_directory_with_no_check_is_an_error_not_a_pass(tmp_path: Path) -> None:
-    run = _run_dir(tmp_path, [_record(i) for i in range(10)])
+    run = write_run_dir(tmp_path, [record_line(i) for i in range(10)])
     (run / "resolved.json").write_text("{}")
     result = _invoke("judge", str(run))
     assert result.exit_code == 2, result.output
@@ -65,7 +65,7 @@ def test_a_run_directory_with_no_check_is_an_error_not_a_pass(tmp_path: Path) ->
 
 
 def _slo_run(tmp_path: Path, records: list[str]) -> Path:
-    run = _run_dir(tmp_path, records)
+    run = write_run_dir(tmp_path, records)
     _resolved(
         run,
         drill={"name": "d", "faults": [], "slo": {}, "checks": [{"kind": "slo", "name": "slo"}]},
@@ -81,7 +81,7 @@ def _slo_run(tmp_path: Path, records: list[str]) -> Path:
 def test_a_record_of_the_wrong_type_makes_the_check_inconclusive_with_file_and_line(
     tmp_path: Path, field: str, value: object
 ) -> None:
-    records = [_record(i) for i in range(10)]
+    records = [record_line(i) for i in range(10)]
     bad = json.loads(records[3])
     bad[field] = value
     records[3] = json.dumps(bad)
@@ -94,7 +94,7 @@ def test_a_record_of_the_wrong_type_makes_the_check_inconclusive_with_file_and_l
 
 
 def test_a_record_with_a_number_too_large_for_a_float_is_counted_not_raised(tmp_path: Path) -> None:
-    records = [_record(i) for i in range(10)]
+    records = [record_line(i) for i in range(10)]
     records[2] = records[2].replace('"ttft_ms": 50.0', '"ttft_ms": 1' + "0" * 400)
     run = _slo_run(tmp_path, records)
     result = _invoke("judge", str(run), "--json")
@@ -103,7 +103,7 @@ def test_a_record_with_a_number_too_large_for_a_float_is_counted_not_raised(tmp_
 
 
 def test_with_the_journal_missing_fault_landed_is_inconclusive_not_fail(tmp_path: Path) -> None:
-    run = _run_dir(tmp_path, [_record(i) for i in range(10)])
+    run = write_run_dir(tmp_path, [record_line(i) for i in range(10)])
     _resolved(
         run,
         drill={"name": "d", "faults": [{"kind": "queue_flood"}], "slo": {}, "checks": [{"kind": "fault_landed"}]},
@@ -118,7 +118,7 @@ def test_with_the_journal_missing_fault_landed_is_inconclusive_not_fail(tmp_path
 
 
 def test_with_the_records_missing_error_rate_is_inconclusive(tmp_path: Path) -> None:
-    run = _run_dir(tmp_path, [_record(i) for i in range(10)])
+    run = write_run_dir(tmp_path, [record_line(i) for i in range(10)])
     (run / "requests.jsonl").unlink()
     result = _invoke("judge", str(run), "--json")
     (check,) = json.loads(result.output)["checks"]
@@ -126,7 +126,7 @@ def test_with_the_records_missing_error_rate_is_inconclusive(tmp_path: Path) -> 
 
 
 def test_a_run_directory_that_cannot_be_written_is_exit_2(tmp_path: Path) -> None:
-    run = _run_dir(tmp_path, [_record(i) for i in range(10)])
+    run = write_run_dir(tmp_path, [record_line(i) for i in range(10)])
     (run / "report.md").mkdir()  # a directory where the report goes: it cannot be replaced
     result = _invoke("report", str(run), "--no-progress")
     assert result.exit_code == 2, result.output
@@ -153,7 +153,7 @@ def test_a_ctrl_c_that_something_swallowed_still_ends_the_command() -> None:
 def test_a_journal_line_of_the_wrong_type_makes_the_check_inconclusive_with_file_and_line(
     tmp_path: Path, field: str, value: object
 ) -> None:
-    run = _run_dir(tmp_path, [_record(i) for i in range(10)])
+    run = write_run_dir(tmp_path, [record_line(i) for i in range(10)])
     lines = (run / "journal.jsonl").read_text().splitlines()
     entry = json.loads(lines[1])  # phase_started fault
     assert entry["event"] == "phase_started"
@@ -180,7 +180,7 @@ def test_ctrl_c_during_drill_report_exits_130(tmp_path: Path, inherited: str) ->
     """SIGINT while `drill report` imports and renders is exit 130 ("interrupted"), never click's exit 1 or a
     report finished with exit 0 — also when it was started with SIGINT ignored, as a shell starts a background job
     (the runner's signal guard handles SIGINT the same way)."""
-    run = _run_dir(tmp_path, [_record(i) for i in range(10)])
+    run = write_run_dir(tmp_path, [record_line(i) for i in range(10)])
 
     def start() -> None:
         if inherited == "ignored":
@@ -206,7 +206,7 @@ def test_ctrl_c_during_drill_report_exits_130(tmp_path: Path, inherited: str) ->
 
 
 def test_with_an_empty_journal_fault_landed_is_inconclusive_not_fail(tmp_path: Path) -> None:
-    run = _run_dir(tmp_path, [_record(i) for i in range(10)])
+    run = write_run_dir(tmp_path, [record_line(i) for i in range(10)])
     _resolved(
         run,
         drill={"name": "d", "faults": [{"kind": "queue_flood"}], "slo": {}, "checks": [{"kind": "fault_landed"}]},
@@ -222,7 +222,7 @@ def test_with_an_empty_journal_fault_landed_is_inconclusive_not_fail(tmp_path: P
     "text", ["[]", "null", "7", '{"checks": 5}', '{"checks": [5]}', '{"checks": [{"kind": 5}]}', '{"checks": [{']
 )
 def test_report_of_a_damaged_verdicts_json_is_exit_2_naming_it(tmp_path: Path, text: str) -> None:
-    run = _run_dir(tmp_path, [_record(i) for i in range(10)])
+    run = write_run_dir(tmp_path, [record_line(i) for i in range(10)])
     (run / "verdicts.json").write_text(text)
     result = _invoke("report", str(run), "--no-progress")
     assert result.exit_code == 2, result.output
@@ -232,7 +232,7 @@ def test_report_of_a_damaged_verdicts_json_is_exit_2_naming_it(tmp_path: Path, t
 
 @pytest.mark.parametrize("command", ["judge", "report"])
 def test_a_journal_time_no_clock_can_read_is_an_unreadable_line_not_an_overflow(tmp_path: Path, command: str) -> None:
-    run = _run_dir(tmp_path, [_record(i) for i in range(10)])
+    run = write_run_dir(tmp_path, [record_line(i) for i in range(10)])
     lines = (run / "journal.jsonl").read_text().splitlines()
     last = json.loads(lines[-1])
     last["ts"] = 1e308

@@ -15,6 +15,7 @@ from drill.errors import SpecError
 from drill.spec.diagnostics import Diagnostic
 from drill.spec.loader import load_drill
 from drill.spec.yamlio import MAX_NODES, load_located
+from tests.minimal_drill import minimal_drill
 
 KEYS = [
     "name",
@@ -102,21 +103,9 @@ FUZZ_FEWER = settings(
     max_examples=EXAMPLES // 3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 
-VALID = """
-name: ok
-target: {kind: openai, config: {url: "http://127.0.0.1:8000"}}
-scenario:
-  arrival: {process: poisson, rate: 5}
-  pools:
-    - name: chat
-      input_tokens: {dist: fixed, value: 100}
-      output_tokens: {dist: fixed, value: 50}
-phases: {baseline: 10s, fault: 20s}
-faults:
-  - kind: test_toxic_latency
-    params: {proxy: p, latency_ms: 10}
-    start: 1s
-"""
+VALID = minimal_drill(
+    "ok", "faults:\n  - kind: test_toxic_latency\n    params: {proxy: p, latency_ms: 10}\n    start: 1s\n"
+)
 
 
 def _check(tmp_path: Path, text: str | bytes) -> None:

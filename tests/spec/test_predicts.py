@@ -9,22 +9,11 @@ import pytest
 
 from drill.errors import SpecError
 from drill.spec.loader import load_drill
+from tests.minimal_drill import minimal_drill
 
-DRILL = """\
-name: predicting
-target: {kind: openai, config: {url: "http://127.0.0.1:8000"}}
-scenario:
-  arrival: {process: poisson, rate: 5}
-  pools:
-    - name: chat
-      input_tokens: {dist: fixed, value: 100}
-      output_tokens: {dist: fixed, value: 50}
-phases: {baseline: 10s, fault: 20s}
-checks:
-  - {kind: slo, name: baseline-slo}
-  - {kind: error_rate}
-hypothesis: the SLO holds
-"""
+DRILL = minimal_drill(
+    "predicting", "checks:\n  - {kind: slo, name: baseline-slo}\n  - {kind: error_rate}\nhypothesis: the SLO holds\n"
+)
 
 
 def _write(tmp_path: Path, extra: str) -> Path:

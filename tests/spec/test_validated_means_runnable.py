@@ -16,18 +16,9 @@ from drill.load.schedule import build_schedule
 from drill.spec.diagnostics import format_path
 from drill.spec.loader import load_drill
 from drill.spec.scenario import LengthDistribution, Scenario
+from tests.minimal_drill import minimal_drill
 
-DRILL = """\
-name: ok
-target: {kind: openai, config: {url: "http://127.0.0.1:8000"}}
-scenario:
-  arrival: {process: poisson, rate: 5}
-  pools:
-    - name: chat
-      input_tokens: {dist: fixed, value: 100}
-      output_tokens: {dist: fixed, value: 50}
-phases: {baseline: 10s, fault: 20s}
-"""
+DRILL = minimal_drill("ok")
 
 
 @pytest.mark.parametrize(

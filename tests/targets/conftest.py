@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.stack.engine.replica_harness import ReplicaLauncher
+from tests.stack.replica_kit import ReplicaLauncher
 
 
 @pytest.fixture(scope="module")

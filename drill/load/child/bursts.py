@@ -24,20 +24,22 @@ from drill.load.schedule import PlannedRequest
 if TYPE_CHECKING:  # pragma: no cover
     from drill.load.child.openloop import OpenLoop
 
-__all__ = ["BurstSpec", "Burst"]
+__all__ = ["BurstParams", "Burst"]
 
 _IDLE_RECHECK_S = 0.1
 
 
 @dataclass(frozen=True)
-class BurstSpec:
+class BurstParams:
+    """What a ``start_burst`` control message asks of each load-generating process."""
+
     burst_id: str
     rate_multiplier: float
     prompt_multiplier: float = 1.0
     pools: tuple[str, ...] = ()  # empty: every pool
 
     @classmethod
-    def from_dict(cls, data: dict) -> BurstSpec:
+    def from_dict(cls, data: dict) -> BurstParams:
         return cls(
             str(data["burst_id"]),
             float(data["rate_multiplier"]),
@@ -49,11 +51,11 @@ class BurstSpec:
 class Burst:
     """One running burst in one process: a greenlet issuing Poisson arrivals until stopped."""
 
-    def __init__(self, spec: BurstSpec, loop: OpenLoop, rng: random.Random) -> None:
-        self.spec = spec
+    def __init__(self, params: BurstParams, loop: OpenLoop, rng: random.Random) -> None:
+        self.params = params
         self.loop = loop
         self.rng = rng
-        self.pools = [p for p in (spec.pools or tuple(loop.pools)) if p in loop.pools]
+        self.pools = [p for p in (params.pools or tuple(loop.pools)) if p in loop.pools]
         self.sent = 0
         self.offered_rate = 0.0
         self.active = False
@@ -76,7 +78,7 @@ class Burst:
         """This process's extra rate (requests/s) now, and the chosen pools' scheduled rates."""
         t = self.loop.offset_now()
         rates = [self.loop.schedule.rate_at(p, t) for p in self.pools]
-        factor = max(0.0, self.spec.rate_multiplier - 1.0) / self.loop.partition[1]
+        factor = max(0.0, self.params.rate_multiplier - 1.0) / self.loop.partition[1]
         return factor * sum(rates), rates
 
     def _run(self) -> None:
@@ -104,11 +106,11 @@ class Burst:
         pool_name = self.rng.choices(self.pools, weights=pool_rates)[0]
         pool = self.loop.pools[pool_name]
         inp, out = self._lengths(pool)
-        inp = max(1, round(inp * self.spec.prompt_multiplier))
+        inp = max(1, round(inp * self.params.prompt_multiplier))
         index = self.sent
         planned = PlannedRequest(index, self.loop.offset_now(), pool_name, inp, out)
-        logical_id = f"{pool_name}-{self.spec.burst_id}-{self.loop.partition[0]}-{index}"
-        return self.loop.job(planned, logical_id, burst=self.spec.burst_id)
+        logical_id = f"{pool_name}-{self.params.burst_id}-{self.loop.partition[0]}-{index}"
+        return self.loop.job(planned, logical_id, burst=self.params.burst_id)
 
     def _lengths(self, pool) -> tuple[int, int]:
         """Lengths from the pool's distributions; a trace-driven pool reuses a scheduled request's."""

@@ -31,7 +31,7 @@ import locust.runners
 from gevent.event import Event
 from locust.env import Environment
 
-from drill.load.child.bursts import BurstSpec
+from drill.load.child.bursts import BurstParams
 from drill.load.child.openloop import OpenLoop
 from drill.load.child.sinks import BatchSink, FileSink
 from drill.load.control import GeneratorPlan
@@ -164,8 +164,8 @@ class MasterController:
                 m["offered_rate"] = round(m["offered_rate"] + st["offered_rate"], 3)
         return merged
 
-    def start_burst(self, spec: BurstSpec) -> None:
-        self.runner.send_message("drill_burst", {"action": "start", **spec.__dict__, "pools": list(spec.pools)})
+    def start_burst(self, params: BurstParams) -> None:
+        self.runner.send_message("drill_burst", {"action": "start", **params.__dict__, "pools": list(params.pools)})
 
     def end_burst(self, burst_id: str) -> None:
         self.runner.send_message("drill_burst", {"action": "end", "burst_id": burst_id})
@@ -258,7 +258,7 @@ class _WorkerState:
         if self.loop is None:
             return
         if msg.data["action"] == "start":
-            self.loop.start_burst(BurstSpec.from_dict(msg.data))
+            self.loop.start_burst(BurstParams.from_dict(msg.data))
         else:
             self.loop.end_burst(str(msg.data["burst_id"]))
 

@@ -42,7 +42,7 @@ from gevent.event import AsyncResult
 from locust import User, constant, task
 from locust.env import Environment
 
-from drill.load.child.bursts import BurstSpec
+from drill.load.child.bursts import BurstParams
 from drill.load.child.distributed import MasterController, run_worker
 from drill.load.child.openloop import OpenLoop
 from drill.load.child.sinks import FileSink
@@ -124,8 +124,8 @@ class LocalController:
         bursts = {b: burst.status() for b, burst in self.loop.bursts.items()}
         return {"counters": self.loop.counters.snapshot(), "bursts": bursts, "offset_s": self.loop.offset_now()}
 
-    def start_burst(self, spec: BurstSpec) -> None:
-        self.loop.start_burst(spec)
+    def start_burst(self, params: BurstParams) -> None:
+        self.loop.start_burst(params)
 
     def end_burst(self, burst_id: str) -> None:
         self.loop.end_burst(burst_id)
@@ -163,7 +163,7 @@ def serve(channel: Channel, controller) -> None:
             _abandoned(controller, "the control channel closed")
         kind = Msg(msg["type"])
         if kind is Msg.START_BURST:
-            controller.start_burst(BurstSpec.from_dict(msg))
+            controller.start_burst(BurstParams.from_dict(msg))
         elif kind is Msg.END_BURST:
             controller.end_burst(str(msg["burst_id"]))
         elif kind is Msg.BURST_STATUS:

@@ -27,7 +27,7 @@ from typing import Protocol
 from gevent.event import Event
 from gevent.pool import Group
 
-from drill.load.child.bursts import Burst, BurstSpec
+from drill.load.child.bursts import Burst, BurstParams
 from drill.load.child.streaming import Cancelled, ClientOutcome, Transport, send_attempt
 from drill.load.control import GeneratorPlan
 from drill.load.payload import (
@@ -348,13 +348,13 @@ class OpenLoop:
         )
 
     # ----------------------------------------------------------------- bursts
-    def start_burst(self, spec: BurstSpec) -> None:
-        """Start (or restart with new parameters) burst ``spec.burst_id``; idempotent for a running one."""
-        current = self.bursts.get(spec.burst_id)
+    def start_burst(self, params: BurstParams) -> None:
+        """Start (or restart with new parameters) burst ``params.burst_id``; idempotent for a running one."""
+        current = self.bursts.get(params.burst_id)
         if current is not None and current.active:
             current.stop()
-        burst = Burst(spec, self, random.Random(f"{self.plan.seed}:burst:{spec.burst_id}:{self.partition[0]}"))
-        self.bursts[spec.burst_id] = burst
+        burst = Burst(params, self, random.Random(f"{self.plan.seed}:burst:{params.burst_id}:{self.partition[0]}"))
+        self.bursts[params.burst_id] = burst
         burst.start()
 
     def end_burst(self, burst_id: str) -> None:

@@ -25,7 +25,7 @@ The model (docs/serving-facts.md §6.2, the step-time model, with the choices be
   cycles issue fewer loads, so achieved bandwidth drops less than compute (γ = 0.3 is a modelling
   choice; at a 0.5 cap a memory-bound decode step slows ×1.23, a prefill ×2).
 
-Calibration (docs/serving-facts.md §6.1; ``tests/stack/engine/test_cost_model.py`` holds each
+Calibration (docs/serving-facts.md §6.1; ``tests/stack/inference/test_cost_model.py`` holds each
 point within 15 % and prints the table). Llama-3-8B bf16 weights are 16.06 GB:
 
 * A3, H100, batch 10 decode at ~300 tokens of context: memory 16.45 GB / (3.35 TB/s · 0.78) = 6.30 ms;

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from drill.backends.toxiproxy import ProxySpec, ToxiproxyClient, ToxiproxyServer
+from drill.backends.toxiproxy import NewProxy, ToxiproxyClient, ToxiproxyServer
 from drill.errors import DrillError
 from drill.stack.config import Runtime
 from drill.stack.interconnect.affinity import pinned_preexec
@@ -178,7 +178,7 @@ class Supervisor:
         if not self.plan.proxies:
             return
         with ToxiproxyClient(self.plan.state.toxiproxy_url) as client:
-            client.populate(ProxySpec(name=p.name, upstream=p.upstream, listen=p.listen) for p in self.plan.proxies)
+            client.populate(NewProxy(name=p.name, upstream=p.upstream, listen=p.listen) for p in self.plan.proxies)
         log.info("created %d proxies", len(self.plan.proxies))
 
     def _start_containers(self) -> None:

@@ -8,9 +8,9 @@ import json
 
 import httpx
 import pytest
-from replica_harness import ADMIN_TOKEN
 
 from drill.stack.inference.tokenizer import count_chat_tokens, count_tokens, make_prompt
+from tests.stack.replica_kit import ADMIN_TOKEN
 
 pytestmark = pytest.mark.anyio
 

@@ -15,7 +15,7 @@ from drill.sweeps.scaling import measure_sweep
 from drill.sweeps.scaling_report import findings, write_scaling_reports
 from drill.sweeps.sweeper import VariantVerdicts, rolled_up
 from drill.sweeps.tp_scaling import TpScalingCheck, TpScalingParams
-from tests.sweep.sweep_kit import LINK_FAULT, PHASE_S, TOKENS, write_sweep
+from tests.sweeps.sweep_kit import LINK_FAULT, PHASE_S, TOKENS, write_sweep
 
 #: TP -> (healthy, degraded) TPOT p50 in ms: the gain of TP=2 (2x) reverses on degraded links (80/120 = 0.67x).
 REVERSES = {1: (80.0, 80.0), 2: (40.0, 120.0), 4: (25.0, 110.0)}

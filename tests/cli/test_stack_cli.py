@@ -9,9 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 from click.testing import CliRunner
-from stack_probes import group_members, wait_until
 
 from drill.cli.main import cli
+from tests.stack.stack_probes import group_members, wait_until
 
 pytestmark = [pytest.mark.integration]
 

@@ -9,13 +9,13 @@
 from __future__ import annotations
 
 import pytest
-from stack_probes import tpot_s
 
 from drill.api import LinkKind
 from drill.backends.toxiproxy import Stream, ToxiproxyClient
 from drill.stack.config import parse_stack_config
 from drill.stack.inference.cost_model import BatchShape, CostModel
 from drill.stack.interconnect.link_model import LinkToxic, predict_step_increase
+from tests.stack.stack_probes import tpot_s
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -17,11 +17,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from topology_fakes import FakeReplica
 
 from drill.stack.config import RetryConfig, RouterConfig
 from drill.stack.router.gateway import Gateway
 from drill.stack.specs import RouterSpec, UpstreamSpec
+from tests.stack.router.fake_upstreams import FakeReplica
 
 pytestmark = pytest.mark.anyio
 TOKEN = "admin-token-for-tests"

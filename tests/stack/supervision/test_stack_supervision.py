@@ -8,12 +8,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from stack_probes import group_members, wait_until
 
 from drill.backends.toxiproxy import ToxiproxyServer
 from drill.errors import StackError
 from drill.stack.config import parse_stack_config
 from drill.stack.supervision.launcher import start_stack, stop_stack, supervisor_alive
+from tests.stack.stack_probes import group_members, wait_until
 
 pytestmark = [pytest.mark.integration]
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from sched_factories import create_requests
 
 from drill.stack.config import SchedulingPolicy
 from drill.stack.inference.kv_cache import KVCacheManager
 from drill.stack.inference.request_queue import FCFSRequestQueue, PriorityRequestQueue, create_request_queue
+from tests.stack.inference.sched_factories import create_requests
 
 
 def test_allocation_rounds_up_to_blocks_and_refuses_without_change() -> None:

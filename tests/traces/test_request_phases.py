@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from drill.traces.phases import NEVER_SCHEDULED, PHASE_FROM, with_phase_spans
+from drill.traces.request_phases import NEVER_SCHEDULED, PHASE_FROM, with_phase_spans
 from drill.traces.sources import OtlpFileParams, OtlpFileSource, ReceiverParams, ReceiverSource
 from drill.traces.table import SpanTable
 from tests.traces.spankit import T0, drill_request, span, vllm_request, write_spans

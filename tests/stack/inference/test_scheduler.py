@@ -4,10 +4,10 @@ KV accounting and prefix caching. Semantics: docs/serving-facts.md §4."""
 from __future__ import annotations
 
 import pytest
-from sched_factories import FakeClock, create_requests, create_scheduler, step
 
 from drill.stack.inference.exceptions import MaxQueuedTokensError, QueueOverflowError
 from drill.stack.inference.request import FinishReason, RequestStatus
+from tests.stack.inference.sched_factories import FakeClock, create_requests, create_scheduler, step
 
 
 def test_admits_up_to_max_num_seqs_and_decodes_one_token_per_step() -> None:

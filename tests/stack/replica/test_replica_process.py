@@ -12,7 +12,8 @@ import time
 
 import httpx
 import pytest
-from replica_harness import OtlpSink
+
+from tests.stack.replica_kit import OtlpSink
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 

@@ -1,4 +1,4 @@
-"""Helpers of the engine-half tests: replica specs and replica processes (imported by conftest and tests)."""
+"""Helpers of the replica tests: replica specs and replica processes (imported by conftest and tests)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from drill.stack.http.server import HttpRequest, HttpResponse, HttpServer, Respo
 from drill.stack.specs import ReplicaSpec
 
 ADMIN_TOKEN = "test-admin-token"
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def make_spec(tmp_path: Path, engine: dict | None = None, **config: object) -> ReplicaSpec:

@@ -8,11 +8,11 @@ import asyncio
 
 import httpx
 import pytest
-from topology_fakes import FakeReplica
 
 from drill.stack.config import RetryConfig, RouterConfig
 from drill.stack.router.gateway import HEALTH_TIMEOUTS_TO_FAIL, Gateway
 from drill.stack.specs import RouterSpec, UpstreamSpec
+from tests.stack.router.fake_upstreams import FakeReplica
 
 pytestmark = pytest.mark.anyio
 

@@ -5,7 +5,7 @@ Real processes: the stack (router + one replica with ``max_num_queued_reqs``) an
 (200, then an error event with code 503); neither form carries ``Retry-After``. Whichever form each refusal took, the
 client records it as ``refused`` — the in-stream ones with ``stream_error_code`` 503 — and the client's refusals are
 exactly the replica's ``vllm:admission_rejections_total``. How many take the in-stream form depends on how requests
-race for a freed slot (a few percent here); ``tests/stack/engine/test_api_format.py`` makes a burst that shows both.
+race for a freed slot (a few percent here); ``tests/stack/replica/test_api_format.py`` makes a burst that shows both.
 """
 
 from __future__ import annotations

@@ -17,10 +17,10 @@ import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
-from sched_factories import create_requests, create_scheduler, step
 
 from drill.stack.inference.core import Engine
 from drill.stack.inference.request import FinishReason, Request, RequestStatus
+from tests.stack.inference.sched_factories import create_requests, create_scheduler, step
 
 ABORT_WITHIN_S = 0.1  # the issue's bound: aborted within 100 ms of the client closing its connection
 
@@ -88,9 +88,8 @@ def test_abort_while_decoding_frees_its_blocks() -> None:
 
 def test_abort_between_decide_and_apply_drops_the_steps_output() -> None:
     """The client goes while a step runs: the step's token for it is dropped, its blocks are already free."""
-    from sched_factories import _ZERO_COST
-
     from drill.stack.inference.sched_output import ModelRunnerOutput
+    from tests.stack.inference.sched_factories import _ZERO_COST
 
     engine, _ = _engine()
     kept, aborted = create_requests(2, num_tokens=40, max_tokens=100)

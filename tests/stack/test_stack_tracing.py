@@ -9,9 +9,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from stack_probes import wait_until
 
 from drill.traces.receiver import OtlpReceiver
+from tests.stack.stack_probes import wait_until
 
 pytestmark = [pytest.mark.integration]
 

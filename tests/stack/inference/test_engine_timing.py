@@ -9,10 +9,10 @@ import time
 
 import httpx
 import pytest
-from replica_harness import ADMIN_TOKEN
 
 from drill.stack.inference.cost_model import BatchShape
 from drill.stack.inference.tokenizer import make_prompt
+from tests.stack.replica_kit import ADMIN_TOKEN
 
 pytestmark = pytest.mark.anyio
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

@@ -10,9 +10,9 @@ import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from replica_harness import ADMIN_TOKEN
 
 from drill.stack.replica.request_spans import Tracing, parse_traceparent
+from tests.stack.replica_kit import ADMIN_TOKEN
 
 pytestmark = pytest.mark.anyio
 
@@ -218,9 +218,9 @@ def test_tracing_off_creates_nothing_and_parses_traceparent() -> None:
 
 async def test_loop_exporter_merges_chunks_and_survives_a_dead_sink() -> None:
     from opentelemetry.sdk.trace import TracerProvider
-    from replica_harness import OtlpSink
 
     from drill.stack.replica.span_export import LoopSpanExporter
+    from tests.stack.replica_kit import OtlpSink
 
     sink = OtlpSink()
     await sink.server.start()

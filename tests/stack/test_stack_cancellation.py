@@ -11,7 +11,8 @@ import time
 
 import httpx
 import pytest
-from stack_probes import admin_get, wait_until
+
+from tests.stack.stack_probes import admin_get, wait_until
 
 pytestmark = [pytest.mark.integration]
 

@@ -18,11 +18,17 @@ from drill.cli.main import cli
 from drill.spec.models import FaultSpec
 
 BUILT_IN = [
+    "decode_crash",
     "gpu_clock_cap",
     "gpu_oom",
+    "kv_block_corrupt",
+    "kv_transfer_delay",
+    "kv_transfer_fail",
+    "kv_transfer_stall",
     "link_reset",
     "nccl_degradation",
     "partition",
+    "prefill_crash",
     "queue_flood",
     "replica_crash",
     "replica_pause",

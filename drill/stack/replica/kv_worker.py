@@ -147,6 +147,7 @@ class DecodeKv:
         self.peers = dict(spec.kv_peers)
         self.tracing = tracing
         self.counts = {"loaded": 0, "failed": 0, "recomputed": 0, "lease_expired": 0, "block_check": 0}
+        self.in_flight = 0  # loads under way
 
     async def start(self) -> None:
         """Nothing to start: a decode worker only dials."""
@@ -161,14 +162,25 @@ class DecodeKv:
         return {("GET", "/admin/kv"): self.get_state}
 
     async def get_state(self, request: HttpRequest) -> HttpResponse:
-        return HttpResponse.json({"role": self.role.value, "counts": dict(self.counts), "lease_s": self.kv.lease})
+        return HttpResponse.json(
+            {
+                "role": self.role.value,
+                "counts": dict(self.counts),
+                "in_flight": self.in_flight,
+                "lease_s": self.kv.lease,
+            }
+        )
 
     async def before_engine(self, request: Request, params: dict[str, Any] | None, span: object) -> str | None:
         """Load the request's KV cache; HttpError 500 when it fails and the policy is ``fail``."""
         if not params or not params.get("do_remote_prefill"):
             return None
         started = time.time()
-        outcome = await self._load(request, params)
+        self.in_flight += 1
+        try:
+            outcome = await self._load(request, params)
+        finally:
+            self.in_flight -= 1
         self.tracing.record_span(
             KV_SPAN,
             span,

@@ -3,6 +3,12 @@ router, and every KV fault through the fault contract (drill.testing) under live
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,8 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from drill.api import TargetInfo
+from drill.api import FaultContext, FaultTargets, TargetInfo
 from drill.testing import FaultCase, errors_above, latency_above, run_fault_contract
+from tests.faults.conftest import wait_healthy
 
 pytestmark = pytest.mark.integration
 
@@ -88,3 +95,76 @@ def test_kv_fault_contract_on_a_pd_stack(kind: str, pd_stack, tmp_path: Path) ->
     report = run_fault_contract(case, tmp_path)
     print("\n".join(report.lines()))
     assert len(report.clauses) == 5 and report.faulted is not None and report.recovered is not None
+
+
+def _serving(ctx) -> None:
+    """A crash cannot be undone, only recovered from: clean = every worker serves again."""
+    for replica in ctx.target.replicas:
+        wait_healthy(replica.direct_url)
+
+
+@pytest.mark.slow
+def test_prefill_crash_contract_on_a_pd_stack(pd_stack, tmp_path: Path) -> None:
+    _, info = pd_stack
+    case = FaultCase(
+        "prefill_crash",
+        {"transfer_wait": "1s"},
+        info,
+        effect=errors_above(0.3),
+        clean=_serving,
+        fault_id="prefill-crash",
+        max_partial_steps=1,
+        sample_s=0.8,
+        traffic={"rate_per_s": 15},
+    )
+    report = run_fault_contract(case, tmp_path)
+    print("\n".join(report.lines()))
+    assert len(report.clauses) == 5 and "killed (SIGKILL); back as pid" in report.evidence
+
+
+def test_sigkill_of_the_runner_during_the_kv_faults_reverts_them(pd_stack, tmp_path: Path) -> None:
+    """The crash matrix: a toxic on the KV link, a KV fault on the prefill worker and a killed decode worker, all
+    journaled by a runner that is then SIGKILLed; the watchdog reverts all three from the journal."""
+    state, info = pd_stack
+    faults = [
+        ["delay", "kv_transfer_delay", {"latency_ms": 100}],
+        ["corrupt", "kv_block_corrupt", {"share": 0.5}],
+        ["crash", "decode_crash", {"transfer_wait": "0s"}],
+    ]
+    (tmp_path / "target.json").write_text(info.model_dump_json())
+    (tmp_path / "faults.json").write_text(json.dumps(faults))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    runner = subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(__file__).with_name("pd_fake_runner.py")),
+            str(run_dir),
+            *(str(tmp_path / f) for f in ("target.json", "faults.json")),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},
+    )
+    prefill = state.replicas[0]
+    token = {"Authorization": f"Bearer {state.admin_token}"}
+    try:
+        assert runner.stdout.readline().strip() == "READY"
+        assert httpx.get(f"{prefill.admin_url}/admin/kv", headers=token).json()["fault"]["name"] == "drill-corrupt"
+        os.kill(runner.pid, signal.SIGKILL)
+        runner.wait(5)
+        _wait(lambda: httpx.get(f"{prefill.admin_url}/admin/kv", headers=token).json()["fault"] is None, 10)
+        proxy = httpx.get(f"{state.toxiproxy_url}/proxies/{state.name}-kv-p0-d1").json()
+        _wait(lambda: not httpx.get(f"{state.toxiproxy_url}/proxies/{proxy['name']}/toxics").json(), 10)
+    finally:
+        runner.kill()
+    _wait(lambda: (run_dir / "journal.jsonl").read_text().count('"event":"fault_reverted"') == 3, 30)
+    assert '"by":"watchdog"' in (run_dir / "journal.jsonl").read_text()
+    _serving(FaultContext("check", info, FaultTargets()))
+
+
+def _wait(predicate, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"not within {timeout_s:g}s"
+        time.sleep(0.05)

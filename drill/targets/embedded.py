@@ -97,6 +97,7 @@ class EmbeddedStack(Target):
                 )
                 if on
             ),
+            *_describe_topology(p),
         ]
 
     def teardown_data(self) -> dict:
@@ -162,6 +163,21 @@ class EmbeddedStack(Target):
             replicas=replicas,
             capabilities=self.static_capabilities(p),
         )
+
+
+def _describe_topology(p: StackConfig) -> list[str]:
+    """The P/D line of ``drill plan`` (nothing for an aggregated stack)."""
+    topology = p.topology
+    if topology is None:
+        return []
+    kv = topology.kv_transfer
+    lease = "none (waits for ever)" if kv.lease is None else f"{kv.lease:g}s"
+    checked = "checked" if kv.check_block_versions else "not checked"
+    return [
+        f"disaggregated: {topology.prefill} prefill + {topology.decode} decode worker(s); KV lease {lease}, "
+        f"failure policy {kv.failure_policy.value}, block versions {checked}, "
+        f"KV link proxies {'on' if kv.proxies else 'off'}"
+    ]
 
 
 def copy_complete_lines(source: Path, target: Path) -> bool:

@@ -25,6 +25,7 @@ from drill.api import (
     InjectError,
     LandingProof,
     LinkKind,
+    Mechanism,
     Realism,
     ReplicaRef,
 )
@@ -39,6 +40,8 @@ __all__ = [
     "KvTransferFailParams",
     "KvTransferStall",
     "KvTransferStallParams",
+    "StallMethod",
+    "kv_link_proxies",
     "prefill_workers",
 ]
 
@@ -103,14 +106,7 @@ class KvTransferDelay(Fault):
     revert_semantics = "deletes the toxics drill-<fault id>-* from each KV link proxy; idempotent."
 
     def _proxies(self, ctx: FaultContext) -> list[str]:
-        links = [ln for ln in ctx.targets.links if ln.kind is LinkKind.KV]
-        if not links or any(ln.proxy is None for ln in links):
-            raise InjectError(
-                "no KV link of the selected workers carries a Toxiproxy proxy",
-                fault=ctx.fault_id,
-                hint="use a disaggregated stack with target.config.topology.kv_transfer.proxies: true",
-            )
-        return sorted({ln.proxy for ln in links if ln.proxy})  # one link is listed on both of its workers
+        return kv_link_proxies(ctx)
 
     def _plans(self, ctx: FaultContext) -> list[ToxicPlan]:
         p = self.params
@@ -132,8 +128,22 @@ class KvTransferDelay(Fault):
         return verify_toxics(ctx, self._proxies(ctx), self._plans(ctx))
 
     def revert(self, ctx: FaultContext) -> None:
-        proxies = sorted({ln.proxy for ln in ctx.targets.links if ln.kind is LinkKind.KV and ln.proxy})
-        remove_toxics(ctx, proxies, [plan.name for plan in self._plans(ctx)])
+        remove_toxics(ctx, kv_link_proxies(ctx, strict=False), [plan.name for plan in self._plans(ctx)])
+
+
+def kv_link_proxies(ctx: FaultContext, *, strict: bool = True) -> list[str]:
+    """The Toxiproxy proxies of the selected KV links (a link is listed on both its workers: once each here).
+
+    ``strict``: InjectError when there is none, or a selected KV link has no proxy.
+    """
+    links = [ln for ln in ctx.targets.links if ln.kind is LinkKind.KV]
+    if strict and (not links or any(ln.proxy is None for ln in links)):
+        raise InjectError(
+            "no KV link of the selected workers carries a Toxiproxy proxy",
+            fault=ctx.fault_id,
+            hint="use a disaggregated stack with target.config.topology.kv_transfer.proxies: true",
+        )
+    return sorted({ln.proxy for ln in links if ln.proxy})
 
 
 # -- the prefill worker's KV sender ----------------------------------------------------------------
@@ -157,7 +167,8 @@ class _SenderFault(Fault):
     )
 
     def _body(self, ctx: FaultContext) -> dict[str, Any]:
-        return {"name": artefact(ctx), "mode": self.mode, **self.params.model_dump(mode="json")}
+        params = self.params.model_dump(mode="json", exclude={"method"})
+        return {"name": artefact(ctx), "mode": self.mode, **params}
 
     def inject(self, ctx: FaultContext) -> None:
         body = self._body(ctx)
@@ -185,18 +196,28 @@ class _SenderFault(Fault):
                 ctx.note(f"{worker.name} refuses connections: a worker that is down holds no KV fault")
 
 
+class StallMethod(enum.StrEnum):
+    STACK_ADMIN = "stack_admin"  # the reference stack's prefill workers withhold the completion
+    TOXIPROXY = "toxiproxy"  # a Toxiproxy timeout toxic (timeout 0) on the KV link proxies: data stops, link stays
+
+
 class KvTransferStallParams(_KvShareParams):
-    pass
+    method: StallMethod = Field(StallMethod.STACK_ADMIN, description="how the transfers stall (see Methods)")
 
 
 class KvTransferStall(_SenderFault):
     """A KV transfer starts but its completion never arrives ("in progress forever", NIXL #2047).
 
-    The prefill worker answers the decode worker's read, sends every block, and never sends the completion; it
-    holds the connection until the reader gives up. A decode worker with a ``kv_transfer.lease`` fails (or
+    ``stack_admin``: the prefill worker answers the decode worker's read, sends every block, and never sends the
+    completion; it holds the connection until the reader gives up (``share`` of the transfers, picked by ``seed``).
+    ``toxiproxy``: a ``timeout`` toxic with timeout 0 on the KV link proxies (downstream, ``share`` as the toxic's
+    toxicity: a random share of connections): the read goes out, nothing comes back, the connection stays open.
+
+    A decode worker with a ``kv_transfer.lease`` fails (or
     recomputes) the request when the lease ends; one without waits as long as its client does (vLLM #50754).
 
-    verify: ``GET /admin/kv`` of every prefill worker shows the fault in force.
+    verify: ``GET /admin/kv`` of every prefill worker shows the fault in force / the toxic is listed on every KV
+    link proxy.
 
     .. code-block:: yaml
 
@@ -211,7 +232,51 @@ class KvTransferStall(_SenderFault):
     Params = KvTransferStallParams
     params: KvTransferStallParams
     mode: ClassVar[str] = "stall"
-    summary = "KV transfers whose completion never arrives, for a seeded share of them"
+    mechanisms = (
+        Mechanism(
+            name="stack_admin",
+            needs=frozenset({Capability.STACK_ADMIN}),
+            realism=Realism.SIMULATED,
+            summary="the stack's prefill workers send the blocks, never the completion (seeded share of transfers)",
+        ),
+        Mechanism(
+            name="toxiproxy",
+            needs=frozenset({Capability.TOXIPROXY_KV_LINK}),
+            realism=Realism.REAL,
+            summary="a timeout toxic (timeout 0) on the KV link proxies: bytes stop, connections stay open",
+        ),
+    )
+    summary = "KV transfers whose completion never arrives, for a share of them"
+    revert_semantics = (
+        "stack_admin: clears the KV fault drill-<fault id> on each prefill worker (a worker that refuses "
+        "connections holds none). toxiproxy: deletes the toxic drill-<fault id>-timeout from each KV link proxy. "
+        "Idempotent."
+    )
+
+    def __init__(self, params: KvTransferStallParams) -> None:
+        super().__init__(params)
+        self.scope = "links" if params.method is StallMethod.TOXIPROXY else "replicas"
+
+    def _toxic(self, ctx: FaultContext) -> list[ToxicPlan]:
+        plan = ToxicPlan(artefact(ctx, "timeout"), "timeout", {"timeout": 0}, "downstream", self.params.share)
+        return [plan]
+
+    def inject(self, ctx: FaultContext) -> None:
+        if self.params.method is StallMethod.TOXIPROXY:
+            add_toxics(ctx, kv_link_proxies(ctx), self._toxic(ctx))
+            return
+        super().inject(ctx)
+
+    def verify(self, ctx: FaultContext) -> LandingProof:
+        if self.params.method is StallMethod.TOXIPROXY:
+            return verify_toxics(ctx, kv_link_proxies(ctx), self._toxic(ctx))
+        return super().verify(ctx)
+
+    def revert(self, ctx: FaultContext) -> None:
+        if self.params.method is StallMethod.TOXIPROXY:
+            remove_toxics(ctx, kv_link_proxies(ctx, strict=False), [p.name for p in self._toxic(ctx)])
+            return
+        super().revert(ctx)
 
 
 class TransferFailPoint(enum.StrEnum):

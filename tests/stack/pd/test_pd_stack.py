@@ -72,6 +72,7 @@ def test_requests_through_the_router_are_prefilled_then_decoded_over_the_proxied
 CASES = {
     "kv_transfer_delay": ({"latency_ms": 300}, latency_above(0.2)),
     "kv_transfer_stall": ({}, errors_above(0.5)),  # the lease (1 s) ends each stalled transfer: 500
+    "kv_transfer_stall-toxiproxy": ({"method": "toxiproxy"}, errors_above(0.5)),
     "kv_transfer_fail": ({"point": "after_data"}, errors_above(0.5)),
     "kv_block_corrupt": ({"corruption": "foreign"}, errors_above(0.5)),  # block versions are checked
 }
@@ -83,7 +84,7 @@ def test_kv_fault_contract_on_a_pd_stack(kind: str, pd_stack, tmp_path: Path) ->
     _, info = pd_stack
     params, effect = CASES[kind]
     case = FaultCase(
-        kind,
+        kind.split("-")[0],
         params,
         info,
         effect=effect,

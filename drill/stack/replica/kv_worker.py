@@ -13,6 +13,7 @@ request (HTTP 500) or, with ``failure_policy: recompute``, is recomputed here. B
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -146,7 +147,7 @@ class DecodeKv:
         self.kv = kv
         self.peers = dict(spec.kv_peers)
         self.tracing = tracing
-        self.counts = {"loaded": 0, "failed": 0, "recomputed": 0, "lease_expired": 0, "block_check": 0}
+        self.counts = {"loaded": 0, "failed": 0, "recomputed": 0, "lease_expired": 0, "block_check": 0, "aborted": 0}
         self.in_flight = 0  # loads under way
 
     async def start(self) -> None:
@@ -179,6 +180,22 @@ class DecodeKv:
         self.in_flight += 1
         try:
             outcome = await self._load(request, params)
+        except asyncio.CancelledError:  # the client went away: the read is closed, the holder sees it go
+            self.counts["aborted"] += 1
+            attributes = {
+                "drill.kv.role": "decode",
+                "drill.kv.state": "aborted",
+                "drill.kv.lease_s": self.kv.lease or -1,
+            }
+            self.tracing.record_span(
+                KV_SPAN,
+                span,
+                start_wall=started,
+                end_wall=time.time(),
+                attributes=attributes,
+                error="client disconnected during the KV load",
+            )
+            raise
         finally:
             self.in_flight -= 1
         self.tracing.record_span(

@@ -232,7 +232,10 @@ class OpenAIApi:
         except (HttpError, AdmissionRefused, EngineDeadError) as exc:
             raise self._refuse(exc, span) from None
         ctx: ApiContext = request.context  # type: ignore[assignment]
-        kv_header = await self._load_kv(request, body, span)
+        kv_header = await self._load_kv(request, body, span, stream)
+        if kv_header is None:  # the client went away during the KV load, which was aborted
+            self.tracing.end_http_span(span, CLIENT_CLOSED_REQUEST, time.time(), "client disconnected during KV load")
+            return HttpResponse(CLIENT_CLOSED_REQUEST, b"", "text/plain")
         if ctx.stream:
             stream.start(200, "text/event-stream; charset=utf-8", kv_header)
         if not await self._admit(request, ctx, stream, span):
@@ -243,15 +246,28 @@ class OpenAIApi:
             ctx.kv_transfer = self.kv.after_engine(request, body.kv_transfer_params)
         return self._finish(request, ctx, stream, span, kv_header)
 
-    async def _load_kv(self, request: Request, body: SamplingRequest, span: object) -> tuple[tuple[str, str], ...]:
-        """A decode worker reads the request's KV cache first (an HttpError when that fails and is fatal)."""
+    async def _load_kv(
+        self, request: Request, body: SamplingRequest, span: object, stream: ResponseStream
+    ) -> tuple[tuple[str, str], ...] | None:
+        """A decode worker reads the request's KV cache first (an HttpError when that fails and is fatal).
+
+        Returns the response headers to add, or None when the client went away meanwhile: with ``abort_abandoned``
+        the load is aborted then, as vLLM aborts a request whose connection closed, wherever it is.
+        """
         if self.kv is None:
             return ()
+        load = asyncio.ensure_future(self.kv.before_engine(request, body.kv_transfer_params, span))
+        if self.config.abort_abandoned:
+            stream.on_disconnect(load.cancel)  # a no-op once the load is done
         try:
-            value = await self.kv.before_engine(request, body.kv_transfer_params, span)
+            value = await load
         except HttpError as exc:
             self.tracing.end_http_span(span, exc.status, time.time(), exc.message)
             raise
+        except asyncio.CancelledError:
+            if not stream.disconnected:
+                raise  # the replica itself is stopping
+            return None
         return () if value is None else ((KV_HEADER, value),)
 
     async def _admit(self, request: Request, ctx: ApiContext, stream: ResponseStream, span: object) -> bool:

@@ -82,11 +82,19 @@ async def test_a_stalled_transfer_ends_at_the_lease(pd_pair) -> None:
     assert 0.3 <= waited < 3.0
 
 
-async def test_without_a_lease_a_stalled_transfer_waits_for_ever(pd_pair) -> None:
+async def test_without_a_lease_a_stalled_transfer_waits_until_the_client_goes(pd_pair) -> None:
     async with pd_pair(lease=None) as pair:
         await pair.set_fault(mode="stall")
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(pair.prefill_then_decode("req-forever"), 1.5)
+        for _ in range(100):  # the client's close aborts the load (vLLM's abort of an abandoned request)
+            held = (await pair.http.get(f"{pair.prefill.server.url}/admin/kv", headers=ADMIN)).json()
+            if held["counts"]["failed"]:
+                break
+            await asyncio.sleep(0.02)
+        loads = (await pair.http.get(f"{pair.decode.server.url}/admin/kv", headers=ADMIN)).json()
+    assert held["counts"]["failed"] == 1 and held["in_flight"] == 0
+    assert loads["counts"]["aborted"] == 1 and loads["in_flight"] == 0
 
 
 async def test_a_share_of_transfers_is_hit_as_the_seed_decides(pd_pair) -> None:

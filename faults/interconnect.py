@@ -56,6 +56,8 @@ class NcclDegradationParams(FaultParams):
             raise ValueError("method netem needs interface (the NCCL_SOCKET_IFNAME of the replica, e.g. eth1)")
         if self.method is not NcclMethod.TRANSPORT_DOWNGRADE and not shaping:
             raise ValueError(f"method {self.method.value} needs latency_ms, jitter_ms, bandwidth_kbps or loss_pct")
+        if LinkKind.KV in self.link_kinds:
+            raise ValueError("kv links carry KV transfers, not NCCL collectives: use kv_transfer_delay")
         if self.method is NcclMethod.TOXIPROXY and self.loss_pct:
             raise ValueError("loss_pct belongs to method netem (Toxiproxy cannot drop packets)")
         if self.method is NcclMethod.TRANSPORT_DOWNGRADE and not self.env:

@@ -136,6 +136,7 @@ class Capability(str, enum.Enum):
     TOXIPROXY_REPLICA = "toxiproxy.replica"  # a Toxiproxy proxy between router and each replica
     TOXIPROXY_TP_LINK = "toxiproxy.tp_link"  # a proxy on each TP rank link
     TOXIPROXY_PP_LINK = "toxiproxy.pp_link"  # a proxy on each PP stage link
+    TOXIPROXY_KV_LINK = "toxiproxy.kv_link"  # a proxy on each (prefill, decode) worker pair's KV transfer link
     DOCKER = "docker"  # replicas run in Docker containers
     PROCESS = "process"  # replicas are local processes (PID known)
     SUPERVISOR = "supervisor"  # something restarts a replica that exits
@@ -154,10 +155,12 @@ class Realism(str, enum.Enum):
 
 
 class LinkKind(str, enum.Enum):
-    """A tensor-parallel link (rank 0 <-> rank i) or a pipeline link (stage i -> stage i+1)."""
+    """A tensor-parallel link (rank 0 <-> rank i), a pipeline link (stage i -> stage i+1), or the KV transfer link
+    between a prefill and a decode worker (disaggregated serving)."""
 
     TP = "tp"
     PP = "pp"
+    KV = "kv"
 
 
 class RouterRetryOn(str, enum.Enum):
@@ -175,7 +178,8 @@ class _Frozen(BaseModel):
 
 
 class LinkRef(_Frozen):
-    """One inter-GPU link of a replica: rank 0 <-> TP rank ``rank``, or PP stage ``rank``-1 -> ``rank``."""
+    """One inter-GPU link of a replica: rank 0 <-> TP rank ``rank``, PP stage ``rank``-1 -> ``rank``, or (``kv``) the
+    KV transfer link to or from the worker with index ``rank`` (listed on both workers, one proxy)."""
 
     name: str
     kind: LinkKind
@@ -198,6 +202,7 @@ class ReplicaRef(_Frozen):
     process_name: str | None = None
     proxy: str | None = None  # Toxiproxy proxy in front of it
     links: list[LinkRef] = Field(default_factory=list)
+    role: Literal["prefill", "decode"] | None = None  # disaggregated serving: what the worker does; None: both
 
 
 class TargetInfo(_Frozen):

@@ -15,6 +15,7 @@ keys the server adds later are dropped, keys it lacks are errors.
 from __future__ import annotations
 
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -27,6 +28,7 @@ __all__ = [
     "ConfigChange",
     "EngineCondition",
     "GpuCondition",
+    "KvWorkerState",
     "LastDeath",
     "ReplicaAdminState",
     "RetrySettings",
@@ -83,6 +85,16 @@ class ReplicaAdminState(_AdminWire):
     stall_until: float | None = None
     engine: EngineCondition = EngineCondition()
     last_death: LastDeath | None = None
+
+
+class KvWorkerState(_AdminWire):
+    """``GET /admin/kv`` of a P/D worker: its role, transfer counts per state, the KV fault in force (prefill)."""
+
+    role: str
+    counts: dict[str, int]
+    pending: int = 0
+    in_flight: int = 0
+    fault: dict[str, Any] | None = None
 
 
 class RetrySettings(_AdminWire):
@@ -211,6 +223,18 @@ class StackAdminClient(_AdminHttp):
     def clear_stall(self) -> None:
         """Resume engine steps now (idempotent)."""
         self._json("DELETE", "/admin/engine/stall", "clear stall")
+
+    def kv_state(self) -> KvWorkerState:
+        """A P/D worker's KV side: transfers per state, the KV fault in force (404 on an aggregated replica)."""
+        return self._model(KvWorkerState, self._json("GET", "/admin/kv", "get KV state"), "get KV state")
+
+    def set_kv_fault(self, fault: dict[str, Any]) -> None:
+        """Put a KV fault in force on a prefill worker (``drill.stack.kv.kv_faults.KvFault`` as JSON)."""
+        self._json("PUT", "/admin/kv/fault", f"set KV fault {fault.get('name')}", fault)
+
+    def clear_kv_fault(self, name: str) -> None:
+        """Clear the KV fault ``name`` (idempotent; another fault in force stays)."""
+        self._json("DELETE", f"/admin/kv/fault?name={quote(name)}", f"clear KV fault {name}")
 
 
 class RouterAdminClient(_AdminHttp):

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from drill.api import RouterRetryOn
 from drill.errors import SpecError
 from drill.stack.presets import GpuPreset, ModelPreset, gpu_names, gpu_preset, model_names, model_preset
+from drill.stack.topology import TopologyConfig
 from drill.units import BindHost, Duration
 
 __all__ = [
@@ -207,6 +208,9 @@ class StackConfig(BaseModel):
     router: RouterConfig = RouterConfig()
     links: LinksConfig = LinksConfig()
     tracing: TracingConfig = TracingConfig()
+    topology: TopologyConfig | None = Field(
+        None, description="disaggregated prefill/decode workers (drill.stack.topology); absent: aggregated"
+    )
     runtime: Runtime = Runtime.LOCAL
     host: BindHost = "127.0.0.1"
     abort_abandoned: bool = Field(
@@ -216,6 +220,20 @@ class StackConfig(BaseModel):
             "wherever it is, as vLLM does; false keeps computing it (what abandoned work costs)"
         ),
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _replicas_from_topology(cls, data: object) -> object:
+        """With ``topology``, the replicas are its prefill + decode workers (``replicas`` may not be given too)."""
+        if not isinstance(data, dict) or not isinstance(data.get("topology"), dict):
+            return data
+        topology = data["topology"]
+        prefill, decode = topology.get("prefill", 1), topology.get("decode", 1)
+        if not (isinstance(prefill, int) and isinstance(decode, int)):
+            return data  # the topology's own validation says what is wrong
+        if data.get("replicas", prefill + decode) != prefill + decode:
+            raise ValueError("give either replicas or topology (its prefill + decode workers are the replicas)")
+        return {**data, "replicas": prefill + decode}
 
     @field_validator("model")
     @classmethod

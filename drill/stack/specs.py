@@ -58,6 +58,11 @@ class ReplicaSpec(BaseModel):
     log_path: Path | None = None
     seed: int = 0
     peers: tuple[PeerSpec, ...] = ()
+    role: Literal["prefill", "decode"] | None = Field(None, description="P/D worker role; None: aggregated")
+    kv_listen: str | None = Field(None, description="prefill worker: host:port of its KV side channel")
+    kv_peers: dict[str, str] = Field(
+        default_factory=dict, description="decode worker: prefill worker name -> host:port it dials (maybe a proxy)"
+    )
     ready_file: Path | None = Field(
         None, description="written (JSON: pid, port, url) once the replica listens; optional"
     )
@@ -100,6 +105,7 @@ class UpstreamSpec(BaseModel):
     name: str
     index: int
     url: str
+    role: Literal["prefill", "decode"] | None = None  # P/D: the router sends prefill, then decode
 
 
 class RouterSpec(BaseModel):

@@ -49,6 +49,8 @@ class EmbeddedStack(Target):
             caps.add(Capability.TOXIPROXY_TP_LINK)
         if params.links.pp_proxies and params.engine.pipeline_parallel_size > 1:
             caps.add(Capability.TOXIPROXY_PP_LINK)
+        if params.topology is not None and params.topology.kv_transfer.proxies:
+            caps.add(Capability.TOXIPROXY_KV_LINK)
         return frozenset(caps)
 
     @classmethod
@@ -95,6 +97,7 @@ class EmbeddedStack(Target):
                 )
                 if on
             ),
+            *_describe_topology(p),
         ]
 
     def teardown_data(self) -> dict:
@@ -144,7 +147,13 @@ class EmbeddedStack(Target):
     def planned_info(self) -> TargetInfo:
         p: StackConfig = self.params
         replicas = [
-            ReplicaRef(name=f"replica-{i}", index=i, url="(assigned at start)", links=_planned_links(p, i))
+            ReplicaRef(
+                name=f"replica-{i}",
+                index=i,
+                url="(assigned at start)",
+                links=_planned_links(p, i),
+                role=p.topology.role_of(i).value if p.topology else None,
+            )
             for i in range(p.replicas)
         ]
         return TargetInfo(
@@ -154,6 +163,21 @@ class EmbeddedStack(Target):
             replicas=replicas,
             capabilities=self.static_capabilities(p),
         )
+
+
+def _describe_topology(p: StackConfig) -> list[str]:
+    """The P/D line of ``drill plan`` (nothing for an aggregated stack)."""
+    topology = p.topology
+    if topology is None:
+        return []
+    kv = topology.kv_transfer
+    lease = "none (waits for ever)" if kv.lease is None else f"{kv.lease:g}s"
+    checked = "checked" if kv.check_block_versions else "not checked"
+    return [
+        f"disaggregated: {topology.prefill} prefill + {topology.decode} decode worker(s); KV lease {lease}, "
+        f"failure policy {kv.failure_policy.value}, block versions {checked}, "
+        f"KV link proxies {'on' if kv.proxies else 'off'}"
+    ]
 
 
 def copy_complete_lines(source: Path, target: Path) -> bool:
@@ -187,7 +211,26 @@ def _planned_links(p: StackConfig, index: int) -> list[LinkRef]:
         )
         for r in range(1, p.engine.pipeline_parallel_size)
     ]
-    return links
+    return links + _planned_kv_links(p, index)
+
+
+def _planned_kv_links(p: StackConfig, index: int) -> list[LinkRef]:
+    """A P/D worker's KV links (drill.stack.supervision.pd_plan names them), less the ``<stack>-`` prefix."""
+    topology = p.topology
+    if topology is None:
+        return []
+    prefill, decode = range(topology.prefill), range(topology.prefill, topology.prefill + topology.decode)
+    pairs = [(index, d) for d in decode] if index in prefill else [(q, index) for q in prefill]
+    proxied = topology.kv_transfer.proxies
+    return [
+        LinkRef(
+            name=f"kv-p{q}-d{d}",
+            kind=LinkKind.KV,
+            rank=d if index == q else q,
+            proxy=f"<stack>-kv-p{q}-d{d}" if proxied else None,
+        )
+        for q, d in pairs
+    ]
 
 
 def info_from_state(state, capabilities: frozenset[Capability]) -> TargetInfo:
@@ -204,6 +247,7 @@ def info_from_state(state, capabilities: frozenset[Capability]) -> TargetInfo:
             pid_file=str(r.pid_file),
             proxy=r.proxy,
             links=[LinkRef(name=ln.name, kind=LinkKind(ln.kind), rank=ln.rank, proxy=ln.proxy) for ln in r.links],
+            role=r.role,
         )
         for r in state.replicas
     ]

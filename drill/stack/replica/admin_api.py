@@ -73,6 +73,11 @@ class AdminApi:
         for (method, path), handler in routes.items():
             router.add(method, path, self._guard(handler))
 
+    def register_extra(self, router: Router, routes: dict) -> None:
+        """Add more admin routes (a P/D worker's ``/admin/kv*``) behind the same loopback and token checks."""
+        for (method, path), handler in routes.items():
+            router.add(method, path, self._guard(handler))
+
     def _guard(self, handler):
         async def guarded(request: HttpRequest, stream: ResponseStream) -> HttpResponse:
             if not _is_loopback(request.peer_host):

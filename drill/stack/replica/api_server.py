@@ -38,6 +38,7 @@ from drill.stack.inference.kv_cache import KVCacheManager
 from drill.stack.inference.scheduler import Scheduler
 from drill.stack.interconnect.step_exchange import Interconnect, NoopInterconnect
 from drill.stack.replica.admin_api import AdminApi
+from drill.stack.replica.kv_worker import kv_hooks
 from drill.stack.replica.ledger import Ledger
 from drill.stack.replica.metrics import EngineMetrics
 from drill.stack.replica.openai_api import OpenAIApi
@@ -92,7 +93,10 @@ class Replica:
             self.scheduler, Executor(self.cost_model, self.gpu), listeners=[self.metrics, self.recorder]
         )
         router = Router()
-        self.api = OpenAIApi(self.engine, config, self.metrics, self.tracing, seed=config.seed + spec.seed + spec.index)
+        self.kv = kv_hooks(spec, self.tracing)  # a P/D worker's KV side; None when aggregated
+        self.api = OpenAIApi(
+            self.engine, config, self.metrics, self.tracing, seed=config.seed + spec.seed + spec.index, kv=self.kv
+        )
         self.api.register(router)
         self.admin = AdminApi(
             self.engine,
@@ -103,6 +107,8 @@ class Replica:
             last_death=take_death(spec.ledger_path),
         )
         self.admin.register(router)
+        if self.kv is not None:
+            self.admin.register_extra(router, self.kv.routes())
         self.server = HttpServer(router, host=spec.host, port=spec.port, half_close=not config.abort_abandoned)
         self._engine_task: asyncio.Task | None = None
         log.info(
@@ -124,6 +130,8 @@ class Replica:
         log.info("loading weights: %.2f s (modelled)", self.weight_load_seconds)
         await asyncio.sleep(self.weight_load_seconds)
         self._engine_task = asyncio.create_task(self.engine.run(), name="engine-core")
+        if self.kv is not None:
+            await self.kv.start()
         self.tracing.start()
         await self.server.start()
         log.info("replica %s listening on %s", self.spec.name, self.server.url)
@@ -171,6 +179,8 @@ class Replica:
             self._engine_task.cancel()
             await asyncio.gather(self._engine_task, return_exceptions=True)
         await self.engine.interconnect.close()
+        if self.kv is not None:
+            await self.kv.close()
         await self.tracing.aclose()
         self.ledger.close()
 

@@ -38,6 +38,8 @@ from drill.stack.inference.exceptions import AdmissionRefused, EngineDeadError
 from drill.stack.inference.request import Request
 from drill.stack.inference.textgen import TokenSampler, prompt_seed, stable_seed, token_text
 from drill.stack.inference.tokenizer import chat_tokens
+from drill.stack.kv.wire import KV_HEADER
+from drill.stack.replica.kv_worker import KvHooks
 from drill.stack.replica.metrics import CONTENT_TYPE, EngineMetrics
 from drill.stack.replica.openai_protocol import (
     DONE_EVENT,
@@ -83,6 +85,7 @@ class ApiContext:
     role_pending: bool = False  # chat streams: the role-only chunk is still to be sent
     error: tuple[int, str, str] | None = None  # (status, message, type)
     error_status: int | None = None
+    kv_transfer: dict[str, object] | None = None  # a prefill worker's announcement (kv_transfer_params)
 
     def resolve(self) -> None:
         if not self.done.done():
@@ -144,9 +147,17 @@ class OpenAIApi:
     """The replica's OpenAI routes over one engine."""
 
     def __init__(
-        self, engine: Engine, config: StackConfig, metrics: EngineMetrics, tracing: Tracing, *, seed: int = 0
+        self,
+        engine: Engine,
+        config: StackConfig,
+        metrics: EngineMetrics,
+        tracing: Tracing,
+        *,
+        seed: int = 0,
+        kv: KvHooks | None = None,
     ) -> None:
         self.engine = engine
+        self.kv = kv  # a P/D worker's KV side (drill.stack.replica.kv_worker), None when aggregated
         self.config = config
         self.metrics = metrics
         self.tracing = tracing
@@ -221,13 +232,43 @@ class OpenAIApi:
         except (HttpError, AdmissionRefused, EngineDeadError) as exc:
             raise self._refuse(exc, span) from None
         ctx: ApiContext = request.context  # type: ignore[assignment]
+        kv_header = await self._load_kv(request, body, span, stream)
+        if kv_header is None:  # the client went away during the KV load, which was aborted
+            self.tracing.end_http_span(span, CLIENT_CLOSED_REQUEST, time.time(), "client disconnected during KV load")
+            return HttpResponse(CLIENT_CLOSED_REQUEST, b"", "text/plain")
         if ctx.stream:
-            stream.start(200, "text/event-stream; charset=utf-8")
+            stream.start(200, "text/event-stream; charset=utf-8", kv_header)
         if not await self._admit(request, ctx, stream, span):
             return None
         stream.on_disconnect(lambda: (self.engine.abort_request(request), ctx.resolve()))
         await ctx.done
-        return self._finish(request, ctx, stream, span)
+        if self.kv is not None:
+            ctx.kv_transfer = self.kv.after_engine(request, body.kv_transfer_params)
+        return self._finish(request, ctx, stream, span, kv_header)
+
+    async def _load_kv(
+        self, request: Request, body: SamplingRequest, span: object, stream: ResponseStream
+    ) -> tuple[tuple[str, str], ...] | None:
+        """A decode worker reads the request's KV cache first (an HttpError when that fails and is fatal).
+
+        Returns the response headers to add, or None when the client went away meanwhile: with ``abort_abandoned``
+        the load is aborted then, as vLLM aborts a request whose connection closed, wherever it is.
+        """
+        if self.kv is None:
+            return ()
+        load = asyncio.ensure_future(self.kv.before_engine(request, body.kv_transfer_params, span))
+        if self.config.abort_abandoned:
+            stream.on_disconnect(load.cancel)  # a no-op once the load is done
+        try:
+            value = await load
+        except HttpError as exc:
+            self.tracing.end_http_span(span, exc.status, time.time(), exc.message)
+            raise
+        except asyncio.CancelledError:
+            if not stream.disconnected:
+                raise  # the replica itself is stopping
+            return None
+        return () if value is None else ((KV_HEADER, value),)
 
     async def _admit(self, request: Request, ctx: ApiContext, stream: ResponseStream, span: object) -> bool:
         """Queue the request in the engine, which checks admission again; False when a stream was refused.
@@ -263,7 +304,14 @@ class OpenAIApi:
         seconds = self.config.engine.refusal_retry_after
         return () if seconds is None else (("Retry-After", f"{math.ceil(seconds):d}"),)
 
-    def _finish(self, request: Request, ctx: ApiContext, stream: ResponseStream, span: object) -> HttpResponse | None:
+    def _finish(
+        self,
+        request: Request,
+        ctx: ApiContext,
+        stream: ResponseStream,
+        span: object,
+        headers: tuple[tuple[str, str], ...] = (),
+    ) -> HttpResponse | None:
         if stream.disconnected and request.aborted_in is not None:
             return self._client_gone(request, stream, span)
         if ctx.stream:
@@ -287,8 +335,10 @@ class OpenAIApi:
             request.num_prompt_tokens,
             request.num_output_tokens,
         )
+        if ctx.kv_transfer is not None:
+            payload["kv_transfer_params"] = ctx.kv_transfer
         self.tracing.end_http_span(span, 200, time.time())
-        return HttpResponse.json(payload)
+        return HttpResponse.json(payload, headers=headers)
 
     def _client_gone(self, request: Request, stream: ResponseStream, span: object) -> HttpResponse | None:
         """The client closed its connection and the request was aborted: a stream ends (its 200 went out), a

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -64,6 +64,7 @@ class SamplingRequest(BaseModel):
     ignore_eos: bool = False
     min_tokens: Annotated[int, Field(ge=0)] = 0
     priority: int = 0
+    kv_transfer_params: dict[str, Any] | None = None  # vLLM's P/D handshake (drill.stack.replica.kv_worker)
 
     @model_validator(mode="after")
     def _checks(self) -> SamplingRequest:

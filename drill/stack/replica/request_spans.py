@@ -223,6 +223,34 @@ class Tracing:
             span.set_status(status(code.ERROR, error))
         span.end(end_time=_ns(end))
 
+    def record_span(
+        self,
+        name: str,
+        parent: object,
+        *,
+        start_wall: float,
+        end_wall: float,
+        attributes: Mapping[str, object],
+        error: str | None = None,
+    ) -> None:
+        """Emit one INTERNAL span ``name`` under ``parent`` (an HTTP span or its incoming context); no-op when disabled.
+
+        Used for a P/D worker's ``kv_transfer`` span (:mod:`drill.stack.replica.kv_worker`).
+        """
+        if not self.enabled:
+            return
+        from opentelemetry import trace
+
+        if isinstance(parent, _Incoming):
+            context = parent.context
+        else:
+            context = trace.set_span_in_context(parent) if parent is not None else None
+        span = self._tracer.start_span(name, context=context, start_time=_ns(start_wall), attributes=dict(attributes))
+        if error is not None:
+            status, code = self._status
+            span.set_status(status(code.ERROR, error))
+        span.end(end_time=_ns(end_wall))
+
     async def aclose(self) -> None:
         """Export every pending span and stop (called once at replica exit, inside the loop)."""
         if self._loop_exporter is not None:

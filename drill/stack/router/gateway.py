@@ -33,6 +33,8 @@ from pydantic import ValidationError
 
 from drill.stack.config import RouterConfig
 from drill.stack.http.server import HttpError, HttpRequest, HttpResponse, HttpServer, ResponseStream, Router
+from drill.stack.kv.wire import KV_HEADER
+from drill.stack.router.pd_forward import PrefillLeg, record_kv_span
 from drill.stack.router.proxy import Attempt, Tee, UpstreamOutcome, forward_headers
 from drill.stack.router.routing import (
     CachedResponse,
@@ -64,8 +66,14 @@ class Gateway:
     def __init__(self, spec: RouterSpec) -> None:
         self.spec = spec
         self.config = spec.router
-        self.pool = ReplicaPool(
-            [ReplicaState(u.name, u.index, u.url.rstrip("/")) for u in spec.replicas], spec.router.policy
+        decode = [u for u in spec.replicas if u.role != "prefill"]
+        prefill = [u for u in spec.replicas if u.role == "prefill"]
+        self.pool = ReplicaPool([ReplicaState(u.name, u.index, u.url.rstrip("/")) for u in decode], spec.router.policy)
+        #: disaggregated stack: the prefill workers (the pool above holds the decode workers); None when aggregated
+        self.prefill_pool = (
+            ReplicaPool([ReplicaState(u.name, u.index, u.url.rstrip("/")) for u in prefill], spec.router.policy)
+            if prefill
+            else None
         )
         self.store = IdempotencyStore()
         self.metrics = RouterMetrics()
@@ -78,6 +86,9 @@ class Gateway:
         self._checks: set[asyncio.Task] = set()
         self._checking: set[str] = set()  # replicas with a _check_soon under way
         self._health_timeouts: dict[str, int] = {}  # replica -> health checks timed out in a row
+        self.prefill_leg = (
+            PrefillLeg(self.prefill_pool, self.client, self.tracer, self._mark) if self.prefill_pool else None
+        )
 
     def _routes(self) -> Router:
         router = Router()
@@ -114,7 +125,11 @@ class Gateway:
 
     async def check_all(self) -> None:
         """Check every replica once, concurrently."""
-        await asyncio.gather(*(self.check(r) for r in self.pool.replicas))
+        await asyncio.gather(*(self.check(r) for r in self._all_replicas()))
+
+    def _all_replicas(self) -> list[ReplicaState]:
+        """Every upstream: the replicas (decode workers), and the prefill workers of a disaggregated stack."""
+        return [*(self.prefill_pool.replicas if self.prefill_pool else ()), *self.pool.replicas]
 
     async def check(self, replica: ReplicaState) -> None:
         """``GET /health`` of one replica: 200 keeps it in rotation, another answer or a refused connection takes
@@ -222,6 +237,12 @@ class Gateway:
         self, request: HttpRequest, stream: ResponseStream, out: ResponseStream | Tee, config: RouterConfig
     ) -> HttpResponse | None:
         headers = forward_headers(request.headers)
+        observe = None
+        if self.prefill_leg is not None:  # P/D: prefill first, then decode with the announced transfer
+            prepared = await self.prefill_leg.run(request, headers, config)
+            if isinstance(prepared, HttpResponse):
+                return prepared
+            request, observe = prepared, self._observe_kv
         outcome = UpstreamOutcome(done=False)
         for number in range(1, config.retries.attempts + 2):
             replica = self.pool.pick()
@@ -235,7 +256,7 @@ class Gateway:
             if number > 1:
                 self.metrics.retries.labels(outcome.failure.value if outcome.failure else "none").inc()
             outcome = await self._attempt(
-                Attempt(self.client, self.tracer, config, request, headers, number, replica, out)
+                Attempt(self.client, self.tracer, config, request, headers, number, replica, out, observe)
             )
             if outcome.done:
                 return outcome.response
@@ -290,10 +311,15 @@ class Gateway:
                 self._check_soon(replica)
         return outcome
 
+    def _observe_kv(self, headers: httpx.Headers) -> None:
+        value = headers.get(KV_HEADER)
+        if value is not None:
+            record_kv_span(self.tracer, value)
+
     # -- own endpoints -----------------------------------------------------------------------
     async def handle_health(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse:
-        """200 while at least one replica is in rotation, else 503."""
-        if self.pool.healthy():
+        """200 while at least one replica (and, P/D, one prefill worker) is in rotation, else 503."""
+        if self.pool.healthy() and (self.prefill_pool is None or self.prefill_pool.healthy()):
             return HttpResponse(200, b"", "text/plain")
         raise HttpError(503, "no healthy replica", type="Service Unavailable")
 
@@ -316,7 +342,7 @@ class Gateway:
         return HttpResponse.json(
             {
                 "pid": os.getpid(),
-                "replicas": [r.as_json() for r in self.pool.replicas],
+                "replicas": [r.as_json() for r in self._all_replicas()],
                 "idempotency_keys": len(self.store),
                 "config": self.config.model_dump(mode="json"),
             }

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
@@ -123,6 +124,7 @@ class Attempt:
     number: int
     replica: ReplicaState
     out: ResponseStream | Tee
+    observe: Callable[[httpx.Headers], None] | None = None  # sees the upstream's headers (the P/D router's kv span)
 
     def _timeout(self) -> httpx.Timeout:
         limit = self.config.retries.timeout
@@ -159,6 +161,8 @@ class Attempt:
             return self._failed(RouterRetryOn.ERROR, "connect" if isinstance(exc, httpx.ConnectError) else "read", 502)
         try:
             trace.get_current_span().set_attribute("http.response.status_code", response.status_code)
+            if self.observe is not None:
+                self.observe(response.headers)
             if response.status_code >= 500:
                 return await self._upstream_5xx(response)
             if response.headers.get("content-type", "").startswith("text/event-stream"):

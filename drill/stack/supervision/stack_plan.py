@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 
 from drill.stack.config import Runtime, StackConfig
 from drill.stack.specs import PeerSpec, ReplicaSpec, RouterSpec, UpstreamSpec
+from drill.stack.supervision.pd_plan import kv_ports_needed, plan_kv, role_value
 from drill.stack.supervision.ports import free_ports
 from drill.stack.supervision.state import LinkState, ReplicaEntry, StackState, run_dir
 
@@ -113,7 +114,7 @@ def _chain_pp(
 
 def _ports_needed(config: StackConfig) -> int:
     per_replica = 2 + 2 * (config.engine.tensor_parallel_size - 1 + config.engine.pipeline_parallel_size - 1)
-    return 3 + config.replicas * per_replica
+    return 3 + config.replicas * per_replica + kv_ports_needed(config)
 
 
 def build_plan(
@@ -129,7 +130,8 @@ def build_plan(
     ports = free_ports(_ports_needed(config), config.host)
     root, host, token = run_dir(name, state_dir), config.host, secrets.token_urlsafe(18)
     router_port, toxiproxy_port, lifeline_port = ports.pop(), ports.pop(), ports.pop()
-    proxies: list[ProxyPlan] = []
+    kv = plan_kv(config, name, ports)  # disaggregated: the KV links; nothing for an aggregated stack
+    proxies = [ProxyPlan(name=n, listen=listen, upstream=upstream) for n, listen, upstream in kv.proxies]
     specs: list[ReplicaSpec] = []
     entries: list[ReplicaEntry] = []
     for index in range(config.replicas):
@@ -153,6 +155,9 @@ def build_plan(
             log_path=root / f"replica-{index}.log",
             seed=config.seed + index,
             peers=tuple(peer for peer, _, _ in links),
+            role=role_value(kv, index),
+            kv_listen=kv.listen.get(index),
+            kv_peers=kv.peers.get(index, {}),
         )
         specs.append(spec)
         entries.append(
@@ -165,9 +170,10 @@ def build_plan(
                 pid_file=root / f"replica-{index}.pid",
                 proxy=proxy_name,
                 container=container_name(name, index) if runtime is Runtime.DOCKER else None,
-                links=tuple(state for _, state, _ in links),
+                links=(*(state for _, state, _ in links), *kv.links.get(index, ())),
                 ledger_path=spec.ledger_path,
                 log_path=spec.log_path,
+                role=spec.role,
             )
         )
     router_spec = RouterSpec(
@@ -178,7 +184,7 @@ def build_plan(
         router=config.router,
         abort_abandoned=config.abort_abandoned,
         ready_file=root / "router.ready.json",
-        replicas=tuple(UpstreamSpec(name=e.name, index=e.index, url=e.url) for e in entries),
+        replicas=tuple(UpstreamSpec(name=e.name, index=e.index, url=e.url, role=e.role) for e in entries),
     )
     state = StackState(
         name=name,

@@ -42,7 +42,7 @@ class LinkState(BaseModel):
     model_config = _FROZEN
 
     name: str
-    kind: str  # "tp" | "pp"
+    kind: str  # "tp" | "pp" | "kv"
     rank: int
     proxy: str | None  # Toxiproxy proxy name, None when links of this kind are not proxied
     listen: str  # host:port the upstream peer dials (the proxy, or the rank itself)
@@ -67,6 +67,7 @@ class ReplicaEntry(BaseModel):
     links: tuple[LinkState, ...] = ()
     ledger_path: Path
     log_path: Path
+    role: str | None = None  # "prefill" | "decode" in a disaggregated stack (a pod's llm-d.ai/role label)
 
 
 class StackState(BaseModel):

@@ -1,0 +1,107 @@
+"""A prefill worker and a decode worker in one loop: the handshake, the transfer, and what each KV fault does to it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pd_harness import ADMIN
+
+from drill.stack.kv.kv_faults import hits_share
+
+pytestmark = pytest.mark.anyio
+
+
+async def _aggregated_text(pair, prompt: str = "the quick brown fox") -> str:
+    """The same request on the prefill worker alone (it answers like an aggregated replica)."""
+    response = await pair.http.post(
+        f"{pair.prefill.server.url}/v1/completions", json={"prompt": prompt, "max_tokens": 12, "temperature": 0}
+    )
+    return response.json()["choices"][0]["text"]
+
+
+async def test_the_decode_worker_answers_what_an_aggregated_replica_answers(pd_pair) -> None:
+    exporter = InMemorySpanExporter()
+    async with pd_pair(span_processor=SimpleSpanProcessor(exporter)) as pair:
+        response = await pair.prefill_then_decode("req-a")
+        assert response.status_code == 200, response.text
+        assert response.json()["choices"][0]["text"] == await _aggregated_text(pair)
+        assert response.headers["x-drill-kv-transfer"].startswith("state=consumed")
+        state = (await pair.http.get(f"{pair.prefill.server.url}/admin/kv", headers=ADMIN)).json()
+    assert state["counts"]["consumed"] == 1 and state["counts"]["freed"] == 1 and state["pending"] == 0
+    spans = [s for s in exporter.get_finished_spans() if s.name == "kv_transfer"]
+    assert len(spans) == 1
+    attributes = spans[0].attributes
+    assert attributes["drill.kv.transfer_id"] == "req-a" and attributes["drill.kv.state"] == "consumed"
+    assert attributes["drill.kv.bytes"] == 4 * 131_072  # 4 prompt tokens of llama-3-8b's KV cache
+    assert attributes["drill.kv.blocks"] == 1
+
+
+async def test_corrupt_blocks_unchecked_are_http_200_with_other_tokens(pd_pair) -> None:
+    async with pd_pair(check_block_versions=False) as pair:
+        golden = await _aggregated_text(pair)
+        await pair.set_fault(mode="corrupt", corruption="stale")
+        response = await pair.prefill_then_decode("req-b")
+    assert response.status_code == 200
+    assert response.json()["choices"][0]["text"] != golden
+
+
+async def test_corrupt_blocks_checked_fail_the_request_or_are_recomputed(pd_pair) -> None:
+    async with pd_pair(check_block_versions=True) as pair:
+        await pair.set_fault(mode="corrupt", corruption="foreign")
+        failed = await pair.prefill_then_decode("req-c")
+    assert failed.status_code == 500 and "block check failed" in failed.json()["error"]["message"]
+    async with pd_pair(check_block_versions=True, failure_policy="recompute") as pair:
+        golden = await _aggregated_text(pair)
+        await pair.set_fault(mode="corrupt")
+        recomputed = await pair.prefill_then_decode("req-d")
+        counts = (await pair.http.get(f"{pair.decode.server.url}/admin/kv", headers=ADMIN)).json()["counts"]
+    assert recomputed.status_code == 200 and recomputed.json()["choices"][0]["text"] == golden
+    assert counts["recomputed"] == 1 and counts["block_check"] == 1
+
+
+@pytest.mark.parametrize("point", ["before_start", "in_flight", "after_data"])
+async def test_a_failed_transfer_fails_the_request_at_each_point(pd_pair, point: str) -> None:
+    async with pd_pair() as pair:
+        await pair.set_fault(mode="fail", point=point)
+        response = await pair.prefill_then_decode(f"req-{point}")
+    assert response.status_code == 500, response.text
+    state = response.headers["x-drill-kv-transfer"]
+    assert state.startswith("state=failed")
+
+
+async def test_a_stalled_transfer_ends_at_the_lease(pd_pair) -> None:
+    async with pd_pair(lease="300ms") as pair:
+        await pair.set_fault(mode="stall")
+        started = asyncio.get_running_loop().time()
+        response = await pair.prefill_then_decode("req-stall")
+        waited = asyncio.get_running_loop().time() - started
+    assert response.status_code == 500 and "lease of 0.3s expired" in response.json()["error"]["message"]
+    assert 0.3 <= waited < 3.0
+
+
+async def test_without_a_lease_a_stalled_transfer_waits_until_the_client_goes(pd_pair) -> None:
+    async with pd_pair(lease=None) as pair:
+        await pair.set_fault(mode="stall")
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(pair.prefill_then_decode("req-forever"), 1.5)
+        for _ in range(100):  # the client's close aborts the load (vLLM's abort of an abandoned request)
+            held = (await pair.http.get(f"{pair.prefill.server.url}/admin/kv", headers=ADMIN)).json()
+            if held["counts"]["failed"]:
+                break
+            await asyncio.sleep(0.02)
+        loads = (await pair.http.get(f"{pair.decode.server.url}/admin/kv", headers=ADMIN)).json()
+    assert held["counts"]["failed"] == 1 and held["in_flight"] == 0
+    assert loads["counts"]["aborted"] == 1 and loads["in_flight"] == 0
+
+
+async def test_a_share_of_transfers_is_hit_as_the_seed_decides(pd_pair) -> None:
+    ids = [f"req-{i}" for i in range(12)]
+    expected = [i for i in ids if hits_share(7, i, 0.5)]
+    assert 0 < len(expected) < len(ids)
+    async with pd_pair(check_block_versions=True) as pair:
+        await pair.set_fault(mode="corrupt", share=0.5, seed=7)
+        statuses = {i: (await pair.prefill_then_decode(i)).status_code for i in ids}
+    assert [i for i, status in statuses.items() if status == 500] == expected

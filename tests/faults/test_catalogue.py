@@ -23,6 +23,8 @@ from drill.cli.main import cli
 from drill.spec.models import FaultSpec
 from tests.faults.test_contract_docker import CASES as DOCKER_CASES
 from tests.faults.test_contract_local import CASES as LOCAL_CASES
+from tests.stack.pd.test_pd_stack import CASES as PD_CASES
+from tests.stack.pd.test_pd_stack import CRASH_KINDS as PD_CRASH_KINDS
 
 #: The faults llm-drill itself ships: its own distribution's ``drill.faults`` entry points (pyproject.toml), read
 #: the way the registry reads them, so a new built-in fault is tested here as soon as it is registered.
@@ -44,7 +46,7 @@ def test_every_fault_class_of_the_library_has_an_entry_point() -> None:
         for module in (importlib.import_module(f"faults.{stem}") for stem in FAULT_MODULES)
         for name, cls in vars(module).items()
         if inspect.isclass(cls) and issubclass(cls, Fault) and cls.__module__ == module.__name__
-        if not inspect.isabstract(cls)
+        if not inspect.isabstract(cls) and not name.startswith("_")  # a private base class is no fault
     }
     assert len(BUILT_IN) >= 10 and sorted(classes) == BUILT_IN
     assert {kind: registry.faults.info(kind).value for kind in BUILT_IN} == classes
@@ -54,7 +56,8 @@ def test_every_built_in_fault_keeps_the_contract_kit_somewhere() -> None:
     """Each built-in fault has a contract case: on the local stack, on Docker, or its own (the queue flood's
     needs the real load driver)."""
     own = set(re.findall(r'FaultCase\(\s*"(\w+)"', (Path(__file__).parent / "test_queue_flood.py").read_text()))
-    covered = {case[0] for case in [*LOCAL_CASES.values(), *DOCKER_CASES.values()]} | own
+    on_pd = {kind.split("-")[0] for kind in PD_CASES} | set(PD_CRASH_KINDS)  # the KV faults need a P/D stack
+    covered = {case[0] for case in [*LOCAL_CASES.values(), *DOCKER_CASES.values()]} | own | on_pd
     assert own == {"queue_flood"} and set(BUILT_IN) <= covered, sorted(set(BUILT_IN) - covered)
 
 

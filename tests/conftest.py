@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.compare.compare_run import ComparedPair, unbounded_queue_pair
+
 REPO = Path(__file__).resolve().parent.parent
 
 TEST_PLUGINS = ";".join(
@@ -59,3 +61,11 @@ def toxiproxy(toxiproxy_server) -> Iterator:
         for name in client.proxies():
             client.delete_proxy(name)
         client.close()
+
+
+@pytest.fixture(scope="session")
+def unbounded_queue_compare(tmp_path_factory: pytest.TempPathFactory) -> ComparedPair:
+    """The flagship's comparison (tests/compare/compare_run.py's ``unbounded_queue_pair``), made once: its verdicts
+    are tests/e2e/test_drill_verdicts.py's, its baseline's report.html is opened in Chromium by
+    tests/report/test_html_in_chromium.py. A test taking it needs ``COMPARE_TIMEOUT_S`` of time-out."""
+    return unbounded_queue_pair(tmp_path_factory.mktemp("unbounded-queue-compare"))

@@ -16,10 +16,24 @@ import pytest
 
 from tests.e2e.conftest import DRILL, REPO, DrillRun
 
-__all__ = ["ComparedPair", "compare_drill"]
+__all__ = ["ComparedPair", "compare_drill", "unbounded_queue_pair"]
 
 #: Two runs of a CI-scale drill and the judging; bounds a hung comparison.
 COMPARE_TIMEOUT_S = 840
+UNBOUNDED = "drills/unbounded-queue.yaml"
+#: The candidate of the flagship's comparison: admission control on, the drill file's header's second line.
+ADMISSION = "target.config.engine.max_num_queued_reqs=128"
+#: The unbounded-queue drill in CI: shorter warm-up, baseline and recovery (the flood and its fault phase are
+#: the drill's own), and fewer replayed samples — the replay is not what its tests prove.
+QUEUE_CI = (
+    "phases.warmup=10s",
+    "phases.baseline=40s",
+    "phases.recovery=40s",
+    "phases.replay.max_samples=20",
+    "phases.replay.controls=4",
+)
+#: Its flood must last long enough (18 s) for the queue to outgrow what admission control admits.
+QUEUE_TIME_SCALE = 0.3
 
 
 @dataclass(frozen=True)
@@ -68,3 +82,9 @@ def compare_drill(out: Path, drill: str, change: str, *both: str, time_scale: fl
     document = json.loads(found[0].read_text())
     baseline, candidate = (_side(document, side, output, wall) for side in ("baseline", "candidate"))
     return ComparedPair(process.returncode, found[0].parent, document, baseline, candidate, wall, output)
+
+
+def unbounded_queue_pair(out: Path) -> ComparedPair:
+    """The flagship drill (the baseline) against admission control (the candidate): one ``drill compare`` at the
+    CI scale. tests/conftest.py runs it once a session for every test that reads it."""
+    return compare_drill(out, UNBOUNDED, ADMISSION, *QUEUE_CI, time_scale=QUEUE_TIME_SCALE)

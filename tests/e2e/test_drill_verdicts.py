@@ -20,33 +20,20 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
 from drill.compare.diff import Difference, diff_configs, effective_config
-from tests.compare.compare_run import COMPARE_TIMEOUT_S, compare_drill
+from tests.compare.compare_run import COMPARE_TIMEOUT_S, UNBOUNDED, ComparedPair
 from tests.e2e.catalogue_verdicts import assert_predicted
 from tests.e2e.conftest import DrillRun, PlannedRun
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-UNBOUNDED = "drills/unbounded-queue.yaml"
 SLOW_REPLICA = "drills/slow-replica.yaml"
 NCCL = "drills/nccl-degradation.yaml"
 RETRY_STORM = "drills/retry-storm-duplicates.yaml"
 GPU_OOM = "drills/gpu-oom.yaml"
-
-#: The unbounded-queue drill in CI: shorter warm-up, baseline and recovery (the flood and its fault phase are
-#: the drill's own), and fewer replayed samples — the replay is not what this test proves.
-QUEUE_CI = (
-    "phases.warmup=10s",
-    "phases.baseline=40s",
-    "phases.recovery=40s",
-    "phases.replay.max_samples=20",
-    "phases.replay.controls=4",
-)
-
 
 #: The runs of the tests after the unbounded-queue pair, three side by side (conftest.py's ``planned`` fixture).
 SIDE_BY_SIDE = 3
@@ -85,11 +72,13 @@ def _first_span(run: DrillRun) -> dict:
 
 
 @pytest.mark.timeout(COMPARE_TIMEOUT_S + 60)
-def test_unbounded_queue_fails_fast_failure_and_admission_control_passes_it(tmp_path: Path) -> None:
+def test_unbounded_queue_fails_fast_failure_and_admission_control_passes_it(
+    unbounded_queue_compare: ComparedPair,
+) -> None:
     """One ``drill compare`` runs the pair: the drill as written (the baseline) and admission control on (the
-    candidate), same seed and request set, every other variable identical."""
-    admission = "target.config.engine.max_num_queued_reqs=128"
-    pair = compare_drill(tmp_path, UNBOUNDED, admission, *QUEUE_CI, time_scale=0.3)
+    candidate), same seed and request set, every other variable identical (tests/conftest.py makes it once; the
+    Chromium test opens the baseline's report)."""
+    pair = unbounded_queue_compare
     unbounded, bounded = pair.baseline, pair.candidate
     assert unbounded.exit_code == 1, unbounded.summary()
     _assert_status(unbounded, "fault_landed", "PASS")

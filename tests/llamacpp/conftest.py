@@ -4,8 +4,8 @@ Fixtures (names are stable; other test files build on them):
 
 - ``llama_server_bin`` (session): the ``llama-server`` binary. ``LLAMA_SERVER_BIN`` when set, else the cached build of
   ``scripts/llama_server.py``; a build still running (``./dev test`` starts one in the background) is waited for,
-  none at all is built now. A failed build fails the tests with its log's tail (and is not retried); they never
-  skip.
+  none at all is built now (tests/supervised_server.py's ``tool``, as for vLLM). A failed build fails the tests
+  with its log's tail (and is not retried); they never skip.
 - ``llama_model`` (session): :class:`tests.llamacpp.model.ModelFiles` of the ``gpt2-1024`` tokenizer's model.
 - ``llama_server`` (session): a server on a free loopback port, under ``drill supervise`` (it comes back after a
   crash), with ``--metrics``, ``--slots``, 4 slots, 8192 tokens of context and ``--ignore-eos`` (a random model
@@ -18,95 +18,44 @@ These tests run last (``./dev test`` builds the binary meanwhile) and are marked
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
-import httpx
 import pytest
 
-from drill.stack.lifeline import die_with_parent
 from tests.llamacpp.model import ModelFiles, make_model
+from tests.supervised_server import (
+    ServerError,
+    SupervisedServer,
+    free_port,
+    load_script,
+    run_last,
+    say,
+    start_supervised,
+    tool,
+)
 
-REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 BUILD_WAIT_S = 2400.0  # a cold build at nice 19 beside the rest of the suite on two cores
-START_TIMEOUT_S = 60.0
-
-
-def _build_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("llama_server_build", REPO / "scripts" / "llama_server.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
-    return module
-
-
-# -- ordering and markers --------------------------------------------------------------------------------------
-
-
-def _here(item: pytest.Item) -> bool:
-    return HERE in Path(str(item.path)).resolve().parents
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """This folder's tests run last, so a background build has the whole suite's time; the first waits for it."""
-    ours = [item for item in items if _here(item)]
-    if not ours:
-        return
-    items[:] = [item for item in items if not _here(item)] + ours
-    for item in ours:
-        item.add_marker(pytest.mark.llamacpp)
-        item.add_marker(pytest.mark.integration)
-    ours[0].add_marker(pytest.mark.timeout(BUILD_WAIT_S + 300))
+    run_last(items, HERE, (pytest.mark.llamacpp, pytest.mark.integration), BUILD_WAIT_S + 300)
 
 
 # -- the binary --------------------------------------------------------------------------------------------------
 
 
-def _say(config: pytest.Config, message: str) -> None:
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(f"[llamacpp] {message}")
-
-
 @pytest.fixture(scope="session")
 def llama_server_bin(pytestconfig: pytest.Config) -> Path:
-    given = os.environ.get("LLAMA_SERVER_BIN")
-    if given:
-        if not os.access(given, os.X_OK):
-            pytest.fail(f"LLAMA_SERVER_BIN={given} is not an executable file", pytrace=False)
-        return Path(given)
-    script = _build_script()
-    cache = script.Cache.here()
     try:
-        if cache.built():
-            return cache.binary
-        if cache.building() or cache.status().get("state") == "queued":
-            _say(pytestconfig, f"waiting for the llama-server build running in the background (log {cache.log})")
-            started = time.monotonic()
-            binary = script.wait(cache, BUILD_WAIT_S)
-            _say(pytestconfig, f"llama-server built after a {time.monotonic() - started:.0f} s wait")
-            return binary
-        if cache.status().get("state") == "failed":  # not retried here: it would fail again, minutes later
-            raise script.BuildError(
-                f"the llama-server build failed: {cache.status().get('error')}\n{cache.log_tail()}\n"
-                "fix the cause, then ./dev setup (or python3 scripts/llama_server.py build) builds it again"
-            )
-        _say(pytestconfig, f"building llama-server now (about 7 minutes of CPU; log {cache.log})")
-        return script.build(cache)
-    except script.BuildError as exc:
-        pytest.fail(f"no llama-server for the llama.cpp tests: {exc}", pytrace=False)
+        return tool("LLAMA_SERVER_BIN", load_script("llama_server"), "build", BUILD_WAIT_S,
+                    lambda message: say(pytestconfig, "llamacpp", message))  # fmt: skip
+    except ServerError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 # -- the model ---------------------------------------------------------------------------------------------------
@@ -134,29 +83,13 @@ def llama_model(llama_models: Callable[[str], ModelFiles]) -> ModelFiles:
 # -- the server --------------------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @dataclass
-class LlamaServer:
-    """One supervised ``llama-server``: where it listens, its PID file, its model and logs."""
+class LlamaServer(SupervisedServer):
+    """One supervised ``llama-server`` and the model, slots and context it was started with."""
 
-    url: str
-    port: int
-    pid_file: Path
-    log: Path  # the server's own output, across restarts
     model: ModelFiles
-    process: subprocess.Popen[bytes]  # the supervisor (``drill supervise``)
     parallel: int
     ctx: int
-
-    @property
-    def pid(self) -> int:
-        """The server's current PID (it changes when the supervisor restarts it)."""
-        return int(self.pid_file.read_text(encoding="utf-8"))
 
     @property
     def model_path(self) -> Path:
@@ -171,37 +104,12 @@ class LlamaServer:
         """The model name the server reports and answers to."""
         return f"tiny-{self.model.tokenizer.name}"
 
-    def healthy(self) -> bool:
-        try:
-            return httpx.get(f"{self.url}/health", timeout=2.0, trust_env=False).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def wait_healthy(self, timeout_s: float = START_TIMEOUT_S) -> float:
+    def wait_healthy(self, timeout_s: float | None = None) -> float:
         """Seconds until ``/health`` answers 200; fails the test with the log's tail when it does not."""
-        start = time.monotonic()
-        while not self.healthy():
-            if self.process.poll() is not None:
-                pytest.fail(f"drill supervise exited ({self.process.returncode}):\n{self.log_tail()}", pytrace=False)
-            if time.monotonic() - start > timeout_s:
-                pytest.fail(f"llama-server not healthy after {timeout_s:g} s:\n{self.log_tail()}", pytrace=False)
-            time.sleep(0.05)
-        return time.monotonic() - start
-
-    def log_tail(self, lines: int = 30) -> str:
         try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return f"(no log at {self.log})"
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+            return super().wait_healthy(timeout_s)
+        except ServerError as exc:
+            pytest.fail(str(exc), pytrace=False)
 
 
 def server_command(binary: Path, model: ModelFiles, port: int, parallel: int, ctx: int) -> list[str]:
@@ -234,19 +142,9 @@ def server_command(binary: Path, model: ModelFiles, port: int, parallel: int, ct
 def start_server(binary: Path, model: ModelFiles, folder: Path, parallel: int = 4, ctx: int = 8192) -> LlamaServer:
     """``llama-server`` under ``drill supervise`` on a free port, healthy."""
     port = free_port()
-    folder.mkdir(parents=True, exist_ok=True)
-    pid_file, log = folder / f"llama-server-{port}.pid", folder / f"llama-server-{port}.log"
-    supervise = [sys.executable, "-m", "drill", "supervise", "--pid-file", str(pid_file), "--log", str(log), "--"]
-    with open(folder / f"supervise-{port}.log", "ab") as out:
-        process = subprocess.Popen(
-            supervise + server_command(binary, model, port, parallel, ctx),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=REPO,
-            preexec_fn=die_with_parent(),  # a killed pytest leaves no server behind (the server dies with it too)
-        )
-    server = LlamaServer(f"http://127.0.0.1:{port}", port, pid_file, log, model, process, parallel, ctx)
+    command = server_command(binary, model, port, parallel, ctx)
+    process, pid_file, log = start_supervised(command, folder, f"llama-server-{port}")
+    server = LlamaServer(f"http://127.0.0.1:{port}", port, pid_file, log, process, model, parallel, ctx)
     try:
         server.wait_healthy()
     except BaseException:

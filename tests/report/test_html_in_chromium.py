@@ -3,26 +3,27 @@ network request, every section and chart is there, and a screenshot is kept.
 
 The browser is the system's (Debian's ``chromium``; ``scripts/setup.sh`` installs it, ``CHROMIUM_BIN`` points at
 another), driven by Playwright through ``executable_path``: Playwright never downloads a browser here. The run is
-the catalogue's ``unbounded-queue`` drill at ``--time-scale 0.2`` with the shorter warm-up, baseline and recovery
-and the smaller replay of tests/e2e (``RUN_SETS``: the flood and its fault phase are the drill's own; a report
-needs a replay, not 200 replayed samples). Measured on the project's 2-vCPU machine: 75 s (19 s of it the load
-draining the flood's backlog), where the drill's whole timeline at 0.2 took about 2 min. The screenshot is written
-to ``reports/test-artifacts/`` (``DRILL_TEST_ARTIFACTS`` overrides it) and its path printed.
+the baseline of the flagship's comparison that tests/e2e/test_drill_verdicts.py asserts (tests/conftest.py's
+``unbounded_queue_compare``, made once a session): the catalogue's ``unbounded-queue`` drill at ``--time-scale
+0.3`` with the shorter warm-up, baseline and recovery and the smaller replay of tests/compare/compare_run.py's
+``QUEUE_CI`` (the flood and its fault phase are the drill's own; a report needs a replay, not 200 replayed
+samples). Whichever of the two tests runs first waits for it (about 3 minutes on the project's 2-vCPU machine);
+a run of its own here cost 75 s more. The screenshot is written to ``reports/test-artifacts/``
+(``DRILL_TEST_ARTIFACTS`` overrides it) and its path printed.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from tests.compare.compare_run import COMPARE_TIMEOUT_S, ComparedPair
+
 REPO = Path(__file__).resolve().parents[2]
-DRILL = Path(sys.executable).with_name("drill")
 LAUNCH_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -55,15 +56,6 @@ SECTIONS = (
 CHARTS = ("latency_over_time", "errors_over_time", "trace_waterfall", "queue_and_kv", "latency_distributions")
 #: The charts this run has data for (a flood on the embedded stack: latency, errors, queue and KV, distributions).
 CHARTS_WITH_DATA = ("latency_over_time", "errors_over_time", "queue_and_kv", "latency_distributions")
-#: The run's ``--set``s: 2 s warm-up, 8 s baseline and recovery at 0.2; the 18 s fault phase and its flood as written.
-RUN_SETS = (
-    "phases.warmup=10s",
-    "phases.baseline=40s",
-    "phases.recovery=40s",
-    "phases.replay.max_samples=20",
-    "phases.replay.controls=4",
-)
-
 pytestmark = [pytest.mark.integration, pytest.mark.chromium]
 
 
@@ -82,27 +74,10 @@ def _artifacts() -> Path:
 
 
 @pytest.fixture(scope="module")
-def report_html(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("chromium-run")
-    argv = [
-        str(DRILL),
-        "run",
-        str(REPO / "drills" / "unbounded-queue.yaml"),
-        "--time-scale",
-        "0.2",
-        "--out",
-        str(out),
-        "--no-progress",
-        "--set",
-        "otlp.port=0",
-    ]
-    for assignment in RUN_SETS:
-        argv += ["--set", assignment]
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert done.returncode in (0, 1), done.stdout[-4000:] + done.stderr[-4000:]
-    found = sorted(out.glob("unbounded-queue/*/report.html"))
-    assert len(found) == 1, (found, done.stdout[-2000:])
-    return found[0]
+def report_html(unbounded_queue_compare: ComparedPair) -> Path:
+    found = unbounded_queue_compare.baseline.run_dir / "report.html"
+    assert found.is_file(), (found, unbounded_queue_compare.output[-2000:])
+    return found
 
 
 @dataclass
@@ -265,6 +240,7 @@ def test_the_inspection_sees_requests_console_errors_and_missing_parts(tmp_path)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(COMPARE_TIMEOUT_S + 60)  # the first to take report_html waits for the comparison
 def test_report_opens_offline_with_every_section_and_chart(report_html: Path):
     shot = _artifacts() / f"report-{report_html.parent.name}.png"
     found = open_in_chromium(report_html, screenshot=shot)
@@ -279,6 +255,7 @@ def test_report_opens_offline_with_every_section_and_chart(report_html: Path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(COMPARE_TIMEOUT_S + 60)
 def test_the_real_reports_first_screen_shows_the_headline_and_the_latency_chart(report_html: Path):
     shot = _artifacts() / f"first-screen-{report_html.parent.name}.png"
     rects = first_screen(report_html, screenshot=shot)

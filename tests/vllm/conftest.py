@@ -24,34 +24,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.vllm.servers import ServerError, VllmServer, free_port, make_model, start_server, vllm_command
+from tests.supervised_server import free_port, run_last, say
+from tests.vllm.servers import INSTALL_WAIT_S, ServerError, VllmServer, make_model, start_server, vllm_command
 
 HERE = Path(__file__).resolve().parent
-INSTALL_WAIT_S = 1800.0  # a cold install at nice 19 beside the rest of the suite (2-3 minutes when idle)
 MAX_RUNNING = 2
-
-
-def _here(item: pytest.Item) -> bool:
-    return HERE in Path(str(item.path)).resolve().parents
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """This folder's tests run last, so a background install has the whole suite's time; the first waits for it."""
-    ours = [item for item in items if _here(item)]
-    if not ours:
-        return
-    items[:] = [item for item in items if not _here(item)] + ours
-    for item in ours:
-        item.add_marker(pytest.mark.vllm)
-        item.add_marker(pytest.mark.integration)
-    ours[0].add_marker(pytest.mark.timeout(INSTALL_WAIT_S + 600))
+    run_last(items, HERE, (pytest.mark.vllm, pytest.mark.integration), INSTALL_WAIT_S + 600)
 
 
 def _say(config: pytest.Config, message: str) -> None:
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(f"[vllm] {message}")
+    say(config, "vllm", message)
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """Real vLLM servers (vLLM's CPU build) on loopback, for the tests in this folder and bench/faithfulness.py.
 
 :func:`vllm_command` is where ``vllm serve`` is installed (``VLLM_BIN``, else scripts/vllm_cpu.py's cache);
+the supervised server, its health wait and stop are tests/supervised_server.py's, shared with tests/llamacpp;
 :func:`make_model` writes the tiny model of ``tests/vllm/model.py`` with that installation's Python;
 :func:`start_server` starts ``vllm serve`` under ``drill supervise`` (so ``replica_crash`` sees it come back),
 with its spans sent over OTLP/HTTP to a fixed loopback port, where a drill's receiver listens while it runs;
@@ -15,22 +16,19 @@ low enough (about 6 requests/s of 128 tokens on a loaded 2-core machine) that a 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
-
-import httpx
+from typing import ClassVar
 
 from drill.stack.lifeline import die_with_parent
+from tests.supervised_server import ServerError, SupervisedServer, free_port, load_script, start_supervised, tail, tool
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -42,39 +40,13 @@ START_TIMEOUT_S = 300.0  # healthy in 20-30 s on an idle 2-core machine, 45-60 s
 SPAN_DELAY_MS = 200  # the span exporter's batch delay: spans reach a drill's receiver before its run ends
 
 
-class ServerError(Exception):
-    """vLLM is not installed, or a server did not come up; the message says why."""
-
-
-def install_script() -> ModuleType:
-    """scripts/vllm_cpu.py, imported for its cache paths and its wait."""
-    spec = importlib.util.spec_from_file_location("vllm_cpu_install", REPO / "scripts" / "vllm_cpu.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
-    return module
+INSTALL_WAIT_S = 1800.0  # a cold install at nice 19 beside the rest of the suite (2-3 minutes when idle)
 
 
 def vllm_command(wait_s: float = 0.0) -> Path:
-    """``VLLM_BIN``, else the cached install (waiting up to ``wait_s`` for one running); ServerError otherwise."""
-    given = os.environ.get("VLLM_BIN")
-    if given:
-        if not os.access(given, os.X_OK):
-            raise ServerError(f"VLLM_BIN={given} is not an executable file")
-        return Path(given)
-    script = install_script()
-    cache = script.Cache.here()
-    try:
-        if cache.installed():
-            return cache.vllm
-        if wait_s > 0 and (cache.installing() or cache.status().get("state") == "queued"):
-            return script.wait(cache, wait_s)
-        if cache.status().get("state") == "failed":  # not retried here: it would fail again, minutes later
-            raise script.InstallError(f"the vLLM install failed: {cache.status().get('error')}\n{cache.log_tail()}")
-        return script.install(cache)
-    except script.InstallError as exc:
-        raise ServerError(f"no vLLM for the vLLM tests: {exc}\n{script.WHAT_TO_DO}") from exc
+    """``VLLM_BIN``, else the cached install (waiting up to ``wait_s`` for one running, installing it now when none
+    is); ServerError otherwise."""
+    return tool("VLLM_BIN", load_script("vllm_cpu"), "install", wait_s)
 
 
 def vllm_python(vllm: Path) -> Path:
@@ -96,12 +68,6 @@ def make_model(vllm: Path, folder: Path) -> Path:
     if done.returncode != 0:
         raise ServerError(f"making the tiny model failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return folder
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def server_env(otlp_port: int | None, service: str) -> dict[str, str]:
@@ -150,70 +116,17 @@ def serve_command(vllm: Path, model: Path, port: int, otlp_port: int | None, fla
     return command + list(flags)
 
 
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=2.0, trust_env=False).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return f"(no log at {path})"
-
-
 @dataclass
-class VllmServer:
-    """One supervised ``vllm serve``: where it listens, its flags, PID file and log."""
+class VllmServer(SupervisedServer):
+    """One supervised ``vllm serve``, by the name that is its OpenTelemetry service.name too, and its flags."""
 
-    name: str  # its OpenTelemetry service.name too
-    url: str
-    port: int
+    name: str
     flags: tuple[str, ...]
-    pid_file: Path
-    log: Path  # the server's own output, across restarts
-    process: subprocess.Popen[bytes]  # the supervisor (``drill supervise``)
     started_s: float = 0.0  # seconds from the start until /health answered 200
 
-    @property
-    def pid(self) -> int:
-        """The API server's current PID (it changes when the supervisor restarts it)."""
-        return int(self.pid_file.read_text(encoding="utf-8"))
-
-    @property
-    def upstream(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def healthy(self) -> bool:
-        return _healthy(self.url)
-
-    def wait_healthy(self, timeout_s: float = START_TIMEOUT_S) -> float:
-        """Seconds until ``/health`` answers 200; ServerError with the log's tail when it does not."""
-        start = time.monotonic()
-        while not self.healthy():
-            if self.process.poll() is not None:
-                raise ServerError(f"drill supervise exited ({self.process.returncode}):\n{self.log_tail()}")
-            if time.monotonic() - start > timeout_s:
-                raise ServerError(f"vLLM not healthy after {timeout_s:g} s:\n{self.log_tail()}")
-            time.sleep(0.25)
-        return time.monotonic() - start
-
-    def log_tail(self, lines: int = 40) -> str:
-        return _tail(self.log, lines)
-
-    def stop(self) -> float:
-        """SIGTERM to the supervisor (it stops vLLM the same way); seconds until it was gone."""
-        start = time.monotonic()
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return time.monotonic() - start
+    start_timeout_s: ClassVar[float] = START_TIMEOUT_S
+    poll_s: ClassVar[float] = 0.25
+    stop_timeout_s: ClassVar[float] = 30.0
 
 
 def start_server(
@@ -221,20 +134,9 @@ def start_server(
 ) -> VllmServer:
     """``vllm serve`` under ``drill supervise`` on a free loopback port, not yet waited for (see ``wait_healthy``)."""
     port = free_port()
-    folder.mkdir(parents=True, exist_ok=True)
-    pid_file, log = folder / f"{name}.pid", folder / f"{name}.log"
-    supervise = [sys.executable, "-m", "drill", "supervise", "--pid-file", str(pid_file), "--log", str(log), "--"]
-    with open(folder / f"{name}.supervise.log", "ab") as out:
-        process = subprocess.Popen(
-            supervise + serve_command(vllm, model, port, otlp_port, flags),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=folder,
-            env=server_env(otlp_port, name),
-            preexec_fn=die_with_parent(),  # a killed pytest leaves no server behind
-        )
-    return VllmServer(name, f"http://127.0.0.1:{port}", port, tuple(flags), pid_file, log, process)
+    command = serve_command(vllm, model, port, otlp_port, flags)
+    process, pid_file, log = start_supervised(command, folder, name, server_env(otlp_port, name), cwd=folder)
+    return VllmServer(f"http://127.0.0.1:{port}", port, pid_file, log, process, name, tuple(flags))
 
 
 @dataclass
@@ -286,6 +188,6 @@ def start_router(folder: Path, upstreams: dict[str, str], otlp_port: int | None)
     while not ready.exists():
         if process.poll() is not None or time.monotonic() > deadline:
             router.stop()
-            raise ServerError(f"the router did not start:\n{_tail(log)}")
+            raise ServerError(f"the router did not start:\n{tail(log)}")
         time.sleep(0.1)
     return router

@@ -10,7 +10,7 @@ import enum
 import functools
 import time
 from collections.abc import Callable
-from typing import Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Literal, TypeVar, overload
 
 from pydantic import Field, model_validator
 
@@ -29,6 +29,9 @@ from drill.api import (
     Saved,
 )
 from faults._toxics import artefact, refused
+
+if TYPE_CHECKING:
+    from drill.api import ReplicaAdminState
 
 __all__ = ["ClockMethod", "GpuClockCap", "GpuOom", "OomMethod", "restore_clock", "verify_clock"]
 
@@ -342,13 +345,16 @@ class GpuOom(Fault):
             },
         )
 
-    def _verify_death(self, ctx: FaultContext, replica: ReplicaRef, state, before: int | None) -> LandingProof:
+    def _verify_death(
+        self, ctx: FaultContext, replica: ReplicaRef, state: ReplicaAdminState, before: int | None
+    ) -> LandingProof:
         """A dead or restarted engine is evidence only when it died of CUDA OOM with the hog's memory taken.
 
         The reason comes from the replica itself: ``engine.dead_reason`` while the dead process lingers,
         ``last_death`` (pid, reason) once the supervisor restarted it. Any other death or restart (a crash,
         an XID, a kill) is not this fault landing.
         """
+        pid: int | None
         if state.pid == before or before is None:
             pid, reason, how = state.pid, state.engine.dead_reason, "its engine is dead"
         else:

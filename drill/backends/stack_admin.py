@@ -14,7 +14,7 @@ keys the server adds later are dropped, keys it lacks are errors.
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -160,7 +160,7 @@ class _AdminHttp:
         """Close the connection pool. Called once when the client is no longer needed."""
         self._http.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -335,6 +335,11 @@ class Check(abc.ABC):
         """Judge the evidence; never raise for missing data (return INCONCLUSIVE)."""
 
     def verdict(
-        self, status: Status, message: str, *, evidence: list[EvidenceRef] | tuple[EvidenceRef, ...] = (), **kwargs
+        self,
+        status: Status,
+        message: str,
+        *,
+        evidence: list[EvidenceRef] | tuple[EvidenceRef, ...] = (),
+        **kwargs: Any,  # the rest of Verdict's fields
     ) -> Verdict:
         return Verdict(self.kind, self.name, status, message, evidence=tuple(evidence)[:MAX_EVIDENCE], **kwargs)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import functools
+from typing import TYPE_CHECKING
 
 from pydantic import Field, model_validator
 
@@ -33,6 +34,9 @@ from faults._admin import (
     with_admin_retry,
 )
 from faults._toxics import artefact
+
+if TYPE_CHECKING:
+    from drill.api import ReplicaAdminState
 
 __all__ = ["ClockMethod", "GpuClockCap", "GpuOom", "OomMethod"]
 
@@ -290,13 +294,16 @@ class GpuOom(Fault):
             },
         )
 
-    def _verify_death(self, ctx: FaultContext, replica: ReplicaRef, state, before: int | None) -> LandingProof:
+    def _verify_death(
+        self, ctx: FaultContext, replica: ReplicaRef, state: ReplicaAdminState, before: int | None
+    ) -> LandingProof:
         """A dead or restarted engine is evidence only when it died of CUDA OOM with the hog's memory taken.
 
         The reason comes from the replica itself: ``engine.dead_reason`` while the dead process lingers,
         ``last_death`` (pid, reason) once the supervisor restarted it. Any other death or restart (a crash,
         an XID, a kill) is not this fault landing.
         """
+        pid: int | None
         if state.pid == before or before is None:
             pid, reason, how = state.pid, state.engine.dead_reason, "its engine is dead"
         else:

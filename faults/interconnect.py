@@ -19,6 +19,7 @@ from drill.api import (
     LinkRef,
     Mechanism,
     Realism,
+    ReplicaRef,
 )
 from faults._toxics import Direction, ToxicPlan, add_toxics, artefact, remove_toxics, required, verify_toxics
 
@@ -202,7 +203,7 @@ class NcclDegradation(Fault):
             summary=f"{what} in place on {', '.join(seen)} (not verified on hardware)", observations=seen
         )
 
-    def _verify_one(self, ctx: FaultContext, replica) -> str:
+    def _verify_one(self, ctx: FaultContext, replica: ReplicaRef) -> str:
         p: NcclDegradationParams = self.params
         if p.method is NcclMethod.NETEM:
             line = ctx.nccl.netem_line(replica.container, required(p.interface, "interface", ctx), artefact(ctx))
@@ -235,7 +236,7 @@ class NcclDegradation(Fault):
                 ctx.nccl.restore(_container(ctx, replica), artefact(ctx))
 
 
-def _container(ctx: FaultContext, replica) -> str:
+def _container(ctx: FaultContext, replica: ReplicaRef) -> str:
     if not replica.container:
         raise InjectError(
             f"replica {replica.name} runs in no container; transport_downgrade restarts a container",

@@ -6,6 +6,7 @@ import enum
 import functools
 import signal
 import time
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
@@ -28,6 +29,9 @@ from drill.api import (
 )
 from faults._toxics import poll
 
+if TYPE_CHECKING:
+    from drill.api import ContainerInfo, ProcessInfo, ProcessRef
+
 __all__ = ["CrashSignal", "LifecycleMethod", "ReplicaCrash", "ReplicaPause"]
 
 
@@ -43,7 +47,7 @@ class CrashSignal(enum.StrEnum):
     SIGSEGV = "SIGSEGV"
 
 
-def _find(ctx: FaultContext, replica: ReplicaRef):
+def _find(ctx: FaultContext, replica: ReplicaRef) -> ProcessInfo:
     """The replica's live process: PID file first (it follows restarts), then name, then the PID at start."""
     pid = replica.pid if not (replica.pid_file or replica.process_name) else None
     return ctx.processes.find(pid=pid, pid_file=replica.pid_file, process_name=replica.process_name)
@@ -183,7 +187,7 @@ class ReplicaCrash(Fault):
             )
         return f"{died}; back as {back} after {time.monotonic() - start:.1f}s"
 
-    def _wait_back(self, ctx: FaultContext, replica: ReplicaRef, old) -> str | None:
+    def _wait_back(self, ctx: FaultContext, replica: ReplicaRef, old: ProcessRef) -> str | None:
         timeout = self.params.restart_timeout
         if self.params.method is LifecycleMethod.DOCKER:
             before = self._saved(ctx).restart_count.get(replica.name, 0)
@@ -225,19 +229,19 @@ class ReplicaCrash(Fault):
             )
 
 
-def _restarted(ctx: FaultContext, container: str, before: int):
+def _restarted(ctx: FaultContext, container: str, before: int) -> ContainerInfo | None:
     info = ctx.docker.info(container)
     return info if info.restart_count > before and info.state.value == "running" else None
 
 
-def _running(ctx: FaultContext, replica: ReplicaRef):
+def _running(ctx: FaultContext, replica: ReplicaRef) -> ProcessInfo | None:
     try:
         return _find(ctx, replica)
     except ProcessControlError:
         return None
 
 
-def _state_is(ctx: FaultContext, container: str, state: str):
+def _state_is(ctx: FaultContext, container: str, state: str) -> ContainerInfo | None:
     info = ctx.docker.info(container)
     return info if info.state.value == state else None
 
@@ -317,7 +321,7 @@ class ReplicaPause(Fault):
     def _saved(self, ctx: FaultContext) -> PauseSaved:
         return ctx.saved if isinstance(ctx.saved, PauseSaved) else PauseSaved()
 
-    def _ref(self, ctx: FaultContext, replica: ReplicaRef):
+    def _ref(self, ctx: FaultContext, replica: ReplicaRef) -> ProcessRef:
         saved = self._saved(ctx)
         return ctx.processes.ref(saved.pid[replica.name], saved.start_ticks[replica.name])
 

@@ -1,8 +1,14 @@
-"""CI runs the linters before the README's test command, and the pre-commit hooks are the same checks, offline."""
+"""CI runs the linters before the README's test command, the pre-commit hooks are the same checks, offline, and
+the linters fail on what they are for (a ruff finding, a type error planted in a copy of the tree)."""
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import yaml
@@ -34,3 +40,69 @@ def test_pre_commit_hooks_are_local_and_offline() -> None:
     assert all(repo["repo"] == "local" for repo in config["repos"])
     assert all(hook["language"] == "system" and hook["entry"].startswith(".venv/bin/") for hook in hooks)
     assert {h["id"] for h in hooks} == {"ruff-check", "ruff-format", "mypy", "import-linter"}
+
+
+# --- the linters catch what they are for: a finding planted in a copy of the tree fails `./dev lint` ---------------
+
+_LINTED = ("pyproject.toml", "drill", "faults", "tests", "bench", "scripts")  # what scripts/lint.sh reads
+_PLANTED_IN = Path("drill") / "units.py"
+
+
+def _tree_copy(tmp_path: Path) -> Path:
+    """The files lint reads, and mypy's cache (so mypy re-checks only the planted module), copied."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in _LINTED:
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(source, tree / name, ignore=skip)
+        else:
+            shutil.copy2(source, tree / name)
+    if (REPO / ".mypy_cache").is_dir():
+        shutil.copytree(REPO / ".mypy_cache", tree / ".mypy_cache")
+    return tree
+
+
+def _lint(tree: Path) -> subprocess.CompletedProcess[str]:
+    """``./dev lint`` without its set-up step: scripts/lint.sh's ``lint``, in ``tree``, with this virtualenv.
+
+    (``./dev`` would first run ``setup_python``, which may ``pip install -e`` the copy into the shared virtualenv.)
+    """
+    script = 'log() { printf "%s\\n" "$*" >&2; }; source scripts/lint.sh; lint'
+    env = {**os.environ, "VENV": str(Path(sys.prefix))}
+    return subprocess.run(["bash", "-c", script], cwd=tree, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _failed_steps(result: subprocess.CompletedProcess[str]) -> str:
+    match = re.search(r"lint failed in \d+ s: (.*)", result.stderr)
+    assert match, result.stdout + result.stderr
+    return match.group(1).split(" (fix:")[0]
+
+
+def test_dev_lint_fails_on_a_planted_ruff_finding(tmp_path: Path) -> None:
+    tree = _tree_copy(tmp_path)
+    planted = tree / _PLANTED_IN
+    planted.write_text(planted.read_text() + "\n\ndef _planted() -> None:\n    import os  # unused: F401\n")
+    result = _lint(tree)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert _failed_steps(result) == "ruff check"  # the rest of the copy is clean: only the planted finding fails
+    assert "F401" in result.stdout
+
+
+def test_dev_lint_fails_on_a_planted_type_error(tmp_path: Path) -> None:
+    tree = _tree_copy(tmp_path)
+    planted = tree / _PLANTED_IN
+    planted.write_text(planted.read_text() + '\n\ndef _planted() -> int:\n    return "not an int"\n')
+    result = _lint(tree)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert _failed_steps(result) == "mypy"
+    assert "drill/units.py" in result.stdout and "[return-value]" in result.stdout
+
+
+def test_mypy_checks_every_module_and_every_def() -> None:
+    """No module is excused from mypy, and every function in drill/ and faults/ is annotated."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert config["files"] == ["drill", "faults"]
+    assert config["disallow_untyped_defs"] is True
+    assert not any(o.get("ignore_errors") for o in config.get("overrides", []))

@@ -45,9 +45,9 @@ import abc
 import enum
 import importlib
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -66,12 +66,15 @@ from drill.errors import (
 from drill.units import Duration, Size, format_duration, parse_duration, parse_size
 
 if TYPE_CHECKING:  # pragma: no cover
-    from drill.backends.docker import DockerBackend
+    # also what the backends answer, so a fault (which imports drill.api only) can name it in a type annotation
+    from drill.backends.docker import ContainerInfo, DockerBackend  # noqa: F401
     from drill.backends.nccl import NcclControl
     from drill.backends.nvidia import GpuControl
-    from drill.backends.process import ProcessControl
-    from drill.backends.stack_admin import RouterAdminClient, StackAdminClient
+    from drill.backends.process import ProcessControl, ProcessInfo, ProcessRef  # noqa: F401
+    from drill.backends.stack_admin import ReplicaAdminState, RouterAdminClient, StackAdminClient  # noqa: F401
     from drill.backends.toxiproxy import ToxiproxyClient
+
+_B = TypeVar("_B")  # a backend client
 
 __all__ = [
     "MAX_EVIDENCE",
@@ -409,7 +412,7 @@ class FaultContext:
             lambda: RouterAdminClient(url, self.target.admin_token, timeout_s=self.timeout_s),
         )
 
-    def _backend(self, name: str, factory: Callable[[], object]):
+    def _backend(self, name: str, factory: Callable[[], _B]) -> _B:
         if name not in self._cache:
             self._cache[name] = factory()
         return self._cache[name]
@@ -657,7 +660,7 @@ class TraceSource(abc.ABC):
         return False
 
     @abc.abstractmethod
-    def spans(self, window: tuple[int, int] | None = None):
+    def spans(self, window: tuple[int, int] | None = None) -> Iterator[dict]:
         """Yield spans that overlap ``window``."""
 
 

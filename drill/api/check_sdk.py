@@ -151,7 +151,7 @@ class Check(abc.ABC):
         missing data (return INCONCLUSIVE). Typed ``Any`` here: the run's readers sit above the SDK."""
 
     def verdict(
-        self, status: Status, message: str, *, evidence: list[EvidenceRef] | tuple[EvidenceRef, ...] = (), **kwargs
+        self, status: Status, message: str, *, evidence: list[EvidenceRef] | tuple[EvidenceRef, ...] = (), **kwargs: Any
     ) -> Verdict:
         """A verdict of this check (its kind and name), keeping the first :data:`MAX_EVIDENCE` references."""
         return Verdict(self.kind, self.name, status, message, evidence=tuple(evidence)[:MAX_EVIDENCE], **kwargs)

@@ -17,6 +17,7 @@ import enum
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -269,7 +270,9 @@ class ProcessControl:
     def _span(self, timeout_s: float | None) -> float:
         return self.timeout_s if timeout_s is None else timeout_s
 
-    def _wait(self, ref: ProcessRef, done, what: str, timeout_s: float | None = None) -> ProcessInfo | None:
+    def _wait(
+        self, ref: ProcessRef, done: Callable[[ProcessInfo | None], bool], what: str, timeout_s: float | None = None
+    ) -> ProcessInfo | None:
         deadline = time.monotonic() + self._span(timeout_s)
         while True:
             info = read_stat(ref.pid)

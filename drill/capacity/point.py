@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -25,6 +26,9 @@ from drill.jsonl import ReadReport
 from drill.load.records import RequestRecord, read_records
 from drill.spec.scenario import Scenario
 from drill.stats import percentile
+
+if TYPE_CHECKING:
+    from drill.engine.scraper import MetricsScraper
 
 __all__ = ["PointRequest", "PointRunner", "PointTiming", "RatePoint", "point_directory"]
 
@@ -137,7 +141,7 @@ class PointRunner:
                 scraper.stop()
         return self._judge(request, directory, t0, quiet)
 
-    def _scraper(self, directory: Path):
+    def _scraper(self, directory: Path) -> MetricsScraper | None:
         if not self.metrics_urls:
             return None
         from drill.engine.scraper import MetricsScraper

@@ -5,15 +5,16 @@ Each is registered through the ``drill.checks`` entry point like any plugin.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import Field
 
 from drill.api import Check, CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
-from drill.checks.base import RunEvidence
+from drill.checks.base import FaultOutcome, RunEvidence
 from drill.checks.judging import measurement_truth_figures, measurement_truth_units, meets_slo, record_metric_ms
 from drill.engine.journal import Event
-from drill.load.records import ErrorClass, latency_values
+from drill.load.records import ErrorClass, RequestRecord, latency_values
 from drill.spec.scenario import Slo, parse_slo_key
 from drill.stats import percentile
 
@@ -81,7 +82,7 @@ def _planned_faults(evidence: RunEvidence) -> list[str]:
     return [f.get("name") or f"{f.get('kind')}-{i}" for i, f in enumerate(faults) if isinstance(f, dict)]
 
 
-def _fault_state(fault) -> str:
+def _fault_state(fault: FaultOutcome | None) -> str:
     if fault is None or not (fault.injected or fault.error):
         return "never injected"
     if fault.landed:
@@ -221,7 +222,9 @@ class SloCheck(Check):
                 out.append(f"{pool} goodput in {p.phase} = {share:.1%} < {p.min_goodput:.0%}")
         return out
 
-    def _judge(self, breaches, thin, observed, expected, phase, **extra) -> Verdict:
+    def _judge(
+        self, breaches: list[str], thin: list[str], observed: dict, expected: dict, phase: str | None, **extra: Any
+    ) -> Verdict:
         if breaches:
             return self.verdict(
                 Status.FAIL, "; ".join(breaches), observed=observed, expected=expected, window=phase, **extra
@@ -264,7 +267,7 @@ def _goodput(evidence: RunEvidence, targets: dict[str, dict[str, float]]) -> dic
     return out
 
 
-def _slowest(records, metric: str, key: str, count: int = 3) -> list[EvidenceRef]:
+def _slowest(records: Iterable[RequestRecord], metric: str, key: str, count: int = 3) -> list[EvidenceRef]:
     """The requests with the largest value of ``metric`` (evidence for a breached bound)."""
     valued = [(v, r) for r in records if (v := record_metric_ms(r, metric)) is not None]
     valued.sort(key=lambda pair: -pair[0])

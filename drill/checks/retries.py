@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 from pydantic import Field
@@ -16,9 +17,12 @@ from drill.api import Check, CheckParams, EvidenceKind, EvidenceRef, Status, Ver
 from drill.checks.base import RunEvidence
 from drill.checks.builtin import PhaseName
 from drill.checks.judging import records_in, span_evidence, window_of
-from drill.checks.ledger import LEDGER_READS
+from drill.checks.ledger import LEDGER_READS, RunLedger
 from drill.jsonl import read_jsonl
 from drill.load.records import ErrorClass, RequestRecord
+
+if TYPE_CHECKING:
+    from drill.traces.table import SpanTable
 
 __all__ = [
     "DuplicateSideEffectsCheck",
@@ -246,7 +250,7 @@ def _replay_keys(evidence: RunEvidence) -> set[str]:
     return {str(r["idempotency_key"]) for r in rows if r.get("idempotency_key")}
 
 
-def _ledger_executions(ledger) -> dict[str, list[Execution]]:
+def _ledger_executions(ledger: RunLedger) -> dict[str, list[Execution]]:
     return {
         key: [
             Execution(key, r.request_id, r.trace_id or "", r.replica, r.arrival_ts, r.finish_ts, f"ledger seq {r.seq}")
@@ -256,7 +260,7 @@ def _ledger_executions(ledger) -> dict[str, list[Execution]]:
     }
 
 
-def _span_executions(table, span_name: str, key_attribute: str) -> dict[str, list[Execution]]:
+def _span_executions(table: SpanTable, span_name: str, key_attribute: str) -> dict[str, list[Execution]]:
     """Server spans named ``span_name`` with the key attribute: one execution each (unless failed unbilled)."""
     code = table.name_code(span_name)
     if code is None:
@@ -529,7 +533,7 @@ class RetryBudgetCheck(Check):
 
     def _figures(
         self,
-        logical,
+        logical: dict[str, list[RequestRecord]],
         client: _Layer,
         server: _Layer | None,
         pools: list[tuple[str, _Layer]],
@@ -569,7 +573,7 @@ class RetryBudgetCheck(Check):
         return observed, expected, units
 
 
-def _upstream_attempts(table, traces: set[str]) -> tuple[_Layer, dict[str, int]]:
+def _upstream_attempts(table: SpanTable, traces: set[str]) -> tuple[_Layer, dict[str, int]]:
     """Attempts of each upstream call: CLIENT spans with one name under one SERVER span (in ``traces``).
 
     Returns the layer (calls = groups, attempts = their spans) and, per trace, its attempts end to

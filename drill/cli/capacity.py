@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -25,6 +26,13 @@ from drill.cli.common import (
 )
 from drill.errors import InputError
 
+if TYPE_CHECKING:
+    from drill.capacity.planner import SearchConfig
+    from drill.capacity.point import PointTiming
+    from drill.capacity.sweep import TargetChoice
+    from drill.spec.scenario import Scenario
+    from drill.stack.config import StackConfig
+
 __all__ = ["capacity", "embedded_capacity_stack"]
 
 #: What ``--target embedded`` starts: the reference stack's defaults on A100s, sized so the knee of the bundled
@@ -32,7 +40,7 @@ __all__ = ["capacity", "embedded_capacity_stack"]
 EMBEDDED_CAPACITY_STACK = {"model": "llama-3-8b", "gpu": "a100-80g", "replicas": 2}
 
 
-def embedded_capacity_stack():
+def embedded_capacity_stack() -> StackConfig:
     from drill.stack.config import parse_stack_config
 
     return parse_stack_config(EMBEDDED_CAPACITY_STACK, source="--target embedded")
@@ -144,7 +152,7 @@ def capacity(
 # --- inputs ---------------------------------------------------------------------------------------------
 
 
-def _scenario(name: str):
+def _scenario(name: str) -> tuple[Scenario, Path]:
     scenario, path = load_scenario_argument(name)
     if not any(p.slo for p in scenario.pools):
         raise InputError(
@@ -154,7 +162,7 @@ def _scenario(name: str):
     return scenario, path
 
 
-def _target(text: str, allow_hosts: tuple[str, ...], gpus: int | None):
+def _target(text: str, allow_hosts: tuple[str, ...], gpus: int | None) -> TargetChoice:
     from drill.capacity.sweep import TargetChoice
 
     if text == "embedded":
@@ -176,7 +184,7 @@ def _target(text: str, allow_hosts: tuple[str, ...], gpus: int | None):
     return _drill_target(Path(text), allow_hosts, gpus)
 
 
-def _drill_target(path: Path, allow_hosts: tuple[str, ...], gpus: int | None):
+def _drill_target(path: Path, allow_hosts: tuple[str, ...], gpus: int | None) -> TargetChoice:
     from drill.capacity.sweep import TargetChoice
     from drill.engine.safety import check_hosts
     from drill.spec.loader import load_drill
@@ -193,7 +201,7 @@ def _drill_target(path: Path, allow_hosts: tuple[str, ...], gpus: int | None):
     return TargetChoice(kind, params, f"{kind} target of {path}", gpus)
 
 
-def _headroom(values: tuple[str, ...], choice) -> tuple[bool, float | None]:
+def _headroom(values: tuple[str, ...], choice: TargetChoice) -> tuple[bool, float | None]:
     n_minus_1, fraction = False, None
     for value in values:
         if value.strip().lower() == "n-1":
@@ -255,7 +263,15 @@ def parse_rates(text: str) -> tuple[float, ...]:
     return tuple(sorted(set(out)))
 
 
-def _search(scenario, rates: str, start: float | None, repetitions: int, tolerance: float, max_points: int, timing):
+def _search(
+    scenario: Scenario,
+    rates: str,
+    start: float | None,
+    repetitions: int,
+    tolerance: float,
+    max_points: int,
+    timing: PointTiming,
+) -> SearchConfig:
     from drill.capacity.planner import SearchConfig
     from drill.load.schedule import nominal_rate, with_total_rate
     from drill.spec.scenario import MAX_PLANNED_ARRIVALS, planned_load_problem

@@ -8,15 +8,22 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from drill.cli.terminal import console, echo, err_console, literal, say
 from drill.errors import DrillError, SpecError
+
+if TYPE_CHECKING:
+    from drill.checks.base import Verdict
+    from drill.spec.scenario import Scenario
+
+_Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]  # a click option
 
 __all__ = [
     "allow_host_option",
@@ -116,12 +123,14 @@ def interrupts_kept() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
-def time_scale_option(help_text: str = "Multiply every timeline duration (0.1 = ten times shorter, for smoke runs)."):
+def time_scale_option(
+    help_text: str = "Multiply every timeline duration (0.1 = ten times shorter, for smoke runs).",
+) -> _Decorator:
     """``--time-scale F`` (float, default 1.0), as ``drill run``, ``compare`` and ``gameday`` declare it."""
     return click.option("--time-scale", type=float, default=1.0, show_default=True, help=help_text)
 
 
-def out_option(help_text: str = "Base directory for run directories."):
+def out_option(help_text: str = "Base directory for run directories.") -> _Decorator:
     """``--out DIR`` (``out_dir``, default ``reports``)."""
     return click.option(
         "--out",
@@ -133,7 +142,7 @@ def out_option(help_text: str = "Base directory for run directories."):
     )
 
 
-def allow_host_option(help_text: str = "Allow a non-loopback host (repeatable)."):
+def allow_host_option(help_text: str = "Allow a non-loopback host (repeatable).") -> _Decorator:
     """``--allow-host HOST`` (``allow_hosts``, repeatable)."""
     return click.option("--allow-host", "allow_hosts", multiple=True, help=help_text)
 
@@ -152,7 +161,7 @@ def parse_duration_option(ctx: click.Context, param: click.Parameter, value: str
     return seconds
 
 
-def print_verdicts(verdicts) -> None:
+def print_verdicts(verdicts: Iterable[Verdict]) -> None:
     """One line per verdict, as ``drill run`` and ``drill judge`` print them."""
     for v in verdicts:
         colour = {"PASS": "green", "FAIL": "red"}.get(v.status.value, "yellow")
@@ -167,7 +176,7 @@ def is_file(path: Path) -> bool:
         return False
 
 
-def load_scenario_argument(name: str):  # -> tuple[Scenario, Path]; spec imported lazily
+def load_scenario_argument(name: str) -> tuple[Scenario, Path]:  # spec imported lazily
     """A scenario named on the command line: a path, or a bare name looked up in ``scenarios/`` (``chat`` finds
     ``scenarios/chat.yaml``). Invalid YAML or fields raise :class:`SpecError` with located diagnostics."""
     from drill.spec.loader import load_scenario

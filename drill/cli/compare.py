@@ -10,10 +10,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from drill.cli.common import allow_host_option, console, err_console, handle_errors, out_option, time_scale_option
+
+if TYPE_CHECKING:
+    from drill.cli.progress import PhaseProgress
+    from drill.compare.comparison import ComparisonResult
+    from drill.compare.decision import ComparisonOutcome
 
 #: The phases whose headline figures the command prints (comparison.md has every loaded phase).
 PRINTED_PHASES = ("baseline", "fault")
@@ -104,13 +110,13 @@ def _files(
     return baseline, candidate
 
 
-def _progress_listener():
+def _progress_listener() -> PhaseProgress:
     from drill.cli.progress import PhaseProgress
 
     return PhaseProgress(err_console)
 
 
-def _report(result) -> None:
+def _report(result: ComparisonResult) -> None:
     """Verdicts side by side, the headline figures, acceptance, the request set, then the documents' paths."""
     for side in result.sides:
         if side.result.message:
@@ -127,7 +133,7 @@ def _report(result) -> None:
         console.print(f"wrote {path}", markup=False)
 
 
-def _print_outcome(outcome) -> None:
+def _print_outcome(outcome: ComparisonOutcome) -> None:
     from drill.report.build import format_value
 
     console.print("verdicts (baseline -> candidate):")

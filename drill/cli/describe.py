@@ -11,9 +11,15 @@ import enum
 import inspect
 import types
 import typing
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from drill.api import Capability, Fault
 
 __all__ = ["describe_fault", "describe_params", "realism_summary"]
 
@@ -72,18 +78,18 @@ def describe_params(params: type[BaseModel]) -> list[str]:
     return lines or ["  (none)"]
 
 
-def realism_summary(fault_cls) -> str:
+def realism_summary(fault_cls: type[Fault]) -> str:
     """The fault's realism: one value, or ``method: realism`` for each of its mechanisms."""
     if not getattr(fault_cls, "mechanisms", ()):
         return fault_cls.realism.value
     return "; ".join(f"{m.name}: {m.realism.value}" for m in fault_cls.mechanisms)
 
 
-def _needs(capabilities) -> str:
+def _needs(capabilities: Iterable[Capability]) -> str:
     return ", ".join(sorted(c.value for c in capabilities)) or "nothing"
 
 
-def _mechanism_lines(fault_cls) -> list[str]:
+def _mechanism_lines(fault_cls: type[Fault]) -> list[str]:
     if not fault_cls.mechanisms:
         return [f"Needs from the target: {_needs(fault_cls.needs)}", f"Realism: {fault_cls.realism.value}"]
     lines = ["Methods (param `method`):"]
@@ -93,7 +99,7 @@ def _mechanism_lines(fault_cls) -> list[str]:
     return lines
 
 
-def describe_fault(fault_cls) -> str:
+def describe_fault(fault_cls: type[Fault]) -> str:
     """The full ``drill faults describe`` text of one fault class."""
     doc = inspect.cleandoc(fault_cls.__doc__ or "(no description)")
     lines = [f"{fault_cls.kind} — {fault_cls.summary}", "", doc, "", "Params:"]

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from drill.cli.common import allow_host_option, console, err_console, handle_errors, out_option, say, time_scale_option
+
+if TYPE_CHECKING:
+    from drill.gameday.definition import LoadedGameDay
+    from drill.gameday.record import GameDayRecord
 
 
 @click.command("gameday")
@@ -58,7 +63,7 @@ def gameday(
     sys.exit(record.exit_code if record.exit_code is not None else 3)
 
 
-def _list(loaded) -> None:
+def _list(loaded: LoadedGameDay) -> None:
     day = loaded.gameday
     console.print(
         f"{loaded.path}: ok — game day {day.name}, {len(loaded.drills)} drill(s), "
@@ -83,7 +88,7 @@ def _render(folder: Path) -> None:
         console.print(f"wrote {path}", markup=False)
 
 
-def _report(folder: Path | None, record) -> None:
+def _report(folder: Path | None, record: GameDayRecord) -> None:
     width = max((len(d.label) for d in record.drills), default=0)
     for d in record.drills:
         colour = {"PASS": "green", "FAIL": "red", "REVERT FAILED": "bold red", "ERROR": "red"}.get(

@@ -16,12 +16,17 @@ import secrets
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import click
 
 from drill.cli.common import console, err_console, handle_errors, load_scenario_argument, parse_duration_option
 from drill.errors import InputError, UnsafeTargetError
+
+if TYPE_CHECKING:
+    from drill.load.driver import LoadPlan, LoadSummary
+    from drill.spec.scenario import Scenario
 
 __all__ = ["load", "worker"]
 
@@ -153,7 +158,7 @@ def _check_master(expect_workers: int, master_bind: str) -> None:
         )
 
 
-def _with_rate(scenario, rate: str | None, duration_s: float):
+def _with_rate(scenario: Scenario, rate: str | None, duration_s: float) -> Scenario:
     if rate is None:
         return scenario
     from drill.load.schedule import with_total_rate
@@ -168,7 +173,7 @@ def _with_rate(scenario, rate: str | None, duration_s: float):
     return with_total_rate(scenario, value, duration_s)
 
 
-def _check_planned(scenario, duration_s: float) -> None:
+def _check_planned(scenario: Scenario, duration_s: float) -> None:
     from drill.spec.scenario import planned_load_problem
 
     problem = planned_load_problem(scenario, duration_s)
@@ -203,7 +208,7 @@ def _new_run_dir() -> Path:
     return path
 
 
-def _run(plan, drain_s: float):
+def _run(plan: LoadPlan, drain_s: float) -> tuple[bool, LoadSummary, float | None]:
     """Start, wait out the duration (Ctrl-C stops early), stop; returns (interrupted, summary, t0)."""
     from drill.load.driver import LoadDriver
 
@@ -221,7 +226,7 @@ def _run(plan, drain_s: float):
     return interrupted, summary, driver.t0
 
 
-def _print(plan, summary, t0: float | None, as_json: bool) -> None:
+def _print(plan: LoadPlan, summary: LoadSummary, t0: float | None, as_json: bool) -> None:
     from drill.load.records import read_records
     from drill.load.summary import render_text, summarize
     from drill.load.tokenizing import read_fit

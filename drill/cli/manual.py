@@ -20,9 +20,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel
 
 from drill import registry
-from drill.api import Capability, Fault, FaultContext, FaultTargets, Selector, TargetContext, TargetInfo
+from drill.api import Capability, Fault, FaultContext, FaultParams, FaultTargets, Selector, TargetContext, TargetInfo
 from drill.engine import active
 from drill.engine.fault_schedule import FAULT_TIMEOUT_S, register_and_inject, resolve_targets, verify_and_journal
 from drill.engine.journal import Event, Journal, RunStatus
@@ -35,6 +38,8 @@ from drill.errors import InputError, RunInterrupted, SpecError, TargetError
 from drill.spec.diagnostics import Diagnostic, Position
 from drill.spec.validation import validate_model
 from drill.spec.yamlio import Locations, load_located
+
+_Model = TypeVar("_Model", bound=BaseModel)
 
 __all__ = ["ManualInjection", "ManualOutcome", "ManualRequest", "ManualTarget", "manual_request", "target_info"]
 
@@ -137,14 +142,15 @@ def _yaml(text: str, option: str) -> object:
     return doc.data
 
 
-def _validated(model, data: dict, source: str, prefix: tuple):
+def _validated(model: type[_Model], data: dict, source: str, prefix: tuple) -> _Model:
     instance, problems = validate_model(model, data, Locations(source), prefix)
     if problems:
         raise SpecError(problems, f"{len(problems)} error{'s' if len(problems) != 1 else ''}; nothing was injected.")
+    assert instance is not None  # validate_model returns an instance when it found no problem
     return instance
 
 
-def _check_capabilities(fault: Fault, params, target: TargetInfo) -> None:
+def _check_capabilities(fault: Fault, params: FaultParams, target: TargetInfo) -> None:
     offered = target.capabilities - {Capability.LOAD_CONTROL}  # no load driver runs in a manual injection
     missing = sorted(c.value for c in fault.needs_for(params) - offered)
     if missing:
@@ -247,10 +253,11 @@ def _upstream_at(params: object, locations: Locations) -> dict[str, Diagnostic]:
     return found
 
 
-def _validated_located(model, data: object, locations: Locations):
+def _validated_located(model: type[_Model], data: object, locations: Locations) -> _Model:
     instance, problems = validate_model(model, data, locations, ("target", "config"))
     if problems:
         raise SpecError(problems, f"{len(problems)} error(s) in the target; nothing was injected.")
+    assert instance is not None  # as in _validated
     return instance
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import click
 
 from drill import registry
-from drill.api import FaultContext, TargetContext
+from drill.api import Fault, FaultContext, TargetContext, TargetInfo
 from drill.cli.common import echo, handle_errors
 from drill.engine.fault_schedule import resolve_targets
 from drill.engine.safety import check_hosts
-from drill.engine.timeline import plan_timeline
+from drill.engine.timeline import Timeline, plan_timeline
 from drill.report.redact import Redactor, secret_values
 from drill.spec.loader import LoadedDrill, load_drill
+from drill.spec.models import FaultSpec
 from drill.units import format_duration as fmt
 
 
@@ -38,7 +39,7 @@ def render_plan(loaded: LoadedDrill) -> list[str]:
         lines.append(f"(--time-scale {loaded.time_scale:g} applied to every timeline duration)")
     if drill.sweep is not None:
         lines += _sweep(loaded)
-    info = None
+    info: TargetInfo | None = None
     lines.append(f"target: {drill.target.kind}")
     if loaded.target_params is not None:
         target = registry.targets.get(drill.target.kind)(loaded.target_params, TargetContext("plan", "-"))
@@ -73,7 +74,7 @@ def _sweep(loaded: LoadedDrill) -> list[str]:
     return lines
 
 
-def _timeline(loaded: LoadedDrill, info) -> list[str]:
+def _timeline(loaded: LoadedDrill, info: TargetInfo | None) -> list[str]:
     timeline = plan_timeline(loaded)
     drill = loaded.drill
     lines = ["timeline (offsets from the start of load):"]
@@ -86,14 +87,14 @@ def _timeline(loaded: LoadedDrill, info) -> list[str]:
             )
             lines.append(f"  {slot.phase.value:<11} {what}")
             continue
-        lines.append(f"  {slot.phase.value:<11} {fmt(slot.start_s)} – {fmt(slot.end_s)}")
+        lines.append(f"  {slot.phase.value:<11} {fmt(slot.start_s)} – {fmt(slot.start_s + slot.length_s)}")
         if slot.phase.value == "fault":
             lines += _faults(loaded, timeline, info)
     return lines
 
 
-def _faults(loaded: LoadedDrill, timeline, info) -> list[str]:
-    lines = []
+def _faults(loaded: LoadedDrill, timeline: Timeline, info: TargetInfo | None) -> list[str]:
+    lines: list[str] = []
     base = timeline.fault_phase_start_s
     for window, spec, params in zip(timeline.faults, loaded.drill.faults, loaded.fault_params):
         when = f"{fmt(base + window.start_s)} – {fmt(base + window.end_s)}"
@@ -112,7 +113,7 @@ def _faults(loaded: LoadedDrill, timeline, info) -> list[str]:
     return lines
 
 
-def _touches(fault, spec, info, seed: int) -> list[str]:
+def _touches(fault: Fault, spec: FaultSpec, info: TargetInfo | None, seed: int) -> list[str]:
     if info is None:
         return ["(resolved against the target once it is started)"]
     try:
@@ -128,6 +129,7 @@ def _load(loaded: LoadedDrill) -> list[str]:
     lines = [f"load: scenario {name}, seed {scenario.seed}, at most {scenario.max_in_flight} requests in flight"]
     for pool in scenario.pools:
         arrival = pool.arrival or scenario.arrival
+        assert arrival is not None  # Scenario's validator: a pool has its own arrival process or the shared one
         share = f"{pool.share:.0%} of " if pool.share is not None and pool.arrival is None else ""
         rate = f"{arrival.rate:g} req/s" if arrival.rate is not None else arrival.process.value
         slo = ", ".join(f"{k} {fmt(v)}" for k, v in (pool.slo or loaded.drill.slo).items()) or "none"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -20,6 +21,13 @@ from drill.cli.common import (
 from drill.engine.safety import check_hosts
 from drill.errors import NotAvailableError
 from drill.spec.loader import load_drill
+
+if TYPE_CHECKING:
+    from drill.cli.progress import PhaseProgress
+    from drill.engine.listeners import RunListener
+    from drill.engine.runner import RunOptions, RunResult
+    from drill.spec.loader import LoadedDrill
+    from drill.sweeps.sweeper import SweepRunResult
 
 
 def preflight() -> None:
@@ -60,7 +68,8 @@ def run(
         preflight()
         show = sys.stderr.isatty() if progress is None else progress
         options = RunOptions(out_dir=Path(out_dir), workers=workers, progress=show, argv=tuple(sys.argv))
-        listeners = [_progress_listener()] if show else []
+        listeners: list[RunListener] = [_progress_listener()] if show else []
+        result: RunResult | SweepRunResult
         if loaded.drill.sweep is not None:
             result = _run_sweep(loaded, allow_hosts, options, listeners)
         else:
@@ -71,7 +80,9 @@ def run(
     sys.exit(result.exit_code)
 
 
-def _run_sweep(loaded, allow_hosts: tuple[str, ...], options, listeners):
+def _run_sweep(
+    loaded: LoadedDrill, allow_hosts: tuple[str, ...], options: RunOptions, listeners: list[RunListener]
+) -> SweepRunResult:
     """A drill with a ``sweep``: every variant resolved and its hosts checked before the first one starts."""
     from drill.sweeps.resolve import resolve_sweep
     from drill.sweeps.sweeper import run_sweep
@@ -87,13 +98,13 @@ def _run_sweep(loaded, allow_hosts: tuple[str, ...], options, listeners):
     return result
 
 
-def _progress_listener():
+def _progress_listener() -> PhaseProgress:
     from drill.cli.progress import PhaseProgress
 
     return PhaseProgress(err_console)
 
 
-def _report(result) -> None:
+def _report(result: RunResult | SweepRunResult) -> None:
     """What went wrong first; the verdicts, the run directory and the report's paths are the last lines."""
     if result.message:
         err_console.print(result.message)

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from drill.cli.common import console, handle_errors, parse_duration_option, say
+
+if TYPE_CHECKING:
+    from drill.stack.supervision.state import StackState
 
 __all__ = ["stack"]
 
@@ -127,7 +131,7 @@ def down(timeout_s: float, name: str, state_dir: Path | None) -> None:
         console.print(f"stack {name!r} stopped" if stopped else f"stack {name!r} was not running; nothing to stop")
 
 
-def _show(state, as_json: bool, *, running: bool) -> None:
+def _show(state: StackState, as_json: bool, *, running: bool) -> None:
     if as_json:
         data = json.loads(state.to_json())
         data["running"] = running

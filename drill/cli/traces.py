@@ -22,6 +22,7 @@ from drill.errors import InputError
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
+    from rich.table import Table
 
     from drill.traces.analysis import AbnormalReport, AbnormalSpan, AnalysisOptions
     from drill.traces.evidence import TraceEvidence
@@ -376,7 +377,7 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _pairs_table(report: AbnormalReport):
+def _pairs_table(report: AbnormalReport) -> Table:
     from rich.table import Table
 
     table = Table(title="abnormal (service, span name) pairs", title_justify="left", show_edge=False)

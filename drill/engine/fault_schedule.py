@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 
 from drill import registry
-from drill.api import Fault, FaultContext, FaultTargets, LandingProof, LoadControl, TargetInfo
+from drill.api import Fault, FaultContext, FaultTargets, LandingProof, LoadControl, Selector, TargetInfo
 from drill.engine.journal import Event, Journal
 from drill.engine.listeners import ListenerEvent, Listeners
 from drill.engine.reverts import RevertOutcome, RevertRecord, RevertStack
@@ -53,7 +53,7 @@ class _Scheduled:
     state: FaultState = FaultState.PENDING
 
 
-def resolve_targets(fault: Fault, selector, target: TargetInfo, default_seed: int) -> FaultTargets:
+def resolve_targets(fault: Fault, selector: Selector, target: TargetInfo, default_seed: int) -> FaultTargets:
     """The blast radius of one fault on this target. Raises ValueError naming what did not match."""
     if fault.scope == "pools":
         return FaultTargets(pools=list(selector.pools or []))

@@ -25,11 +25,13 @@ import logging
 import os
 import time
 import traceback
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from drill import registry
-from drill.api import Capability, TargetContext, TargetInfo
+from drill.api import Capability, Target, TargetContext, TargetInfo
 from drill.checks.base import RunEvidence, Status, Verdict
 from drill.engine import active
 from drill.engine.fault_schedule import FaultRunner
@@ -57,6 +59,9 @@ from drill.spec.loader import LoadedDrill
 from drill.spec.models import Phase, PrometheusSourceSpec, StopKind
 from drill.targets.probe import first_good_response, served_model
 from drill.traces.receiver import OtlpReceiver
+
+if TYPE_CHECKING:
+    from drill.load.driver import LoadDriver
 
 __all__ = ["RunOptions", "RunResult", "Runner", "resolved_inputs"]
 
@@ -104,15 +109,15 @@ class Runner:
         self.listeners = Listeners(listeners, on_error=self._listener_failed)
         self.guard = SignalGuard(on_signal=self._signal_received)
         self.result = RunResult(None)
-        self.rundir: RunDir | None = None
+        self.rundir: RunDir  # from _open on, which run() calls first
         self.redactor = Redactor()  # the run's, with its secrets, from _open on
-        self.journal: Journal | None = None
+        self.journal: Journal  # from _open on
         self.watchdog: Watchdog | None = None
         self.receiver: OtlpReceiver | None = None
         self.scraper: MetricsScraper | PrometheusMetrics | None = None
-        self.target = None
-        self.target_info: TargetInfo | None = None
-        self.load = None
+        self.target: Target | None = None
+        self.target_info: TargetInfo  # from _start_target on, which _execute calls before anything reads it
+        self.load: LoadDriver | None = None
         self.faults: FaultRunner | None = None
         self.monitor: StopMonitor | None = None
         self.started_mono = time.monotonic()
@@ -230,10 +235,12 @@ class Runner:
             self.faults.revert_all("run ended")
             self.result.revert_failures = [f"{o.fault_id}: {o.error}" for o in self.faults.failed_reverts]
         self._safely("stop load", self._stop_load)
-        self._safely("stop scraper", lambda: self.scraper and self.scraper.stop())
+        if self.scraper is not None:
+            self._safely("stop scraper", self.scraper.stop)
         self._safely("collect target evidence", self._collect_target_evidence)
         self._safely("stop target", self._stop_target)
-        self._safely("stop receiver", lambda: self.receiver and self.receiver.stop())
+        if self.receiver is not None:
+            self._safely("stop receiver", self.receiver.stop)
 
     def _finish(self) -> None:
         code = self._exit_code()
@@ -255,7 +262,7 @@ class Runner:
         self.guard.uninstall()
         self.listeners.fire(ListenerEvent.RUN_FINISHED, status=self.result.status, exit_code=code)
 
-    def _safely(self, what: str, step) -> None:
+    def _safely(self, what: str, step: Callable[[], object]) -> None:
         try:
             step()
         except BaseException as exc:  # noqa: BLE001 - the rest of shutdown must still run
@@ -297,16 +304,14 @@ class Runner:
             self.receiver.endpoint if self.receiver else None,
             self.drill.seed,
         )
-        self.target = registry.targets.get(kind)(self.loaded.target_params, ctx)
+        self.target = target = registry.targets.get(kind)(self.loaded.target_params, ctx)
         self.redactor = self.redactor.with_secrets(secret_values(self._headers()))
-        self.journal.write(
-            Event.TARGET_STARTING, target_id="target", target_kind=kind, teardown=self.target.teardown_data()
-        )
+        self.journal.write(Event.TARGET_STARTING, target_id="target", target_kind=kind, teardown=target.teardown_data())
         cold = self.drill.phases.cold_start
         if cold.enabled:
             self._phase_started(Phase.COLD_START, None)
         t0 = time.monotonic()
-        self.target_info = self.target.start()
+        self.target_info = target.start()
         seconds = first_good_response(
             self.target_info.base_url, self.target_info.model, timeout_s=cold.timeout, headers=self._headers()
         )
@@ -375,7 +380,9 @@ class Runner:
         )
         self.load = LoadDriver(plan)
         self.load.start()
-        self.journal.write(Event.NOTE, message=self.load.prompt_fit.describe(), summary=self.load.prompt_fit.summary())
+        fit = self.load.prompt_fit
+        assert fit is not None  # start() fits the prompts
+        self.journal.write(Event.NOTE, message=fit.describe(), summary=fit.summary())
         self.monitor = StopMonitor(
             list(self.drill.stop_conditions),
             self.rundir.file("requests.jsonl"),
@@ -410,7 +417,7 @@ class Runner:
         self.journal.write(Event.PHASE_STARTED, phase=phase.value, planned_s=planned_s)
         self.listeners.fire(ListenerEvent.PHASE_STARTED, phase=phase.value, planned_s=planned_s)
 
-    def _phase_ended(self, phase: Phase, elapsed_s: float, **extra) -> None:
+    def _phase_ended(self, phase: Phase, elapsed_s: float, **extra: object) -> None:
         self.journal.write(Event.PHASE_ENDED, phase=phase.value, elapsed_s=round(elapsed_s, 3), **extra)
         self.listeners.fire(ListenerEvent.PHASE_ENDED, phase=phase.value, elapsed_s=elapsed_s)
 
@@ -428,18 +435,20 @@ class Runner:
 
     def _fault_phase(self) -> None:
         length = self.drill.phases.fault
+        faults = self.faults
         if length <= 0:
             return
+        assert faults is not None  # _start_load resolved them
         self._phase_started(Phase.FAULT, length)
         start = time.monotonic()
         end = start + length
         trigger = None
         while (now := time.monotonic()) < end and trigger is None:
-            self.faults.inject_and_revert_due(now - start)
+            faults.inject_and_revert_due(now - start)
             trigger = self._poll_stop(fault_phase=True)
             self.listeners.fire(ListenerEvent.TICK, phase=Phase.FAULT.value, elapsed_s=now - start)
-            time.sleep(max(0.0, min(TICK_S, end - time.monotonic(), self.faults.next_event_in(now - start))))
-        self.faults.revert_all("fault phase ended" if trigger is None else "stop condition")
+            time.sleep(max(0.0, min(TICK_S, end - time.monotonic(), faults.next_event_in(now - start))))
+        faults.revert_all("fault phase ended" if trigger is None else "stop condition")
         extra = {"stopped_by": trigger.condition.label(), "planned_s": length} if trigger else {}
         self._phase_ended(Phase.FAULT, time.monotonic() - start, **extra)
 
@@ -468,12 +477,14 @@ class Runner:
         slot = next((s for s in self.timeline.phases if s.phase is Phase.BASELINE), None)
         if not spec.enabled or slot is None:
             return []
+        end_s = slot.end_s
+        assert end_s is not None  # the baseline is a timed phase
         seed = self.drill.seed if spec.seed is None else spec.seed
         return choose_control_ids(
             self.loaded.scenario,
             self.timeline.load_length_s,
             self.drill.seed,
-            (slot.start_s, slot.end_s),
+            (slot.start_s, end_s),
             spec.controls,
             sample_seed=seed,
         )
@@ -598,13 +609,11 @@ def resolved_inputs(loaded: LoadedDrill) -> dict:
     }
 
 
-def _dump(value: object) -> object:
+def _dump(value: object) -> Any:  # JSON-shaped: a dict for a model or a dataclass, else the value itself
     if value is None:
         return None
     if hasattr(value, "model_dump"):
         return value.model_dump(mode="json", by_alias=True)
-    if hasattr(value, "__dataclass_fields__"):
-        from dataclasses import asdict
-
+    if is_dataclass(value) and not isinstance(value, type):
         return asdict(value)
     return value

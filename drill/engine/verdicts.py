@@ -24,11 +24,13 @@ spans; it is written when the run's evidence is at hand (not for a sweep's roll-
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from pydantic import BaseModel
 
 from drill import registry
 from drill.checks.base import Check, RunEvidence, Status, Verdict
+from drill.engine.journal import RunStatus
 from drill.engine.rundir import RunDir
 from drill.jsonl import ReadReport
 from drill.report.junit import write_junit
@@ -46,6 +48,14 @@ __all__ = [
 ]
 
 VERDICTS_SCHEMA = "llm-drill/verdicts/v1"
+
+
+class FinishedRun(Protocol):
+    """What the verdict files need of a finished run: the runner's ``RunResult``."""
+
+    status: RunStatus
+    stopped_by: str | None
+    verdicts: list[Verdict]
 
 
 @dataclass(frozen=True)
@@ -72,7 +82,7 @@ def evaluate_checks(loaded: LoadedDrill, evidence: RunEvidence) -> list[Verdict]
     return [judge_one(c.kind, c.name, c.params, evidence) for c in planned]
 
 
-def judge_one(kind: str, name: str, params, evidence: RunEvidence) -> Verdict:
+def judge_one(kind: str, name: str, params: BaseModel, evidence: RunEvidence) -> Verdict:
     """One check's verdict; never raises."""
     try:
         check: Check = registry.checks.get(kind)(params, name)
@@ -143,7 +153,9 @@ def _measurement_truth(evidence: RunEvidence) -> dict:
         return {"source": "none", "server_figures": "", "phases": [], "note": note}
 
 
-def write_verdicts(rundir: RunDir, loaded: LoadedDrill, result, evidence: RunEvidence | None = None) -> None:
+def write_verdicts(
+    rundir: RunDir, loaded: LoadedDrill, result: FinishedRun, evidence: RunEvidence | None = None
+) -> None:
     rundir.write_json(
         "verdicts.json",
         verdicts_document(
@@ -154,7 +166,7 @@ def write_verdicts(rundir: RunDir, loaded: LoadedDrill, result, evidence: RunEvi
     rundir.write_text("summary.md", Redactor().value(render_summary(rundir, loaded, result)))
 
 
-def render_summary(rundir: RunDir, loaded: LoadedDrill, result) -> str:
+def render_summary(rundir: RunDir, loaded: LoadedDrill, result: FinishedRun) -> str:
     drill = loaded.drill
     lines = [f"# Drill `{drill.name}` — run {rundir.run_id}", ""]
     if drill.title:

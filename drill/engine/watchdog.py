@@ -27,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-from drill.engine.cleanup import clean_run
+from drill.engine.cleanup import CleanupReport, clean_run
 from drill.engine.journal import read_journal
 from drill.engine.reverts import pending_reverts
 
@@ -137,7 +137,7 @@ def _enforce_lease(run_dir: Path, grace_s: float) -> None:
         _report(clean_run(run_dir, by="watchdog-lease", only=overdue, teardown=False))
 
 
-def _report(report) -> None:
+def _report(report: CleanupReport) -> None:
     for fid in report.reverted:
         log.warning("reverted %s", fid)
     for target in report.torn_down:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
+from typing import IO
 
 from drill.errors import InputError
 from drill.rundir.files import open_input, read_lines
@@ -69,7 +70,7 @@ def _read_cached(path: str) -> tuple[TraceRow, ...]:
 MAX_ROW_BYTES = 64 * 1024
 
 
-def _text_lines(path: str, fh) -> Iterator[str]:
+def _text_lines(path: str, fh: IO[bytes]) -> Iterator[str]:
     for line in read_lines(fh, limit=MAX_ROW_BYTES):
         if line.data is None:
             raise InputError(f"{path}:{line.number}: a line of {line.size} bytes is not a trace row")

@@ -22,6 +22,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -32,6 +33,9 @@ from drill.load.replay import ReplaySummary, replay_failing
 from drill.load.schedule import Schedule, build_schedule
 from drill.load.tokenizing import FITTED_PROMPTS_FILE, PromptFit, PromptPlan, TokenizerChoice, plan_prompts
 from drill.spec.scenario import Scenario
+
+if TYPE_CHECKING:
+    from drill.load.live_status import LiveProgress
 
 __all__ = ["LoadDriver", "LoadPlan", "LoadSummary", "ReplaySummary", "replay_failing", "resolve_model"]
 
@@ -152,7 +156,7 @@ class LoadDriver:
         self._closing = False
         self._scheduled = 0
         self.prompt_fit: PromptFit | None = None  # set by start(): how the prompts were fitted
-        self._progress = None
+        self._progress: LiveProgress | None = None
         self._control = _Control(self)
 
     # ------------------------------------------------------------------ start
@@ -244,10 +248,12 @@ class LoadDriver:
     def _read_loop(self) -> None:
         """Dispatch the generator's messages. A line that is not a JSON object is counted and described
         (it reaches the summary and any error), then reading goes on; a broken channel is the error."""
+        channel = self._channel
+        assert channel is not None  # start() opens the channel before it starts this thread
         try:
             while True:
                 try:
-                    msg = self._channel.recv()
+                    msg = channel.recv()
                 except ValueError as exc:
                     self._unreadable_message(f"not JSON ({exc})")
                     continue

@@ -42,15 +42,20 @@ def empirical_quantile(quantiles: list[float], u: float) -> float:
 
 def _raw(dist: LengthDistribution, rng: random.Random, trace_value: int | None) -> float:
     kind = dist.dist
+    # LengthDistribution's validator guarantees each kind's parameters (the asserts narrow the Optional fields)
     if kind is DistributionKind.FIXED:
+        assert dist.value is not None
         return float(dist.value)
     if kind is DistributionKind.UNIFORM:
         return float(rng.randint(dist.min, dist.max))
     if kind is DistributionKind.LOGNORMAL:
+        assert dist.mu is not None and dist.sigma is not None
         return math.exp(rng.gauss(dist.mu, dist.sigma))
     if kind is DistributionKind.GAMMA:
+        assert dist.shape is not None and dist.scale is not None
         return rng.gammavariate(dist.shape, dist.scale)
     if kind is DistributionKind.EMPIRICAL:
+        assert dist.quantiles is not None
         return empirical_quantile(dist.quantiles, rng.random())
     if trace_value is None:
         raise ValueError("a 'trace' length distribution needs a trace arrival process with use_lengths: true")

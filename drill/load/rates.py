@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from drill.load.azure_trace import TraceRow, read_trace
-from drill.spec.scenario import Arrival, ArrivalProcess, Stage, StageKind
+from drill.spec.scenario import Arrival, ArrivalProcess, Stage, StageKind, TraceReplay
 
 __all__ = [
     "RateCurve",
@@ -87,6 +87,7 @@ def staged(stages: list[Stage]) -> StagedRate:
     for stage in stages:
         r0 = stage.from_rate if stage.kind is StageKind.RAMP else stage.rate
         r1 = stage.to_rate if stage.kind is StageKind.RAMP else stage.rate
+        assert r0 is not None and r1 is not None  # Stage's validator: a ramp has both ends, a hold its rate
         segments.append((start, start + stage.duration, float(r0), float(r1)))
         start += stage.duration
     return StagedRate(tuple(segments))
@@ -94,9 +95,9 @@ def staged(stages: list[Stage]) -> StagedRate:
 
 def trace_window(arrival: Arrival, duration_s: float) -> list[tuple[float, TraceRow]]:
     """The trace rows replayed in ``[0, duration_s)``, with their replay offsets (s)."""
-    spec = arrival.trace
+    spec = _trace(arrival)
     end = spec.start + spec.duration if spec.duration is not None else float("inf")
-    out = []
+    out: list[tuple[float, TraceRow]] = []
     for row in read_trace(spec.file):
         if spec.start <= row.offset_s < end:
             offset = (row.offset_s - spec.start) / spec.speedup
@@ -121,7 +122,8 @@ def arrival_offsets(arrival: Arrival, duration_s: float, rng: random.Random) -> 
 
 
 def _renewal(rate: float, shape: float, duration_s: float, rng: random.Random) -> list[float]:
-    out, t = [], 0.0
+    out: list[float] = []
+    t = 0.0
     scale = 1.0 / (rate * shape)
     while True:
         t += rng.expovariate(rate) if shape == 1.0 else rng.gammavariate(shape, scale)
@@ -135,7 +137,8 @@ def _thinned(curve: StagedRate, duration_s: float, rng: random.Random) -> list[f
     peak = max(peak, curve(duration_s))
     if peak <= 0:
         return []
-    out, t = [], 0.0
+    out: list[float] = []
+    t = 0.0
     while True:
         t += rng.expovariate(peak)
         if t >= duration_s:
@@ -150,7 +153,7 @@ def rate_curve(arrival: Arrival, duration_s: float) -> RateCurve:
         return staged(arrival.stages)
     if arrival.process is ArrivalProcess.TRACE:
         offsets = tuple(offset for offset, _ in trace_window(arrival, duration_s))
-        return WindowedRate(offsets, 60.0 / arrival.trace.speedup)
+        return WindowedRate(offsets, 60.0 / _trace(arrival).speedup)
     return ConstantRate(float(arrival.rate or 0.0))
 
 
@@ -165,3 +168,9 @@ def mean_rate(arrival: Arrival, duration_s: float) -> float:
     for i in range(steps):  # midpoint rule: exact for the piecewise-linear pieces up to breakpoints
         total += curve((i + 0.5) * duration_s / steps)
     return total / steps
+
+
+def _trace(arrival: Arrival) -> TraceReplay:
+    """The trace a trace arrival process replays (Arrival's validator requires one)."""
+    assert arrival.trace is not None
+    return arrival.trace

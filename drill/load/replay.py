@@ -57,6 +57,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import TypedDict
 from urllib.parse import urlsplit
 
 from drill.jsonl import ReadReport, read_jsonl
@@ -493,7 +494,7 @@ def _replay_one(item: ReplayItem, repetition: int, plan: ReplayPlan, *, planned_
         "X-Request-Id": f"{item.original_request_id}{suffix}",
         "Idempotency-Key": key,
     }
-    base = dict(
+    return ReplayResult(
         request_id=headers["X-Request-Id"],
         original_request_id=item.original_request_id,
         logical_id=item.logical_id,
@@ -509,12 +510,26 @@ def _replay_one(item: ReplayItem, repetition: int, plan: ReplayPlan, *, planned_
         deterministic=item.deterministic,
         planned_ts=planned_ts,
         sent_ts=round(time.time(), 6),
+        **_exchange(plan.target_url, item, headers, plan.timeout_s),
     )
-    return ReplayResult(**base, **_exchange(plan.target_url, item, headers, plan.timeout_s))
 
 
-def _exchange(target_url: str, item: ReplayItem, headers: dict[str, str], timeout_s: float) -> dict:
+class _ReplyFields(TypedDict, total=False):
+    """The fields of a :class:`ReplayResult` that the exchange with the target fills."""
+
+    status: int
+    error: str
+    error_detail: str
+    ttft_ms: float
+    e2e_ms: float
+    chunks: int
+    completion_tokens: int | None
+    output_digest: str | None
+
+
+def _exchange(target_url: str, item: ReplayItem, headers: dict[str, str], timeout_s: float) -> _ReplyFields:
     url = urlsplit(target_url)
+    assert url.hostname is not None  # the target's base URL is an http(s)://host URL
     conn_cls = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
     conn = conn_cls(url.hostname, url.port, timeout=timeout_s)
     start = time.perf_counter()
@@ -533,12 +548,12 @@ def _exchange(target_url: str, item: ReplayItem, headers: dict[str, str], timeou
         conn.close()
 
 
-def _read_response(response: http.client.HTTPResponse, stream: bool, start: float, deadline: float) -> dict:
+def _read_response(response: http.client.HTTPResponse, stream: bool, start: float, deadline: float) -> _ReplyFields:
     status = response.status
     error = classify_status(status)
     if error is not None or not stream:
         data = response.read()
-        out = {"status": status, "e2e_ms": _ms(start)}
+        out: _ReplyFields = {"status": status, "e2e_ms": _ms(start)}
         if error is not None:
             return {**out, "error": error.value, "error_detail": f"HTTP {status}: {parse_error_message(data)}"}
         output = OutputDigest()
@@ -547,8 +562,8 @@ def _read_response(response: http.client.HTTPResponse, stream: bool, start: floa
     return {"status": status, **_read_stream(response, start, deadline)}
 
 
-def _read_stream(response: http.client.HTTPResponse, start: float, deadline: float) -> dict:
-    out: dict = {"chunks": 0}
+def _read_stream(response: http.client.HTTPResponse, start: float, deadline: float) -> _ReplyFields:
+    out: _ReplyFields = {"chunks": 0}
     output = OutputDigest()
     while True:
         if time.perf_counter() > deadline:
@@ -572,7 +587,7 @@ def _read_stream(response: http.client.HTTPResponse, start: float, deadline: flo
             out["completion_tokens"] = parse_usage(line)[1]
         elif kind is LineKind.ERROR and "error" not in out:
             code = parse_error_code(line)  # vLLM's refusal after the 200: code 503 in the event
-            out.update(error=classify_stream_error(code).value, error_detail=parse_error_message(line))
+            out["error"], out["error_detail"] = classify_stream_error(code).value, parse_error_message(line)
         elif kind is LineKind.DONE:
             out["e2e_ms"] = _ms(start)
             if "error" not in out:

@@ -88,23 +88,27 @@ def _plan(index: int, arrived: _Arrived, rng: random.Random) -> PlannedRequest:
 
 def _shared_arrivals(scenario: Scenario, duration_s: float, seed: int) -> list[_Arrived]:
     shared = [p for p in scenario.pools if p.arrival is None]
-    if not shared or scenario.arrival is None:
+    arrival = scenario.arrival
+    if not shared or arrival is None:
         return []
     shares = [p.share if p.share is not None else 1.0 for p in shared]
     pick = random.Random(f"{seed}:share")
     return [
         _Arrived(offset, _choose(shared, shares, pick.random()), row)
-        for offset, row in _offsets(scenario.arrival, duration_s, random.Random(f"{seed}:arrival"))
+        for offset, row in _offsets(arrival, duration_s, random.Random(f"{seed}:arrival"))
     ]
 
 
 def _pool_arrivals(pool: Pool, duration_s: float, seed: int) -> list[_Arrived]:
     rng = random.Random(f"{seed}:arrival:{pool.name}")
-    return [_Arrived(offset, pool, row) for offset, row in _offsets(pool.arrival, duration_s, rng)]
+    arrival = pool.arrival
+    assert arrival is not None  # called for the pools with their own arrival process
+    return [_Arrived(offset, pool, row) for offset, row in _offsets(arrival, duration_s, rng)]
 
 
 def _offsets(arrival: Arrival, duration_s: float, rng: random.Random) -> list[tuple[float, TraceRow | None]]:
     if arrival.process is ArrivalProcess.TRACE:
+        assert arrival.trace is not None  # Arrival's validator: a trace process names its trace
         use = arrival.trace.use_lengths
         return [(offset, row if use else None) for offset, row in trace_window(arrival, duration_s)]
     return [(offset, None) for offset in arrival_offsets(arrival, duration_s, rng)]

@@ -23,6 +23,7 @@ from drill.load.records import ErrorClass, RequestRecord, latency_values
 from drill.report.actions import action_items, coverage_gaps
 from drill.report.detail import (
     CHART_FAILED,
+    ReportRedactor,
     charts,
     decision_fields,
     detection,
@@ -210,7 +211,7 @@ def _read_json(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _verdict_line(v: Verdict, predicts: dict[str, str], redactor) -> VerdictLine:
+def _verdict_line(v: Verdict, predicts: dict[str, str], redactor: ReportRedactor) -> VerdictLine:
     predicted = predicts.get(v.name)
     figures = _figures(v)
     evidence = tuple(

@@ -7,11 +7,13 @@ from __future__ import annotations
 import base64
 import json
 import re
+import types
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from drill.checks.base import RunEvidence, Verdict
+from drill.checks.base import FaultOutcome, RunEvidence, Verdict
 from drill.report.model import (
     NOT_AVAILABLE,
     UNSET,
@@ -25,6 +27,11 @@ from drill.report.model import (
     RunbookSection,
 )
 from drill.rundir.files import MAX_INPUT_BYTES, loads_json, read_bytes
+
+if TYPE_CHECKING:
+    from drill.load.records import RequestRecord
+    from drill.load.replay import ReplayResult
+    from drill.load.samples import FailingSample
 
 __all__ = [
     "CHART_FAILED",
@@ -72,7 +79,15 @@ class _DigestOnly:
         return {k: "[redacted]" for k in d}
 
 
-def redactor_for(evidence: RunEvidence):
+class ReportRedactor(Protocol):
+    """What the report asks of a redactor: drill.report.redact's ``Redactor``, or ``_DigestOnly`` without it."""
+
+    def text(self, s: str) -> str: ...
+    def value(self, s: str) -> str: ...
+    def data(self, obj: Any) -> Any: ...
+
+
+def redactor_for(evidence: RunEvidence) -> ReportRedactor:
     """The drill's redactor (``report.include_text``), told the secret values of the target config."""
     include = bool(((evidence.resolved.get("drill") or {}).get("report") or {}).get("include_text", False))
     try:
@@ -85,7 +100,7 @@ def redactor_for(evidence: RunEvidence):
     return Redactor(include_text=include, secrets=secrets)
 
 
-def _secret_values(data: Any, is_secret, under_secret: bool = False) -> set[str]:
+def _secret_values(data: Any, is_secret: Callable[[str], bool], under_secret: bool = False) -> set[str]:
     if isinstance(data, dict):
         return (
             set().union(*(_secret_values(v, is_secret, under_secret or is_secret(str(k))) for k, v in data.items()))
@@ -224,7 +239,7 @@ def _waterfall(evidence: RunEvidence, trace_id: str, baseline_id: str | None) ->
 # --- the injected fault --------------------------------------------------------------------------------------
 
 
-def fault_sections(evidence: RunEvidence, redactor) -> tuple[FaultSection, ...]:
+def fault_sections(evidence: RunEvidence, redactor: ReportRedactor) -> tuple[FaultSection, ...]:
     """Each planned fault: its catalogue entry (summary, method, realism, revert) and what the journal says."""
     from drill import registry
 
@@ -239,7 +254,14 @@ def fault_sections(evidence: RunEvidence, redactor) -> tuple[FaultSection, ...]:
     return tuple(out)
 
 
-def _fault_section(registry, name: str, spec: dict, params: dict, outcome, redactor) -> FaultSection:
+def _fault_section(
+    registry: types.ModuleType,
+    name: str,
+    spec: dict,
+    params: dict,
+    outcome: FaultOutcome | None,
+    redactor: ReportRedactor,
+) -> FaultSection:
     from drill.api import Realism
 
     kind = str(spec.get("kind"))
@@ -287,7 +309,7 @@ def _fault_section(registry, name: str, spec: dict, params: dict, outcome, redac
     )
 
 
-def _landed(outcome) -> str:
+def _landed(outcome: FaultOutcome | None) -> str:
     if outcome is None or not (outcome.injected or outcome.error):
         return "never injected"
     if outcome.landed:
@@ -300,7 +322,7 @@ def _landed(outcome) -> str:
 # --- recovery replay -----------------------------------------------------------------------------------------
 
 
-def replay_section(evidence: RunEvidence, verdicts: list[Verdict], redactor) -> ReplaySection:
+def replay_section(evidence: RunEvidence, verdicts: list[Verdict], redactor: ReportRedactor) -> ReplaySection:
     """The ``recovery_replay`` verdict's figures and each replayed request before and after (replay.jsonl)."""
     from drill.report.build import _figures
 
@@ -336,7 +358,9 @@ def _outcome_text(status: int | None, error: str | None, e2e_ms: float | None = 
     return what + (f", E2E {format_value(e2e_ms)}ms" if e2e_ms is not None else "")
 
 
-def _replay_row(r, sample, record, redactor) -> ReplayRow:
+def _replay_row(
+    r: ReplayResult, sample: FailingSample | None, record: RequestRecord | None, redactor: ReportRedactor
+) -> ReplayRow:
     before_e2e = record.e2e_ms if record is not None else None
     before = _outcome_text(r.original_status, r.original_error, before_e2e)
     if r.set.value == "control" and record is not None:
@@ -354,7 +378,7 @@ def _replay_row(r, sample, record, redactor) -> ReplayRow:
     )
 
 
-def _payload(sample, redactor) -> str:
+def _payload(sample: FailingSample | None, redactor: ReportRedactor) -> str:
     """The original request's prompt, as the redactor shows it (its digest unless the drill opts in)."""
     if sample is None:
         return NOT_AVAILABLE
@@ -386,7 +410,7 @@ def _runbook_path(evidence: RunEvidence) -> tuple[Path | None, str | None]:
     return None, declared
 
 
-def runbook(evidence: RunEvidence, redactor) -> Runbook:
+def runbook(evidence: RunEvidence, redactor: ReportRedactor) -> Runbook:
     """The drill's runbook, cut into its ``##`` sections (the copy ``drill run`` put in the run directory)."""
     path, declared = _runbook_path(evidence)
     if path is None:
@@ -480,7 +504,7 @@ _CHARTS = (
 )
 
 
-def _chart_module():
+def _chart_module() -> types.ModuleType | None:
     try:
         from drill.report import charts as module
     except ImportError as exc:

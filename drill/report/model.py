@@ -11,11 +11,14 @@ the drill leaves unset is :data:`UNSET` — never a made-up value, never 0.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from drill.checks.truth import MeasurementTruthSection
+
+if TYPE_CHECKING:
+    from drill.checks.base import RunEvidence, Verdict
 
 __all__ = [
     "NOT_AVAILABLE",
@@ -385,7 +388,9 @@ class Report:
         return asdict(self)
 
 
-def build_report(evidence, verdicts, *, progress: Callable[[str], None] | None = None):
+def build_report(
+    evidence: RunEvidence, verdicts: Iterable[Verdict], *, progress: Callable[[str], None] | None = None
+) -> Report:
     """The report of one run: ``evidence`` (:class:`~drill.checks.base.RunEvidence`) and its verdicts.
 
     ``progress`` is called with the name of each section as it is built (for a progress display).

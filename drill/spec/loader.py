@@ -25,7 +25,7 @@ from drill.errors import DrillError, SpecError, UnknownPluginError
 from drill.rundir.files import MAX_INPUT_BYTES, UnsafeFileError, read_bytes
 from drill.spec.diagnostics import Diagnostic, KeyPath, Position, did_you_mean, format_path
 from drill.spec.models import Drill
-from drill.spec.scenario import ArrivalProcess, Scenario, planned_load_problem
+from drill.spec.scenario import Arrival, ArrivalProcess, Scenario, planned_load_problem
 from drill.spec.validation import unset_env_refs, validate_model
 from drill.spec.yamlio import Locations, load_located
 from drill.units import MAX_DURATION_S
@@ -477,7 +477,7 @@ def _trace_problem(path: Path) -> str | None:
     return None
 
 
-def _replace_arrival(scenario: Scenario, path: KeyPath, arrival) -> Scenario:
+def _replace_arrival(scenario: Scenario, path: KeyPath, arrival: Arrival) -> Scenario:
     if path == ("arrival",):
         return scenario.model_copy(update={"arrival": arrival})
     pools = list(scenario.pools)

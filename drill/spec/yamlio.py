@@ -31,6 +31,7 @@ from yaml.events import (
     AliasEvent,
     DocumentEndEvent,
     DocumentStartEvent,
+    Event,
     MappingEndEvent,
     MappingStartEvent,
     ScalarEvent,
@@ -164,7 +165,7 @@ class _Anchored:
 class _Composer:
     """Builds the node tree from parser events with a stack (no recursion), within the limits."""
 
-    def __init__(self, parser, source: str) -> None:
+    def __init__(self, parser: yaml.SafeLoader, source: str) -> None:
         self.parser = parser
         self.source = source
         self.resolver = yaml.resolver.Resolver()
@@ -173,7 +174,7 @@ class _Composer:
         self.expanded = 0
         self.aliases = 0
 
-    def where(self, event) -> Position:
+    def where(self, event: Event) -> Position:
         mark = event.start_mark
         return Position(self.source, mark.line + 1, mark.column + 1)
 
@@ -217,7 +218,7 @@ class _Composer:
                 return done.node
             self.attach(stack[-1], done)
 
-    def count(self, event, size: int) -> None:
+    def count(self, event: Event, size: int) -> None:
         self.expanded += size
         if self.expanded > MAX_NODES:
             raise _Problem(
@@ -228,7 +229,7 @@ class _Composer:
                 "remove aliases that repeat large parts",
             )
 
-    def open(self, event, depth: int) -> _Open:
+    def open(self, event: Event, depth: int) -> _Open:
         if depth + 1 > MAX_DEPTH:
             raise _Problem(
                 self.where(event),
@@ -246,7 +247,7 @@ class _Composer:
             self.open_anchors.add(event.anchor)
         return _Open(node, event.anchor)
 
-    def close(self, item: _Open, event) -> _Anchored:
+    def close(self, item: _Open, event: Event) -> _Anchored:
         item.node.end_mark = event.end_mark
         done = _Anchored(item.node, item.size, item.height)
         if item.anchor is not None:
@@ -301,12 +302,12 @@ class _Composer:
             parent.node.value.append((parent.key, child.node))
             parent.key = None
 
-    def check_anchor(self, event) -> None:
+    def check_anchor(self, event: Event) -> None:
         name = event.anchor
         if name is not None and (name in self.anchors or name in self.open_anchors):
             raise _Problem(self.where(event), f"anchor &{name} is defined twice", hint="give each anchor its own name")
 
-    def tag(self, event, kind: type, value: str | None = None) -> str:
+    def tag(self, event: Event, kind: type, value: str | None = None) -> str:
         if event.tag is not None and event.tag != "!":
             return event.tag
         return self.resolver.resolve(kind, value, event.implicit)

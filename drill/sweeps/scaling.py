@@ -35,13 +35,16 @@ from __future__ import annotations
 import hashlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from drill.checks.base import PhaseWindow, RunEvidence
 from drill.errors import InputError
 from drill.load.records import RequestRecord
 from drill.rundir.files import inside, read_json
 from drill.stats import percentile
+
+if TYPE_CHECKING:
+    from drill.stack.inference.cost_model import ExchangePlan
 
 __all__ = [
     "SCALING_SCHEMA",
@@ -372,7 +375,7 @@ def _predict(evidence: RunEvidence, healthy: StateFigures) -> Prediction | None:
     )
 
 
-def _link_increase(resolved: dict, plan, byte_scale: float, pp: int) -> float | None:
+def _link_increase(resolved: dict, plan: ExchangePlan, byte_scale: float, pp: int) -> float | None:
     """The step-time increase of the run's Toxiproxy link faults (the largest one: TP links work in parallel)."""
     from drill.api import LinkKind
     from drill.backends.toxiproxy import Stream

@@ -14,9 +14,14 @@ run directory (``ledger/replica-<i>.jsonl``, :meth:`EmbeddedStack.collect_eviden
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from drill.api import Capability, LinkKind, LinkRef, ReplicaRef, Target, TargetInfo
 from drill.stack.config import Runtime, StackConfig
+
+if TYPE_CHECKING:
+    from drill.spec.scenario import Scenario
+    from drill.stack.supervision.state import StackState
 
 __all__ = ["EmbeddedStack"]
 
@@ -60,7 +65,7 @@ class EmbeddedStack(Target):
 
     @classmethod
     # override with its own Params: the registry gives it only those, validated
-    def check_scenario(cls, params: StackConfig, scenario) -> list[tuple[tuple, str, str | None]]:  # type: ignore[override]
+    def check_scenario(cls, params: StackConfig, scenario: Scenario) -> list[tuple[tuple, str, str | None]]:  # type: ignore[override]
         """vLLM refuses a non-zero priority with 400 unless it schedules by priority; so does the stack."""
         urgent = sorted({p.priority for p in scenario.pools if p.priority != 0})
         if urgent and params.engine.scheduling_policy.value != "priority":
@@ -233,7 +238,7 @@ def _planned_kv_links(p: StackConfig, index: int) -> list[LinkRef]:
     ]
 
 
-def info_from_state(state, capabilities: frozenset[Capability]) -> TargetInfo:
+def info_from_state(state: StackState, capabilities: frozenset[Capability]) -> TargetInfo:
     replicas = [
         ReplicaRef(
             name=r.name,

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -371,11 +371,14 @@ class _Tripped:
         return lambda *a, **kw: self._wire.call(self._name, attr, value, a, kw)
 
 
+_B = TypeVar("_B")  # a backend client
+
+
 @dataclass
 class _TrippingContext(FaultContext):
     tripwire: _Tripwire | None = None
 
-    def _backend(self, name: str, factory: Callable[[], object]):
+    def _backend(self, name: str, factory: Callable[[], _B]) -> _B:
         backend = super()._backend(name, factory)
         return self.tripwire.wrap(name, backend) if self.tripwire is not None else backend
 

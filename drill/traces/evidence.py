@@ -9,6 +9,7 @@ could not be read.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -39,7 +40,7 @@ class TraceEvidence:
 
 
 def trace_evidence(
-    table: SpanTable, records=(), *, source: str, unreadable: int = 0, where: tuple[str, ...] = ()
+    table: SpanTable, records: Iterable[object] = (), *, source: str, unreadable: int = 0, where: tuple[str, ...] = ()
 ) -> TraceEvidence:
     """TraceEvidence of an already-read table (any source) and client records."""
     records = list(records)

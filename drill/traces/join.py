@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -184,13 +184,28 @@ def timings_truth(records: Sequence) -> MeasurementTruth:
     return _truth(rows, "server_timings")
 
 
-def _client_ms(record, value: float | None) -> float | None:
+class _ClientRecord(Protocol):
+    """What the truth rows read of a :class:`~drill.load.records.RequestRecord`."""
+
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def trace_id(self) -> str: ...
+    @property
+    def schedule_lag_ms(self) -> float | None: ...
+    @property
+    def ttft_ms(self) -> float | None: ...
+    @property
+    def e2e_ms(self) -> float | None: ...
+
+
+def _client_ms(record: _ClientRecord, value: float | None) -> float | None:
     if value is None:
         return None
     return value - (record.schedule_lag_ms or 0.0)
 
 
-def _truth_row(table: SpanTable, record, rows: np.ndarray) -> TruthRow:
+def _truth_row(table: SpanTable, record: _ClientRecord, rows: np.ndarray) -> TruthRow:
     server_ttft = server_e2e = None
     llm_code, prefill_code = table.name_code(LLM_REQUEST), table.name_code(PREFILL)
     llm_rows = rows[table.name[rows] == llm_code] if llm_code is not None else rows[:0]

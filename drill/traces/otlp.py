@@ -24,7 +24,7 @@ import binascii
 import gzip
 import struct
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 
 from drill.jsonl import BadLine, ReadReport
 from drill.rundir.files import MAX_DOCUMENT_BYTES, UnsafeFileError, loads_json, open_input, read_bytes, read_lines
@@ -144,7 +145,7 @@ def _any_value(value: AnyValue) -> Any:
     return getattr(value, which)
 
 
-def _attributes(items) -> dict[str, Any]:
+def _attributes(items: Iterable[KeyValue]) -> dict[str, Any]:
     return {kv.key: _any_value(kv.value) for kv in items}
 
 
@@ -160,7 +161,7 @@ def normalize(request: ExportTraceServiceRequest) -> list[dict[str, Any]]:
     return spans
 
 
-def _span(span, service: str, scope: str, resource: dict[str, Any]) -> dict[str, Any]:
+def _span(span: ProtoSpan, service: str, scope: str, resource: dict[str, Any]) -> dict[str, Any]:
     return {
         "trace_id": span.trace_id.hex(),
         "span_id": span.span_id.hex(),

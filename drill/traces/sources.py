@@ -16,11 +16,11 @@ interface's ``spans(window)`` generator of normalized dicts, and leaves a :class
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import IO, Annotated, Any, Literal
 
 import msgspec
 import numpy as np
@@ -251,7 +251,7 @@ def decode_json_lines(path: Path, decoder: msgspec.json.Decoder, report: ReadRep
             kept = end - cut
 
 
-def _skip_long_line(fh, path: Path, offset: int, kept: int, report: ReadReport) -> int:
+def _skip_long_line(fh: IO[bytes], path: Path, offset: int, kept: int, report: ReadReport) -> int:
     """Drop the rest of a line over :data:`~drill.rundir.files.MAX_LINE_BYTES` (counted as a bad line, or
     the torn last line); returns its size in bytes."""
     number = _line_number(path, offset, report.root)
@@ -272,7 +272,9 @@ def _skip_long_line(fh, path: Path, offset: int, kept: int, report: ReadReport) 
     return size
 
 
-def _decode_block(path: Path, block, offset: int, decoder: msgspec.json.Decoder, report: ReadReport) -> list:
+def _decode_block(
+    path: Path, block: memoryview, offset: int, decoder: msgspec.json.Decoder, report: ReadReport
+) -> list:
     try:
         items = decoder.decode_lines(block)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
@@ -361,7 +363,7 @@ def _lowercase(ids: list[str]) -> list[str]:
     return [i.lower() for i in ids] if joined != joined.lower() else ids
 
 
-def _codes(values: list, table: dict[Any, int], slow) -> list[int]:
+def _codes(values: list, table: dict[Any, int], slow: Callable[[Any], int]) -> list[int]:
     """``table[value]`` for each value (C-level), or ``slow(value)`` for all when one is not in ``table``."""
     try:
         return list(map(table.__getitem__, values))

@@ -401,7 +401,7 @@ def _name_of(names: tuple[str, ...], code: int) -> str:
 NS_RANGE = (-(2**63), 2**63 - 1)
 
 
-def _check_ns(values) -> None:
+def _check_ns(values: Sequence[int]) -> None:
     """ValueError (a span a reader counts as unreadable) when a time does not fit the table's ``int64``."""
     if values and (min(values) < NS_RANGE[0] or max(values) > NS_RANGE[1]):
         bad = next(v for v in values if not NS_RANGE[0] <= v <= NS_RANGE[1])

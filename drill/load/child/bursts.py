@@ -22,7 +22,8 @@ from drill.load.lengths import sample_length
 from drill.load.schedule import PlannedRequest
 
 if TYPE_CHECKING:  # pragma: no cover
-    from drill.load.child.openloop import OpenLoop
+    from drill.load.child.openloop import OpenLoop, _Job
+    from drill.spec.scenario import Pool
 
 __all__ = ["BurstParams", "Burst"]
 
@@ -102,7 +103,7 @@ class Burst:
             self.sent += 1
         self.offered_rate = 0.0
 
-    def _next_job(self, pool_rates: list[float]):
+    def _next_job(self, pool_rates: list[float]) -> _Job:
         pool_name = self.rng.choices(self.pools, weights=pool_rates)[0]
         pool = self.loop.pools[pool_name]
         inp, out = self._lengths(pool)
@@ -112,11 +113,13 @@ class Burst:
         logical_id = f"{pool_name}-{self.params.burst_id}-{self.loop.partition[0]}-{index}"
         return self.loop.job(planned, logical_id, burst=self.params.burst_id)
 
-    def _lengths(self, pool) -> tuple[int, int]:
+    def _lengths(self, pool: Pool) -> tuple[int, int]:
         """Lengths from the pool's distributions; a trace-driven pool reuses a scheduled request's."""
         try:
             return sample_length(pool.input_tokens, self.rng), sample_length(pool.output_tokens, self.rng)
         except ValueError:
-            same = [r for r in self.loop.schedule.requests if r.pool == pool.name] or [None]
+            same: list[PlannedRequest | None] = [r for r in self.loop.schedule.requests if r.pool == pool.name] or [
+                None
+            ]
             pick = self.rng.choice(same)
             return (pick.input_tokens, pick.output_tokens) if pick is not None else (1, 1)

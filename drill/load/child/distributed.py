@@ -25,11 +25,14 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import gevent
 import locust.runners
 from gevent.event import Event
 from locust.env import Environment
+from locust.rpc.protocol import Message
+from locust.runners import WorkerRunner
 
 from drill.load.child.bursts import BurstParams
 from drill.load.child.openloop import OpenLoop
@@ -129,7 +132,7 @@ class MasterController:
         if payload:
             self._absorb(client_id, payload)
 
-    def _on_drained(self, environment, msg, **kwargs) -> None:
+    def _on_drained(self, environment: Environment, msg: Message, **kwargs: Any) -> None:  # a locust message handler
         self._absorb(msg.node_id, msg.data)
         self.finals[msg.node_id] = msg.data
         if set(self.clients) <= set(self.finals):
@@ -216,8 +219,15 @@ class MasterController:
         self.sink.flush()
 
 
+AttemptListener = Callable[[str, float, str | None], None]  # OpenLoop's on_attempt: pool, e2e ms, error class
+
+
 def run_worker(
-    host: str, port: int, user_class: type, provide_loop: Callable[[OpenLoop], None], locust_event: Callable
+    host: str,
+    port: int,
+    user_class: type,
+    provide_loop: Callable[[OpenLoop], None],
+    locust_event: Callable[[Environment], AttemptListener],
 ) -> int:
     """Connect to the master at ``host:port`` and generate this worker's share until the master quits."""
     locust.runners.WORKER_REPORT_INTERVAL = REPORT_INTERVAL_S
@@ -233,13 +243,19 @@ def run_worker(
 
 
 class _WorkerState:
-    def __init__(self, env: Environment, runner, provide_loop, locust_event) -> None:
+    def __init__(
+        self,
+        env: Environment,
+        runner: WorkerRunner,
+        provide_loop: Callable[[OpenLoop], None],
+        locust_event: Callable[[Environment], AttemptListener],
+    ) -> None:
         self.env, self.runner = env, runner
         self.provide_loop, self.locust_event = provide_loop, locust_event
         self.sink = BatchSink()
         self.loop: OpenLoop | None = None
 
-    def on_plan(self, environment, msg, **kwargs) -> None:
+    def on_plan(self, environment: Environment, msg: Message, **kwargs: Any) -> None:
         data = msg.data
         plan = GeneratorPlan.from_dict(data["plan"])
         prompts = data.get("prompts")
@@ -254,7 +270,7 @@ class _WorkerState:
         self.loop.set_start(float(data["t0"]))
         self.provide_loop(self.loop)
 
-    def on_burst(self, environment, msg, **kwargs) -> None:
+    def on_burst(self, environment: Environment, msg: Message, **kwargs: Any) -> None:
         if self.loop is None:
             return
         if msg.data["action"] == "start":
@@ -266,12 +282,13 @@ class _WorkerState:
         if self.loop is not None:
             data["drill"] = self._payload()
 
-    def on_drain(self, environment, msg, **kwargs) -> None:
+    def on_drain(self, environment: Environment, msg: Message, **kwargs: Any) -> None:
         cancelled = self.loop.drain(float(msg.data["drain_s"])) if self.loop is not None else 0
         payload = self._payload() if self.loop is not None else {"records": [], "samples": [], "counters": {}}
         self.runner.send_message("drill_drained", {**payload, "cancelled": cancelled})
 
     def _payload(self) -> dict:
+        assert self.loop is not None  # called once a plan has arrived
         records, samples = self.sink.take()
         bursts = {b: burst.status() for b, burst in self.loop.bursts.items()}
         return {"records": records, "samples": samples, "counters": self.loop.counters.snapshot(), "bursts": bursts}

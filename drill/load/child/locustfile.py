@@ -35,6 +35,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import gevent
 import locust  # noqa: F401  (must stay the first import: gevent monkey-patching)
@@ -43,7 +44,7 @@ from locust import User, constant, task
 from locust.env import Environment
 
 from drill.load.child.bursts import BurstParams
-from drill.load.child.distributed import MasterController, run_worker
+from drill.load.child.distributed import AttemptListener, MasterController, run_worker
 from drill.load.child.openloop import OpenLoop
 from drill.load.child.sinks import FileSink
 from drill.load.control import STATUS_INTERVAL_S, Channel, GeneratorPlan, Msg
@@ -88,7 +89,7 @@ def quiet_gc() -> None:
     gc.set_threshold(50_000, 50, 100)
 
 
-def locust_event(env: Environment):
+def locust_event(env: Environment) -> AttemptListener:
     """A callback feeding Locust's own statistics (one entry per attempt, named by pool)."""
 
     def fire(pool: str, e2e_ms: float, error: str | None) -> None:
@@ -154,7 +155,10 @@ class LocalController:
         self.sink.flush()
 
 
-def serve(channel: Channel, controller) -> None:
+_Controller = LocalController | MasterController  # the harness's commands, for one process or for workers
+
+
+def serve(channel: Channel, controller: _Controller) -> None:
     """Apply the harness's commands until ``stop``; then send the summary."""
     reporter = gevent.spawn(_report_status, channel, controller)
     while True:
@@ -175,7 +179,7 @@ def serve(channel: Channel, controller) -> None:
             return
 
 
-def _report_status(channel: Channel, controller) -> None:
+def _report_status(channel: Channel, controller: _Controller) -> None:
     while True:
         gevent.sleep(STATUS_INTERVAL_S)
         try:
@@ -184,14 +188,14 @@ def _report_status(channel: Channel, controller) -> None:
             return
 
 
-def _watch_parent(parent_pid: int, controller) -> None:
+def _watch_parent(parent_pid: int, controller: _Controller) -> None:
     while True:
         gevent.sleep(_PARENT_POLL_S)
         if os.getppid() != parent_pid:
             _abandoned(controller, f"the parent process {parent_pid} is gone")
 
 
-def _abandoned(controller, why: str) -> None:
+def _abandoned(controller: _Controller, why: str) -> NoReturn:
     """The harness is gone: stop generating load now and exit (no drain)."""
     logging.getLogger("drill.load").error("stopping load: %s", why)
     try:

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypedDict
 
 from gevent.event import Event
 from gevent.pool import Group
@@ -82,6 +82,25 @@ class Counters:
         data = {k: v for k, v in self.__dict__.items() if k != "errors"}
         data["errors"] = dict(self.errors)
         return data
+
+
+class _RecordIdentity(TypedDict):
+    """The fields of a :class:`RequestRecord` that say which attempt it is, sent or not."""
+
+    request_id: str
+    logical_id: str
+    pool: str
+    attempt: int
+    intended_ts: float
+    planned_input_tokens: int
+    planned_output_tokens: int
+    trace_id: str
+    idempotency_key: str
+    payload_digest: str
+    endpoint: str
+    stream: bool
+    burst: str | None
+    worker: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,7 +263,7 @@ class OpenLoop:
         return outcome
 
     def _should_retry(self, outcome: ClientOutcome, attempt: int, policy: RetryPolicy) -> bool:
-        reason = _RETRYABLE.get(outcome.error)
+        reason = _RETRYABLE.get(outcome.error) if outcome.error is not None else None
         return reason is not None and reason in policy.on and attempt <= policy.attempts and not self.stopping.is_set()
 
     # ---------------------------------------------------------------- records
@@ -284,7 +303,7 @@ class OpenLoop:
         idem: str,
         error: tuple[ErrorClass, str] | None,
     ) -> RequestRecord:
-        base = dict(
+        base = _RecordIdentity(
             request_id=f"{idem}-{attempt}",
             logical_id=job.logical_id,
             pool=job.pool.name,
@@ -301,6 +320,7 @@ class OpenLoop:
             worker=self.worker,
         )
         if outcome is None:
+            assert error is not None  # _emit passes the error of an attempt that was never sent
             return RequestRecord(sent_ts=None, schedule_lag_ms=None, error=error[0], error_detail=error[1], **base)
         ms = lambda t: None if t is None else round((t - intended) * 1000.0, 3)  # noqa: E731
         chunks = [round((t - intended) * 1000.0, 3) for t in outcome.chunk_times]

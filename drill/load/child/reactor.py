@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import select
 import time
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import gevent
 import gevent.monkey
 from gevent.event import Event
+
+if TYPE_CHECKING:
+    from _socket import socket as RawSocket  # what gevent's socket wraps: ``gevent_socket._sock``
 
 __all__ = ["StreamReactor", "StreamWatch", "reactor"]
 
@@ -45,10 +48,10 @@ class StreamReactor:
 
     def __init__(self) -> None:
         self._epoll = _EPOLL()
-        self._watches: dict[int, tuple[object, StreamWatch, Event]] = {}
+        self._watches: dict[int, tuple[RawSocket, StreamWatch, Event]] = {}
         self._loop = gevent.spawn(self._run)
 
-    def watch(self, raw_socket, stream: StreamWatch) -> Event:
+    def watch(self, raw_socket: RawSocket, stream: StreamWatch) -> Event:
         """Start reading ``raw_socket`` (a non-blocking OS socket) for ``stream``; the event is set at its end."""
         done = Event()
         fd = raw_socket.fileno()
@@ -56,7 +59,7 @@ class StreamReactor:
         self._epoll.register(fd, select.EPOLLIN | select.EPOLLRDHUP)
         return done
 
-    def unwatch(self, raw_socket) -> None:
+    def unwatch(self, raw_socket: RawSocket) -> None:
         """Stop reading a socket (idempotent; used when a request times out or is cancelled)."""
         try:
             fd = raw_socket.fileno()
@@ -102,7 +105,7 @@ class StreamReactor:
         if finished:
             self._finish(raw, stream, done, None)
 
-    def _finish(self, raw, stream: StreamWatch, done: Event, error: BaseException | None) -> None:
+    def _finish(self, raw: RawSocket, stream: StreamWatch, done: Event, error: BaseException | None) -> None:
         self.unwatch(raw)
         if error is not None:
             stream.on_error(error)

@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import gevent
+import gevent.socket
 from geventhttpclient import HTTPClient
 from geventhttpclient.connectionpool import ConnectionPool
-from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
+from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError, HTTPSocketPoolResponse
 from geventhttpclient.url import URL
 
 from drill.load.child.reactor import reactor
@@ -87,22 +90,22 @@ class _TrackingPool(ConnectionPool):
     (the pool drops closed sockets) or, if it is still checked out, releases it.
     """
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # ConnectionPool's own parameters
         super().__init__(*args, **kwargs)
-        self._last: dict[object, object] = {}
-        self._out: set[object] = set()
+        self._last: dict[object, gevent.socket.socket] = {}  # by greenlet
+        self._out: set[gevent.socket.socket] = set()
 
-    def get_socket(self):
+    def get_socket(self) -> gevent.socket.socket:
         sock = super().get_socket()
         self._last[gevent.getcurrent()] = sock
         self._out.add(sock)
         return sock
 
-    def return_socket(self, sock) -> None:
+    def return_socket(self, sock: gevent.socket.socket) -> None:
         self._out.discard(sock)
         super().return_socket(sock)
 
-    def release_socket(self, sock) -> None:
+    def release_socket(self, sock: gevent.socket.socket) -> None:
         self._out.discard(sock)
         super().release_socket(sock)
 
@@ -137,10 +140,11 @@ class Transport:
             url.host,
             url.port,
             concurrency=concurrency,
-            network_timeout=None,
+            network_timeout=None,  # type: ignore[arg-type]  # annotated float; None is socket.settimeout(None)
             connection_timeout=connect_timeout_s,
             ssl=url.scheme == "https",
         )
+        self.pool: _TrackingPool | None
         old = self.client._connection_pool
         if url.scheme != "https":  # the tracking pool is for plain HTTP; TLS keeps geventhttpclient's own
             self.client._connection_pool = self.pool = _TrackingPool(
@@ -210,10 +214,11 @@ def send_attempt(
         timer.close()
 
 
-def _read(response, outcome: ClientOutcome, stream: bool) -> None:
+def _read(response: HTTPSocketPoolResponse, outcome: ClientOutcome, stream: bool) -> None:
     if outcome.status != 200 or not stream:
         data = response.read()
         outcome.end_at = time.perf_counter()
+        assert outcome.status is not None  # send_attempt set it from the response
         error = classify_status(outcome.status)
         if error is not None:
             outcome.fail(error, f"HTTP {outcome.status}: {parse_error_message(data)}")
@@ -296,7 +301,7 @@ class _ReactorStream:
 
     __slots__ = ("response", "buf", "lines", "error", "eof")
 
-    def __init__(self, response, buf: bytearray, lines: _SseLines) -> None:
+    def __init__(self, response: HTTPSocketPoolResponse, buf: bytearray, lines: _SseLines) -> None:
         self.response = response
         self.buf = buf
         self.lines = lines
@@ -321,7 +326,7 @@ class _ReactorStream:
         self.error = exc
 
 
-def _read_stream(response, outcome: ClientOutcome) -> None:
+def _read_stream(response: HTTPSocketPoolResponse, outcome: ClientOutcome) -> None:
     """Read the SSE stream through the process's reactor (one greenlet for every stream)."""
     buf = getattr(response, "_body_buffer", None)
     sock = getattr(response, "_sock", None)
@@ -344,7 +349,7 @@ def _read_stream(response, outcome: ClientOutcome) -> None:
     _end_stream(response, outcome, stream)
 
 
-def _end_stream(response, outcome: ClientOutcome, stream: _ReactorStream) -> None:
+def _end_stream(response: HTTPSocketPoolResponse, outcome: ClientOutcome, stream: _ReactorStream) -> None:
     if stream.error is not None:
         response.release()
         raise stream.error
@@ -358,7 +363,7 @@ def _end_stream(response, outcome: ClientOutcome, stream: _ReactorStream) -> Non
     outcome.fail(ErrorClass.CONNECTION_RESET, "the stream ended before data: [DONE]")
 
 
-def _read_stream_blocking(response, outcome: ClientOutcome) -> None:
+def _read_stream_blocking(response: HTTPSocketPoolResponse, outcome: ClientOutcome) -> None:
     """The fallback (TLS, an unexpected response layout): read in this greenlet."""
     read = _reader(response)
     lines = _SseLines(outcome)
@@ -372,7 +377,7 @@ def _read_stream_blocking(response, outcome: ClientOutcome) -> None:
             return
 
 
-def _reader(response):
+def _reader(response: HTTPSocketPoolResponse) -> Callable[[], bytes]:
     """A function returning the body bytes received so far (blocking until some come), b"" at the end.
 
     Reads geventhttpclient's body buffer whole instead of calling ``readline`` twice per
@@ -408,7 +413,7 @@ def _reader(response):
     return read
 
 
-def _socket_reader(sock):
+def _socket_reader(sock: gevent.socket.socket) -> Callable[[int], bytes]:
     """``sock.recv`` with one system call instead of two when nothing is buffered yet.
 
     gevent's ``recv`` first tries the read (EAGAIN when the next chunk has not come), then
@@ -439,8 +444,8 @@ def _classify_exception(exc: Exception, got_headers: bool) -> ErrorClass:
     return ErrorClass.CONNECTION_RESET if got_headers else ErrorClass.CONNECTION_ERROR
 
 
-def _retry_after(value: object) -> float | None:
+def _retry_after(value: str | list[str] | None) -> float | None:
     try:
-        return float(value) if value is not None else None
+        return float(value) if isinstance(value, str) else None  # absent, or a repeated header
     except (TypeError, ValueError):
         return None

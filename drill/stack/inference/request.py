@@ -62,6 +62,13 @@ class RequestSink(Protocol):
         """The request failed (engine death, queue timeout); nothing more follows."""
 
 
+class TokenSource(Protocol):
+    """Where a request's output tokens come from (:class:`~drill.stack.inference.textgen.TokenSampler`)."""
+
+    def next_token(self) -> int:
+        """The next output token's id."""
+
+
 def block_hashes(tokens: Sequence[object], block_size: int) -> list[int]:
     """Chained hashes of the full ``block_size``-token blocks of ``tokens`` (vLLM's prefix-cache keys).
 
@@ -119,7 +126,7 @@ class Request:
         min_tokens: int = 0,
         stop_after: int | None = None,
         sink: RequestSink | None = None,
-        sampler: object = None,
+        sampler: TokenSource | None = None,
         context: object = None,
     ) -> None:
         self.request_id = request_id

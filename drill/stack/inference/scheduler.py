@@ -138,7 +138,8 @@ class Scheduler:
     def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting.peek_request()
-            computed_blocks, num_cached = [], 0
+            computed_blocks: list[int] = []
+            num_cached = 0
             if request.num_computed_tokens == 0:
                 computed_blocks, num_cached = self.kv_cache.get_computed_blocks(request)
                 request.num_computed_tokens = num_cached

@@ -32,6 +32,7 @@ flips between regimes on its own and the baseline stops describing them.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import select
 import socket
@@ -39,6 +40,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -144,7 +146,7 @@ class TcpInterconnect:
         self._processes = processes
         self._tp = tp_socks
         self._pp = pp_sock
-        self._pp_links = sum(1 for link in spec.links if link.kind == LinkKind.PP)
+        self._pp_links = sum(1 for link in spec.links if link.kind == LinkKind.PP.value)
         self._buffer = bytearray(MAX_MESSAGE_BYTES)
         self._executor = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="interconnect", initializer=pin_to_link_cpu
@@ -206,7 +208,7 @@ class TcpInterconnect:
         tp_round_s = tp_byte_s = 0.0
         if self._tp:  # rounds in runs, as steps make them: isolated rounds measure cheaper
             points = [
-                (size, _median(lambda s=size: self._run(_TP_CAL_RUN, s, 0, 0), samples) / _TP_CAL_RUN)
+                (size, _median(functools.partial(self._run, _TP_CAL_RUN, size, 0, 0), samples) / _TP_CAL_RUN)
                 for size in _TP_CAL_SIZES
             ]
             tp_byte_s, tp_round_s = _line(points)
@@ -228,7 +230,7 @@ class TcpInterconnect:
         await asyncio.to_thread(_reap, self._processes)
 
 
-def _median(measure, samples: int) -> float:
+def _median(measure: Callable[[], float], samples: int) -> float:
     """Median of ``samples`` measurements, each after an idle gap like the one between steps
     (a link that just idled answers slower than one kept busy back to back)."""
     measure()  # warm-up
@@ -287,8 +289,8 @@ def _dial(address: str, timeout_s: float) -> socket.socket:
 
 def _spawn_ranks(spec: InterconnectSpec) -> tuple[list[PeerSpec], list[subprocess.Popen[bytes]]]:
     """Start every rank process (TP ranks, then PP stages in order); called in the loop's thread."""
-    pp_links = sorted((p for p in spec.links if p.kind == LinkKind.PP), key=lambda p: p.rank)
-    tp_links = sorted((p for p in spec.links if p.kind == LinkKind.TP), key=lambda p: p.rank)
+    pp_links = sorted((p for p in spec.links if p.kind == LinkKind.PP.value), key=lambda p: p.rank)
+    tp_links = sorted((p for p in spec.links if p.kind == LinkKind.TP.value), key=lambda p: p.rank)
     processes: list[subprocess.Popen[bytes]] = []
     try:
         for link in tp_links:
@@ -310,8 +312,8 @@ def _link_up(
         deadline = time.monotonic() + spec.start_timeout_s
         for process, link in zip(processes, links):
             _wait_ready(process, deadline, f"{link.kind} rank {link.rank}")
-        tp_socks = [_dial(p.connect, spec.start_timeout_s) for p in links if p.kind == LinkKind.TP]
-        pp_first = next((p for p in links if p.kind == LinkKind.PP), None)
+        tp_socks = [_dial(p.connect, spec.start_timeout_s) for p in links if p.kind == LinkKind.TP.value]
+        pp_first = next((p for p in links if p.kind == LinkKind.PP.value), None)
         pp_sock = _dial(pp_first.connect, spec.start_timeout_s) if pp_first else None
         for sock in [*tp_socks, *([pp_sock] if pp_sock else [])]:
             sock.settimeout(spec.exchange_timeout_s)

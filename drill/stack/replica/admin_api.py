@@ -13,8 +13,9 @@ import hmac
 import ipaddress
 import os
 import time
+from collections.abc import Awaitable, Callable
 
-from drill.stack.http.server import HttpError, HttpRequest, HttpResponse, ResponseStream, Router
+from drill.stack.http.server import Handler, HttpError, HttpRequest, HttpResponse, ResponseStream, Router
 from drill.stack.inference.core import Engine
 from drill.stack.inference.gpu import GIB
 from drill.stack.replica.ledger import Ledger
@@ -73,12 +74,14 @@ class AdminApi:
         for (method, path), handler in routes.items():
             router.add(method, path, self._guard(handler))
 
-    def register_extra(self, router: Router, routes: dict) -> None:
+    def register_extra(
+        self, router: Router, routes: dict[tuple[str, str], Callable[[HttpRequest], Awaitable[HttpResponse]]]
+    ) -> None:
         """Add more admin routes (a P/D worker's ``/admin/kv*``) behind the same loopback and token checks."""
         for (method, path), handler in routes.items():
             router.add(method, path, self._guard(handler))
 
-    def _guard(self, handler):
+    def _guard(self, handler: Callable[[HttpRequest], Awaitable[HttpResponse]]) -> Handler:
         async def guarded(request: HttpRequest, stream: ResponseStream) -> HttpResponse:
             if not _is_loopback(request.peer_host):
                 raise HttpError(403, "the admin API answers loopback clients only", type="Forbidden")

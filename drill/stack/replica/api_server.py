@@ -27,8 +27,10 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from drill.errors import DrillError, InputError, NotAvailableError, StackError
+from drill.stack.config import EngineConfig
 from drill.stack.http.server import HttpServer, Router
 from drill.stack.inference.core import Engine
 from drill.stack.inference.cost_model import CostModel
@@ -41,10 +43,13 @@ from drill.stack.replica.admin_api import AdminApi
 from drill.stack.replica.kv_worker import kv_hooks
 from drill.stack.replica.ledger import Ledger
 from drill.stack.replica.metrics import EngineMetrics
-from drill.stack.replica.openai_api import OpenAIApi
+from drill.stack.replica.openai_api import ApiContext, OpenAIApi
 from drill.stack.replica.recorder import RequestRecorder
 from drill.stack.replica.request_spans import Tracing
 from drill.stack.specs import PeerSpec, ReplicaSpec, read_replica_spec
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import SpanProcessor
 
 __all__ = ["EXIT_ENGINE_DEAD", "PeerSpec", "Replica", "ReplicaSpec", "SHUTDOWN_GRACE_S", "main"]
 
@@ -59,7 +64,7 @@ EXIT_OK, EXIT_ENGINE_DEAD, EXIT_CONFIG, EXIT_FAILURE = 0, 1, 2, 3
 class Replica:
     """The engine, its APIs and its HTTP server, built from a spec (nothing runs until :meth:`start`)."""
 
-    def __init__(self, spec: ReplicaSpec, *, span_processor: object = None) -> None:
+    def __init__(self, spec: ReplicaSpec, *, span_processor: SpanProcessor | None = None) -> None:
         self.spec = spec
         config = spec.config
         engine_config = config.engine
@@ -172,7 +177,7 @@ class Replica:
             await asyncio.sleep(0.01)
         for request in list(self.scheduler.requests.values()):
             self.engine.abort_request(request)
-            if request.context is not None:
+            if isinstance(request.context, ApiContext):  # the API layer's (the engine's context is opaque)
                 request.context.resolve()
         await self.server.close(grace_s=0.2)
         if self._engine_task is not None:
@@ -205,7 +210,7 @@ async def connect_interconnect(spec: ReplicaSpec) -> Interconnect:
     return await result if inspect.isawaitable(result) else result
 
 
-def _cache_info(engine, num_blocks: int) -> dict[str, str]:
+def _cache_info(engine: EngineConfig, num_blocks: int) -> dict[str, str]:
     """Labels of ``vllm:cache_config_info`` (vLLM's CacheConfig fields as strings)."""
     return {
         "block_size": str(engine.block_size),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -26,7 +27,7 @@ from drill.stack.kv.kv_faults import KvFault
 from drill.stack.kv.kv_server import KvServer
 from drill.stack.kv.transfers import KvStore, TransferState
 from drill.stack.kv.wire import KV_HEADER, KV_SPAN
-from drill.stack.replica.request_spans import Tracing
+from drill.stack.replica.request_spans import HttpSpan, Tracing
 from drill.stack.specs import ReplicaSpec
 from drill.stack.topology import KvFailurePolicy, KvTransferConfig, WorkerRole
 
@@ -38,7 +39,7 @@ class KvHooks(Protocol):
 
     role: WorkerRole
 
-    async def before_engine(self, request: Request, params: dict[str, Any] | None, span: object) -> str | None:
+    async def before_engine(self, request: Request, params: dict[str, Any] | None, span: HttpSpan) -> str | None:
         """Prepare ``request`` before it enters the engine; the KV header value to answer with, if any."""
         ...
 
@@ -46,7 +47,7 @@ class KvHooks(Protocol):
         """The ``kv_transfer_params`` to answer with, if any."""
         ...
 
-    def routes(self) -> dict[tuple[str, str], object]:
+    def routes(self) -> dict[tuple[str, str], Callable[[HttpRequest], Awaitable[HttpResponse]]]:
         """Admin routes (method, path) -> handler."""
         ...
 
@@ -86,7 +87,7 @@ class PrefillKv:
     async def close(self) -> None:
         await self.server.close()
 
-    async def before_engine(self, request: Request, params: dict[str, Any] | None, span: object) -> str | None:
+    async def before_engine(self, request: Request, params: dict[str, Any] | None, span: HttpSpan) -> str | None:
         return None
 
     def after_engine(self, request: Request, params: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -97,7 +98,7 @@ class PrefillKv:
         transfer = self.store.register(transfer_id, request.num_prompt_tokens, prompt_seed(request.prompt_tokens))
         return transfer.announce(self.name, self.server.host, self.server.port)
 
-    def routes(self) -> dict[tuple[str, str], object]:
+    def routes(self) -> dict[tuple[str, str], Callable[[HttpRequest], Awaitable[HttpResponse]]]:
         return {
             ("GET", "/admin/kv"): self.get_state,
             ("PUT", "/admin/kv/fault"): self.put_fault,
@@ -159,7 +160,7 @@ class DecodeKv:
     def after_engine(self, request: Request, params: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
 
-    def routes(self) -> dict[tuple[str, str], object]:
+    def routes(self) -> dict[tuple[str, str], Callable[[HttpRequest], Awaitable[HttpResponse]]]:
         return {("GET", "/admin/kv"): self.get_state}
 
     async def get_state(self, request: HttpRequest) -> HttpResponse:
@@ -172,7 +173,7 @@ class DecodeKv:
             }
         )
 
-    async def before_engine(self, request: Request, params: dict[str, Any] | None, span: object) -> str | None:
+    async def before_engine(self, request: Request, params: dict[str, Any] | None, span: HttpSpan) -> str | None:
         """Load the request's KV cache; HttpError 500 when it fails and the policy is ``fail``."""
         if not params or not params.get("do_remote_prefill"):
             return None

@@ -27,6 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from drill.stack.inference.core import StepRecord
+from drill.stack.inference.gpu import GpuState
 from drill.stack.inference.request import FinishReason, Request
 from drill.stack.inference.scheduler import Scheduler
 
@@ -113,7 +114,8 @@ LATENESS_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0
 
 def build_1_2_5_buckets(max_value: int) -> tuple[int, ...]:
     """vLLM's ``build_1_2_5_buckets``: 1, 2, 5, 10, 20, 50, … up to ``max_value``."""
-    buckets, exponent = [], 0
+    buckets: list[int] = []
+    exponent = 0
     while True:
         for mantissa in (1, 2, 5):
             value = mantissa * 10**exponent
@@ -140,7 +142,8 @@ class FastHistogram:
 
     def buckets(self) -> list[tuple[str, float]]:
         """Cumulative ``(le, count)`` pairs ending with ``+Inf``."""
-        out, running = [], 0
+        out: list[tuple[str, float]] = []
+        running = 0
         for bound, count in zip((*self.bounds, float("inf")), self.counts):
             running += count
             out.append(("+Inf" if bound == float("inf") else _le(bound), running))
@@ -200,7 +203,7 @@ class EngineMetrics:
         model_name: str,
         max_model_len: int,
         cache_info: dict[str, str],
-        gpu: object = None,
+        gpu: GpuState | None = None,
         engine_index: int = 0,
     ) -> None:
         self.scheduler = scheduler
@@ -230,7 +233,7 @@ class EngineMetrics:
         hist["drill:step_lateness_seconds"].observe(max(record.lateness_s, 0.0))
         itl = hist["vllm:inter_token_latency_seconds"]
         ttft = hist["vllm:time_to_first_token_seconds"]
-        last_itl, same = None, 0
+        last_itl, same = -1.0, 0  # -1: no latency yet (latencies are >= 0)
         for output in record.outputs:
             self.generation_tokens += 1
             if output.inter_token_latency is None:
@@ -358,6 +361,6 @@ class EngineMetrics:
             "Requests rejected by admission control, by the limit that rejected them.",
             labels=["model_name", "reason"],
         )
-        for reason, count in self.admission_rejections.items():
-            rejections.add_metric([self.labels[0], reason], count, created=self.created)
+        for limit, count in self.admission_rejections.items():
+            rejections.add_metric([self.labels[0], limit], count, created=self.created)
         yield rejections

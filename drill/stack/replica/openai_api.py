@@ -27,7 +27,8 @@ import math
 import os
 import random
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from drill import __version__
 from drill.spec.scenario import Endpoint
@@ -55,7 +56,7 @@ from drill.stack.replica.openai_protocol import (
     token_json,
     usage,
 )
-from drill.stack.replica.request_spans import Tracing, parse_traceparent
+from drill.stack.replica.request_spans import HttpSpan, Tracing, parse_traceparent
 
 __all__ = ["ApiContext", "OpenAIApi"]
 
@@ -75,13 +76,13 @@ class ApiContext:
     base_id: str
     idempotency_key: str | None
     trace_id: str | None
-    http_span: object
+    http_span: HttpSpan
     arrival_wall: float
     clock_offset: float  # add to engine-loop seconds to get UNIX seconds
     temperature: float | None
     top_p: float | None
     response: ResponseStream
-    done: asyncio.Future = field(default=None)  # type: ignore[assignment]
+    done: asyncio.Future[None]  # resolved when the request finishes, fails or its client goes
     role_pending: bool = False  # chat streams: the role-only chunk is still to be sent
     error: tuple[int, str, str] | None = None  # (status, message, type)
     error_status: int | None = None
@@ -95,7 +96,7 @@ class ApiContext:
 class ApiSink:
     """The engine's sink for API requests: streams SSE events or collects for a plain response."""
 
-    def on_tokens(self, request: Request, token_ids: list[int], finished: bool) -> None:
+    def on_tokens(self, request: Request, token_ids: Sequence[int], finished: bool) -> None:
         ctx: ApiContext = request.context  # type: ignore[assignment]
         if not ctx.stream:
             if finished:
@@ -108,7 +109,7 @@ class ApiSink:
         ctx.response.write(templates.head + token_json(token_ids[0]) + templates.plain_tail)
 
     @staticmethod
-    def _event(request: Request, ctx: ApiContext, token_ids: list[int], finished: bool) -> None:
+    def _event(request: Request, ctx: ApiContext, token_ids: Sequence[int], finished: bool) -> None:
         templates = ctx.templates
         parts = []
         if ctx.role_pending:
@@ -135,7 +136,7 @@ class ApiSink:
         ctx.resolve()
 
 
-def _join_json(token_ids: list[int]) -> bytes:
+def _join_json(token_ids: Sequence[int]) -> bytes:
     return json.dumps("".join(token_text(token) for token in token_ids)).encode()
 
 
@@ -221,7 +222,7 @@ class OpenAIApi:
         stream: ResponseStream,
         body: SamplingRequest,
         endpoint: Endpoint,
-        tokens: list[object],
+        tokens: Sequence[object],
         max_tokens: int | None,
     ) -> HttpResponse | None:
         arrival_wall = time.time()
@@ -240,14 +241,19 @@ class OpenAIApi:
             stream.start(200, "text/event-stream; charset=utf-8", kv_header)
         if not await self._admit(request, ctx, stream, span):
             return None
-        stream.on_disconnect(lambda: (self.engine.abort_request(request), ctx.resolve()))
+
+        def client_gone() -> None:
+            self.engine.abort_request(request)
+            ctx.resolve()
+
+        stream.on_disconnect(client_gone)
         await ctx.done
         if self.kv is not None:
             ctx.kv_transfer = self.kv.after_engine(request, body.kv_transfer_params)
         return self._finish(request, ctx, stream, span, kv_header)
 
     async def _load_kv(
-        self, request: Request, body: SamplingRequest, span: object, stream: ResponseStream
+        self, request: Request, body: SamplingRequest, span: HttpSpan, stream: ResponseStream
     ) -> tuple[tuple[str, str], ...] | None:
         """A decode worker reads the request's KV cache first (an HttpError when that fails and is fatal).
 
@@ -258,7 +264,7 @@ class OpenAIApi:
             return ()
         load = asyncio.ensure_future(self.kv.before_engine(request, body.kv_transfer_params, span))
         if self.config.abort_abandoned:
-            stream.on_disconnect(load.cancel)  # a no-op once the load is done
+            stream.on_disconnect(lambda: None if load.cancel() else None)  # a no-op once the load is done
         try:
             value = await load
         except HttpError as exc:
@@ -270,7 +276,7 @@ class OpenAIApi:
             return None
         return () if value is None else ((KV_HEADER, value),)
 
-    async def _admit(self, request: Request, ctx: ApiContext, stream: ResponseStream, span: object) -> bool:
+    async def _admit(self, request: Request, ctx: ApiContext, stream: ResponseStream, span: HttpSpan) -> bool:
         """Queue the request in the engine, which checks admission again; False when a stream was refused.
 
         As in vLLM: the early check reserves nothing, and between it and the engine's own check
@@ -291,7 +297,7 @@ class OpenAIApi:
             return False
         return True
 
-    def _refuse(self, exc: Exception, span: object) -> HttpError:
+    def _refuse(self, exc: Exception, span: HttpSpan) -> HttpError:
         """The HTTP error for ``exc`` (counted when it is an admission refusal); ends ``span`` with it."""
         if isinstance(exc, AdmissionRefused):
             self.metrics.admission_rejected(exc.reason)
@@ -309,7 +315,7 @@ class OpenAIApi:
         request: Request,
         ctx: ApiContext,
         stream: ResponseStream,
-        span: object,
+        span: HttpSpan,
         headers: tuple[tuple[str, str], ...] = (),
     ) -> HttpResponse | None:
         if stream.disconnected and request.aborted_in is not None:
@@ -340,7 +346,7 @@ class OpenAIApi:
         self.tracing.end_http_span(span, 200, time.time())
         return HttpResponse.json(payload, headers=headers)
 
-    def _client_gone(self, request: Request, stream: ResponseStream, span: object) -> HttpResponse | None:
+    def _client_gone(self, request: Request, stream: ResponseStream, span: HttpSpan) -> HttpResponse | None:
         """The client closed its connection and the request was aborted: a stream ends (its 200 went out), a
         plain request answers 499 (nginx's "client closed request") to nobody. The span says so."""
         message = f"client disconnected; request aborted ({request.aborted_in})"
@@ -357,10 +363,10 @@ class OpenAIApi:
         stream: ResponseStream,
         body: SamplingRequest,
         endpoint: Endpoint,
-        tokens: list[object],
+        tokens: Sequence[object],
         max_tokens: int | None,
         arrival_wall: float,
-        span: object,
+        span: HttpSpan,
     ) -> Request:
         if body.model is not None and body.model != self.model_name:
             raise HttpError(404, f"The model `{body.model}` does not exist.", type="NotFoundError")
@@ -417,7 +423,7 @@ class OpenAIApi:
         except ValueError as exc:
             raise HttpError(400, f"X-Drill-Priority must be an integer, got {header!r}") from exc
 
-    def _sampler(self, tokens: list[object], temperature: float | None, seed: int | None) -> TokenSampler:
+    def _sampler(self, tokens: Sequence[object], temperature: float | None, seed: int | None) -> TokenSampler:
         if temperature == 0:
             return TokenSampler(prompt_seed(tokens))
         if seed is not None:

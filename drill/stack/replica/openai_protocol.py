@@ -10,8 +10,9 @@ from per-request byte templates (:class:`ChunkTemplates`) so a token costs one b
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -89,7 +90,7 @@ class CompletionRequest(SamplingRequest):
 
     prompt: str | list[int] | list[str] | list[list[int]]
 
-    def prompt_tokens(self) -> list[object]:
+    def prompt_tokens(self) -> Sequence[object]:
         """The prompt's tokens (words, or the given ids). Raises :class:`HttpError` 400 for batches."""
         prompt = self.prompt
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
@@ -119,7 +120,10 @@ class ChatCompletionRequest(SamplingRequest):
         return self.max_completion_tokens or self.max_tokens
 
 
-def parse_body(model: type[SamplingRequest], body: object) -> SamplingRequest:
+_Body = TypeVar("_Body", bound=SamplingRequest)
+
+
+def parse_body(model: type[_Body], body: object) -> _Body:
     """Validate a JSON body. Raises :class:`HttpError` 400 (BadRequestError) with pydantic's reasons."""
     if not isinstance(body, dict):
         raise HttpError(400, "request body must be a JSON object")
@@ -174,7 +178,9 @@ def _token_json() -> tuple[bytes, ...]:
 
 def token_json(token_id: int) -> bytes:
     """The JSON string literal (quotes included) of one token's text (a table built on first use)."""
-    table = _TOKEN_JSON or _TOKEN_JSON.extend(_token_json()) or _TOKEN_JSON
+    if not _TOKEN_JSON:
+        _TOKEN_JSON.extend(_token_json())
+    table = _TOKEN_JSON
     return table[token_id]
 
 
@@ -294,7 +300,7 @@ def chat_response(
     completion_tokens: int,
 ) -> dict:
     """A non-streaming ``chat.completion`` body."""
-    message = {
+    message: dict[str, object] = {
         "role": "assistant",
         "content": text,
         "refusal": None,

@@ -9,12 +9,16 @@ engine finishes a request for any reason, :class:`RequestRecorder` appends its l
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from drill.stack.inference.core import StepRecord
 from drill.stack.inference.request import FinishReason, Request
 from drill.stack.replica.ledger import Ledger, LedgerStatus
 from drill.stack.replica.openai_api import ApiContext
 from drill.stack.replica.request_spans import SpanAttributes, Tracing
+
+if TYPE_CHECKING:
+    from opentelemetry.util.types import AttributeValue
 
 __all__ = ["RequestRecorder"]
 
@@ -58,7 +62,7 @@ class RequestRecorder:
         )
         if not self.tracing.enabled:
             return
-        attributes: dict[str, object] = {
+        attributes: dict[str, AttributeValue] = {
             SpanAttributes.GEN_AI_REQUEST_ID: ctx.base_id,  # the client's X-Request-Id, not the internal id
             SpanAttributes.DRILL_SIDE_EFFECT_SEQ: record.seq,
             SpanAttributes.DRILL_REPLICA: self.replica,

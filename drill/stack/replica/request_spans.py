@@ -30,9 +30,18 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeAlias
 
 from drill.stack.config import SpanShape
 from drill.stack.inference.request import Request
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+    from opentelemetry.trace import Span
+    from opentelemetry.util.types import AttributeValue
+
+    from drill.stack.replica.span_export import LoopSpanExporter
 
 __all__ = ["SpanAttributes", "Tracing", "parse_traceparent"]
 
@@ -82,8 +91,11 @@ def _ns(seconds: float) -> int:
 class _Incoming:
     """vLLM's span shape has no HTTP span: what stands for it is the context of the request's traceparent."""
 
-    context: object  # the extracted OpenTelemetry context, None without a traceparent
+    context: Context | None  # the extracted OpenTelemetry context, None without a traceparent
     trace_id: str | None
+
+
+HttpSpan: TypeAlias = "Span | _Incoming | None"  # what start_http_span returns: None when tracing is off
 
 
 class Tracing:
@@ -99,7 +111,7 @@ class Tracing:
         service_name: str,
         endpoint: str | None = None,
         *,
-        span_processor: object = None,
+        span_processor: SpanProcessor | None = None,
         resource: Mapping[str, object] | None = None,
         span_shape: SpanShape = SpanShape.VLLM,
     ) -> None:
@@ -107,18 +119,19 @@ class Tracing:
         endpoint = endpoint or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or None
         self.enabled = endpoint is not None or span_processor is not None
         self.endpoint = endpoint
-        self._provider = None
-        self._loop_exporter = None
+        self._provider: TracerProvider | None = None
+        self._loop_exporter: LoopSpanExporter | None = None
         if self.enabled:
             self._setup(service_name, endpoint, span_processor, dict(resource or {}))
 
-    def _setup(self, service_name: str, endpoint: str | None, processor: object, resource: dict) -> None:
+    def _setup(self, service_name: str, endpoint: str | None, processor: SpanProcessor | None, resource: dict) -> None:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.trace import SpanKind, Status, StatusCode
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         if processor is None:
+            assert endpoint is not None  # enabled: an endpoint or a processor
             processor = self._exporter(endpoint)
         attributes = {"service.name": service_name, "vllm.process_id": os.getpid(), **resource}
         self._provider = TracerProvider(resource=Resource.create(attributes))
@@ -128,7 +141,7 @@ class Tracing:
         self._kinds = SpanKind
         self._status = (Status, StatusCode)
 
-    def _exporter(self, endpoint: str) -> object:
+    def _exporter(self, endpoint: str) -> SpanProcessor:
         """The loop exporter for ``http://`` (see :mod:`drill.stack.replica.span_export`), else the SDK's batch one."""
         if endpoint.startswith("http://"):
             from drill.stack.replica.span_export import LoopSpanExporter
@@ -146,7 +159,7 @@ class Tracing:
             self._loop_exporter.start()
 
     # HTTP server spans -----------------------------------------------------------------------------
-    def start_http_span(self, method: str, path: str, headers: Mapping[str, str], start_wall: float) -> object:
+    def start_http_span(self, method: str, path: str, headers: Mapping[str, str], start_wall: float) -> HttpSpan:
         """Start the SERVER span of an HTTP request (None when disabled; in vLLM's shape only its parent context)."""
         if not self.enabled:
             return None
@@ -162,7 +175,7 @@ class Tracing:
             attributes={"http.request.method": method, "url.path": path},
         )
 
-    def end_http_span(self, span: object, status_code: int, end_wall: float, error: str | None = None) -> None:
+    def end_http_span(self, span: HttpSpan, status_code: int, end_wall: float, error: str | None = None) -> None:
         """End a SERVER span with the response status; ERROR status on ≥ 500 or when ``error`` is given."""
         if span is None or isinstance(span, _Incoming):
             return
@@ -173,7 +186,7 @@ class Tracing:
         span.end(end_time=_ns(end_wall))
 
     @staticmethod
-    def trace_id_of(span: object) -> str | None:
+    def trace_id_of(span: HttpSpan) -> str | None:
         """The hex trace id of a span (None for no span)."""
         if span is None:
             return None
@@ -185,10 +198,10 @@ class Tracing:
     def record_request(
         self,
         request: Request,
-        parent: object,
+        parent: HttpSpan,
         *,
         clock_offset: float,
-        attributes: Mapping[str, object],
+        attributes: Mapping[str, AttributeValue],
         error: str | None = None,
     ) -> None:
         """Emit ``llm_request`` (and, in the teaching shape, its ``queue``/``prefill``/``decode`` children).
@@ -226,11 +239,11 @@ class Tracing:
     def record_span(
         self,
         name: str,
-        parent: object,
+        parent: HttpSpan,
         *,
         start_wall: float,
         end_wall: float,
-        attributes: Mapping[str, object],
+        attributes: Mapping[str, AttributeValue],
         error: str | None = None,
     ) -> None:
         """Emit one INTERNAL span ``name`` under ``parent`` (an HTTP span or its incoming context); no-op when disabled.
@@ -260,7 +273,7 @@ class Tracing:
             await asyncio.to_thread(_shutdown_provider, provider)
 
 
-def _shutdown_provider(provider: object) -> None:
+def _shutdown_provider(provider: TracerProvider) -> None:
     provider.force_flush(5_000)
     provider.shutdown()
 
@@ -278,12 +291,12 @@ def _phases(request: Request) -> list[tuple[str, float, float]]:
     return phases
 
 
-def _gen_ai_attributes(request: Request) -> dict[str, object]:
+def _gen_ai_attributes(request: Request) -> dict[str, AttributeValue]:
     """vLLM V1 ``do_tracing`` attributes (§1.2); absent timings are left out."""
     attrs = SpanAttributes
     reason = request.finish_reason.value if request.finish_reason else "abort"
     finished = request.finished_ts if request.finished_ts is not None else request.arrival_time
-    out: dict[str, object] = {
+    out: dict[str, AttributeValue] = {
         attrs.GEN_AI_REQUEST_ID: request.request_id,
         attrs.GEN_AI_USAGE_PROMPT_TOKENS: request.num_prompt_tokens,
         attrs.GEN_AI_USAGE_COMPLETION_TOKENS: request.num_output_tokens,
@@ -298,6 +311,7 @@ def _gen_ai_attributes(request: Request) -> dict[str, object]:
     if scheduled is not None:
         out[attrs.GEN_AI_LATENCY_TIME_IN_QUEUE] = scheduled - request.queued_ts
     if request.first_token_ts is not None and scheduled is not None:
+        assert request.last_token_ts is not None  # the scheduler sets it with the first token
         out[attrs.GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN] = request.first_token_ts - request.arrival_time
         out[attrs.GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL] = request.first_token_ts - scheduled
         out[attrs.GEN_AI_LATENCY_TIME_IN_MODEL_DECODE] = request.last_token_ts - request.first_token_ts

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import httpx
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.util.types import AttributeValue
 
 from drill.api import RouterRetryOn
 from drill.stack.config import RouterConfig
@@ -132,7 +133,7 @@ class Attempt:
 
     async def run(self) -> UpstreamOutcome:
         """Run the attempt under a CLIENT span carrying ``drill.attempt`` and ``drill.upstream``."""
-        attributes = {
+        attributes: dict[str, AttributeValue] = {
             "drill.attempt": self.number,
             "drill.upstream": self.replica.name,
             "http.request.method": self.request.method,
@@ -221,7 +222,7 @@ class Attempt:
         self.out.end()
         return UpstreamOutcome(done=True)
 
-    async def _pump(self, chunks) -> None:
+    async def _pump(self, chunks: AsyncIterator[bytes]) -> None:
         """Relay the rest of the stream; a failure now can only end it with an error event."""
         try:
             async for chunk in chunks:

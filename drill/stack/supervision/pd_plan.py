@@ -9,6 +9,7 @@ dials the prefill worker through it (its spec's ``kv_peers``). The link is liste
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from drill.stack.config import StackConfig
 from drill.stack.supervision.state import LinkState
@@ -66,7 +67,9 @@ def plan_kv(config: StackConfig, stack: str, ports: list[int]) -> KvPlan:
     return plan
 
 
-def role_value(plan: KvPlan, index: int) -> str | None:
+def role_value(plan: KvPlan, index: int) -> Literal["prefill", "decode"] | None:
     """Replica ``index``'s role as the specs and the state file spell it (None: aggregated)."""
     role = plan.roles.get(index)
-    return role.value if role is not None else None
+    if role is None:
+        return None
+    return "prefill" if role is WorkerRole.PREFILL else "decode"

@@ -16,6 +16,7 @@ import secrets
 import sys
 import time
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -87,17 +88,19 @@ def _links(
     """The TP ranks and PP stages of one replica, each behind a proxy when configured."""
     host, engine, links = config.host, config.engine, config.links
     result: list[tuple[PeerSpec, LinkState, ProxyPlan | None]] = []
-    for kind, count, proxied in (
+    kinds: tuple[tuple[Literal["tp", "pp"], int, bool], ...] = (
         ("tp", engine.tensor_parallel_size, links.tp_proxies),
         ("pp", engine.pipeline_parallel_size, links.pp_proxies),
-    ):
+    )
+    for kind, count, proxied in kinds:
         for rank in range(1, count):
             listen, proxy_listen = _addr(host, ports.pop()), _addr(host, ports.pop())
             name = f"{stack}-replica-{index}-{kind}{rank}"
             proxy = ProxyPlan(name=name, listen=proxy_listen, upstream=listen) if proxied else None
             connect = proxy_listen if proxied else listen
-            peer = PeerSpec(kind=kind, rank=rank, listen=listen, connect=connect, proxy=proxy and name)
-            state = LinkState(name=name, kind=kind, rank=rank, proxy=proxy and name, listen=connect, upstream=listen)
+            proxy_name = name if proxy else None
+            peer = PeerSpec(kind=kind, rank=rank, listen=listen, connect=connect, proxy=proxy_name)
+            state = LinkState(name=name, kind=kind, rank=rank, proxy=proxy_name, listen=connect, upstream=listen)
             result.append((peer, state, proxy))
     return _chain_pp(result)
 
@@ -143,6 +146,7 @@ def build_plan(
         url = f"http://{_addr(host, proxy_listen)}" if proxy_name else f"http://{direct}"
         if proxy_name:
             proxies.append(ProxyPlan(name=proxy_name, listen=_addr(host, proxy_listen), upstream=direct))
+        log_path = root / f"replica-{index}.log"
         spec = ReplicaSpec(
             name=f"replica-{index}",
             index=index,
@@ -152,7 +156,7 @@ def build_plan(
             admin_token=token,
             otlp_endpoint=otlp_endpoint,
             ledger_path=root / f"replica-{index}.ledger.jsonl",
-            log_path=root / f"replica-{index}.log",
+            log_path=log_path,
             seed=config.seed + index,
             peers=tuple(peer for peer, _, _ in links),
             role=role_value(kv, index),
@@ -172,7 +176,7 @@ def build_plan(
                 container=container_name(name, index) if runtime is Runtime.DOCKER else None,
                 links=(*(state for _, state, _ in links), *kv.links.get(index, ())),
                 ledger_path=spec.ledger_path,
-                log_path=spec.log_path,
+                log_path=log_path,
                 role=spec.role,
             )
         )

@@ -11,6 +11,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -67,7 +68,7 @@ class ReplicaEntry(BaseModel):
     links: tuple[LinkState, ...] = ()
     ledger_path: Path
     log_path: Path
-    role: str | None = None  # "prefill" | "decode" in a disaggregated stack (a pod's llm-d.ai/role label)
+    role: Literal["prefill", "decode"] | None = None  # a P/D worker's role (a pod's llm-d.ai/role label)
 
 
 class StackState(BaseModel):

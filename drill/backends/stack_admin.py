@@ -230,7 +230,7 @@ class StackAdminClient(_AdminHttp):
 
     def set_kv_fault(self, fault: dict[str, Any]) -> None:
         """Put a KV fault in force on a prefill worker (``drill.stack.kv.kv_faults.KvFault`` as JSON)."""
-        self._json("PUT", "/admin/kv/fault", f"set KV fault {fault.get('name')}", fault)
+        self._json("PUT", "/admin/kv/fault", f"set KV fault {fault.get('name')}", json=fault)
 
     def clear_kv_fault(self, name: str) -> None:
         """Clear the KV fault ``name`` (idempotent; another fault in force stays)."""

@@ -370,6 +370,7 @@ class Runner:
             progress=self.options.progress,
             headers=self._headers(),
             control_ids=tuple(self._control_ids()),
+            capture_outputs=any(c.kind == "output_correctness" for c in self.drill.checks),
             # token-exact prompts: the embedded stack keeps its one-token-per-word rule unless the scenario asks
             tokenizer=self.loaded.scenario.tokenizer or ("words" if self.target_info.kind == "embedded" else "server"),
         )

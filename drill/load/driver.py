@@ -58,6 +58,7 @@ class LoadPlan:
     expect_remote_workers: int = 0  # also wait for this many `drill worker --master HOST:PORT` processes
     master_bind: str = "127.0.0.1:0"  # where the master listens for workers (0: a free port)
     control_ids: tuple[str, ...] = ()  # logical ids whose output is digested (the recovery replay's controls)
+    capture_outputs: bool = False  # digest every temperature-0 answer too, with its first tokens (output_correctness)
     #: ``server``, ``words`` or ``file:<path>`` (drill.load.tokenizing); None: the scenario's, else ``server``.
     tokenizer: str | None = None
 
@@ -183,6 +184,7 @@ class LoadDriver:
             master_bind=plan.master_bind,
             headers=dict(plan.headers),
             control_ids=list(plan.control_ids),
+            capture_outputs=plan.capture_outputs,
             prompts_file=str(plan.run_dir / FITTED_PROMPTS_FILE) if self.prompt_fit.fitted else None,
         )
         self._spawn(wire)

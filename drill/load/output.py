@@ -17,18 +17,26 @@ from __future__ import annotations
 import hashlib
 import json
 
-__all__ = ["OutputDigest", "response_text"]
+__all__ = ["HEAD_TOKENS", "OutputDigest", "response_text"]
+
+#: How many of an answer's first tokens a record keeps (``output_head``): where two answers part, for a reviewer.
+HEAD_TOKENS = 16
 
 
 class OutputDigest:
-    """Accumulates the generated text of one response."""
+    """Accumulates the generated text of one response, and its first :data:`HEAD_TOKENS` tokens.
 
-    __slots__ = ("_hash", "unreadable", "chars")
+    A token is one streamed content piece (vLLM sends one token per chunk); a whole body's text is split at
+    whitespace instead, the closest a client gets without the model's tokenizer.
+    """
+
+    __slots__ = ("_hash", "unreadable", "chars", "head")
 
     def __init__(self) -> None:
         self._hash = hashlib.sha256()
         self.unreadable = 0
         self.chars = 0
+        self.head: list[str] = []
 
     def feed_chunk(self, line: bytes) -> None:
         """One SSE content event (``data: {...}``, with or without its newlines)."""
@@ -54,6 +62,13 @@ class OutputDigest:
         data = text.encode("utf-8")
         self.chars += len(text)
         self._hash.update(data)
+        if text and len(self.head) < HEAD_TOKENS:
+            pieces = [text] if stream else text.split()
+            self.head.extend(pieces[: HEAD_TOKENS - len(self.head)])
+
+    def first_tokens(self) -> list[str] | None:
+        """The first tokens of the answer; None when a content chunk could not be read (as :meth:`value`)."""
+        return None if self.unreadable else list(self.head)
 
 
 def response_text(data: dict, *, stream: bool) -> str:

@@ -238,10 +238,16 @@ class OpenLoop:
             headers,
             stream=job.pool.stream,
             timeout_s=job.pool.timeout,
-            capture=job.burst is None and job.logical_id in self.controls,
+            capture=self._captures(job),
         )
         self._emit(job, attempt, intended, outcome, trace_id, idem, headers=headers)
         return outcome
+
+    def _captures(self, job: _Job) -> bool:
+        """Whether this attempt's answer is digested: a replay control, or (on demand) any temperature-0 answer."""
+        if self.plan.capture_outputs and job.pool.sampling.temperature == 0:
+            return True
+        return job.burst is None and job.logical_id in self.controls
 
     def _should_retry(self, outcome: ClientOutcome, attempt: int, policy: RetryPolicy) -> bool:
         reason = _RETRYABLE.get(outcome.error)
@@ -322,6 +328,7 @@ class OpenLoop:
             retry_after_s=outcome.retry_after_s,
             stream_error_code=outcome.stream_error_code,
             output_digest=outcome.output.value() if outcome.output is not None and outcome.error is None else None,
+            output_head=outcome.output.first_tokens() if outcome.output is not None and outcome.error is None else None,
             server_timings=outcome.server_timings,
             **base,
         )

@@ -33,6 +33,7 @@ from drill.api import Capability, TargetContext, TargetInfo
 from drill.checks.base import RunEvidence, Status, Verdict
 from drill.engine import active
 from drill.engine.fault_schedule import FaultRunner
+from drill.engine.health_probes import HEALTH_FILE, HealthProber
 from drill.engine.journal import Event, Journal, RunStatus
 from drill.engine.listeners import ListenerEvent, Listeners, RunListener
 from drill.engine.prometheus import PrometheusMetrics
@@ -110,6 +111,7 @@ class Runner:
         self.watchdog: Watchdog | None = None
         self.receiver: OtlpReceiver | None = None
         self.scraper: MetricsScraper | PrometheusMetrics | None = None
+        self.health: HealthProber | None = None  # health.jsonl, when the drill names health_truth
         self.target = None
         self.target_info: TargetInfo | None = None
         self.load = None
@@ -144,6 +146,7 @@ class Runner:
         self._start_target()
         self._write_env()
         self._start_scraper()
+        self._start_health_prober()
         self._start_load()
         try:
             self._timed_phase(Phase.WARMUP, self.drill.phases.warmup)
@@ -231,6 +234,7 @@ class Runner:
             self.result.revert_failures = [f"{o.fault_id}: {o.error}" for o in self.faults.failed_reverts]
         self._safely("stop load", self._stop_load)
         self._safely("stop scraper", lambda: self.scraper and self.scraper.stop())
+        self._safely("stop health prober", lambda: self.health and self.health.stop())
         self._safely("collect target evidence", self._collect_target_evidence)
         self._safely("stop target", self._stop_target)
         self._safely("stop receiver", lambda: self.receiver and self.receiver.stop())
@@ -355,6 +359,15 @@ class Runner:
             self.scraper = MetricsScraper(
                 self.target_info.metrics_urls, self.rundir.file("metrics.jsonl"), self.drill.metrics.interval
             ).start()
+
+    def _start_health_prober(self) -> None:
+        """``GET /health`` of the router and of each replica into health.jsonl, for a ``health_truth`` check."""
+        if not any(c.kind == "health_truth" for c in self.drill.checks):
+            return
+        info = self.target_info
+        endpoints = {"router": info.base_url.rstrip("/") + "/health"}
+        endpoints.update({r.name: (r.direct_url or r.url).rstrip("/") + "/health" for r in info.replicas})
+        self.health = HealthProber(endpoints, self.rundir.file(HEALTH_FILE), self.drill.metrics.interval / 2).start()
 
     def _start_load(self) -> None:
         from drill.load.driver import LoadDriver, LoadPlan

@@ -6,8 +6,10 @@ other words (vLLM #52234, Dynamo #12463; ``docs/disaggregated.md``). This check 
 request body (``payload_digest``: the same bytes, so at temperature 0 the same answer):
 
 - **golden from the run** (the default): the answers the ``golden_phases`` (the baseline) gave to the same bytes.
-  A body the baseline answered in two different ways has no golden answer (the target is not deterministic on it;
-  counted, never judged);
+  Every prompt of a run is new, so the runner makes a control set: ``control_share`` of the requests after the
+  baseline re-send the exact body of a baseline request of their pool (:func:`drill.load.replay.choose_repeats`;
+  temperature-0 pools only). A body the baseline answered in two different ways has no golden answer (the target
+  is not deterministic on it; counted, never judged);
 - **golden file**: ``golden_file``, a JSON-lines file inside the run directory whose lines carry
   ``payload_digest``, ``output_digest`` and optionally ``output_head`` — the ``requests.jsonl`` of a clean run of the
   same drill (same seed, same bytes) copied there does.
@@ -98,6 +100,9 @@ class OutputCorrectnessParams(CheckParams):
         ("fault", "recovery"), min_length=1, description="phases whose answers are compared with the golden ones"
     )
     max_mismatches: int = Field(0, ge=0, description="answers that may differ from their golden answer, at most")
+    control_share: float = Field(
+        0.25, ge=0, le=1, description="share of the later requests that re-send a baseline body (golden controls)"
+    )
     min_compared: int = Field(1, ge=1, description="answers that need a golden answer before a PASS is given")
 
     @field_validator("golden_file")

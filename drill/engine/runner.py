@@ -384,6 +384,7 @@ class Runner:
             headers=self._headers(),
             control_ids=tuple(self._control_ids()),
             capture_outputs=any(c.kind == "output_correctness" for c in self.drill.checks),
+            repeat_of=self._golden_repeats(),
             # token-exact prompts: the embedded stack keeps its one-token-per-word rule unless the scenario asks
             tokenizer=self.loaded.scenario.tokenizer or ("words" if self.target_info.kind == "embedded" else "server"),
         )
@@ -491,6 +492,18 @@ class Runner:
             spec.controls,
             sample_seed=seed,
         )
+
+    def _golden_repeats(self) -> dict[str, str]:
+        """Later requests that re-send baseline bodies, as golden controls for an ``output_correctness`` check."""
+        from drill.load.replay import choose_repeats
+
+        checks = [c for c in self.drill.checks if c.kind == "output_correctness"]
+        share = max((float(c.params.get("control_share", 0.25)) for c in checks), default=0.0)
+        slot = next((s for s in self.timeline.phases if s.phase is Phase.BASELINE), None)
+        if slot is None or share <= 0:
+            return {}
+        window = (slot.start_s, slot.end_s)
+        return choose_repeats(self.loaded.scenario, self.timeline.load_length_s, self.drill.seed, window, share)
 
     def _replay_phase(self) -> None:
         """After recovery: the original failing requests and the baseline controls, at the baseline's rate."""

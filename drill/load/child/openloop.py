@@ -20,7 +20,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -119,6 +119,8 @@ class OpenLoop:
         self.schedule = build_schedule(self.scenario, plan.duration_s, plan.seed)
         self.mine = self.schedule.partition(*partition)
         self.controls = frozenset(plan.control_ids)  # requests whose output is digested (recovery replay)
+        by_id = {r.logical_id: r for r in self.schedule.requests}
+        self.repeated = {later: by_id[source] for later, source in plan.repeat_of.items() if source in by_id}
         self.text = PromptText(plan.seed)
         self.shapes = shapes if shapes is not None else _read_shapes(plan.prompts_file)
         self.cap = max(1, math.ceil(self.scenario.max_in_flight / partition[1]))
@@ -173,10 +175,12 @@ class OpenLoop:
     def job(self, planned: PlannedRequest, logical_id: str, burst: str | None = None) -> _Job:
         """The exact request for ``planned`` (built before its time comes, so it adds no lag)."""
         pool = self.pools[planned.pool]
-        shape = self.shapes.get(logical_id) if burst is None else None  # bursts are made up now, not fitted
-        body = build_body(
-            pool, self.plan.model, logical_id, planned.input_tokens, planned.output_tokens, self.text, shape
-        )
+        source = self.repeated.get(logical_id) if burst is None else None
+        if source is not None:  # a golden control: a baseline request's exact bytes again (output_correctness)
+            planned = replace(planned, input_tokens=source.input_tokens, output_tokens=source.output_tokens)
+        key = logical_id if source is None else source.logical_id
+        shape = self.shapes.get(key) if burst is None else None  # bursts are made up now, not fitted
+        body = build_body(pool, self.plan.model, key, planned.input_tokens, planned.output_tokens, self.text, shape)
         return _Job(planned, logical_id, body, payload_digest(body), pool, burst)
 
     def launch(self, job: _Job, intended: float) -> None:

@@ -37,6 +37,7 @@ from pydantic import Field, field_validator
 from drill.api import Check, CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
 from drill.checks.base import RunEvidence
 from drill.jsonl import ReadReport, read_jsonl
+from drill.load.output import token_digest
 from drill.load.records import RequestRecord
 
 __all__ = ["GoldenAnswer", "OutputCorrectnessCheck", "OutputCorrectnessParams", "first_difference", "read_golden"]
@@ -277,12 +278,26 @@ def _shown(token: str, include_text: bool) -> str:
         return json.dumps(token)
     if not token:
         return "(end)"
+    if token.startswith("sha256:"):
+        return token  # the load generator kept only the token's digest
     return f"sha256:{hashlib.sha256(token.encode('utf-8')).hexdigest()[:12]} ({len(token)} chars)"
+
+
+def _comparable(
+    answer: tuple[str, ...] | None, golden: tuple[str, ...] | None
+) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
+    """Both heads as digests when either holds digests only (a run without ``include_text``)."""
+    if answer is None or golden is None:
+        return answer, golden
+    if any(t.startswith("sha256:") for t in answer + golden):
+        digested = lambda head: tuple(t if t.startswith("sha256:") else token_digest(t) for t in head)  # noqa: E731
+        return digested(answer), digested(golden)
+    return answer, golden
 
 
 def _where(pair: tuple[RequestRecord, GoldenAnswer], include_text: bool) -> str:
     record, golden = pair
-    difference = first_difference(_head(record), golden.output_head)
+    difference = first_difference(*_comparable(_head(record), golden.output_head))
     if difference is None:
         if record.output_head is not None and golden.output_head is not None:
             return f"(differs from {golden.source} after its first {len(golden.output_head)} tokens)"

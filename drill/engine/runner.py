@@ -385,6 +385,7 @@ class Runner:
             control_ids=tuple(self._control_ids()),
             capture_outputs=any(c.kind == "output_correctness" for c in self.drill.checks),
             repeat_of=self._golden_repeats(),
+            keep_text=self.drill.report.include_text,
             # token-exact prompts: the embedded stack keeps its one-token-per-word rule unless the scenario asks
             tokenizer=self.loaded.scenario.tokenizer or ("words" if self.target_info.kind == "embedded" else "server"),
         )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-__all__ = ["HEAD_TOKENS", "OutputDigest", "response_text"]
+__all__ = ["HEAD_TOKENS", "OutputDigest", "response_text", "token_digest"]
 
 #: How many of an answer's first tokens a record keeps (``output_head``): where two answers part, for a reviewer.
 HEAD_TOKENS = 16
@@ -66,9 +66,18 @@ class OutputDigest:
             pieces = [text] if stream else text.split()
             self.head.extend(pieces[: HEAD_TOKENS - len(self.head)])
 
-    def first_tokens(self) -> list[str] | None:
-        """The first tokens of the answer; None when a content chunk could not be read (as :meth:`value`)."""
-        return None if self.unreadable else list(self.head)
+    def first_tokens(self, keep_text: bool = False) -> list[str] | None:
+        """The first tokens of the answer — each as ``sha256:<12 hex>`` unless ``keep_text`` (the drill's
+        ``report: {include_text: true}``: raw records keep no completion text otherwise, ``docs/redaction.md``);
+        None when a content chunk could not be read (as :meth:`value`)."""
+        if self.unreadable:
+            return None
+        return list(self.head) if keep_text else [token_digest(t) for t in self.head]
+
+
+def token_digest(token: str) -> str:
+    """A token as records keep it without ``include_text``: enough to tell two apart, nothing to read."""
+    return "sha256:" + hashlib.sha256(token.encode("utf-8")).hexdigest()[:12]
 
 
 def response_text(data: dict, *, stream: bool) -> str:

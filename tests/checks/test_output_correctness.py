@@ -144,3 +144,15 @@ def test_output_correctness_keeps_the_contract(tmp_path: Path) -> None:
     print(run_check_contract(CheckCase("output_correctness", runs=runs), tmp_path / "contract").lines())
     golden = CheckCase("output_correctness", {"golden_file": "golden.jsonl"}, runs=[(runs[0][0], Status.INCONCLUSIVE)])
     run_check_contract(golden, tmp_path / "contract-golden")  # the golden file missing: INCONCLUSIVE
+
+
+def test_first_tokens_kept_as_digests_still_locate_the_difference(tmp_path: Path) -> None:
+    from drill.load.output import token_digest
+
+    kit = RunKit(tmp_path / "run")
+    kit.phases(baseline=(0, 30), fault=(30, 60), recovery=(60, 90))
+    _answer(kit, 1, "p0", [token_digest(t) for t in RIGHT], request_id="base")
+    _answer(kit, 31, "p0", [token_digest(t) for t in WRONG], request_id="bad")
+    verdict = _check().evaluate(kit.evidence())
+    assert verdict.status is Status.FAIL
+    assert f"first differing token #2: {token_digest(' sound')}, golden {token_digest(' runs')}" in verdict.message

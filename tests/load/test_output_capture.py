@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from loadkit import run_load, scenario
 
-from drill.load.output import HEAD_TOKENS, OutputDigest
+from drill.load.output import HEAD_TOKENS, OutputDigest, token_digest
 from drill.load.replay import choose_repeats
 from drill.load.schedule import build_schedule
 
@@ -18,11 +18,12 @@ def test_the_first_tokens_are_the_streamed_pieces_or_a_body_split_at_whitespace(
     for piece in ["", "Hello", " wide", " world"]:
         streamed.feed_chunk(b'data: {"choices":[{"index":0,"delta":{"content":"%s"}}]}' % piece.encode())
     whole.feed_body(b'{"choices":[{"index":0,"message":{"content":"Hello wide world"}}]}')
-    assert streamed.first_tokens() == ["Hello", " wide", " world"]
-    assert whole.first_tokens() == ["Hello", "wide", "world"]
+    assert streamed.first_tokens(keep_text=True) == ["Hello", " wide", " world"]
+    assert whole.first_tokens(keep_text=True) == ["Hello", "wide", "world"]
+    assert streamed.first_tokens() == [token_digest(t) for t in ["Hello", " wide", " world"]]  # no text kept
     many = OutputDigest()
     many.feed_body(b'{"choices":[{"index":0,"text":"%s"}]}' % b" ".join([b"w"] * (HEAD_TOKENS + 5)))
-    assert many.first_tokens() == ["w"] * HEAD_TOKENS
+    assert many.first_tokens(keep_text=True) == ["w"] * HEAD_TOKENS
     torn = OutputDigest()
     torn.feed_chunk(b'data: {"choices":[{"index":0,"delta":{"content":"Hel')
     assert torn.first_tokens() is None
@@ -53,7 +54,7 @@ def test_capture_outputs_digests_every_temperature_zero_answer(sse_server, tmp_p
     assert all(a.planned_input_tokens == b.planned_input_tokens for a, b in resent)
     assert len({r.payload_digest for r in run.records}) == len(by_id) - len(resent)  # every other body is new
     assert all(r.output_digest == "sha256:" + hashlib.sha256(b" tok" * 3).hexdigest() for r in answered)
-    assert all(r.output_head == [" tok"] * 3 for r in answered)
+    assert all(r.output_head == [token_digest(" tok")] * 3 for r in answered)
     hot = run_load(
         sse_server.url,
         scenario(20, out=3, seed=3, sampling={"temperature": 0.5}),

@@ -332,7 +332,11 @@ class OpenLoop:
             retry_after_s=outcome.retry_after_s,
             stream_error_code=outcome.stream_error_code,
             output_digest=outcome.output.value() if outcome.output is not None and outcome.error is None else None,
-            output_head=outcome.output.first_tokens() if outcome.output is not None and outcome.error is None else None,
+            output_head=(
+                outcome.output.first_tokens(self.plan.keep_text)
+                if outcome.output is not None and outcome.error is None
+                else None
+            ),
             server_timings=outcome.server_timings,
             **base,
         )

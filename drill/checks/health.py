@@ -19,17 +19,49 @@ never PASS: no component named, no fault injected, or no probe of a component in
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import Field
 
 from drill.api import Check, CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
 from drill.checks.base import FaultOutcome, RunEvidence
-from drill.engine.health_probes import HEALTH_FILE, HealthProbe, read_health
+from drill.jsonl import ReadReport, read_jsonl
 from drill.units import Duration
 
-__all__ = ["HealthTruthCheck", "HealthTruthParams"]
+__all__ = ["HEALTH_FILE", "HealthProbe", "HealthTruthCheck", "HealthTruthParams", "read_health"]
+
+HEALTH_FILE = "health.jsonl"
+
+
+@dataclass(frozen=True)
+class HealthProbe:
+    """One probe of one component's health endpoint."""
+
+    ts: float  # UNIX s, when the probe was sent
+    source: str  # the component: "router", "replica-0", ...
+    healthy: bool  # HTTP 200
+    status: int | None = None  # None: no answer (refused, reset, timed out)
+    error: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict) -> HealthProbe:
+        ts, source, healthy, status = data.get("ts"), data.get("source"), data.get("healthy"), data.get("status")
+        if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+            raise ValueError("ts: expected a number")
+        if not isinstance(source, str) or not isinstance(healthy, bool):
+            raise ValueError("source and healthy: expected a string and a boolean")
+        if status is not None and (not isinstance(status, int) or isinstance(status, bool)):
+            raise ValueError("status: expected an integer or null")
+        error = data.get("error")
+        return cls(float(ts), source, healthy, status, error if isinstance(error, str) else None)
+
+
+def read_health(path: Path, report: ReadReport | None = None) -> Iterator[HealthProbe]:
+    """The probes of a ``health.jsonl``; unreadable lines are counted in ``report``."""
+    return read_jsonl(path, HealthProbe.from_dict, report)
 
 
 class HealthTruthParams(CheckParams):

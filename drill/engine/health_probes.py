@@ -8,7 +8,8 @@ component per probe::
      "probe_ms": 1.2}
 
 A refused connection or a timeout is ``"status": null, "healthy": false`` with the ``error``: a component that
-does not answer says it is not healthy. The runner probes only when the drill names a ``health_truth`` check.
+does not answer says it is not healthy. The runner probes only when the drill names a ``health_truth`` check,
+which reads the lines back (:func:`drill.checks.health.read_health`).
 """
 
 from __future__ import annotations
@@ -16,45 +17,11 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-from drill.jsonl import ReadReport, read_jsonl
-
-__all__ = ["HEALTH_FILE", "HealthProbe", "HealthProber", "read_health"]
-
-HEALTH_FILE = "health.jsonl"
-
-
-@dataclass(frozen=True)
-class HealthProbe:
-    """One probe of one component's health endpoint."""
-
-    ts: float  # UNIX s, when the probe was sent
-    source: str  # the component: "router", "replica-0", ...
-    healthy: bool  # HTTP 200
-    status: int | None = None  # None: no answer (refused, reset, timed out)
-    error: str | None = None
-
-    @classmethod
-    def from_dict(cls, data: dict) -> HealthProbe:
-        ts, source, healthy, status = data.get("ts"), data.get("source"), data.get("healthy"), data.get("status")
-        if not isinstance(ts, (int, float)) or isinstance(ts, bool):
-            raise ValueError("ts: expected a number")
-        if not isinstance(source, str) or not isinstance(healthy, bool):
-            raise ValueError("source and healthy: expected a string and a boolean")
-        if status is not None and (not isinstance(status, int) or isinstance(status, bool)):
-            raise ValueError("status: expected an integer or null")
-        error = data.get("error")
-        return cls(float(ts), source, healthy, status, error if isinstance(error, str) else None)
-
-
-def read_health(path: Path, report: ReadReport | None = None) -> Iterator[HealthProbe]:
-    """The probes of a ``health.jsonl``; unreadable lines are counted in ``report``."""
-    return read_jsonl(path, HealthProbe.from_dict, report)
+__all__ = ["HealthProber"]
 
 
 class HealthProber:

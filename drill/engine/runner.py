@@ -31,9 +31,10 @@ from pathlib import Path
 from drill import registry
 from drill.api import Capability, TargetContext, TargetInfo
 from drill.checks.base import RunEvidence, Status, Verdict
+from drill.checks.health import HEALTH_FILE
 from drill.engine import active
 from drill.engine.fault_schedule import FaultRunner
-from drill.engine.health_probes import HEALTH_FILE, HealthProber
+from drill.engine.health_probes import HealthProber
 from drill.engine.journal import Event, Journal, RunStatus
 from drill.engine.listeners import ListenerEvent, Listeners, RunListener
 from drill.engine.prometheus import PrometheusMetrics

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from drill.api import Status
-from drill.checks.health import HealthTruthCheck, HealthTruthParams
-from drill.engine.health_probes import HealthProber, read_health
+from drill.checks.health import HealthTruthCheck, HealthTruthParams, read_health
+from drill.engine.health_probes import HealthProber
 from drill.testing import CheckCase, run_check_contract
 from tests.checks.rundir_kit import RunKit
 

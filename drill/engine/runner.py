@@ -33,8 +33,10 @@ from typing import TYPE_CHECKING, Any
 from drill import registry
 from drill.api import Capability, Target, TargetContext, TargetInfo
 from drill.checks.base import RunEvidence, Status, Verdict
+from drill.checks.health import HEALTH_FILE
 from drill.engine import active
 from drill.engine.fault_schedule import FaultRunner
+from drill.engine.health_probes import HealthProber
 from drill.engine.journal import Event, Journal, RunStatus
 from drill.engine.listeners import ListenerEvent, Listeners, RunListener
 from drill.engine.prometheus import PrometheusMetrics
@@ -115,6 +117,7 @@ class Runner:
         self.watchdog: Watchdog | None = None
         self.receiver: OtlpReceiver | None = None
         self.scraper: MetricsScraper | PrometheusMetrics | None = None
+        self.health: HealthProber | None = None  # health.jsonl, when the drill names health_truth
         self.target: Target | None = None
         self.target_info: TargetInfo  # from _start_target on, which _execute calls before anything reads it
         self.load: LoadDriver | None = None
@@ -149,6 +152,7 @@ class Runner:
         self._start_target()
         self._write_env()
         self._start_scraper()
+        self._start_health_prober()
         self._start_load()
         try:
             self._timed_phase(Phase.WARMUP, self.drill.phases.warmup)
@@ -237,6 +241,8 @@ class Runner:
         self._safely("stop load", self._stop_load)
         if self.scraper is not None:
             self._safely("stop scraper", self.scraper.stop)
+        if self.health is not None:
+            self._safely("stop health prober", self.health.stop)
         self._safely("collect target evidence", self._collect_target_evidence)
         self._safely("stop target", self._stop_target)
         if self.receiver is not None:
@@ -361,6 +367,15 @@ class Runner:
                 self.target_info.metrics_urls, self.rundir.file("metrics.jsonl"), self.drill.metrics.interval
             ).start()
 
+    def _start_health_prober(self) -> None:
+        """``GET /health`` of the router and of each replica into health.jsonl, for a ``health_truth`` check."""
+        if not any(c.kind == "health_truth" for c in self.drill.checks):
+            return
+        info = self.target_info
+        endpoints = {"router": info.base_url.rstrip("/") + "/health"}
+        endpoints.update({r.name: (r.direct_url or r.url).rstrip("/") + "/health" for r in info.replicas})
+        self.health = HealthProber(endpoints, self.rundir.file(HEALTH_FILE), self.drill.metrics.interval / 2).start()
+
     def _start_load(self) -> None:
         from drill.load.driver import LoadDriver, LoadPlan
 
@@ -375,6 +390,9 @@ class Runner:
             progress=self.options.progress,
             headers=self._headers(),
             control_ids=tuple(self._control_ids()),
+            capture_outputs=any(c.kind == "output_correctness" for c in self.drill.checks),
+            repeat_of=self._golden_repeats(),
+            keep_text=self.drill.report.include_text,
             # token-exact prompts: the embedded stack keeps its one-token-per-word rule unless the scenario asks
             tokenizer=self.loaded.scenario.tokenizer or ("words" if self.target_info.kind == "embedded" else "server"),
         )
@@ -488,6 +506,19 @@ class Runner:
             spec.controls,
             sample_seed=seed,
         )
+
+    def _golden_repeats(self) -> dict[str, str]:
+        """Later requests that re-send baseline bodies, as golden controls for an ``output_correctness`` check."""
+        from drill.load.replay import choose_repeats
+
+        checks = [c for c in self.drill.checks if c.kind == "output_correctness"]
+        share = max((float(c.params.get("control_share", 0.25)) for c in checks), default=0.0)
+        slot = next((s for s in self.timeline.phases if s.phase is Phase.BASELINE), None)
+        if slot is None or share <= 0:
+            return {}
+        assert slot.end_s is not None  # the baseline is a timed phase
+        window = (slot.start_s, slot.end_s)
+        return choose_repeats(self.loaded.scenario, self.timeline.load_length_s, self.drill.seed, window, share)
 
     def _replay_phase(self) -> None:
         """After recovery: the original failing requests and the baseline controls, at the baseline's rate."""

@@ -58,6 +58,9 @@ class GeneratorPlan:
     headers: dict[str, str] = field(default_factory=dict)
     start_lead_s: float = 0.3  # t0 is this far after the plan is applied, so offset 0 is not late
     control_ids: list[str] = field(default_factory=list)  # logical ids whose output text is digested
+    capture_outputs: bool = False  # also digest every temperature-0 answer, with its first tokens
+    keep_text: bool = False  # the first tokens as text (report.include_text), else as digests
+    repeat_of: dict[str, str] = field(default_factory=dict)  # logical id -> the baseline one whose body it re-sends
     prompts_file: str | None = None  # the fitted prompts (drill.load.tokenizing); None: one token per word
 
     def scenario_model(self) -> Scenario:

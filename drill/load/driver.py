@@ -62,6 +62,9 @@ class LoadPlan:
     expect_remote_workers: int = 0  # also wait for this many `drill worker --master HOST:PORT` processes
     master_bind: str = "127.0.0.1:0"  # where the master listens for workers (0: a free port)
     control_ids: tuple[str, ...] = ()  # logical ids whose output is digested (the recovery replay's controls)
+    capture_outputs: bool = False  # digest every temperature-0 answer too, with its first tokens (output_correctness)
+    keep_text: bool = False  # keep those first tokens as text (the drill's report.include_text), else digests
+    repeat_of: dict[str, str] = field(default_factory=dict)  # later requests that re-send baseline bodies
     #: ``server``, ``words`` or ``file:<path>`` (drill.load.tokenizing); None: the scenario's, else ``server``.
     tokenizer: str | None = None
 
@@ -187,6 +190,9 @@ class LoadDriver:
             master_bind=plan.master_bind,
             headers=dict(plan.headers),
             control_ids=list(plan.control_ids),
+            capture_outputs=plan.capture_outputs,
+            keep_text=plan.keep_text,
+            repeat_of=dict(plan.repeat_of),
             prompts_file=str(plan.run_dir / FITTED_PROMPTS_FILE) if self.prompt_fit.fitted else None,
         )
         self._spawn(wire)

@@ -17,18 +17,26 @@ from __future__ import annotations
 import hashlib
 import json
 
-__all__ = ["OutputDigest", "response_text"]
+__all__ = ["HEAD_TOKENS", "OutputDigest", "response_text", "token_digest"]
+
+#: How many of an answer's first tokens a record keeps (``output_head``): where two answers part, for a reviewer.
+HEAD_TOKENS = 16
 
 
 class OutputDigest:
-    """Accumulates the generated text of one response."""
+    """Accumulates the generated text of one response, and its first :data:`HEAD_TOKENS` tokens.
 
-    __slots__ = ("_hash", "unreadable", "chars")
+    A token is one streamed content piece (vLLM sends one token per chunk); a whole body's text is split at
+    whitespace instead, the closest a client gets without the model's tokenizer.
+    """
+
+    __slots__ = ("_hash", "unreadable", "chars", "head")
 
     def __init__(self) -> None:
         self._hash = hashlib.sha256()
         self.unreadable = 0
         self.chars = 0
+        self.head: list[str] = []
 
     def feed_chunk(self, line: bytes) -> None:
         """One SSE content event (``data: {...}``, with or without its newlines)."""
@@ -54,6 +62,22 @@ class OutputDigest:
         data = text.encode("utf-8")
         self.chars += len(text)
         self._hash.update(data)
+        if text and len(self.head) < HEAD_TOKENS:
+            pieces = [text] if stream else text.split()
+            self.head.extend(pieces[: HEAD_TOKENS - len(self.head)])
+
+    def first_tokens(self, keep_text: bool = False) -> list[str] | None:
+        """The first tokens of the answer — each as ``sha256:<12 hex>`` unless ``keep_text`` (the drill's
+        ``report: {include_text: true}``: raw records keep no completion text otherwise, ``docs/redaction.md``);
+        None when a content chunk could not be read (as :meth:`value`)."""
+        if self.unreadable:
+            return None
+        return list(self.head) if keep_text else [token_digest(t) for t in self.head]
+
+
+def token_digest(token: str) -> str:
+    """A token as records keep it without ``include_text``: enough to tell two apart, nothing to read."""
+    return "sha256:" + hashlib.sha256(token.encode("utf-8")).hexdigest()[:12]
 
 
 def response_text(data: dict, *, stream: bool) -> str:

@@ -131,7 +131,8 @@ class RequestRecord:
     stream_error_code: int | None = None  # the code of an error event in a 200 stream (vLLM: 503 = refused)
     burst: str | None = None  # the queue_flood burst that produced it, if any
     worker: str | None = None
-    output_digest: str | None = None  # sha256 of the generated text (control requests only)
+    output_digest: str | None = None  # sha256 of the generated text (controls; every temperature-0 answer on demand)
+    output_head: list[str] | None = None  # its first tokens (drill.load.output.HEAD_TOKENS), beside the digest
     server_timings: ServerTimings | None = None  # the server's own timings of the request, where it reports them
 
     @property

@@ -86,6 +86,7 @@ __all__ = [
     "ReplaySummary",
     "baseline_rate",
     "choose_control_ids",
+    "choose_repeats",
     "control_items",
     "original_items",
     "read_replay",
@@ -247,6 +248,30 @@ def choose_control_ids(
     planned = [r.logical_id for r in build_schedule(scenario, duration_s, seed).requests if start <= r.offset_s < end]
     salt = f"{seed if sample_seed is None else sample_seed}:replay:control-candidates"
     return sorted(_sample(planned, 2 * count, salt))
+
+
+def choose_repeats(
+    scenario: Scenario, duration_s: float, seed: int, baseline_s: tuple[float, float], share: float
+) -> dict[str, str]:
+    """Golden controls for ``output_correctness``: ``share`` of the planned requests after the baseline (seeded by
+    their ids) re-send the exact body of a baseline request of their pool, so each has a golden answer in the
+    same run. Only temperature-0 pools; logical id -> the baseline logical id whose body it sends."""
+    if share <= 0:
+        return {}
+    greedy = {pool.name for pool in scenario.pools if pool.sampling.temperature == 0}
+    start, end = baseline_s
+    planned = [r for r in build_schedule(scenario, duration_s, seed).requests if r.pool in greedy]
+    baseline: dict[str, list[str]] = {}
+    for r in planned:
+        if start <= r.offset_s < end:
+            baseline.setdefault(r.pool, []).append(r.logical_id)
+    repeats = {}
+    for r in planned:
+        sources = baseline.get(r.pool)
+        pick = random.Random(f"{seed}:repeat:{r.logical_id}")
+        if r.offset_s >= end and sources and pick.random() < share:
+            repeats[r.logical_id] = sources[pick.randrange(len(sources))]
+    return repeats
 
 
 def original_item(s: FailingSample) -> ReplayItem:

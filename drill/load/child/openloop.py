@@ -20,7 +20,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol, TypedDict
 
@@ -138,6 +138,8 @@ class OpenLoop:
         self.schedule = build_schedule(self.scenario, plan.duration_s, plan.seed)
         self.mine = self.schedule.partition(*partition)
         self.controls = frozenset(plan.control_ids)  # requests whose output is digested (recovery replay)
+        by_id = {r.logical_id: r for r in self.schedule.requests}
+        self.repeated = {later: by_id[source] for later, source in plan.repeat_of.items() if source in by_id}
         self.text = PromptText(plan.seed)
         self.shapes = shapes if shapes is not None else _read_shapes(plan.prompts_file)
         self.cap = max(1, math.ceil(self.scenario.max_in_flight / partition[1]))
@@ -192,10 +194,12 @@ class OpenLoop:
     def job(self, planned: PlannedRequest, logical_id: str, burst: str | None = None) -> _Job:
         """The exact request for ``planned`` (built before its time comes, so it adds no lag)."""
         pool = self.pools[planned.pool]
-        shape = self.shapes.get(logical_id) if burst is None else None  # bursts are made up now, not fitted
-        body = build_body(
-            pool, self.plan.model, logical_id, planned.input_tokens, planned.output_tokens, self.text, shape
-        )
+        source = self.repeated.get(logical_id) if burst is None else None
+        if source is not None:  # a golden control: a baseline request's exact bytes again (output_correctness)
+            planned = replace(planned, input_tokens=source.input_tokens, output_tokens=source.output_tokens)
+        key = logical_id if source is None else source.logical_id
+        shape = self.shapes.get(key) if burst is None else None  # bursts are made up now, not fitted
+        body = build_body(pool, self.plan.model, key, planned.input_tokens, planned.output_tokens, self.text, shape)
         return _Job(planned, logical_id, body, payload_digest(body), pool, burst)
 
     def launch(self, job: _Job, intended: float) -> None:
@@ -257,10 +261,16 @@ class OpenLoop:
             headers,
             stream=job.pool.stream,
             timeout_s=job.pool.timeout,
-            capture=job.burst is None and job.logical_id in self.controls,
+            capture=self._captures(job),
         )
         self._emit(job, attempt, intended, outcome, trace_id, idem, headers=headers)
         return outcome
+
+    def _captures(self, job: _Job) -> bool:
+        """Whether this attempt's answer is digested: a replay control, or (on demand) any temperature-0 answer."""
+        if self.plan.capture_outputs and job.pool.sampling.temperature == 0:
+            return True
+        return job.burst is None and job.logical_id in self.controls
 
     def _should_retry(self, outcome: ClientOutcome, attempt: int, policy: RetryPolicy) -> bool:
         reason = _RETRYABLE.get(outcome.error) if outcome.error is not None else None
@@ -342,6 +352,11 @@ class OpenLoop:
             retry_after_s=outcome.retry_after_s,
             stream_error_code=outcome.stream_error_code,
             output_digest=outcome.output.value() if outcome.output is not None and outcome.error is None else None,
+            output_head=(
+                outcome.output.first_tokens(self.plan.keep_text)
+                if outcome.output is not None and outcome.error is None
+                else None
+            ),
             server_timings=outcome.server_timings,
             **base,
         )

@@ -20,8 +20,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from drill.errors import SpecError, UnsafeTargetError
-from drill.spec.diagnostics import Diagnostic, KeyPath, Position, did_you_mean, format_path
+from drill.errors import SpecError, UnsafeTargetError, did_you_mean
+from drill.spec.diagnostics import Diagnostic, KeyPath, Position, format_path
 from drill.spec.loader import (
     LoadedDrill,
     _apply_overrides,
@@ -287,7 +287,7 @@ def find_drill_file(name: str, base: Path) -> Path | None:
 
 
 def _not_found(name: str, base: Path, key: KeyPath, out: _Collector) -> None:
-    from drill.catalogue import catalogue_drills  # ./drills and the packaged catalogue, as `drill drills list`
+    from drill.spec.listing import catalogue_drills  # ./drills and the packaged catalogue, as `drill drills list`
 
     beside = base.parent / "drills"
     known = sorted({d.name for d in catalogue_drills(Path.cwd())} | {p.stem for p in beside.glob("*.yaml")})

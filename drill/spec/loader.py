@@ -21,9 +21,10 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 from drill import registry
-from drill.errors import DrillError, SpecError, UnknownPluginError
+from drill.errors import DrillError, SpecError, UnknownPluginError, did_you_mean
 from drill.rundir.files import MAX_INPUT_BYTES, UnsafeFileError, read_bytes
-from drill.spec.diagnostics import Diagnostic, KeyPath, Position, did_you_mean, format_path
+from drill.spec.azure_trace import read_trace
+from drill.spec.diagnostics import Diagnostic, KeyPath, Position, format_path
 from drill.spec.models import Drill
 from drill.spec.scenario import ArrivalProcess, Scenario, planned_load_problem
 from drill.spec.validation import unset_env_refs, validate_model
@@ -468,8 +469,6 @@ def _resolve_trace(scenario: Scenario, base: Path, out: _Collector, prefix: KeyP
 
 def _trace_problem(path: Path) -> str | None:
     """Read the trace now, so a malformed row is a validation error and not a failure once the run started."""
-    from drill.load.azure_trace import read_trace
-
     try:
         read_trace(path)
     except DrillError as exc:

@@ -17,9 +17,9 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from drill.api import Selector
+from drill.errors import did_you_mean
 from drill.load.records import ErrorClass
 from drill.serving_metrics import metric_name_problem
-from drill.spec.diagnostics import did_you_mean
 from drill.spec.scenario import Slo
 from drill.spec.validation import SpecModel, at_key, expand_env
 from drill.units import BindHost, Duration, format_duration

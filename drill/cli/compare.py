@@ -128,7 +128,7 @@ def _report(result) -> None:
 
 
 def _print_outcome(outcome) -> None:
-    from drill.report.build import format_value
+    from drill.report.formatting import format_value
 
     console.print("verdicts (baseline -> candidate):")
     width = max(len(v.name) for v in outcome.verdicts)

@@ -28,6 +28,7 @@ import numpy as np
 from drill.api import PluginParams, TraceSource
 from drill.jsonl import BadLine, ReadReport
 from drill.rundir.files import MAX_LINE_BYTES, open_input
+from drill.traces.otlp import read_json_file, read_proto_file
 from drill.traces.phases import with_phase_spans
 from drill.traces.table import (
     KIND_NAMES,
@@ -503,8 +504,6 @@ class OtlpFileSource(TableSource):
     params: OtlpFileParams
 
     def _read(self, report: SourceReport, window: tuple[int, int] | None) -> SpanTable:
-        from drill.traces.otlp import read_json_file
-
         return read_json_file(*self._file(report, self.params.path))
 
 
@@ -519,7 +518,5 @@ class OtlpProtoFileSource(TableSource):
     params: OtlpProtoFileParams
 
     def _read(self, report: SourceReport, window: tuple[int, int] | None) -> SpanTable:
-        from drill.traces.otlp import read_proto_file
-
         path, file_report = self._file(report, self.params.path)
         return read_proto_file(path, file_report, framing=self.params.framing)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from drill.stack.config import SpanShape
 from drill.stack.inference.request import Request
+from drill.stack.replica.span_export import LoopSpanExporter
 
 __all__ = ["SpanAttributes", "Tracing", "parse_traceparent"]
 
@@ -113,6 +114,7 @@ class Tracing:
             self._setup(service_name, endpoint, span_processor, dict(resource or {}))
 
     def _setup(self, service_name: str, endpoint: str | None, processor: object, resource: dict) -> None:
+        # lazy: the OpenTelemetry SDK loads only in a replica that exports spans
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.trace import SpanKind, Status, StatusCode
@@ -131,10 +133,9 @@ class Tracing:
     def _exporter(self, endpoint: str) -> object:
         """The loop exporter for ``http://`` (see :mod:`drill.stack.replica.span_export`), else the SDK's batch one."""
         if endpoint.startswith("http://"):
-            from drill.stack.replica.span_export import LoopSpanExporter
-
             self._loop_exporter = LoopSpanExporter(endpoint)
             return self._loop_exporter
+        # lazy: the OpenTelemetry SDK loads only in a replica that exports spans
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
@@ -198,6 +199,7 @@ class Tracing:
         """
         if not self.enabled:
             return
+        # lazy: the OpenTelemetry SDK loads only in a replica that exports spans
         from opentelemetry import trace
 
         if isinstance(parent, _Incoming):

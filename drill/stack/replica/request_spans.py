@@ -33,7 +33,6 @@ from dataclasses import dataclass
 
 from drill.stack.config import SpanShape
 from drill.stack.inference.request import Request
-from drill.stack.replica.span_export import LoopSpanExporter
 
 __all__ = ["SpanAttributes", "Tracing", "parse_traceparent"]
 
@@ -133,6 +132,9 @@ class Tracing:
     def _exporter(self, endpoint: str) -> object:
         """The loop exporter for ``http://`` (see :mod:`drill.stack.replica.span_export`), else the SDK's batch one."""
         if endpoint.startswith("http://"):
+            # lazy: the exporter loads the OpenTelemetry SDK, only in a replica that exports spans
+            from drill.stack.replica.span_export import LoopSpanExporter
+
             self._loop_exporter = LoopSpanExporter(endpoint)
             return self._loop_exporter
         # lazy: the OpenTelemetry SDK loads only in a replica that exports spans

@@ -21,11 +21,9 @@ from pathlib import Path
 
 import httpx
 
-from drill.backends.docker import DockerBackend
 from drill.backends.toxiproxy import ToxiproxyClient, find_toxiproxy_binary
 from drill.errors import DockerError, StackError, ToxiproxyError
 from drill.stack.config import Runtime, StackConfig
-from drill.stack.supervision.docker_runtime import remove_stack_containers
 from drill.stack.supervision.stack_plan import StackPlan, build_plan
 from drill.stack.supervision.state import StackState, read_state, remove_state, run_dir, validate_name, write_state
 
@@ -137,6 +135,9 @@ def _clear_previous(name: str, state_dir: Path | None) -> None:
 
 
 def _check_docker() -> None:
+    # lazy: the Docker SDK (~0.3 s to import) loads only for a stack of containers
+    from drill.backends.docker import DockerBackend
+
     DockerBackend(timeout_s=10).close()
 
 
@@ -271,6 +272,10 @@ def _kill_group(pgid: int) -> bool:
 
 
 def _remove_containers(name: str) -> bool:
+    # lazy: the Docker SDK (~0.3 s to import) loads only for a stack of containers
+    from drill.backends.docker import DockerBackend
+    from drill.stack.supervision.docker_runtime import remove_stack_containers
+
     try:
         with DockerBackend(timeout_s=10) as backend:
             return remove_stack_containers(backend, name) > 0

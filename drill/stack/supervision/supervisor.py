@@ -29,13 +29,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from drill.backends.docker import DockerBackend
 from drill.backends.toxiproxy import ProxySpec, ToxiproxyClient, ToxiproxyServer
 from drill.errors import DrillError
 from drill.stack.config import Runtime
 from drill.stack.interconnect.affinity import pinned_preexec
 from drill.stack.lifeline import die_with_parent
-from drill.stack.supervision.docker_runtime import remove_stack_containers, start_replica_container
 from drill.stack.supervision.stack_plan import StackPlan
 
 __all__ = ["Supervisor", "main"]
@@ -184,6 +182,10 @@ class Supervisor:
         log.info("created %d proxies", len(self.plan.proxies))
 
     def _start_containers(self) -> None:
+        # lazy: the Docker SDK (~0.3 s to import) loads only for a stack of containers
+        from drill.backends.docker import DockerBackend
+        from drill.stack.supervision.docker_runtime import start_replica_container
+
         assert self.plan.lifeline_port is not None
         self.lifeline = socket.create_server((self.plan.router_spec.host, self.plan.lifeline_port), backlog=64)
         self.lifeline.setblocking(False)
@@ -236,6 +238,8 @@ class Supervisor:
     def _remove_containers(self) -> None:
         if self._docker is None:
             return
+        # lazy: the Docker SDK (~0.3 s to import) loads only for a stack of containers
+        from drill.stack.supervision.docker_runtime import remove_stack_containers
 
         try:
             remove_stack_containers(self._docker, self.plan.state.name)  # type: ignore[arg-type]

@@ -6,7 +6,8 @@ The layers are those of the layers contract in ``pyproject.toml`` (``lint-import
 ``./dev lint``; docs/architecture.md draws it): no arrow from a lower layer to a higher one, none between two
 parts of a layer written ``a | b``, and no circle between packages (a package is a folder of drill/ with an
 ``__init__.py``; each top-level module of drill/ counts as one of its own). ``faults/`` imports ``drill.api``
-and nothing else of drill, and drill never imports ``faults``.
+and nothing else of drill, and drill never imports ``faults``. Between modules, no circle through the imports
+that run at import time. And an import inside a function (outside the CLI) says why it is there.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class Arrow:
     importer: str  # module
     imported: str  # module
     where: str  # path:line
+    at_import: bool = True  # runs when the importer is imported: neither inside a function nor under TYPE_CHECKING
 
 
 def _modules(root: Path = REPO) -> dict[str, Path]:
@@ -81,9 +83,7 @@ def arrows(root: Path = REPO) -> list[Arrow]:
 
     found: set[Arrow] = set()
     for module, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if not isinstance(node, (ast.Import, ast.ImportFrom)):
-                continue
+        for node, at_import in _import_statements(ast.parse(path.read_text(), str(path))):
             names = set(_imported_names(node, module, path.name == "__init__.py"))
             targets = {resolve(n) for n in names if n.split(".")[0] in ("drill", "faults")}
             if isinstance(node, ast.ImportFrom):  # `from drill.x import y`: y when it is a module, else drill.x
@@ -91,8 +91,26 @@ def arrows(root: Path = REPO) -> list[Arrow]:
                     t for t in targets if not (t is not None and any(o != t and o.startswith(t + ".") for o in targets))
                 }
             where = f"{path.relative_to(root)}:{node.lineno}"
-            found |= {Arrow(module, t, where) for t in targets if t is not None and t != module}
+            found |= {Arrow(module, t, where, at_import) for t in targets if t is not None and t != module}
     return sorted(found, key=lambda a: (a.where, a.imported))
+
+
+def _import_statements(tree: ast.Module) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import statement, and whether it runs at import time (not in a function, not under TYPE_CHECKING)."""
+
+    def visit(node: ast.AST, at_import: bool) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                yield child, at_import
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                yield from visit(child, False)
+            elif isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                yield from (item for body in child.body for item in visit(ast.Module([body], []), False))
+                yield from (item for body in child.orelse for item in visit(ast.Module([body], []), at_import))
+            else:
+                yield from visit(child, at_import)
+
+    yield from visit(tree, True)
 
 
 def _part(module: str) -> str:
@@ -207,6 +225,21 @@ def test_no_circle_between_packages() -> None:
     assert not circles, circles
 
 
+def module_circles_at_import(root: Path = REPO) -> list[list[str]]:
+    """Circles between modules through the imports that run when a module is imported: each is an import order
+    away from a half-initialised module."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for arrow in arrows(root):
+        if arrow.at_import:
+            graph[arrow.importer].add(arrow.imported)
+    return _circles(graph)
+
+
+def test_no_circle_between_modules_at_import_time() -> None:
+    circles = module_circles_at_import()
+    assert not circles, circles
+
+
 def _planted(tmp_path: Path, module: str, code: str) -> Path:
     for name in ("drill", "faults"):
         shutil.copytree(REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
@@ -219,6 +252,13 @@ def test_an_up_arrow_inside_a_function_is_found(tmp_path: Path) -> None:
     root = _planted(tmp_path, "drill/spec/scenario.py", "def _planted() -> None:\n    from drill.engine import runner")
     line = _last_line(root / "drill/spec/scenario.py")
     assert up_arrows(root) == [f"drill/spec/scenario.py:{line}: drill.spec.scenario -> drill.engine.runner"]
+
+
+def test_a_circle_between_modules_at_import_time_is_found(tmp_path: Path) -> None:
+    root = _planted(tmp_path, "drill/report/model.py", "from drill.report.build import assemble")
+    assert any({"drill.report.build", "drill.report.model"} <= set(c) for c in module_circles_at_import(root))
+    lazy = _planted(tmp_path / "lazy", "drill/report/model.py", "def f():\n    import drill.report.build")
+    assert module_circles_at_import(lazy) == []  # not at import time (the lazy-import rule sees it instead)
 
 
 def test_a_circle_through_a_type_checking_import_is_found(tmp_path: Path) -> None:

@@ -35,6 +35,9 @@ next. Exceptions carry structured fields so programs need not parse text.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 __all__ = [
     "AdminApiError",
     "BackendError",
@@ -59,6 +62,7 @@ __all__ = [
     "ToxiproxyError",
     "UnknownPluginError",
     "UnsafeTargetError",
+    "did_you_mean",
 ]
 
 
@@ -229,3 +233,15 @@ class RunInterrupted(DrillError):
     def __init__(self, signal_name: str) -> None:
         super().__init__(f"interrupted by {signal_name}; reverts attempted (see journal.jsonl)")
         self.signal_name = signal_name
+
+
+def did_you_mean(word: object, choices: Iterable[str]) -> str | None:
+    """The closest of ``choices`` to ``word``, if one is close enough to be a typo."""
+    if not isinstance(word, str):
+        return None
+    options = list(choices)
+    lowered = {c.lower(): c for c in options}
+    if word.lower() in lowered:
+        return lowered[word.lower()]
+    match = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    return match[0] if match else None

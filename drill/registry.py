@@ -19,8 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
-from drill.errors import PluginError, UnknownPluginError
-from drill.spec.diagnostics import did_you_mean
+from drill.errors import PluginError, UnknownPluginError, did_you_mean
 
 __all__ = ["Registry", "checks", "faults", "targets", "traces"]
 

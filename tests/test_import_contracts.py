@@ -46,6 +46,33 @@ def _contract(fragment: str) -> str:
     return name
 
 
+def _drill_children() -> set[str]:
+    """Every top-level module and package of drill/, read from the tree (``drill.api``, ``drill.engine``, ...)."""
+    found = {f"drill.{p.stem}" for p in (REPO / "drill").glob("*.py") if p.name != "__init__.py"}
+    return found | {f"drill.{p.name}" for p in (REPO / "drill").iterdir() if (p / "__init__.py").is_file()}
+
+
+def test_the_fault_contract_is_an_allow_list_of_drill_api() -> None:
+    """import-linter has no allow-list contract; this one forbids everything of drill but drill.api, so the list
+    must be every top-level part of drill/ as the tree has it now: a new package not on it fails here."""
+    contract = CONTRACTS[_contract("fault library imports only")]
+    assert contract["source_modules"] == ["faults"]
+    assert set(contract["forbidden_modules"]) == _drill_children() - {"drill.api"}
+
+
+def test_the_layers_contract_places_every_part_of_drill() -> None:
+    """Exhaustive: lint-imports breaks it for a part of drill/ it does not name; this says which part is missing."""
+    contract = CONTRACTS[_contract("drill's layers")]
+    assert contract["containers"] == ["drill"] and contract["exhaustive"] is True
+    placed = {f"drill.{name.strip()}" for layer in contract["layers"] for name in layer.replace(":", "|").split("|")}
+    assert placed == _drill_children()
+
+
+def test_every_contract_has_a_planted_violation() -> None:
+    planted = {_contract(contract) for _, _, contract in VIOLATIONS}
+    assert planted == set(CONTRACTS), sorted(set(CONTRACTS) - planted)
+
+
 def test_the_tree_keeps_every_contract() -> None:
     assert len(CONTRACTS) >= 6
     rc, lines = _lint_imports(REPO)
@@ -67,6 +94,21 @@ VIOLATIONS = [
     ("drill/stack/config.py", "from drill.stack.http import server", "The stack's layers"),
     ("drill/stack/router/gateway.py", "from drill.stack.replica import ledger", "The stack's layers"),
     ("drill/rundir/files.py", "from drill.jsonl import ReadReport", "drill.rundir imports nothing"),
+    ("faults/load.py", "from drill.capacity import planner", "fault library imports only"),
+    ("faults/network.py", "import drill.fieldtypes", "fault library imports only"),
+    ("drill/engine/timeline.py", "import faults.network", "drill never imports the fault library"),
+    ("drill/api.py", "from drill.spec import models", "drill's layers"),
+    ("drill/errors.py", "import drill.units", "drill's layers"),
+    ("drill/spec/scenario.py", "from drill.load import rates", "drill's layers"),
+    ("drill/load/rates.py", "from drill.traces import table", "drill's layers"),
+    ("drill/compare/diff.py", "from drill.sweeps import resolve", "drill's layers"),
+    ("drill/checks/truth.py", "def _planted() -> None:\n    from drill.report import model", "drill's layers"),
+    ("drill/units.py", "import typing\nif typing.TYPE_CHECKING:\n    from drill.api import Fault", "drill's layers"),
+    ("drill/report/charts.py", "from drill.capacity import planner", "Only the CLI imports drill.capacity"),
+    ("drill/capacity/naive.py", "from drill.stack.inference import core", "capacity never imports the embedded stack"),
+    ("drill/capacity/point.py", "from drill.load.child import streaming", "capacity never imports the embedded stack"),
+    ("drill/capacity/planner.py", "from drill.load import driver", "knee planner and the SLO-attainment rule"),
+    ("drill/capacity/attainment.py", "import httpx", "knee planner and the SLO-attainment rule"),
 ]
 
 

@@ -391,6 +391,7 @@ class FaultContext:
                 f"replica {replica.name} has no admin API",
                 hint="GPU conditions are simulated only by the embedded reference stack",
             )
+        # lazy: a fault that never asks for this client never loads its backend (tests/faults/test_import_boundary.py)
         from drill.backends.stack_admin import StackAdminClient
 
         return self._backend(
@@ -405,6 +406,7 @@ class FaultContext:
             raise AdminApiError(
                 "this target's router has no admin API", hint="router faults need the embedded reference stack's router"
             )
+        # lazy: a fault that never asks for this client never loads its backend (tests/faults/test_import_boundary.py)
         from drill.backends.stack_admin import RouterAdminClient
 
         return self._backend(
@@ -426,30 +428,35 @@ class FaultContext:
 
 
 def _toxiproxy(url: str, timeout_s: float) -> ToxiproxyClient:
+    # lazy: a fault that never asks for this client never loads its backend (tests/faults/test_import_boundary.py)
     from drill.backends.toxiproxy import ToxiproxyClient
 
     return ToxiproxyClient(url, timeout_s=timeout_s)
 
 
 def _docker(timeout_s: float) -> DockerBackend:
+    # lazy: a fault that never asks for this client never loads its backend (tests/faults/test_import_boundary.py)
     from drill.backends.docker import DockerBackend
 
     return DockerBackend(timeout_s=timeout_s)
 
 
 def _processes(timeout_s: float) -> ProcessControl:
+    # lazy: a fault that never asks for this client never loads its backend (tests/faults/test_import_boundary.py)
     from drill.backends.process import ProcessControl
 
     return ProcessControl(timeout_s=timeout_s)
 
 
 def _gpus(timeout_s: float, docker: Callable[[], DockerBackend]) -> GpuControl:
+    # lazy: a fault that never asks for this client never loads its backend (tests/faults/test_import_boundary.py)
     from drill.backends.nvidia import GpuControl
 
     return GpuControl(timeout_s=timeout_s, docker=docker)
 
 
 def _nccl(timeout_s: float, docker: Callable[[], DockerBackend]) -> NcclControl:
+    # lazy: a fault that never asks for this client never loads its backend (tests/faults/test_import_boundary.py)
     from drill.backends.nccl import NcclControl
 
     return NcclControl(timeout_s=timeout_s, docker=docker)

@@ -223,6 +223,7 @@ def _labels(attrs: dict) -> dict[str, str]:
 
 
 def _inspect(api: Any, name: str) -> dict | None:
+    # lazy: the Docker SDK (~0.3 s to import) loads only when a container is faulted
     import docker.errors
 
     try:
@@ -252,6 +253,7 @@ def _copy_of(attrs: dict, env: dict[str, str], tag: str) -> dict[str, Any]:
 
 @contextmanager
 def _docker_errors(operation: str) -> Iterator[None]:
+    # lazy: the Docker SDK (~0.3 s to import) loads only when a container is faulted
     import docker.errors
     import requests.exceptions
 

@@ -17,7 +17,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from drill.load.records import RequestRecord
+from drill.load.driver import LoadDriver, LoadPlan
+from drill.load.records import RequestRecord, read_records
+from drill.load.schedule import build_schedule, with_total_rate
 from drill.spec.scenario import Scenario
 from drill.stats import percentile
 
@@ -42,8 +44,6 @@ class NaiveEstimate:
 
 def mean_planned_output(scenario: Scenario, seed: int, requests: int = 4000) -> float:
     """The mean planned output length of the scenario's request set (its own length distributions)."""
-    from drill.load.schedule import build_schedule, with_total_rate
-
     length = 100.0
     planned = build_schedule(with_total_rate(scenario, requests / length, length), length, seed).requests
     return sum(p.output_tokens for p in planned) / len(planned) if planned else 0.0
@@ -74,10 +74,6 @@ def measure_naive(
     replicas: int,
 ) -> NaiveEstimate:
     """Send the scenario's requests one at a time for a few seconds and make the naive estimate from them."""
-    from drill.load.driver import LoadDriver, LoadPlan
-    from drill.load.records import read_records
-    from drill.load.schedule import with_total_rate
-
     directory = run_dir / "naive"
     directory.mkdir(parents=True, exist_ok=False)
     one_at_a_time = with_total_rate(scenario, _SAMPLE_RATE, _SAMPLE_S).model_copy(update={"max_in_flight": 1})

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,8 +22,11 @@ import httpx
 
 from drill.capacity.attainment import AttainmentRule, PoolOutcome, SloOutcome, judge_pool
 from drill.capacity.ttft_split import TtftSplit
+from drill.engine.scraper import MetricsScraper, parse_samples
 from drill.jsonl import ReadReport
+from drill.load.driver import LoadDriver, LoadPlan
 from drill.load.records import RequestRecord, read_records
+from drill.load.schedule import with_total_rate
 from drill.spec.scenario import Scenario
 from drill.stats import percentile
 
@@ -113,9 +116,6 @@ class PointRunner:
     metrics_urls: dict[str, str] = field(default_factory=dict)
 
     def measure(self, request: PointRequest) -> RatePoint:
-        from drill.load.driver import LoadDriver, LoadPlan
-        from drill.load.schedule import with_total_rate
-
         directory = point_directory(self.run_dir, request)
         directory.mkdir(parents=True, exist_ok=False)
         length = self.timing.arrivals_s
@@ -144,7 +144,6 @@ class PointRunner:
     def _scraper(self, directory: Path) -> MetricsScraper | None:
         if not self.metrics_urls:
             return None
-        from drill.engine.scraper import MetricsScraper
 
         return MetricsScraper(self.metrics_urls, directory / "metrics.jsonl", 1.0).start()
 
@@ -205,8 +204,6 @@ def judge_point(
 
 
 def _replace(point: RatePoint, **changes: object) -> RatePoint:
-    from dataclasses import replace
-
     return replace(point, **changes)  # type: ignore[arg-type]
 
 
@@ -216,8 +213,6 @@ def _with_note(point: RatePoint, note: str, **changes: object) -> RatePoint:
 
 def wait_quiet(metrics_urls: dict[str, str], timeout_s: float) -> bool | None:
     """Wait until every endpoint reports no running and no waiting request; None when none exports those gauges."""
-    from drill.engine.scraper import parse_samples
-
     if not metrics_urls:
         return None
     deadline = time.monotonic() + timeout_s

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from drill.errors import InputError
+from drill.report.charts import goodput_curve
 from drill.report.render import template_environment
 from drill.rundir.files import read_json, write_in_run_dir
 
@@ -215,8 +216,6 @@ def _rows(sweep: dict[str, Any]) -> list[_Row]:
 def _chart(doc: dict[str, Any]) -> str | None:
     """The goodput curve: per sweep and pool, the mean goodput over the repetitions at each rate; the knee estimates
     (the figure the headline gives) and the naive estimate as vertical lines."""
-    from drill.report.charts import goodput_curve
-
     curves = []
     for sweep in doc.get("sweeps") or []:
         by_pool: dict[str, dict[float, list[float]]] = {}

@@ -24,12 +24,24 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from drill import registry
+from drill.api import TargetContext
 from drill.capacity.attainment import AttainmentRule, SloOutcome
-from drill.capacity.naive import NaiveEstimate
+from drill.capacity.naive import NaiveEstimate, measure_naive
 from drill.capacity.planner import Done, Knee, Next, Observation, SearchConfig, decide, knee_of
 from drill.capacity.point import PointRequest, PointRunner, PointTiming, RatePoint
+from drill.capacity.reporting import write_capacity_reports
+from drill.capacity.ttft_split import split_spans, ttft_split
+from drill.engine import active
+from drill.engine.journal import Event, Journal, RunStatus
+from drill.engine.rundir import create_run_dir, environment
+from drill.engine.watchdog import Watchdog
 from drill.errors import DrillError
+from drill.load.records import read_records
+from drill.report.redact import run_redactor, scrub_logs, secret_values
 from drill.spec.scenario import Scenario
+from drill.targets.probe import first_good_response
+from drill.traces.receiver import OtlpReceiver
 
 if TYPE_CHECKING:
     from drill.api import Target, TargetInfo
@@ -115,13 +127,6 @@ class CapacityRun:
         self.echo = echo
 
     def run(self) -> CapacityResult:
-        from drill.engine import active
-        from drill.engine.journal import Event, Journal, RunStatus
-        from drill.engine.rundir import create_run_dir
-        from drill.engine.watchdog import Watchdog
-        from drill.report.redact import run_redactor
-        from drill.traces.receiver import OtlpReceiver
-
         rundir = create_run_dir(self.options.out_dir, "capacity")
         self.rundir = rundir
         # as drill run's: the secrets of the environment, the target's config and (once expanded) its headers
@@ -187,12 +192,6 @@ class CapacityRun:
         *,
         naive: bool,
     ) -> SweepResult:
-        from drill import registry
-        from drill.api import TargetContext
-        from drill.engine.journal import Event
-        from drill.report.redact import secret_values
-        from drill.targets.probe import first_good_response
-
         run_id = self.rundir.run_id if name == FULL else f"{self.rundir.run_id}-n1"
         target = registry.targets.get(choice.kind)(choice.params, TargetContext(run_id, str(self.rundir.path), otlp, 0))
         journal.write(Event.TARGET_STARTING, target_id=name, target_kind=choice.kind, teardown=target.teardown_data())
@@ -252,8 +251,6 @@ class CapacityRun:
             self.echo(_point_line(point, step.why))
 
     def _naive(self, url: str, model: str | None, headers: dict[str, str], replicas: int) -> NaiveEstimate:
-        from drill.capacity.naive import measure_naive
-
         self.echo("[naive] one request at a time, to make the naive estimate from one request's peak tokens/s")
         estimate = measure_naive(
             self.rundir.path,
@@ -270,8 +267,6 @@ class CapacityRun:
         return estimate
 
     def _stop_target(self, target: Target, name: str, journal: Journal) -> None:
-        from drill.engine.journal import Event
-
         try:
             target.collect_evidence(str(self.rundir.path / "target" / name))
         except Exception as exc:  # noqa: BLE001 - the target still has to stop
@@ -280,8 +275,6 @@ class CapacityRun:
         journal.write(Event.TARGET_STOPPED, target_id=name, reason="sweep ended")
 
     def _write_env(self, info: TargetInfo, choice: TargetChoice) -> None:
-        from drill.engine.rundir import environment
-
         extra = {"target": {"kind": info.kind, "base_url": info.base_url, "model": info.model, "label": choice.label}}
         self.rundir.write_json(
             "env.json",
@@ -297,9 +290,6 @@ class CapacityRun:
     # --- finishing ----------------------------------------------------------------------------------
 
     def _finish(self, result: CapacityResult) -> None:
-        from drill.capacity.reporting import write_capacity_reports
-        from drill.report.redact import scrub_logs
-
         self._attach_spans(result)
         self.rundir.write_json("capacity.json", self.redactor.data(to_json(self.options, result)))
         paths = write_capacity_reports(result.run_dir)
@@ -309,9 +299,6 @@ class CapacityRun:
 
     def _attach_spans(self, result: CapacityResult) -> None:
         """Split the run's spans per point and attach each point's TTFT split (queueing, prefill)."""
-        from drill.capacity.ttft_split import split_spans, ttft_split
-        from drill.load.records import read_records
-
         owners: dict[str, Path] = {}
         records: dict[tuple[str, int], list[RequestRecord]] = {}
         for sweep in result.sweeps:

@@ -11,6 +11,7 @@ read is counted, never dropped silently.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,8 +56,6 @@ class TtftSplit:
 def split_spans(spans_path: Path, owners: Mapping[str, Path]) -> SpanSplit:
     """Copy every span of ``spans_path`` whose trace id is in ``owners`` into ``<owner>/spans.jsonl`` (created, never
     overwritten) and collect the queue and prefill durations per trace."""
-    import json
-
     report = ReadReport(spans_path)
     out = SpanSplit()
     handles: dict[Path, IO[str]] = {}

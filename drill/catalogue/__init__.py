@@ -18,7 +18,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CatalogueDrill", "CopyPlan", "catalogue_drills", "catalogue_root", "copy_plan", "packaged_path"]
+__all__ = ["DRILL_SUFFIXES", "CopyPlan", "catalogue_root", "copy_plan", "packaged_path"]
 
 DRILL_SUFFIXES = (".yaml", ".yml")
 
@@ -51,61 +51,6 @@ def _is_file(path: Path) -> bool:
         return path.is_file()
     except (OSError, ValueError):
         return False
-
-
-@dataclass(frozen=True)
-class CatalogueDrill:
-    """One drill file of a catalogue, as ``drill drills list`` shows it (read, not validated)."""
-
-    name: str
-    path: Path
-    source: str  # "local" (./drills) or "packaged"
-    title: str | None = None
-    hypothesis: str | None = None
-    problem: str | None = None  # why the file could not be read as a drill, when it could not
-
-
-def catalogue_drills(cwd: Path) -> list[CatalogueDrill]:
-    """The drills of ``cwd/drills`` and of the packaged catalogue, by name; a local drill shadows a packaged
-    one of the same file name. When ``cwd`` is the source checkout, its drills are the packaged ones."""
-    found: dict[str, CatalogueDrill] = {}
-    root = catalogue_root()
-    local = cwd / "drills"
-    if root is not None and (root / "drills").resolve() != local.resolve():
-        for path in _drill_files(root / "drills"):
-            found[path.stem] = _read_entry(path, "packaged")
-    for path in _drill_files(local):
-        found[path.stem] = _read_entry(path, "local" if root is None or root.resolve() != cwd.resolve() else "packaged")
-    return [found[name] for name in sorted(found)]
-
-
-def _drill_files(folder: Path) -> list[Path]:
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.iterdir() if p.suffix in DRILL_SUFFIXES and p.is_file())
-
-
-def _read_entry(path: Path, source: str) -> CatalogueDrill:
-    from drill.rundir.files import MAX_INPUT_BYTES, UnsafeFileError, read_bytes
-    from drill.spec.yamlio import load_located
-
-    try:
-        doc = load_located(read_bytes(path, limit=MAX_INPUT_BYTES, what="drill").decode("utf-8"), str(path))
-    except UnsafeFileError as exc:
-        return CatalogueDrill(path.stem, path, source, problem=exc.reason)
-    except (OSError, UnicodeDecodeError) as exc:
-        return CatalogueDrill(path.stem, path, source, problem=f"cannot read: {exc}")
-    data = doc.data
-    if doc.diagnostics or not isinstance(data, dict):
-        why = doc.diagnostics[0].message if doc.diagnostics else "not a mapping of drill keys"
-        return CatalogueDrill(path.stem, path, source, problem=why)
-    return CatalogueDrill(
-        str(data.get("name") or path.stem), path, source, _text(data.get("title")), _text(data.get("hypothesis"))
-    )
-
-
-def _text(value: object) -> str | None:
-    return " ".join(value.split()) if isinstance(value, str) and value.strip() else None
 
 
 @dataclass(frozen=True)

@@ -14,14 +14,13 @@ from drill.checks.base import RunEvidence
 from drill.checks.builtin import PhaseName
 from drill.checks.judging import (
     is_counted,
-    measurement_truth_figures,
-    measurement_truth_units,
     pool_settings,
     records_in,
     time_to_failure_ms,
     wait_limit_ms,
     window_of,
 )
+from drill.checks.truth import measurement_truth_figures, measurement_truth_units
 from drill.load.records import ErrorClass, RequestRecord
 from drill.stats import percentiles
 from drill.units import Duration

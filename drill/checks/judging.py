@@ -11,7 +11,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from drill.api import EvidenceKind, EvidenceRef
 from drill.load.records import ErrorClass, RequestRecord
 from drill.spec.scenario import parse_slo_key
 from drill.stats import percentile
@@ -25,8 +24,6 @@ __all__ = [
     "PoolSettings",
     "is_counted",
     "meets_slo",
-    "measurement_truth_figures",
-    "measurement_truth_units",
     "pool_settings",
     "record_metric_ms",
     "records_in",
@@ -155,40 +152,3 @@ def span_evidence(evidence: RunEvidence) -> tuple[TraceEvidence | None, str | No
     if traces.no_spans_reason:
         return None, traces.no_spans_reason
     return traces, None
-
-
-def measurement_truth_figures(
-    evidence: RunEvidence, window: tuple[float, float] | None = None
-) -> tuple[dict, list[str], list[EvidenceRef]]:
-    """Client-vs-server TTFT/E2E difference percentiles for verdicts: from the server spans, else from the
-    server's own per-request timings (llama.cpp); empty with neither. Over the requests whose intended start falls
-    in ``window`` (UNIX s; the verdict's own window), else over the whole run.
-
-    Returns (observed figures ``measurement_truth.ttft_diff_ms.p50``..., notes, evidence refs).
-    """
-    from drill.checks.truth import measured_truth
-
-    truth, failed = measured_truth(evidence)
-    if failed:
-        return {}, [failed], []
-    if truth is not None and window is not None:
-        truth = truth.only({r.request_id for r in records_in(evidence, window)})
-    if truth is None or not truth.joined:
-        return {}, [], []
-    observed: dict[str, float] = {"measurement_truth.joined": truth.joined}
-    for name in ("ttft_diff_ms", "e2e_diff_ms"):
-        for pct, value in (getattr(truth, name) or {}).items():
-            observed[f"measurement_truth.{name}.{pct}"] = round(value, 3)
-    ttft = truth.ttft_diff_ms or {}
-    against = "joined to server spans" if truth.source == "spans" else "with the server's own timings"
-    over = "in this verdict's window" if window is not None else "over the whole run"
-    note = f"measurement truth ({over}): {truth.joined} request(s) {against}; client - server TTFT " + (
-        ", ".join(f"{k} {v:.1f}ms" for k, v in ttft.items()) or "not measured"
-    )
-    refs = [EvidenceRef(EvidenceKind.MEASUREMENT, f"{k}={v:.3f}ms", "client - server TTFT") for k, v in ttft.items()]
-    return observed, [note], refs
-
-
-def measurement_truth_units(figures: dict) -> dict[str, str]:
-    """Units of :func:`measurement_truth_figures`' figures."""
-    return {k: ("requests" if k.endswith(".joined") else "ms") for k in figures}

@@ -24,10 +24,19 @@ from typing import Any
 
 import numpy as np
 
-from drill.checks.base import RunEvidence
+from drill.checks.base import EvidenceKind, EvidenceRef, RunEvidence
+from drill.checks.judging import records_in, span_evidence
 from drill.traces.join import LLM_REQUEST, MeasurementTruth, timings_truth
 
-__all__ = ["CLIENT_HOP", "MeasurementTruthSection", "PhaseTruth", "measured_truth", "measurement_truth_by_phase"]
+__all__ = [
+    "CLIENT_HOP",
+    "MeasurementTruthSection",
+    "PhaseTruth",
+    "measured_truth",
+    "measurement_truth_by_phase",
+    "measurement_truth_figures",
+    "measurement_truth_units",
+]
 
 CLIENT_HOP = "load client"
 #: What the server-side figures are, by source.
@@ -94,8 +103,6 @@ class MeasurementTruthSection:
 def measured_truth(evidence: RunEvidence) -> tuple[MeasurementTruth | None, str]:
     """The run's client-vs-server rows: from the server spans, else from the server's own per-request timings
     (llama.cpp); None with neither. The second value is a note when computing it failed."""
-    from drill.checks.judging import span_evidence
-
     truth = None
     if (evidence.run_dir / "spans.jsonl").exists():
         traces, _ = span_evidence(evidence)
@@ -148,8 +155,6 @@ def measurement_truth_by_phase(evidence: RunEvidence) -> MeasurementTruthSection
 def _hops_by_request(evidence: RunEvidence) -> dict[str, tuple[str, ...]]:
     """Each joined request's chain: the load client, then the services from its trace's root down to its last
     ``llm_request`` span (the one the server figures come from), a replica's index left out."""
-    from drill.checks.judging import span_evidence
-
     traces, _ = span_evidence(evidence)
     if traces is None:
         return {}
@@ -184,3 +189,38 @@ def _chain(table: Any, parents: np.ndarray, row: int) -> tuple[str, ...]:
 
 def _rounded(values: dict[str, float] | None) -> dict[str, float] | None:
     return None if values is None else {k: round(v, 3) for k, v in values.items()}
+
+
+def measurement_truth_figures(
+    evidence: RunEvidence, window: tuple[float, float] | None = None
+) -> tuple[dict, list[str], list[EvidenceRef]]:
+    """Client-vs-server TTFT/E2E difference percentiles for verdicts: from the server spans, else from the
+    server's own per-request timings (llama.cpp); empty with neither. Over the requests whose intended start falls
+    in ``window`` (UNIX s; the verdict's own window), else over the whole run.
+
+    Returns (observed figures ``measurement_truth.ttft_diff_ms.p50``..., notes, evidence refs).
+    """
+    truth, failed = measured_truth(evidence)
+    if failed:
+        return {}, [failed], []
+    if truth is not None and window is not None:
+        truth = truth.only({r.request_id for r in records_in(evidence, window)})
+    if truth is None or not truth.joined:
+        return {}, [], []
+    observed: dict[str, float] = {"measurement_truth.joined": truth.joined}
+    for name in ("ttft_diff_ms", "e2e_diff_ms"):
+        for pct, value in (getattr(truth, name) or {}).items():
+            observed[f"measurement_truth.{name}.{pct}"] = round(value, 3)
+    ttft = truth.ttft_diff_ms or {}
+    against = "joined to server spans" if truth.source == "spans" else "with the server's own timings"
+    over = "in this verdict's window" if window is not None else "over the whole run"
+    note = f"measurement truth ({over}): {truth.joined} request(s) {against}; client - server TTFT " + (
+        ", ".join(f"{k} {v:.1f}ms" for k, v in ttft.items()) or "not measured"
+    )
+    refs = [EvidenceRef(EvidenceKind.MEASUREMENT, f"{k}={v:.3f}ms", "client - server TTFT") for k, v in ttft.items()]
+    return observed, [note], refs
+
+
+def measurement_truth_units(figures: dict) -> dict[str, str]:
+    """Units of :func:`measurement_truth_figures`' figures."""
+    return {k: ("requests" if k.endswith(".joined") else "ms") for k in figures}

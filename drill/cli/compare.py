@@ -134,7 +134,7 @@ def _report(result: ComparisonResult) -> None:
 
 
 def _print_outcome(outcome: ComparisonOutcome) -> None:
-    from drill.report.build import format_value
+    from drill.report.formatting import format_value
 
     console.print("verdicts (baseline -> candidate):")
     width = max(len(v.name) for v in outcome.verdicts)

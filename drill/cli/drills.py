@@ -26,7 +26,7 @@ def drills() -> None:
 @drills.command("list")
 def list_drills() -> None:
     """Every drill `drill run NAME` finds (./drills first, then the packaged catalogue), with its hypothesis."""
-    from drill.catalogue import catalogue_drills
+    from drill.spec.listing import catalogue_drills
 
     with handle_errors():
         entries = catalogue_drills(Path.cwd())

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from drill.compare.decision import ComparisonOutcome, judge_comparison
 from drill.compare.diff import Difference, diff_drills, diff_labels, require_one
+from drill.compare.documents import write_documents
 from drill.engine.journal import RunStatus
 from drill.engine.listeners import RunListener
 from drill.engine.rundir import create_run_dir
@@ -95,8 +96,6 @@ def run_comparison(
     say: Callable[[str], None] = lambda _line: None,
 ) -> ComparisonResult:
     """Run baseline, then candidate (not when the baseline did not complete), judge, write the documents."""
-    from drill.compare.documents import write_documents
-
     folder = create_run_dir(Path(out_dir) / "comparisons", plan.baseline.drill.name).path
     result = ComparisonResult(folder, plan)
     for label, loaded in zip(SIDES, (plan.baseline, plan.candidate)):

@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from drill.engine.runner import resolved_inputs
 from drill.errors import InputError
 from drill.report.redact import REDACTED, Redactor, is_secret_name, secret_values
 from drill.spec.diagnostics import format_path
@@ -120,8 +121,6 @@ def _number(value: Any) -> bool:
 
 def diff_drills(baseline: LoadedDrill, candidate: LoadedDrill) -> list[Difference]:
     """The differences of two loaded drills' effective configurations, secrets of either target redacted."""
-    from drill.engine.runner import resolved_inputs
-
     a, b = resolved_inputs(baseline), resolved_inputs(candidate)
     redactor = Redactor(secrets=[*secret_values(a.get("target_params")), *secret_values(b.get("target_params"))])
     found = diff_configs(effective_config(a), effective_config(b))

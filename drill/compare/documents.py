@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from drill.compare.comparison import ComparisonResult
 from drill.report.render import template_environment
+
+if TYPE_CHECKING:  # the comparison writes its documents with this module
+    from drill.compare.comparison import ComparisonResult
 
 __all__ = ["COMPARISON_SCHEMA", "comparison_json", "write_documents"]
 

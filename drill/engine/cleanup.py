@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from drill import registry
 from drill.engine import active
 from drill.engine.journal import Event, Journal, read_journal
 from drill.engine.reverts import RevertRecord, pending_reverts, pending_teardowns, revert_from_record, run_bounded
@@ -81,8 +82,6 @@ def _teardown_one(data: dict, journal: Journal, report: CleanupReport, by: str) 
 
 def teardown_target(data: dict) -> None:
     """Stop a target a dead run started, through its plugin's ``teardown`` classmethod."""
-    from drill import registry
-
     target_cls = registry.targets.get(data["target_kind"])
     run_bounded(lambda: target_cls.teardown(data["teardown"]), 60.0, f"teardown of {data.get('target_id')}")
 

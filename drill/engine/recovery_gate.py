@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 
 from drill.checks.base import RunEvidence
 from drill.checks.recovery import error_rate
+from drill.report.quantities import phase_quantities
 from drill.serving_metrics import Reading, live_value, resolve
 
 __all__ = [
@@ -76,8 +77,6 @@ class RecoveryWait:
 
 def recovery_band(evidence: RunEvidence, *, tolerance: float = 0.5, error_margin: float = 0.01) -> RecoveryBand:
     """The band from the run directory's baseline phase: its largest queue depth and its error rate."""
-    from drill.report.quantities import phase_quantities
-
     baseline_depth = phase_quantities(evidence).get("baseline", {}).get("queue_depth")
     queue = None if baseline_depth is None else max(baseline_depth * (1 + tolerance), baseline_depth + QUEUE_SLACK)
     errors = error_rate(evidence.requests_in("baseline")) or 0.0

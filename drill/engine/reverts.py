@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from drill import registry
 from drill.api import FaultContext, FaultTargets, TargetInfo
 from drill.engine.journal import Event, Journal, JournalEntry
 
@@ -172,8 +173,6 @@ def pending_teardowns(entries: list[JournalEntry]) -> list[dict[str, Any]]:
 
 def revert_from_record(record: RevertRecord) -> None:
     """Rebuild the fault from the registry and revert it (watchdog and ``drill cleanup``)."""
-    from drill import registry
-
     fault_cls = registry.faults.get(record.kind)
     params = fault_cls.Params.model_validate(record.params)
     saved = fault_cls.Saved.model_validate(record.saved) if record.saved else None

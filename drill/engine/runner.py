@@ -53,8 +53,13 @@ from drill.engine.scraper import MetricsScraper
 from drill.engine.signals import SignalGuard
 from drill.engine.stopconditions import StopMonitor, StopTrigger
 from drill.engine.timeline import Timeline, plan_timeline
+from drill.engine.verdicts import evaluate_checks, write_verdicts
 from drill.engine.watchdog import Watchdog
 from drill.errors import DrillError, RunInterrupted
+from drill.load.driver import LoadDriver, LoadPlan
+from drill.load.replay import ReplayPlan, baseline_rate, choose_control_ids, choose_repeats, replay_after_recovery
+from drill.load.tokenizing import read_fit
+from drill.report import render
 from drill.report.redact import Redactor, run_redactor, scrub_logs, secret_values
 from drill.serving_metrics import QUANTITIES, wanted_sample_names
 from drill.spec.loader import LoadedDrill
@@ -377,8 +382,6 @@ class Runner:
         self.health = HealthProber(endpoints, self.rundir.file(HEALTH_FILE), self.drill.metrics.interval / 2).start()
 
     def _start_load(self) -> None:
-        from drill.load.driver import LoadDriver, LoadPlan
-
         plan = LoadPlan(
             scenario=self.loaded.scenario,
             target_url=self.target_info.base_url,
@@ -489,8 +492,6 @@ class Runner:
 
     def _control_ids(self) -> list[str]:
         """The baseline requests whose output the load generator digests: the replay's control candidates."""
-        from drill.load.replay import choose_control_ids
-
         spec = self.drill.phases.replay
         slot = next((s for s in self.timeline.phases if s.phase is Phase.BASELINE), None)
         if not spec.enabled or slot is None:
@@ -509,8 +510,6 @@ class Runner:
 
     def _golden_repeats(self) -> dict[str, str]:
         """Later requests that re-send baseline bodies, as golden controls for an ``output_correctness`` check."""
-        from drill.load.replay import choose_repeats
-
         checks = [c for c in self.drill.checks if c.kind == "output_correctness"]
         share = max((float(c.params.get("control_share", 0.25)) for c in checks), default=0.0)
         slot = next((s for s in self.timeline.phases if s.phase is Phase.BASELINE), None)
@@ -522,9 +521,6 @@ class Runner:
 
     def _replay_phase(self) -> None:
         """After recovery: the original failing requests and the baseline controls, at the baseline's rate."""
-        from drill.load.replay import ReplayPlan, baseline_rate, replay_after_recovery
-        from drill.load.tokenizing import read_fit
-
         spec = self.drill.phases.replay
         fit = read_fit(self.rundir.path)
         evidence = RunEvidence(self.rundir.path)
@@ -583,8 +579,6 @@ class Runner:
     # --- verdicts ---------------------------------------------------------------------------------
 
     def _evaluate(self) -> None:
-        from drill.engine.verdicts import evaluate_checks, write_verdicts
-
         evidence = RunEvidence(self.rundir.path)  # SLOs and params as resolved.json has them, like `drill judge`
         self.result.verdicts = evaluate_checks(self.loaded, evidence)
         write_verdicts(self.rundir, self.loaded, self.result, evidence)
@@ -596,9 +590,7 @@ class Runner:
         renders the same bytes later.
         """
         try:
-            from drill.report.render import write_reports
-
-            self.result.reports = write_reports(self.rundir.path)
+            self.result.reports = render.write_reports(self.rundir.path)
         except Exception as exc:  # noqa: BLE001 - the run's evidence and verdicts stand without a report
             log.error("rendering the report failed: %s", exc)
             self.journal.write(

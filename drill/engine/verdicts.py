@@ -30,6 +30,7 @@ from pydantic import BaseModel
 
 from drill import registry
 from drill.checks.base import Check, RunEvidence, Status, Verdict
+from drill.checks.truth import measurement_truth_by_phase
 from drill.engine.journal import RunStatus
 from drill.engine.rundir import RunDir
 from drill.jsonl import ReadReport
@@ -144,8 +145,6 @@ def verdicts_document(
 
 def _measurement_truth(evidence: RunEvidence) -> dict:
     """The run's measurement truth per phase; a failure to compute it is its note, never a lost verdicts.json."""
-    from drill.checks.truth import measurement_truth_by_phase
-
     try:
         return measurement_truth_by_phase(evidence).to_json()
     except Exception as exc:  # noqa: BLE001 - an extra section: its failure must not cost the verdicts

@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from drill.gameday import pages
 from drill.gameday.definition import LoadedGameDay, PlannedDrill
 from drill.gameday.record import (
     CheckLine,
@@ -163,8 +164,6 @@ class GameDayRunner:
         self.say(f"game day {day.name}: {len(drills)} drill(s), record in {self.folder}")
 
     def _finish(self) -> GameDayRecord:
-        from drill.gameday.pages import write_pages
-
         record = self._record()
         results = [d.result for d in record.drills if d.result is not DrillResult.NOT_RUN]
         interrupted = self._signalled is not None
@@ -175,7 +174,7 @@ class GameDayRunner:
         self._save(replace(record, status=status, exit_code=code, finished_at=_utc()))
         assert self.folder is not None
         try:
-            write_pages(self.folder, self._record())
+            pages.write_pages(self.folder, self._record())
         except Exception as exc:  # noqa: BLE001 - a page bug must not hide a failed revert's exit 4
             log = self.folder / "pages-error.log"
             log.write_text("".join(traceback.format_exception(exc)), encoding="utf-8")

@@ -20,17 +20,19 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from drill.errors import SpecError, UnsafeTargetError
-from drill.spec.diagnostics import Diagnostic, KeyPath, Position, did_you_mean, format_path
+from drill.engine.safety import check_hosts
+from drill.errors import SpecError, UnsafeTargetError, did_you_mean
+from drill.spec.diagnostics import Diagnostic, KeyPath, Position, format_path
+from drill.spec.listing import catalogue_drills
 from drill.spec.loader import (
     LoadedDrill,
     _apply_overrides,
     _Collector,
     load_drill,
-    parse_override,
     read_input_file,
     resolve_drill_path,
 )
+from drill.spec.overrides import parse_override
 from drill.spec.validation import SpecModel, validate_model
 from drill.spec.yamlio import Locations, load_located
 from drill.units import Duration
@@ -208,8 +210,6 @@ def _load_one(
     allow_hosts: tuple[str, ...],
     out: _Collector,
 ) -> LoadedDrill | None:
-    from drill.engine.safety import check_hosts
-
     try:
         loaded = load_drill(found, overrides=sets, time_scale=scale)
         check_hosts(loaded, allow_hosts)
@@ -287,8 +287,6 @@ def find_drill_file(name: str, base: Path) -> Path | None:
 
 
 def _not_found(name: str, base: Path, key: KeyPath, out: _Collector) -> None:
-    from drill.catalogue import catalogue_drills  # ./drills and the packaged catalogue, as `drill drills list`
-
     beside = base.parent / "drills"
     known = sorted({d.name for d in catalogue_drills(Path.cwd())} | {p.stem for p in beside.glob("*.yaml")})
     suggestion = did_you_mean(Path(name).stem, known)

@@ -29,6 +29,7 @@ import httpx
 from drill.api import LoadControl
 from drill.errors import DrillError, InputError, LoadError
 from drill.load.control import Channel, GeneratorPlan, Msg
+from drill.load.live_status import LiveProgress
 from drill.load.replay import ReplaySummary, replay_failing
 from drill.load.schedule import Schedule, build_schedule
 from drill.load.tokenizing import FITTED_PROMPTS_FILE, PromptFit, PromptPlan, TokenizerChoice, plan_prompts
@@ -407,8 +408,6 @@ class LoadDriver:
 
     # --------------------------------------------------------------- progress
     def _start_progress(self) -> None:
-        from drill.load.live_status import LiveProgress
-
         if sys.stderr.isatty():
             self._progress = LiveProgress(self, self.plan.run_dir / "requests.jsonl")
             self._progress.start()

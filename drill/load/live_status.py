@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rich.console import Console
+from rich.live import Live
+
 from drill.engine.stopconditions import RecordTail
 from drill.load.records import RequestRecord
 from drill.stats import percentile
@@ -96,9 +99,6 @@ class LiveProgress:
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
-        from rich.console import Console
-        from rich.live import Live
-
         with Live("", console=Console(stderr=True), transient=True, refresh_per_second=4) as live:
             while not self._stop.wait(_REFRESH_S):
                 live.update(format_status(self.snapshot()))

@@ -24,7 +24,7 @@ import random
 from dataclasses import dataclass
 from typing import Protocol
 
-from drill.load.azure_trace import TraceRow, read_trace
+from drill.spec.azure_trace import TraceRow, read_trace
 from drill.spec.scenario import Arrival, ArrivalProcess, Stage, StageKind, TraceReplay
 
 __all__ = [

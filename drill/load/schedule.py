@@ -16,9 +16,9 @@ import random
 from dataclasses import dataclass, field
 
 from drill.errors import InputError
-from drill.load.azure_trace import TraceRow
 from drill.load.lengths import sample_length
 from drill.load.rates import ConstantRate, RateCurve, arrival_offsets, mean_rate, rate_curve, trace_window
+from drill.spec.azure_trace import TraceRow
 from drill.spec.scenario import Arrival, ArrivalProcess, Pool, Scenario
 
 __all__ = ["PlannedRequest", "Schedule", "build_schedule", "with_total_rate", "nominal_rate"]

@@ -215,6 +215,7 @@ class FileTokenizer:
 
     def __init__(self, path: Path) -> None:
         try:
+            # lazy: the optional `tokenizers` extra, needed only for a local tokenizer.json
             from tokenizers import Tokenizer
         except ImportError as exc:
             raise InputError(

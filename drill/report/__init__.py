@@ -11,17 +11,19 @@ Nothing is imported here eagerly: ``import drill.report`` costs nothing.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from drill.report.model import Report, build_report
+    from drill.report.build import build_report
+    from drill.report.model import Report
     from drill.report.render import render_html, render_json, render_markdown, write_reports
 
 __all__ = ["Report", "build_report", "render_html", "render_json", "render_markdown", "write_reports"]
 
 _HOMES = {
     "Report": "drill.report.model",
-    "build_report": "drill.report.model",
+    "build_report": "drill.report.build",
     "render_html": "drill.report.render",
     "render_json": "drill.report.render",
     "render_markdown": "drill.report.render",
@@ -32,6 +34,5 @@ _HOMES = {
 def __getattr__(name: str) -> Any:
     if name not in _HOMES:
         raise AttributeError(f"module 'drill.report' has no attribute {name!r}")
-    import importlib
 
     return getattr(importlib.import_module(_HOMES[name]), name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from drill import registry
 from drill.checks.base import RunEvidence, Status, Verdict
 from drill.report.model import ActionItem, CoverageGap
 
@@ -163,8 +164,6 @@ def _capacity_gaps(evidence: RunEvidence) -> list[CoverageGap]:
 
 
 def _fault_gaps(evidence: RunEvidence) -> list[CoverageGap]:
-    from drill import registry
-
     used = sorted({str(f.get("kind")) for f in (evidence.resolved.get("drill") or {}).get("faults") or ()})
     others = [k for k in sorted(registry.faults.kinds()) if k not in used]
     text = f"faults injected: {', '.join(used) or 'none'}"

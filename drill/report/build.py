@@ -7,9 +7,8 @@ so the same directory always builds the same report.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from drill.checks.judging import meets_slo
 from drill.checks.truth import MeasurementTruthSection, measurement_truth_by_phase
 from drill.engine.journal import Event
 from drill.load.records import ErrorClass, RequestRecord, latency_values
+from drill.report import quantities as scraped_quantities
 from drill.report.actions import action_items, coverage_gaps
 from drill.report.detail import (
     CHART_FAILED,
@@ -33,11 +33,11 @@ from drill.report.detail import (
     runbook,
 )
 from drill.report.finding import headline
+from drill.report.formatting import format_value, iso_utc, verdict_figures
 from drill.report.model import (
     NOT_AVAILABLE,
     UNSET,
     CostFigures,
-    Figure,
     Impact,
     ImpactRow,
     LatencyPercentiles,
@@ -54,7 +54,7 @@ from drill.rundir.files import UnsafeFileError, read_json
 from drill.spec.scenario import parse_slo_key
 from drill.stats import percentile
 
-__all__ = ["SECTIONS", "assemble", "format_value", "iso_utc"]
+__all__ = ["SECTIONS", "assemble", "build_report"]
 
 #: The phases that carry load, in run order (the ones a metrics table and the impact are shown for).
 LOADED_PHASES = ("warmup", "baseline", "fault", "recovery")
@@ -122,48 +122,6 @@ def _measurement_truth(evidence: RunEvidence) -> MeasurementTruthSection:
         return MeasurementTruthSection("none", "", (), f"not computed: {type(exc).__name__}: {exc}")
 
 
-# --- formatting helpers shared by the builders (the renderers format numbers with the same function) --------
-
-
-def format_value(value: Any, unit: str = "") -> str:
-    """A value as a report shows it: fixed precision for floats, sorted keys for mappings, "not available" for None."""
-    if value is None:
-        return NOT_AVAILABLE
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if unit == "ratio":
-            return f"{value * 100:.2f}%"
-        return _number(value)
-    if isinstance(value, dict):
-        return ", ".join(f"{k}: {format_value(v)}" for k, v in sorted(value.items()))
-    if isinstance(value, (list, tuple)):
-        return ", ".join(format_value(v) for v in value)
-    return str(value)
-
-
-def _number(value: float) -> str:
-    if value != value:  # NaN
-        return NOT_AVAILABLE
-    if value == int(value) and abs(value) < 1e12:
-        return str(int(value))
-    magnitude = abs(value)
-    if magnitude >= 100:
-        return f"{value:.0f}"
-    if magnitude >= 1:
-        return f"{value:.2f}"
-    return f"{value:.3g}"
-
-
-def iso_utc(ts: float | None) -> str | None:
-    """UNIX seconds as ISO 8601 UTC with milliseconds (from the run's own timestamps)."""
-    if ts is None:
-        return None
-    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
 # --- header and verdicts -----------------------------------------------------------------------------------
 
 
@@ -213,7 +171,7 @@ def _read_json(path: Path) -> dict:
 
 def _verdict_line(v: Verdict, predicts: dict[str, str], redactor: ReportRedactor) -> VerdictLine:
     predicted = predicts.get(v.name)
-    figures = _figures(v)
+    figures = verdict_figures(v)
     evidence = tuple(
         f"{e.kind.value} {e.value}" + (f" ({redactor.value(e.note)})" if e.note else "") for e in v.evidence[:10]
     )
@@ -229,21 +187,6 @@ def _verdict_line(v: Verdict, predicts: dict[str, str], redactor: ReportRedactor
         notes=tuple(redactor.value(n) for n in v.notes),
         evidence=evidence,
     )
-
-
-#: Observed keys that are shown in their own section, not as a figure line.
-_SECTION_KEYS = frozenset({"pairs", "chain", "attributes"})
-
-
-def _figures(v: Verdict) -> tuple[Figure, ...]:
-    names = [k for k in v.observed if k not in _SECTION_KEYS and not k.startswith("goodput.")]
-    names += [k for k in v.expected if k not in v.observed]
-    rows = []
-    for name in names:
-        unit = v.units.get(name, "")
-        observed = format_value(v.observed[name], unit) if name in v.observed else "—"
-        rows.append(Figure(name, observed, str(v.expected.get(name, "—")), unit))
-    return tuple(rows)
 
 
 # --- impact on users ---------------------------------------------------------------------------------------
@@ -519,18 +462,12 @@ def _quantity(q: dict[str, float | None], name: str) -> float | None:
 
 
 def _phase_quantities(evidence: RunEvidence) -> tuple[dict[str, dict[str, float | None]], tuple[str, ...]]:
-    """The metric mapping's figures per phase; without it, without ``metrics.jsonl``, or when it fails, every
-    quantity is not available (and a note says why)."""
-    try:
-        from drill.report.quantities import phase_quantities
-    except ModuleNotFoundError as exc:
-        if exc.name != "drill.report.quantities":
-            raise
-        return {}, ("the metric mapping (drill.report.quantities) is not installed: scraped quantities not available",)
+    """The metric mapping's figures per phase; without ``metrics.jsonl``, or when it fails, every quantity is not
+    available (and a note says why)."""
     if not (evidence.run_dir / "metrics.jsonl").exists():
         return {}, ("the run has no metrics.jsonl: scraped quantities not available",)
     try:
-        return phase_quantities(evidence) or {}, ()
+        return scraped_quantities.phase_quantities(evidence) or {}, ()
     except Exception as exc:  # noqa: BLE001 - one broken figure source must not cost the whole report
         return {}, (f"reading the scraped metrics failed ({type(exc).__name__}: {exc}): quantities not available",)
 
@@ -593,3 +530,13 @@ def _phase_cost(cost: CostFigures, length_s: float, successes: int) -> tuple[flo
     if cost.gpus is None or successes == 0:
         return None, NOT_AVAILABLE
     return round(cost.gpu_hour_price * cost.gpus * length_s / 3600.0 / successes, 8), ""
+
+
+def build_report(
+    evidence: RunEvidence, verdicts: Iterable[Verdict], *, progress: Callable[[str], None] | None = None
+) -> Report:
+    """The report of one run: ``evidence`` (:class:`~drill.checks.base.RunEvidence`) and its verdicts.
+
+    ``progress`` is called with the name of each section as it is built (for a progress display).
+    """
+    return assemble(evidence, list(verdicts), progress or (lambda _name: None))

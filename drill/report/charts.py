@@ -32,6 +32,7 @@ from xml.sax.saxutils import escape
 import numpy as np
 
 from drill.load.records import ErrorClass, RequestRecord
+from drill.report.quantities import quantity_series
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -223,6 +224,7 @@ def latency_distributions(evidence: RunEvidence) -> str | None:
     if not any(len(v) for _, v in ttft + tpot):
         return None
     with _style():
+        # lazy: matplotlib takes ~3 s to import; only a report that draws a chart loads it
         from matplotlib.figure import Figure
 
         fig = Figure(figsize=(8.0, 3.4), layout="constrained")
@@ -297,6 +299,7 @@ def pick_baseline_trace(table: SpanTable, trace_id: str, baseline_mask: np.ndarr
 @contextmanager
 def _style() -> Iterator[None]:
     """matplotlib's settings for the charts, for the duration of the block only (the caller's are restored)."""
+    # lazy: matplotlib takes ~3 s to import; only a report that draws a chart loads it
     import matplotlib as mpl
     from cycler import cycler
 
@@ -305,6 +308,7 @@ def _style() -> Iterator[None]:
 
 
 def _stacked(panels: int) -> tuple[Figure, list[Axes]]:
+    # lazy: matplotlib takes ~3 s to import; only a report that draws a chart loads it
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(8.0, 0.6 + 2.3 * panels), layout="constrained")
@@ -314,6 +318,7 @@ def _stacked(panels: int) -> tuple[Figure, list[Axes]]:
 
 def _svg(fig: Figure, chart_id: str, title: str, description: str) -> str:
     """The figure as inline-ready SVG: no XML prolog, ids scoped to ``chart_id``, a ``<title>`` and ``<desc>``."""
+    # lazy: matplotlib takes ~3 s to import; only a report that draws a chart loads it
     import matplotlib as mpl
 
     _stagger_phase_names(fig)
@@ -355,6 +360,7 @@ def _scope_ids(svg: str, chart_id: str) -> str:
 
 def _log_scale(ax: Axes, which: str) -> None:
     """A log ``which`` axis ("x" or "y") whose ticks read as plain numbers (100, 1000), not powers of ten."""
+    # lazy: matplotlib takes ~3 s to import; only a report that draws a chart loads it
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
     if which == "x":
@@ -650,8 +656,6 @@ _Samples = list[tuple[float, float]]
 
 
 def _quantity(evidence: RunEvidence, name: str) -> _Samples | None:
-    from drill.report.quantities import quantity_series
-
     return quantity_series(evidence, name)
 
 
@@ -841,6 +845,7 @@ def _service_colours(services: list[str]) -> dict[str, str]:
 
 def _waterfall_axes(heights: list[int]) -> tuple[Figure, list[tuple[Axes, Axes]]]:
     """Per trace a label column and a bar column (sharing y), stacked; the bar columns share the time axis."""
+    # lazy: matplotlib takes ~3 s to import; only a report that draws a chart loads it
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(9.0, 1.3 + 0.22 * sum(heights) + 0.5 * len(heights)), layout="constrained")
@@ -898,6 +903,7 @@ def _draw_waterfall(
 
 
 def _waterfall_legend(fig: Figure, colours: dict[str, str], errors: bool) -> None:
+    # lazy: matplotlib takes ~3 s to import; only a report that draws a chart loads it
     from matplotlib.patches import Patch
 
     handles = [Patch(color=colour, label=service) for service, colour in colours.items()]
@@ -978,6 +984,7 @@ def goodput_curve(
     markers = ("o", "s", "^", "D", "v", "P")
     styles = ("-", "--", "-.", ":")
     with _style():
+        # lazy: matplotlib takes ~3 s to import; only a report that draws a chart loads it
         from matplotlib.figure import Figure
 
         fig = Figure(figsize=(8.0, 3.8), layout="constrained")

@@ -13,7 +13,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from drill import registry
+from drill.api import Realism
 from drill.checks.base import FaultOutcome, RunEvidence, Verdict
+from drill.report import charts as chart_module
+from drill.report.formatting import format_value, iso_utc, verdict_figures
 from drill.report.model import (
     NOT_AVAILABLE,
     UNSET,
@@ -26,7 +30,10 @@ from drill.report.model import (
     Runbook,
     RunbookSection,
 )
+from drill.report.redact import Redactor, is_secret_name
 from drill.rundir.files import MAX_INPUT_BYTES, loads_json, read_bytes
+from drill.spec.models import DecisionSpec
+from drill.units import parse_duration
 
 if TYPE_CHECKING:
     from drill.load.records import RequestRecord
@@ -52,31 +59,9 @@ MAX_REPLAY_ROWS = 25
 RUNBOOK_COPY = "runbook.md"
 #: How the note of a chart whose module raised begins.
 CHART_FAILED = "chart failed"
-_CHART_MISSING = "chart not available (the chart module drill.report.charts is not installed)"
 
 
 # --- redaction ---------------------------------------------------------------------------------------------
-
-
-class _DigestOnly:
-    """Stand-in until :mod:`drill.report.redact` is installed: digests every text, redacts every header value."""
-
-    def __init__(self, include_text: bool = False) -> None:
-        self.include_text = include_text
-
-    def text(self, s: str) -> str:
-        import hashlib
-
-        return f"sha256:{hashlib.sha256(s.encode('utf-8')).hexdigest()[:12]} ({len(s)} chars)"
-
-    def value(self, s: str) -> str:
-        return s
-
-    def data(self, obj: Any) -> Any:
-        return obj
-
-    def headers(self, d: dict) -> dict:
-        return {k: "[redacted]" for k in d}
 
 
 class ReportRedactor(Protocol):
@@ -90,12 +75,6 @@ class ReportRedactor(Protocol):
 def redactor_for(evidence: RunEvidence) -> ReportRedactor:
     """The drill's redactor (``report.include_text``), told the secret values of the target config."""
     include = bool(((evidence.resolved.get("drill") or {}).get("report") or {}).get("include_text", False))
-    try:
-        from drill.report.redact import Redactor, is_secret_name
-    except ModuleNotFoundError as exc:
-        if exc.name != "drill.report.redact":
-            raise
-        return _DigestOnly(include)
     secrets = sorted(_secret_values(evidence.resolved.get("target_params"), is_secret_name))
     return Redactor(include_text=include, secrets=secrets)
 
@@ -211,23 +190,19 @@ def _attribute(name: str, value: Any, redactor: Any) -> str:
 
 
 def _baseline_trace(evidence: RunEvidence, trace_id: str) -> str | None:
-    """A baseline-phase trace shaped like ``trace_id`` (the chart module's pick; None without it)."""
-    module = _chart_module()
+    """A baseline-phase trace shaped like ``trace_id`` (the chart module's pick; None without a baseline)."""
     baseline = evidence.phases.get("baseline")
     table = evidence.traces.table
-    if module is None or baseline is None or len(table) == 0:
+    if baseline is None or len(table) == 0:
         return None
     mask = (table.start_ns >= int(baseline.start_ts * 1e9)) & (table.start_ns < int(baseline.end_ts * 1e9))
-    return module.pick_baseline_trace(table, trace_id, mask)
+    return chart_module.pick_baseline_trace(table, trace_id, mask)
 
 
 def _waterfall(evidence: RunEvidence, trace_id: str, baseline_id: str | None) -> Chart:
     title = "Affected trace beside a baseline trace of the same shape"
-    module = _chart_module()
-    if module is None:
-        return Chart("trace_waterfall", title, None, _CHART_MISSING)
     try:
-        svg = module.trace_waterfall(evidence.traces.table, trace_id, baseline_id)
+        svg = chart_module.trace_waterfall(evidence.traces.table, trace_id, baseline_id)
     except Exception as exc:  # noqa: BLE001 - a broken chart must not cost the whole report
         return Chart("trace_waterfall", title, None, _failed(exc))
     note = "" if svg else "no spans for this trace"
@@ -241,8 +216,6 @@ def _waterfall(evidence: RunEvidence, trace_id: str, baseline_id: str | None) ->
 
 def fault_sections(evidence: RunEvidence, redactor: ReportRedactor) -> tuple[FaultSection, ...]:
     """Each planned fault: its catalogue entry (summary, method, realism, revert) and what the journal says."""
-    from drill import registry
-
     drill = evidence.resolved.get("drill") or {}
     dumps = evidence.resolved.get("fault_params") or []
     outcomes = {f.fault_id: f for f in evidence.faults}
@@ -262,8 +235,6 @@ def _fault_section(
     outcome: FaultOutcome | None,
     redactor: ReportRedactor,
 ) -> FaultSection:
-    from drill.api import Realism
-
     kind = str(spec.get("kind"))
     summary, method, mechanism, realism, scope, revert = "", None, None, NOT_AVAILABLE, None, ""
     try:
@@ -286,9 +257,6 @@ def _fault_section(
         )
         or "default"
     )
-    from drill.report.build import iso_utc
-    from drill.units import parse_duration
-
     return FaultSection(
         name=name,
         kind=kind,
@@ -324,8 +292,6 @@ def _landed(outcome: FaultOutcome | None) -> str:
 
 def replay_section(evidence: RunEvidence, verdicts: list[Verdict], redactor: ReportRedactor) -> ReplaySection:
     """The ``recovery_replay`` verdict's figures and each replayed request before and after (replay.jsonl)."""
-    from drill.report.build import _figures
-
     v = next((v for v in verdicts if v.kind == "recovery_replay"), None)
     replay = evidence.replay
     status = v.status.value if v else NOT_AVAILABLE
@@ -343,7 +309,7 @@ def replay_section(evidence: RunEvidence, verdicts: list[Verdict], redactor: Rep
         ran=replay.ran,
         status=status,
         message=redactor.value(message),
-        figures=_figures(v) if v else (),
+        figures=verdict_figures(v) if v else (),
         originals=len(replay.originals),
         controls=len(replay.controls),
         rows=rows,
@@ -352,8 +318,6 @@ def replay_section(evidence: RunEvidence, verdicts: list[Verdict], redactor: Rep
 
 
 def _outcome_text(status: int | None, error: str | None, e2e_ms: float | None = None) -> str:
-    from drill.report.build import format_value
-
     what = error or (f"HTTP {status}" if status is not None else "no response")
     return what + (f", E2E {format_value(e2e_ms)}ms" if e2e_ms is not None else "")
 
@@ -459,10 +423,6 @@ def _demote(line: str) -> str:
 def decision_fields(drill: dict) -> tuple[DecisionField, ...]:
     """Every field of the drill's ``decision:`` in the spec's order; a field left unset shows "unset"."""
     given = drill.get("decision") or {}
-    try:
-        from drill.spec.models import DecisionSpec
-    except ImportError:
-        return tuple(DecisionField(k, _shown(v)) for k, v in _flatten(given))
     template = DecisionSpec().model_dump(mode="json")
     merged = _merge(template, given)
     return tuple(DecisionField(k, _shown(v)) for k, v in _flatten(merged))
@@ -504,31 +464,17 @@ _CHARTS = (
 )
 
 
-def _chart_module() -> types.ModuleType | None:
-    try:
-        from drill.report import charts as module
-    except ImportError as exc:
-        if getattr(exc, "name", None) not in ("drill.report.charts", None):
-            raise
-        return None
-    return module
-
-
 def _failed(exc: Exception) -> str:
     """The note of a chart whose module raised (the report's notes repeat it)."""
     return f"{CHART_FAILED}: {type(exc).__name__}: {exc}"
 
 
 def charts(evidence: RunEvidence) -> tuple[Chart, ...]:
-    """R5's charts as inline SVG; "chart not available" when the module or the data is missing."""
-    module = _chart_module()
+    """R5's charts as inline SVG; "chart not available" when the data is missing."""
     out = []
     for key, title in _CHARTS:
-        if module is None or not hasattr(module, key):
-            out.append(Chart(key, title, None, _CHART_MISSING))
-            continue
         try:
-            svg = getattr(module, key)(evidence)
+            svg = getattr(chart_module, key)(evidence)
         except Exception as exc:  # noqa: BLE001 - a broken chart must not cost the whole report
             out.append(Chart(key, title, None, _failed(exc)))
             continue

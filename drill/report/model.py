@@ -1,9 +1,10 @@
 """The report model: typed dataclasses of everything a report shows, built from one run directory.
 
-:func:`build_report` reads a run directory through :class:`~drill.checks.base.RunEvidence` and the verdicts
-(``verdicts.json``) and returns a :class:`Report`; :mod:`drill.report.render` turns it into Markdown, HTML or
-JSON. The model holds no wall-clock time and no unordered collection: the same run directory always gives the
-same model, so the rendered Markdown is byte-identical from run to run and from a copy of the directory.
+:func:`drill.report.build.build_report` reads a run directory through :class:`~drill.checks.base.RunEvidence`
+and the verdicts (``verdicts.json``) and returns a :class:`Report`; :mod:`drill.report.render` turns it into
+Markdown, HTML or JSON. The model holds no wall-clock time and no unordered collection: the same run directory
+always gives the same model, so the rendered Markdown is byte-identical from run to run and from a copy of the
+directory.
 
 Conventions: a figure the target does not export or the run cannot give is :data:`NOT_AVAILABLE`; a field
 the drill leaves unset is :data:`UNSET` — never a made-up value, never 0.
@@ -11,14 +12,13 @@ the drill leaves unset is :data:`UNSET` — never a made-up value, never 0.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from drill.checks.truth import MeasurementTruthSection
 
 if TYPE_CHECKING:
-    from drill.checks.base import RunEvidence, Verdict
+    pass
 
 __all__ = [
     "NOT_AVAILABLE",
@@ -50,7 +50,6 @@ __all__ = [
     "SloBreach",
     "TimelineEntry",
     "VerdictLine",
-    "build_report",
 ]
 
 NOT_AVAILABLE = "not available"
@@ -386,15 +385,3 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def build_report(
-    evidence: RunEvidence, verdicts: Iterable[Verdict], *, progress: Callable[[str], None] | None = None
-) -> Report:
-    """The report of one run: ``evidence`` (:class:`~drill.checks.base.RunEvidence`) and its verdicts.
-
-    ``progress`` is called with the name of each section as it is built (for a progress display).
-    """
-    from drill.report.build import assemble
-
-    return assemble(evidence, list(verdicts), progress or (lambda _name: None))

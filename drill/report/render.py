@@ -1,7 +1,7 @@
 """Render a :class:`~drill.report.model.Report` as Markdown, self-contained HTML or JSON, and write a run's reports.
 
 Deterministic: the templates print only what the model holds, numbers through one formatter
-(:func:`drill.report.build.format_value`), and JSON with sorted keys — the same run directory renders
+(:func:`drill.report.formatting.format_value`), and JSON with sorted keys — the same run directory renders
 byte-identical Markdown. The HTML has its CSS inline and its charts as inline SVG; it loads nothing.
 """
 
@@ -14,11 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from markupsafe import escape
 
 from drill.checks.base import RunEvidence, Verdict
 from drill.errors import InputError
-from drill.report.build import format_value
-from drill.report.model import Report, build_report
+from drill.report.build import build_report
+from drill.report.formatting import format_value
+from drill.report.model import Report
+from drill.report.redact import escape_controls
 from drill.rundir.files import check_run_dir, read_json, write_in_run_dir
 
 __all__ = [
@@ -58,6 +61,7 @@ def _pct(value: Any) -> str:
 def _markdown_html(text: str) -> str:
     """Runbook Markdown as HTML (raw HTML in it is escaped, not passed through). An image becomes a link to it
     (``image: alt``): the report loads nothing from outside itself, whatever a runbook someone sent holds."""
+    # lazy: markdown-it (~0.15 s, 60 modules) loads only when a runbook is rendered, not with the runner
     from markdown_it import MarkdownIt
 
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
@@ -67,8 +71,6 @@ def _markdown_html(text: str) -> str:
 
 def _image_as_link(self: Any, tokens: list, idx: int, options: Any, env: Any) -> str:
     """markdown-it's render rule for an image token: a link, never an ``<img>``."""
-    from markupsafe import escape
-
     token = tokens[idx]
     alt = self.renderInlineAsText(token.children or [], options, env)
     src = str(token.attrGet("src") or "")
@@ -108,8 +110,6 @@ class _ControlFreeTemplate(jinja2.Template):
     the terminal of whoever runs ``cat report.md``): each is written as its escape, ``\\x1b``."""
 
     def render(self, *args: Any, **kwargs: Any) -> str:
-        from drill.report.redact import escape_controls
-
         return escape_controls(super().render(*args, **kwargs))
 
 

@@ -12,11 +12,10 @@ to type.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["Diagnostic", "KeyPath", "Position", "did_you_mean", "format_path", "describe_value"]
+__all__ = ["Diagnostic", "KeyPath", "Position", "format_path", "describe_value"]
 
 KeyPath = tuple  # tuple[str | int, ...]
 
@@ -58,18 +57,6 @@ def format_path(path: Iterable[object]) -> str:
         else:
             out += f".{part}" if out else str(part)
     return out
-
-
-def did_you_mean(word: object, choices: Iterable[str]) -> str | None:
-    """The closest of ``choices`` to ``word``, if one is close enough to be a typo."""
-    if not isinstance(word, str):
-        return None
-    options = list(choices)
-    lowered = {c.lower(): c for c in options}
-    if word.lower() in lowered:
-        return lowered[word.lower()]
-    match = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
-    return match[0] if match else None
 
 
 def describe_value(value: object) -> str:

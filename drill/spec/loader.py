@@ -13,7 +13,6 @@ each fault's needs). All problems are raised together as one
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
@@ -21,11 +20,15 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 from drill import registry
-from drill.errors import DrillError, SpecError, UnknownPluginError
+from drill.catalogue import packaged_path
+from drill.errors import DrillError, SpecError, UnknownPluginError, did_you_mean
 from drill.rundir.files import MAX_INPUT_BYTES, UnsafeFileError, read_bytes
-from drill.spec.diagnostics import Diagnostic, KeyPath, Position, did_you_mean, format_path
+from drill.spec.azure_trace import read_trace
+from drill.spec.diagnostics import Diagnostic, KeyPath, Position, format_path
 from drill.spec.models import Drill
+from drill.spec.overrides import parse_override
 from drill.spec.scenario import Arrival, ArrivalProcess, Scenario, planned_load_problem
+from drill.spec.timescale import scale_timeline
 from drill.spec.validation import unset_env_refs, validate_model
 from drill.spec.yamlio import Locations, load_located
 from drill.units import MAX_DURATION_S
@@ -35,7 +38,6 @@ __all__ = [
     "load_drill",
     "load_model_file",
     "load_scenario",
-    "parse_override",
     "read_input_file",
     "resolve_drill_path",
 ]
@@ -113,7 +115,6 @@ def resolve_drill_path(name: str | Path, drills_dir: Path = Path("drills")) -> P
         for candidate in (drills_dir / path, drills_dir / f"{path}.yaml", drills_dir / f"{path}.yml"):
             if _exists(candidate):
                 return candidate
-    from drill.catalogue import packaged_path
 
     return packaged_path(path) or path
 
@@ -216,8 +217,6 @@ def load_drill(
     if out.missing:
         loaded = replace(loaded, missing=tuple(sorted(out.missing, key=Diagnostic.sort_key)))
     if time_scale != 1.0:
-        from drill.spec.timescale import scale_timeline
-
         loaded = scale_timeline(loaded, time_scale)
         _check_scaled(loaded, time_scale)
     return loaded
@@ -468,8 +467,6 @@ def _resolve_trace(scenario: Scenario, base: Path, out: _Collector, prefix: KeyP
 
 def _trace_problem(path: Path) -> str | None:
     """Read the trace now, so a malformed row is a validation error and not a failure once the run started."""
-    from drill.load.azure_trace import read_trace
-
     try:
         read_trace(path)
     except DrillError as exc:
@@ -651,32 +648,6 @@ def _check_capabilities(drill: Drill, fault_params: list, target_params: BaseMod
 
 
 # --- --set overrides -------------------------------------------------------------------------------
-
-_KEY_PATH = re.compile(r"^[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*|\[\d+\])*$")
-_SEGMENT = re.compile(r"([A-Za-z_][\w-]*)|\[(\d+)\]")
-
-
-def parse_override(text: str) -> tuple[KeyPath, object]:
-    """``faults[0].params.latency_ms=50`` -> (("faults", 0, "params", "latency_ms"), 50).
-
-    The value is read as YAML, so ``30s`` is text, ``3`` an integer, ``[1, 2]`` a list.
-    """
-    if "=" not in text:
-        raise ValueError(f"expected KEY=VALUE, got {text!r}")
-    key, raw = (part.strip() for part in text.split("=", 1))
-    if not _KEY_PATH.match(key):
-        raise ValueError(f"bad key path {key!r}; write e.g. phases.fault or faults[0].params.latency_ms")
-    path = tuple(m.group(1) if m.group(1) is not None else int(m.group(2)) for m in _SEGMENT.finditer(key))
-    if not raw:
-        return path, ""
-    doc = load_located(raw, "<--set>")  # the same bounded reader as drill files: no alias bombs, no .inf
-    if doc.diagnostics:
-        first = doc.diagnostics[0]
-        error = ValueError(f"cannot read the value: {first.message}")
-        where = text.index("=") + 1 + text.split("=", 1)[1].index(raw)  # the value's offset in KEY=VALUE
-        error.column = where + first.position.col  # type: ignore[attr-defined]
-        raise error
-    return path, doc.data
 
 
 def _apply_overrides(data: dict, overrides: tuple[str, ...] | list[str], out: _Collector) -> dict:

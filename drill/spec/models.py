@@ -11,18 +11,20 @@ Toxiproxy's toxic decoding): the envelope here, then each plugin's own
 from __future__ import annotations
 
 import enum
+import json
 import re
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from drill.api import Selector
+from drill.errors import InputError, did_you_mean
 from drill.load.records import ErrorClass
 from drill.serving_metrics import metric_name_problem
-from drill.spec.diagnostics import did_you_mean
+from drill.spec.overrides import parse_override
 from drill.spec.scenario import Slo
 from drill.spec.validation import SpecModel, at_key, expand_env
-from drill.units import BindHost, Duration, format_duration
+from drill.units import BindHost, Duration, format_duration, parse_duration
 
 __all__ = [
     "Acceptance",
@@ -172,8 +174,6 @@ class StopCondition(SpecModel):
     @classmethod
     def _latency_bound_has_unit(cls, data: object) -> object:
         if isinstance(data, dict) and data.get("kind") == "latency" and "above" in data:
-            from drill.units import parse_duration
-
             try:
                 data = {**data, "above": parse_duration(data["above"])}
             except ValueError as exc:
@@ -270,8 +270,6 @@ class PrometheusSourceSpec(SpecModel):
 
     def request_headers(self) -> dict[str, str]:
         """The headers of every query, ``${NAME}`` expanded; an unset variable is an InputError naming the key."""
-        from drill.errors import InputError
-
         where = "metrics.prometheus"
         headers = {name: expand_env(v, f"{where}.headers.{name}", InputError) for name, v in self.headers.items()}
         if self.bearer_token is not None:
@@ -381,8 +379,6 @@ class SweepSpec(SpecModel):
     @field_validator("variable")
     @classmethod
     def _one_key_path(cls, value: str) -> str:
-        from drill.spec.loader import parse_override  # lazily: the loader imports this module
-
         try:
             parse_override(f"{value}=0")
         except ValueError:
@@ -399,8 +395,6 @@ class SweepSpec(SpecModel):
     @field_validator("values")
     @classmethod
     def _distinct(cls, values: list[Any]) -> list[Any]:
-        import json
-
         if not 2 <= len(values) <= 8:
             raise ValueError(f"a sweep needs 2 to 8 values (one variant each), got {len(values)}")
         seen = [json.dumps(v, sort_keys=True, default=str) for v in values]
@@ -414,8 +408,6 @@ class SweepSpec(SpecModel):
 
     def overrides(self, value: Any) -> tuple[str, str]:
         """The ``--set`` assignments that make the variant with ``value``: the variable, and no sweep of its own."""
-        import json
-
         return f"{self.variable}={json.dumps(value)}", "sweep=null"
 
     def variant_label(self, value: Any) -> str:

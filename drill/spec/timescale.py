@@ -10,10 +10,13 @@ thresholds, client timeouts, cold-start and replay timeouts, the scrape interval
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from drill.spec.loader import LoadedDrill
 from drill.spec.models import Drill
 from drill.spec.scenario import Arrival, Scenario
+
+if TYPE_CHECKING:
+    from drill.spec.loader import LoadedDrill  # the loader scales a drill with this module
 
 __all__ = ["scale_timeline"]
 

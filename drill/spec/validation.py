@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from drill.errors import DrillError
-from drill.spec.diagnostics import Diagnostic, KeyPath, describe_value, did_you_mean, format_path
+from drill.errors import DrillError, did_you_mean
+from drill.spec.diagnostics import Diagnostic, KeyPath, describe_value, format_path
 from drill.spec.yamlio import Locations
 
 __all__ = ["SpecModel", "at_key", "validate_model", "allowed_keys", "expand_env", "unset_env_refs"]

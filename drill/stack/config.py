@@ -17,6 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from drill.api import RouterRetryOn
 from drill.errors import SpecError
+from drill.spec.loader import load_model_file
+from drill.spec.validation import validate_model
+from drill.spec.yamlio import Locations
 from drill.stack.presets import GpuPreset, ModelPreset, gpu_names, gpu_preset, model_names, model_preset
 from drill.stack.topology import TopologyConfig
 from drill.units import BindHost, Duration
@@ -279,9 +282,6 @@ def parse_stack_config(data: object, *, source: str = "<stack config>") -> Stack
     Raises :class:`SpecError` carrying every problem as a located diagnostic (here at ``source``: plain
     data has no lines; :func:`load_stack_config` keeps the file's ``line:col``).
     """
-    from drill.spec.validation import validate_model
-    from drill.spec.yamlio import Locations
-
     locations = Locations(source)
     if data is None:
         data = {}
@@ -297,6 +297,4 @@ def load_stack_config(path: Path | str) -> StackConfig:
     Raises :class:`SpecError` (``file:line:col: error: ...``) when the file is missing, unreadable, not YAML
     or invalid.
     """
-    from drill.spec.loader import load_model_file
-
     return load_model_file(path, StackConfig, what="stack config")

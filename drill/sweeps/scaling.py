@@ -37,10 +37,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from drill.api import LinkKind
+from drill.backends.toxiproxy import Stream
 from drill.checks.base import PhaseWindow, RunEvidence
 from drill.errors import InputError
 from drill.load.records import RequestRecord
 from drill.rundir.files import inside, read_json
+from drill.stack.config import parse_stack_config
+from drill.stack.inference.cost_model import BatchShape, CostModel
+from drill.stack.interconnect.link_model import LinkToxic, predict_step_increase
 from drill.stats import percentile
 
 if TYPE_CHECKING:
@@ -349,9 +354,6 @@ def _predict(evidence: RunEvidence, healthy: StateFigures) -> Prediction | None:
     target = (resolved.get("drill") or {}).get("target") or {}
     if target.get("kind") != "embedded" or not resolved.get("target_params"):
         return None
-    from drill.stack.config import parse_stack_config
-    from drill.stack.inference.cost_model import BatchShape, CostModel
-
     config = parse_stack_config(resolved["target_params"])
     engine = config.engine
     model = CostModel(
@@ -377,10 +379,6 @@ def _predict(evidence: RunEvidence, healthy: StateFigures) -> Prediction | None:
 
 def _link_increase(resolved: dict, plan: ExchangePlan, byte_scale: float, pp: int) -> float | None:
     """The step-time increase of the run's Toxiproxy link faults (the largest one: TP links work in parallel)."""
-    from drill.api import LinkKind
-    from drill.backends.toxiproxy import Stream
-    from drill.stack.interconnect.link_model import LinkToxic, predict_step_increase
-
     faults = (resolved.get("drill") or {}).get("faults") or []
     increases = []
     for fault, params in zip(faults, resolved.get("fault_params") or []):

@@ -23,6 +23,7 @@ def scaling_chart(table: ScalingTable) -> str | None:
     measured = [v for v in table.variants if v.healthy.tpot_p50_ms is not None]
     if len(measured) < 2:
         return None
+    # lazy: matplotlib takes ~3 s to import; only a sweep that draws its chart loads it
     from matplotlib.figure import Figure
 
     labels = [str(v.value) for v in measured]

@@ -29,6 +29,7 @@ from typing import Any
 from drill.checks.base import RunEvidence, Status, Verdict
 from drill.engine import active
 from drill.engine.journal import Event, Journal, RunStatus
+from drill.engine.judge import planned_checks
 from drill.engine.listeners import RunListener
 from drill.engine.rundir import RunDir, create_run_dir
 from drill.engine.runner import RunOptions, RunResult
@@ -36,9 +37,11 @@ from drill.engine.variants import run_variant
 from drill.engine.verdicts import judge_one, verdicts_document
 from drill.report.junit import write_junit
 from drill.report.redact import Redactor, secret_environment_values
+from drill.report.render import load_verdicts
 from drill.rundir.files import inside
 from drill.sweeps.resolve import SweepPlan, SweepVariant, is_sweep_check
 from drill.sweeps.scaling import ScalingTable, measure_sweep, read_sweep_record
+from drill.sweeps.scaling_report import write_scaling_reports
 
 __all__ = [
     "SWEEP_SCHEMA",
@@ -219,7 +222,6 @@ def judge_sweep(run_dir: Path, variant_verdicts: Callable[[Path], list[Verdict] 
     sweep, a run-level one rolled up over the variants' verdicts (their ``verdicts.json``, or ``variant_verdicts``
     of each variant's run directory: ``drill judge`` judges them again)."""
     read = variant_verdicts or _recorded_verdicts
-    from drill.engine.judge import planned_checks
 
     planned = planned_checks(run_dir, RunEvidence(run_dir).resolved)
     entries = [
@@ -244,8 +246,6 @@ def _variant_verdicts(run_dir: Path, item: dict, read: Callable[[Path], list[Ver
 
 
 def _recorded_verdicts(variant_dir: Path) -> list[Verdict] | None:
-    from drill.report.render import load_verdicts
-
     if not (variant_dir / "verdicts.json").is_file():
         return None
     return load_verdicts(variant_dir)
@@ -286,8 +286,6 @@ def _exit_code(result: SweepRunResult, status: RunStatus) -> int:
 def _render(rundir: RunDir, journal: Journal) -> list[Path]:
     """``scaling.md`` and ``scaling.html``; a broken report never breaks the sweep (the evidence stands)."""
     try:
-        from drill.sweeps.scaling_report import write_scaling_reports
-
         return write_scaling_reports(rundir.path)
     except Exception as exc:  # noqa: BLE001 - the verdicts and figures are written already
         log.error("rendering the scaling report failed: %s", exc)

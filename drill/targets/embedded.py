@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 from drill.api import Capability, LinkKind, LinkRef, ReplicaRef, Target, TargetInfo
 from drill.stack.config import Runtime, StackConfig
+from drill.stack.supervision.launcher import start_stack, stop_stack
+from drill.stack.supervision.state import read_state
 
 if TYPE_CHECKING:
     from drill.spec.scenario import Scenario
@@ -109,8 +111,6 @@ class EmbeddedStack(Target):
         return {"name": self.name}
 
     def start(self) -> TargetInfo:
-        from drill.stack.supervision.launcher import start_stack
-
         state = start_stack(
             self.params, name=self.name, otlp_endpoint=self.ctx.otlp_endpoint, timeout_s=START_TIMEOUT_S
         )
@@ -118,8 +118,6 @@ class EmbeddedStack(Target):
         return info_from_state(state, self.static_capabilities(self.params))
 
     def stop(self) -> None:
-        from drill.stack.supervision.launcher import stop_stack
-
         stop_stack(self.name)
 
     def collect_evidence(self, run_dir: str) -> list[str]:
@@ -131,8 +129,6 @@ class EmbeddedStack(Target):
         runs, so a copy ends at the last complete line. A replica whose ledger does not exist is
         left out (the checks report the missing replica).
         """
-        from drill.stack.supervision.state import read_state
-
         state = getattr(self, "_state", None) or read_state(self.name)
         if state is None:
             return []
@@ -145,8 +141,6 @@ class EmbeddedStack(Target):
 
     @classmethod
     def teardown(cls, data: dict) -> None:
-        from drill.stack.supervision.launcher import stop_stack
-
         stop_stack(data["name"])
 
     def planned_info(self) -> TargetInfo:

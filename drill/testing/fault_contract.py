@@ -43,6 +43,10 @@ import httpx
 
 from drill import errors, registry
 from drill.api import Fault, FaultContext, FaultNotLanded, LoadControl, Selector, TargetInfo
+from drill.engine.cleanup import clean_run
+from drill.engine.fault_schedule import resolve_targets
+from drill.engine.journal import Journal
+from drill.engine.reverts import RevertRecord, RevertStack
 
 __all__ = [
     "ContractReport",
@@ -280,8 +284,6 @@ class FaultCase:
         return fault_cls(fault_cls.Params.model_validate(self.params))
 
     def context(self, fault: Fault, suffix: str = "", tripwire: _Tripwire | None = None) -> FaultContext:
-        from drill.engine.fault_schedule import resolve_targets
-
         targets = resolve_targets(fault, self.selector, self.target, 0)
         if tripwire is None:
             return FaultContext(self.fault_id + suffix, self.target, targets, timeout_s=self.timeout_s, load=self.load)
@@ -473,10 +475,6 @@ def _one_failed_inject(case: FaultCase, tripwire: _Tripwire, suffix: str) -> Non
 
 def check_revert_from_journal(case: FaultCase, traffic: Traffic, report: ContractReport, tmp_path: Path) -> None:
     """Journal the record as the runner does, inject, then revert as the watchdog does: from the journal alone."""
-    from drill.engine.cleanup import clean_run
-    from drill.engine.journal import Journal
-    from drill.engine.reverts import RevertRecord, RevertStack
-
     fault = case.fault()
     ctx = case.context(fault, "-journal")
     run_dir = tmp_path / f"contract-{case.kind}-journal"

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import time
 from typing import Any
 
 import httpx
@@ -264,7 +265,6 @@ class JaegerApiSource(TableSource):
     def _window_us(self, window: tuple[int, int] | None) -> tuple[int, int]:
         if window is not None:
             return window[0] // 1000, -(-window[1] // 1000)
-        import time
 
         end = int(time.time() * 1e6)
         return end - int(self.params.lookback_s * 1e6), end

@@ -28,6 +28,7 @@ import numpy as np
 from drill.api import PluginParams, SpanFileHead, TraceSource
 from drill.jsonl import BadLine, ReadReport
 from drill.rundir.files import MAX_LINE_BYTES, open_input
+from drill.traces.otlp import read_json_file, read_proto_file
 from drill.traces.request_phases import with_phase_spans
 from drill.traces.table import (
     KIND_NAMES,
@@ -519,8 +520,6 @@ class OtlpFileSource(TableSource):
         return bool(head.keys & {"resourceSpans", "resource_spans", "batches"})
 
     def _read(self, report: SourceReport, window: tuple[int, int] | None) -> SpanTable:
-        from drill.traces.otlp import read_json_file
-
         return read_json_file(*self._file(report, self.params.path))
 
 
@@ -542,7 +541,5 @@ class OtlpProtoFileSource(TableSource):
         return not head.text
 
     def _read(self, report: SourceReport, window: tuple[int, int] | None) -> SpanTable:
-        from drill.traces.otlp import read_proto_file
-
         path, file_report = self._file(report, self.params.path)
         return read_proto_file(path, file_report, framing=self.params.framing)

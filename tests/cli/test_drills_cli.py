@@ -9,9 +9,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from drill.catalogue import catalogue_drills, catalogue_root, copy_plan
+from drill.catalogue import catalogue_root, copy_plan
 from drill.cli.drills import _trace_files
 from drill.cli.main import cli
+from drill.spec.listing import catalogue_drills
 from drill.spec.loader import load_drill, resolve_drill_path
 
 REPO = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from loadkit import run_load, scenario
 
-from drill.load.azure_trace import per_bucket_counts, read_trace
+from drill.spec.azure_trace import per_bucket_counts, read_trace
 from drill.spec.scenario import Scenario
 
 pytestmark = pytest.mark.integration

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from drill.errors import InputError
-from drill.load.azure_trace import per_bucket_counts, read_trace
 from drill.load.lengths import empirical_quantile, sample_length
 from drill.load.payload import PromptText, build_body, payload_digest
 from drill.load.schedule import build_schedule, nominal_rate, with_total_rate
+from drill.spec.azure_trace import per_bucket_counts, read_trace
 from drill.spec.loader import load_scenario
 from drill.spec.scenario import LengthDistribution, Scenario
 from drill.stats import percentile

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from drill.checks.base import RunEvidence
-from drill.checks.judging import measurement_truth_figures
+from drill.checks.truth import measurement_truth_figures
 from drill.load.records import RequestRecord, ServerTimings, read_records
 from drill.load.sse import LineKind, classify_line, parse_timings, parse_usage
 from drill.traces.join import timings_truth

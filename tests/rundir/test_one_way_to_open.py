@@ -22,7 +22,7 @@ READERS = [
     "drill/engine/journal.py",
     "drill/sweeps/scaling.py",
     "drill/sweeps/scaling_report.py",
-    "drill/load/azure_trace.py",
+    "drill/spec/azure_trace.py",
     "drill/load/records.py",
     "drill/load/samples.py",
     "drill/capacity/reporting.py",

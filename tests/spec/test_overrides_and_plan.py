@@ -11,7 +11,8 @@ from drill import __version__
 from drill.cli.main import cli
 from drill.engine.safety import check_hosts, is_loopback
 from drill.errors import SpecError, UnsafeTargetError
-from drill.spec.loader import load_drill, parse_override
+from drill.spec.loader import load_drill
+from drill.spec.overrides import parse_override
 
 REPO = Path(__file__).resolve().parents[2]
 TOXIC = REPO / "tests/fixtures/drills/toxic.yaml"

@@ -42,6 +42,7 @@ from drill.load.payload import (
 from drill.load.records import ErrorClass, RequestRecord
 from drill.load.samples import FailingSample
 from drill.load.schedule import PlannedRequest, build_schedule
+from drill.load.tokenizing import shapes_from_text
 from drill.report.redact import drop_secret_headers
 from drill.spec.scenario import ClientRetryOn, Pool, RetryPolicy
 
@@ -427,7 +428,6 @@ def _read_shapes(path: str | None) -> Mapping[str, PromptShape]:
     """The fitted prompts the harness wrote at plan time (none: one token per word)."""
     if path is None:
         return {}
-    from drill.load.tokenizing import shapes_from_text
 
     return shapes_from_text(Path(path).read_text(encoding="utf-8"))
 

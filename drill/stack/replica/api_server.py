@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from drill.errors import DrillError, InputError, NotAvailableError, StackError
+from drill.errors import DrillError, InputError, StackError
 from drill.stack.config import EngineConfig
 from drill.stack.http.server import HttpServer, Router
 from drill.stack.inference.core import Engine
@@ -38,7 +38,8 @@ from drill.stack.inference.executor import Executor
 from drill.stack.inference.gpu import GpuState, plan_memory
 from drill.stack.inference.kv_cache import KVCacheManager
 from drill.stack.inference.scheduler import Scheduler
-from drill.stack.interconnect.step_exchange import Interconnect, NoopInterconnect
+from drill.stack.interconnect import tcp as interconnect
+from drill.stack.interconnect.step_exchange import Interconnect
 from drill.stack.replica.admin_api import AdminApi
 from drill.stack.replica.kv_worker import kv_hooks
 from drill.stack.replica.ledger import Ledger
@@ -191,21 +192,7 @@ class Replica:
 
 
 async def connect_interconnect(spec: ReplicaSpec) -> Interconnect:
-    """``drill.stack.interconnect.tcp.connect(spec)`` (topology side), awaited if it is a coroutine.
-
-    Falls back to :class:`NoopInterconnect` for a single-GPU replica when that module is absent;
-    raises :class:`NotAvailableError` when tp × pp > 1 needs it.
-    """
-    try:
-        from drill.stack.interconnect import tcp as interconnect
-    except ModuleNotFoundError as exc:
-        if exc.name != "drill.stack.interconnect.tcp":
-            raise
-        if spec.config.engine.world_size == 1:
-            return NoopInterconnect()
-        raise NotAvailableError(
-            "tensor/pipeline parallelism needs drill.stack.interconnect.tcp, which is not built"
-        ) from exc
+    """``drill.stack.interconnect.tcp.connect(spec)`` (topology side), awaited if it is a coroutine."""
     result = interconnect.connect(spec)
     return await result if inspect.isawaitable(result) else result
 

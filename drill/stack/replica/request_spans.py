@@ -125,6 +125,7 @@ class Tracing:
             self._setup(service_name, endpoint, span_processor, dict(resource or {}))
 
     def _setup(self, service_name: str, endpoint: str | None, processor: SpanProcessor | None, resource: dict) -> None:
+        # lazy: the OpenTelemetry SDK loads only in a replica that exports spans
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.trace import SpanKind, Status, StatusCode
@@ -144,10 +145,12 @@ class Tracing:
     def _exporter(self, endpoint: str) -> SpanProcessor:
         """The loop exporter for ``http://`` (see :mod:`drill.stack.replica.span_export`), else the SDK's batch one."""
         if endpoint.startswith("http://"):
+            # lazy: the exporter loads the OpenTelemetry SDK, only in a replica that exports spans
             from drill.stack.replica.span_export import LoopSpanExporter
 
             self._loop_exporter = LoopSpanExporter(endpoint)
             return self._loop_exporter
+        # lazy: the OpenTelemetry SDK loads only in a replica that exports spans
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
@@ -211,6 +214,7 @@ class Tracing:
         """
         if not self.enabled:
             return
+        # lazy: the OpenTelemetry SDK loads only in a replica that exports spans
         from opentelemetry import trace
 
         if isinstance(parent, _Incoming):
@@ -252,7 +256,7 @@ class Tracing:
         """
         if not self.enabled:
             return
-        from opentelemetry import trace
+        from opentelemetry import trace  # lazy: the OpenTelemetry SDK loads only in a replica that exports spans
 
         if isinstance(parent, _Incoming):
             context = parent.context

@@ -76,6 +76,7 @@ def make_tracer(otlp_endpoint: str | None) -> tuple[trace.Tracer, TracerProvider
     """
     if not otlp_endpoint:
         return trace.NoOpTracer(), None
+    # lazy: the OTLP/HTTP exporter (protobuf, ~0.3 s) loads only in a router that exports spans
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 

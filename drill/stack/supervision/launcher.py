@@ -135,6 +135,7 @@ def _clear_previous(name: str, state_dir: Path | None) -> None:
 
 
 def _check_docker() -> None:
+    # lazy: the Docker SDK (~0.3 s to import) loads only for a stack of containers
     from drill.backends.docker import DockerBackend
 
     DockerBackend(timeout_s=10).close()
@@ -271,10 +272,11 @@ def _kill_group(pgid: int) -> bool:
 
 
 def _remove_containers(name: str) -> bool:
-    try:
-        from drill.backends.docker import DockerBackend
-        from drill.stack.supervision.docker_runtime import remove_stack_containers
+    # lazy: the Docker SDK (~0.3 s to import) loads only for a stack of containers
+    from drill.backends.docker import DockerBackend
+    from drill.stack.supervision.docker_runtime import remove_stack_containers
 
+    try:
         with DockerBackend(timeout_s=10) as backend:
             return remove_stack_containers(backend, name) > 0
     except DockerError:

@@ -182,6 +182,7 @@ class Supervisor:
         log.info("created %d proxies", len(self.plan.proxies))
 
     def _start_containers(self) -> None:
+        # lazy: the Docker SDK (~0.3 s to import) loads only for a stack of containers
         from drill.backends.docker import DockerBackend
         from drill.stack.supervision.docker_runtime import start_replica_container
 
@@ -237,6 +238,7 @@ class Supervisor:
     def _remove_containers(self) -> None:
         if self._docker is None:
             return
+        # lazy: the Docker SDK (~0.3 s to import) loads only for a stack of containers
         from drill.stack.supervision.docker_runtime import remove_stack_containers
 
         try:

@@ -1,9 +1,10 @@
 """Azure LLM inference trace files (``TIMESTAMP,ContextTokens,GeneratedTokens``).
 
-Read when a schedule with a ``trace`` arrival process is built
-(:mod:`drill.load.schedule`) and by tests that compare a replay against the
-file. Format and statistics: ``docs/serving-facts.md`` §7.1 (the 2023 traces; excerpts in
-``scenarios/data/``); the same schema is used by the 2024 traces (§7.2).
+Read when a drill with a ``trace`` arrival process is validated (:mod:`drill.spec.loader`, so a malformed row is
+a validation error before anything runs), when its schedule is built (:mod:`drill.load.schedule`) and by tests
+that compare a replay against the file: here, in the spec, because both the loader and the load driver read it.
+Format and statistics: ``docs/serving-facts.md`` §7.1 (the 2023 traces; excerpts in ``scenarios/data/``); the
+same schema is used by the 2024 traces (§7.2).
 """
 
 from __future__ import annotations

@@ -258,6 +258,8 @@ _SUGGESTIVE_ALPHA, _SUGGESTIVE_WEIGHT = 10, 0.05
 _ERRORS_FULL = 5
 #: The ratio's floor, as a share of min_excess_ms: a 20 µs span cannot look 3x slower by 40 µs.
 _FLOOR_SHARE = 0.1
+#: The weight, in spans, of the prior "no change" that a unit's effect is shrunk towards (_shrinkage).
+_PRIOR_SPANS = 3.0
 #: The largest load shift (both windows slower or faster everywhere) the judgement corrects for.
 _MAX_COMMON = math.log(1.5)
 
@@ -274,6 +276,7 @@ class _Judged:
     judged: np.ndarray  # bool
     deviates: np.ndarray  # bool
     suggestive: np.ndarray  # bool: slower, significant only at alpha·_SUGGESTIVE_ALPHA
+    weight: np.ndarray  # float in (0, 1): how much of the effect the sample sizes back (_shrinkage)
 
 
 def _judge(u: _Units, t: Thresholds) -> _Judged:
@@ -294,9 +297,20 @@ def _judge(u: _Units, t: Thresholds) -> _Judged:
     slower = judged & (effect >= math.log(t.min_ratio))
     deviates = slower & (test.z >= _z_alpha(t))
     suggestive = slower & ~deviates & (test.z >= NormalDist().inv_cdf(1 - min(t.alpha * _SUGGESTIVE_ALPHA, 0.2)))
+    weight = _shrinkage(test.n_base, test.n_fault)
     return _Judged(
-        test.z, test.n_base, test.n_fault, self_base, self_fault, ratio, effect, judged, deviates, suggestive
+        test.z, test.n_base, test.n_fault, self_base, self_fault, ratio, effect, judged, deviates, suggestive, weight
     )
+
+
+def _shrinkage(n_base: np.ndarray, n_fault: np.ndarray) -> np.ndarray:
+    """The share of a unit's effect its sample sizes back: ``m / (m + _PRIOR_SPANS)`` with ``m`` the
+    effective sample size of a two-sample comparison (``n_b·n_f / (n_b + n_f)``) — a median ratio from 3
+    baseline spans and 1 fault span is shrunk to a fifth, one from 30 and 60 hardly at all (a normal prior
+    on the log ratio, centred on no change, worth ``_PRIOR_SPANS`` spans)."""
+    nb, nf = n_base.astype(np.float64), n_fault.astype(np.float64)
+    m = np.divide(nb * nf, nb + nf, out=np.zeros(len(nb)), where=(nb + nf) > 0)
+    return m / (m + _PRIOR_SPANS)
 
 
 def _durations(u: _Units, wanted: list[int]) -> dict[int, tuple[float, float]]:
@@ -380,7 +394,7 @@ def _error_score(u: _Units, j: _Judged, x: int) -> float:
 def _effect(u: _Units, j: _Judged, own: set[int], x: int) -> float:
     """What unit ``x``'s slowdown adds: its effect when it deviates (or counts in its service's pooled own
     work), a ``_SUGGESTIVE_WEIGHT`` of it when it is only suggestive, else nothing."""
-    effect = max(float(j.effect[x]), 0.0)
+    effect = max(float(j.effect[x]), 0.0) * float(j.weight[x])
     if j.deviates[x] or (x in own and x < u.pairs):
         return effect
     return effect * _SUGGESTIVE_WEIGHT if j.suggestive[x] else 0.0

@@ -18,6 +18,7 @@ import pytest
 from drill.traces.analysis import AnalysisOptions, find_abnormal
 from drill.traces.ranktest import group_medians, rank_test, sort_sides
 from drill.traces.selftime import critical_children, direct_links, self_time
+from drill.traces.suspects import _shrinkage
 from drill.traces.table import SpanTable
 from tests.traces.spankit import T0, span
 
@@ -144,6 +145,22 @@ def test_direct_links_hold_the_time_around_a_call_without_a_client_span():
     links = direct_links(table, table.parent_row)
     assert len(links.child) == 1 and table.span_id[links.child[0]] == callee["span_id"]
     assert links.gap[0] == pytest.approx(10e6)  # 5 ms before it, 5 ms until the next sibling
+
+
+def test_a_parallel_call_s_link_time_leaves_out_the_wait_for_a_slower_sibling():
+    caller = span(1, "GET /", service="web", kind="SERVER", start_ms=0, end_ms=100)
+    fast = span(1, "GET /a", service="a", kind="SERVER", parent=caller, start_ms=2, end_ms=20)
+    slow = span(1, "GET /b", service="b", kind="SERVER", parent=caller, start_ms=3, end_ms=97)
+    table = SpanTable.from_spans([caller, fast, slow])
+    links = direct_links(table, table.parent_row)
+    gap = {table.services[table.service[c]]: g for c, g in zip(links.child.tolist(), links.gap.tolist())}
+    assert gap["a"] == pytest.approx(2e6)  # not the 80 ms it waited for b
+    assert gap["b"] == pytest.approx(6e6)  # the last to end: 3 ms before it, 3 ms after it
+
+
+def test_a_large_effect_on_a_handful_of_spans_is_shrunk_below_a_clear_one_on_many():
+    weight = _shrinkage(np.array([3, 30, 0]), np.array([1, 60, 5]))
+    assert weight[0] == pytest.approx(0.2) and weight[1] > 0.85 and weight[2] == 0
 
 
 # -- the failure classes ---------------------------------------------------------------------------

@@ -131,11 +131,12 @@ def direct_links(table: SpanTable, parent: np.ndarray) -> DirectLinks:
     start, end = table.start_ns[order], table.end_ns[order]
     prev_end = np.where(same_before, np.roll(end, 1), table.start_ns[up])
     prev_end = np.where(prev_end <= start, prev_end, table.start_ns[up])
-    next_start = np.where(same_after, np.roll(start, -1), table.end_ns[up])
-    # a call the next one overlapped ran in parallel: the time after it to the parent's end is the wait for
-    # a slower sibling, not this link's, unless this call is the last of its parent's to end
-    parallel_end = np.where(end >= _last_end(up, end), table.end_ns[up], end)
-    next_start = np.where(next_start >= end, next_start, parallel_end)
-    gap = (np.maximum(start - prev_end, 0) + np.maximum(next_start - end, 0)).astype(np.float64)
+    next_start = np.roll(start, -1)
+    # after a call: until the next one starts when it starts later (calls in sequence), else — for the last
+    # call, or one the next overlapped (in parallel) — until the parent's end if it is the last call to end;
+    # a call that ended while a sibling still ran has no time after it (that is the wait for the sibling)
+    latest = end >= _last_end(up, end)
+    after = np.where(same_after & (next_start >= end), next_start - end, np.where(latest, table.end_ns[up] - end, 0))
+    gap = (np.maximum(start - prev_end, 0) + np.maximum(after, 0)).astype(np.float64)
     cross = (table.service[order] != table.service[up]) & (table.kind[up] != _CLIENT)
     return DirectLinks(order[cross], up[cross], gap[cross])

@@ -205,10 +205,10 @@ def _units(inputs: SuspectInputs, groups: int) -> _Units:
 
 
 def _pair_kind(inputs: SuspectInputs, groups: int) -> np.ndarray:
-    """The span kind of each pair's first span (a fancy assignment keeps the last write: reversed)."""
-    kind = np.zeros(groups, dtype=np.int64)
-    kind[inputs.group[::-1]] = inputs.table.kind[::-1]
-    return kind
+    """The commonest span kind of each pair's spans (the smallest code on a tie): whatever the rows' order."""
+    width = len(KIND_NAMES)
+    counts = np.bincount(inputs.group * width + inputs.table.kind, minlength=groups * width)
+    return np.argmax(counts.reshape(groups, width), axis=1).astype(np.int64)
 
 
 def _peer_service(attributes: dict, services: dict[str, int]) -> str | None:

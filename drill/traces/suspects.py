@@ -171,6 +171,7 @@ class _Units:
     callee: list[str | None]  # links (CLIENT pairs, direct links): the called service
     caller_pair: np.ndarray  # int64 per unit: a direct link's caller pair, else -1
     pairs: int  # how many units are pairs
+    pooled: int  # units from this code on pool every link into one callee (_with_pooled_links)
 
 
 def _units(inputs: SuspectInputs, groups: int) -> _Units:
@@ -201,6 +202,47 @@ def _units(inputs: SuspectInputs, groups: int) -> _Units:
         callee=callee + [table.services[s] for s in (keys % width).tolist()],
         caller_pair=np.concatenate((np.full(groups, -1, dtype=np.int64), link_pair)),
         pairs=groups,
+        pooled=groups + len(keys),
+    )
+
+
+def _with_pooled_links(u: _Units) -> _Units:
+    """``u`` with one more unit per called service: every link into it (CLIENT pairs and calls without a
+    CLIENT span), each sample divided by its own link's baseline median and multiplied by the median of
+    all their baseline samples. A service called rarely by many callers has a handful of baseline spans
+    per caller, too few to judge any one link; pooled, its links are judged together (a slow, rarely
+    called database)."""
+    n = u.pooled
+    names = sorted({c for x, c in enumerate(u.callee) if c is not None and c != u.service[x]})
+    if not names:
+        return u
+    index = {c: i for i, c in enumerate(names)}
+    target = np.array(
+        [index[c] if c is not None and c != u.service[x] else -1 for x, c in enumerate(u.callee)], dtype=np.int64
+    )
+    samples = np.flatnonzero(target[u.unit] >= 0)
+    base = samples[~u.fault[samples]]
+    reference = group_medians(u.values[base], u.unit[base], n)[u.unit[samples]]
+    keep = np.isfinite(reference) & (reference > 0)
+    samples, reference = samples[keep], reference[keep]
+    pooled = target[u.unit[samples]]
+    base = ~u.fault[samples]
+    scale = group_medians(u.values[samples[base]], pooled[base], len(names))
+    values = u.values[samples] / reference * scale[pooled]
+    return _Units(
+        values=np.concatenate((u.values, values)),
+        rows=u.rows,
+        table=u.table,
+        unit=np.concatenate((u.unit, n + pooled)),
+        fault=np.concatenate((u.fault, u.fault[samples])),
+        errors=np.concatenate((u.errors, np.zeros(len(names), dtype=np.int64))),
+        service=u.service + names,
+        name=u.name + [f"every call into {c}, pooled" for c in names],
+        kind=u.kind + ["link"] * len(names),
+        callee=[*u.callee, *names],
+        caller_pair=np.concatenate((u.caller_pair, np.full(len(names), -1, dtype=np.int64))),
+        pairs=u.pairs,
+        pooled=n,
     )
 
 
@@ -344,6 +386,7 @@ class _Tally:
 
     own: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     incoming: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    pooled: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # every link into it, pooled
     outgoing: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     in_links: dict[str, int] = field(default_factory=dict)
     out_links: dict[str, int] = field(default_factory=dict)
@@ -368,7 +411,7 @@ def _own_units(u: _Units, j: _Judged, t: Thresholds) -> set[int]:
     live = np.flatnonzero(j.n_fault > 0).tolist()
     direct: dict[int, list[int]] = {}
     for x in live:
-        if x >= u.pairs:
+        if u.pairs <= x < u.pooled:
             direct.setdefault(int(u.caller_pair[x]), []).append(x)
     own: dict[str, list[int]] = {}
     for x in live:
@@ -406,6 +449,10 @@ def _tally(u: _Units, j: _Judged, t: Thresholds) -> _Tally:
     for x in np.flatnonzero(j.n_fault > 0).tolist():
         service, callee = u.service[x], u.callee[x]
         effect, errors = _effect(u, j, own, x), _error_score(u, j, x)
+        if x >= u.pooled:
+            if effect:
+                tally.pooled[service] = [(x, effect)]
+            continue
         if x in own or callee is None or callee == service:
             if x < u.pairs and (effect or errors):
                 tally.own.setdefault(service, []).append((x, effect + errors))
@@ -428,6 +475,9 @@ def _scores(tally: _Tally, t: Thresholds) -> dict[str, list[tuple[int, float, st
     for service, items in tally.incoming.items():
         share = len(items) / max(tally.in_links.get(service, 0), len(items))
         out.setdefault(service, []).extend((x, s * share, _CALLEE) for x, s in items)
+    for service, items in tally.pooled.items():
+        if service not in tally.incoming:  # only when its links judged one by one showed nothing
+            out.setdefault(service, []).extend((x, s, _CALLEE) for x, s in items)
     for service, items in tally.outgoing.items():
         share = len(items) / max(tally.out_links.get(service, 0), len(items))
         out.setdefault(service, []).extend((x, s * share * t.caller_weight, _CALLER) for x, s in items)
@@ -479,7 +529,7 @@ def _why(service: str, evidence: tuple[PairEvidence, ...]) -> str:
 
 def rank_suspects(inputs: SuspectInputs, groups: int, t: Thresholds, top: int = 10) -> Ranking:
     """Services ranked by the fault window's pooled evidence against them (see the module doc)."""
-    u = _units(inputs, groups)
+    u = _with_pooled_links(_units(inputs, groups))
     j = _judge(u, t)
     scored = []
     for service, items in _scores(_tally(u, j, t), t).items():

@@ -242,3 +242,29 @@ def test_the_sorted_rank_test_agrees_with_the_merged_one():
     fast, merged = sides.rank_test(1.25), rank_test(np.where(fault, values, values * 1.25), group, fault, 7)
     assert np.allclose(fast.z, merged.z) and (fast.n_base == merged.n_base).all()
     assert fast.z[2] > 5 and np.allclose(sides.medians(fault=True), group_medians(values[fault], group[fault], 7))
+
+
+def test_a_rarely_called_database_is_judged_over_all_its_callers_pooled():
+    """Five callers each query the database twice in the baseline (too few to judge one caller's link);
+    pooled over the callers, its calls are judged together and the database is named."""
+    rng = random.Random(5)
+    spans: list[dict] = []
+    for t in range(25):
+        fault = t >= 10
+        start = t * 400.0 if not fault else FAULT_S * 1000 + (t - 10) * 400.0
+        caller = f"svc-{t % 5}"
+        work = 2 + rng.random()
+        query = (4 + rng.random()) * (5 if fault else 1)
+        top = span(t + 1, "GET /", service="frontend", kind="SERVER", start_ms=start, end_ms=start + work + query + 2)
+        server = span(
+            t + 1, f"GET /{caller}", service=caller, kind="SERVER", parent=top, start_ms=start + 1,
+            end_ms=start + 1 + work + query,
+        )  # fmt: skip
+        client = span(
+            t + 1, "SELECT orders", service=caller, kind="CLIENT", parent=server, start_ms=start + 1 + work,
+            end_ms=start + 1 + work + query, attributes={"db.system": "postgresql", "server.address": "orders-db"},
+        )  # fmt: skip
+        spans += [top, server, client]
+    report = analyse(spans)
+    assert services(report)[0] == "orders-db", [(s.service, s.why) for s in report.suspects]
+    assert "pooled" in report.suspects[0].evidence[0].name

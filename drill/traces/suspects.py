@@ -34,7 +34,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from drill.traces.ranktest import group_medians, sort_sides
+from drill.traces.ranktest import SortedSides, group_medians, sort_sides
 from drill.traces.selftime import direct_links, self_time
 from drill.traces.table import KIND_NAMES, SpanTable
 
@@ -302,6 +302,13 @@ _ERRORS_FULL = 5
 _FLOOR_SHARE = 0.1
 #: The weight, in spans, of the prior "no change" that a unit's effect is shrunk towards (_shrinkage).
 _PRIOR_SPANS = 3.0
+#: Well-sampled pairs needed to pool a spread for the thin units' log-scale test (_with_thin_z).
+_MIN_SPREADS = 5
+#: ... and the least ratio a thin unit needs for it: on a handful of spans only a large change is judged so.
+_THIN_MIN_RATIO = 3.0
+#: Samples per unit and side judged at most (_sampled).
+_MAX_SAMPLES = 4000
+_GOLDEN = (math.sqrt(5) - 1) / 2
 #: The largest load shift (both windows slower or faster everywhere) the judgement corrects for.
 _MAX_COMMON = math.log(1.5)
 
@@ -321,28 +328,92 @@ class _Judged:
     weight: np.ndarray  # float in (0, 1): how much of the effect the sample sizes back (_shrinkage)
 
 
-def _judge(u: _Units, t: Thresholds) -> _Judged:
+def _side_counts(u: _Units) -> tuple[np.ndarray, np.ndarray]:
+    """Samples per unit in the baseline and in the fault window."""
+    n = len(u.service)
+    fault = np.bincount(u.unit[u.fault], minlength=n)
+    return np.bincount(u.unit, minlength=n) - fault, fault
+
+
+def _sampled(u: _Units, counts: tuple[np.ndarray, np.ndarray]) -> _Units:
+    """``u`` with at most about ``_MAX_SAMPLES`` samples per unit and side: a unit with 300,000 spans judges
+    the same on a few thousand of them (medians and the rank test's verdict), at a fraction of the sort. The
+    samples kept are picked by their value (a Weyl sequence: the fractional part of value·φ), so the choice
+    does not depend on the rows' order."""
+    n_base, n_fault = counts
+    if max(int(n_base.max(initial=0)), int(n_fault.max(initial=0))) <= _MAX_SAMPLES:
+        return u
+    side = np.where(u.fault, n_fault[u.unit], n_base[u.unit])
+    share = np.minimum(1.0, _MAX_SAMPLES / np.maximum(side, 1))
+    weyl = u.values * _GOLDEN  # the fractional parts of n·φ over integers n are spread evenly over [0, 1)
+    keep = weyl - np.floor(weyl) < share
+    pair_rows = keep[: len(u.rows)]
+    return _Units(
+        values=u.values[keep],
+        rows=u.rows[pair_rows],
+        table=u.table,
+        unit=u.unit[keep],
+        fault=u.fault[keep],
+        errors=u.errors,
+        service=u.service,
+        name=u.name,
+        kind=u.kind,
+        callee=u.callee,
+        caller_pair=u.caller_pair,
+        pairs=u.pairs,
+        pooled=u.pooled,
+    )
+
+
+def _judge(u: _Units, t: Thresholds, counts: tuple[np.ndarray, np.ndarray]) -> _Judged:
     n = len(u.service)
     sides = sort_sides(u.values, u.unit, u.fault, n)
     self_base, self_fault = sides.medians(fault=False) / 1e6, sides.medians(fault=True) / 1e6
-    n_base = np.bincount(sides.base_group, minlength=n)
-    judged = (n_base >= t.min_spans) & (np.bincount(sides.fault_group, minlength=n) > 0)
+    n_base, n_fault = counts
+    judged = (n_base >= t.min_spans) & (n_fault > 0)
     floor = t.min_excess_ms * _FLOOR_SHARE
     ratio = (np.nan_to_num(self_fault) + floor) / (np.nan_to_num(self_base) + floor)
     log_ratio = np.log(ratio)
     pairs = judged.copy()
     pairs[u.pairs :] = False
+    thin = n_base < t.min_baseline_spans
     common = float(np.clip(np.median(log_ratio[pairs]), -_MAX_COMMON, _MAX_COMMON)) if pairs.sum() >= 5 else 0.0
     # the rank test against the baseline scaled by the common shift: a load change everywhere is no deviation
     test = sides.rank_test(math.exp(common))
     effect = log_ratio - common
+    big = effect >= math.log(_THIN_MIN_RATIO)
+    z = _with_thin_z(test.z, sides, effect, judged & thin & big, pairs & ~thin, floor)
     slower = judged & (effect >= math.log(t.min_ratio))
-    deviates = slower & (test.z >= _z_alpha(t))
-    suggestive = slower & ~deviates & (test.z >= NormalDist().inv_cdf(1 - min(t.alpha * _SUGGESTIVE_ALPHA, 0.2)))
-    weight = _shrinkage(test.n_base, test.n_fault)
+    deviates = slower & (z >= _z_alpha(t))
+    suggestive = slower & ~deviates & (z >= NormalDist().inv_cdf(1 - min(t.alpha * _SUGGESTIVE_ALPHA, 0.2)))
+    weight = _shrinkage(n_base, n_fault)
     return _Judged(
-        test.z, test.n_base, test.n_fault, self_base, self_fault, ratio, effect, judged, deviates, suggestive, weight
+        z, n_base, n_fault, self_base, self_fault, ratio, effect, judged, deviates, suggestive, weight
     )
+
+
+def _with_thin_z(
+    z: np.ndarray, sides: SortedSides, effect: np.ndarray, thin: np.ndarray, well: np.ndarray, floor: float
+) -> np.ndarray:
+    """``z``, where a unit is thin, raised to a comparison of medians on the log scale with a spread pooled
+    from the well-sampled pairs: ``effect / (σ·√(π/2·(1/n_b + 1/n_f)))`` (the median's variance is π/2 times
+    the mean's), σ the upper quartile of their baseline spreads (interquartile range of log self time /
+    1.349). A rank test on 3 baseline and 4 fault spans cannot pass α = 0.01 however far apart they are (its
+    smallest p is 1/35); a 200x slower link on them is still a finding."""
+    if int(well.sum()) < _MIN_SPREADS or not thin.any():
+        return z
+    counts = np.bincount(sides.base_group, minlength=sides.groups)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    rows = np.flatnonzero(well)
+    low = np.log(sides.base_values[starts[rows] + (counts[rows] - 1) // 4] / 1e6 + floor)
+    high = np.log(sides.base_values[starts[rows] + (3 * (counts[rows] - 1)) // 4] / 1e6 + floor)
+    sigma = float(np.percentile((high - low) / 1.349, 75))  # sides are sorted by (group, value): quartiles
+    if not sigma > 0:
+        return z
+    nb = np.maximum(np.bincount(sides.base_group, minlength=sides.groups), 1)
+    nf = np.maximum(np.bincount(sides.fault_group, minlength=sides.groups), 1)
+    z_log = effect / (sigma * np.sqrt(math.pi / 2 * (1 / nb + 1 / nf)))
+    return np.where(thin, np.maximum(z, z_log), z)
 
 
 def _shrinkage(n_base: np.ndarray, n_fault: np.ndarray) -> np.ndarray:
@@ -530,7 +601,9 @@ def _why(service: str, evidence: tuple[PairEvidence, ...]) -> str:
 def rank_suspects(inputs: SuspectInputs, groups: int, t: Thresholds, top: int = 10) -> Ranking:
     """Services ranked by the fault window's pooled evidence against them (see the module doc)."""
     u = _with_pooled_links(_units(inputs, groups))
-    j = _judge(u, t)
+    counts = _side_counts(u)
+    u = _sampled(u, counts)
+    j = _judge(u, t, counts)
     scored = []
     for service, items in _scores(_tally(u, j, t), t).items():
         total = sum(s for _, s, _ in items)

@@ -21,7 +21,14 @@ Per (service, span name) pair with spans in the fault window (see ``docs/trace-a
    between) holds link time too: it counts as the service's own only when the service's own work
    deviates elsewhere, else as its downstream link. Errors and missing children that are root causes
    (no abnormal span below them) count for their service, a CLIENT span's for its callee.
-4. **Score** of a service: the sum of its deviating pairs' effects (as attributed), plus one point and
+   One more unit per called service pools every link into it (each sample scaled by its own link's
+   baseline median), so a service called rarely by many callers is judged over all of them; it counts
+   only when no single link into it did.
+4. **Thin units**: a thin unit 3x slower or more is also judged on the log scale with a spread pooled
+   from the well-sampled pairs (a rank test on a handful of spans cannot reach ``alpha``); every effect
+   is shrunk by its sample sizes (``m / (m + 3)``, ``m = n_b·n_f / (n_b + n_f)``); units over 4,000
+   spans a side are judged on a value-picked sample of that size.
+5. **Score** of a service: the sum of its deviating pairs' effects (as attributed), plus one point and
    twice the share of erring spans per pair with root-cause errors. Services are ranked by score;
    ties go to the callee side.
 """

@@ -268,3 +268,48 @@ def test_a_rarely_called_database_is_judged_over_all_its_callers_pooled():
     report = analyse(spans)
     assert services(report)[0] == "orders-db", [(s.service, s.why) for s in report.suspects]
     assert "pooled" in report.suspects[0].evidence[0].name
+
+
+def test_a_large_change_on_a_thin_link_is_significant_though_a_rank_test_on_it_cannot_be():
+    """3 baseline and 4 fault calls to a rare service, 40x slower on the wire: the rank test's smallest p is
+    1/35 (z about 2.1, short of alpha 0.01); the log-scale test with the well-sampled pairs' spread is not."""
+    rng = random.Random(9)
+    spans: list[dict] = []
+    rare = {5, 17, 29, 40, 44, 48, 52}  # 3 in the baseline (traces 0-35), 4 in the fault window
+    for t in range(56):
+        start = t * 500.0 + (FAULT_S * 1000 - 36 * 500.0 if t >= 36 else 0)
+        top = span(t + 1, "GET /", service="web", kind="SERVER", start_ms=start, end_ms=start + 30)
+        trace = [top]
+        at = start + 1
+        for op in range(6):
+            took = 2 * rng.lognormvariate(0, 0.3)
+            trace.append(span(t + 1, f"step{op}", service="web", parent=top, start_ms=at, end_ms=at + took))
+            at += took + 0.1
+        if t in rare:
+            wire = 1 + rng.random() * 0.3 if t < 36 else 40 + rng.random()
+            client = span(
+                t + 1, "POST ledger", service="web", kind="CLIENT", parent=top, start_ms=at, end_ms=at + wire + 2,
+                attributes={"server.address": "ledger"},
+            )  # fmt: skip
+            server = span(
+                t + 1, "POST /entries", service="ledger", kind="SERVER", parent=client, start_ms=at + wire / 2,
+                end_ms=at + wire / 2 + 2,
+            )  # fmt: skip
+            trace += [client, server]
+        spans += trace
+    report = analyse(spans)
+    assert services(report)[0] == "ledger", [(s.service, s.why) for s in report.suspects]
+    link = report.suspects[0].evidence[0]
+    assert link.thin and (link.baseline_spans, link.fault_spans) == (3, 4)
+    assert link.z > 2.33, link  # alpha 0.01, one-sided
+
+
+def test_huge_units_judged_on_a_sample_keep_the_verdict_and_the_true_counts(monkeypatch):
+    spans = shop(Fault(cpu={"cart": 1.35}))
+    full = analyse(spans)
+    monkeypatch.setattr("drill.traces.suspects._MAX_SAMPLES", 40)
+    sampled, again = analyse(spans), analyse(list(reversed(spans)))
+    assert services(sampled)[:1] == services(full)[:1] == services(again)[:1] == ["cart"]
+    assert sampled.ranking.fault_spans == full.ranking.fault_spans
+    top = sampled.suspects[0].evidence[0]
+    assert top.baseline_spans > 40 and top == again.suspects[0].evidence[0]

@@ -42,7 +42,11 @@ The analysis compares a *fault window* (the selection) with a *baseline* (Bubble
    earliest *onset* — when a slow span passed its threshold (a material one: when its excess reached
    ``min_impact``), an error or a missing child at the span's end; onsets within
    ``onset_tolerance_ms`` of the earliest are simultaneous (clock skew between processes), and among
-   them the deepest span wins, then the earliest, then the smallest (trace id, span id). Pairs are
+   them the deepest span wins, then the earliest, then the smallest (trace id, span id). With the
+   ranked suspects (7.), only the pairs whose ranked evidence is comparable with the strongest (a
+   quarter of its score) are candidates when they hold a material cause, so the onset rule and the
+   ranking agree: under a flood, decode slowing a little before the queue grew by orders of magnitude
+   does not make decode the first abnormal span. Pairs are
    ranked the same way: those with material causes first, then those with causes, then the explained
    ones, each by its earliest onset, then by flagged spans. For each listed pair, the low-cardinality
    attribute values its flagged spans share far more than its other spans are named (BubbleUp).
@@ -105,6 +109,9 @@ _KEY_PREFIXES = (
     "messaging.",
 )
 _MAX_ATTRIBUTES = 24
+#: A pair's ranked evidence is comparable with the strongest piece when it scores at least this share of it
+#: (the first abnormal span is looked for among the comparable pairs: _lead_pairs).
+_COMPARABLE = 0.25
 
 
 @dataclass(frozen=True)
@@ -704,9 +711,24 @@ def _abnormal_below(parent: np.ndarray, abnormal: np.ndarray) -> np.ndarray:
     return below
 
 
-def _first_cause(table: SpanTable, tree: _Tree, flags: _Flags, options: AnalysisOptions) -> int | None:
-    """The earliest material cause (any cause when none is material); see the module doc for ties."""
+def _first_cause(
+    table: SpanTable,
+    tree: _Tree,
+    flags: _Flags,
+    options: AnalysisOptions,
+    group: np.ndarray | None = None,
+    lead: list[int] | None = None,
+) -> int | None:
+    """The earliest material cause (any cause when none is material); see the module doc for ties. With
+    ``lead`` (the pairs whose ranked evidence is comparable with the strongest), the material causes in
+    those pairs, when there are any: a slight slowdown elsewhere that began earlier (decode under a flood,
+    before the queue grew) does not outrank the deviation the ranking puts first."""
     rows = np.flatnonzero(flags.material)
+    if len(rows) and group is not None and lead:
+        strong = np.zeros(int(group.max()) + 1, dtype=bool)
+        strong[np.asarray(lead, dtype=np.int64)] = True
+        if strong[group[rows]].any():
+            rows = rows[strong[group[rows]]]
     if not len(rows):
         rows = np.flatnonzero(flags.cause)
     if not len(rows):
@@ -1127,7 +1149,9 @@ def find_abnormal(
     missing = _missing_children(tree, group, groups, win, model, options)
     flags = _flags(table, tree, group, groups, win, model, missing, options)
     ctx = _Context(table, tree, group, pair_service, pair_name, model, flags, missing, win, options)
-    first = _first_cause(table, tree, flags, options)
+    ranking = _ranking(ctx, groups, top) if rank else None
+    lead = _lead_pairs(ctx, ranking)
+    first = _first_cause(table, tree, flags, options, group if lead else None, lead)
     judged, thin, new = _coverage(ctx, groups, options)
     orphans = int(_lost_parent(table, np.flatnonzero(tree.parent < 0)).sum())
     return AbnormalReport(
@@ -1145,8 +1169,31 @@ def find_abnormal(
         thin_pairs=thin,
         new_pairs=new,
         options=options,
-        ranking=_ranking(ctx, groups, top) if rank else None,
+        ranking=ranking,
     )
+
+
+def _lead_pairs(ctx: _Context, ranking: Ranking | None) -> list[int]:
+    """The pair codes whose evidence in the ranking is comparable with its strongest (at least
+    ``_COMPARABLE`` of the strongest piece's score; a link without a CLIENT span as its caller's pair):
+    where the first abnormal span is looked for, so the onset rule and the ranking agree."""
+    if ranking is None or not ranking.suspects:
+        return []
+    table = ctx.table
+    codes = {
+        (table.services[s], table.names[n]): g
+        for g, (s, n) in enumerate(zip(ctx.pair_service.tolist(), ctx.pair_name.tolist()))
+    }
+    evidence = [e for suspect in ranking.suspects for e in suspect.evidence]
+    strongest = max(e.score for e in evidence)
+    lead = []
+    for e in evidence:
+        code = codes.get((e.service, e.name))
+        if code is None:  # a direct link: "caller span name → callee"
+            code = codes.get((e.service, e.name.rsplit(" → ", 1)[0]))
+        if code is not None and e.score >= _COMPARABLE * strongest and code not in lead:
+            lead.append(code)
+    return lead
 
 
 def _ranking(ctx: _Context, groups: int, top: int) -> Ranking:

@@ -7,8 +7,9 @@
 - :func:`direct_links`: for a call into another service with no CLIENT span between (the caller's
   SERVER or INTERNAL span is the callee's SERVER span's parent), the time around the callee's span:
   from the previous sibling's end (the parent's start when that sibling still ran) to the callee
-  span's start, plus from its end to the next sibling's start (the parent's end when the next one
-  started before it ended: calls in parallel). It holds the network both ways and the caller's own
+  span's start, plus from its end to the next sibling's start — when the next one started before it
+  ended (calls in parallel), to the parent's end if it is the last call to end, else nothing: that
+  time is the wait for a slower sibling. It holds the network both ways and the caller's own
   work next to the call: a delay on that link shows there, and not in the callee's spans.
 """
 
@@ -103,6 +104,13 @@ class DirectLinks:
     gap: np.ndarray  # float ns of link time around the call
 
 
+def _last_end(up: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per entry of ``up`` (sorted, grouped by parent), the latest ``end`` among its parent's entries."""
+    first = np.flatnonzero(np.concatenate(([True], up[1:] != up[:-1])))
+    latest = np.maximum.reduceat(end, first)
+    return np.repeat(latest, np.diff(np.append(first, len(up))))
+
+
 def direct_links(table: SpanTable, parent: np.ndarray) -> DirectLinks:
     rows = np.flatnonzero(parent >= 0)
     up = parent[rows]
@@ -123,8 +131,12 @@ def direct_links(table: SpanTable, parent: np.ndarray) -> DirectLinks:
     start, end = table.start_ns[order], table.end_ns[order]
     prev_end = np.where(same_before, np.roll(end, 1), table.start_ns[up])
     prev_end = np.where(prev_end <= start, prev_end, table.start_ns[up])
-    next_start = np.where(same_after, np.roll(start, -1), table.end_ns[up])
-    next_start = np.where(next_start >= end, next_start, table.end_ns[up])
-    gap = (np.maximum(start - prev_end, 0) + np.maximum(next_start - end, 0)).astype(np.float64)
+    next_start = np.roll(start, -1)
+    # after a call: until the next one starts when it starts later (calls in sequence), else — for the last
+    # call, or one the next overlapped (in parallel) — until the parent's end if it is the last call to end;
+    # a call that ended while a sibling still ran has no time after it (that is the wait for the sibling)
+    latest = end >= _last_end(up, end)
+    after = np.where(same_after & (next_start >= end), next_start - end, np.where(latest, table.end_ns[up] - end, 0))
+    gap = (np.maximum(start - prev_end, 0) + np.maximum(after, 0)).astype(np.float64)
     cross = (table.service[order] != table.service[up]) & (table.kind[up] != _CLIENT)
     return DirectLinks(order[cross], up[cross], gap[cross])

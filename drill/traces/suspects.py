@@ -21,7 +21,14 @@ Per (service, span name) pair with spans in the fault window (see ``docs/trace-a
    between) holds link time too: it counts as the service's own only when the service's own work
    deviates elsewhere, else as its downstream link. Errors and missing children that are root causes
    (no abnormal span below them) count for their service, a CLIENT span's for its callee.
-4. **Score** of a service: the sum of its deviating pairs' effects (as attributed), plus one point and
+   One more unit per called service pools every link into it (each sample scaled by its own link's
+   baseline median), so a service called rarely by many callers is judged over all of them; it counts
+   only when no single link into it did.
+4. **Thin units**: a thin unit 3x slower or more is also judged on the log scale with a spread pooled
+   from the well-sampled pairs (a rank test on a handful of spans cannot reach ``alpha``); every effect
+   is shrunk by its sample sizes (``m / (m + 3)``, ``m = n_b·n_f / (n_b + n_f)``); units over 4,000
+   spans a side are judged on a value-picked sample of that size.
+5. **Score** of a service: the sum of its deviating pairs' effects (as attributed), plus one point and
    twice the share of erring spans per pair with root-cause errors. Services are ranked by score;
    ties go to the callee side.
 """
@@ -34,7 +41,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from drill.traces.ranktest import group_medians, sort_sides
+from drill.traces.ranktest import SortedSides, group_medians, sort_sides
 from drill.traces.selftime import direct_links, self_time
 from drill.traces.table import KIND_NAMES, SpanTable
 
@@ -171,6 +178,7 @@ class _Units:
     callee: list[str | None]  # links (CLIENT pairs, direct links): the called service
     caller_pair: np.ndarray  # int64 per unit: a direct link's caller pair, else -1
     pairs: int  # how many units are pairs
+    pooled: int  # units from this code on pool every link into one callee (_with_pooled_links)
 
 
 def _units(inputs: SuspectInputs, groups: int) -> _Units:
@@ -201,14 +209,55 @@ def _units(inputs: SuspectInputs, groups: int) -> _Units:
         callee=callee + [table.services[s] for s in (keys % width).tolist()],
         caller_pair=np.concatenate((np.full(groups, -1, dtype=np.int64), link_pair)),
         pairs=groups,
+        pooled=groups + len(keys),
+    )
+
+
+def _with_pooled_links(u: _Units) -> _Units:
+    """``u`` with one more unit per called service: every link into it (CLIENT pairs and calls without a
+    CLIENT span), each sample divided by its own link's baseline median and multiplied by the median of
+    all their baseline samples. A service called rarely by many callers has a handful of baseline spans
+    per caller, too few to judge any one link; pooled, its links are judged together (a slow, rarely
+    called database)."""
+    n = u.pooled
+    names = sorted({c for x, c in enumerate(u.callee) if c is not None and c != u.service[x]})
+    if not names:
+        return u
+    index = {c: i for i, c in enumerate(names)}
+    target = np.array(
+        [index[c] if c is not None and c != u.service[x] else -1 for x, c in enumerate(u.callee)], dtype=np.int64
+    )
+    samples = np.flatnonzero(target[u.unit] >= 0)
+    base = samples[~u.fault[samples]]
+    reference = group_medians(u.values[base], u.unit[base], n)[u.unit[samples]]
+    keep = np.isfinite(reference) & (reference > 0)
+    samples, reference = samples[keep], reference[keep]
+    pooled = target[u.unit[samples]]
+    base = ~u.fault[samples]
+    scale = group_medians(u.values[samples[base]], pooled[base], len(names))
+    values = u.values[samples] / reference * scale[pooled]
+    return _Units(
+        values=np.concatenate((u.values, values)),
+        rows=u.rows,
+        table=u.table,
+        unit=np.concatenate((u.unit, n + pooled)),
+        fault=np.concatenate((u.fault, u.fault[samples])),
+        errors=np.concatenate((u.errors, np.zeros(len(names), dtype=np.int64))),
+        service=u.service + names,
+        name=u.name + [f"every call into {c}, pooled" for c in names],
+        kind=u.kind + ["link"] * len(names),
+        callee=[*u.callee, *names],
+        caller_pair=np.concatenate((u.caller_pair, np.full(len(names), -1, dtype=np.int64))),
+        pairs=u.pairs,
+        pooled=n,
     )
 
 
 def _pair_kind(inputs: SuspectInputs, groups: int) -> np.ndarray:
-    """The span kind of each pair's first span (a fancy assignment keeps the last write: reversed)."""
-    kind = np.zeros(groups, dtype=np.int64)
-    kind[inputs.group[::-1]] = inputs.table.kind[::-1]
-    return kind
+    """The commonest span kind of each pair's spans (the smallest code on a tie): whatever the rows' order."""
+    width = len(KIND_NAMES)
+    counts = np.bincount(inputs.group * width + inputs.table.kind, minlength=groups * width)
+    return np.argmax(counts.reshape(groups, width), axis=1).astype(np.int64)
 
 
 def _peer_service(attributes: dict, services: dict[str, int]) -> str | None:
@@ -258,6 +307,15 @@ _SUGGESTIVE_ALPHA, _SUGGESTIVE_WEIGHT = 10, 0.05
 _ERRORS_FULL = 5
 #: The ratio's floor, as a share of min_excess_ms: a 20 µs span cannot look 3x slower by 40 µs.
 _FLOOR_SHARE = 0.1
+#: The weight, in spans, of the prior "no change" that a unit's effect is shrunk towards (_shrinkage).
+_PRIOR_SPANS = 3.0
+#: Well-sampled pairs needed to pool a spread for the thin units' log-scale test (_with_thin_z).
+_MIN_SPREADS = 5
+#: ... and the least ratio a thin unit needs for it: on a handful of spans only a large change is judged so.
+_THIN_MIN_RATIO = 3.0
+#: Samples per unit and side judged at most (_sampled).
+_MAX_SAMPLES = 4000
+_GOLDEN = (math.sqrt(5) - 1) / 2
 #: The largest load shift (both windows slower or faster everywhere) the judgement corrects for.
 _MAX_COMMON = math.log(1.5)
 
@@ -274,29 +332,105 @@ class _Judged:
     judged: np.ndarray  # bool
     deviates: np.ndarray  # bool
     suggestive: np.ndarray  # bool: slower, significant only at alpha·_SUGGESTIVE_ALPHA
+    weight: np.ndarray  # float in (0, 1): how much of the effect the sample sizes back (_shrinkage)
 
 
-def _judge(u: _Units, t: Thresholds) -> _Judged:
+def _side_counts(u: _Units) -> tuple[np.ndarray, np.ndarray]:
+    """Samples per unit in the baseline and in the fault window."""
+    n = len(u.service)
+    fault = np.bincount(u.unit[u.fault], minlength=n)
+    return np.bincount(u.unit, minlength=n) - fault, fault
+
+
+def _sampled(u: _Units, counts: tuple[np.ndarray, np.ndarray]) -> _Units:
+    """``u`` with at most about ``_MAX_SAMPLES`` samples per unit and side: a unit with 300,000 spans judges
+    the same on a few thousand of them (medians and the rank test's verdict), at a fraction of the sort. The
+    samples kept are picked by their value (a Weyl sequence: the fractional part of value·φ), so the choice
+    does not depend on the rows' order."""
+    n_base, n_fault = counts
+    if max(int(n_base.max(initial=0)), int(n_fault.max(initial=0))) <= _MAX_SAMPLES:
+        return u
+    side = np.where(u.fault, n_fault[u.unit], n_base[u.unit])
+    share = np.minimum(1.0, _MAX_SAMPLES / np.maximum(side, 1))
+    weyl = u.values * _GOLDEN  # the fractional parts of n·φ over integers n are spread evenly over [0, 1)
+    keep = weyl - np.floor(weyl) < share
+    pair_rows = keep[: len(u.rows)]
+    return _Units(
+        values=u.values[keep],
+        rows=u.rows[pair_rows],
+        table=u.table,
+        unit=u.unit[keep],
+        fault=u.fault[keep],
+        errors=u.errors,
+        service=u.service,
+        name=u.name,
+        kind=u.kind,
+        callee=u.callee,
+        caller_pair=u.caller_pair,
+        pairs=u.pairs,
+        pooled=u.pooled,
+    )
+
+
+def _judge(u: _Units, t: Thresholds, counts: tuple[np.ndarray, np.ndarray]) -> _Judged:
     n = len(u.service)
     sides = sort_sides(u.values, u.unit, u.fault, n)
     self_base, self_fault = sides.medians(fault=False) / 1e6, sides.medians(fault=True) / 1e6
-    n_base = np.bincount(sides.base_group, minlength=n)
-    judged = (n_base >= t.min_spans) & (np.bincount(sides.fault_group, minlength=n) > 0)
+    n_base, n_fault = counts
+    judged = (n_base >= t.min_spans) & (n_fault > 0)
     floor = t.min_excess_ms * _FLOOR_SHARE
     ratio = (np.nan_to_num(self_fault) + floor) / (np.nan_to_num(self_base) + floor)
     log_ratio = np.log(ratio)
     pairs = judged.copy()
     pairs[u.pairs :] = False
+    thin = n_base < t.min_baseline_spans
     common = float(np.clip(np.median(log_ratio[pairs]), -_MAX_COMMON, _MAX_COMMON)) if pairs.sum() >= 5 else 0.0
     # the rank test against the baseline scaled by the common shift: a load change everywhere is no deviation
     test = sides.rank_test(math.exp(common))
     effect = log_ratio - common
+    big = effect >= math.log(_THIN_MIN_RATIO)
+    z = _with_thin_z(test.z, sides, effect, judged & thin & big, pairs & ~thin, floor)
     slower = judged & (effect >= math.log(t.min_ratio))
-    deviates = slower & (test.z >= _z_alpha(t))
-    suggestive = slower & ~deviates & (test.z >= NormalDist().inv_cdf(1 - min(t.alpha * _SUGGESTIVE_ALPHA, 0.2)))
+    deviates = slower & (z >= _z_alpha(t))
+    suggestive = slower & ~deviates & (z >= NormalDist().inv_cdf(1 - min(t.alpha * _SUGGESTIVE_ALPHA, 0.2)))
+    weight = _shrinkage(n_base, n_fault)
     return _Judged(
-        test.z, test.n_base, test.n_fault, self_base, self_fault, ratio, effect, judged, deviates, suggestive
+        z, n_base, n_fault, self_base, self_fault, ratio, effect, judged, deviates, suggestive, weight
     )
+
+
+def _with_thin_z(
+    z: np.ndarray, sides: SortedSides, effect: np.ndarray, thin: np.ndarray, well: np.ndarray, floor: float
+) -> np.ndarray:
+    """``z``, where a unit is thin, raised to a comparison of medians on the log scale with a spread pooled
+    from the well-sampled pairs: ``effect / (σ·√(π/2·(1/n_b + 1/n_f)))`` (the median's variance is π/2 times
+    the mean's), σ the upper quartile of their baseline spreads (interquartile range of log self time /
+    1.349). A rank test on 3 baseline and 4 fault spans cannot pass α = 0.01 however far apart they are (its
+    smallest p is 1/35); a 200x slower link on them is still a finding."""
+    if int(well.sum()) < _MIN_SPREADS or not thin.any():
+        return z
+    counts = np.bincount(sides.base_group, minlength=sides.groups)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    rows = np.flatnonzero(well)
+    low = np.log(sides.base_values[starts[rows] + (counts[rows] - 1) // 4] / 1e6 + floor)
+    high = np.log(sides.base_values[starts[rows] + (3 * (counts[rows] - 1)) // 4] / 1e6 + floor)
+    sigma = float(np.percentile((high - low) / 1.349, 75))  # sides are sorted by (group, value): quartiles
+    if not sigma > 0:
+        return z
+    nb = np.maximum(np.bincount(sides.base_group, minlength=sides.groups), 1)
+    nf = np.maximum(np.bincount(sides.fault_group, minlength=sides.groups), 1)
+    z_log = effect / (sigma * np.sqrt(math.pi / 2 * (1 / nb + 1 / nf)))
+    return np.where(thin, np.maximum(z, z_log), z)
+
+
+def _shrinkage(n_base: np.ndarray, n_fault: np.ndarray) -> np.ndarray:
+    """The share of a unit's effect its sample sizes back: ``m / (m + _PRIOR_SPANS)`` with ``m`` the
+    effective sample size of a two-sample comparison (``n_b·n_f / (n_b + n_f)``) — a median ratio from 3
+    baseline spans and 1 fault span is shrunk to a fifth, one from 30 and 60 hardly at all (a normal prior
+    on the log ratio, centred on no change, worth ``_PRIOR_SPANS`` spans)."""
+    nb, nf = n_base.astype(np.float64), n_fault.astype(np.float64)
+    m = np.divide(nb * nf, nb + nf, out=np.zeros(len(nb)), where=(nb + nf) > 0)
+    return m / (m + _PRIOR_SPANS)
 
 
 def _durations(u: _Units, wanted: list[int]) -> dict[int, tuple[float, float]]:
@@ -330,6 +464,7 @@ class _Tally:
 
     own: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     incoming: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    pooled: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # every link into it, pooled
     outgoing: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     in_links: dict[str, int] = field(default_factory=dict)
     out_links: dict[str, int] = field(default_factory=dict)
@@ -354,7 +489,7 @@ def _own_units(u: _Units, j: _Judged, t: Thresholds) -> set[int]:
     live = np.flatnonzero(j.n_fault > 0).tolist()
     direct: dict[int, list[int]] = {}
     for x in live:
-        if x >= u.pairs:
+        if u.pairs <= x < u.pooled:
             direct.setdefault(int(u.caller_pair[x]), []).append(x)
     own: dict[str, list[int]] = {}
     for x in live:
@@ -380,7 +515,7 @@ def _error_score(u: _Units, j: _Judged, x: int) -> float:
 def _effect(u: _Units, j: _Judged, own: set[int], x: int) -> float:
     """What unit ``x``'s slowdown adds: its effect when it deviates (or counts in its service's pooled own
     work), a ``_SUGGESTIVE_WEIGHT`` of it when it is only suggestive, else nothing."""
-    effect = max(float(j.effect[x]), 0.0)
+    effect = max(float(j.effect[x]), 0.0) * float(j.weight[x])
     if j.deviates[x] or (x in own and x < u.pairs):
         return effect
     return effect * _SUGGESTIVE_WEIGHT if j.suggestive[x] else 0.0
@@ -392,6 +527,10 @@ def _tally(u: _Units, j: _Judged, t: Thresholds) -> _Tally:
     for x in np.flatnonzero(j.n_fault > 0).tolist():
         service, callee = u.service[x], u.callee[x]
         effect, errors = _effect(u, j, own, x), _error_score(u, j, x)
+        if x >= u.pooled:
+            if effect:
+                tally.pooled[service] = [(x, effect)]
+            continue
         if x in own or callee is None or callee == service:
             if x < u.pairs and (effect or errors):
                 tally.own.setdefault(service, []).append((x, effect + errors))
@@ -414,6 +553,9 @@ def _scores(tally: _Tally, t: Thresholds) -> dict[str, list[tuple[int, float, st
     for service, items in tally.incoming.items():
         share = len(items) / max(tally.in_links.get(service, 0), len(items))
         out.setdefault(service, []).extend((x, s * share, _CALLEE) for x, s in items)
+    for service, items in tally.pooled.items():
+        if service not in tally.incoming:  # only when its links judged one by one showed nothing
+            out.setdefault(service, []).extend((x, s, _CALLEE) for x, s in items)
     for service, items in tally.outgoing.items():
         share = len(items) / max(tally.out_links.get(service, 0), len(items))
         out.setdefault(service, []).extend((x, s * share * t.caller_weight, _CALLER) for x, s in items)
@@ -465,8 +607,10 @@ def _why(service: str, evidence: tuple[PairEvidence, ...]) -> str:
 
 def rank_suspects(inputs: SuspectInputs, groups: int, t: Thresholds, top: int = 10) -> Ranking:
     """Services ranked by the fault window's pooled evidence against them (see the module doc)."""
-    u = _units(inputs, groups)
-    j = _judge(u, t)
+    u = _with_pooled_links(_units(inputs, groups))
+    counts = _side_counts(u)
+    u = _sampled(u, counts)
+    j = _judge(u, t, counts)
     scored = []
     for service, items in _scores(_tally(u, j, t), t).items():
         total = sum(s for _, s, _ in items)

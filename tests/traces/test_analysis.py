@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from drill.traces.analysis import AnalysisOptions, find_abnormal
+from drill.traces.request_phases import with_phase_spans
 from drill.traces.table import SpanTable
-from tests.traces.spankit import T0, drill_request, span
+from tests.traces.spankit import T0, drill_request, span, vllm_request
 
 SPACING_MS = 50.0
 N_BASE = 120
@@ -611,3 +612,23 @@ def test_one_error_in_a_pair_that_never_erred_counts():
     first = analyse(spans).first
     assert (first.service, first.name) == ("drill-replica-0", "llm_request")
     assert [d.kind for d in first.deviations] == ["missing_child"]
+
+
+def test_a_flood_s_growing_queue_is_first_over_a_slight_decode_slowdown_that_began_earlier():
+    """vLLM under a flood (issue #17): the batch fills first, so decode slows a little 0.5 s before the queue
+    grows by orders of magnitude. The onset rule and the suspects' ranking must agree: the queue is first."""
+    rng = random.Random(3)
+    spans: list[dict] = []
+    for i in range(N_BASE + N_FAULT):
+        late = i - N_BASE  # fault request index; 10 requests = 0.5 s
+        queue_ms = 1 + rng.random() * 0.5 if late < 10 else 40.0 * (late - 9)
+        decode_ms = (20 + rng.random() * 2) * (1.8 if late >= 0 else 1.0)
+        spans += vllm_request(i + 1, replica=0, start_ms=i * SPACING_MS, queue_ms=queue_ms, decode_ms=decode_ms)
+    table, derived = with_phase_spans(SpanTable.from_spans(spans))
+    assert derived == 3 * (N_BASE + N_FAULT)
+    report = find_abnormal(table, baseline_until_ns=FAULT_START, fault_start_ns=FAULT_START)
+    assert pair(report, "vllm-0", "decode").material > 0
+    onset_only = find_abnormal(table, baseline_until_ns=FAULT_START, fault_start_ns=FAULT_START, rank=False)
+    assert onset_only.first.name == "decode" and onset_only.first.onset_s < report.first.onset_s  # it began first
+    assert report.suspects[0].service == "vllm-0" and report.suspects[0].evidence[0].name == "queue"
+    assert (report.first.service, report.first.name) == ("vllm-0", "queue"), report.first.text

@@ -18,6 +18,7 @@ import pytest
 from drill.traces.analysis import AnalysisOptions, find_abnormal
 from drill.traces.ranktest import group_medians, rank_test, sort_sides
 from drill.traces.selftime import critical_children, direct_links, self_time
+from drill.traces.suspects import _shrinkage
 from drill.traces.table import SpanTable
 from tests.traces.spankit import T0, span
 
@@ -146,6 +147,22 @@ def test_direct_links_hold_the_time_around_a_call_without_a_client_span():
     assert links.gap[0] == pytest.approx(10e6)  # 5 ms before it, 5 ms until the next sibling
 
 
+def test_a_parallel_call_s_link_time_leaves_out_the_wait_for_a_slower_sibling():
+    caller = span(1, "GET /", service="web", kind="SERVER", start_ms=0, end_ms=100)
+    fast = span(1, "GET /a", service="a", kind="SERVER", parent=caller, start_ms=2, end_ms=20)
+    slow = span(1, "GET /b", service="b", kind="SERVER", parent=caller, start_ms=3, end_ms=97)
+    table = SpanTable.from_spans([caller, fast, slow])
+    links = direct_links(table, table.parent_row)
+    gap = {table.services[table.service[c]]: g for c, g in zip(links.child.tolist(), links.gap.tolist())}
+    assert gap["a"] == pytest.approx(2e6)  # not the 80 ms it waited for b
+    assert gap["b"] == pytest.approx(6e6)  # the last to end: 3 ms before it, 3 ms after it
+
+
+def test_a_large_effect_on_a_handful_of_spans_is_shrunk_below_a_clear_one_on_many():
+    weight = _shrinkage(np.array([3, 30, 0]), np.array([1, 60, 5]))
+    assert weight[0] == pytest.approx(0.2) and weight[1] > 0.85 and weight[2] == 0
+
+
 # -- the failure classes ---------------------------------------------------------------------------
 
 
@@ -225,3 +242,74 @@ def test_the_sorted_rank_test_agrees_with_the_merged_one():
     fast, merged = sides.rank_test(1.25), rank_test(np.where(fault, values, values * 1.25), group, fault, 7)
     assert np.allclose(fast.z, merged.z) and (fast.n_base == merged.n_base).all()
     assert fast.z[2] > 5 and np.allclose(sides.medians(fault=True), group_medians(values[fault], group[fault], 7))
+
+
+def test_a_rarely_called_database_is_judged_over_all_its_callers_pooled():
+    """Five callers each query the database twice in the baseline (too few to judge one caller's link);
+    pooled over the callers, its calls are judged together and the database is named."""
+    rng = random.Random(5)
+    spans: list[dict] = []
+    for t in range(25):
+        fault = t >= 10
+        start = t * 400.0 if not fault else FAULT_S * 1000 + (t - 10) * 400.0
+        caller = f"svc-{t % 5}"
+        work = 2 + rng.random()
+        query = (4 + rng.random()) * (5 if fault else 1)
+        top = span(t + 1, "GET /", service="frontend", kind="SERVER", start_ms=start, end_ms=start + work + query + 2)
+        server = span(
+            t + 1, f"GET /{caller}", service=caller, kind="SERVER", parent=top, start_ms=start + 1,
+            end_ms=start + 1 + work + query,
+        )  # fmt: skip
+        client = span(
+            t + 1, "SELECT orders", service=caller, kind="CLIENT", parent=server, start_ms=start + 1 + work,
+            end_ms=start + 1 + work + query, attributes={"db.system": "postgresql", "server.address": "orders-db"},
+        )  # fmt: skip
+        spans += [top, server, client]
+    report = analyse(spans)
+    assert services(report)[0] == "orders-db", [(s.service, s.why) for s in report.suspects]
+    assert "pooled" in report.suspects[0].evidence[0].name
+
+
+def test_a_large_change_on_a_thin_link_is_significant_though_a_rank_test_on_it_cannot_be():
+    """3 baseline and 4 fault calls to a rare service, 40x slower on the wire: the rank test's smallest p is
+    1/35 (z about 2.1, short of alpha 0.01); the log-scale test with the well-sampled pairs' spread is not."""
+    rng = random.Random(9)
+    spans: list[dict] = []
+    rare = {5, 17, 29, 40, 44, 48, 52}  # 3 in the baseline (traces 0-35), 4 in the fault window
+    for t in range(56):
+        start = t * 500.0 + (FAULT_S * 1000 - 36 * 500.0 if t >= 36 else 0)
+        top = span(t + 1, "GET /", service="web", kind="SERVER", start_ms=start, end_ms=start + 30)
+        trace = [top]
+        at = start + 1
+        for op in range(6):
+            took = 2 * rng.lognormvariate(0, 0.3)
+            trace.append(span(t + 1, f"step{op}", service="web", parent=top, start_ms=at, end_ms=at + took))
+            at += took + 0.1
+        if t in rare:
+            wire = 1 + rng.random() * 0.3 if t < 36 else 40 + rng.random()
+            client = span(
+                t + 1, "POST ledger", service="web", kind="CLIENT", parent=top, start_ms=at, end_ms=at + wire + 2,
+                attributes={"server.address": "ledger"},
+            )  # fmt: skip
+            server = span(
+                t + 1, "POST /entries", service="ledger", kind="SERVER", parent=client, start_ms=at + wire / 2,
+                end_ms=at + wire / 2 + 2,
+            )  # fmt: skip
+            trace += [client, server]
+        spans += trace
+    report = analyse(spans)
+    assert services(report)[0] == "ledger", [(s.service, s.why) for s in report.suspects]
+    link = report.suspects[0].evidence[0]
+    assert link.thin and (link.baseline_spans, link.fault_spans) == (3, 4)
+    assert link.z > 2.33, link  # alpha 0.01, one-sided
+
+
+def test_huge_units_judged_on_a_sample_keep_the_verdict_and_the_true_counts(monkeypatch):
+    spans = shop(Fault(cpu={"cart": 1.35}))
+    full = analyse(spans)
+    monkeypatch.setattr("drill.traces.suspects._MAX_SAMPLES", 40)
+    sampled, again = analyse(spans), analyse(list(reversed(spans)))
+    assert services(sampled)[:1] == services(full)[:1] == services(again)[:1] == ["cart"]
+    assert sampled.ranking.fault_spans == full.ranking.fault_spans
+    top = sampled.suspects[0].evidence[0]
+    assert top.baseline_spans > 40 and top == again.suspects[0].evidence[0]

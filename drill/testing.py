@@ -471,8 +471,8 @@ def _one_failed_inject(case: FaultCase, tripwire: _Tripwire, suffix: str) -> Non
 def check_revert_from_journal(case: FaultCase, traffic: Traffic, report: ContractReport, tmp_path: Path) -> None:
     """Journal the record as the runner does, inject, then revert as the watchdog does: from the journal alone."""
     from drill.engine.cleanup import clean_run
-    from drill.engine.journal import Journal
     from drill.engine.reverts import RevertRecord, RevertStack
+    from drill.rundir.journal import Journal
 
     fault = case.fault()
     ctx = case.context(fault, "-journal")

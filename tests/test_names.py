@@ -42,11 +42,6 @@ SAME_CONCEPT: dict[str, tuple[tuple[str, ...], str]] = {
     # A record the stack or the load driver writes, and the check that judges it.
     "ledger": (("drill/checks", "drill/stack"), "a replica's side-effect ledger, and its reader for the checks"),
     "replay": (("drill/checks", "drill/load"), "the replay phase, and the check that judges it"),
-    # The run directory: its layout as the runner creates it, and the one way its files are opened and written.
-    "rundir": (
-        ("drill", "drill/engine"),
-        "the run directory: `drill.engine.rundir` lays it out, `drill.rundir` opens and writes its files",
-    ),
 }
 
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from drill.load.records import RequestRecord
+from drill.rundir.records import RequestRecord
 from drill.spec.scenario import Scenario
 from drill.stats import percentile
 
@@ -75,8 +75,8 @@ def measure_naive(
 ) -> NaiveEstimate:
     """Send the scenario's requests one at a time for a few seconds and make the naive estimate from them."""
     from drill.load.driver import LoadDriver, LoadPlan
-    from drill.load.records import read_records
     from drill.load.schedule import with_total_rate
+    from drill.rundir.records import read_records
 
     directory = run_dir / "naive"
     directory.mkdir(parents=True, exist_ok=False)

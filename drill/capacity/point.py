@@ -21,8 +21,8 @@ import httpx
 
 from drill.capacity.attainment import AttainmentRule, PoolOutcome, SloOutcome, judge_pool
 from drill.capacity.ttft_split import TtftSplit
-from drill.jsonl import ReadReport
-from drill.load.records import RequestRecord, read_records
+from drill.rundir.jsonl import ReadReport
+from drill.rundir.records import RequestRecord, read_records
 from drill.spec.scenario import Scenario
 from drill.stats import percentile
 

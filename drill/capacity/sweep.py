@@ -33,8 +33,8 @@ from drill.spec.scenario import Scenario
 
 if TYPE_CHECKING:
     from drill.api import Target, TargetInfo
-    from drill.engine.journal import Journal
-    from drill.load.records import RequestRecord
+    from drill.rundir.journal import Journal
+    from drill.rundir.records import RequestRecord
 
 __all__ = ["SCHEMA", "CapacityOptions", "CapacityResult", "CapacityRun", "SweepResult", "TargetChoice", "to_json"]
 
@@ -116,10 +116,10 @@ class CapacityRun:
 
     def run(self) -> CapacityResult:
         from drill.engine import active
-        from drill.engine.journal import Event, Journal, RunStatus
-        from drill.engine.rundir import create_run_dir
         from drill.engine.watchdog import Watchdog
-        from drill.report.redact import run_redactor
+        from drill.rundir.directory import create_run_dir
+        from drill.rundir.journal import Event, Journal, RunStatus
+        from drill.rundir.redact import run_redactor
         from drill.traces.receiver import OtlpReceiver
 
         rundir = create_run_dir(self.options.out_dir, "capacity")
@@ -189,8 +189,8 @@ class CapacityRun:
     ) -> SweepResult:
         from drill import registry
         from drill.api import TargetContext
-        from drill.engine.journal import Event
-        from drill.report.redact import secret_values
+        from drill.rundir.journal import Event
+        from drill.rundir.redact import secret_values
         from drill.targets.probe import first_good_response
 
         run_id = self.rundir.run_id if name == FULL else f"{self.rundir.run_id}-n1"
@@ -270,7 +270,7 @@ class CapacityRun:
         return estimate
 
     def _stop_target(self, target: Target, name: str, journal: Journal) -> None:
-        from drill.engine.journal import Event
+        from drill.rundir.journal import Event
 
         try:
             target.collect_evidence(str(self.rundir.path / "target" / name))
@@ -280,7 +280,7 @@ class CapacityRun:
         journal.write(Event.TARGET_STOPPED, target_id=name, reason="sweep ended")
 
     def _write_env(self, info: TargetInfo, choice: TargetChoice) -> None:
-        from drill.engine.rundir import environment
+        from drill.rundir.directory import environment
 
         extra = {"target": {"kind": info.kind, "base_url": info.base_url, "model": info.model, "label": choice.label}}
         self.rundir.write_json(
@@ -298,7 +298,7 @@ class CapacityRun:
 
     def _finish(self, result: CapacityResult) -> None:
         from drill.capacity.reporting import write_capacity_reports
-        from drill.report.redact import scrub_logs
+        from drill.rundir.redact import scrub_logs
 
         self._attach_spans(result)
         self.rundir.write_json("capacity.json", self.redactor.data(to_json(self.options, result)))
@@ -310,7 +310,7 @@ class CapacityRun:
     def _attach_spans(self, result: CapacityResult) -> None:
         """Split the run's spans per point and attach each point's TTFT split (queueing, prefill)."""
         from drill.capacity.ttft_split import split_spans, ttft_split
-        from drill.load.records import read_records
+        from drill.rundir.records import read_records
 
         owners: dict[str, Path] = {}
         records: dict[tuple[str, int], list[RequestRecord]] = {}

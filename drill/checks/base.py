@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel
 
-from drill.checks.resolved import read_resolved
-from drill.engine.journal import Event, JournalEntry, read_journal
-from drill.jsonl import ReadReport
-from drill.load.records import RequestRecord, read_records
+from drill.rundir.journal import Event, JournalEntry, read_journal
+from drill.rundir.jsonl import ReadReport
+from drill.rundir.records import RequestRecord, read_records
+from drill.rundir.resolved import read_resolved
 from drill.spec.validation import SpecModel
 from drill.units import parse_duration
 
@@ -205,7 +205,7 @@ class RunEvidence:
     @cached_property
     def resolved(self) -> dict:
         """``resolved.json``: the drill, scenario and plugin params as the run used them ({} if absent);
-        InputError (exit 2) when it is damaged (:mod:`drill.checks.resolved`)."""
+        InputError (exit 2) when it is damaged (:mod:`drill.rundir.resolved`)."""
         try:
             return read_resolved(self.run_dir / "resolved.json", root=self.run_dir)
         except FileNotFoundError:

@@ -11,8 +11,8 @@ from pydantic import Field
 
 from drill.checks.base import Check, CheckParams, EvidenceKind, EvidenceRef, RunEvidence, Status, Verdict
 from drill.checks.judging import measurement_truth_figures, measurement_truth_units, meets_slo, record_metric_ms
-from drill.engine.journal import Event
-from drill.load.records import ErrorClass, latency_values
+from drill.rundir.journal import Event
+from drill.rundir.records import ErrorClass, latency_values
 from drill.spec.scenario import Slo, parse_slo_key
 from drill.stats import percentile
 

@@ -21,7 +21,7 @@ from drill.checks.judging import (
     wait_limit_ms,
     window_of,
 )
-from drill.load.records import ErrorClass, RequestRecord
+from drill.rundir.records import ErrorClass, RequestRecord
 from drill.stats import percentiles
 from drill.units import Duration
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from drill.load.records import ErrorClass, RequestRecord
+from drill.rundir.records import ErrorClass, RequestRecord
 from drill.spec.scenario import parse_slo_key
 from drill.stats import percentile
 from drill.units import parse_duration

@@ -7,7 +7,7 @@ side-effect truth: what was executed and billed, whatever the client saw. Any ta
 lines of the same shape to ``ledger/*.jsonl`` gets the same checks.
 
 Every file is read through :meth:`~drill.checks.base.RunEvidence.read`, so each keeps its own
-:class:`~drill.jsonl.ReadReport` (``ledger/replica-0.jsonl``), and the union is reported under
+:class:`~drill.rundir.jsonl.ReadReport` (``ledger/replica-0.jsonl``), and the union is reported under
 ``ledger``: a check that lists ``"ledger"`` in its ``reads`` becomes INCONCLUSIVE when a line of any
 replica's ledger could not be read.
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from drill.jsonl import BadLine, ReadReport, read_jsonl
+from drill.rundir.jsonl import BadLine, ReadReport, read_jsonl
 from drill.stack.replica.ledger import LedgerRecord, LedgerStatus
 
 if TYPE_CHECKING:

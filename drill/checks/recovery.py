@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from drill.checks.base import Check, CheckParams, EvidenceKind, EvidenceRef, RunEvidence, Status, Verdict
 from drill.checks.judging import record_metric_ms
-from drill.load.records import ErrorClass, RequestRecord
+from drill.rundir.records import ErrorClass, RequestRecord
 from drill.stats import percentile
 from drill.units import Duration, format_duration
 

@@ -41,10 +41,10 @@ from pydantic import Field
 
 from drill.checks.base import Check, CheckParams, EvidenceKind, EvidenceRef, PhaseWindow, RunEvidence, Status, Verdict
 from drill.checks.judging import meets_slo
-from drill.engine.journal import Event
-from drill.load.records import ErrorClass, RequestRecord
 from drill.load.replay import CONTROL, ORIGINAL, ReplayResult, read_replay
 from drill.load.samples import FailingSample, read_samples
+from drill.rundir.journal import Event
+from drill.rundir.records import ErrorClass, RequestRecord
 from drill.stats import percentile
 from drill.units import Duration
 

@@ -16,8 +16,8 @@ from drill.checks.base import Check, CheckParams, EvidenceKind, EvidenceRef, Run
 from drill.checks.builtin import PhaseName
 from drill.checks.judging import records_in, span_evidence, window_of
 from drill.checks.ledger import LEDGER_READS
-from drill.jsonl import read_jsonl
-from drill.load.records import ErrorClass, RequestRecord
+from drill.rundir.jsonl import read_jsonl
+from drill.rundir.records import ErrorClass, RequestRecord
 
 __all__ = [
     "DuplicateSideEffectsCheck",

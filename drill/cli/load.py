@@ -222,9 +222,9 @@ def _run(plan, drain_s: float):
 
 
 def _print(plan, summary, t0: float | None, as_json: bool) -> None:
-    from drill.load.records import read_records
     from drill.load.summary import render_text, summarize
     from drill.load.tokenizing import read_fit
+    from drill.rundir.records import read_records
 
     slos = {p.name: dict(p.slo) for p in plan.scenario.pools if p.slo}
     report = summarize(

@@ -25,13 +25,13 @@ from drill import registry
 from drill.api import Capability, Fault, FaultContext, FaultTargets, Selector, TargetContext, TargetInfo
 from drill.engine import active
 from drill.engine.fault_schedule import FAULT_TIMEOUT_S, register_and_inject, resolve_targets, verify_and_journal
-from drill.engine.journal import Event, Journal, RunStatus
 from drill.engine.reverts import RevertStack
-from drill.engine.rundir import RunDir, create_run_dir
 from drill.engine.safety import check_host_list
 from drill.engine.signals import SignalGuard
 from drill.engine.watchdog import Watchdog
 from drill.errors import InputError, RunInterrupted, SpecError, TargetError
+from drill.rundir.directory import RunDir, create_run_dir
+from drill.rundir.journal import Event, Journal, RunStatus
 from drill.spec.diagnostics import Diagnostic, Position
 from drill.spec.validation import validate_model
 from drill.spec.yamlio import Locations, load_located

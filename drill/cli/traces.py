@@ -165,8 +165,8 @@ def _records(path: Path | None) -> tuple[list, dict | None]:
     """Client records of ``path`` and their read report (JSON); unreadable lines are said on stderr."""
     if path is None:
         return [], None
-    from drill.jsonl import ReadReport
-    from drill.load.records import read_records
+    from drill.rundir.jsonl import ReadReport
+    from drill.rundir.records import read_records
 
     report = ReadReport(path)
     records = list(read_records(path, report))

@@ -16,10 +16,10 @@ from pydantic import BaseModel, ValidationError
 
 from drill import registry
 from drill.checks.base import RunEvidence, Verdict
-from drill.engine.journal import Event, RunStatus
 from drill.engine.verdicts import PlannedCheck, judge_one, plan_checks, verdicts_document
 from drill.errors import InputError
 from drill.rundir.files import check_run_dir
+from drill.rundir.journal import Event, RunStatus
 
 __all__ = ["Judgement", "rejudge"]
 

@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from drill.api import FaultContext, FaultTargets, TargetInfo
-from drill.engine.journal import Event, Journal, JournalEntry
+from drill.rundir.journal import Event, Journal, JournalEntry
 
 __all__ = [
     "RevertOutcome",

@@ -33,7 +33,6 @@ from drill.api import Capability, TargetContext, TargetInfo
 from drill.checks.base import RunEvidence, Status, Verdict
 from drill.engine import active
 from drill.engine.fault_schedule import FaultRunner
-from drill.engine.journal import Event, Journal, RunStatus
 from drill.engine.listeners import ListenerEvent, Listeners, RunListener
 from drill.engine.prometheus import PrometheusMetrics
 from drill.engine.recovery_gate import (
@@ -44,14 +43,15 @@ from drill.engine.recovery_gate import (
     wait_for_recovery,
 )
 from drill.engine.reverts import RevertStack
-from drill.engine.rundir import RunDir, create_run_dir, environment
 from drill.engine.scraper import MetricsScraper
 from drill.engine.signals import SignalGuard
 from drill.engine.stopconditions import StopMonitor, StopTrigger
 from drill.engine.timeline import Timeline, plan_timeline
 from drill.engine.watchdog import Watchdog
 from drill.errors import DrillError, RunInterrupted
-from drill.report.redact import Redactor, run_redactor, scrub_logs, secret_values
+from drill.rundir.directory import RunDir, create_run_dir, environment
+from drill.rundir.journal import Event, Journal, RunStatus
+from drill.rundir.redact import Redactor, run_redactor, scrub_logs, secret_values
 from drill.serving_metrics import QUANTITIES, wanted_sample_names
 from drill.spec.loader import LoadedDrill
 from drill.spec.models import Phase, PrometheusSourceSpec, StopKind

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from drill.load.records import ErrorClass, RequestRecord
+from drill.rundir.records import ErrorClass, RequestRecord
 from drill.serving_metrics import METRIC_NAMES, QUANTITIES, Reading, live_value, resolve
 from drill.spec.models import StopCondition, StopKind
 from drill.stats import percentile

@@ -29,10 +29,10 @@ from pydantic import BaseModel
 
 from drill import registry
 from drill.checks.base import Check, RunEvidence, Status, Verdict
-from drill.engine.rundir import RunDir
-from drill.jsonl import ReadReport
 from drill.report.junit import write_junit
-from drill.report.redact import Redactor
+from drill.rundir.directory import RunDir
+from drill.rundir.jsonl import ReadReport
+from drill.rundir.redact import Redactor
 from drill.spec.loader import LoadedDrill
 
 __all__ = [

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from drill.engine.stopconditions import RecordTail
-from drill.load.records import RequestRecord
+from drill.rundir.records import RequestRecord
 from drill.stats import percentile
 
 if TYPE_CHECKING:  # pragma: no cover

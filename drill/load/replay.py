@@ -59,7 +59,6 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from drill.jsonl import ReadReport, read_jsonl
 from drill.load.output import OutputDigest
 from drill.load.payload import (
     PromptShape,
@@ -71,10 +70,11 @@ from drill.load.payload import (
     payload_digest,
     traceparent,
 )
-from drill.load.records import ErrorClass, RequestRecord, classify_status, classify_stream_error
 from drill.load.samples import FailingSample, read_samples
 from drill.load.schedule import build_schedule
 from drill.load.sse import LineKind, carries_usage, classify_line, parse_error_code, parse_error_message, parse_usage
+from drill.rundir.jsonl import ReadReport, read_jsonl
+from drill.rundir.records import ErrorClass, RequestRecord, classify_status, classify_stream_error
 from drill.spec.scenario import Scenario
 
 __all__ = [

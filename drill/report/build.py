@@ -18,8 +18,6 @@ import numpy as np
 from drill.checks.base import RunEvidence, Status, Verdict
 from drill.checks.judging import meets_slo
 from drill.checks.truth import MeasurementTruthSection, measurement_truth_by_phase
-from drill.engine.journal import Event
-from drill.load.records import ErrorClass, RequestRecord, latency_values
 from drill.report.actions import action_items, coverage_gaps
 from drill.report.detail import (
     CHART_FAILED,
@@ -50,6 +48,8 @@ from drill.report.model import (
 from drill.report.prompt_tokens import prompt_tokens
 from drill.report.serving import serving_side
 from drill.rundir.files import UnsafeFileError, read_json
+from drill.rundir.journal import Event
+from drill.rundir.records import ErrorClass, RequestRecord, latency_values
 from drill.spec.scenario import parse_slo_key
 from drill.stats import percentile
 

@@ -31,7 +31,7 @@ from xml.sax.saxutils import escape
 
 import numpy as np
 
-from drill.load.records import ErrorClass, RequestRecord
+from drill.rundir.records import ErrorClass, RequestRecord
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -52,7 +52,7 @@ _CHART_MISSING = "chart not available (the chart module drill.report.charts is n
 
 
 class _DigestOnly:
-    """Stand-in until :mod:`drill.report.redact` is installed: digests every text, redacts every header value."""
+    """Stand-in until :mod:`drill.rundir.redact` is installed: digests every text, redacts every header value."""
 
     def __init__(self, include_text: bool = False) -> None:
         self.include_text = include_text
@@ -76,9 +76,9 @@ def redactor_for(evidence: RunEvidence):
     """The drill's redactor (``report.include_text``), told the secret values of the target config."""
     include = bool(((evidence.resolved.get("drill") or {}).get("report") or {}).get("include_text", False))
     try:
-        from drill.report.redact import Redactor, is_secret_name
+        from drill.rundir.redact import Redactor, is_secret_name
     except ModuleNotFoundError as exc:
-        if exc.name != "drill.report.redact":
+        if exc.name != "drill.rundir.redact":
             raise
         return _DigestOnly(include)
     secrets = sorted(_secret_values(evidence.resolved.get("target_params"), is_secret_name))

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from drill.checks.base import RunEvidence, Status, Verdict
 from drill.checks.failures import GATEWAY_TIMEOUTS
 from drill.checks.judging import records_in, time_to_failure_ms, window_of
-from drill.load.records import ErrorClass
 from drill.report.model import Headline, VerdictLine
+from drill.rundir.records import ErrorClass
 from drill.stats import percentile
 
 __all__ = ["headline"]

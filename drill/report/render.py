@@ -108,7 +108,7 @@ class _ControlFreeTemplate(jinja2.Template):
     the terminal of whoever runs ``cat report.md``): each is written as its escape, ``\\x1b``."""
 
     def render(self, *args: Any, **kwargs: Any) -> str:
-        from drill.report.redact import escape_controls
+        from drill.rundir.redact import escape_controls
 
         return escape_controls(super().render(*args, **kwargs))
 

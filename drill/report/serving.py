@@ -15,7 +15,6 @@ from collections import defaultdict
 from pathlib import Path
 
 from drill.checks.base import PhaseWindow, RunEvidence
-from drill.jsonl import ReadReport, read_jsonl
 from drill.report.model import (
     NOT_AVAILABLE,
     AdmissionRejectionRow,
@@ -23,6 +22,7 @@ from drill.report.model import (
     RouterOverheadRow,
     ServingSide,
 )
+from drill.rundir.jsonl import ReadReport, read_jsonl
 from drill.stats import percentiles
 from drill.traces.overhead import RouterHop, router_hops
 

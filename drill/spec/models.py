@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from drill.api import Selector
-from drill.load.records import ErrorClass
+from drill.rundir.records import ErrorClass
 from drill.serving_metrics import metric_name_problem
 from drill.spec.diagnostics import did_you_mean
 from drill.spec.scenario import Slo

@@ -39,8 +39,8 @@ from typing import Any
 
 from drill.checks.base import PhaseWindow, RunEvidence
 from drill.errors import InputError
-from drill.load.records import RequestRecord
 from drill.rundir.files import inside, read_json
+from drill.rundir.records import RequestRecord
 from drill.stats import percentile
 
 __all__ = [

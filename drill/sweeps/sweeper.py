@@ -28,15 +28,15 @@ from typing import Any
 
 from drill.checks.base import RunEvidence, Status, Verdict
 from drill.engine import active
-from drill.engine.journal import Event, Journal, RunStatus
 from drill.engine.listeners import RunListener
-from drill.engine.rundir import RunDir, create_run_dir
 from drill.engine.runner import RunOptions, RunResult
 from drill.engine.variants import run_variant
 from drill.engine.verdicts import judge_one, verdicts_document
 from drill.report.junit import write_junit
-from drill.report.redact import Redactor, secret_environment_values
+from drill.rundir.directory import RunDir, create_run_dir
 from drill.rundir.files import inside
+from drill.rundir.journal import Event, Journal, RunStatus
+from drill.rundir.redact import Redactor, secret_environment_values
 from drill.sweeps.resolve import SweepPlan, SweepVariant, is_sweep_check
 from drill.sweeps.scaling import ScalingTable, measure_sweep, read_sweep_record
 

@@ -2,7 +2,7 @@
 
 ``evidence.traces`` (:class:`drill.checks.base.RunEvidence`) calls :func:`load_trace_evidence` once per
 judged run. The run's ``spans.jsonl`` is read through the ``receiver`` source; its
-:class:`~drill.jsonl.ReadReport` goes into ``evidence.reports["spans.jsonl"]`` like every other file
+:class:`~drill.rundir.jsonl.ReadReport` goes into ``evidence.reports["spans.jsonl"]`` like every other file
 of the run, so a check that lists ``spans.jsonl`` in ``reads`` becomes INCONCLUSIVE when lines of it
 could not be read.
 """

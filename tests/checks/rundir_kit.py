@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from drill.checks.base import RunEvidence
-from drill.load.records import RequestRecord
+from drill.rundir.records import RequestRecord
 
 __all__ = ["T0", "RunKit"]
 

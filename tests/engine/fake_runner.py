@@ -15,9 +15,9 @@ from pathlib import Path
 from drill import registry
 from drill.api import FaultContext, FaultTargets, TargetInfo
 from drill.engine import active
-from drill.engine.journal import Event, Journal
 from drill.engine.reverts import RevertRecord, RevertStack
 from drill.engine.watchdog import Watchdog
+from drill.rundir.journal import Event, Journal
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from drill.checks.base import RunEvidence, Status
 from drill.engine.verdicts import evaluate_checks, verdicts_document
-from drill.load.records import RequestRecord
+from drill.rundir.records import RequestRecord
 from drill.spec.loader import load_drill
 
 T0 = 1_700_000_000.0

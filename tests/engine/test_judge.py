@@ -8,7 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from drill.cli.main import cli
-from drill.load.records import RequestRecord
+from drill.rundir.records import RequestRecord
 
 T0 = 1_700_000_000.0
 

@@ -23,9 +23,9 @@ import pytest
 import yaml
 
 from drill.checks.base import RunEvidence
-from drill.engine.journal import read_journal
 from drill.engine.scraper import MetricsScraper
 from drill.report.quantities import phase_quantities
+from drill.rundir.journal import read_journal
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration

@@ -19,9 +19,9 @@ from loadkit import run_load, scenario
 
 from drill.checks.base import RunEvidence, Status
 from drill.checks.replay import RecoveryReplayCheck
-from drill.engine.journal import Event, Journal
 from drill.load.driver import resolve_model
 from drill.load.replay import ReplayPlan, baseline_rate, choose_control_ids, read_replay, replay_after_recovery
+from drill.rundir.journal import Event, Journal
 
 pytestmark = pytest.mark.integration
 

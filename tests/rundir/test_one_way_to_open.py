@@ -16,14 +16,14 @@ READERS = [
     "drill/traces",
     "drill/spec",
     "drill/catalogue",
-    "drill/jsonl.py",
+    "drill/rundir/jsonl.py",
     "drill/engine/judge.py",
     "drill/engine/cleanup.py",
-    "drill/engine/journal.py",
+    "drill/rundir/journal.py",
     "drill/sweeps/scaling.py",
     "drill/sweeps/scaling_report.py",
     "drill/load/azure_trace.py",
-    "drill/load/records.py",
+    "drill/rundir/records.py",
     "drill/load/samples.py",
     "drill/capacity/reporting.py",
     "drill/cli/traces.py",
@@ -38,8 +38,8 @@ READERS = [
 # (module, call) -> why it does not read an input file
 ALLOWED = {
     ("drill/report/junit.py", "open"): "writes junit.xml once ('x') into the run directory the run just created",
-    ("drill/report/redact.py", "read_text"): "scrubs the logs the run's own processes wrote, when the run ends",
-    ("drill/report/redact.py", "open"): "rewrites those logs in place",
+    ("drill/rundir/redact.py", "read_text"): "scrubs the logs the run's own processes wrote, when the run ends",
+    ("drill/rundir/redact.py", "open"): "rewrites those logs in place",
     ("drill/traces/receiver.py", "open"): "appends the spans the run's receiver is given to its new spans.jsonl",
 }
 FORBIDDEN = {"open", "read_text", "read_bytes", "load", "loads"}

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from drill.checks.base import RunEvidence
-from drill.load.records import RequestRecord
+from drill.rundir.records import RequestRecord
 from drill.traces.evidence import NO_SPANS, load_trace_evidence
 from tests.traces.spankit import drill_request, trace_id, write_spans
 

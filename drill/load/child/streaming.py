@@ -29,7 +29,6 @@ from geventhttpclient.url import URL
 
 from drill.load.child.reactor import reactor
 from drill.load.output import OutputDigest
-from drill.load.records import ErrorClass, ServerTimings, classify_status, classify_stream_error
 from drill.load.sse import (
     LineKind,
     carries_usage,
@@ -40,6 +39,7 @@ from drill.load.sse import (
     parse_timings,
     parse_usage,
 )
+from drill.rundir.records import ErrorClass, ServerTimings, classify_status, classify_stream_error
 
 __all__ = ["Cancelled", "ClientOutcome", "Transport", "send_attempt"]
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from drill import __version__
 
 if TYPE_CHECKING:
-    from drill.report.redact import Redactor
+    from drill.rundir.redact import Redactor
 
 __all__ = ["RunDir", "create_run_dir", "environment", "package_versions", "recorded_environment"]
 
@@ -124,7 +124,7 @@ _ENV_PREFIXES = (
 
 def recorded_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
     """The environment variables ``env.json`` records (not yet redacted), sorted by name."""
-    from drill.report.redact import is_secret_name
+    from drill.rundir.redact import is_secret_name
 
     environ = dict(os.environ) if environ is None else environ
     return {k: v for k, v in sorted(environ.items()) if k.startswith(_ENV_PREFIXES) or is_secret_name(k)}
@@ -135,11 +135,11 @@ def environment(
 ) -> dict:
     """Facts for ``env.json``: versions, interpreter, host, seeds, command line, relevant environment variables.
 
-    Everything passes through ``redactor`` (a fresh :class:`~drill.report.redact.Redactor` if none): a secret
+    Everything passes through ``redactor`` (a fresh :class:`~drill.rundir.redact.Redactor` if none): a secret
     environment variable is recorded by name with its value ``[redacted]``, and credentials in the command
     line or in ``extra`` are scrubbed.
     """
-    from drill.report.redact import Redactor
+    from drill.rundir.redact import Redactor
 
     redactor = redactor or Redactor()
     facts = {

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from drill.fieldtypes import check_fields, field_rules
-from drill.jsonl import ReadReport, read_jsonl
+from drill.rundir.jsonl import ReadReport, read_jsonl
 from drill.stats import percentile
 
 __all__ = [
@@ -205,5 +205,5 @@ def latency_values(records: Iterable[RequestRecord], metric: str) -> list[float]
 
 def read_records(path: Path, report: ReadReport | None = None) -> Iterator[RequestRecord]:
     """Records of a ``requests.jsonl``; a torn last line (crash mid-write) or an unreadable line is
-    counted in ``report`` (see :mod:`drill.jsonl`), never dropped silently."""
+    counted in ``report`` (see :mod:`drill.rundir.jsonl`), never dropped silently."""
     return read_jsonl(path, RequestRecord.from_dict, report)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from drill.fieldtypes import check_fields, field_rules
-from drill.jsonl import ReadReport, read_jsonl
+from drill.rundir.jsonl import ReadReport, read_jsonl
 
 __all__ = ["Event", "Journal", "JournalEntry", "PAYLOADS", "RunStatus", "read_journal"]
 
@@ -349,7 +349,7 @@ _ENVELOPE = ("seq", "event", "ts", "mono", "by")
 
 
 def read_journal(path: Path, report: ReadReport | None = None) -> Iterator[JournalEntry]:
-    """Entries in order; a torn or garbled line is counted in ``report`` (see :mod:`drill.jsonl`)."""
+    """Entries in order; a torn or garbled line is counted in ``report`` (see :mod:`drill.rundir.jsonl`)."""
     return read_jsonl(path, _entry, report)
 
 

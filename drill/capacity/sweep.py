@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
@@ -117,25 +116,17 @@ class CapacityRun:
     def run(self) -> CapacityResult:
         from drill.engine import active
         from drill.engine.watchdog import Watchdog
-        from drill.rundir.directory import create_run_dir
-        from drill.rundir.journal import Event, Journal, RunStatus
+        from drill.rundir.directory import open_run
+        from drill.rundir.journal import Event, RunStatus
         from drill.rundir.redact import run_redactor
         from drill.traces.receiver import OtlpReceiver
 
-        rundir = create_run_dir(self.options.out_dir, "capacity")
-        self.rundir = rundir
         # as drill run's: the secrets of the environment, the target's config and (once expanded) its headers
         self.redactor = run_redactor(self.options.target.params.model_dump(mode="json", by_alias=True))
+        argv = [self.redactor.value(arg) for arg in self.options.argv]
+        rundir, journal = open_run(self.options.out_dir, "capacity", argv)
+        self.rundir = rundir
         result = CapacityResult(rundir.path)
-        journal = Journal(rundir.journal)
-        journal.write(
-            Event.RUN_STARTED,
-            run_id=rundir.run_id,
-            pid=os.getpid(),
-            pid_start=active.process_start_time(os.getpid()),
-            drill="capacity",
-            argv=[self.redactor.value(arg) for arg in self.options.argv],
-        )
         active.register(rundir.run_id, rundir.path)
         watchdog = Watchdog(rundir.path)  # stops the target if this process dies (drill/engine/watchdog.py)
         self.echo(f"run directory: {rundir.path}")

@@ -22,7 +22,6 @@ nor SIGTERM skips a revert; SIGKILL is the watchdog's job.
 from __future__ import annotations
 
 import logging
-import os
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -49,7 +48,7 @@ from drill.engine.stopconditions import StopMonitor, StopTrigger
 from drill.engine.timeline import Timeline, plan_timeline
 from drill.engine.watchdog import Watchdog
 from drill.errors import DrillError, RunInterrupted
-from drill.rundir.directory import RunDir, create_run_dir, environment
+from drill.rundir.directory import RunDir, environment, open_run
 from drill.rundir.journal import Event, Journal, RunStatus
 from drill.rundir.redact import Redactor, run_redactor, scrub_logs, secret_values
 from drill.serving_metrics import QUANTITIES, wanted_sample_names
@@ -159,19 +158,12 @@ class Runner:
     # --- opening and closing ---------------------------------------------------------------------
 
     def _open(self) -> None:
-        self.rundir = create_run_dir(self.options.out_dir, self.drill.name)
-        self.result.run_dir = self.rundir.path
         self.redactor = self._initial_redactor()
-        self.journal = Journal(self.rundir.journal)
-        self.journal.write(
-            Event.RUN_STARTED,
-            run_id=self.rundir.run_id,
-            drill=self.drill.name,
-            pid=os.getpid(),
-            pid_start=active.process_start_time(os.getpid()),
-            argv=[self.redactor.value(arg) for arg in self.options.argv],
-            time_scale=self.loaded.time_scale,
+        argv = [self.redactor.value(arg) for arg in self.options.argv]
+        self.rundir, self.journal = open_run(
+            self.options.out_dir, self.drill.name, argv, time_scale=self.loaded.time_scale
         )
+        self.result.run_dir = self.rundir.path
         self._write_inputs()
         active.register(self.rundir.run_id, self.rundir.path)
         self.watchdog = Watchdog(

@@ -1,11 +1,11 @@
 """One fault injected by hand (``drill fault inject``), journaled and reverted like a drill's.
 
-The same engine pieces as a run: a run directory ``<out>/manual/<run id>/`` with its
-``journal.jsonl``, the :class:`~drill.engine.reverts.RevertStack` (the revert record is journaled
-with fsync before ``inject``), the dead-man :class:`~drill.engine.watchdog.Watchdog` whose lease is
-the ``--for`` duration, the active-run registry (so ``drill cleanup`` finds an injection whose
-process died) and the :class:`~drill.engine.signals.SignalGuard` (SIGINT/SIGTERM revert at once,
-never in the middle of an inject or a revert).
+The same engine pieces as a run: a run directory ``<out>/manual/<run id>/`` and its ``journal.jsonl``
+(opened by :func:`drill.rundir.directory.open_run`), the :class:`~drill.engine.reverts.RevertStack` (the
+revert record is journaled with fsync before ``inject``), the dead-man
+:class:`~drill.engine.watchdog.Watchdog` whose lease is the ``--for`` duration, the active-run registry (so
+``drill cleanup`` finds an injection whose process died) and the :class:`~drill.engine.signals.SignalGuard`
+(SIGINT/SIGTERM revert at once, never in the middle of an inject or a revert).
 
 ``--target stack[:NAME]`` is a stack started by ``drill stack up`` (its state file and plan, turned
 into a TargetInfo by :mod:`drill.targets.embedded`); ``--target FILE.yaml`` takes the ``target:``
@@ -15,7 +15,6 @@ run, so it is refused with a hint).
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,13 +29,21 @@ from drill.engine.safety import check_host_list
 from drill.engine.signals import SignalGuard
 from drill.engine.watchdog import Watchdog
 from drill.errors import InputError, RunInterrupted, SpecError, TargetError
-from drill.rundir.directory import RunDir, create_run_dir
-from drill.rundir.journal import Event, Journal, RunStatus
+from drill.rundir.directory import open_run
+from drill.rundir.journal import Event, RunStatus
 from drill.spec.diagnostics import Diagnostic, Position
 from drill.spec.validation import validate_model
 from drill.spec.yamlio import Locations, load_located
 
-__all__ = ["ManualInjection", "ManualOutcome", "ManualRequest", "ManualTarget", "manual_request", "target_info"]
+__all__ = [
+    "ManualInjection",
+    "ManualOutcome",
+    "ManualRequest",
+    "ManualTarget",
+    "hold_fault",
+    "manual_request",
+    "target_info",
+]
 
 #: The watchdog reverts a manual fault this long after ``--for`` ends if this process is stuck or dead (s).
 LEASE_GRACE_S = 5.0
@@ -265,12 +272,13 @@ class ManualInjection:
     ) -> None:
         self.request = request
         self.say = say
-        self.rundir: RunDir = create_run_dir(out_dir, "manual")
+        target = request.target.model_dump(mode="json")
+        self.rundir, self.journal = open_run(
+            out_dir, "manual", argv, kind=request.kind, hold_s=request.hold_s, target=target
+        )
         self.outcome = ManualOutcome(self.rundir.path)
-        self.journal = Journal(self.rundir.journal)
         self.stack = RevertStack(self.journal)
         self.guard = SignalGuard(on_signal=lambda name: self.journal.write(Event.SIGNAL, signal=name))
-        self.argv = argv
         self.watchdog: Watchdog | None = None
         self.ctx = FaultContext(
             request.fault_id,
@@ -299,17 +307,6 @@ class ManualInjection:
 
     def _open(self) -> None:
         r = self.request
-        self.journal.write(
-            Event.RUN_STARTED,
-            run_id=self.rundir.run_id,
-            drill="manual",
-            pid=os.getpid(),
-            pid_start=active.process_start_time(os.getpid()),
-            argv=list(self.argv),
-            kind=r.kind,
-            hold_s=r.hold_s,
-            target=r.target.model_dump(mode="json"),
-        )
         active.register(self.rundir.run_id, self.rundir.path)
         self.watchdog = Watchdog(self.rundir.path, lease_grace_s=LEASE_GRACE_S)
         self.say(f"run directory {self.rundir.path}")
@@ -368,3 +365,35 @@ class ManualInjection:
         if not self.outcome.revert_errors:
             active.unregister(self.rundir.run_id)
         self.guard.uninstall()
+
+
+def hold_fault(
+    kind: str,
+    target_spec: str,
+    params: tuple[str, ...],
+    selectors: tuple[str, ...],
+    *,
+    hold_s: float,
+    out_dir: Path,
+    fault_id: str | None = None,
+    state_dir: Path | None = None,
+    allow_hosts: tuple[str, ...] = (),
+    say: Say = lambda line, **kw: None,
+    argv: tuple[str, ...] = (),
+    opened: Callable[[Path], None] = lambda run_dir: None,
+) -> ManualOutcome:
+    """``drill fault inject``: validate everything (InputError/SpecError, nothing touched), then open a run under
+    ``out_dir/manual/`` (``opened`` is told its directory), inject, verify, hold for ``hold_s`` and revert."""
+    request = manual_request(
+        kind,
+        target_spec,
+        params,
+        selectors,
+        hold_s=hold_s,
+        fault_id=fault_id,
+        state_dir=state_dir,
+        allow_hosts=allow_hosts,
+    )
+    injection = ManualInjection(request, out_dir, say=say, argv=argv)
+    opened(injection.rundir.path)
+    return injection.run()

@@ -272,7 +272,7 @@ _SavedState = Saved  # the class Saved, for annotations inside Fault, whose attr
 class LandingProof(_Frozen):
     """Proof that a fault landed (what ``verify`` returns): a sentence and the observations behind it.
 
-    Not to be confused with :class:`drill.checks.base.RunEvidence`, a finished run's files as the checks read them.
+    Not to be confused with :class:`drill.rundir.evidence.RunEvidence`, a finished run's files as the checks read them.
     """
 
     summary: str

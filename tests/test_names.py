@@ -40,7 +40,7 @@ SAME_CONCEPT: dict[str, tuple[tuple[str, ...], str]] = {
         "the load driver, `drill load` that runs it, and `queue_flood` that adds load through it",
     ),
     # A record the stack or the load driver writes, and the check that judges it.
-    "ledger": (("drill/checks", "drill/stack"), "a replica's side-effect ledger, and its reader for the checks"),
+    "ledger": (("drill/rundir", "drill/stack"), "a replica's side-effect ledger, and the run directory's copy of it"),
     "replay": (("drill/checks", "drill/load"), "the replay phase, and the check that judges it"),
 }
 

@@ -17,36 +17,23 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel
 
-from drill.rundir.journal import Event, JournalEntry, read_journal
-from drill.rundir.jsonl import ReadReport
-from drill.rundir.records import RequestRecord, read_records
-from drill.rundir.resolved import read_resolved
+from drill.rundir.evidence import RunEvidence
 from drill.spec.validation import SpecModel
-from drill.units import parse_duration
 
 if TYPE_CHECKING:  # the heavy parts are imported only by the checks that use them
-    from drill.checks.ledger import RunLedger
-    from drill.checks.replay import ReplayEvidence
     from drill.spec.diagnostics import KeyPath
     from drill.spec.models import Phases
-    from drill.traces.evidence import TraceEvidence
 
 __all__ = [
     "Check",
     "CheckParams",
-    "RunEvidence",
     "EvidenceKind",
     "EvidenceRef",
-    "FaultOutcome",
-    "PhaseWindow",
     "Status",
     "Verdict",
 ]
@@ -140,178 +127,6 @@ class Verdict:
 
 class CheckParams(SpecModel):
     """Base of every check's Params: frozen, unknown keys are errors."""
-
-
-@dataclass(frozen=True)
-class PhaseWindow:
-    phase: str
-    start_ts: float
-    end_ts: float
-    planned_s: float | None = None
-    stopped_by: str | None = None  # a stop condition ended it early
-
-    def contains(self, ts: float) -> bool:
-        return self.start_ts <= ts < self.end_ts
-
-    @property
-    def length_s(self) -> float:
-        return self.end_ts - self.start_ts
-
-
-@dataclass(frozen=True)
-class FaultOutcome:
-    fault_id: str
-    kind: str
-    injected: bool
-    landed: bool | None  # None: never verified
-    evidence: str | None
-    error: str | None
-    reverted: bool
-    injected_ts: float | None = None
-    reverted_ts: float | None = None
-
-
-class RunEvidence:
-    """A finished run's evidence: everything a check may look at, read lazily and once from a run directory.
-
-    Every JSON-lines file is read through :meth:`read`, which keeps a :class:`ReadReport` per file in
-    :attr:`reports`, so what could not be read is counted and named in the verdicts that used it.
-    """
-
-    def __init__(self, run_dir: Path, slo_by_pool: dict[str, dict[str, float]] | None = None) -> None:
-        self.run_dir = Path(run_dir)
-        self._slo_by_pool = slo_by_pool
-        self.reports: dict[str, ReadReport] = {}
-
-    @cached_property
-    def slo_by_pool(self) -> dict[str, dict[str, float]]:
-        """Each pool's SLO in seconds (``ttft_p95`` -> 2.0): the pool's own, else the drill's default.
-
-        Given to the constructor, or read from ``resolved.json`` — so a re-judged run uses the SLOs it ran with.
-        """
-        if self._slo_by_pool is not None:
-            return self._slo_by_pool
-        default = (self.resolved.get("drill") or {}).get("slo") or {}
-        pools = (self.resolved.get("scenario") or {}).get("pools") or []
-        return {p["name"]: {k: parse_duration(v) for k, v in (p.get("slo") or default).items()} for p in pools}
-
-    def read(self, name: str, reader: Callable[[Path, ReadReport], Iterator[T]]) -> list[T]:
-        """Read ``name`` (a file of the run directory) with ``reader``, recording its report."""
-        report = ReadReport(self.run_dir / name, root=self.run_dir)
-        items = list(reader(self.run_dir / name, report))
-        self.reports[name] = report
-        return items
-
-    @cached_property
-    def resolved(self) -> dict:
-        """``resolved.json``: the drill, scenario and plugin params as the run used them ({} if absent);
-        InputError (exit 2) when it is damaged (:mod:`drill.rundir.resolved`)."""
-        try:
-            return read_resolved(self.run_dir / "resolved.json", root=self.run_dir)
-        except FileNotFoundError:
-            return {}
-
-    @cached_property
-    def journal(self) -> list[JournalEntry]:
-        return self.read("journal.jsonl", read_journal)
-
-    @cached_property
-    def requests(self) -> list[RequestRecord]:
-        return self.read("requests.jsonl", read_records)
-
-    @cached_property
-    def traces(self) -> TraceEvidence:
-        """The run's spans as one table, how complete they are, and client records joined to them."""
-        from drill.traces.evidence import load_trace_evidence
-
-        return load_trace_evidence(self)
-
-    @cached_property
-    def ledger(self) -> RunLedger:
-        """The stack's side-effect ledgers copied into the run directory (``ledger/*.jsonl``)."""
-        from drill.checks.ledger import load_run_ledger
-
-        return load_run_ledger(self)
-
-    @cached_property
-    def replay(self) -> ReplayEvidence:
-        """``replay.jsonl``: the recovery replay's originals and controls."""
-        from drill.checks.replay import load_replay_evidence
-
-        return load_replay_evidence(self)
-
-    @cached_property
-    def phases(self) -> dict[str, PhaseWindow]:
-        starts: dict[str, JournalEntry] = {}
-        windows: dict[str, PhaseWindow] = {}
-        for entry in self.journal:
-            phase = entry.get("phase")
-            if entry.event == Event.PHASE_STARTED.value:
-                starts[phase] = entry
-            elif entry.event == Event.PHASE_ENDED.value and phase in starts:
-                start = starts[phase]
-                windows[phase] = PhaseWindow(phase, start.ts, entry.ts, start.get("planned_s"), entry.get("stopped_by"))
-        return windows
-
-    def requests_in(self, phase: str) -> list[RequestRecord]:
-        """Requests whose intended start falls in the phase (first attempts and retries alike)."""
-        window = self.phases.get(phase)
-        if window is None:
-            return []
-        return [r for r in self.requests if window.contains(r.intended_ts)]
-
-    @cached_property
-    def faults(self) -> list[FaultOutcome]:
-        state: dict[str, dict] = {}
-        for entry in self.journal:
-            fid = entry.get("fault_id")
-            if fid is None:
-                continue
-            s = state.setdefault(
-                fid,
-                {
-                    "kind": entry.get("kind"),
-                    "injected": False,
-                    "landed": None,
-                    "evidence": None,
-                    "error": None,
-                    "reverted": False,
-                    "injected_ts": None,
-                    "reverted_ts": None,
-                },
-            )
-            _apply_fault_event(s, entry)
-        return [FaultOutcome(fid, **s) for fid, s in state.items()]
-
-    @cached_property
-    def fault_window(self) -> tuple[float, float] | None:
-        """From the first fault's injection to the last fault's revert (UNIX s), else the fault phase."""
-        injected = [f.injected_ts for f in self.faults if f.injected_ts is not None]
-        if injected:
-            reverted = [f.reverted_ts for f in self.faults if f.reverted_ts is not None]
-            end = max(reverted) if reverted else self.phases.get("fault", PhaseWindow("", 0, max(injected))).end_ts
-            return min(injected), end
-        window = self.phases.get("fault")
-        return (window.start_ts, window.end_ts) if window else None
-
-
-def _apply_fault_event(state: dict, entry: JournalEntry) -> None:
-    event = entry.event
-    if event == Event.FAULT_INJECTED.value:
-        state["injected"] = True
-        state["injected_ts"] = entry.ts
-    elif event == Event.FAULT_INJECT_FAILED.value:
-        state["error"] = entry.get("error")
-        state["landed"] = False
-    elif event == Event.FAULT_VERIFIED.value:
-        state["landed"] = True
-        state["evidence"] = entry.get("summary")
-    elif event == Event.FAULT_NOT_LANDED.value:
-        state["landed"] = False
-        state["error"] = entry.get("error")
-    elif event == Event.FAULT_REVERTED.value:
-        state["reverted"] = True
-        state["reverted_ts"] = entry.ts
 
 
 class Check(abc.ABC):

@@ -9,8 +9,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from drill.checks.base import Check, CheckParams, EvidenceKind, EvidenceRef, RunEvidence, Status, Verdict
+from drill.checks.base import Check, CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
 from drill.checks.judging import measurement_truth_figures, measurement_truth_units, meets_slo, record_metric_ms
+from drill.rundir.evidence import RunEvidence
 from drill.rundir.journal import Event
 from drill.rundir.records import ErrorClass, latency_values
 from drill.spec.scenario import Slo, parse_slo_key

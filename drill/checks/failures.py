@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from pydantic import Field
 
-from drill.checks.base import Check, CheckParams, EvidenceKind, EvidenceRef, RunEvidence, Status, Verdict
+from drill.checks.base import Check, CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
 from drill.checks.builtin import PhaseName
 from drill.checks.judging import (
     is_counted,
@@ -21,6 +21,7 @@ from drill.checks.judging import (
     wait_limit_ms,
     window_of,
 )
+from drill.rundir.evidence import RunEvidence
 from drill.rundir.records import ErrorClass, RequestRecord
 from drill.stats import percentiles
 from drill.units import Duration

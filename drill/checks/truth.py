@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from drill.checks.base import RunEvidence
+from drill.rundir.evidence import RunEvidence
 from drill.traces.join import LLM_REQUEST, MeasurementTruth, timings_truth
 
 __all__ = ["CLIENT_HOP", "MeasurementTruthSection", "PhaseTruth", "measured_truth", "measurement_truth_by_phase"]
@@ -94,11 +94,11 @@ class MeasurementTruthSection:
 def measured_truth(evidence: RunEvidence) -> tuple[MeasurementTruth | None, str]:
     """The run's client-vs-server rows: from the server spans, else from the server's own per-request timings
     (llama.cpp); None with neither. The second value is a note when computing it failed."""
-    from drill.checks.judging import span_evidence
+    from drill.checks.judging import usable_traces
 
     truth = None
     if (evidence.run_dir / "spans.jsonl").exists():
-        traces, _ = span_evidence(evidence)
+        traces, _ = usable_traces(evidence)
         try:
             truth = traces.joined.measurement_truth() if traces is not None else None
         except Exception as exc:  # noqa: BLE001 - an extra figure: its failure is a note, not the verdict
@@ -148,9 +148,9 @@ def measurement_truth_by_phase(evidence: RunEvidence) -> MeasurementTruthSection
 def _hops_by_request(evidence: RunEvidence) -> dict[str, tuple[str, ...]]:
     """Each joined request's chain: the load client, then the services from its trace's root down to its last
     ``llm_request`` span (the one the server figures come from), a replica's index left out."""
-    from drill.checks.judging import span_evidence
+    from drill.checks.judging import usable_traces
 
-    traces, _ = span_evidence(evidence)
+    traces, _ = usable_traces(evidence)
     if traces is None:
         return {}
     table, joined = traces.table, traces.joined

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from rich.console import JustifyMethod
 
     from drill.traces.analysis import AbnormalReport, AbnormalSpan, AnalysisOptions
-    from drill.traces.evidence import TraceEvidence
+    from drill.traces.run_traces import RunTraces
     from drill.traces.table import SpanTable
 
 __all__ = ["detect_source", "parse_time_ns", "traces"]
@@ -296,7 +296,7 @@ def _analyze(
     import numpy as np
 
     from drill.traces.analysis import find_abnormal
-    from drill.traces.evidence import trace_evidence
+    from drill.traces.run_traces import traces_of
     from drill.traces.table import SpanTable
 
     table, loaded = _read_all(spans)
@@ -307,7 +307,7 @@ def _analyze(
         mask = np.concatenate([np.ones(len(base), dtype=bool), np.zeros(len(table), dtype=bool)])
         table = SpanTable.concat([base, table])
     records, records_read = _records(records_path)
-    evidence = trace_evidence(
+    evidence = traces_of(
         table,
         records,
         source=", ".join(f"{x.kind}: {x.path}" for x in loaded),
@@ -342,7 +342,7 @@ def _analyze(
 # -- human output ---------------------------------------------------------------------------------
 
 
-def _print(report: AbnormalReport, loaded: list[_Loaded], evidence: TraceEvidence) -> None:
+def _print(report: AbnormalReport, loaded: list[_Loaded], evidence: RunTraces) -> None:
     for info in loaded:
         bad: tuple = ()
         if info.unreadable:

@@ -15,9 +15,10 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from drill import registry
-from drill.checks.base import RunEvidence, Verdict
+from drill.checks.base import Verdict
 from drill.engine.verdicts import PlannedCheck, judge_one, plan_checks, verdicts_document
 from drill.errors import InputError
+from drill.rundir.evidence import RunEvidence
 from drill.rundir.files import check_run_dir
 from drill.rundir.journal import Event, RunStatus
 

@@ -320,10 +320,10 @@ class ManualInjection:
         return self._landed(error)
 
     def _verify(self) -> bool:
-        evidence, error = verify_and_journal(self.request.fault, self.ctx, self.request.kind, self.journal)
-        if evidence is not None:
+        proof, error = verify_and_journal(self.request.fault, self.ctx, self.request.kind, self.journal)
+        if proof is not None:
             self.outcome.landed = True
-            self.say(f"landed: {evidence.summary}")
+            self.say(f"landed: {proof.summary}")
         return self._landed(error)
 
     def _landed(self, error: str | None) -> bool:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from drill import registry
 from drill.api import Capability, TargetContext, TargetInfo
-from drill.checks.base import RunEvidence, Status, Verdict
+from drill.checks.base import Status, Verdict
 from drill.engine import active
 from drill.engine.fault_schedule import FaultRunner
 from drill.engine.listeners import ListenerEvent, Listeners, RunListener
@@ -49,6 +49,7 @@ from drill.engine.timeline import Timeline, plan_timeline
 from drill.engine.watchdog import Watchdog
 from drill.errors import DrillError, RunInterrupted
 from drill.rundir.directory import RunDir, environment, open_run
+from drill.rundir.evidence import RunEvidence
 from drill.rundir.journal import Event, Journal, RunStatus
 from drill.rundir.redact import Redactor, run_redactor, scrub_logs, secret_values
 from drill.serving_metrics import QUANTITIES, wanted_sample_names

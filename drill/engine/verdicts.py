@@ -28,9 +28,10 @@ from dataclasses import dataclass, replace
 from pydantic import BaseModel
 
 from drill import registry
-from drill.checks.base import Check, RunEvidence, Status, Verdict
+from drill.checks.base import Check, Status, Verdict
 from drill.report.junit import write_junit
 from drill.rundir.directory import RunDir
+from drill.rundir.evidence import RunEvidence
 from drill.rundir.jsonl import ReadReport
 from drill.rundir.redact import Redactor
 from drill.spec.loader import LoadedDrill

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from drill.checks.base import RunEvidence, Status, Verdict
+from drill.checks.base import Status, Verdict
 from drill.report.model import ActionItem, CoverageGap
+from drill.rundir.evidence import RunEvidence
 
 __all__ = ["FAIL_ACTIONS", "action_items", "coverage_gaps"]
 

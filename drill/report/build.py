@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from drill.checks.base import RunEvidence, Status, Verdict
+from drill.checks.base import Status, Verdict
 from drill.checks.judging import meets_slo
 from drill.checks.truth import MeasurementTruthSection, measurement_truth_by_phase
 from drill.report.actions import action_items, coverage_gaps
@@ -47,11 +47,13 @@ from drill.report.model import (
 )
 from drill.report.prompt_tokens import prompt_tokens
 from drill.report.serving import serving_side
+from drill.rundir.evidence import RunEvidence
 from drill.rundir.files import UnsafeFileError, read_json
 from drill.rundir.journal import Event
 from drill.rundir.records import ErrorClass, RequestRecord, latency_values
 from drill.spec.scenario import parse_slo_key
 from drill.stats import percentile
+from drill.traces.run_traces import run_traces
 
 __all__ = ["SECTIONS", "assemble", "format_value", "iso_utc"]
 
@@ -431,7 +433,7 @@ def _span_point(evidence: RunEvidence, verdicts: list[Verdict]) -> list[tuple[fl
     v = next((v for v in verdicts if v.kind == "first_abnormal_span" and v.observed.get("span_id")), None)
     if v is None:
         return []
-    table = evidence.traces.table
+    table = run_traces(evidence).table
     rows = np.flatnonzero(table.span_id == v.observed["span_id"])
     if len(rows) == 0:
         return []

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from drill.checks.base import RunEvidence, Verdict
+from drill.checks.base import Verdict
 from drill.report.model import (
     NOT_AVAILABLE,
     UNSET,
@@ -24,7 +24,9 @@ from drill.report.model import (
     Runbook,
     RunbookSection,
 )
+from drill.rundir.evidence import RunEvidence
 from drill.rundir.files import MAX_INPUT_BYTES, loads_json, read_bytes
+from drill.traces.run_traces import run_traces
 
 __all__ = [
     "CHART_FAILED",
@@ -199,7 +201,7 @@ def _baseline_trace(evidence: RunEvidence, trace_id: str) -> str | None:
     """A baseline-phase trace shaped like ``trace_id`` (the chart module's pick; None without it)."""
     module = _chart_module()
     baseline = evidence.phases.get("baseline")
-    table = evidence.traces.table
+    table = run_traces(evidence).table
     if module is None or baseline is None or len(table) == 0:
         return None
     mask = (table.start_ns >= int(baseline.start_ts * 1e9)) & (table.start_ns < int(baseline.end_ts * 1e9))
@@ -212,7 +214,7 @@ def _waterfall(evidence: RunEvidence, trace_id: str, baseline_id: str | None) ->
     if module is None:
         return Chart("trace_waterfall", title, None, _CHART_MISSING)
     try:
-        svg = module.trace_waterfall(evidence.traces.table, trace_id, baseline_id)
+        svg = module.trace_waterfall(run_traces(evidence).table, trace_id, baseline_id)
     except Exception as exc:  # noqa: BLE001 - a broken chart must not cost the whole report
         return Chart("trace_waterfall", title, None, _failed(exc))
     note = "" if svg else "no spans for this trace"
@@ -282,7 +284,7 @@ def _fault_section(registry, name: str, spec: dict, params: dict, outcome, redac
         revert_semantics=revert,
         injected_at=iso_utc(outcome.injected_ts) if outcome else None,
         landed=_landed(outcome),
-        landing_evidence=redactor.value(outcome.evidence) if outcome and outcome.evidence else None,
+        landing_proof=redactor.value(outcome.landing_proof) if outcome and outcome.landing_proof else None,
         reverted_at=iso_utc(outcome.reverted_ts) if outcome else None,
     )
 

@@ -1,6 +1,6 @@
 """The report model: typed dataclasses of everything a report shows, built from one run directory.
 
-:func:`build_report` reads a run directory through :class:`~drill.checks.base.RunEvidence` and the verdicts
+:func:`build_report` reads a run directory through :class:`~drill.rundir.evidence.RunEvidence` and the verdicts
 (``verdicts.json``) and returns a :class:`Report`; :mod:`drill.report.render` turns it into Markdown, HTML or
 JSON. The model holds no wall-clock time and no unordered collection: the same run directory always gives the
 same model, so the rendered Markdown is byte-identical from run to run and from a copy of the directory.
@@ -189,7 +189,7 @@ class FaultSection:
     revert_semantics: str
     injected_at: str | None  # ISO UTC
     landed: str  # "landed", "did not land: ...", "never injected", "never verified"
-    landing_evidence: str | None
+    landing_proof: str | None
     reverted_at: str | None
 
 
@@ -386,7 +386,7 @@ class Report:
 
 
 def build_report(evidence, verdicts, *, progress: Callable[[str], None] | None = None):
-    """The report of one run: ``evidence`` (:class:`~drill.checks.base.RunEvidence`) and its verdicts.
+    """The report of one run: ``evidence`` (:class:`~drill.rundir.evidence.RunEvidence`) and its verdicts.
 
     ``progress`` is called with the name of each section as it is built (for a progress display).
     """

@@ -15,10 +15,11 @@ from typing import Any
 
 import jinja2
 
-from drill.checks.base import RunEvidence, Verdict
+from drill.checks.base import Verdict
 from drill.errors import InputError
 from drill.report.build import format_value
 from drill.report.model import Report, build_report
+from drill.rundir.evidence import RunEvidence
 from drill.rundir.files import check_run_dir, read_json, write_in_run_dir
 
 __all__ = [

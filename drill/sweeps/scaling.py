@@ -37,8 +37,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drill.checks.base import PhaseWindow, RunEvidence
 from drill.errors import InputError
+from drill.rundir.evidence import PhaseWindow, RunEvidence
 from drill.rundir.files import inside, read_json
 from drill.rundir.records import RequestRecord
 from drill.stats import percentile

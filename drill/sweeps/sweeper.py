@@ -25,13 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drill.checks.base import RunEvidence, Status, Verdict
+from drill.checks.base import Status, Verdict
 from drill.engine.listeners import RunListener
 from drill.engine.runner import RunOptions, RunResult
 from drill.engine.variants import run_variant
 from drill.engine.verdicts import judge_one, verdicts_document
 from drill.report.junit import write_junit
 from drill.rundir.directory import RunDir, open_run
+from drill.rundir.evidence import RunEvidence
 from drill.rundir.files import inside
 from drill.rundir.journal import Event, Journal, RunStatus
 from drill.rundir.redact import Redactor, secret_environment_values

@@ -19,7 +19,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from drill.checks.base import CheckParams, EvidenceKind, EvidenceRef, RunEvidence, Status, Verdict
+from drill.checks.base import CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
+from drill.rundir.evidence import RunEvidence
 from drill.sweeps.resolve import SweepCheck
 from drill.sweeps.scaling import ScalingTable, VariantFigures, measure_sweep, read_sweep_record
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from drill.checks.base import RunEvidence, Status
+from drill.checks.base import Status
 from drill.engine.verdicts import evaluate_checks, verdicts_document
+from drill.rundir.evidence import RunEvidence
 from drill.rundir.records import RequestRecord
 from drill.spec.loader import load_drill
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from drill.checks.base import RunEvidence
 from drill.report.quantities import metric_used, phase_quantities
+from drill.rundir.evidence import RunEvidence
 from drill.rundir.journal import read_journal
 from drill.rundir.records import RequestRecord
 from drill.serving_metrics import QUANTITIES

@@ -20,7 +20,7 @@ import httpx
 import pytest
 import yaml
 
-from drill.checks.base import RunEvidence
+from drill.rundir.evidence import RunEvidence
 from drill.rundir.journal import read_journal
 from drill.targets.proxies import HarnessProxyPlan
 from tests.llamacpp.conftest import LlamaServer

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from drill.checks.base import EvidenceKind, EvidenceRef, RunEvidence, Status
+from drill.checks.base import EvidenceKind, EvidenceRef, Status
 from drill.cli.main import cli
 from drill.report.model import NOT_AVAILABLE, UNSET
 from drill.report.render import render_html, render_json, render_markdown, report_for, write_reports
+from drill.rundir.evidence import RunEvidence
 from tests.report.report_kit import ReportKit
 
 RUNBOOK = """# Runbook: the queue grows

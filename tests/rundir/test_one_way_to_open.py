@@ -24,7 +24,7 @@ READERS = [
     "drill/sweeps/scaling_report.py",
     "drill/load/azure_trace.py",
     "drill/rundir/records.py",
-    "drill/load/samples.py",
+    "drill/rundir/samples.py",
     "drill/capacity/reporting.py",
     "drill/cli/traces.py",
     "drill/cli/report.py",

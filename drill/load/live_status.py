@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from drill.engine.stopconditions import RecordTail
-from drill.rundir.records import RequestRecord
+from drill.rundir.records import RecordTail, RequestRecord
 from drill.stats import percentile
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -40,10 +40,9 @@ ALLOWED = {
     ("drill/report/junit.py", "open"): "writes junit.xml once ('x') into the run directory the run just created",
     ("drill/rundir/redact.py", "read_text"): "scrubs the logs the run's own processes wrote, when the run ends",
     ("drill/rundir/redact.py", "open"): "rewrites those logs in place",
-    (
-        "drill/rundir/journal.py",
-        "read_text",
-    ): "reads /proc/<pid>/stat for RUN_STARTED's pid_start",
+    ("drill/rundir/journal.py", "read_text"): "reads /proc/<pid>/stat for RUN_STARTED's pid_start",
+    ("drill/rundir/records.py", "open"): "RecordTail: tails the requests.jsonl this run's load generator writes",
+    ("drill/rundir/records.py", "loads"): "RecordTail: its lines, skipped when bad; read after the run, counted",
     ("drill/traces/receiver.py", "open"): "appends the spans the run's receiver is given to its new spans.jsonl",
 }
 FORBIDDEN = {"open", "read_text", "read_bytes", "load", "loads"}

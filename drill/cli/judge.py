@@ -24,9 +24,10 @@ def judge(run_dir: Path, as_json: bool) -> None:
     from drill.checks.base import Status
     from drill.engine.judge import rejudge
     from drill.errors import InputError
+    from drill.sweeps.sweeper import judge_sweep
 
     with handle_errors(), interrupts_kept():
-        judgement = rejudge(run_dir)
+        judgement = rejudge(run_dir, sweep_judge=judge_sweep)
         if not judgement.verdicts:  # nothing judged is not a PASS
             raise InputError(
                 f"{run_dir / 'resolved.json'}: the drill has no check and no fault: there is nothing to judge",

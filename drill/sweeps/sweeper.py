@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from drill.checks.base import Status, Verdict
+from drill.engine.judge import planned_checks
 from drill.engine.listeners import RunListener
 from drill.engine.runner import RunOptions, RunResult
 from drill.engine.variants import run_variant
@@ -209,8 +210,6 @@ def judge_sweep(run_dir: Path, variant_verdicts: Callable[[Path], list[Verdict] 
     sweep, a run-level one rolled up over the variants' verdicts (their ``verdicts.json``, or ``variant_verdicts``
     of each variant's run directory: ``drill judge`` judges them again)."""
     read = variant_verdicts or _recorded_verdicts
-    from drill.engine.judge import planned_checks
-
     planned = planned_checks(run_dir, RunEvidence(run_dir).resolved)
     entries = [
         _variant_verdicts(run_dir, item, read) for item in (read_sweep_record(run_dir) or {}).get("variants", [])

@@ -28,7 +28,15 @@ from drill import __version__
 from drill.rundir.journal import Event, Journal, process_start_time
 from drill.rundir.redact import Redactor, is_secret_name
 
-__all__ = ["RunDir", "create_run_dir", "environment", "open_run", "package_versions", "recorded_environment"]
+__all__ = [
+    "RunDir",
+    "create_run_dir",
+    "environment",
+    "latest_run_dir",
+    "open_run",
+    "package_versions",
+    "recorded_environment",
+]
 
 _PACKAGES = (
     "locust",
@@ -88,6 +96,12 @@ def create_run_dir(base: Path, drill_name: str, *, now: float | None = None) -> 
             continue
         return RunDir(path, run_id)
     raise RuntimeError(f"could not create a new run directory under {base / drill_name}")
+
+
+def latest_run_dir(base: Path) -> Path | None:
+    """The newest ``<base>/<drill>/<id>/`` that has a journal (run ids sort by their UTC timestamp), else None."""
+    found = sorted(p.parent for p in base.glob("*/*/journal.jsonl"))
+    return found[-1] if found else None
 
 
 def open_run(

@@ -148,7 +148,7 @@ class Server:
 def run_drill(server: Server, streams: int, args, out: Path) -> tuple[list, int, float]:
     """The drill driver: constant arrivals keeping ``streams`` in flight. Returns (samples, pid, t0)."""
     from drill.load.driver import LoadDriver, LoadPlan
-    from drill.load.records import read_records
+    from drill.rundir.records import read_records
     from drill.spec.scenario import Scenario
 
     rate = streams / (args.chunks * args.gap_ms / 1000.0)

@@ -1,6 +1,6 @@
 """The types a JSON-lines record's fields document, checked when a line is read (evidence from someone else).
 
-A record class (a dataclass: :class:`~drill.load.records.RequestRecord`, a journal event's payload) says what
+A record class (a dataclass: :class:`~drill.rundir.records.RequestRecord`, a journal event's payload) says what
 each field holds in its annotations; :func:`field_rules` turns the simple ones (``str``, ``int``, ``float``,
 ``bool``, ``list[float]``, ``list[Any]``, ``dict[str, Any]``, each maybe ``| None``) into tests, and
 :func:`check_fields` raises ``ValueError`` naming the field for a value of another type — so the reader counts

@@ -123,7 +123,7 @@ __all__ = [
 #: Where ``RunEvidence`` (a finished run as the checks read it) lives. It reads the run directory's files with
 #: their readers, which sit above the SDK, so the SDK loads it by name when a plugin first asks for it (as the
 #: registry loads plugins): importing ``drill.api`` (a fault, the stack) never loads the run readers.
-_RUN_EVIDENCE_MODULE = "drill.checks.base"
+_RUN_EVIDENCE_MODULE = "drill.rundir.evidence"
 
 
 def __getattr__(name: str) -> Any:
@@ -307,7 +307,7 @@ _SavedState = Saved  # the class Saved, for annotations inside Fault, whose attr
 class LandingProof(_Frozen):
     """Proof that a fault landed (what ``verify`` returns): a sentence and the observations behind it.
 
-    Not to be confused with :class:`RunEvidence`, a finished run's files as the checks read them.
+    Not to be confused with :class:`drill.rundir.evidence.RunEvidence`, a finished run's files as the checks read them.
     """
 
     summary: str

@@ -3,7 +3,7 @@
 Every attempt intended inside the point's measurement window counts, failures included:
 
 - a successful attempt contributes its own TTFT, TPOT, E2E (ms from its intended start, as
-  :mod:`drill.load.records` measures them) and, for ``itl_pNN``, its own NN-th percentile gap;
+  :mod:`drill.rundir.records` measures them) and, for ``itl_pNN``, its own NN-th percentile gap;
 - an attempt that failed (refused, timed out, reset, dropped by the client) is over every bound (``inf``): leaving
   it out would make an overloaded point look healthy;
 - an attempt still in flight when the point ended (``cancelled``) is censored: its TTFT counts when its first
@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from drill.errors import InputError
-from drill.load.records import ErrorClass, RequestRecord
+from drill.rundir.records import ErrorClass, RequestRecord
 from drill.spec.scenario import parse_slo_key
 from drill.stats import percentile
 

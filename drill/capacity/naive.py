@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from drill.load.driver import LoadDriver, LoadPlan
-from drill.load.records import RequestRecord, read_records
 from drill.load.schedule import build_schedule, with_total_rate
+from drill.rundir.records import RequestRecord, read_records
 from drill.spec.scenario import Scenario
 from drill.stats import percentile
 

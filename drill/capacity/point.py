@@ -23,10 +23,10 @@ import httpx
 from drill.capacity.attainment import AttainmentRule, PoolOutcome, SloOutcome, judge_pool
 from drill.capacity.ttft_split import TtftSplit
 from drill.engine.scraper import MetricsScraper, parse_samples
-from drill.jsonl import ReadReport
 from drill.load.driver import LoadDriver, LoadPlan
-from drill.load.records import RequestRecord, read_records
 from drill.load.schedule import with_total_rate
+from drill.rundir.jsonl import ReadReport
+from drill.rundir.records import RequestRecord, read_records
 from drill.spec.scenario import Scenario
 from drill.stats import percentile
 

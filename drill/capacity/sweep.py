@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
@@ -33,20 +32,20 @@ from drill.capacity.point import PointRequest, PointRunner, PointTiming, RatePoi
 from drill.capacity.reporting import write_capacity_reports
 from drill.capacity.ttft_split import split_spans, ttft_split
 from drill.engine import active
-from drill.engine.journal import Event, Journal, RunStatus
-from drill.engine.rundir import create_run_dir, environment
 from drill.engine.watchdog import Watchdog
 from drill.errors import DrillError
-from drill.load.records import read_records
-from drill.report.redact import run_redactor, scrub_logs, secret_values
+from drill.rundir.directory import environment, open_run
+from drill.rundir.journal import Event, Journal, RunStatus
+from drill.rundir.records import read_records
+from drill.rundir.redact import run_redactor, scrub_logs, secret_values
 from drill.spec.scenario import Scenario
 from drill.targets.probe import first_good_response
 from drill.traces.receiver import OtlpReceiver
 
 if TYPE_CHECKING:
     from drill.api import Target, TargetInfo
-    from drill.engine.journal import Journal
-    from drill.load.records import RequestRecord
+    from drill.rundir.journal import Journal
+    from drill.rundir.records import RequestRecord
 
 __all__ = ["SCHEMA", "CapacityOptions", "CapacityResult", "CapacityRun", "SweepResult", "TargetChoice", "to_json"]
 
@@ -127,20 +126,12 @@ class CapacityRun:
         self.echo = echo
 
     def run(self) -> CapacityResult:
-        rundir = create_run_dir(self.options.out_dir, "capacity")
-        self.rundir = rundir
         # as drill run's: the secrets of the environment, the target's config and (once expanded) its headers
         self.redactor = run_redactor(self.options.target.params.model_dump(mode="json", by_alias=True))
+        argv = [self.redactor.value(arg) for arg in self.options.argv]
+        rundir, journal = open_run(self.options.out_dir, "capacity", argv)
+        self.rundir = rundir
         result = CapacityResult(rundir.path)
-        journal = Journal(rundir.journal)
-        journal.write(
-            Event.RUN_STARTED,
-            run_id=rundir.run_id,
-            pid=os.getpid(),
-            pid_start=active.process_start_time(os.getpid()),
-            drill="capacity",
-            argv=[self.redactor.value(arg) for arg in self.options.argv],
-        )
         active.register(rundir.run_id, rundir.path)
         watchdog = Watchdog(rundir.path)  # stops the target if this process dies (drill/engine/watchdog.py)
         self.echo(f"run directory: {rundir.path}")
@@ -275,6 +266,7 @@ class CapacityRun:
         journal.write(Event.TARGET_STOPPED, target_id=name, reason="sweep ended")
 
     def _write_env(self, info: TargetInfo, choice: TargetChoice) -> None:
+
         extra = {"target": {"kind": info.kind, "base_url": info.base_url, "model": info.model, "label": choice.label}}
         self.rundir.write_json(
             "env.json",
@@ -290,6 +282,7 @@ class CapacityRun:
     # --- finishing ----------------------------------------------------------------------------------
 
     def _finish(self, result: CapacityResult) -> None:
+
         self._attach_spans(result)
         self.rundir.write_json("capacity.json", self.redactor.data(to_json(self.options, result)))
         paths = write_capacity_reports(result.run_dir)
@@ -299,6 +292,7 @@ class CapacityRun:
 
     def _attach_spans(self, result: CapacityResult) -> None:
         """Split the run's spans per point and attach each point's TTFT split (queueing, prefill)."""
+
         owners: dict[str, Path] = {}
         records: dict[tuple[str, int], list[RequestRecord]] = {}
         for sweep in result.sweeps:

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from drill.jsonl import ReadReport, read_jsonl
-from drill.load.records import RequestRecord
+from drill.rundir.jsonl import ReadReport, read_jsonl
+from drill.rundir.records import RequestRecord
 from drill.stats import percentile
 from drill.traces.request_phases import LLM_REQUEST, PHASE_ATTRIBUTES
 

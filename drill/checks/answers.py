@@ -35,10 +35,10 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from drill.api import Check, CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
-from drill.checks.base import RunEvidence
-from drill.jsonl import ReadReport, read_jsonl
 from drill.load.output import token_digest
-from drill.load.records import RequestRecord
+from drill.rundir.evidence import RunEvidence
+from drill.rundir.jsonl import ReadReport, read_jsonl
+from drill.rundir.records import RequestRecord
 
 __all__ = ["GoldenAnswer", "OutputCorrectnessCheck", "OutputCorrectnessParams", "first_difference", "read_golden"]
 

@@ -11,11 +11,11 @@ from typing import Any, Literal
 from pydantic import Field
 
 from drill.api import Check, CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
-from drill.checks.base import FaultOutcome, RunEvidence
 from drill.checks.judging import meets_slo, record_metric_ms
 from drill.checks.truth import measurement_truth_figures, measurement_truth_units
-from drill.engine.journal import Event
-from drill.load.records import ErrorClass, RequestRecord, latency_values
+from drill.rundir.evidence import FaultOutcome, RunEvidence
+from drill.rundir.journal import Event
+from drill.rundir.records import ErrorClass, RequestRecord, latency_values
 from drill.spec.scenario import Slo, parse_slo_key
 from drill.stats import percentile
 

@@ -26,8 +26,9 @@ from typing import Any
 from pydantic import Field
 
 from drill.api import Check, CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
-from drill.checks.base import RunEvidence
-from drill.load.records import ErrorClass, RequestRecord
+from drill.rundir.evidence import RunEvidence
+from drill.rundir.records import ErrorClass, RequestRecord
+from drill.traces.run_traces import run_traces
 from drill.traces.table import Span
 from drill.units import Duration
 
@@ -114,7 +115,7 @@ class BoundedCompletionCheck(Check):
         return f"ended {took_s:.1f}s after it was sent (bound {bound:g}s)" if took_s > bound else None
 
     def _locate(self, evidence: RunEvidence, record: RequestRecord, why: str) -> _Unbounded:
-        traces = evidence.traces
+        traces = run_traces(evidence)
         spans = [traces.table.span(row) for row in traces.joined.server_spans(record.request_id)]
         return _Unbounded(record, why, where_it_waited(spans))
 
@@ -132,9 +133,9 @@ class BoundedCompletionCheck(Check):
         units = {"requests": "requests", "hangs": "requests", "late": "requests", "terminal_in_time": "requests"}
         bound = "" if p.bound is None else f", within {p.bound:g}s of its send"
         notes = []
-        if unbounded and not len(evidence.traces.table):
+        if unbounded and not len(run_traces(evidence).table):
             notes.append(
-                evidence.traces.no_spans_reason or "the run has no spans: where each request waited is unknown"
+                run_traces(evidence).no_spans_reason or "the run has no spans: where each request waited is unknown"
             )
         common: dict[str, Any] = dict(
             observed=observed,

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from pydantic import Field
 
 from drill.api import Check, CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
-from drill.checks.base import RunEvidence
 from drill.checks.builtin import PhaseName
 from drill.checks.judging import (
     is_counted,
@@ -21,7 +20,8 @@ from drill.checks.judging import (
     window_of,
 )
 from drill.checks.truth import measurement_truth_figures, measurement_truth_units
-from drill.load.records import ErrorClass, RequestRecord
+from drill.rundir.evidence import RunEvidence
+from drill.rundir.records import ErrorClass, RequestRecord
 from drill.stats import percentiles
 from drill.units import Duration
 

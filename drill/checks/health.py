@@ -27,8 +27,8 @@ from typing import Any
 from pydantic import Field
 
 from drill.api import Check, CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
-from drill.checks.base import FaultOutcome, RunEvidence
-from drill.jsonl import ReadReport, read_jsonl
+from drill.rundir.evidence import FaultOutcome, RunEvidence
+from drill.rundir.jsonl import ReadReport, read_jsonl
 from drill.units import Duration
 
 __all__ = ["HEALTH_FILE", "HealthProbe", "HealthTruthCheck", "HealthTruthParams", "read_health"]

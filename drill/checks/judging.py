@@ -11,14 +11,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from drill.load.records import ErrorClass, RequestRecord
+from drill.rundir.records import ErrorClass, RequestRecord
 from drill.spec.scenario import parse_slo_key
 from drill.stats import percentile
+from drill.traces.run_traces import RunTraces, run_traces
 from drill.units import parse_duration
 
 if TYPE_CHECKING:
-    from drill.checks.base import RunEvidence
-    from drill.traces.evidence import TraceEvidence
+    from drill.rundir.evidence import RunEvidence
+    from drill.traces.run_traces import RunTraces
 
 __all__ = [
     "PoolSettings",
@@ -27,7 +28,7 @@ __all__ = [
     "pool_settings",
     "record_metric_ms",
     "records_in",
-    "span_evidence",
+    "usable_traces",
     "time_to_failure_ms",
     "wait_limit_ms",
     "window_of",
@@ -142,10 +143,10 @@ def is_counted(record: RequestRecord) -> bool:
     return record.error is not ErrorClass.CLIENT_DROP
 
 
-def span_evidence(evidence: RunEvidence) -> tuple[TraceEvidence | None, str | None]:
+def usable_traces(evidence: RunEvidence) -> tuple[RunTraces | None, str | None]:
     """The run's spans, or why there are none to use ("the target exported no spans", or the error)."""
     try:
-        traces = evidence.traces
+        traces = run_traces(evidence)
     except Exception as exc:  # noqa: BLE001 - unreadable lines are counted, not raised; this is anything else:
         # the checks that use spans as extra evidence still judge from the client records, saying why
         return None, f"the spans could not be loaded: {type(exc).__name__}: {exc}"

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, Field
 
 from drill.api import Check, CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
-from drill.checks.base import RunEvidence
 from drill.checks.judging import record_metric_ms
-from drill.load.records import ErrorClass, RequestRecord
+from drill.rundir.evidence import RunEvidence
+from drill.rundir.records import ErrorClass, RequestRecord
 from drill.stats import percentile
 from drill.units import Duration, format_duration
 

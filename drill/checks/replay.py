@@ -40,68 +40,14 @@ from typing import Any
 from pydantic import Field
 
 from drill.api import Check, CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
-from drill.checks.base import PhaseWindow, RunEvidence
 from drill.checks.judging import meets_slo
-from drill.engine.journal import Event
-from drill.load.records import ErrorClass, RequestRecord
-from drill.load.replay import CONTROL, ORIGINAL, ReplayResult, read_replay
-from drill.load.samples import FailingSample, read_samples
+from drill.rundir.evidence import RunEvidence
+from drill.rundir.records import ErrorClass, RequestRecord
+from drill.rundir.replay_results import ReplayResult, ReplayResults
 from drill.stats import percentile
 from drill.units import Duration
 
-__all__ = ["RecoveryReplayCheck", "RecoveryReplayParams", "ReplayEvidence", "above_noise", "load_replay_evidence"]
-
-
-@dataclass(frozen=True)
-class ReplayEvidence:
-    """What the run's replay phase left: its window, its lines and the samples it replayed from."""
-
-    window: PhaseWindow | None  # the replay phase (None: it did not run)
-    results: tuple[ReplayResult, ...]  # replay.jsonl
-    samples: tuple[FailingSample, ...]  # failing_samples.jsonl
-    summary: dict | None  # the phase's summary in the journal
-    stopped_by: str | None  # a stop condition that ended the run early, if any
-
-    @property
-    def ran(self) -> bool:
-        return self.window is not None
-
-    @property
-    def recovery(self) -> dict | None:
-        """How the replay's start was decided (:class:`drill.engine.recovery_gate.RecoveryWait`), if recorded."""
-        found = (self.summary or {}).get("recovery") if isinstance(self.summary, dict) else None
-        return found if isinstance(found, dict) else None
-
-    @property
-    def started_unrecovered(self) -> bool:
-        """The replay started after waiting in vain for recovery (runs before the wait existed: False)."""
-        return self.recovery is not None and self.recovery.get("observed") is False
-
-    @property
-    def originals(self) -> list[ReplayResult]:
-        return [r for r in self.results if r.set == ORIGINAL]
-
-    @property
-    def controls(self) -> list[ReplayResult]:
-        return [r for r in self.results if r.set == CONTROL]
-
-
-def load_replay_evidence(evidence: RunEvidence) -> ReplayEvidence:
-    """Read the replay's files through ``evidence`` (each read is counted in ``evidence.reports``)."""
-    results = evidence.read("replay.jsonl", read_replay)
-    samples = evidence.read("failing_samples.jsonl", read_samples)
-    summary = next(
-        (
-            e.get("summary")
-            for e in evidence.journal
-            if e.event == Event.PHASE_ENDED.value and e.get("phase") == "replay"
-        ),
-        None,
-    )
-    stops = [e.get("condition") for e in evidence.journal if e.event == Event.STOP_CONDITION.value]
-    return ReplayEvidence(
-        evidence.phases.get("replay"), tuple(results), tuple(samples), summary, stops[-1] if stops else None
-    )
+__all__ = ["RecoveryReplayCheck", "RecoveryReplayParams", "above_noise"]
 
 
 def above_noise(raw: int, noise: int, total: int, relative_pct: float = 20.0, absolute_pct: float = 0.03) -> bool:
@@ -166,7 +112,7 @@ class RecoveryReplayCheck(Check):
 
     # --- judging ------------------------------------------------------------------------------------
 
-    def _tally(self, evidence: RunEvidence, replay: ReplayEvidence) -> _ReplayFindings:
+    def _tally(self, evidence: RunEvidence, replay: ReplayResults) -> _ReplayFindings:
         p: RecoveryReplayParams = self.params
         samples = {s.request_id: s for s in replay.samples}
         records = {r.request_id: r for r in evidence.requests}
@@ -249,7 +195,7 @@ class RecoveryReplayCheck(Check):
             if above_noise(raw, noise, len(pairs), p.noise_relative, p.noise_absolute):
                 tally.regressions.append(f"{name}: {raw}/{len(pairs)} differ from the baseline, noise {noise}")
 
-    def _judge(self, replay: ReplayEvidence, t: _ReplayFindings) -> Verdict:
+    def _judge(self, replay: ReplayResults, t: _ReplayFindings) -> Verdict:
         p: RecoveryReplayParams = self.params
         passed = len(t.originals_ok)
         originals = passed + len(t.originals_failed)
@@ -305,7 +251,7 @@ class RecoveryReplayCheck(Check):
             **common,
         )
 
-    def _figures(self, replay: ReplayEvidence, t: _ReplayFindings, originals: int) -> tuple[dict, dict, dict]:
+    def _figures(self, replay: ReplayResults, t: _ReplayFindings, originals: int) -> tuple[dict, dict, dict]:
         p: RecoveryReplayParams = self.params
         observed: dict[str, Any] = {
             "failing_samples": len(replay.samples),

@@ -14,12 +14,12 @@ import numpy as np
 from pydantic import Field
 
 from drill.api import Check, CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
-from drill.checks.base import RunEvidence
 from drill.checks.builtin import PhaseName
-from drill.checks.judging import records_in, span_evidence, window_of
-from drill.checks.ledger import LEDGER_READS, RunLedger
-from drill.jsonl import read_jsonl
-from drill.load.records import ErrorClass, RequestRecord
+from drill.checks.judging import records_in, usable_traces, window_of
+from drill.rundir.evidence import RunEvidence
+from drill.rundir.jsonl import read_jsonl
+from drill.rundir.ledger import LEDGER_READS, RunLedger
+from drill.rundir.records import ErrorClass, RequestRecord
 
 if TYPE_CHECKING:
     from drill.traces.table import SpanTable
@@ -145,7 +145,7 @@ class DuplicateSideEffectsCheck(Check):
             return _ledger_executions(ledger), "ledger", gaps
         if p.source == "ledger":
             return None, "the run directory holds no side-effect ledger (ledger/*.jsonl)", []
-        traces, reason = span_evidence(evidence)
+        traces, reason = usable_traces(evidence)
         self.reads = self.reads + (SPANS,)
         if traces is None:
             return None, f"no side-effect ledger and no spans: {reason}", []
@@ -459,7 +459,7 @@ class RetryBudgetCheck(Check):
         """The server layer's attempts, upstream attempts per client trace id, or why none."""
         if not self.params.use_spans:
             return None, {}, "server-side retries not counted (use_spans: false)"
-        traces, reason = span_evidence(evidence)
+        traces, reason = usable_traces(evidence)
         self.reads = self.reads + (SPANS,)
         if traces is None:
             return None, {}, f"server-side retries are invisible without spans ({reason}): the client's view only"

@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from pydantic import Field, field_validator
 
 from drill.api import Check, CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
-from drill.checks.base import RunEvidence
+from drill.rundir.evidence import RunEvidence
 from drill.traces.analysis import AbnormalPair, AbnormalReport, AbnormalSpan, AnalysisOptions, find_abnormal
+from drill.traces.run_traces import RunTraces, run_traces
 from drill.traces.suspects import Suspect
 from drill.units import Duration
-
-if TYPE_CHECKING:
-    from drill.traces.evidence import TraceEvidence
 
 __all__ = ["FirstAbnormalSpanCheck", "FirstAbnormalSpanParams", "SpanExpectation"]
 
@@ -164,7 +161,7 @@ class FirstAbnormalSpanCheck(Check):
 
     def evaluate(self, evidence: RunEvidence) -> Verdict:
         p: FirstAbnormalSpanParams = self.params
-        traces = evidence.traces
+        traces = run_traces(evidence)
         notes = traces.completeness.notes()
         reason = _thin_traces(traces, p)
         if reason is not None:
@@ -305,7 +302,7 @@ def _ns(ts: float) -> int:
     return int(round(ts * 1e9))
 
 
-def _thin_traces(traces: TraceEvidence, p: FirstAbnormalSpanParams) -> str | None:
+def _thin_traces(traces: RunTraces, p: FirstAbnormalSpanParams) -> str | None:
     """Why the run's spans are too thin to look at, or None."""
     # the client join does not matter here: spans whose traceparent the client did not set still count
     c = traces.completeness

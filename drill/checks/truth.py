@@ -24,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from drill.checks.base import EvidenceKind, EvidenceRef, RunEvidence
-from drill.checks.judging import records_in, span_evidence
+from drill.api import EvidenceKind, EvidenceRef
+from drill.checks.judging import records_in, usable_traces
+from drill.rundir.evidence import RunEvidence
 from drill.traces.join import LLM_REQUEST, MeasurementTruth, timings_truth
 
 __all__ = [
@@ -105,7 +106,7 @@ def measured_truth(evidence: RunEvidence) -> tuple[MeasurementTruth | None, str]
     (llama.cpp); None with neither. The second value is a note when computing it failed."""
     truth = None
     if (evidence.run_dir / "spans.jsonl").exists():
-        traces, _ = span_evidence(evidence)
+        traces, _ = usable_traces(evidence)
         try:
             truth = traces.joined.measurement_truth() if traces is not None else None
         except Exception as exc:  # noqa: BLE001 - an extra figure: its failure is a note, not the verdict
@@ -155,7 +156,7 @@ def measurement_truth_by_phase(evidence: RunEvidence) -> MeasurementTruthSection
 def _hops_by_request(evidence: RunEvidence) -> dict[str, tuple[str, ...]]:
     """Each joined request's chain: the load client, then the services from its trace's root down to its last
     ``llm_request`` span (the one the server figures come from), a replica's index left out."""
-    traces, _ = span_evidence(evidence)
+    traces, _ = usable_traces(evidence)
     if traces is None:
         return {}
     table, joined = traces.table, traces.joined

@@ -52,9 +52,9 @@ def _teardown_lines(data: dict) -> list[str]:
 
 
 def _clean(run_dir: Path, dry_run: bool) -> int:
-    from drill.engine.journal import read_journal
     from drill.engine.reverts import pending_reverts, pending_teardowns
-    from drill.jsonl import ReadReport
+    from drill.rundir.journal import read_journal
+    from drill.rundir.jsonl import ReadReport
 
     read = ReadReport(run_dir / "journal.jsonl", root=run_dir)
     entries = list(read_journal(read.path, read))

@@ -20,7 +20,7 @@ from drill.cli.terminal import console, echo, err_console, literal, say
 from drill.errors import DrillError, SpecError
 
 if TYPE_CHECKING:
-    from drill.checks.base import Verdict
+    from drill.api import Verdict
     from drill.spec.scenario import Scenario
 
 _Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]  # a click option

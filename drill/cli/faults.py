@@ -109,24 +109,25 @@ def inject(
     allow_hosts: tuple[str, ...],
 ) -> None:
     """Inject KIND now, prove it landed, hold it for --for, then revert it (Ctrl-C reverts at once)."""
-    from drill.cli.manual import ManualInjection, manual_request
+    from drill.engine.manual import hold_fault
 
     with handle_errors() as crash:
         if hold_s <= 0:
             raise click.BadParameter("must be a positive duration", param_hint="--for")
-        request = manual_request(
+        outcome = hold_fault(
             kind,
             target_spec,
             params,
             selectors,
             hold_s=hold_s,
+            out_dir=Path(out_dir),
             fault_id=fault_id,
             state_dir=state_dir,
             allow_hosts=allow_hosts,
+            say=_say,
+            argv=tuple(sys.argv),
+            opened=lambda run_dir: setattr(crash, "run_dir", run_dir),
         )
-        injection = ManualInjection(request, Path(out_dir), say=_say, argv=tuple(sys.argv))
-        crash.run_dir = injection.rundir.path
-        outcome = injection.run()
     sys.exit(outcome.exit_code)
 
 

@@ -21,12 +21,13 @@ def judge(run_dir: Path, as_json: bool) -> None:
 
     Exit 0 when every check passes, 1 when one fails or is inconclusive, 2 when RUN_DIR is not a run directory.
     """
-    from drill.checks.base import Status
+    from drill.api import Status
     from drill.engine.judge import rejudge
     from drill.errors import InputError
+    from drill.sweeps.sweeper import judge_sweep
 
     with handle_errors(), interrupts_kept():
-        judgement = rejudge(run_dir)
+        judgement = rejudge(run_dir, sweep_judge=judge_sweep)
         if not judgement.verdicts:  # nothing judged is not a PASS
             raise InputError(
                 f"{run_dir / 'resolved.json'}: the drill has no check and no fault: there is nothing to judge",

@@ -227,9 +227,9 @@ def _run(plan: LoadPlan, drain_s: float) -> tuple[bool, LoadSummary, float | Non
 
 
 def _print(plan: LoadPlan, summary: LoadSummary, t0: float | None, as_json: bool) -> None:
-    from drill.load.records import read_records
     from drill.load.summary import render_text, summarize
     from drill.load.tokenizing import read_fit
+    from drill.rundir.records import read_records
 
     slos = {p.name: dict(p.slo) for p in plan.scenario.pools if p.slo}
     report = summarize(

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.segment import Segment
 from rich.text import Text
 
-from drill.report.redact import CONTROL_CHARACTERS, escape_controls, scrub_url_userinfo
+from drill.rundir.redact import CONTROL_CHARACTERS, escape_controls, scrub_url_userinfo
 
 __all__ = ["SafeConsole", "console", "echo", "err_console", "literal", "literal_json", "say", "styled"]
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from drill.traces.analysis import AbnormalReport, AbnormalSpan, AnalysisOptions
-    from drill.traces.evidence import TraceEvidence
+    from drill.traces.run_traces import RunTraces
     from drill.traces.table import SpanTable
 
 __all__ = ["parse_time_ns", "traces"]
@@ -98,8 +98,8 @@ def _records(path: Path | None) -> tuple[list, dict | None]:
     """Client records of ``path`` and their read report (JSON); unreadable lines are said on stderr."""
     if path is None:
         return [], None
-    from drill.jsonl import ReadReport
-    from drill.load.records import read_records
+    from drill.rundir.jsonl import ReadReport
+    from drill.rundir.records import read_records
 
     report = ReadReport(path)
     records = list(read_records(path, report))
@@ -229,7 +229,7 @@ def _analyze(
     import numpy as np
 
     from drill.traces.analysis import find_abnormal
-    from drill.traces.evidence import trace_evidence
+    from drill.traces.run_traces import traces_of
     from drill.traces.table import SpanTable
 
     table, loaded = _read_all(spans)
@@ -240,7 +240,7 @@ def _analyze(
         mask = np.concatenate([np.ones(len(base), dtype=bool), np.zeros(len(table), dtype=bool)])
         table = SpanTable.concat([base, table])
     records, records_read = _records(records_path)
-    evidence = trace_evidence(
+    evidence = traces_of(
         table,
         records,
         source=", ".join(f"{x.kind}: {x.path}" for x in loaded),
@@ -275,7 +275,7 @@ def _analyze(
 # -- human output ---------------------------------------------------------------------------------
 
 
-def _print(report: AbnormalReport, loaded: list[_Loaded], evidence: TraceEvidence) -> None:
+def _print(report: AbnormalReport, loaded: list[_Loaded], evidence: RunTraces) -> None:
     for info in loaded:
         bad: tuple = ()
         if info.unreadable:

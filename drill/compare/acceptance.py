@@ -20,9 +20,9 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from drill.checks.base import RunEvidence
-from drill.load.records import latency_values
 from drill.report.model import Report
+from drill.rundir.evidence import RunEvidence
+from drill.rundir.records import latency_values
 from drill.spec.scenario import parse_slo_key
 from drill.stats import percentile
 

@@ -22,12 +22,12 @@ from pathlib import Path
 from drill.compare.decision import ComparisonOutcome, judge_comparison
 from drill.compare.diff import Difference, diff_drills, diff_labels, require_one
 from drill.compare.documents import write_documents
-from drill.engine.journal import RunStatus
 from drill.engine.listeners import RunListener
-from drill.engine.rundir import create_run_dir
 from drill.engine.runner import RunOptions, RunResult
 from drill.engine.variants import run_variant
 from drill.errors import InputError
+from drill.rundir.directory import create_run_dir
+from drill.rundir.journal import RunStatus
 from drill.spec.loader import LoadedDrill
 
 __all__ = ["SIDES", "ComparisonPlan", "ComparisonResult", "SideRun", "plan_comparison", "run_comparison"]

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from drill.checks.base import RunEvidence
 from drill.compare.acceptance import AcceptanceItem, accepted, judge_acceptance
 from drill.compare.diff import Difference
 from drill.compare.figures import HeadlineTable, VerdictChange, headline_table, verdict_changes
 from drill.compare.requestset import RequestSetCheck, compare_request_sets
 from drill.report.model import UNSET, Report
 from drill.report.render import report_for
+from drill.rundir.evidence import RunEvidence
 
 __all__ = ["ComparisonOutcome", "DecisionRecord", "SideFacts", "judge_comparison"]
 

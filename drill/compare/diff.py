@@ -20,7 +20,7 @@ from typing import Any
 
 from drill.engine.runner import resolved_inputs
 from drill.errors import InputError
-from drill.report.redact import REDACTED, Redactor, is_secret_name, secret_values
+from drill.rundir.redact import REDACTED, Redactor, is_secret_name, secret_values
 from drill.spec.diagnostics import format_path
 from drill.spec.loader import LoadedDrill
 

@@ -15,7 +15,7 @@ import hashlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from drill.checks.base import RunEvidence
+from drill.rundir.evidence import RunEvidence
 
 __all__ = ["RequestSetCheck", "SetCounts", "compare_request_sets"]
 

@@ -13,7 +13,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ActiveRun", "list_active", "process_alive", "process_start_time", "register", "state_dir", "unregister"]
+from drill.rundir.journal import process_start_time
+
+__all__ = ["ActiveRun", "list_active", "process_alive", "register", "state_dir", "unregister"]
 
 
 def state_dir() -> Path:
@@ -32,15 +34,6 @@ class ActiveRun:
     @property
     def alive(self) -> bool:
         return process_alive(self.pid, self.pid_start)
-
-
-def process_start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (Linux), to tell a reused PID apart."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
 
 
 def process_alive(pid: int, start: int | None = None) -> bool:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from drill import registry
 from drill.engine import active
-from drill.engine.journal import Event, Journal, read_journal
 from drill.engine.reverts import RevertRecord, pending_reverts, pending_teardowns, revert_from_record, run_bounded
 from drill.rundir.files import UnsafeFileError
+from drill.rundir.journal import Event, Journal, read_journal
 
 __all__ = ["CleanupReport", "clean_run", "dead_runs", "teardown_target"]
 

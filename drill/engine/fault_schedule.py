@@ -24,12 +24,12 @@ from dataclasses import dataclass
 
 from drill import registry
 from drill.api import Fault, FaultContext, FaultTargets, LandingProof, LoadControl, Selector, TargetInfo
-from drill.engine.journal import Event, Journal
 from drill.engine.listeners import ListenerEvent, Listeners
 from drill.engine.reverts import RevertOutcome, RevertRecord, RevertStack
 from drill.engine.signals import SignalGuard
 from drill.engine.timeline import FaultWindow, Timeline
 from drill.errors import InputError
+from drill.rundir.journal import Event, Journal
 from drill.spec.loader import LoadedDrill
 
 __all__ = ["FaultRunner", "FaultState", "register_and_inject", "resolve_targets", "verify_and_journal"]
@@ -110,9 +110,9 @@ def _inject_failed(journal: Journal, fid: str, kind: str, error: str) -> str:
 def verify_and_journal(
     fault: Fault, ctx: FaultContext, kind: str, journal: Journal
 ) -> tuple[LandingProof | None, str | None]:
-    """``verify``, journaled as ``fault_verified`` or ``fault_not_landed``: (evidence, None) or (None, why)."""
+    """``verify``, journaled as ``fault_verified`` or ``fault_not_landed``: (proof, None) or (None, why)."""
     try:
-        evidence = fault.verify(ctx)
+        proof = fault.verify(ctx)
     except Exception as exc:  # noqa: BLE001 - any failure means "not proven"
         journal.write(Event.FAULT_NOT_LANDED, fault_id=ctx.fault_id, kind=kind, error=_describe(exc))
         return None, _describe(exc)
@@ -120,10 +120,10 @@ def verify_and_journal(
         Event.FAULT_VERIFIED,
         fault_id=ctx.fault_id,
         kind=kind,
-        summary=evidence.summary,
-        observations=evidence.observations,
+        summary=proof.summary,
+        observations=proof.observations,
     )
-    return evidence, None
+    return proof, None
 
 
 class FaultRunner:
@@ -217,11 +217,11 @@ class FaultRunner:
             self._revert(item, "inject failed")
             return
         self.listeners.fire(ListenerEvent.FAULT_INJECTED, fault_id=fid, kind=kind)
-        evidence, error = verify_and_journal(item.fault, item.ctx, kind, self.journal)
-        if evidence is None:
+        proof, error = verify_and_journal(item.fault, item.ctx, kind, self.journal)
+        if proof is None:
             self.listeners.fire(ListenerEvent.FAULT_NOT_LANDED, fault_id=fid, error=error)
         else:
-            self.listeners.fire(ListenerEvent.FAULT_VERIFIED, fault_id=fid, summary=evidence.summary)
+            self.listeners.fire(ListenerEvent.FAULT_VERIFIED, fault_id=fid, summary=proof.summary)
 
     def _revert(self, item: _Scheduled, reason: str) -> None:
         item.state = FaultState.DONE

@@ -9,19 +9,21 @@ the run directory is changed: it is append-only evidence.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
 from drill import registry
-from drill.checks.base import RunEvidence, Verdict
-from drill.engine.journal import Event, RunStatus
+from drill.api import Verdict
 from drill.engine.verdicts import PlannedCheck, judge_one, plan_checks, verdicts_document
 from drill.errors import InputError
+from drill.rundir.evidence import RunEvidence
 from drill.rundir.files import check_run_dir
+from drill.rundir.journal import Event, RunStatus
 
-__all__ = ["Judgement", "rejudge"]
+__all__ = ["Judgement", "SweepJudge", "rejudge"]
 
 
 @dataclass(frozen=True)
@@ -39,15 +41,18 @@ class Judgement:
         return verdicts_document(self.run_id, self.drill, self.status, self.stopped_by, self.verdicts, self.evidence)
 
 
-def rejudge(run_dir: Path) -> Judgement:
+#: How a sweep's run directory is judged (``drill.sweeps.sweeper.judge_sweep``, given by the CLI: sweeps sit above
+#: the engine): the run directory and how to judge each variant's directory again, to the sweep's verdicts.
+SweepJudge = Callable[[Path, Callable[[Path], list[Verdict] | None]], list[Verdict]]
+
+
+def rejudge(run_dir: Path, *, sweep_judge: SweepJudge) -> Judgement:
     """Evaluate the run's checks again; InputError (exit 2) when ``run_dir`` is not a run directory or its
     ``resolved.json`` is damaged. A run with no check has no verdicts (a sweep's variant may have none)."""
     evidence = _evidence(run_dir)
     drill = evidence.resolved.get("drill") or {}
     if (run_dir / "sweep.json").is_file():  # a sweep: its checks over the whole, each variant judged again
-        from drill.sweeps.sweeper import judge_sweep
-
-        verdicts = judge_sweep(run_dir, lambda variant_dir: rejudge(variant_dir).verdicts)
+        verdicts = sweep_judge(run_dir, lambda variant_dir: rejudge(variant_dir, sweep_judge=sweep_judge).verdicts)
         status, stopped_by = _how_it_ended(evidence)
         return Judgement(run_dir, run_dir.name, str(drill.get("name", "?")), status, stopped_by, verdicts, evidence)
     planned = planned_checks(run_dir, evidence.resolved)

@@ -27,9 +27,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 
-from drill.checks.base import RunEvidence
 from drill.checks.recovery import error_rate
 from drill.report.quantities import phase_quantities
+from drill.rundir.evidence import RunEvidence
 from drill.serving_metrics import Reading, live_value, resolve
 
 __all__ = [

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 
 from drill import registry
 from drill.api import FaultContext, FaultTargets, TargetInfo
-from drill.engine.journal import Event, Journal, JournalEntry
+from drill.rundir.journal import Event, Journal, JournalEntry
 
 __all__ = [
     "RevertOutcome",

@@ -22,7 +22,6 @@ nor SIGTERM skips a revert; SIGKILL is the watchdog's job.
 from __future__ import annotations
 
 import logging
-import os
 import time
 import traceback
 from collections.abc import Callable
@@ -31,13 +30,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from drill import registry
-from drill.api import Capability, Target, TargetContext, TargetInfo
-from drill.checks.base import RunEvidence, Status, Verdict
+from drill.api import Capability, Status, Target, TargetContext, TargetInfo, Verdict
 from drill.checks.health import HEALTH_FILE
 from drill.engine import active
 from drill.engine.fault_schedule import FaultRunner
 from drill.engine.health_probes import HealthProber
-from drill.engine.journal import Event, Journal, RunStatus
 from drill.engine.listeners import ListenerEvent, Listeners, RunListener
 from drill.engine.prometheus import PrometheusMetrics
 from drill.engine.recovery_gate import (
@@ -48,7 +45,6 @@ from drill.engine.recovery_gate import (
     wait_for_recovery,
 )
 from drill.engine.reverts import RevertStack
-from drill.engine.rundir import RunDir, create_run_dir, environment
 from drill.engine.scraper import MetricsScraper
 from drill.engine.signals import SignalGuard
 from drill.engine.stopconditions import StopMonitor, StopTrigger
@@ -60,7 +56,10 @@ from drill.load.driver import LoadDriver, LoadPlan
 from drill.load.replay import ReplayPlan, baseline_rate, choose_control_ids, choose_repeats, replay_after_recovery
 from drill.load.tokenizing import read_fit
 from drill.report import render
-from drill.report.redact import Redactor, run_redactor, scrub_logs, secret_values
+from drill.rundir.directory import RunDir, environment, open_run
+from drill.rundir.evidence import RunEvidence
+from drill.rundir.journal import Event, Journal, RunStatus
+from drill.rundir.redact import Redactor, run_redactor, scrub_logs, secret_values
 from drill.serving_metrics import QUANTITIES, wanted_sample_names
 from drill.spec.loader import LoadedDrill
 from drill.spec.models import Phase, PrometheusSourceSpec, StopKind
@@ -173,19 +172,12 @@ class Runner:
     # --- opening and closing ---------------------------------------------------------------------
 
     def _open(self) -> None:
-        self.rundir = create_run_dir(self.options.out_dir, self.drill.name)
-        self.result.run_dir = self.rundir.path
         self.redactor = self._initial_redactor()
-        self.journal = Journal(self.rundir.journal)
-        self.journal.write(
-            Event.RUN_STARTED,
-            run_id=self.rundir.run_id,
-            drill=self.drill.name,
-            pid=os.getpid(),
-            pid_start=active.process_start_time(os.getpid()),
-            argv=[self.redactor.value(arg) for arg in self.options.argv],
-            time_scale=self.loaded.time_scale,
+        argv = [self.redactor.value(arg) for arg in self.options.argv]
+        self.rundir, self.journal = open_run(
+            self.options.out_dir, self.drill.name, argv, time_scale=self.loaded.time_scale
         )
+        self.result.run_dir = self.rundir.path
         self._write_inputs()
         active.register(self.rundir.run_id, self.rundir.path)
         self.watchdog = Watchdog(

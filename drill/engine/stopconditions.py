@@ -22,7 +22,6 @@ to ``requests.jsonl`` and the latest readings of the metrics source (the
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections import deque
@@ -30,46 +29,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from drill.load.records import ErrorClass, RequestRecord
+from drill.rundir.records import ErrorClass, RecordTail, RequestRecord
 from drill.serving_metrics import METRIC_NAMES, QUANTITIES, Reading, live_value, resolve
 from drill.spec.models import StopCondition, StopKind
 from drill.stats import percentile
 
-__all__ = ["RecordTail", "StopMonitor", "StopTrigger"]
+__all__ = ["StopMonitor", "StopTrigger"]
 
 
 @dataclass(frozen=True)
 class StopTrigger:
     condition: StopCondition
     observed: str
-
-
-class RecordTail:
-    """Reads complete new lines of a growing ``requests.jsonl``."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._offset = 0
-        self._partial = b""
-
-    def read_new(self) -> list[RequestRecord]:
-        try:
-            with self.path.open("rb") as fh:
-                fh.seek(self._offset)
-                chunk = fh.read()
-        except FileNotFoundError:
-            return []
-        self._offset += len(chunk)
-        data = self._partial + chunk
-        lines = data.split(b"\n")
-        self._partial = lines.pop()
-        out = []
-        for line in lines:
-            try:
-                out.append(RequestRecord.from_dict(json.loads(line)))
-            except (ValueError, TypeError):
-                continue
-        return out
 
 
 def _finished_at(record: RequestRecord) -> float:

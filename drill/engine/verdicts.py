@@ -29,13 +29,14 @@ from typing import Protocol
 from pydantic import BaseModel
 
 from drill import registry
-from drill.checks.base import Check, RunEvidence, Status, Verdict
+from drill.api import Check, Status, Verdict
 from drill.checks.truth import measurement_truth_by_phase
-from drill.engine.journal import RunStatus
-from drill.engine.rundir import RunDir
-from drill.jsonl import ReadReport
 from drill.report.junit import write_junit
-from drill.report.redact import Redactor
+from drill.rundir.directory import RunDir
+from drill.rundir.evidence import RunEvidence
+from drill.rundir.journal import RunStatus
+from drill.rundir.jsonl import ReadReport
+from drill.rundir.redact import Redactor
 from drill.spec.loader import LoadedDrill
 
 __all__ = [

@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 from drill.engine.cleanup import CleanupReport, clean_run
-from drill.engine.journal import read_journal
 from drill.engine.reverts import pending_reverts
+from drill.rundir.journal import read_journal
 
 __all__ = ["Watchdog", "main"]
 

@@ -45,6 +45,7 @@ from drill.gameday.record import (
     read_verdict_lines,
     write_record,
 )
+from drill.rundir.directory import latest_run_dir
 
 __all__ = ["GameDayOptions", "GameDayRunner", "gameday_exit_code", "drill_result"]
 
@@ -219,7 +220,7 @@ class GameDayRunner:
         started, began = _utc(), time.monotonic()
         code = self._spawn(self._argv(planned, out), out / LOG_FILE)
         wall = round(time.monotonic() - began, 1)
-        run_dir = _find_run_dir(out)
+        run_dir = latest_run_dir(out)
         checks, problem = read_verdict_lines(run_dir) if run_dir else ((), "the drill made no run directory")
         result = drill_result(code, checks)
         if code not in (0, 1) and not problem:
@@ -328,8 +329,3 @@ class GameDayRunner:
                 os.kill(child.pid, signal.Signals[name])
             except ProcessLookupError:
                 pass
-
-
-def _find_run_dir(out: Path) -> Path | None:
-    found = sorted(p.parent for p in out.glob("*/*/journal.jsonl"))
-    return found[-1] if found else None

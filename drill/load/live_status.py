@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.live import Live
 
-from drill.engine.stopconditions import RecordTail
-from drill.load.records import RequestRecord
+from drill.rundir.records import RecordTail, RequestRecord
 from drill.stats import percentile
 
 if TYPE_CHECKING:  # pragma: no cover

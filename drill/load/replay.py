@@ -34,33 +34,25 @@ follows. Headers are the original's except:
   ``same_idempotency_key=True`` to re-send the original key instead, which is
   how one checks that deduplication works.
 
-``replay.jsonl`` (one :class:`ReplayResult` per line): ``set`` (original |
-control), ``repetition``, ``request_id``, ``original_request_id``,
-``logical_id``, ``pool``, ``trace_id``, ``original_trace_id``,
-``idempotency_key``, ``original_error``, ``original_status``,
-``payload_digest`` (sha256 of the bytes actually sent), ``deterministic``
-(temperature 0), ``planned_ts`` / ``sent_ts`` (UNIX s), ``status``, ``error``,
-``error_detail``, ``ttft_ms`` / ``e2e_ms`` (from the send), ``chunks``,
-``completion_tokens``, ``output_digest`` (sha256 of the generated text).
+``replay.jsonl`` holds one :class:`~drill.rundir.replay_results.ReplayResult` per line (its fields are
+described there and in ``docs/run-directory.md``).
 """
 
 from __future__ import annotations
 
-import enum
 import http.client
 import json
 import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TypedDict
 from urllib.parse import urlsplit
 
-from drill.jsonl import ReadReport, read_jsonl
 from drill.load.output import OutputDigest
 from drill.load.payload import (
     PromptShape,
@@ -72,37 +64,25 @@ from drill.load.payload import (
     payload_digest,
     traceparent,
 )
-from drill.load.records import ErrorClass, RequestRecord, classify_status, classify_stream_error
-from drill.load.samples import FailingSample, read_samples
 from drill.load.schedule import build_schedule
 from drill.load.sse import LineKind, carries_usage, classify_line, parse_error_code, parse_error_message, parse_usage
+from drill.rundir.records import ErrorClass, RequestRecord, classify_status, classify_stream_error
+from drill.rundir.replay_results import CONTROL, ORIGINAL, ReplayResult, ReplaySet
+from drill.rundir.samples import FailingSample, read_samples
 from drill.spec.scenario import Scenario
 
 __all__ = [
     "ReplayItem",
     "ReplayPlan",
-    "ReplayResult",
-    "ReplaySet",
     "ReplaySummary",
     "baseline_rate",
     "choose_control_ids",
     "choose_repeats",
     "control_items",
     "original_items",
-    "read_replay",
     "replay_after_recovery",
     "replay_failing",
 ]
-
-
-class ReplaySet(str, enum.Enum):
-    """Which set a replayed request belongs to (``set`` in ``replay.jsonl``)."""
-
-    ORIGINAL = "original"  # a request that failed during the run
-    CONTROL = "control"  # a request that succeeded in the baseline
-
-
-ORIGINAL, CONTROL = ReplaySet.ORIGINAL, ReplaySet.CONTROL
 
 
 @dataclass(frozen=True)
@@ -136,55 +116,6 @@ class ReplayItem:
             return float(json.loads(self.body).get("temperature", 1.0)) == 0.0
         except (ValueError, TypeError, AttributeError):
             return False
-
-
-@dataclass(frozen=True)
-class ReplayResult:
-    """One replayed request (a line of ``replay.jsonl``); times in ms from its send."""
-
-    request_id: str
-    original_request_id: str
-    logical_id: str
-    pool: str
-    trace_id: str
-    original_trace_id: str
-    idempotency_key: str
-    original_error: str | None
-    original_status: int | None
-    payload_digest: str  # of the bytes sent
-    sent_ts: float
-    set: ReplaySet = ORIGINAL
-    repetition: int = 1
-    deterministic: bool = False
-    planned_ts: float | None = None
-    status: int | None = None
-    error: str | None = None
-    error_detail: str | None = None
-    ttft_ms: float | None = None
-    e2e_ms: float | None = None
-    chunks: int = 0
-    completion_tokens: int | None = None
-    output_digest: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and self.status is not None and self.status < 400
-
-    @property
-    def reproduced(self) -> bool:
-        return self.error is not None and self.error == self.original_error
-
-    def to_json(self) -> str:
-        data = asdict(self)
-        data["set"] = self.set.value
-        return json.dumps(data, separators=(",", ":"))
-
-    @classmethod
-    def from_dict(cls, data: dict) -> ReplayResult:
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
-        values["set"] = ReplaySet(values.get("set", ReplaySet.ORIGINAL.value))
-        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -622,8 +553,3 @@ def _read_stream(response: http.client.HTTPResponse, start: float, deadline: flo
 
 def _ms(start: float) -> float:
     return round((time.perf_counter() - start) * 1000.0, 3)
-
-
-def read_replay(path: Path, report: ReadReport | None = None) -> Iterator[ReplayResult]:
-    """Lines of a ``replay.jsonl``; unreadable lines are counted in ``report``."""
-    return read_jsonl(path, ReplayResult.from_dict, report)

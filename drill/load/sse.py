@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 import json
 
-from drill.load.records import ServerTimings
+from drill.rundir.records import ServerTimings
 
 __all__ = [
     "LineKind",

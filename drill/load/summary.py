@@ -8,7 +8,7 @@ never from Locust's rounded statistics, and every percentile from
 Definitions (``docs/serving-facts.md`` §5.1, vLLM bench): TTFT is the first
 content chunk, TPOT ``(last chunk - TTFT) / (completion_tokens - 1)`` (first
 token excluded), ITL every gap between successive content chunks, E2E the last
-byte; all measured from the **intended** start (``drill/load/records.py``).
+byte; all measured from the **intended** start (``drill/rundir/records.py``).
 Latencies are over successful attempts. Throughput divides by the phase window. Attempts
 cancelled when the run stopped (``cancelled``) are listed with the errors but left out of the
 error rate: they have no outcome.
@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
-from drill.load.records import ErrorClass, RequestRecord, latency_values
+from drill.rundir.records import ErrorClass, RequestRecord, latency_values
 from drill.spec.scenario import parse_slo_key
 from drill.stats import percentiles
 

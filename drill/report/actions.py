@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections import Counter
 
 from drill import registry
-from drill.checks.base import RunEvidence, Status, Verdict
+from drill.api import Status, Verdict
 from drill.report.model import ActionItem, CoverageGap
+from drill.rundir.evidence import RunEvidence
 
 __all__ = ["FAIL_ACTIONS", "action_items", "coverage_gaps"]
 

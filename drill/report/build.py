@@ -14,11 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from drill.checks.base import RunEvidence, Status, Verdict
+from drill.api import Status, Verdict
 from drill.checks.judging import meets_slo
 from drill.checks.truth import MeasurementTruthSection, measurement_truth_by_phase
-from drill.engine.journal import Event
-from drill.load.records import ErrorClass, RequestRecord, latency_values
 from drill.report import quantities as scraped_quantities
 from drill.report.actions import action_items, coverage_gaps
 from drill.report.detail import (
@@ -50,9 +48,13 @@ from drill.report.model import (
 )
 from drill.report.prompt_tokens import prompt_tokens
 from drill.report.serving import serving_side
+from drill.rundir.evidence import RunEvidence
 from drill.rundir.files import UnsafeFileError, read_json
+from drill.rundir.journal import Event
+from drill.rundir.records import ErrorClass, RequestRecord, latency_values
 from drill.spec.scenario import parse_slo_key
 from drill.stats import percentile
+from drill.traces.run_traces import run_traces
 
 __all__ = ["SECTIONS", "assemble", "build_report"]
 
@@ -375,7 +377,7 @@ def _span_point(evidence: RunEvidence, verdicts: list[Verdict]) -> list[tuple[fl
     v = next((v for v in verdicts if v.kind == "first_abnormal_span" and v.observed.get("span_id")), None)
     if v is None:
         return []
-    table = evidence.traces.table
+    table = run_traces(evidence).table
     rows = np.flatnonzero(table.span_id == v.observed["span_id"])
     if len(rows) == 0:
         return []
@@ -535,7 +537,7 @@ def _phase_cost(cost: CostFigures, length_s: float, successes: int) -> tuple[flo
 def build_report(
     evidence: RunEvidence, verdicts: Iterable[Verdict], *, progress: Callable[[str], None] | None = None
 ) -> Report:
-    """The report of one run: ``evidence`` (:class:`~drill.checks.base.RunEvidence`) and its verdicts.
+    """The report of one run: ``evidence`` (:class:`~drill.rundir.evidence.RunEvidence`) and its verdicts.
 
     ``progress`` is called with the name of each section as it is built (for a progress display).
     """

@@ -1,6 +1,6 @@
 """The report's charts: matplotlib figures rendered as small, deterministic, accessible SVG strings.
 
-Each chart function takes what the report already has (a :class:`~drill.checks.base.RunEvidence`, or a span table)
+Each chart function takes what the report already has (a :class:`~drill.rundir.evidence.RunEvidence`, or a span table)
 and returns the SVG markup, ready to inline into HTML, or ``None`` when the run has nothing to draw.
 
 - Deterministic: the same run directory gives byte-identical SVG. The SVG backend's ids are hashed with a fixed
@@ -31,15 +31,15 @@ from xml.sax.saxutils import escape
 
 import numpy as np
 
-from drill.load.records import ErrorClass, RequestRecord
 from drill.report.quantities import quantity_series
+from drill.rundir.records import ErrorClass, RequestRecord
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
     from matplotlib.typing import RcKeyType
 
-    from drill.checks.base import PhaseWindow, RunEvidence
+    from drill.rundir.evidence import PhaseWindow, RunEvidence
     from drill.traces.table import SpanTable
 
 __all__ = [

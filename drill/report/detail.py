@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from drill import registry
-from drill.api import Realism
-from drill.checks.base import FaultOutcome, RunEvidence, Verdict
+from drill.api import Realism, Verdict
 from drill.report import charts as chart_module
 from drill.report.formatting import format_value, iso_utc, verdict_figures
 from drill.report.model import (
@@ -30,15 +29,17 @@ from drill.report.model import (
     Runbook,
     RunbookSection,
 )
-from drill.report.redact import Redactor, is_secret_name
+from drill.rundir.evidence import FaultOutcome, RunEvidence
 from drill.rundir.files import MAX_INPUT_BYTES, loads_json, read_bytes
+from drill.rundir.redact import Redactor, is_secret_name
 from drill.spec.models import DecisionSpec
 from drill.units import parse_duration
 
 if TYPE_CHECKING:
-    from drill.load.records import RequestRecord
-    from drill.load.replay import ReplayResult
-    from drill.load.samples import FailingSample
+    from drill.rundir.records import RequestRecord
+    from drill.rundir.replay_results import ReplayResult
+    from drill.rundir.samples import FailingSample
+from drill.traces.run_traces import run_traces
 
 __all__ = [
     "CHART_FAILED",
@@ -65,7 +66,7 @@ CHART_FAILED = "chart failed"
 
 
 class ReportRedactor(Protocol):
-    """What the report asks of a redactor: drill.report.redact's ``Redactor``, or ``_DigestOnly`` without it."""
+    """What the report asks of a redactor: drill.rundir.redact's ``Redactor``."""
 
     def text(self, s: str) -> str: ...
     def value(self, s: str) -> str: ...
@@ -192,7 +193,7 @@ def _attribute(name: str, value: Any, redactor: Any) -> str:
 def _baseline_trace(evidence: RunEvidence, trace_id: str) -> str | None:
     """A baseline-phase trace shaped like ``trace_id`` (the chart module's pick; None without a baseline)."""
     baseline = evidence.phases.get("baseline")
-    table = evidence.traces.table
+    table = run_traces(evidence).table
     if baseline is None or len(table) == 0:
         return None
     mask = (table.start_ns >= int(baseline.start_ts * 1e9)) & (table.start_ns < int(baseline.end_ts * 1e9))
@@ -202,7 +203,7 @@ def _baseline_trace(evidence: RunEvidence, trace_id: str) -> str | None:
 def _waterfall(evidence: RunEvidence, trace_id: str, baseline_id: str | None) -> Chart:
     title = "Affected trace beside a baseline trace of the same shape"
     try:
-        svg = chart_module.trace_waterfall(evidence.traces.table, trace_id, baseline_id)
+        svg = chart_module.trace_waterfall(run_traces(evidence).table, trace_id, baseline_id)
     except Exception as exc:  # noqa: BLE001 - a broken chart must not cost the whole report
         return Chart("trace_waterfall", title, None, _failed(exc))
     note = "" if svg else "no spans for this trace"
@@ -272,7 +273,7 @@ def _fault_section(
         revert_semantics=revert,
         injected_at=iso_utc(outcome.injected_ts) if outcome else None,
         landed=_landed(outcome),
-        landing_evidence=redactor.value(outcome.evidence) if outcome and outcome.evidence else None,
+        landing_proof=redactor.value(outcome.landing_proof) if outcome and outcome.landing_proof else None,
         reverted_at=iso_utc(outcome.reverted_ts) if outcome else None,
     )
 

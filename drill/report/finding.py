@@ -14,11 +14,12 @@ import re
 from collections import defaultdict
 from collections.abc import Callable
 
-from drill.checks.base import RunEvidence, Status, Verdict
+from drill.api import Status, Verdict
 from drill.checks.failures import GATEWAY_TIMEOUTS
 from drill.checks.judging import records_in, time_to_failure_ms, window_of
-from drill.load.records import ErrorClass
 from drill.report.model import Headline, VerdictLine
+from drill.rundir.evidence import RunEvidence
+from drill.rundir.records import ErrorClass
 from drill.stats import percentile
 
 __all__ = ["headline"]

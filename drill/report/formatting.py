@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from drill.checks.base import Verdict
+from drill.api import Verdict
 from drill.report.model import NOT_AVAILABLE, Figure
 
 __all__ = ["format_value", "iso_utc", "verdict_figures"]

@@ -11,7 +11,7 @@ the check's. What each status becomes:
 
 The file is deterministic (no timestamps, no durations): the same verdicts write the same bytes. Text is
 escaped by the XML writer; characters XML 1.0 cannot carry (control characters) are replaced, and secrets are
-scrubbed (:class:`drill.report.redact.Redactor`).
+scrubbed (:class:`drill.rundir.redact.Redactor`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 
-from drill.checks.base import Status, Verdict
-from drill.report.redact import Redactor
+from drill.api import Status, Verdict
+from drill.rundir.redact import Redactor
 
 __all__ = ["junit_xml", "observed_vs_expected", "write_junit"]
 

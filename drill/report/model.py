@@ -1,6 +1,6 @@
 """The report model: typed dataclasses of everything a report shows, built from one run directory.
 
-:func:`drill.report.build.build_report` reads a run directory through :class:`~drill.checks.base.RunEvidence`
+:func:`drill.report.build.build_report` reads a run directory through :class:`~drill.rundir.evidence.RunEvidence`
 and the verdicts (``verdicts.json``) and returns a :class:`Report`; :mod:`drill.report.render` turns it into
 Markdown, HTML or JSON. The model holds no wall-clock time and no unordered collection: the same run directory
 always gives the same model, so the rendered Markdown is byte-identical from run to run and from a copy of the
@@ -191,7 +191,7 @@ class FaultSection:
     revert_semantics: str
     injected_at: str | None  # ISO UTC
     landed: str  # "landed", "did not land: ...", "never injected", "never verified"
-    landing_evidence: str | None
+    landing_proof: str | None
     reverted_at: str | None
 
 

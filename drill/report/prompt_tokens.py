@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from drill.checks.base import RunEvidence
-from drill.load.records import RequestRecord
 from drill.load.summary import PROMPT_TOKENS_TOLERANCE
 from drill.load.tokenizing import read_fit
 from drill.report.model import NOT_AVAILABLE, PromptTokens, PromptTokensRow
+from drill.rundir.evidence import RunEvidence
+from drill.rundir.records import RequestRecord
 
 __all__ = ["prompt_tokens"]
 

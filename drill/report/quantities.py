@@ -28,8 +28,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from drill.checks.base import PhaseWindow, RunEvidence
-from drill.jsonl import ReadReport, read_jsonl
+from drill.rundir.evidence import PhaseWindow, RunEvidence
+from drill.rundir.jsonl import ReadReport, read_jsonl
 from drill.serving_metrics import QUANTITIES, Across, MetricKind, PhaseStat, Quantity, Resolved, resolve
 
 __all__ = [

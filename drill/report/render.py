@@ -16,13 +16,14 @@ from typing import Any
 import jinja2
 from markupsafe import escape
 
-from drill.checks.base import RunEvidence, Verdict
+from drill.api import Verdict
 from drill.errors import InputError
 from drill.report.build import build_report
 from drill.report.formatting import format_value
 from drill.report.model import Report
-from drill.report.redact import escape_controls
+from drill.rundir.evidence import RunEvidence
 from drill.rundir.files import check_run_dir, read_json, write_in_run_dir
+from drill.rundir.redact import escape_controls
 
 __all__ = [
     "LATENCY_CHART_FILE",
@@ -110,6 +111,7 @@ class _ControlFreeTemplate(jinja2.Template):
     the terminal of whoever runs ``cat report.md``): each is written as its escape, ``\\x1b``."""
 
     def render(self, *args: Any, **kwargs: Any) -> str:
+
         return escape_controls(super().render(*args, **kwargs))
 
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from drill.checks.base import PhaseWindow, RunEvidence
-from drill.jsonl import ReadReport, read_jsonl
 from drill.report.model import (
     NOT_AVAILABLE,
     AdmissionRejectionRow,
@@ -23,8 +21,11 @@ from drill.report.model import (
     RouterOverheadRow,
     ServingSide,
 )
+from drill.rundir.evidence import PhaseWindow, RunEvidence
+from drill.rundir.jsonl import ReadReport, read_jsonl
 from drill.stats import percentiles
 from drill.traces.overhead import RouterHop, router_hops
+from drill.traces.run_traces import run_traces
 
 __all__ = ["ADMISSION_REJECTIONS", "serving_side"]
 
@@ -97,7 +98,7 @@ def _label(key: str, name: str) -> str | None:
 def _router_overhead(evidence: RunEvidence, windows: list[PhaseWindow]) -> tuple[tuple[RouterOverheadRow, ...], str]:
     if not (evidence.run_dir / "spans.jsonl").exists():
         return (), f"{NOT_AVAILABLE}: the run has no spans.jsonl"
-    hops = router_hops(evidence.traces.table)
+    hops = router_hops(run_traces(evidence).table)
     if not hops:
         return (), f"{NOT_AVAILABLE}: no request has both the router's span and a replica's llm_request"
     rows = []

@@ -2,5 +2,5 @@
 
 :mod:`drill.rundir.files` opens every input file (drill files, scenarios, trace-replay CSVs, span files,
 every file of a run directory) and writes the report files into a run directory. The layout of a run
-directory is still :mod:`drill.engine.rundir`.
+directory is still :mod:`drill.rundir.directory`.
 """

@@ -19,7 +19,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from drill.api import Selector
 from drill.errors import InputError, did_you_mean
-from drill.load.records import ErrorClass
+from drill.rundir.records import ErrorClass
 from drill.serving_metrics import metric_name_problem
 from drill.spec.overrides import parse_override
 from drill.spec.scenario import Slo

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from drill import registry
-from drill.checks.base import Check
+from drill.api import Check
 from drill.spec.loader import LoadedDrill, load_drill
 from drill.spec.models import SweepSpec
 

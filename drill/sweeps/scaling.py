@@ -39,10 +39,10 @@ from typing import TYPE_CHECKING, Any
 
 from drill.api import LinkKind
 from drill.backends.toxiproxy import Stream
-from drill.checks.base import PhaseWindow, RunEvidence
 from drill.errors import InputError
-from drill.load.records import RequestRecord
+from drill.rundir.evidence import PhaseWindow, RunEvidence
 from drill.rundir.files import inside, read_json
+from drill.rundir.records import RequestRecord
 from drill.stack.config import parse_stack_config
 from drill.stack.inference.cost_model import BatchShape, CostModel
 from drill.stack.interconnect.link_model import LinkToxic, predict_step_increase

@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from drill.checks.base import RunEvidence, Verdict
+from drill.api import Verdict
 from drill.report.render import load_verdicts, template_environment
+from drill.rundir.evidence import RunEvidence
 from drill.rundir.files import write_in_run_dir
 from drill.sweeps.scaling import STATES, ScalingTable, VariantFigures, measure_sweep, read_sweep_record
 from drill.sweeps.scaling_chart import scaling_chart

@@ -20,25 +20,24 @@ worst of the variants' and the sweep's verdicts': 4 a revert failed, 3 a variant
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drill.checks.base import RunEvidence, Status, Verdict
-from drill.engine import active
-from drill.engine.journal import Event, Journal, RunStatus
+from drill.api import Status, Verdict
 from drill.engine.judge import planned_checks
 from drill.engine.listeners import RunListener
-from drill.engine.rundir import RunDir, create_run_dir
 from drill.engine.runner import RunOptions, RunResult
 from drill.engine.variants import run_variant
 from drill.engine.verdicts import judge_one, verdicts_document
 from drill.report.junit import write_junit
-from drill.report.redact import Redactor, secret_environment_values
 from drill.report.render import load_verdicts
+from drill.rundir.directory import RunDir, open_run
+from drill.rundir.evidence import RunEvidence
 from drill.rundir.files import inside
+from drill.rundir.journal import Event, Journal, RunStatus
+from drill.rundir.redact import Redactor, secret_environment_values
 from drill.sweeps.resolve import SweepPlan, SweepVariant, is_sweep_check
 from drill.sweeps.scaling import ScalingTable, measure_sweep, read_sweep_record
 from drill.sweeps.scaling_report import write_scaling_reports
@@ -84,20 +83,11 @@ def run_sweep(
 ) -> SweepRunResult:
     """Run every variant of ``plan``, then measure, judge and report the sweep (see the module docstring)."""
     options = options or RunOptions()
-    rundir = create_run_dir(options.out_dir, plan.base.drill.name)
-    result = SweepRunResult(rundir.path)
     redactor = Redactor(secrets=secret_environment_values())
+    argv = [redactor.value(a) for a in options.argv]
+    rundir, journal = open_run(options.out_dir, plan.base.drill.name, argv, time_scale=plan.base.time_scale)
+    result = SweepRunResult(rundir.path)
     _write_inputs(rundir, plan, redactor)
-    journal = Journal(rundir.journal)
-    journal.write(
-        Event.RUN_STARTED,
-        run_id=rundir.run_id,
-        pid=os.getpid(),
-        pid_start=active.process_start_time(os.getpid()),
-        drill=plan.base.drill.name,
-        argv=[redactor.value(a) for a in options.argv],
-        time_scale=plan.base.time_scale,
-    )
     status = RunStatus.COMPLETED
     try:
         result.outcomes = _run_variants(plan, rundir, options, listeners, journal)

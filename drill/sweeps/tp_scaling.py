@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from drill.api import CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
-from drill.checks.base import RunEvidence
+from drill.rundir.evidence import RunEvidence
 from drill.sweeps.resolve import SweepCheck
 from drill.sweeps.scaling import ScalingTable, VariantFigures, measure_sweep, read_sweep_record
 

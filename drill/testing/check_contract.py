@@ -41,7 +41,7 @@ from pydantic import BaseModel, ValidationError
 
 from drill import registry
 from drill.api import Check, CheckParams, RunEvidence, Status, Verdict
-from drill.engine.journal import Event, Journal
+from drill.rundir.journal import Event, Journal
 from drill.testing.fault_contract import ContractViolation
 
 __all__ = [

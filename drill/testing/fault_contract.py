@@ -45,8 +45,8 @@ from drill import errors, registry
 from drill.api import Fault, FaultContext, FaultNotLanded, LoadControl, Selector, TargetInfo
 from drill.engine.cleanup import clean_run
 from drill.engine.fault_schedule import resolve_targets
-from drill.engine.journal import Journal
 from drill.engine.reverts import RevertRecord, RevertStack
+from drill.rundir.journal import Journal
 
 __all__ = [
     "ContractReport",
@@ -475,6 +475,7 @@ def _one_failed_inject(case: FaultCase, tripwire: _Tripwire, suffix: str) -> Non
 
 def check_revert_from_journal(case: FaultCase, traffic: Traffic, report: ContractReport, tmp_path: Path) -> None:
     """Journal the record as the runner does, inject, then revert as the watchdog does: from the journal alone."""
+
     fault = case.fault()
     ctx = case.context(fault, "-journal")
     run_dir = tmp_path / f"contract-{case.kind}-journal"

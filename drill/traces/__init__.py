@@ -11,6 +11,6 @@
 - :mod:`drill.traces.receiver` — the run's OTLP/HTTP receiver, which writes ``spans.jsonl``.
 - :mod:`drill.traces.completeness` — how complete a table is (orphans, roots, clock skew, unreadable).
 - :mod:`drill.traces.join` — client request records joined to their spans; measurement truth.
-- :mod:`drill.traces.evidence` — :class:`~drill.traces.evidence.TraceEvidence`, what ``evidence.traces``
+- :mod:`drill.traces.run_traces` — :class:`~drill.traces.run_traces.RunTraces`, what ``evidence.traces``
   gives the checks.
 """

@@ -153,7 +153,7 @@ def measure_completeness(
     where: Iterable[str] = (),
     skew_tolerance_ms: float = SKEW_TOLERANCE_MS,
 ) -> Completeness:
-    """Completeness of ``table``; ``records`` are client :class:`~drill.load.records.RequestRecord` s (or
+    """Completeness of ``table``; ``records`` are client :class:`~drill.rundir.records.RequestRecord` s (or
     anything with a ``trace_id``), ``unreadable``/``where`` what the source could not read."""
     n = len(table)
     if n == 0:

@@ -1,7 +1,7 @@
 """Client records joined to their server spans, and how far the client's numbers can be trusted.
 
 The load client sends each attempt with a fresh W3C ``traceparent`` and records its trace id
-(:class:`~drill.load.records.RequestRecord`). Every span the servers exported for that attempt
+(:class:`~drill.rundir.records.RequestRecord`). Every span the servers exported for that attempt
 carries the same trace id, so the join is by trace id alone.
 
 **Measurement truth** puts the client-seen and the server-seen latency of each joined request side
@@ -18,7 +18,7 @@ With several ``llm_request`` spans in one trace (router retries) the last one is
 difference client - server is what the network, the router and the client itself add.
 
 Without spans, a server that reports its own per-request timings (llama.cpp's ``timings``, kept in
-:attr:`~drill.load.records.RequestRecord.server_timings`) is the server truth instead
+:attr:`~drill.rundir.records.RequestRecord.server_timings`) is the server truth instead
 (:func:`timings_truth`): server TTFT is its prompt evaluation (``prompt_ms``), server E2E prompt
 evaluation plus generation (``prompt_ms + predicted_ms``). Neither counts the time the request waited
 for a free slot, so there the difference also holds the server's own queueing.
@@ -119,7 +119,7 @@ class MeasurementTruth:
 
 
 class JoinedRequests:
-    """Client :class:`~drill.load.records.RequestRecord` s joined to the table's spans by trace id."""
+    """Client :class:`~drill.rundir.records.RequestRecord` s joined to the table's spans by trace id."""
 
     def __init__(self, table: SpanTable, records: Sequence) -> None:
         self.table = table
@@ -185,7 +185,7 @@ def timings_truth(records: Sequence) -> MeasurementTruth:
 
 
 class _ClientRecord(Protocol):
-    """What the truth rows read of a :class:`~drill.load.records.RequestRecord`."""
+    """What the truth rows read of a :class:`~drill.rundir.records.RequestRecord`."""
 
     @property
     def request_id(self) -> str: ...

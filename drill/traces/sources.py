@@ -26,8 +26,8 @@ import msgspec
 import numpy as np
 
 from drill.api import PluginParams, SpanFileHead, TraceSource
-from drill.jsonl import BadLine, ReadReport
 from drill.rundir.files import MAX_LINE_BYTES, open_input
+from drill.rundir.jsonl import BadLine, ReadReport
 from drill.traces.otlp import read_json_file, read_proto_file
 from drill.traces.request_phases import with_phase_spans
 from drill.traces.table import (
@@ -62,7 +62,7 @@ BLOCK_BYTES = 1024 * 1024
 class SourceReport:
     """One read of one trace source: the spans it gave, the files it read, what it could not use.
 
-    A file source keeps one :class:`~drill.jsonl.ReadReport` per file (bad lines, a torn last line); a
+    A file source keeps one :class:`~drill.rundir.jsonl.ReadReport` per file (bad lines, a torn last line); a
     source that is not a file (Jaeger's query API) records each response it could not use as a located
     problem (``url: reason``).
     """
@@ -221,7 +221,7 @@ def decode_json_lines(path: Path, decoder: msgspec.json.Decoder, report: ReadRep
 
     The file is read into one reusable buffer; each block of whole lines (about :data:`BLOCK_BYTES`;
     a longer line grows the buffer) is decoded at once. A block with a bad line is decoded again line
-    by line so that every bad line is counted with its number, as :func:`drill.jsonl.read_jsonl` does
+    by line so that every bad line is counted with its number, as :func:`drill.rundir.jsonl.read_jsonl` does
     (a torn last line without its newline is ``torn_last_line``).
     """
     try:

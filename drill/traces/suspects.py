@@ -394,9 +394,7 @@ def _judge(u: _Units, t: Thresholds, counts: tuple[np.ndarray, np.ndarray]) -> _
     deviates = slower & (z >= _z_alpha(t))
     suggestive = slower & ~deviates & (z >= NormalDist().inv_cdf(1 - min(t.alpha * _SUGGESTIVE_ALPHA, 0.2)))
     weight = _shrinkage(n_base, n_fault)
-    return _Judged(
-        z, n_base, n_fault, self_base, self_fault, ratio, effect, judged, deviates, suggestive, weight
-    )
+    return _Judged(z, n_base, n_fault, self_base, self_fault, ratio, effect, judged, deviates, suggestive, weight)
 
 
 def _with_thin_z(

@@ -10,7 +10,7 @@ import pytest
 from drill.capacity.attainment import AttainmentRule, judge_pool, request_value
 from drill.capacity.point import PointRequest, PointTiming, judge_point
 from drill.errors import InputError
-from drill.load.records import ErrorClass, RequestRecord
+from drill.rundir.records import ErrorClass, RequestRecord
 
 SLO = {"ttft_p95": 2.0, "tpot_p95": 0.1}
 

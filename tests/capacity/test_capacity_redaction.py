@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from drill.report.redact import REDACTED
+from drill.rundir.redact import REDACTED
 
 pytestmark = pytest.mark.integration
 

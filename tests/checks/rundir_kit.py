@@ -11,7 +11,7 @@ so tests read like a timeline::
     kit.request(at=70, pool="interactive", status=503, error="refused", headers_ms=12)
     kit.ledger(0, key="k-1", status="ok")
     kit.span(trace_id=..., name="llm_request", service="drill-replica-0", kind="SERVER", start=70, end=71)
-    evidence = kit.evidence()          # writes everything, returns drill.checks.base.RunEvidence
+    evidence = kit.evidence()          # writes everything, returns drill.rundir.evidence.RunEvidence
 
 The API is shared by the checks' tests; keep it stable (add keyword arguments, never change one).
 """
@@ -24,8 +24,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from drill.checks.base import RunEvidence
-from drill.load.records import RequestRecord
+from drill.rundir.evidence import RunEvidence
+from drill.rundir.records import RequestRecord
 
 __all__ = ["T0", "RunKit"]
 
@@ -194,7 +194,7 @@ class RunKit:
         prompt_tokens: int = 100,
         completion_tokens: int = 10,
     ) -> dict[str, Any]:
-        """One ``ledger/replica-<replica>.jsonl`` record (the fields of ``drill.stack.replica.ledger.LedgerRecord``)."""
+        """One ``ledger/replica-<replica>.jsonl`` record (the fields of ``drill.rundir.ledger.LedgerRecord``)."""
         ts = self.ts(at)
         record = {
             "seq": next(self._ledger_seq),

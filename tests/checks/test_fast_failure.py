@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from drill.checks.base import EvidenceKind, Status
+from drill.api import EvidenceKind, Status
 from drill.checks.failures import FastFailureCheck, FastFailureParams
 from drill.engine.verdicts import judge_one
 from tests.checks.rundir_kit import RunKit

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from drill.checks.base import EvidenceKind, RunEvidence, Status
+from drill.api import EvidenceKind, Status
 from drill.checks.builtin import FaultLandedCheck
+from drill.rundir.evidence import RunEvidence
 from tests.checks.rundir_kit import RunKit
 
 

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from drill.checks.base import EvidenceKind, RunEvidence, Status
+from drill.api import EvidenceKind, Status
 from drill.checks.spans import FirstAbnormalSpanCheck, FirstAbnormalSpanParams
 from drill.engine.verdicts import judge_one
 from drill.registry import checks
+from drill.rundir.evidence import RunEvidence
 from tests.checks.rundir_kit import RunKit
 from tests.traces.spankit import drill_request, vllm_request
 

@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 from drill.api import TargetContext
-from drill.checks.ledger import is_side_effect, load_run_ledger, parse_ledger_record
+from drill.rundir.ledger import LedgerStatus, is_side_effect, load_run_ledger, parse_ledger_record
 from drill.stack.config import Runtime, StackConfig
-from drill.stack.replica.ledger import Ledger, LedgerStatus
+from drill.stack.replica.ledger import Ledger
 from drill.stack.supervision.state import ReplicaEntry, StackState, remove_state, write_state
 from drill.targets.embedded import EmbeddedStack, copy_complete_lines, stack_name
 from tests.checks.rundir_kit import RunKit

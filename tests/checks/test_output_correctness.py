@@ -66,7 +66,7 @@ def test_the_token_is_shown_when_the_drill_includes_text(tmp_path: Path) -> None
     resolved = json.loads((run / "resolved.json").read_text())
     resolved["drill"] = {"report": {"include_text": True}}
     (run / "resolved.json").write_text(json.dumps(resolved))
-    from drill.checks.base import RunEvidence
+    from drill.rundir.evidence import RunEvidence
 
     verdict = _check().evaluate(RunEvidence(run))
     assert '" sound", golden " runs"' in verdict.message
@@ -109,7 +109,7 @@ def test_pools_above_temperature_zero_are_not_judged(tmp_path: Path) -> None:
     resolved = json.loads((run / "resolved.json").read_text())
     resolved["scenario"]["pools"] = [{"name": "interactive", "sampling": {"temperature": 0.7}}]
     (run / "resolved.json").write_text(json.dumps(resolved))
-    from drill.checks.base import RunEvidence
+    from drill.rundir.evidence import RunEvidence
 
     verdict = _check().evaluate(RunEvidence(run))
     assert verdict.status is Status.INCONCLUSIVE and "temperature" in " ".join(verdict.notes)

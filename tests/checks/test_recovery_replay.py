@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from drill.checks.base import EvidenceKind, Status
+from drill.api import EvidenceKind, Status
 from drill.checks.replay import RecoveryReplayCheck, above_noise
-from drill.load.samples import FailingSample
+from drill.rundir.samples import FailingSample
 from tests.checks.rundir_kit import RunKit
 
 POOL = "interactive"

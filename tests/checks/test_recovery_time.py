@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from drill.checks.base import EvidenceKind, Status
+from drill.api import EvidenceKind, Status
 from drill.checks.recovery import RecoveryTimeCheck, RecoveryTimeParams
 from tests.checks.rundir_kit import RunKit
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from drill.checks.base import EvidenceKind, Status
+from drill.api import EvidenceKind, Status
 from drill.checks.retries import (
     DuplicateSideEffectsCheck,
     DuplicateSideEffectsParams,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from drill.checks.base import EvidenceKind, Status
+from drill.api import EvidenceKind, Status
 from drill.checks.builtin import SloCheck, SloParams
 from tests.checks.rundir_kit import RunKit
 

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from drill.checks.base import Status
+from drill.api import Status
 from drill.compare.acceptance import Met
 from drill.compare.comparison import ComparisonPlan, ComparisonResult, SideRun
 from drill.compare.decision import judge_comparison
 from drill.compare.diff import Difference
 from drill.compare.documents import write_documents
-from drill.engine.journal import RunStatus
 from drill.engine.runner import RunResult
+from drill.rundir.journal import RunStatus
 from drill.spec.loader import load_drill
 from tests.report.report_kit import ReportKit
 

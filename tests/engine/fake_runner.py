@@ -15,17 +15,15 @@ from pathlib import Path
 from drill import registry
 from drill.api import FaultContext, FaultTargets, TargetInfo
 from drill.engine import active
-from drill.engine.journal import Event, Journal
 from drill.engine.reverts import RevertRecord, RevertStack
 from drill.engine.watchdog import Watchdog
+from drill.rundir.journal import Event, Journal, process_start_time
 
 
 def main() -> None:
     run_dir, toxiproxy_url, proxy, container = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
     journal = Journal(run_dir / "journal.jsonl")
-    journal.write(
-        Event.RUN_STARTED, run_id=run_dir.name, pid=os.getpid(), pid_start=active.process_start_time(os.getpid())
-    )
+    journal.write(Event.RUN_STARTED, run_id=run_dir.name, pid=os.getpid(), pid_start=process_start_time(os.getpid()))
     active.register(run_dir.name, run_dir)
     Watchdog(run_dir, heartbeat_timeout_s=60, lease_grace_s=600)
     target = TargetInfo(kind="openai", base_url="http://127.0.0.1:1", toxiproxy_url=toxiproxy_url)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from drill.load.records import RequestRecord
+from drill.rundir.records import RequestRecord
 
 T0 = 1_700_000_000.0  # the run's start (UNIX s)
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from drill.checks.base import RunEvidence, Status
+from drill.api import Status
 from drill.engine.verdicts import evaluate_checks, verdicts_document
+from drill.rundir.evidence import RunEvidence
 from drill.spec.loader import load_drill
 from tests.engine.judged_run import record_line, write_journal
 

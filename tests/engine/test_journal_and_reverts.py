@@ -8,8 +8,8 @@ from pathlib import Path
 
 from drill.api import FaultTargets, TargetInfo
 from drill.engine.cleanup import clean_run
-from drill.engine.journal import Event, Journal, read_journal
 from drill.engine.reverts import RevertRecord, RevertStack, pending_reverts
+from drill.rundir.journal import Event, Journal, read_journal
 
 TARGET = TargetInfo(kind="openai", base_url="http://127.0.0.1:1")
 

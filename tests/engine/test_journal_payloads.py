@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from drill.engine.fault_schedule import FaultState
-from drill.engine.journal import PAYLOADS, Event, FaultInjected, Journal, RunStatus, check_payload, read_journal
 from drill.engine.reverts import pending_reverts, pending_teardowns
 from drill.engine.runner import RunResult
+from drill.rundir.journal import PAYLOADS, Event, FaultInjected, Journal, RunStatus, check_payload, read_journal
 
 RECORDED = sorted((Path(__file__).parents[1] / "fixtures" / "recorded-runs").glob("*/journal.jsonl"))
 

@@ -13,10 +13,10 @@ import yaml
 
 from drill.api import TargetInfo
 from drill.engine.prometheus import PrometheusMetrics
-from drill.engine.rundir import create_run_dir
 from drill.engine.runner import Runner, resolved_inputs
 from drill.errors import InputError
-from drill.report.redact import REDACTED
+from drill.rundir.directory import create_run_dir
+from drill.rundir.redact import REDACTED
 from drill.spec.loader import load_drill
 from drill.spec.models import PrometheusSourceSpec
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from drill.backends.docker import DockerBackend
-from drill.engine.journal import read_journal
+from drill.rundir.journal import read_journal
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from drill.engine.scraper import MetricsScraper, parse_samples
 from drill.engine.stopconditions import StopMonitor
-from drill.load.records import ErrorClass, RequestRecord
+from drill.rundir.records import ErrorClass, RequestRecord
 from drill.serving_metrics import Reading
 from drill.spec.models import StopCondition
 

@@ -64,8 +64,8 @@ def test_sigkill_of_runner_is_reverted_by_watchdog_within_5s(
 
 
 def test_watchdog_exits_quietly_when_runner_finishes(tmp_path: Path) -> None:
-    from drill.engine.journal import Journal
     from drill.engine.watchdog import Watchdog
+    from drill.rundir.journal import Journal
 
     Journal(tmp_path / "journal.jsonl").close()
     dog = Watchdog(tmp_path)

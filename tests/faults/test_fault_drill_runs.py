@@ -21,7 +21,7 @@ from drill import registry
 from drill.api import FaultContext, FaultNotLanded, Selector
 from drill.backends.toxiproxy import ToxiproxyClient
 from drill.engine.fault_schedule import resolve_targets
-from drill.engine.journal import read_journal
+from drill.rundir.journal import read_journal
 from tests.faults.conftest import RunningStack, wait_healthy
 
 pytestmark = pytest.mark.integration

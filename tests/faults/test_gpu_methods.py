@@ -27,8 +27,8 @@ from drill.api import (
     TargetInfo,
 )
 from drill.engine.cleanup import clean_run
-from drill.engine.journal import Journal
 from drill.engine.reverts import RevertRecord, RevertStack
+from drill.rundir.journal import Journal
 from tests.faults.gpu_fakes import FAKE_SMI, FAKE_TC, build_fake_cudart, write_tool
 
 HOST_REPLICA = ReplicaRef(name="gpu-host-0", index=0, url="http://127.0.0.1:9")

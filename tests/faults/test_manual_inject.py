@@ -16,7 +16,7 @@ import yaml
 
 from drill.backends.process import ProcessControl
 from drill.backends.toxiproxy import ToxiproxyClient
-from drill.engine.journal import read_journal
+from drill.rundir.journal import read_journal
 from tests.faults.conftest import RunningStack, wait_healthy
 
 pytestmark = pytest.mark.integration

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from drill.checks.base import RunEvidence
-from drill.engine.journal import read_journal
-from drill.load.records import RequestRecord
 from drill.report.quantities import metric_used, phase_quantities
+from drill.rundir.evidence import RunEvidence
+from drill.rundir.journal import read_journal
+from drill.rundir.records import RequestRecord
 from drill.serving_metrics import QUANTITIES
 from tests.llamacpp.conftest import LlamaServer
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from drill.engine.journal import read_journal
-from drill.load.records import read_records
+from drill.rundir.journal import read_journal
+from drill.rundir.records import read_records
 from tests.llamacpp.conftest import LlamaServer
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.integration]

@@ -20,8 +20,8 @@ import httpx
 import pytest
 import yaml
 
-from drill.checks.base import RunEvidence
-from drill.engine.journal import read_journal
+from drill.rundir.evidence import RunEvidence
+from drill.rundir.journal import read_journal
 from drill.targets.proxies import HarnessProxyPlan
 from tests.llamacpp.conftest import LlamaServer
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from drill.load.records import read_records
+from drill.rundir.records import read_records
 from tests.llamacpp.model import SERVER_ONLY_TOKENIZERS, TOKENIZERS
 
 REPO = Path(__file__).resolve().parents[2]

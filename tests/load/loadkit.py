@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from drill.load.driver import LoadDriver, LoadPlan, LoadSummary
-from drill.load.records import RequestRecord, read_records
-from drill.load.samples import FailingSample, read_samples
+from drill.rundir.records import RequestRecord, read_records
+from drill.rundir.samples import FailingSample, read_samples
 from drill.spec.scenario import Scenario
 
 

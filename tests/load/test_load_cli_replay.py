@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from loadkit import run_load, scenario
 
-from drill.load.records import read_records
 from drill.load.replay import replay_failing
-from drill.load.samples import read_samples
 from drill.load.schedule import build_schedule, with_total_rate
+from drill.rundir.records import read_records
+from drill.rundir.samples import read_samples
 from drill.spec.loader import load_scenario
 
 pytestmark = pytest.mark.integration

@@ -20,7 +20,7 @@ from loadkit import run_load, scenario, wall_chunks
 
 from drill.errors import InputError
 from drill.load.live_status import LiveProgress, format_status
-from drill.load.records import ErrorClass
+from drill.rundir.records import ErrorClass
 from drill.stats import percentile
 
 pytestmark = pytest.mark.integration

@@ -9,9 +9,9 @@ import pytest
 
 from drill.load.control import GeneratorPlan
 from drill.load.payload import PromptText, attempt_headers, build_body, new_trace_ids, payload_digest
-from drill.load.records import ErrorClass, RequestRecord
-from drill.load.samples import FailingSample
 from drill.load.sse import LineKind, classify_line, is_role_only, parse_error_message, parse_usage
+from drill.rundir.records import ErrorClass, RequestRecord
+from drill.rundir.samples import FailingSample
 from drill.spec.scenario import Pool, Scenario
 
 

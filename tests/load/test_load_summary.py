@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from drill.load.live_status import WindowStats, format_status, window_stats
-from drill.load.records import ErrorClass, RequestRecord
 from drill.load.summary import ALL_POOLS, render_text, summarize
+from drill.rundir.records import ErrorClass, RequestRecord
 
 
 def _rec(

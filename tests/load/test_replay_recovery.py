@@ -17,11 +17,13 @@ from pathlib import Path
 import pytest
 from loadkit import run_load, scenario
 
-from drill.checks.base import RunEvidence, Status
+from drill.api import Status
 from drill.checks.replay import RecoveryReplayCheck
-from drill.engine.journal import Event, Journal
 from drill.load.driver import resolve_model
-from drill.load.replay import ReplayPlan, baseline_rate, choose_control_ids, read_replay, replay_after_recovery
+from drill.load.replay import ReplayPlan, baseline_rate, choose_control_ids, replay_after_recovery
+from drill.rundir.evidence import RunEvidence
+from drill.rundir.journal import Event, Journal
+from drill.rundir.replay_results import read_replay
 
 pytestmark = pytest.mark.integration
 

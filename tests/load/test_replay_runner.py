@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from drill.engine.journal import read_journal
-from drill.load.records import read_records
-from drill.load.replay import read_replay
-from drill.load.samples import read_samples
+from drill.rundir.journal import read_journal
+from drill.rundir.records import read_records
+from drill.rundir.replay_results import read_replay
+from drill.rundir.samples import read_samples
 
 pytestmark = pytest.mark.integration
 

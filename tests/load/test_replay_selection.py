@@ -9,10 +9,10 @@ from loadkit import scenario
 
 from drill.load.output import OutputDigest
 from drill.load.payload import PromptText, build_body, payload_digest
-from drill.load.records import RequestRecord
 from drill.load.replay import ReplayItem, _sample, baseline_rate, choose_control_ids, control_items, original_items
-from drill.load.samples import FailingSample
 from drill.load.schedule import build_schedule
+from drill.rundir.records import RequestRecord
+from drill.rundir.samples import FailingSample
 
 T0 = 1_700_000_000.0
 

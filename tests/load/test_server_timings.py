@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from drill.checks.base import RunEvidence
 from drill.checks.truth import measurement_truth_figures
-from drill.load.records import RequestRecord, ServerTimings, read_records
 from drill.load.sse import LineKind, classify_line, parse_timings, parse_usage
+from drill.rundir.evidence import RunEvidence
+from drill.rundir.records import RequestRecord, ServerTimings, read_records
 from drill.traces.join import timings_truth
 
 TIMINGS = {

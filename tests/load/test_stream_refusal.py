@@ -12,8 +12,8 @@ import json
 import pytest
 
 from drill.load.child.streaming import ClientOutcome, _SseLines
-from drill.load.records import ErrorClass, RequestRecord, classify_stream_error
 from drill.load.sse import parse_error_code
+from drill.rundir.records import ErrorClass, RequestRecord, classify_stream_error
 
 #: What vLLM streams when ``AsyncLLM`` refuses a request whose 200 has already gone out.
 VLLM_REFUSAL = (

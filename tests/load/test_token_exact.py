@@ -17,7 +17,6 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from drill.load.payload import PromptText, build_body, corpus_vocabulary, payload_digest
-from drill.load.records import RequestRecord
 from drill.load.schedule import build_schedule
 from drill.load.summary import render_text, summarize
 from drill.load.tokenizing import (
@@ -27,6 +26,7 @@ from drill.load.tokenizing import (
     plan_prompts,
     read_fit,
 )
+from drill.rundir.records import RequestRecord
 from drill.spec.scenario import Scenario
 
 _TEXT = " ".join(corpus_vocabulary())

@@ -10,7 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from drill.checks.base import RunEvidence, Status, Verdict
+from drill.api import Status, Verdict
+from drill.rundir.evidence import RunEvidence
 from tests.checks.rundir_kit import RunKit
 
 __all__ = ["ReportKit"]

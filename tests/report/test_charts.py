@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from drill.checks.base import RunEvidence
 from drill.report import charts
+from drill.rundir.evidence import RunEvidence
+from drill.traces.run_traces import run_traces
 from drill.traces.table import SpanTable
 from tests.checks.rundir_kit import T0, RunKit
 
@@ -175,7 +176,7 @@ def test_another_process_renders_the_same_bytes(tmp_path: Path, run: RunEvidence
     """The SVG backend hashes ids with a random salt unless told otherwise: a fresh process must agree."""
     here = {c.__name__: c(run) for c in CHARTS}
     code = (
-        "import json, sys; from drill.checks.base import RunEvidence; from drill.report import charts; "
+        "import json, sys; from drill.rundir.evidence import RunEvidence; from drill.report import charts; "
         "ev = RunEvidence(sys.argv[1], json.loads(sys.argv[2])); "
         f"print(json.dumps({{n: getattr(charts, n)(ev) for n in {sorted(here)!r}}}))"
     )
@@ -444,7 +445,7 @@ def spans(tmp_path: Path) -> SpanTable:
     for k in range(5):
         _trace(kit, f"{k + 1:032x}", 10 + k, slow=1.0 + 0.1 * k)
     _trace(kit, AFFECTED, 70, slow=3.0, error=True)
-    return kit.evidence().traces.table
+    return run_traces(kit.evidence()).table
 
 
 def test_the_waterfall_shows_both_traces_indented_with_error_spans_marked(spans: SpanTable) -> None:
@@ -496,7 +497,7 @@ def test_a_long_trace_is_capped_and_says_how_many_spans_are_not_shown(tmp_path: 
             start=k * 0.08,
             end=k * 0.08 + 0.05,
         )
-    svg = charts.trace_waterfall(kit.evidence().traces.table, AFFECTED)
+    svg = charts.trace_waterfall(run_traces(kit.evidence()).table, AFFECTED)
     assert svg is not None
     assert f"{121 - charts.MAX_WATERFALL_SPANS} more spans not shown" in _texts(svg)
 
@@ -511,7 +512,7 @@ def test_spans_whose_parents_form_a_cycle_are_still_drawn(tmp_path: Path) -> Non
     kit.span(
         trace_id=AFFECTED, span_id="c" * 16, parent_id="b" * 16, name="loop-c", service=REPLICA, start=0.2, end=0.3
     )
-    svg = charts.trace_waterfall(kit.evidence().traces.table, AFFECTED)
+    svg = charts.trace_waterfall(run_traces(kit.evidence()).table, AFFECTED)
     assert svg is not None
     assert {f"{ROUTER} · root", f"{REPLICA} · loop-b", f"{REPLICA} · loop-c"} <= set(_texts(svg))
     assert f"affected trace {AFFECTED} (1000.0 ms, 3 spans)" in _texts(svg)
@@ -524,7 +525,7 @@ def _table(tmp_path: Path, traces: dict[str, dict]) -> SpanTable:
     kit = RunKit(tmp_path)
     for trace_id, options in traces.items():
         _trace(kit, trace_id, **options)
-    return kit.evidence().traces.table
+    return run_traces(kit.evidence()).table
 
 
 def _tid(n: int) -> str:
@@ -572,7 +573,7 @@ def test_a_trace_cut_short_matches_by_its_root(tmp_path: Path) -> None:
         status="ERROR",
     )
     kit.span(trace_id=_tid(9), span_id="b" * 16, name="GET /health", service=ROUTER, kind="SERVER", start=2, end=2.1)
-    table = kit.evidence().traces.table
+    table = run_traces(kit.evidence()).table
     assert charts.pick_baseline_trace(table, AFFECTED) == _tid(1)
 
 
@@ -587,7 +588,7 @@ def test_no_baseline_for_an_unknown_trace_or_one_of_another_shape(tmp_path: Path
     kit = RunKit(tmp_path)
     _trace(kit, _tid(1), 1)
     kit.span(trace_id=AFFECTED, span_id="a" * 16, name="GET /health", service=ROUTER, start=70, end=70.01)
-    table = kit.evidence().traces.table
+    table = run_traces(kit.evidence()).table
     assert charts.pick_baseline_trace(table, AFFECTED) is None
     assert charts.pick_baseline_trace(table, "e" * 32) is None
 

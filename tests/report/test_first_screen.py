@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from drill.checks.base import Status
+from drill.api import Status
 from drill.report.render import LATENCY_CHART_FILE, render_html, render_markdown, report_for, write_reports
 from tests.checks.test_measurement_truth import truth_run
 from tests.report.report_kit import ReportKit

@@ -198,7 +198,7 @@ def test_the_first_screen_check_sees_a_chart_below_the_fold(tmp_path):
 def test_the_first_screen_shows_the_headline_and_the_latency_chart(tmp_path):
     """A hand-built flood run with three pools (three chart panels, taller than the screen's share for the chart at
     its own size, so it is scaled down): headline, chart, verdict table at 1400 x 900."""
-    from drill.checks.base import Status
+    from drill.api import Status
     from drill.report.render import write_reports
     from tests.report.test_first_screen import flood_run
 

@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from drill.checks.base import EvidenceKind, EvidenceRef, Status, Verdict
+from drill.api import EvidenceKind, EvidenceRef, Status, Verdict
 from drill.report.junit import junit_xml, observed_vs_expected, write_junit
 
 NASTY = 'p95 <2 s> & "quoted" \x01\x08 control, ]]> cdata end, ünïcode ✓'

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from drill.checks.base import RunEvidence
 from drill.engine.scraper import parse_samples
 from drill.report.quantities import metric_used, phase_quantities, quantity_series
+from drill.rundir.evidence import RunEvidence
 from drill.serving_metrics import METRIC_NAMES, QUANTITIES, SERVERS
 
 T0 = 1_764_000_000.0

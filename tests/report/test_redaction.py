@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from drill.report.redact import (
+from drill.rundir.redact import (
     REDACTED,
     Redactor,
     drop_secret_headers,

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from drill.checks.base import EvidenceKind, EvidenceRef, RunEvidence, Status
+from drill.api import EvidenceKind, EvidenceRef, Status
 from drill.cli.main import cli
 from drill.report.model import NOT_AVAILABLE, UNSET
 from drill.report.render import render_html, render_json, render_markdown, report_for, write_reports
+from drill.rundir.evidence import RunEvidence
 from tests.report.report_kit import ReportKit
 
 RUNBOOK = """# Runbook: the queue grows
@@ -313,9 +314,9 @@ def test_an_unjudged_run_still_renders(tmp_path):
 
 def test_the_runner_journals_a_broken_report_and_goes_on(tmp_path, monkeypatch):
     from drill.engine import runner as runner_module
-    from drill.engine.journal import Journal, read_journal
-    from drill.engine.rundir import RunDir
     from drill.report import render
+    from drill.rundir.directory import RunDir
+    from drill.rundir.journal import Journal, read_journal
 
     def broken(run_dir):
         raise RuntimeError("template exploded")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drill.checks.base import Status
+from drill.api import Status
 from drill.report.render import render_html, render_markdown, report_for
 from tests.report.test_report import _flood_run
 

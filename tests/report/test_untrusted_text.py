@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from drill.cli.main import cli
 from drill.report import charts
 from drill.report.render import write_reports
+from drill.traces.run_traces import run_traces
 from tests.checks.rundir_kit import RunKit
 from tests.report.report_kit import ReportKit
 
@@ -106,7 +107,7 @@ def test_dollar_signs_in_span_and_service_names_are_drawn_literally(tmp_path: Pa
             start=1 + i * 0.1,
             end=1.5 + i * 0.1,
         )
-    svg = charts.trace_waterfall(kit.evidence().traces.table, trace, None)
+    svg = charts.trace_waterfall(run_traces(kit.evidence()).table, trace, None)
     assert svg is not None
     for name in names:
         assert name in svg

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from drill.load.records import RequestRecord
+from drill.rundir.records import RequestRecord
 
 __all__ = ["Ran", "T0", "received_run", "run_drill", "run_python", "span_line"]
 

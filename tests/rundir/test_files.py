@@ -120,7 +120,7 @@ def test_writes_replace_a_planted_link_and_never_write_through_it(tmp_path: Path
 
 
 def test_the_journal_is_never_appended_through_a_link(tmp_path: Path) -> None:
-    from drill.engine.journal import Journal
+    from drill.rundir.journal import Journal
 
     victim = tmp_path / "victim.txt"
     victim.write_text("keep\n")

@@ -16,15 +16,15 @@ READERS = [
     "drill/traces",
     "drill/spec",
     "drill/catalogue",
-    "drill/jsonl.py",
+    "drill/rundir/jsonl.py",
     "drill/engine/judge.py",
     "drill/engine/cleanup.py",
-    "drill/engine/journal.py",
+    "drill/rundir/journal.py",
     "drill/sweeps/scaling.py",
     "drill/sweeps/scaling_report.py",
     "drill/spec/azure_trace.py",
-    "drill/load/records.py",
-    "drill/load/samples.py",
+    "drill/rundir/records.py",
+    "drill/rundir/samples.py",
     "drill/capacity/reporting.py",
     "drill/cli/traces.py",
     "drill/cli/report.py",
@@ -38,8 +38,11 @@ READERS = [
 # (module, call) -> why it does not read an input file
 ALLOWED = {
     ("drill/report/junit.py", "open"): "writes junit.xml once ('x') into the run directory the run just created",
-    ("drill/report/redact.py", "read_text"): "scrubs the logs the run's own processes wrote, when the run ends",
-    ("drill/report/redact.py", "open"): "rewrites those logs in place",
+    ("drill/rundir/redact.py", "read_text"): "scrubs the logs the run's own processes wrote, when the run ends",
+    ("drill/rundir/redact.py", "open"): "rewrites those logs in place",
+    ("drill/rundir/journal.py", "read_text"): "reads /proc/<pid>/stat for RUN_STARTED's pid_start",
+    ("drill/rundir/records.py", "open"): "RecordTail: tails the requests.jsonl this run's load generator writes",
+    ("drill/rundir/records.py", "loads"): "RecordTail: its lines, skipped when bad; read after the run, counted",
     ("drill/traces/receiver.py", "open"): "appends the spans the run's receiver is given to its new spans.jsonl",
 }
 FORBIDDEN = {"open", "read_text", "read_bytes", "load", "loads"}

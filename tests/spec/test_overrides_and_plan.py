@@ -105,7 +105,7 @@ def test_a_bare_drill_name_resolves_in_drills_and_the_main_drill_plans(monkeypat
 
 
 def test_run_dirs_are_never_reused(tmp_path: Path) -> None:
-    from drill.engine.rundir import create_run_dir
+    from drill.rundir.directory import create_run_dir
 
     first = create_run_dir(tmp_path, "d", now=0)
     second = create_run_dir(tmp_path, "d", now=0)

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from drill.load.driver import LoadDriver, LoadPlan
-from drill.load.records import ErrorClass, read_records
+from drill.rundir.records import ErrorClass, read_records
 from drill.spec.scenario import Scenario
 
 pytestmark = [pytest.mark.integration]

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from drill.checks.base import RunEvidence, Status, Verdict
+from drill.api import Status, Verdict
 from drill.cli.main import cli
+from drill.rundir.evidence import RunEvidence
 from drill.sweeps.scaling import measure_sweep
 from drill.sweeps.scaling_report import findings, write_scaling_reports
 from drill.sweeps.sweeper import VariantVerdicts, rolled_up

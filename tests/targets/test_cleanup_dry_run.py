@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from drill.engine.journal import Event, Journal
+from drill.rundir.journal import Event, Journal
 from drill.targets.proxies import plan_proxies
 
 

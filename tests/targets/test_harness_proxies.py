@@ -24,7 +24,7 @@ import yaml
 from drill.api import TargetContext
 from drill.backends.process import ProcessControl, ProcessRef, read_stat
 from drill.backends.toxiproxy import ToxiproxyClient, ToxiproxyServer
-from drill.engine.journal import read_journal
+from drill.rundir.journal import read_journal
 from drill.targets.openai import OpenAITarget, OpenAITargetParams
 from drill.targets.proxies import HarnessProxyPlan, proxy_name
 

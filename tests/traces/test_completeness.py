@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from drill.load.records import RequestRecord
+from drill.rundir.records import RequestRecord
 from drill.traces.completeness import NO_SPANS, measure_completeness, root_mask
 from drill.traces.table import SpanTable
 from tests.traces.spankit import drill_request, span, trace_id

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from drill.checks.base import RunEvidence
+from drill.rundir.evidence import RunEvidence
 from tests.vllm import catalogue
 from tests.vllm.conftest import ServerPool
 from tests.vllm.drills import run_drill

@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from drill.checks.base import RunEvidence
+from drill.rundir.evidence import RunEvidence
 from tests.vllm import catalogue
 from tests.vllm.conftest import ServerPool
 from tests.vllm.drills import DrillRun, compare_drill

@@ -39,11 +39,11 @@ from drill.load.payload import (
     new_trace_ids,
     payload_digest,
 )
-from drill.load.records import ErrorClass, RequestRecord
-from drill.load.samples import FailingSample
 from drill.load.schedule import PlannedRequest, build_schedule
 from drill.load.tokenizing import shapes_from_text
-from drill.report.redact import drop_secret_headers
+from drill.rundir.records import ErrorClass, RequestRecord
+from drill.rundir.redact import drop_secret_headers
+from drill.rundir.samples import FailingSample
 from drill.spec.scenario import ClientRetryOn, Pool, RetryPolicy
 
 __all__ = ["OpenLoop", "Sink", "Counters"]

@@ -32,7 +32,6 @@ from geventhttpclient.url import URL
 
 from drill.load.child.reactor import reactor
 from drill.load.output import OutputDigest
-from drill.load.records import ErrorClass, ServerTimings, classify_status, classify_stream_error
 from drill.load.sse import (
     LineKind,
     carries_usage,
@@ -43,6 +42,7 @@ from drill.load.sse import (
     parse_timings,
     parse_usage,
 )
+from drill.rundir.records import ErrorClass, ServerTimings, classify_status, classify_stream_error
 
 __all__ = ["Cancelled", "ClientOutcome", "Transport", "send_attempt"]
 

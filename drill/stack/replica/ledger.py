@@ -1,6 +1,7 @@
 """The side-effect ledger of a replica (stack-contracts.md §6): one JSON line per processed request.
 
-Every request the engine admitted appends one :class:`LedgerRecord` when it finishes, for any
+Every request the engine admitted appends one :class:`~drill.rundir.ledger.LedgerRecord` (the line's type is the
+run directory's: the runner copies the file into it) when it finishes, for any
 reason, to ``ledger_path`` (flushed per line, so a killed replica loses nothing written) and keeps
 it in memory for ``GET /admin/ledger?since=<seq>``. It is the side-effect truth for duplicate checks
 (a retried request billed twice shows as two records with the same idempotency key) and the
@@ -10,60 +11,18 @@ server's own request log (arrival, first-token and finish times, UNIX seconds) f
 
 from __future__ import annotations
 
-import enum
 import json
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, fields
 from pathlib import Path
 
 from drill.errors import StackError
+from drill.rundir.ledger import LedgerRecord
 
-__all__ = ["Ledger", "LedgerRecord", "LedgerStatus"]
+__all__ = ["Ledger"]
 
 log = logging.getLogger(__name__)
-
-
-class LedgerStatus(str, enum.Enum):
-    """How a processed request ended."""
-
-    OK = "ok"  # finished by stop or length
-    ABORTED = "aborted"  # the client went away
-    TIMEOUT = "timeout"  # waited longer than max_queue_wait (503)
-    ERROR = "error"  # the engine died (500)
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerRecord:
-    """One processed request. Times are UNIX seconds; token counts follow the stack's tokenizer."""
-
-    seq: int
-    ts: float
-    replica: str
-    request_id: str
-    idempotency_key: str | None
-    trace_id: str | None
-    prompt_tokens: int
-    completion_tokens: int
-    billed_tokens: int
-    finish_reason: str
-    status: LedgerStatus
-    arrival_ts: float
-    first_token_ts: float | None
-    finish_ts: float
-    cached_tokens: int = 0
-    num_preemptions: int = 0
-    priority: int = 0
-
-    def to_json(self) -> dict:
-        """The record as a JSON-ready dict (``status`` as its string). Not ``asdict``: that deep-copies, ~1 ms."""
-        data = {name: getattr(self, name) for name in _FIELDS}
-        data["status"] = self.status.value
-        return data
-
-
-_FIELDS = tuple(field.name for field in fields(LedgerRecord))
 
 
 class Ledger:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from drill.rundir.ledger import LedgerStatus
 from drill.stack.inference.core import StepRecord
 from drill.stack.inference.request import FinishReason, Request
-from drill.stack.replica.ledger import Ledger, LedgerStatus
+from drill.stack.replica.ledger import Ledger
 from drill.stack.replica.openai_api import ApiContext
 from drill.stack.replica.request_spans import SpanAttributes, Tracing
 

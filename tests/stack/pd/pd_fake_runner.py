@@ -18,9 +18,9 @@ from drill import registry
 from drill.api import FaultContext, Selector, TargetInfo
 from drill.engine import active
 from drill.engine.fault_schedule import resolve_targets
-from drill.engine.journal import Event, Journal
 from drill.engine.reverts import RevertRecord, RevertStack
 from drill.engine.watchdog import Watchdog
+from drill.rundir.journal import Event, Journal
 
 
 def main() -> None:

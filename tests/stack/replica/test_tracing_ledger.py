@@ -159,7 +159,8 @@ async def test_ledger_records_each_processed_request(start_replica) -> None:
 
 
 async def test_ledger_seq_continues_after_restart(start_replica, tmp_path) -> None:
-    from drill.stack.replica.ledger import Ledger, LedgerStatus
+    from drill.rundir.ledger import LedgerStatus
+    from drill.stack.replica.ledger import Ledger
 
     path = tmp_path / "l.jsonl"
     fields = dict(

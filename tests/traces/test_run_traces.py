@@ -1,13 +1,13 @@
-"""TraceEvidence of a run directory: the receiver's spans.jsonl, its ReadReport, the join, no spans."""
+"""RunTraces of a run directory: the receiver's spans.jsonl, its ReadReport, the join, no spans."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from drill.checks.base import RunEvidence
-from drill.load.records import RequestRecord
-from drill.traces.evidence import NO_SPANS, load_trace_evidence
+from drill.rundir.evidence import RunEvidence
+from drill.rundir.records import RequestRecord
+from drill.traces.run_traces import NO_SPANS, run_traces
 from tests.traces.spankit import drill_request, trace_id, write_spans
 
 
@@ -38,7 +38,7 @@ def _run(tmp_path: Path, spans: list[dict] | None, records: list[RequestRecord])
 
 def test_run_spans_are_read_joined_and_measured(tmp_path: Path) -> None:
     evidence = _run(tmp_path, drill_request(1) + drill_request(2), [_record(1, 1), _record(2, 2), _record(3, 9)])
-    traces = load_trace_evidence(evidence)
+    traces = run_traces(evidence)
     assert len(traces.table) == 14 and traces.no_spans_reason is None
     assert traces.source == "receiver: spans.jsonl"
     assert evidence.reports["spans.jsonl"].lines_read == 14 and evidence.reports["spans.jsonl"].clean
@@ -57,7 +57,7 @@ def test_bad_and_torn_lines_are_counted_in_the_run_report(tmp_path: Path) -> Non
     (tmp_path / "spans.jsonl").write_text(text)
     (tmp_path / "requests.jsonl").write_text("")
     evidence = RunEvidence(tmp_path)
-    traces = evidence.traces
+    traces = run_traces(evidence)
     report = evidence.reports["spans.jsonl"]
     assert len(traces.table) == 4 and report.lines_read == 4
     assert report.bad_count == 2 and [b.line for b in report.bad_lines] == [4, 6]
@@ -67,11 +67,11 @@ def test_bad_and_torn_lines_are_counted_in_the_run_report(tmp_path: Path) -> Non
 
 
 def test_no_spans_file_or_an_empty_one_says_the_target_exported_none(tmp_path: Path) -> None:
-    missing = load_trace_evidence(_run(tmp_path, None, [_record(1, 1)]))
+    missing = run_traces(_run(tmp_path, None, [_record(1, 1)]))
     assert missing.no_spans_reason == NO_SPANS == "the target exported no spans"
     assert missing.thin_reason(1) == NO_SPANS and len(missing.table) == 0
     assert missing.completeness.requests == 1 and missing.completeness.requests_with_spans == 0
     assert missing.joined.measurement_truth().joined == 0
-    empty = load_trace_evidence(_run(tmp_path, [], []))
+    empty = run_traces(_run(tmp_path, [], []))
     assert empty.no_spans_reason == NO_SPANS
     assert empty.completeness.thin_reason(1) == NO_SPANS

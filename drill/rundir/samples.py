@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from drill.jsonl import ReadReport, read_jsonl
+from drill.rundir.jsonl import ReadReport, read_jsonl
 
 __all__ = ["FailingSample", "read_samples"]
 

@@ -21,11 +21,12 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from drill.fieldtypes import check_fields, field_rules
-from drill.jsonl import ReadReport, read_jsonl
+from drill.rundir.jsonl import ReadReport, read_jsonl
 from drill.stats import percentile
 
 __all__ = [
     "ErrorClass",
+    "RecordTail",
     "RequestRecord",
     "ServerTimings",
     "classify_status",
@@ -206,5 +207,34 @@ def latency_values(records: Iterable[RequestRecord], metric: str) -> list[float]
 
 def read_records(path: Path, report: ReadReport | None = None) -> Iterator[RequestRecord]:
     """Records of a ``requests.jsonl``; a torn last line (crash mid-write) or an unreadable line is
-    counted in ``report`` (see :mod:`drill.jsonl`), never dropped silently."""
+    counted in ``report`` (see :mod:`drill.rundir.jsonl`), never dropped silently."""
     return read_jsonl(path, RequestRecord.from_dict, report)
+
+
+class RecordTail:
+    """Reads complete new lines of a growing ``requests.jsonl`` while the run writes it (the stop conditions and
+    the live status line); a line it cannot read is skipped there, and counted when the file is read after the run."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._partial = b""
+
+    def read_new(self) -> list[RequestRecord]:
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self._offset)
+                chunk = fh.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(chunk)
+        data = self._partial + chunk
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        out = []
+        for line in lines:
+            try:
+                out.append(RequestRecord.from_dict(json.loads(line)))
+            except (ValueError, TypeError):
+                continue
+        return out

@@ -1,11 +1,11 @@
 """One fault injected by hand (``drill fault inject``), journaled and reverted like a drill's.
 
-The same engine pieces as a run: a run directory ``<out>/manual/<run id>/`` with its
-``journal.jsonl``, the :class:`~drill.engine.reverts.RevertStack` (the revert record is journaled
-with fsync before ``inject``), the dead-man :class:`~drill.engine.watchdog.Watchdog` whose lease is
-the ``--for`` duration, the active-run registry (so ``drill cleanup`` finds an injection whose
-process died) and the :class:`~drill.engine.signals.SignalGuard` (SIGINT/SIGTERM revert at once,
-never in the middle of an inject or a revert).
+The same engine pieces as a run: a run directory ``<out>/manual/<run id>/`` and its ``journal.jsonl``
+(opened by :func:`drill.rundir.directory.open_run`), the :class:`~drill.engine.reverts.RevertStack` (the
+revert record is journaled with fsync before ``inject``), the dead-man
+:class:`~drill.engine.watchdog.Watchdog` whose lease is the ``--for`` duration, the active-run registry (so
+``drill cleanup`` finds an injection whose process died) and the :class:`~drill.engine.signals.SignalGuard`
+(SIGINT/SIGTERM revert at once, never in the middle of an inject or a revert).
 
 ``--target stack[:NAME]`` is a stack started by ``drill stack up`` (its state file and plan, turned
 into a TargetInfo by :mod:`drill.targets.embedded`); ``--target FILE.yaml`` takes the ``target:``
@@ -15,7 +15,6 @@ run, so it is refused with a hint).
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,20 +27,33 @@ from drill import registry
 from drill.api import Capability, Fault, FaultContext, FaultParams, FaultTargets, Selector, TargetContext, TargetInfo
 from drill.engine import active
 from drill.engine.fault_schedule import FAULT_TIMEOUT_S, register_and_inject, resolve_targets, verify_and_journal
-from drill.engine.journal import Event, Journal, RunStatus
 from drill.engine.reverts import RevertStack
-from drill.engine.rundir import RunDir, create_run_dir
 from drill.engine.safety import check_host_list
 from drill.engine.signals import SignalGuard
 from drill.engine.watchdog import Watchdog
 from drill.errors import InputError, RunInterrupted, SpecError, TargetError
+from drill.rundir.directory import open_run
+from drill.rundir.journal import Event, RunStatus
 from drill.spec.diagnostics import Diagnostic, Position
+from drill.spec.loader import read_input_file
 from drill.spec.validation import validate_model
 from drill.spec.yamlio import Locations, load_located
+from drill.stack.supervision.launcher import read_state, supervisor_alive
+from drill.stack.supervision.stack_plan import StackPlan
+from drill.targets.embedded import EmbeddedStack, info_from_state
+from drill.targets.openai import OpenAITargetParams
 
 _Model = TypeVar("_Model", bound=BaseModel)
 
-__all__ = ["ManualInjection", "ManualOutcome", "ManualRequest", "ManualTarget", "manual_request", "target_info"]
+__all__ = [
+    "ManualInjection",
+    "ManualOutcome",
+    "ManualRequest",
+    "ManualTarget",
+    "hold_fault",
+    "manual_request",
+    "target_info",
+]
 
 #: The watchdog reverts a manual fault this long after ``--for`` ends if this process is stuck or dead (s).
 LEASE_GRACE_S = 5.0
@@ -191,10 +203,6 @@ def target_info(spec: str, state_dir: Path | None = None, allow_hosts: tuple[str
 
 
 def _stack_info(name: str, state_dir: Path | None, allow_hosts: tuple[str, ...]) -> TargetInfo:
-    from drill.stack.supervision.launcher import read_state, supervisor_alive
-    from drill.stack.supervision.stack_plan import StackPlan
-    from drill.targets.embedded import EmbeddedStack, info_from_state
-
     state = read_state(name, state_dir)
     if state is None:
         raise InputError(f"no stack named {name!r} is running", hint=f"start one: drill stack up --name {name}")
@@ -210,8 +218,6 @@ def _stack_info(name: str, state_dir: Path | None, allow_hosts: tuple[str, ...])
 
 
 def _file_info(path: Path, allow_hosts: tuple[str, ...]) -> ManualTarget:
-    from drill.spec.loader import read_input_file
-
     doc = load_located(read_input_file(path, what="target"), str(path))
     data = doc.data if isinstance(doc.data, dict) else {}
     section = data.get("target")
@@ -234,8 +240,6 @@ def _file_info(path: Path, allow_hosts: tuple[str, ...]) -> ManualTarget:
 
 def _upstream_at(params: object, locations: Locations) -> dict[str, Diagnostic]:
     """Each replica whose proxy the harness makes (``upstream``), with the refusal a manual fault on it gets."""
-    from drill.targets.openai import OpenAITargetParams
-
     if not isinstance(params, OpenAITargetParams):
         return {}
     found = {}
@@ -272,12 +276,13 @@ class ManualInjection:
     ) -> None:
         self.request = request
         self.say = say
-        self.rundir: RunDir = create_run_dir(out_dir, "manual")
+        target = request.target.model_dump(mode="json")
+        self.rundir, self.journal = open_run(
+            out_dir, "manual", argv, kind=request.kind, hold_s=request.hold_s, target=target
+        )
         self.outcome = ManualOutcome(self.rundir.path)
-        self.journal = Journal(self.rundir.journal)
         self.stack = RevertStack(self.journal)
         self.guard = SignalGuard(on_signal=lambda name: self.journal.write(Event.SIGNAL, signal=name))
-        self.argv = argv
         self.watchdog: Watchdog | None = None
         self.ctx = FaultContext(
             request.fault_id,
@@ -306,17 +311,6 @@ class ManualInjection:
 
     def _open(self) -> None:
         r = self.request
-        self.journal.write(
-            Event.RUN_STARTED,
-            run_id=self.rundir.run_id,
-            drill="manual",
-            pid=os.getpid(),
-            pid_start=active.process_start_time(os.getpid()),
-            argv=list(self.argv),
-            kind=r.kind,
-            hold_s=r.hold_s,
-            target=r.target.model_dump(mode="json"),
-        )
         active.register(self.rundir.run_id, self.rundir.path)
         self.watchdog = Watchdog(self.rundir.path, lease_grace_s=LEASE_GRACE_S)
         self.say(f"run directory {self.rundir.path}")
@@ -330,10 +324,10 @@ class ManualInjection:
         return self._landed(error)
 
     def _verify(self) -> bool:
-        evidence, error = verify_and_journal(self.request.fault, self.ctx, self.request.kind, self.journal)
-        if evidence is not None:
+        proof, error = verify_and_journal(self.request.fault, self.ctx, self.request.kind, self.journal)
+        if proof is not None:
             self.outcome.landed = True
-            self.say(f"landed: {evidence.summary}")
+            self.say(f"landed: {proof.summary}")
         return self._landed(error)
 
     def _landed(self, error: str | None) -> bool:
@@ -375,3 +369,35 @@ class ManualInjection:
         if not self.outcome.revert_errors:
             active.unregister(self.rundir.run_id)
         self.guard.uninstall()
+
+
+def hold_fault(
+    kind: str,
+    target_spec: str,
+    params: tuple[str, ...],
+    selectors: tuple[str, ...],
+    *,
+    hold_s: float,
+    out_dir: Path,
+    fault_id: str | None = None,
+    state_dir: Path | None = None,
+    allow_hosts: tuple[str, ...] = (),
+    say: Say = lambda line, **kw: None,
+    argv: tuple[str, ...] = (),
+    opened: Callable[[Path], None] = lambda run_dir: None,
+) -> ManualOutcome:
+    """``drill fault inject``: validate everything (InputError/SpecError, nothing touched), then open a run under
+    ``out_dir/manual/`` (``opened`` is told its directory), inject, verify, hold for ``hold_s`` and revert."""
+    request = manual_request(
+        kind,
+        target_spec,
+        params,
+        selectors,
+        hold_s=hold_s,
+        fault_id=fault_id,
+        state_dir=state_dir,
+        allow_hosts=allow_hosts,
+    )
+    injection = ManualInjection(request, out_dir, say=say, argv=argv)
+    opened(injection.rundir.path)
+    return injection.run()

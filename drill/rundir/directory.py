@@ -18,17 +18,25 @@ import secrets
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from drill import __version__
+from drill.rundir.journal import Event, Journal, process_start_time
+from drill.rundir.redact import Redactor, is_secret_name
 
-if TYPE_CHECKING:
-    from drill.report.redact import Redactor
-
-__all__ = ["RunDir", "create_run_dir", "environment", "package_versions", "recorded_environment"]
+__all__ = [
+    "RunDir",
+    "create_run_dir",
+    "environment",
+    "latest_run_dir",
+    "open_run",
+    "package_versions",
+    "recorded_environment",
+]
 
 _PACKAGES = (
     "locust",
@@ -90,6 +98,43 @@ def create_run_dir(base: Path, drill_name: str, *, now: float | None = None) -> 
     raise RuntimeError(f"could not create a new run directory under {base / drill_name}")
 
 
+def latest_run_dir(base: Path) -> Path | None:
+    """The newest ``<base>/<drill>/<id>/`` that has a journal (run ids sort by their UTC timestamp), else None."""
+    found = sorted(p.parent for p in base.glob("*/*/journal.jsonl"))
+    return found[-1] if found else None
+
+
+def open_run(
+    base: Path,
+    name: str,
+    argv: Sequence[str],
+    *,
+    time_scale: float | None = None,
+    kind: str | None = None,
+    hold_s: float | None = None,
+    target: dict[str, Any] | None = None,
+) -> tuple[RunDir, Journal]:
+    """The one way a run starts (``drill run``, a sweep, ``drill capacity``, ``drill fault inject``): a fresh
+    ``<base>/<name>/<id>/``, its journal, and the journal's first line, RUN_STARTED, naming this process.
+
+    ``argv`` goes into the journal as given: the caller scrubs it first (a redactor's ``value``). The optional
+    fields are written only when given (``kind``, ``hold_s``, ``target``: a fault held by hand).
+    """
+    rundir = create_run_dir(base, name)
+    journal = Journal(rundir.journal)
+    given = {"time_scale": time_scale, "kind": kind, "hold_s": hold_s, "target": target}
+    journal.write(
+        Event.RUN_STARTED,
+        run_id=rundir.run_id,
+        drill=name,
+        pid=os.getpid(),
+        pid_start=process_start_time(os.getpid()),
+        argv=list(argv),
+        **{key: value for key, value in given.items() if value is not None},
+    )
+    return rundir, journal
+
+
 def package_versions() -> dict[str, str]:
     found = {}
     for name in _PACKAGES:
@@ -124,8 +169,6 @@ _ENV_PREFIXES = (
 
 def recorded_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
     """The environment variables ``env.json`` records (not yet redacted), sorted by name."""
-    from drill.report.redact import is_secret_name
-
     environ = dict(os.environ) if environ is None else environ
     return {k: v for k, v in sorted(environ.items()) if k.startswith(_ENV_PREFIXES) or is_secret_name(k)}
 
@@ -135,12 +178,10 @@ def environment(
 ) -> dict:
     """Facts for ``env.json``: versions, interpreter, host, seeds, command line, relevant environment variables.
 
-    Everything passes through ``redactor`` (a fresh :class:`~drill.report.redact.Redactor` if none): a secret
+    Everything passes through ``redactor`` (a fresh :class:`~drill.rundir.redact.Redactor` if none): a secret
     environment variable is recorded by name with its value ``[redacted]``, and credentials in the command
     line or in ``extra`` are scrubbed.
     """
-    from drill.report.redact import Redactor
-
     redactor = redactor or Redactor()
     facts = {
         "run_id": run_id,

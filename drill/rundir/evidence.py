@@ -1,11 +1,14 @@
-"""A finished run as the checks read it (:class:`RunEvidence`), and the checks' SDK names re-exported.
+"""The checks' view of a run: :class:`RunEvidence`, everything a check may read of one run directory.
 
-What a check is — ``Check``, ``CheckParams``, ``Verdict``, ``Status``, ``EvidenceRef`` — is defined in the plugin
-SDK, :mod:`drill.api` (:mod:`drill.api.check_sdk`), where a third-party check imports it from, as a fault does;
-this module re-exports those names for llm-drill's own modules. :class:`RunEvidence` reads a run directory lazily
-and once; every JSON-lines file is read through :meth:`RunEvidence.read`, which counts what it could not read, so
-a line of a file a check reads that could not be parsed makes the check INCONCLUSIVE (see
-:func:`drill.engine.verdicts.evaluate_checks`).
+A check is a pure function of the run directory (:mod:`drill.api.check_sdk`); ``RunEvidence`` is how it reads it:
+lazily and once, every JSON-lines file through :meth:`RunEvidence.read`, which keeps a
+:class:`~drill.rundir.jsonl.ReadReport` per file in :attr:`RunEvidence.reports`, so what could not be read is
+counted and named in the verdicts that used it. The files and their line types are described in
+``docs/run-directory.md``.
+
+What a package above makes of a run (the traces' :func:`drill.traces.run_traces.run_traces`: the spans as one
+table joined to the requests) is made once through :meth:`RunEvidence.derived`, so this package needs nothing
+from the packages that read it.
 """
 
 from __future__ import annotations
@@ -14,31 +17,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import Any, TypeVar
 
-from drill.api import Check, CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
-from drill.checks.resolved import read_resolved
-from drill.engine.journal import Event, JournalEntry, read_journal
-from drill.jsonl import ReadReport
-from drill.load.records import RequestRecord, read_records
+from drill.rundir.journal import Event, JournalEntry, read_journal
+from drill.rundir.jsonl import ReadReport
+from drill.rundir.ledger import RunLedger, load_run_ledger
+from drill.rundir.records import RequestRecord, read_records
+from drill.rundir.replay_results import ReplayResults, load_replay_results
+from drill.rundir.resolved import read_resolved
 from drill.units import parse_duration
 
-if TYPE_CHECKING:  # the heavy parts are imported only by the checks that use them
-    from drill.checks.ledger import RunLedger
-    from drill.checks.replay import ReplayEvidence
-    from drill.traces.evidence import TraceEvidence
-
-__all__ = [
-    "Check",
-    "CheckParams",
-    "RunEvidence",
-    "EvidenceKind",
-    "EvidenceRef",
-    "FaultOutcome",
-    "PhaseWindow",
-    "Status",
-    "Verdict",
-]
+__all__ = ["FaultOutcome", "PhaseWindow", "RunEvidence"]
 
 T = TypeVar("T")
 
@@ -65,7 +54,7 @@ class FaultOutcome:
     kind: str
     injected: bool
     landed: bool | None  # None: never verified
-    evidence: str | None
+    landing_proof: str | None  # what verify observed (FAULT_VERIFIED's summary)
     error: str | None
     reverted: bool
     injected_ts: float | None = None
@@ -83,6 +72,7 @@ class RunEvidence:
         self.run_dir = Path(run_dir)
         self._slo_by_pool = slo_by_pool
         self.reports: dict[str, ReadReport] = {}
+        self._derived: dict[Callable[[RunEvidence], Any], Any] = {}
 
     @cached_property
     def slo_by_pool(self) -> dict[str, dict[str, float]]:
@@ -106,7 +96,7 @@ class RunEvidence:
     @cached_property
     def resolved(self) -> dict:
         """``resolved.json``: the drill, scenario and plugin params as the run used them ({} if absent);
-        InputError (exit 2) when it is damaged (:mod:`drill.checks.resolved`)."""
+        InputError (exit 2) when it is damaged (:mod:`drill.rundir.resolved`)."""
         try:
             return read_resolved(self.run_dir / "resolved.json", root=self.run_dir)
         except FileNotFoundError:
@@ -120,26 +110,22 @@ class RunEvidence:
     def requests(self) -> list[RequestRecord]:
         return self.read("requests.jsonl", read_records)
 
-    @cached_property
-    def traces(self) -> TraceEvidence:
-        """The run's spans as one table, how complete they are, and client records joined to them."""
-        from drill.traces.evidence import load_trace_evidence
-
-        return load_trace_evidence(self)
+    def derived(self, build: Callable[[RunEvidence], T]) -> T:
+        """``build(self)``, made once for this run: a view of it that a package above defines (the traces'
+        :func:`drill.traces.run_traces.run_traces`), kept like the files it reads."""
+        if build not in self._derived:
+            self._derived[build] = build(self)
+        return self._derived[build]
 
     @cached_property
     def ledger(self) -> RunLedger:
         """The stack's side-effect ledgers copied into the run directory (``ledger/*.jsonl``)."""
-        from drill.checks.ledger import load_run_ledger
-
         return load_run_ledger(self)
 
     @cached_property
-    def replay(self) -> ReplayEvidence:
+    def replay(self) -> ReplayResults:
         """``replay.jsonl``: the recovery replay's originals and controls."""
-        from drill.checks.replay import load_replay_evidence
-
-        return load_replay_evidence(self)
+        return load_replay_results(self)
 
     @cached_property
     def phases(self) -> dict[str, PhaseWindow]:
@@ -174,7 +160,7 @@ class RunEvidence:
                     "kind": entry.get("kind"),
                     "injected": False,
                     "landed": None,
-                    "evidence": None,
+                    "landing_proof": None,
                     "error": None,
                     "reverted": False,
                     "injected_ts": None,
@@ -206,7 +192,7 @@ def _apply_fault_event(state: dict, entry: JournalEntry) -> None:
         state["landed"] = False
     elif event == Event.FAULT_VERIFIED.value:
         state["landed"] = True
-        state["evidence"] = entry.get("summary")
+        state["landing_proof"] = entry.get("summary")
     elif event == Event.FAULT_NOT_LANDED.value:
         state["landed"] = False
         state["error"] = entry.get("error")

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from drill.fieldtypes import check_fields, field_rules
-from drill.jsonl import ReadReport, read_jsonl
+from drill.rundir.jsonl import ReadReport, read_jsonl
 
-__all__ = ["Event", "Journal", "JournalEntry", "PAYLOADS", "RunStatus", "read_journal"]
+__all__ = ["Event", "Journal", "JournalEntry", "PAYLOADS", "RunStatus", "process_start_time", "read_journal"]
 
 
 class Event(str, enum.Enum):
@@ -71,8 +71,8 @@ class RunStatus(enum.StrEnum):
 @dataclass(frozen=True)
 class RunStarted:
     run_id: str
-    pid: int
-    pid_start: float | None
+    pid: int  # the process that runs it (os.getpid()), with its start time: a reused PID is told apart
+    pid_start: float | None  # process_start_time(pid); None off Linux
     drill: str | None = None
     argv: list[str] | None = None
     time_scale: float | None = None
@@ -349,7 +349,7 @@ _ENVELOPE = ("seq", "event", "ts", "mono", "by")
 
 
 def read_journal(path: Path, report: ReadReport | None = None) -> Iterator[JournalEntry]:
-    """Entries in order; a torn or garbled line is counted in ``report`` (see :mod:`drill.jsonl`)."""
+    """Entries in order; a torn or garbled line is counted in ``report`` (see :mod:`drill.rundir.jsonl`)."""
     return read_jsonl(path, _entry, report)
 
 
@@ -376,3 +376,13 @@ def _entry(raw: dict) -> JournalEntry:
         str(raw.get("by", "?")),
         data,
     )
+
+
+def process_start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (Linux), to tell a reused PID apart: RUN_STARTED's
+    ``pid_start`` (and the active-run registry's), read back by ``drill cleanup``."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])

@@ -1,8 +1,9 @@
 """A run's traces as the checks see them: one table, how complete it is, and the client join.
 
-``evidence.traces`` (:class:`drill.checks.base.RunEvidence`) calls :func:`load_trace_evidence` once per
-judged run. The run's ``spans.jsonl`` is read through the ``receiver`` source; its
-:class:`~drill.jsonl.ReadReport` goes into ``evidence.reports["spans.jsonl"]`` like every other file
+:func:`run_traces` gives a judged run's :class:`RunTraces`, made once per run (through
+:meth:`drill.rundir.evidence.RunEvidence.derived`). The run's ``spans.jsonl`` is read through the ``receiver``
+source; its
+:class:`~drill.rundir.jsonl.ReadReport` goes into ``evidence.reports["spans.jsonl"]`` like every other file
 of the run, so a check that lists ``spans.jsonl`` in ``reads`` becomes INCONCLUSIVE when lines of it
 could not be read.
 """
@@ -11,23 +12,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from drill.rundir.evidence import RunEvidence
 from drill.traces.completeness import NO_SPANS, Completeness, measure_completeness
 from drill.traces.join import JoinedRequests
 from drill.traces.sources import ReceiverParams, ReceiverSource
 from drill.traces.table import SpanTable
 
-if TYPE_CHECKING:  # pragma: no cover
-    from drill.checks.base import RunEvidence
-
-__all__ = ["NO_SPANS", "SPANS_FILE", "TraceEvidence", "load_trace_evidence", "trace_evidence"]
+__all__ = ["NO_SPANS", "SPANS_FILE", "RunTraces", "run_traces", "traces_of"]
 
 SPANS_FILE = "spans.jsonl"
 
 
 @dataclass(frozen=True)
-class TraceEvidence:
+class RunTraces:
     table: SpanTable
     completeness: Completeness
     source: str  # what was read, e.g. "receiver: spans.jsonl"
@@ -39,16 +37,16 @@ class TraceEvidence:
         return self.no_spans_reason or self.completeness.thin_reason(min_spans)
 
 
-def trace_evidence(
+def traces_of(
     table: SpanTable, records: Iterable[object] = (), *, source: str, unreadable: int = 0, where: tuple[str, ...] = ()
-) -> TraceEvidence:
-    """TraceEvidence of an already-read table (any source) and client records."""
+) -> RunTraces:
+    """RunTraces of an already-read table (any source) and client records."""
     records = list(records)
     completeness = measure_completeness(table, records, unreadable=unreadable, where=where)
     reason = None
     if len(table) == 0:
         reason = NO_SPANS if not unreadable else f"no span could be read ({unreadable} unreadable record(s))"
-    return TraceEvidence(
+    return RunTraces(
         table=table,
         completeness=completeness,
         source=source,
@@ -57,13 +55,18 @@ def trace_evidence(
     )
 
 
-def load_trace_evidence(evidence: RunEvidence) -> TraceEvidence:
+def run_traces(evidence: RunEvidence) -> RunTraces:
+    """The run's traces, read once per run (every later call gives the same :class:`RunTraces`)."""
+    return evidence.derived(_read_run_traces)
+
+
+def _read_run_traces(evidence: RunEvidence) -> RunTraces:
     """The run's ``spans.jsonl`` (receiver source) joined to ``evidence.requests``, with its completeness."""
     source = ReceiverSource(ReceiverParams(file=SPANS_FILE), str(evidence.run_dir))
     table = source.table()
     (report,) = source.report.files
     evidence.reports[SPANS_FILE] = report
-    return trace_evidence(
+    return traces_of(
         table,
         evidence.requests,
         source=f"receiver: {SPANS_FILE}",

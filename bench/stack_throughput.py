@@ -148,7 +148,7 @@ def _start_replica(workdir: Path, args: argparse.Namespace, otlp: str | None) ->
     (workdir / "spec.json").write_text(json.dumps(spec))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "drill.stack.replica.api_server", "--spec", str(workdir / "spec.json")], env=env
+        [sys.executable, "-m", "drill.stack.replica.api_server", "--launch", str(workdir / "spec.json")], env=env
     )
     deadline = time.monotonic() + 30
     while not (workdir / "ready.json").exists():

@@ -1,7 +1,7 @@
 """Serving quantities by name, mapped to the metric names of vLLM, SGLang, TGI and llama.cpp's server.
 
 One mapping for the whole harness: the reports (:mod:`drill.report.quantities`) read a run's ``metrics.jsonl``
-through it, and ``metric`` stop conditions (:mod:`drill.engine.stopconditions`) read the live scrape through
+through it, and ``metric`` stop conditions (:mod:`drill.runner.stopconditions`) read the live scrape through
 it. The sources of each name are in ``docs/metrics-map.md``.
 
 A quantity a target does not export is **not available** (``None``), never 0: a zero would claim an empty queue

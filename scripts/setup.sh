@@ -209,7 +209,7 @@ prometheus_bin() {  # the Prometheus server the metrics-source test starts ($PRO
 }
 
 setup_prometheus() {
-  # Debian's prometheus (2.42) for the Prometheus metrics source's test (tests/engine/test_prometheus_server.py):
+  # Debian's prometheus (2.42) for the Prometheus metrics source's test (tests/runner/test_prometheus_server.py):
   # the test starts its own server on loopback; the package's service is not used.
   if [ -n "$(prometheus_bin)" ]; then return 0; fi
   apt_install "installing Debian prometheus for the metrics-source test" "$VENV/prometheus-install.log" prometheus \
@@ -217,6 +217,6 @@ setup_prometheus() {
   if [ -n "$(prometheus_bin)" ]; then return 0; fi
   log "no Prometheus server (prometheus) and none could be installed: the Prometheus metrics source's test needs one"
   log "  install Debian's prometheus (apt-get install prometheus) or set PROMETHEUS_BIN=/path/to/prometheus,"
-  log "  or leave that test out: --deselect tests/engine/test_prometheus_server.py"
+  log "  or leave that test out: --deselect tests/runner/test_prometheus_server.py"
   return 1
 }

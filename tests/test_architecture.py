@@ -13,7 +13,7 @@ import drill.api
 def test_the_harness_process_never_imports_locust_or_gevent() -> None:
     """Locust monkey-patches at import; only the load child process may load it (docs/dependencies.md §1.2)."""
     code = (
-        "import sys, drill.cli.main, drill.engine.runner, drill.load.driver, drill.targets.embedded, "
+        "import sys, drill.cli.main, drill.runner.run, drill.load.driver, drill.targets.embedded, "
         "drill.cli.run, drill.cli.load; "
         "print(sorted(m for m in ('locust', 'gevent', 'geventhttpclient') if m in sys.modules))"
     )

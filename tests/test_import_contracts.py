@@ -47,7 +47,7 @@ def _contract(fragment: str) -> str:
 
 
 def _drill_children() -> set[str]:
-    """Every top-level module and package of drill/, read from the tree (``drill.api``, ``drill.engine``, ...)."""
+    """Every top-level module and package of drill/, read from the tree (``drill.api``, ``drill.runner``, ...)."""
     found = {f"drill.{p.stem}" for p in (REPO / "drill").glob("*.py") if p.name != "__init__.py"}
     return found | {f"drill.{p.name}" for p in (REPO / "drill").iterdir() if (p / "__init__.py").is_file()}
 
@@ -83,12 +83,12 @@ def test_the_tree_keeps_every_contract() -> None:
 
 # (module of the copy, the import planted in it, the contract that must break)
 VIOLATIONS = [
-    ("faults/load.py", "from drill.engine import runner", "fault library imports only"),
+    ("faults/load.py", "from drill.runner import run", "fault library imports only"),
     ("faults/network.py", "import drill.units", "fault library imports only"),
     ("drill/rundir/journal.py", "import gevent", "Locust and gevent"),
     ("drill/load/driver.py", "from drill.load.child import locustfile", "Nothing outside the load child"),
-    ("drill/stack/http/server.py", "import drill.engine.runner", "stack never imports the engine"),
-    ("drill/stack/replica/ledger.py", "from drill.traces import table", "stack never imports the engine"),
+    ("drill/stack/http/server.py", "import drill.runner.run", "stack never imports the runner"),
+    ("drill/stack/replica/ledger.py", "from drill.traces import table", "stack never imports the runner"),
     ("drill/checks/judging.py", "from drill.load.child import streaming", "never import the load driver's child"),
     ("drill/stack/inference/core.py", "from drill.stack.replica import ledger", "The stack's layers"),
     ("drill/stack/config.py", "from drill.stack.http import server", "The stack's layers"),
@@ -96,7 +96,7 @@ VIOLATIONS = [
     ("drill/rundir/files.py", "from drill.checks import builtin", "drill.rundir imports only the root"),
     ("faults/load.py", "from drill.capacity import planner", "fault library imports only"),
     ("faults/network.py", "import drill.fieldtypes", "fault library imports only"),
-    ("drill/engine/timeline.py", "import faults.network", "drill never imports the fault library"),
+    ("drill/runner/timeline.py", "import faults.network", "drill never imports the fault library"),
     ("drill/api/__init__.py", "from drill.spec import models", "drill's layers"),
     ("drill/errors.py", "import drill.units", "drill's layers"),
     ("drill/spec/scenario.py", "from drill.load import rates", "drill's layers"),

@@ -105,7 +105,7 @@ def _import_statements(tree: ast.Module) -> Iterator[tuple[ast.Import | ast.Impo
 
 
 def _part(module: str) -> str:
-    """The top-level part of drill a module belongs to (``drill.engine.runner`` -> ``drill.engine``)."""
+    """The top-level part of drill a module belongs to (``drill.runner.run`` -> ``drill.runner``)."""
     return "faults" if module.split(".")[0] == "faults" else ".".join(module.split(".")[:2])
 
 
@@ -183,7 +183,7 @@ def package_graph(all_arrows: list[Arrow], modules: dict[str, Path]) -> dict[str
 
 def test_the_graph_sees_imports_inside_functions_and_under_type_checking() -> None:
     found = {(a.importer, a.imported) for a in arrows()}
-    assert ("drill.engine.runner", "drill.report.render") in found  # inside Runner's report step
+    assert ("drill.runner.run", "drill.report.render") in found  # inside Runner's report step
     assert ("drill.api", "drill.backends.docker") in found  # under TYPE_CHECKING, and inside a method
     assert len(found) > 500
 
@@ -240,9 +240,9 @@ def _planted(tmp_path: Path, module: str, code: str) -> Path:
 
 
 def test_an_up_arrow_inside_a_function_is_found(tmp_path: Path) -> None:
-    root = _planted(tmp_path, "drill/spec/scenario.py", "def _planted() -> None:\n    from drill.engine import runner")
+    root = _planted(tmp_path, "drill/spec/scenario.py", "def _planted() -> None:\n    from drill.runner import run")
     line = _last_line(root / "drill/spec/scenario.py")
-    assert up_arrows(root) == [f"drill/spec/scenario.py:{line}: drill.spec.scenario -> drill.engine.runner"]
+    assert up_arrows(root) == [f"drill/spec/scenario.py:{line}: drill.spec.scenario -> drill.runner.run"]
 
 
 def test_a_circle_between_modules_at_import_time_is_found(tmp_path: Path) -> None:
@@ -383,6 +383,6 @@ def test_every_unexplained_exception_is_still_in_the_tree() -> None:
 
 def test_a_new_import_inside_a_function_without_a_reason_is_found(tmp_path: Path) -> None:
     code = "def _planted() -> None:\n    import json\n\n    from drill.units import parse_duration  # lazy: a test\n"
-    root = _planted(tmp_path, "drill/stack/specs.py", code)
-    found = [i for i in lazy_imports(root) if i.path == "drill/stack/specs.py"]
+    root = _planted(tmp_path, "drill/stack/launch.py", code)
+    found = [i for i in lazy_imports(root) if i.path == "drill/stack/launch.py"]
     assert [(i.module, i.reason) for i in found] == [("json", None), ("drill.units", "a test")]

@@ -22,8 +22,9 @@ EVERYWHERE = {"__init__", "__main__"}
 # basename -> the layers (see ``_layer``) whose modules share it because they are one concept, and why.
 SAME_CONCEPT: dict[str, tuple[tuple[str, ...], str]] = {
     # ``drill/cli/<command>.py`` is named after its command, which fronts the module of the same name.
-    "cleanup": (("drill/cli", "drill/engine"), "`drill cleanup` runs the engine's cleanup of dead runs"),
-    "judge": (("drill/cli", "drill/engine"), "`drill judge` runs the engine's judging of a run directory"),
+    "cleanup": (("drill/cli", "drill/runner"), "`drill cleanup` runs the runner's cleanup of dead runs"),
+    "judge": (("drill/cli", "drill/runner"), "`drill judge` runs the runner's judging of a run directory"),
+    "run": (("drill/cli", "drill/runner"), "`drill run` runs a drill with the runner's `drill.runner.run`"),
     "faults": (("", "drill/cli"), "`drill faults list|describe` shows the fault library, the `faults` package"),
     "stack": (("drill", "drill/cli"), "`drill stack up|down|status` runs the embedded stack, `drill.stack`"),
     "traces": (("drill", "drill/cli"), "`drill traces analyze` reads a run's spans with `drill.traces`"),
@@ -122,10 +123,10 @@ def test_the_census_finds_planted_clashes(tmp_path: Path) -> None:
     """The census itself can fail: a package and a module of one name in other layers, a class twice."""
     for name, text in {
         "drill/__init__.py": "",
-        "drill/engine/__init__.py": "",
-        "drill/engine/judge.py": "",
+        "drill/runner/__init__.py": "",
+        "drill/runner/judge.py": "",
         "drill/cli/judge.py": "class Outcome: ...\n",
-        "drill/stack/engine.py": "class Outcome: ...\n",
+        "drill/stack/runner.py": "class Outcome: ...\n",
         "drill/stack/__main__.py": "",
         "faults/__init__.py": "",
         "faults/judge.py": "",
@@ -133,7 +134,7 @@ def test_the_census_finds_planted_clashes(tmp_path: Path) -> None:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     assert module_clashes(tmp_path) == [
-        "engine: drill/engine/, drill/stack/engine.py",
-        "judge: drill/cli/judge.py, drill/engine/judge.py, faults/judge.py",
+        "judge: drill/cli/judge.py, drill/runner/judge.py, faults/judge.py",
+        "runner: drill/runner/, drill/stack/runner.py",
     ]
-    assert class_clashes(tmp_path) == ["Outcome: drill/cli/judge.py:1, drill/stack/engine.py:1"]
+    assert class_clashes(tmp_path) == ["Outcome: drill/cli/judge.py:1, drill/stack/runner.py:1"]

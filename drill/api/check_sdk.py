@@ -9,7 +9,7 @@ directory, no clock, no mutation — so a past run can be re-judged from its dir
 Every verdict carries what it observed and what it expected (with units) and the evidence it used — trace,
 span, request and idempotency ids, journal sequence numbers — as :class:`EvidenceRef`\\ s, so a reviewer can
 follow it back to the raw records. A line of a file the check ``reads`` that could not be parsed makes the
-check INCONCLUSIVE (the engine sees to that: :func:`drill.engine.verdicts.evaluate_checks`).
+check INCONCLUSIVE (the engine sees to that: :func:`drill.runner.verdicts.evaluate_checks`).
 
 Import everything from :mod:`drill.api`; :mod:`drill.testing` has the contract kit a check must pass.
 """

@@ -22,16 +22,16 @@ import httpx
 
 from drill.capacity.attainment import AttainmentRule, PoolOutcome, SloOutcome, judge_pool
 from drill.capacity.ttft_split import TtftSplit
-from drill.engine.scraper import MetricsScraper, parse_samples
 from drill.load.driver import LoadDriver, LoadPlan
 from drill.load.schedule import with_total_rate
 from drill.rundir.jsonl import ReadReport
 from drill.rundir.records import RequestRecord, read_records
+from drill.runner.scraper import MetricsScraper, parse_samples
 from drill.spec.scenario import Scenario
 from drill.stats import percentile
 
 if TYPE_CHECKING:
-    from drill.engine.scraper import MetricsScraper
+    from drill.runner.scraper import MetricsScraper
 
 __all__ = ["PointRequest", "PointRunner", "PointTiming", "RatePoint", "point_directory"]
 

@@ -31,13 +31,13 @@ from drill.capacity.planner import Done, Knee, Next, Observation, SearchConfig, 
 from drill.capacity.point import PointRequest, PointRunner, PointTiming, RatePoint
 from drill.capacity.reporting import write_capacity_reports
 from drill.capacity.ttft_split import split_spans, ttft_split
-from drill.engine import active
-from drill.engine.watchdog import Watchdog
 from drill.errors import DrillError
 from drill.rundir.directory import environment, open_run
 from drill.rundir.journal import Event, Journal, RunStatus
 from drill.rundir.records import read_records
 from drill.rundir.redact import run_redactor, scrub_logs, secret_values
+from drill.runner import active
+from drill.runner.watchdog import Watchdog
 from drill.spec.scenario import Scenario
 from drill.targets.probe import first_good_response
 from drill.traces.receiver import OtlpReceiver
@@ -133,7 +133,7 @@ class CapacityRun:
         self.rundir = rundir
         result = CapacityResult(rundir.path)
         active.register(rundir.run_id, rundir.path)
-        watchdog = Watchdog(rundir.path)  # stops the target if this process dies (drill/engine/watchdog.py)
+        watchdog = Watchdog(rundir.path)  # stops the target if this process dies (drill/runner/watchdog.py)
         self.echo(f"run directory: {rundir.path}")
         receiver = OtlpReceiver(rundir.file("spans.jsonl"), "127.0.0.1", 0).start()
         status, failure = RunStatus.ERROR, None

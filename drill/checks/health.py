@@ -2,7 +2,7 @@
 
 A load balancer, a Kubernetes readiness probe or the stack's own router trust ``GET /health``; one that answers
 200 from a worker whose engine is dead (fixed in vLLM #24897, which made it 503) or whose KV link is broken keeps
-traffic flowing to it. The run's ``health.jsonl`` (:mod:`drill.engine.health_probes`: the runner probes the
+traffic flowing to it. The run's ``health.jsonl`` (:mod:`drill.runner.health_probes`: the runner probes the
 router and each replica when the drill names this check) is the evidence; a fault's injection and revert in the
 journal say when each of the drill's ``components`` (probe sources: ``replica-0``, ``router``) was broken.
 

@@ -22,7 +22,7 @@ one that does not is a FAIL, never a pass.
   shows — Diffy's rule: raw > noise, ``|raw - noise| / (raw + noise)`` > 20% and
   ``|raw - noise| / total`` > 0.03% (opendiffy ``JoinedDifferences.scala``).
 
-The replay starts once recovery is observed (:mod:`drill.engine.recovery_gate`: queue depth and error rate back
+The replay starts once recovery is observed (:mod:`drill.runner.recovery_gate`: queue depth and error rate back
 in the baseline band), within a bounded wait; the verdict's notes say when and why. When the wait gave up, originals
 that still fail make the verdict INCONCLUSIVE, not FAIL: a stack that had not recovered cannot show a fix.
 

@@ -186,7 +186,7 @@ def _target(text: str, allow_hosts: tuple[str, ...], gpus: int | None) -> Target
 
 def _drill_target(path: Path, allow_hosts: tuple[str, ...], gpus: int | None) -> TargetChoice:
     from drill.capacity.sweep import TargetChoice
-    from drill.engine.safety import check_hosts
+    from drill.runner.safety import check_hosts
     from drill.spec.loader import load_drill
     from drill.stack.config import StackConfig
 

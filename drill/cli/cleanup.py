@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 
 from drill.cli.common import console, handle_errors, say
-from drill.engine import active
-from drill.engine.cleanup import clean_run, dead_runs
+from drill.runner import active
+from drill.runner.cleanup import clean_run, dead_runs
 
 
 @click.command("cleanup")
@@ -52,9 +52,9 @@ def _teardown_lines(data: dict) -> list[str]:
 
 
 def _clean(run_dir: Path, dry_run: bool) -> int:
-    from drill.engine.reverts import pending_reverts, pending_teardowns
     from drill.rundir.journal import read_journal
     from drill.rundir.jsonl import ReadReport
+    from drill.runner.reverts import pending_reverts, pending_teardowns
 
     read = ReadReport(run_dir / "journal.jsonl", root=run_dir)
     entries = list(read_journal(read.path, read))

@@ -52,7 +52,7 @@ class CrashSite:
         found = self.run_dir() if callable(self.run_dir) else self.run_dir
         if found is not None and Path(found).is_dir():
             return Path(found)
-        from drill.engine.active import state_dir
+        from drill.runner.active import state_dir
 
         return state_dir() / "crash"
 

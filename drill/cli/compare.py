@@ -67,8 +67,8 @@ def compare(
     """
     from drill.cli.run import preflight
     from drill.compare.comparison import plan_comparison, run_comparison
-    from drill.engine.runner import RunOptions
-    from drill.engine.safety import check_hosts
+    from drill.runner.run import RunOptions
+    from drill.runner.safety import check_hosts
     from drill.spec.loader import load_drill
 
     files = _files(drill_file, baseline_file, candidate_file, overrides)

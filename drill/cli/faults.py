@@ -109,7 +109,7 @@ def inject(
     allow_hosts: tuple[str, ...],
 ) -> None:
     """Inject KIND now, prove it landed, hold it for --for, then revert it (Ctrl-C reverts at once)."""
-    from drill.engine.manual import hold_fault
+    from drill.runner.manual import hold_fault
 
     with handle_errors() as crash:
         if hold_s <= 0:

@@ -22,8 +22,8 @@ def judge(run_dir: Path, as_json: bool) -> None:
     Exit 0 when every check passes, 1 when one fails or is inconclusive, 2 when RUN_DIR is not a run directory.
     """
     from drill.api import Status
-    from drill.engine.judge import rejudge
     from drill.errors import InputError
+    from drill.runner.judge import rejudge
     from drill.sweeps.sweeper import judge_sweep
 
     with handle_errors(), interrupts_kept():

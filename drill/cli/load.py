@@ -132,7 +132,7 @@ def load(
 
 def check_target(url: str, allow_hosts: tuple[str, ...] | list[str]) -> None:
     """Refuse a target outside loopback unless its host is allowed (a typo must not aim load at production)."""
-    from drill.engine.safety import is_loopback
+    from drill.runner.safety import is_loopback
 
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:

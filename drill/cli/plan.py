@@ -7,10 +7,10 @@ import click
 from drill import registry
 from drill.api import Fault, FaultContext, TargetContext, TargetInfo
 from drill.cli.common import echo, handle_errors
-from drill.engine.fault_schedule import resolve_targets
-from drill.engine.safety import check_hosts
-from drill.engine.timeline import Timeline, plan_timeline
 from drill.rundir.redact import Redactor, secret_values
+from drill.runner.fault_schedule import resolve_targets
+from drill.runner.safety import check_hosts
+from drill.runner.timeline import Timeline, plan_timeline
 from drill.spec.loader import LoadedDrill, load_drill
 from drill.spec.models import FaultSpec
 from drill.units import format_duration as fmt

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from drill.cli.terminal import styled
-from drill.engine.listeners import RunListener
+from drill.runner.listeners import RunListener
 
 
 class PhaseProgress(RunListener):

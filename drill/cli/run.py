@@ -18,14 +18,14 @@ from drill.cli.common import (
     say,
     time_scale_option,
 )
-from drill.engine.safety import check_hosts
 from drill.errors import NotAvailableError
+from drill.runner.safety import check_hosts
 from drill.spec.loader import load_drill
 
 if TYPE_CHECKING:
     from drill.cli.progress import PhaseProgress
-    from drill.engine.listeners import RunListener
-    from drill.engine.runner import RunOptions, RunResult
+    from drill.runner.listeners import RunListener
+    from drill.runner.run import RunOptions, RunResult
     from drill.spec.loader import LoadedDrill
     from drill.sweeps.sweeper import SweepRunResult
 
@@ -58,7 +58,7 @@ def run(
     """Run a drill: start the target, drive load, inject faults, revert them, judge the evidence."""
     from pathlib import Path
 
-    from drill.engine.runner import Runner, RunOptions
+    from drill.runner.run import Runner, RunOptions
 
     with handle_errors() as crash:
         if time_scale <= 0:

@@ -4,7 +4,7 @@
 variable differs — before anything is started or any folder made. :func:`run_comparison` makes a fresh
 comparison folder ``<out>/comparisons/<drill>/<UTC timestamp>-<id>/`` and runs the baseline into its
 ``baseline/`` and the candidate into its ``candidate/`` (each a normal run directory, via
-:func:`drill.engine.variants.run_variant`), then judges the pair and writes the comparison's documents.
+:func:`drill.runner.variants.run_variant`), then judges the pair and writes the comparison's documents.
 
 Exit codes (``drill run``'s conventions): 0 the candidate passed every check and met every acceptance item the
 drill sets; 1 it did not (a check FAIL/INCONCLUSIVE/ERROR, an item not met or not available); 2 bad input or
@@ -22,12 +22,12 @@ from pathlib import Path
 from drill.compare.decision import ComparisonOutcome, judge_comparison
 from drill.compare.diff import Difference, diff_drills, diff_labels, require_one
 from drill.compare.documents import write_documents
-from drill.engine.listeners import RunListener
-from drill.engine.runner import RunOptions, RunResult
-from drill.engine.variants import run_variant
 from drill.errors import InputError
 from drill.rundir.directory import create_run_dir
 from drill.rundir.journal import RunStatus
+from drill.runner.listeners import RunListener
+from drill.runner.run import RunOptions, RunResult
+from drill.runner.variants import run_variant
 from drill.spec.loader import LoadedDrill
 
 __all__ = ["SIDES", "ComparisonPlan", "ComparisonResult", "SideRun", "plan_comparison", "run_comparison"]

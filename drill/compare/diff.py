@@ -1,6 +1,6 @@
 """The resolved-configuration diff of a comparison: which variables differ between baseline and candidate.
 
-Both sides are compared in the form the runner writes to ``resolved.json`` (:func:`drill.engine.runner.
+Both sides are compared in the form the runner writes to ``resolved.json`` (:func:`drill.runner.run.
 resolved_inputs`), made *effective*: each plugin's ``config``/``params`` is replaced by its validated params
 (defaults filled in, so writing a default out is no difference) and ``scenario`` by the resolved scenario (a
 file name and the same scenario inline are no difference). Paths are the drill's own dotted key paths, as
@@ -18,9 +18,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from drill.engine.runner import resolved_inputs
 from drill.errors import InputError
 from drill.rundir.redact import REDACTED, Redactor, is_secret_name, secret_values
+from drill.runner.run import resolved_inputs
 from drill.spec.diagnostics import format_path
 from drill.spec.loader import LoadedDrill
 

@@ -1,6 +1,6 @@
 """Run a game day: its drills in order, each a ``drill run`` child process, with a cooldown and the abort rule.
 
-Why a child process per drill rather than :class:`~drill.engine.runner.Runner` in this process: a drill run owns
+Why a child process per drill rather than :class:`~drill.runner.run.Runner` in this process: a drill run owns
 process-wide state for its whole life — SIGINT/SIGTERM handlers that defer signals while a fault is injected, the
 watchdog that reverts after a SIGKILL, the active-run registry keyed by its pid, threads and child processes (the
 embedded stack, Locust, the OTLP receiver) that a crash can leave behind. In a child each drill gets all of that

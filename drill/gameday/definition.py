@@ -20,8 +20,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from drill.engine.safety import check_hosts
 from drill.errors import SpecError, UnsafeTargetError, did_you_mean
+from drill.runner.safety import check_hosts
 from drill.spec.diagnostics import Diagnostic, KeyPath, Position, format_path
 from drill.spec.listing import catalogue_drills
 from drill.spec.loader import (

@@ -130,7 +130,7 @@ class TargetStopped:
 
 
 @dataclass(frozen=True)
-class RevertRegistered:  # drill.engine.reverts.RevertRecord, as JSON
+class RevertRegistered:  # drill.runner.reverts.RevertRecord, as JSON
     fault_id: str
     kind: str
     params: dict[str, Any]

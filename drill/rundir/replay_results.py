@@ -114,7 +114,7 @@ class ReplayResults:
 
     @property
     def recovery(self) -> dict | None:
-        """How the replay's start was decided (:class:`drill.engine.recovery_gate.RecoveryWait`), if recorded."""
+        """How the replay's start was decided (:class:`drill.runner.recovery_gate.RecoveryWait`), if recorded."""
         found = (self.summary or {}).get("recovery") if isinstance(self.summary, dict) else None
         return found if isinstance(found, dict) else None
 

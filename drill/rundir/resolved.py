@@ -111,7 +111,7 @@ def _kind(value: object) -> str:
 
 
 #: The containers of ``resolved.json`` its readers walk (``key.[]`` an item of a list), and the type each must be;
-#: a document that the runner wrote always has them so (``drill.engine.runner.resolved_inputs``).
+#: a document that the runner wrote always has them so (``drill.runner.run.resolved_inputs``).
 _RESOLVED_SHAPE: tuple[tuple[str, type | tuple[type, ...]], ...] = (
     ("drill", dict),
     ("scenario", dict),

@@ -87,7 +87,7 @@ class ReplayPhase(SpecModel):
     - ``seed`` (the drill's ``seed``): seeds the choice of samples and controls and the send order.
     - ``rate`` (the baseline's arrival rate): replayed requests sent per second, evenly spaced.
     - ``wait_for_recovery`` (120s, >= 0): the longest the replay waits, once the load has stopped, for the target
-      to be seen back inside its baseline band (queue depth and error rate, :mod:`drill.engine.recovery_gate`);
+      to be seen back inside its baseline band (queue depth and error rate, :mod:`drill.runner.recovery_gate`);
       it then starts anyway and says so. 0 starts it at once. Not scaled by ``--time-scale``.
     """
 
@@ -425,7 +425,7 @@ _KEY = re.compile(r"^[A-Za-z_][\w-]*$")  # a check name the diagnostics can poin
 
 def check_names(checks: list[CheckSpec], has_faults: bool) -> list[str]:
     """The names verdicts get: each check's ``name`` or ``kind``, and ``fault_landed`` (added when a drill with
-    faults does not list it; see :func:`drill.engine.verdicts.plan_checks`)."""
+    faults does not list it; see :func:`drill.runner.verdicts.plan_checks`)."""
     names = [c.name or c.kind for c in checks]
     if has_faults and not any(c.kind == "fault_landed" for c in checks):
         names.insert(0, "fault_landed")

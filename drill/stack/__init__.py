@@ -13,7 +13,7 @@ Sub-packages, by what their modules do (the seams between them are fixed in
 - :mod:`drill.stack.supervision`: plan, launcher, supervisor, state file, Docker runtime.
 
 At the root, what they all share: the stack YAML (:mod:`drill.stack.config`), the GPU and model
-presets, the specs each process is told at start (:mod:`drill.stack.specs`) and lifelines
+presets, the launches each process is told at start (:mod:`drill.stack.launch`) and lifelines
 (:mod:`drill.stack.lifeline`). Importing any module here starts nothing; only the
 ``python -m drill.stack.<package>.<module>`` entry points (``replica.api_server``, ``router.gateway``,
 ``interconnect.rank``, ``supervision.supervisor``, ``supervision.container_entry``) start

@@ -2,7 +2,7 @@
 
 Called by ``drill stack up --config stack.yaml`` (through :func:`load_stack_config`), by a drill's
 ``target.config``, and by the replica process, which receives the whole :class:`StackConfig` inside
-its :class:`~drill.stack.specs.ReplicaSpec`. vLLM's own option names are used wherever vLLM
+its :class:`~drill.stack.launch.ReplicaLaunch`. vLLM's own option names are used wherever vLLM
 has one (docs/serving-facts.md §4). Durations are strings with units (``"2s"``), parsed by
 :mod:`drill.units` into seconds.
 """

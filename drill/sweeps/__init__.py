@@ -3,7 +3,7 @@
 A drill with a ``sweep:`` block (:class:`drill.spec.models.SweepSpec`) names a variable by its key path (as
 ``--set`` does) and 2-8 values. ``drill run`` then runs the drill once per value, each variant the drill as
 written with exactly that one assignment (:mod:`drill.sweeps.resolve`), into its own run directory under the
-sweep's (``variants/<label>-<value>/<drill>/<run id>/``, through :func:`drill.engine.variants.run_variant`), and
+sweep's (``variants/<label>-<value>/<drill>/<run id>/``, through :func:`drill.runner.variants.run_variant`), and
 judges the whole (:mod:`drill.sweeps.sweeper`):
 
 - :mod:`drill.sweeps.resolve` loads the variants (a fault a variant's target cannot take is left out only when the

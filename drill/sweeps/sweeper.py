@@ -4,7 +4,7 @@ The sweep's run directory (``reports/<drill>/<run id>/``, like any run's) holds:
 
     drill.yaml, resolved.json     the sweep drill as given and as resolved, with each variant's one assignment
     journal.jsonl                 run_started, one note per variant started and finished, run_finished
-    variants/<label>/<drill>/<run id>/   each variant's own, complete run directory (drill.engine.variants)
+    variants/<label>/<drill>/<run id>/   each variant's own, complete run directory (drill.runner.variants)
     sweep.json                    the variable and each variant's value, run directory, status, exit code and
                                   skipped faults (what the sweep's checks and figures read)
     scaling.json                  the figures (drill.sweeps.scaling)
@@ -26,11 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from drill.api import Status, Verdict
-from drill.engine.judge import planned_checks
-from drill.engine.listeners import RunListener
-from drill.engine.runner import RunOptions, RunResult
-from drill.engine.variants import run_variant
-from drill.engine.verdicts import judge_one, verdicts_document
 from drill.report.junit import write_junit
 from drill.report.render import load_verdicts
 from drill.rundir.directory import RunDir, open_run
@@ -38,6 +33,11 @@ from drill.rundir.evidence import RunEvidence
 from drill.rundir.files import inside
 from drill.rundir.journal import Event, Journal, RunStatus
 from drill.rundir.redact import Redactor, secret_environment_values
+from drill.runner.judge import planned_checks
+from drill.runner.listeners import RunListener
+from drill.runner.run import RunOptions, RunResult
+from drill.runner.variants import run_variant
+from drill.runner.verdicts import judge_one, verdicts_document
 from drill.sweeps.resolve import SweepPlan, SweepVariant, is_sweep_check
 from drill.sweeps.scaling import ScalingTable, measure_sweep, read_sweep_record
 from drill.sweeps.scaling_report import write_scaling_reports

@@ -12,7 +12,7 @@ A fault must do what ``drill.api`` promises, under live traffic, against a real 
    must clean up;
 4. **revert from the journal record alone** works, as the watchdog does it: the record is journaled
    like a run's, the fault is rebuilt from the registry (so register yours, e.g. with
-   ``DRILL_EXTRA_PLUGINS``) and reverted by :func:`drill.engine.cleanup.clean_run`.
+   ``DRILL_EXTRA_PLUGINS``) and reverted by :func:`drill.runner.cleanup.clean_run`.
 
 Usage, in a pytest test with a running target (e.g. ``drill stack up``)::
 
@@ -43,10 +43,10 @@ import httpx
 
 from drill import errors, registry
 from drill.api import Fault, FaultContext, FaultNotLanded, LoadControl, Selector, TargetInfo
-from drill.engine.cleanup import clean_run
-from drill.engine.fault_schedule import resolve_targets
-from drill.engine.reverts import RevertRecord, RevertStack
 from drill.rundir.journal import Journal
+from drill.runner.cleanup import clean_run
+from drill.runner.fault_schedule import resolve_targets
+from drill.runner.reverts import RevertRecord, RevertStack
 
 __all__ = [
     "ContractReport",

@@ -51,10 +51,10 @@ def _start(argv: list[str], ready: Path, log: Path) -> tuple[subprocess.Popen, d
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     """One replica and a router in front of it; both killed after the module, even on failure."""
     from drill.stack.config import parse_stack_config
-    from drill.stack.specs import ReplicaSpec, RouterSpec, UpstreamSpec
+    from drill.stack.launch import ReplicaLaunch, RouterLaunch, UpstreamLaunch
 
     tmp = tmp_path_factory.mktemp("admin")
-    spec = ReplicaSpec(
+    spec = ReplicaLaunch(
         name="replica-0",
         index=0,
         port=0,
@@ -68,20 +68,20 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     procs = []
     try:
         replica, info = _start(
-            ["drill.stack.replica.api_server", "--spec", str(tmp / "replica.json")],
+            ["drill.stack.replica.api_server", "--launch", str(tmp / "replica.json")],
             spec.ready_file,
             tmp / "replica.out",
         )
         procs.append(replica)
-        router_spec = RouterSpec(
-            replicas=(UpstreamSpec(name="replica-0", index=0, url=info["url"]),),
+        router_launch = RouterLaunch(
+            replicas=(UpstreamLaunch(name="replica-0", index=0, url=info["url"]),),
             admin_token=TOKEN,
             ready_file=tmp / "router.ready",
         )
-        (tmp / "router.json").write_text(router_spec.model_dump_json())
+        (tmp / "router.json").write_text(router_launch.model_dump_json())
         router, rinfo = _start(
-            ["drill.stack.router.gateway", "--spec", str(tmp / "router.json")],
-            router_spec.ready_file,
+            ["drill.stack.router.gateway", "--launch", str(tmp / "router.json")],
+            router_launch.ready_file,
             tmp / "router.out",
         )
         procs.append(router)

@@ -16,7 +16,7 @@ import pytest
 
 import drill.api
 import drill.checks
-import drill.engine.judge
+import drill.runner.judge
 from drill import registry
 from drill.api import Check, RunEvidence, Status
 from drill.testing import CheckCase, ContractViolation, run_check_contract, write_minimal_run
@@ -98,7 +98,7 @@ def test_the_minimal_run_reads_as_a_finished_run_with_three_empty_phases(tmp_pat
 
 
 def test_drill_api_gives_a_check_everything_it_needs() -> None:
-    assert drill.api.RunEvidence is drill.engine.judge.RunEvidence  # the very class `drill judge` reads runs with
+    assert drill.api.RunEvidence is drill.runner.judge.RunEvidence  # the very class `drill judge` reads runs with
     assert {"Check", "CheckParams", "EvidenceKind", "EvidenceRef", "RunEvidence", "Status", "Verdict"} <= set(
         drill.api.__all__
     )

@@ -8,7 +8,7 @@ import pytest
 
 from drill.api import EvidenceKind, Status
 from drill.checks.failures import FastFailureCheck, FastFailureParams
-from drill.engine.verdicts import judge_one
+from drill.runner.verdicts import judge_one
 from tests.checks.rundir_kit import RunKit
 
 

@@ -12,9 +12,9 @@ from pydantic import ValidationError
 
 from drill.api import EvidenceKind, Status
 from drill.checks.spans import FirstAbnormalSpanCheck, FirstAbnormalSpanParams
-from drill.engine.verdicts import judge_one
 from drill.registry import checks
 from drill.rundir.evidence import RunEvidence
+from drill.runner.verdicts import judge_one
 from tests.checks.rundir_kit import RunKit
 from tests.traces.spankit import drill_request, vllm_request
 

@@ -12,7 +12,7 @@ import pytest
 
 from drill.api import Status
 from drill.checks.health import HealthTruthCheck, HealthTruthParams, read_health
-from drill.engine.health_probes import HealthProber
+from drill.runner.health_probes import HealthProber
 from drill.testing import CheckCase, run_check_contract
 from tests.checks.rundir_kit import RunKit
 

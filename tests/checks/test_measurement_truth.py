@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from drill.checks.builtin import SloCheck, SloParams
-from drill.engine.verdicts import verdicts_document
 from drill.rundir.evidence import RunEvidence
+from drill.runner.verdicts import verdicts_document
 from tests.checks.rundir_kit import RunKit
 
 ROUTER, REPLICA = "drill-router", "drill-replica-1"

@@ -12,7 +12,7 @@ from drill.checks.retries import (
     RetryBudgetCheck,
     RetryBudgetParams,
 )
-from drill.engine.verdicts import judge_one
+from drill.runner.verdicts import judge_one
 from tests.checks.rundir_kit import RunKit
 
 

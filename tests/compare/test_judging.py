@@ -15,8 +15,8 @@ from drill.compare.comparison import ComparisonPlan, ComparisonResult, SideRun
 from drill.compare.decision import judge_comparison
 from drill.compare.diff import Difference
 from drill.compare.documents import write_documents
-from drill.engine.runner import RunResult
 from drill.rundir.journal import RunStatus
+from drill.runner.run import RunResult
 from drill.spec.loader import load_drill
 from tests.report.report_kit import ReportKit
 

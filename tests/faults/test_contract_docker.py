@@ -75,7 +75,7 @@ def test_the_docker_crash_is_restarted_by_docker_not_by_hand(docker_stack: Runni
     """The crash's evidence is Docker's own restart count, one higher and running, with a new main process."""
     from drill import registry
     from drill.api import Selector
-    from drill.engine.fault_schedule import resolve_targets
+    from drill.runner.fault_schedule import resolve_targets
 
     fault_cls = registry.faults.get("replica_crash")
     fault = fault_cls(fault_cls.Params(method="docker"))

@@ -20,8 +20,8 @@ import yaml
 from drill import registry
 from drill.api import FaultContext, FaultNotLanded, Selector
 from drill.backends.toxiproxy import ToxiproxyClient
-from drill.engine.fault_schedule import resolve_targets
 from drill.rundir.journal import read_journal
+from drill.runner.fault_schedule import resolve_targets
 from tests.faults.conftest import RunningStack, wait_healthy
 
 pytestmark = pytest.mark.integration

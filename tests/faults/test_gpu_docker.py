@@ -14,9 +14,9 @@ import pytest
 from drill import registry
 from drill.api import Capability, FaultContext, FaultNotLanded, FaultTargets, ReplicaRef, TargetInfo
 from drill.backends.docker import DockerBackend, ensure_empty_image
-from drill.engine.cleanup import clean_run
-from drill.engine.reverts import RevertRecord, RevertStack
 from drill.rundir.journal import Journal
+from drill.runner.cleanup import clean_run
+from drill.runner.reverts import RevertRecord, RevertStack
 from tests.faults.gpu_fakes import FAKE_SMI, build_fake_cudart, write_tool
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]

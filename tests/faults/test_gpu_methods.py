@@ -26,9 +26,9 @@ from drill.api import (
     ReplicaRef,
     TargetInfo,
 )
-from drill.engine.cleanup import clean_run
-from drill.engine.reverts import RevertRecord, RevertStack
 from drill.rundir.journal import Journal
+from drill.runner.cleanup import clean_run
+from drill.runner.reverts import RevertRecord, RevertStack
 from tests.faults.gpu_fakes import FAKE_SMI, FAKE_TC, build_fake_cudart, write_tool
 
 HOST_REPLICA = ReplicaRef(name="gpu-host-0", index=0, url="http://127.0.0.1:9")

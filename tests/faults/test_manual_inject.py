@@ -125,7 +125,7 @@ def test_drill_cleanup_finds_a_manual_injection_in_the_active_registry(local_sta
     )
     run_dir = _run_dir(tmp_path)
     control = ProcessControl(timeout_s=10)
-    watchdog = control.find(process_name=f"drill.engine.watchdog --run-dir {run_dir}")
+    watchdog = control.find(process_name=f"drill.runner.watchdog --run-dir {run_dir}")
     control.kill(watchdog.ref)
     proc.kill()
     proc.wait(10)

@@ -113,7 +113,7 @@ def test_queue_flood_contract_under_the_real_load_driver(
 def test_queue_flood_refuses_to_run_without_a_load_driver(small_stack: RunningStack) -> None:
     from drill import registry
     from drill.api import InjectError
-    from drill.engine.fault_schedule import resolve_targets
+    from drill.runner.fault_schedule import resolve_targets
 
     fault_cls = registry.faults.get("queue_flood")
     fault = fault_cls(fault_cls.Params())

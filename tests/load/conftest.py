@@ -120,14 +120,14 @@ class ReplicaProcess:
 def spawn_replica(tmp_path: Path) -> Iterator[Callable[..., ReplicaProcess]]:
     """``spawn_replica(engine={...}, gpu="h100", model="llama-3-8b")``: one replica process of the stack."""
     from drill.stack.config import parse_stack_config
-    from drill.stack.specs import ReplicaSpec
+    from drill.stack.launch import ReplicaLaunch
 
     started: list[subprocess.Popen] = []
 
     def spawn(engine: dict | None = None, **config: object) -> ReplicaProcess:
         n = len(started)
         stack = parse_stack_config({"engine": {"weight_load_time": "0s", **(engine or {})}, **config})
-        spec = ReplicaSpec(
+        spec = ReplicaLaunch(
             name=f"replica-{n}",
             index=0,
             port=0,
@@ -142,7 +142,7 @@ def spawn_replica(tmp_path: Path) -> Iterator[Callable[..., ReplicaProcess]]:
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         env.pop("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", None)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "drill.stack.replica.api_server", "--spec", str(spec_path)], env=env
+            [sys.executable, "-m", "drill.stack.replica.api_server", "--launch", str(spec_path)], env=env
         )
         started.append(proc)
         info = _wait_ready(proc, spec.ready_file, spec.log_path, 30.0)

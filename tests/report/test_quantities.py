@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from drill.engine.scraper import parse_samples
 from drill.report.quantities import metric_used, phase_quantities, quantity_series
 from drill.rundir.evidence import RunEvidence
+from drill.runner.scraper import parse_samples
 from drill.serving_metrics import METRIC_NAMES, QUANTITIES, SERVERS
 
 T0 = 1_764_000_000.0

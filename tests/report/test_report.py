@@ -313,10 +313,10 @@ def test_an_unjudged_run_still_renders(tmp_path):
 
 
 def test_the_runner_journals_a_broken_report_and_goes_on(tmp_path, monkeypatch):
-    from drill.engine import runner as runner_module
     from drill.report import render
     from drill.rundir.directory import RunDir
     from drill.rundir.journal import Journal, read_journal
+    from drill.runner import run as runner_module
 
     def broken(run_dir):
         raise RuntimeError("template exploded")

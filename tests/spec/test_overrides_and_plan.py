@@ -9,8 +9,8 @@ from click.testing import CliRunner
 
 from drill import __version__
 from drill.cli.main import cli
-from drill.engine.safety import check_hosts, is_loopback
 from drill.errors import SpecError, UnsafeTargetError
+from drill.runner.safety import check_hosts, is_loopback
 from drill.spec.loader import load_drill
 from drill.spec.overrides import parse_override
 

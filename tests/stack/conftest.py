@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from drill.stack.replica.api_server import Replica
-from tests.stack.replica_kit import ReplicaLauncher, make_spec
+from tests.stack.replica_kit import ReplicaLauncher, make_launch
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def start_replica(tmp_path: Path) -> Callable:
     async def start(
         engine: dict | None = None, span_processor: object = None, **config: object
     ) -> AsyncIterator[Replica]:
-        replica = Replica(make_spec(tmp_path, engine, **config), span_processor=span_processor)
+        replica = Replica(make_launch(tmp_path, engine, **config), span_processor=span_processor)
         await replica.start()
         try:
             yield replica

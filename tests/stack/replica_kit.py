@@ -1,4 +1,4 @@
-"""Helpers of the replica tests: replica specs and replica processes (imported by conftest and tests)."""
+"""Helpers of the replica tests: replica launches and replica processes (imported by conftest and tests)."""
 
 from __future__ import annotations
 
@@ -16,16 +16,16 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from drill.stack.config import parse_stack_config
 from drill.stack.http.server import HttpRequest, HttpResponse, HttpServer, ResponseStream, Router
-from drill.stack.specs import ReplicaSpec
+from drill.stack.launch import ReplicaLaunch
 
 ADMIN_TOKEN = "test-admin-token"
 REPO = Path(__file__).resolve().parents[2]
 
 
-def make_spec(tmp_path: Path, engine: dict | None = None, **config: object) -> ReplicaSpec:
-    """A spec for a replica on a free port that loads its weights at once."""
+def make_launch(tmp_path: Path, engine: dict | None = None, **config: object) -> ReplicaLaunch:
+    """A launch for a replica on a free port that loads its weights at once."""
     stack = parse_stack_config({"engine": {"weight_load_time": "0s", **(engine or {})}, **config})
-    return ReplicaSpec(
+    return ReplicaLaunch(
         name="replica-0",
         index=0,
         port=0,
@@ -40,7 +40,7 @@ class ReplicaProcess:
     """A replica started as ``python -m drill.stack.replica.api_server`` by :class:`ReplicaLauncher`."""
 
     proc: subprocess.Popen
-    spec: ReplicaSpec
+    launch: ReplicaLaunch
     url: str
     log_path: Path
 
@@ -67,15 +67,15 @@ class ReplicaLauncher:
         number = len(self.started)
         ready = self.tmp_path / f"ready-{number}.json"
         log_path = self.tmp_path / f"replica-{number}.log"
-        spec = make_spec(self.tmp_path, engine, **config).model_copy(
+        launch = make_launch(self.tmp_path, engine, **config).model_copy(
             update={"ready_file": ready, "log_path": log_path, "otlp_endpoint": otlp_endpoint}
         )
-        spec_path = self.tmp_path / f"spec-{number}.json"
-        spec_path.write_text(spec.model_dump_json())
+        launch_path = self.tmp_path / f"launch-{number}.json"
+        launch_path.write_text(launch.model_dump_json())
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         env.pop("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", None)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "drill.stack.replica.api_server", "--spec", str(spec_path)], env=env
+            [sys.executable, "-m", "drill.stack.replica.api_server", "--launch", str(launch_path)], env=env
         )
         self.started.append(proc)
         deadline = time.monotonic() + ready_timeout
@@ -83,7 +83,7 @@ class ReplicaLauncher:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"replica did not start (exit {proc.poll()}): {log_path.read_text()}")
             time.sleep(0.02)
-        return ReplicaProcess(proc, spec, json.loads(ready.read_text())["url"], log_path)
+        return ReplicaProcess(proc, launch, json.loads(ready.read_text())["url"], log_path)
 
     def kill_all(self) -> None:
         for proc in self.started:

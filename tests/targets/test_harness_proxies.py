@@ -164,7 +164,7 @@ def test_drill_cleanup_after_a_sigkill_removes_the_proxies_the_drill_made(
     try:
         plan, name = _faulted_proxy(run_dir)
         # the watchdog dies first, as when the machine is lost
-        watchdog = ProcessControl().find(process_name=f"drill.engine.watchdog --run-dir {run_dir}")
+        watchdog = ProcessControl().find(process_name=f"drill.runner.watchdog --run-dir {run_dir}")
         _sigkill(watchdog.pid)
         ProcessControl().wait_gone(watchdog.ref)
         _sigkill(proc.pid)

@@ -158,8 +158,8 @@ def test_slow_replica_needs_a_proxy_which_upstream_replicas_get_from_the_harness
 
 
 def test_a_non_loopback_upstream_or_listen_host_needs_allow_host(tmp_path: Path) -> None:
-    from drill.engine.safety import check_hosts
     from drill.errors import UnsafeTargetError
+    from drill.runner.safety import check_hosts
 
     for key, value in (("upstream", "10.1.2.3:8000"), ("listen", "10.1.2.3:0")):
         replica = {"name": "a", "upstream": "127.0.0.1:8000", key: value}

@@ -176,7 +176,7 @@ def start_router(folder: Path, upstreams: dict[str, str], otlp_port: int | None)
     log = folder / "router.log"
     with open(log, "ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "drill.stack.router.gateway", "--spec", str(folder / "router.json")],
+            [sys.executable, "-m", "drill.stack.router.gateway", "--launch", str(folder / "router.json")],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -4,7 +4,7 @@
 ``requests.jsonl`` and ``failing_samples.jsonl`` in the run directory, at most
 ``FLUSH_INTERVAL_S`` after a record is made, in whole lines: each flush is one
 ``os.write`` on an ``O_APPEND`` descriptor, so a reader tailing the file
-(``drill/engine/stopconditions.py``) never sees half a record from us.
+(``drill/runner/stopconditions.py``) never sees half a record from us.
 :class:`BatchSink` (a distributed worker) keeps records until the next report to
 the master (``events.report_to_master``, ``docs/dependencies.md`` §1.5) or the
 final flush at stop.

@@ -1,7 +1,7 @@
-"""A TP rank or PP stage of a replica: ``python -m drill.stack.interconnect.rank --spec FILE|JSON``.
+"""A TP rank or PP stage of a replica: ``python -m drill.stack.interconnect.rank --launch FILE|JSON``.
 
 Started by rank 0 (the replica process) through :func:`drill.stack.interconnect.tcp.connect`, it
-listens on ``spec.listen``, prints ``ready`` on stdout, accepts one connection from its upstream
+listens on ``launch.listen``, prints ``ready`` on stdout, accepts one connection from its upstream
 peer (rank 0, or the previous stage, possibly through a Toxiproxy proxy) and then serves
 messages until that connection closes, when it exits 0. It also dies with its parent
 (PR_SET_PDEATHSIG, set by the spawner).
@@ -32,13 +32,13 @@ from pydantic import BaseModel, ConfigDict
 
 from drill.api import LinkKind
 
-__all__ = ["HEADER", "RankSpec", "main", "recv_exactly", "split_address"]
+__all__ = ["HEADER", "RankLaunch", "main", "recv_exactly", "split_address"]
 
 HEADER = struct.Struct("!II")
 _ZEROS = bytes(1 << 20)
 
 
-class RankSpec(BaseModel):
+class RankLaunch(BaseModel):
     """What one rank process needs: its ``listen`` address and, for a PP stage that is not the
     last, the address through which it reaches the next stage (``next_connect``)."""
 
@@ -122,20 +122,20 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
         sink.close()
 
 
-def serve(spec: RankSpec) -> None:
+def serve(launch: RankLaunch) -> None:
     """Run one rank until its upstream connection closes. Called by :func:`main`."""
-    server = _listen(spec.listen, spec.bind_timeout_s)
-    server.settimeout(spec.accept_timeout_s)
+    server = _listen(launch.listen, launch.bind_timeout_s)
+    server.settimeout(launch.accept_timeout_s)
     print("ready", flush=True)
     upstream, _ = server.accept()
     server.close()
     upstream.settimeout(None)
     _nodelay(upstream)
     try:
-        if spec.next_connect is None:
+        if launch.next_connect is None:
             _answer(upstream)
         else:
-            downstream = _nodelay(socket.create_connection(split_address(spec.next_connect), timeout=10))
+            downstream = _nodelay(socket.create_connection(split_address(launch.next_connect), timeout=10))
             downstream.settimeout(None)
             threading.Thread(target=_pump, args=(downstream, upstream), daemon=True).start()
             _forward(upstream, downstream)
@@ -143,18 +143,18 @@ def serve(spec: RankSpec) -> None:
         return  # rank 0 went away: this rank's life is over
 
 
-def _load_spec(value: str) -> RankSpec:
+def _load_launch(value: str) -> RankLaunch:
     text = value if value.lstrip().startswith("{") else Path(value).read_text(encoding="utf-8")
-    return RankSpec.model_validate(json.loads(text))
+    return RankLaunch.model_validate(json.loads(text))
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``--spec`` is a path to a RankSpec JSON file, or the JSON itself."""
+    """Entry point: ``--launch`` is a path to a RankLaunch JSON file, or the JSON itself."""
     parser = argparse.ArgumentParser(prog="python -m drill.stack.interconnect.rank")
-    parser.add_argument("--spec", required=True, help="RankSpec as a JSON file path or inline JSON")
+    parser.add_argument("--launch", required=True, help="RankLaunch as a JSON file path or inline JSON")
     args = parser.parse_args(argv)
     try:
-        serve(_load_spec(args.spec))
+        serve(_load_launch(args.launch))
     except TimeoutError:
         print("rank: nobody connected in time", file=sys.stderr)
         return 1

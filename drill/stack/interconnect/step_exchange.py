@@ -4,7 +4,7 @@ The engine (:mod:`drill.stack.inference.core`) calls :meth:`Interconnect.exchang
 :class:`ExchangePlan` that the cost model computed for the step's batch
 (:meth:`drill.stack.inference.cost_model.CostModel.exchange_plan`). The topology half implements the TCP
 interconnect between rank processes in :mod:`drill.stack.interconnect.tcp` and returns it from
-``drill.stack.interconnect.tcp.connect(spec)``; with tp = pp = 1 the engine uses
+``drill.stack.interconnect.tcp.connect(launch)``; with tp = pp = 1 the engine uses
 :class:`NoopInterconnect` here.
 """
 

@@ -49,15 +49,15 @@ from pydantic import BaseModel, ConfigDict
 from drill.api import LinkKind
 from drill.errors import StackError
 from drill.stack.interconnect.affinity import pin_to_link_cpu, pinned_preexec
-from drill.stack.interconnect.rank import HEADER, RankSpec, recv_exactly, split_address
+from drill.stack.interconnect.rank import HEADER, RankLaunch, recv_exactly, split_address
 from drill.stack.interconnect.step_exchange import ExchangePlan, NoopInterconnect
+from drill.stack.launch import PeerLaunch
 from drill.stack.lifeline import die_with_parent
-from drill.stack.specs import PeerSpec
 
 __all__ = [
     "Baseline",
     "LinkError",
-    "InterconnectSpec",
+    "InterconnectLaunch",
     "PP_REPLY_BYTES",
     "TcpInterconnect",
     "connect",
@@ -73,15 +73,15 @@ _TP_CAL_RUN = 64
 _CAL_GAP_S = 0.003
 
 
-class InterconnectSpec(BaseModel):
+class InterconnectLaunch(BaseModel):
     """The links of one replica: its ``peers`` (as the launcher arranged them) and tunables.
 
-    Built from a ``ReplicaSpec`` by :func:`connect` (``byte_scale`` from ``links.byte_scale``).
+    Built from a ``ReplicaLaunch`` by :func:`connect` (``byte_scale`` from ``links.byte_scale``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    links: tuple[PeerSpec, ...] = ()
+    links: tuple[PeerLaunch, ...] = ()
     byte_scale: float = DEFAULT_BYTE_SCALE
     calibration_samples: int = 9
     start_timeout_s: float = 20.0
@@ -136,17 +136,17 @@ class TcpInterconnect:
 
     def __init__(
         self,
-        spec: InterconnectSpec,
+        launch: InterconnectLaunch,
         processes: list[subprocess.Popen[bytes]],
         tp_socks: list[socket.socket],
         pp_sock: socket.socket | None,
     ) -> None:
         """Called by :func:`connect` once the ranks listen and the sockets are dialled."""
-        self.spec = spec
+        self.launch = launch
         self._processes = processes
         self._tp = tp_socks
         self._pp = pp_sock
-        self._pp_links = sum(1 for link in spec.links if link.kind == LinkKind.PP.value)
+        self._pp_links = sum(1 for link in launch.links if link.kind == LinkKind.PP.value)
         self._buffer = bytearray(MAX_MESSAGE_BYTES)
         self._executor = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="interconnect", initializer=pin_to_link_cpu
@@ -160,8 +160,8 @@ class TcpInterconnect:
         (as NCCL's watchdog would end the engine).
         """
         loop = asyncio.get_running_loop()
-        tp_bytes = scaled_bytes(plan.tp_bytes_per_round, self.spec.byte_scale)
-        pp_bytes = scaled_bytes(plan.pp_bytes_per_transfer, self.spec.byte_scale)
+        tp_bytes = scaled_bytes(plan.tp_bytes_per_round, self.launch.byte_scale)
+        pp_bytes = scaled_bytes(plan.pp_bytes_per_transfer, self.launch.byte_scale)
         batches = micro_batches(plan.pp_transfers, self._pp_links)
         measured = await loop.run_in_executor(self._executor, self._run, plan.tp_rounds, tp_bytes, batches, pp_bytes)
         expected = self.baseline.seconds(plan.tp_rounds, tp_bytes, batches, pp_bytes)
@@ -204,7 +204,7 @@ class TcpInterconnect:
         return self._executor.submit(self._calibrate).result()
 
     def _calibrate(self) -> Baseline:
-        samples = self.spec.calibration_samples
+        samples = self.launch.calibration_samples
         tp_round_s = tp_byte_s = 0.0
         if self._tp:  # rounds in runs, as steps make them: isolated rounds measure cheaper
             points = [
@@ -260,10 +260,10 @@ def _reap(processes: list[subprocess.Popen[bytes]], timeout_s: float = 2.0) -> N
             process.wait(timeout=timeout_s)
 
 
-def _spawn_rank(link: PeerSpec, next_connect: str | None) -> subprocess.Popen[bytes]:
-    spec = RankSpec(kind=LinkKind(link.kind), rank=link.rank, listen=link.listen, next_connect=next_connect)
+def _spawn_rank(link: PeerLaunch, next_connect: str | None) -> subprocess.Popen[bytes]:
+    launch = RankLaunch(kind=LinkKind(link.kind), rank=link.rank, listen=link.listen, next_connect=next_connect)
     return subprocess.Popen(
-        [sys.executable, "-m", "drill.stack.interconnect.rank", "--spec", spec.model_dump_json()],
+        [sys.executable, "-m", "drill.stack.interconnect.rank", "--launch", launch.model_dump_json()],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         preexec_fn=pinned_preexec(die_with_parent()),
@@ -287,10 +287,10 @@ def _dial(address: str, timeout_s: float) -> socket.socket:
     return sock
 
 
-def _spawn_ranks(spec: InterconnectSpec) -> tuple[list[PeerSpec], list[subprocess.Popen[bytes]]]:
+def _spawn_ranks(launch: InterconnectLaunch) -> tuple[list[PeerLaunch], list[subprocess.Popen[bytes]]]:
     """Start every rank process (TP ranks, then PP stages in order); called in the loop's thread."""
-    pp_links = sorted((p for p in spec.links if p.kind == LinkKind.PP.value), key=lambda p: p.rank)
-    tp_links = sorted((p for p in spec.links if p.kind == LinkKind.TP.value), key=lambda p: p.rank)
+    pp_links = sorted((p for p in launch.links if p.kind == LinkKind.PP.value), key=lambda p: p.rank)
+    tp_links = sorted((p for p in launch.links if p.kind == LinkKind.TP.value), key=lambda p: p.rank)
     processes: list[subprocess.Popen[bytes]] = []
     try:
         for link in tp_links:
@@ -305,19 +305,19 @@ def _spawn_ranks(spec: InterconnectSpec) -> tuple[list[PeerSpec], list[subproces
 
 
 def _link_up(
-    spec: InterconnectSpec, links: list[PeerSpec], processes: list[subprocess.Popen[bytes]]
+    launch: InterconnectLaunch, links: list[PeerLaunch], processes: list[subprocess.Popen[bytes]]
 ) -> TcpInterconnect:
     """Wait until every rank listens, dial them, calibrate; kills the ranks on any failure."""
     try:
-        deadline = time.monotonic() + spec.start_timeout_s
+        deadline = time.monotonic() + launch.start_timeout_s
         for process, link in zip(processes, links):
             _wait_ready(process, deadline, f"{link.kind} rank {link.rank}")
-        tp_socks = [_dial(p.connect, spec.start_timeout_s) for p in links if p.kind == LinkKind.TP.value]
+        tp_socks = [_dial(p.connect, launch.start_timeout_s) for p in links if p.kind == LinkKind.TP.value]
         pp_first = next((p for p in links if p.kind == LinkKind.PP.value), None)
-        pp_sock = _dial(pp_first.connect, spec.start_timeout_s) if pp_first else None
+        pp_sock = _dial(pp_first.connect, launch.start_timeout_s) if pp_first else None
         for sock in [*tp_socks, *([pp_sock] if pp_sock else [])]:
-            sock.settimeout(spec.exchange_timeout_s)
-        interconnect = TcpInterconnect(spec, processes, tp_socks, pp_sock)
+            sock.settimeout(launch.exchange_timeout_s)
+        interconnect = TcpInterconnect(launch, processes, tp_socks, pp_sock)
         interconnect.calibrate()
         return interconnect
     except BaseException:
@@ -332,23 +332,23 @@ def _kill(processes: list[subprocess.Popen[bytes]]) -> None:
     _reap(processes)
 
 
-def _interconnect_spec(spec: object) -> InterconnectSpec:
-    if isinstance(spec, InterconnectSpec):
-        return spec
-    links_config = getattr(getattr(spec, "config", None), "links", None)
+def _interconnect_launch(launch: object) -> InterconnectLaunch:
+    if isinstance(launch, InterconnectLaunch):
+        return launch
+    links_config = getattr(getattr(launch, "config", None), "links", None)
     scale = getattr(links_config, "byte_scale", DEFAULT_BYTE_SCALE)
-    return InterconnectSpec(links=tuple(getattr(spec, "peers", ())), byte_scale=scale)
+    return InterconnectLaunch(links=tuple(getattr(launch, "peers", ())), byte_scale=scale)
 
 
-async def connect(spec: object) -> NoopInterconnect | TcpInterconnect:
+async def connect(launch: object) -> NoopInterconnect | TcpInterconnect:
     """Start this replica's TP ranks and PP stages, connect to them and calibrate the baseline.
 
-    ``spec`` is the replica's ``ReplicaSpec`` (its ``peers`` and ``config.links.byte_scale``) or
-    an :class:`InterconnectSpec`. Call it from the event loop's thread (rank processes die with
+    ``launch`` is the replica's ``ReplicaLaunch`` (its ``peers`` and ``config.links.byte_scale``) or
+    an :class:`InterconnectLaunch`. Call it from the event loop's thread (rank processes die with
     it). Returns a :class:`NoopInterconnect` when there are no peers. Raises StackError when a
     rank does not start within ``start_timeout_s``.
     """
-    links = _interconnect_spec(spec)
+    links = _interconnect_launch(launch)
     if not links.links:
         return NoopInterconnect()
     ordered, processes = _spawn_ranks(links)  # here, in the loop's thread: pdeathsig binds to it

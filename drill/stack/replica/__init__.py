@@ -1,4 +1,4 @@
-"""One replica process of the stack: ``python -m drill.stack.replica.api_server --spec FILE.json``.
+"""One replica process of the stack: ``python -m drill.stack.replica.api_server --launch FILE.json``.
 
 The API server (:mod:`drill.stack.replica.api_server`, named after vLLM's
 ``vllm.entrypoints.openai.api_server``) runs an engine from :mod:`drill.stack.inference` behind the

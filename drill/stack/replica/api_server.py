@@ -1,16 +1,16 @@
-"""One replica process of the reference stack: ``python -m drill.stack.replica.api_server --spec FILE.json``.
+"""One replica process of the reference stack: ``python -m drill.stack.replica.api_server --launch FILE.json``.
 
 Started by the supervisor (topology side) or by hand with tp = pp = 1 (stack-contracts.md §3).
-In order: read the :class:`~drill.stack.specs.ReplicaSpec`; plan GPU memory (vLLM's
+In order: read the :class:`~drill.stack.launch.ReplicaLaunch`; plan GPU memory (vLLM's
 start-up errors when the model does not fit); connect the TP/PP interconnect
-(``drill.stack.interconnect.tcp.connect(spec)``; a no-op one for a single GPU); load the weights
+(``drill.stack.interconnect.tcp.connect(launch)``; a no-op one for a single GPU); load the weights
 (sleep the modelled weight-load time) *before* binding the port, as vLLM does; start the engine
 loop and the HTTP server; write ``ready_file`` if asked.
 
 Exit codes: 0 after SIGTERM/SIGINT (stop listening, let in-flight requests finish for up to
 :data:`SHUTDOWN_GRACE_S`, abort the rest, flush spans and the ledger); 1 when the engine died
 (simulated CUDA OOM, XID, broken link: every in-flight request has had its 500 or error event and
-``[DONE]``, ``/health`` answered 503, exit within ~1 s); 2 when the spec or configuration cannot
+``[DONE]``, ``/health`` answered 503, exit within ~1 s); 2 when the launch or configuration cannot
 start (nothing to restart); 3 on any other failure.
 """
 
@@ -40,6 +40,7 @@ from drill.stack.inference.kv_cache import KVCacheManager
 from drill.stack.inference.scheduler import Scheduler
 from drill.stack.interconnect import tcp as interconnect
 from drill.stack.interconnect.step_exchange import Interconnect
+from drill.stack.launch import PeerLaunch, ReplicaLaunch, read_replica_launch
 from drill.stack.replica.admin_api import AdminApi
 from drill.stack.replica.kv_worker import kv_hooks
 from drill.stack.replica.ledger import Ledger
@@ -47,12 +48,11 @@ from drill.stack.replica.metrics import EngineMetrics
 from drill.stack.replica.openai_api import ApiContext, OpenAIApi
 from drill.stack.replica.recorder import RequestRecorder
 from drill.stack.replica.request_spans import Tracing
-from drill.stack.specs import PeerSpec, ReplicaSpec, read_replica_spec
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor
 
-__all__ = ["EXIT_ENGINE_DEAD", "PeerSpec", "Replica", "ReplicaSpec", "SHUTDOWN_GRACE_S", "main"]
+__all__ = ["EXIT_ENGINE_DEAD", "PeerLaunch", "Replica", "ReplicaLaunch", "SHUTDOWN_GRACE_S", "main"]
 
 log = logging.getLogger("drill.stack.replica")
 
@@ -63,11 +63,11 @@ EXIT_OK, EXIT_ENGINE_DEAD, EXIT_CONFIG, EXIT_FAILURE = 0, 1, 2, 3
 
 
 class Replica:
-    """The engine, its APIs and its HTTP server, built from a spec (nothing runs until :meth:`start`)."""
+    """The engine, its APIs and its HTTP server, built from a launch (nothing runs until :meth:`start`)."""
 
-    def __init__(self, spec: ReplicaSpec, *, span_processor: SpanProcessor | None = None) -> None:
-        self.spec = spec
-        config = spec.config
+    def __init__(self, launch: ReplicaLaunch, *, span_processor: SpanProcessor | None = None) -> None:
+        self.launch = launch
+        config = launch.config
         engine_config = config.engine
         self.cost_model = CostModel(
             config.model_preset,
@@ -80,13 +80,13 @@ class Replica:
         self.scheduler = Scheduler(engine_config, kv)
         self.gpu = GpuState(plan, self.cost_model)
         self.tracing = Tracing(
-            spec.service_name,
-            spec.otlp_endpoint,
+            launch.service_name,
+            launch.otlp_endpoint,
             span_processor=span_processor,
-            resource={"drill.replica": spec.name},
+            resource={"drill.replica": launch.name},
             span_shape=config.tracing.span_shape,
         )
-        self.ledger = Ledger(spec.ledger_path, spec.name)
+        self.ledger = Ledger(launch.ledger_path, launch.name)
         self.metrics = EngineMetrics(
             self.scheduler,
             model_name=config.model_name,
@@ -94,28 +94,28 @@ class Replica:
             gpu=self.gpu,
             cache_info=_cache_info(engine_config, plan.num_blocks),
         )
-        self.recorder = RequestRecorder(self.ledger, self.tracing, spec.name)
+        self.recorder = RequestRecorder(self.ledger, self.tracing, launch.name)
         self.engine = Engine(
             self.scheduler, Executor(self.cost_model, self.gpu), listeners=[self.metrics, self.recorder]
         )
         router = Router()
-        self.kv = kv_hooks(spec, self.tracing)  # a P/D worker's KV side; None when aggregated
+        self.kv = kv_hooks(launch, self.tracing)  # a P/D worker's KV side; None when aggregated
         self.api = OpenAIApi(
-            self.engine, config, self.metrics, self.tracing, seed=config.seed + spec.seed + spec.index, kv=self.kv
+            self.engine, config, self.metrics, self.tracing, seed=config.seed + launch.seed + launch.index, kv=self.kv
         )
         self.api.register(router)
         self.admin = AdminApi(
             self.engine,
             self.ledger,
-            name=spec.name,
-            index=spec.index,
-            admin_token=spec.admin_token,
-            last_death=take_death(spec.ledger_path),
+            name=launch.name,
+            index=launch.index,
+            admin_token=launch.admin_token,
+            last_death=take_death(launch.ledger_path),
         )
         self.admin.register(router)
         if self.kv is not None:
             self.admin.register_extra(router, self.kv.routes())
-        self.server = HttpServer(router, host=spec.host, port=spec.port, half_close=not config.abort_abandoned)
+        self.server = HttpServer(router, host=launch.host, port=launch.port, half_close=not config.abort_abandoned)
         self._engine_task: asyncio.Task | None = None
         log.info(
             "GPU KV cache size: %s tokens, Maximum concurrency for %s tokens per request: %.2fx",
@@ -127,12 +127,12 @@ class Replica:
     @property
     def weight_load_seconds(self) -> float:
         """The configured weight-load time, or the cost model's for ``auto``."""
-        value = self.spec.config.engine.weight_load_time
+        value = self.launch.config.engine.weight_load_time
         return self.cost_model.weight_load_seconds() if value == "auto" else float(value)
 
     async def start(self) -> None:
         """Connect ranks, load weights (sleep), start the engine, bind the port, write the ready file."""
-        self.engine.set_interconnect(await connect_interconnect(self.spec))
+        self.engine.set_interconnect(await connect_interconnect(self.launch))
         log.info("loading weights: %.2f s (modelled)", self.weight_load_seconds)
         await asyncio.sleep(self.weight_load_seconds)
         self._engine_task = asyncio.create_task(self.engine.run(), name="engine-core")
@@ -140,16 +140,16 @@ class Replica:
             await self.kv.start()
         self.tracing.start()
         await self.server.start()
-        log.info("replica %s listening on %s", self.spec.name, self.server.url)
-        if self.spec.ready_file is not None:
+        log.info("replica %s listening on %s", self.launch.name, self.server.url)
+        if self.launch.ready_file is not None:
             _write_ready(
-                self.spec.ready_file,
+                self.launch.ready_file,
                 {
                     "pid": os.getpid(),
                     "port": self.server.port,
                     "url": self.server.url,
-                    "name": self.spec.name,
-                    "index": self.spec.index,
+                    "name": self.launch.name,
+                    "index": self.launch.index,
                 },
             )
 
@@ -162,7 +162,7 @@ class Replica:
         stopped.cancel()
         if self.engine.dead is not None:
             log.error("engine dead (%s); exiting", self.engine.dead.cause)
-            write_death(self.spec.ledger_path, self.engine.dead.cause)  # the next life reports why this one ended
+            write_death(self.launch.ledger_path, self.engine.dead.cause)  # the next life reports why this one ended
             await asyncio.sleep(DEATH_LINGER_S)  # /health answers 503 meanwhile, as vLLM's does before it exits
             await self.close(grace_s=DEATH_FLUSH_S)
             return EXIT_ENGINE_DEAD
@@ -191,9 +191,9 @@ class Replica:
         self.ledger.close()
 
 
-async def connect_interconnect(spec: ReplicaSpec) -> Interconnect:
-    """``drill.stack.interconnect.tcp.connect(spec)`` (topology side), awaited if it is a coroutine."""
-    result = interconnect.connect(spec)
+async def connect_interconnect(launch: ReplicaLaunch) -> Interconnect:
+    """``drill.stack.interconnect.tcp.connect(launch)`` (topology side), awaited if it is a coroutine."""
+    result = interconnect.connect(launch)
     return await result if inspect.isawaitable(result) else result
 
 
@@ -238,25 +238,25 @@ def _write_ready(path: Path, payload: dict) -> None:
     os.replace(tmp, path)
 
 
-def _setup_logging(spec: ReplicaSpec) -> None:
+def _setup_logging(launch: ReplicaLaunch) -> None:
     handler: logging.Handler
-    if spec.log_path is not None:
-        spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(spec.log_path)
+    if launch.log_path is not None:
+        launch.log_path.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(launch.log_path)
     else:
         handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"%(asctime)s {spec.name} %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(logging.Formatter(f"%(asctime)s {launch.name} %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(logging.INFO)
 
 
-async def _amain(spec: ReplicaSpec) -> int:
+async def _amain(launch: ReplicaLaunch) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    replica = Replica(spec)
+    replica = Replica(launch)
     starting = asyncio.create_task(replica.start())
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -276,21 +276,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m drill.stack.replica.api_server", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("--spec", required=True, type=Path, help="ReplicaSpec JSON file")
+    parser.add_argument("--launch", required=True, type=Path, help="ReplicaLaunch JSON file")
     args = parser.parse_args(argv)
     try:
-        spec = read_replica_spec(args.spec)
+        launch = read_replica_launch(args.launch)
     except InputError as exc:
         print(f"replica: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    _setup_logging(spec)
+    _setup_logging(launch)
     try:
-        return asyncio.run(_amain(spec))
+        return asyncio.run(_amain(launch))
     except (InputError, StackError) as exc:
-        log.error("replica %s cannot start: %s", spec.name, exc)
+        log.error("replica %s cannot start: %s", launch.name, exc)
         return EXIT_CONFIG
     except (DrillError, OSError) as exc:
-        log.error("replica %s failed: %s", spec.name, exc)
+        log.error("replica %s failed: %s", launch.name, exc)
         return EXIT_FAILURE
 
 

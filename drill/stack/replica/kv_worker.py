@@ -27,8 +27,8 @@ from drill.stack.kv.kv_faults import KvFault
 from drill.stack.kv.kv_server import KvServer
 from drill.stack.kv.transfers import KvStore, TransferState
 from drill.stack.kv.wire import KV_HEADER, KV_SPAN
+from drill.stack.launch import ReplicaLaunch
 from drill.stack.replica.request_spans import HttpSpan, Tracing
-from drill.stack.specs import ReplicaSpec
 from drill.stack.topology import KvFailurePolicy, KvTransferConfig, WorkerRole
 
 __all__ = ["DecodeKv", "KvHooks", "PrefillKv", "kv_hooks"]
@@ -69,15 +69,15 @@ class PrefillKv:
 
     role = WorkerRole.PREFILL
 
-    def __init__(self, spec: ReplicaSpec, kv: KvTransferConfig, tracing: Tracing) -> None:
-        config = spec.config
-        self.name = spec.name
+    def __init__(self, launch: ReplicaLaunch, kv: KvTransferConfig, tracing: Tracing) -> None:
+        config = launch.config
+        self.name = launch.name
         self.store = KvStore(
             block_size=config.engine.block_size,
             kv_bytes_per_token=config.model_preset.kv_bytes_per_token,
             free_after_s=kv.free_after,
         )
-        host, port = _split(spec.kv_listen or f"{spec.host}:0")
+        host, port = _split(launch.kv_listen or f"{launch.host}:0")
         self.server = KvServer(self.store, host=host, port=port, byte_scale=kv.byte_scale)
         self.tracing = tracing
 
@@ -143,10 +143,10 @@ class DecodeKv:
 
     role = WorkerRole.DECODE
 
-    def __init__(self, spec: ReplicaSpec, kv: KvTransferConfig, tracing: Tracing) -> None:
-        self.name = spec.name
+    def __init__(self, launch: ReplicaLaunch, kv: KvTransferConfig, tracing: Tracing) -> None:
+        self.name = launch.name
         self.kv = kv
-        self.peers = dict(spec.kv_peers)
+        self.peers = dict(launch.kv_peers)
         self.tracing = tracing
         self.counts = {"loaded": 0, "failed": 0, "recomputed": 0, "lease_expired": 0, "block_check": 0, "aborted": 0}
         self.in_flight = 0  # loads under way
@@ -290,12 +290,12 @@ def _split(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def kv_hooks(spec: ReplicaSpec, tracing: Tracing) -> KvHooks | None:
+def kv_hooks(launch: ReplicaLaunch, tracing: Tracing) -> KvHooks | None:
     """The P/D hooks of a replica, None for an aggregated one."""
-    topology = spec.config.topology
-    if topology is None or spec.role is None:
+    topology = launch.config.topology
+    if topology is None or launch.role is None:
         return None
-    role = WorkerRole(spec.role)
+    role = WorkerRole(launch.role)
     if role is WorkerRole.PREFILL:
-        return PrefillKv(spec, topology.kv_transfer, tracing)
-    return DecodeKv(spec, topology.kv_transfer, tracing)
+        return PrefillKv(launch, topology.kv_transfer, tracing)
+    return DecodeKv(launch, topology.kv_transfer, tracing)

@@ -1,6 +1,6 @@
 """OpenTelemetry spans of a replica (stack-contracts.md §7, docs/serving-facts.md §1).
 
-Created by the replica with the spec's ``otlp_endpoint`` (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``);
+Created by the replica with the launch's ``otlp_endpoint`` (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``);
 with neither, :attr:`Tracing.enabled` is False and no OpenTelemetry object is made, so tracing
 costs nothing. Spans are exported over OTLP/HTTP protobuf: for ``http://`` endpoints from the event
 loop (:mod:`drill.stack.replica.span_export`, so no exporter thread competes with the engine for the GIL),

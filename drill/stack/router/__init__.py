@@ -1,4 +1,4 @@
-"""The router process in front of the replicas: ``python -m drill.stack.router.gateway --spec FILE.json``.
+"""The router process in front of the replicas: ``python -m drill.stack.router.gateway --launch FILE.json``.
 
 The gateway (:mod:`drill.stack.router.gateway`: endpoints, health checks, admin API), one
 request's upstream attempts and retries (:mod:`drill.stack.router.proxy`), the routing decisions

@@ -1,4 +1,4 @@
-"""The stack's front door: ``python -m drill.stack.router.gateway --spec router.json``.
+"""The stack's front door: ``python -m drill.stack.router.gateway --launch router.json``.
 
 An OpenAI-compatible router (stack-contracts.md §4) over the replicas: the same endpoints as a
 replica, requests spread by ``router.policy`` (least outstanding requests, or round robin) over
@@ -34,6 +34,7 @@ from pydantic import ValidationError
 from drill.stack.config import RouterConfig
 from drill.stack.http.server import HttpError, HttpRequest, HttpResponse, HttpServer, ResponseStream, Router
 from drill.stack.kv.wire import KV_HEADER
+from drill.stack.launch import RouterLaunch
 from drill.stack.router.pd_forward import PrefillLeg, record_kv_span
 from drill.stack.router.proxy import Attempt, Tee, UpstreamOutcome, forward_headers
 from drill.stack.router.routing import (
@@ -45,7 +46,6 @@ from drill.stack.router.routing import (
     fingerprint,
 )
 from drill.stack.router.telemetry import RouterMetrics, make_tracer
-from drill.stack.specs import RouterSpec
 
 __all__ = ["Gateway", "main"]
 
@@ -63,25 +63,27 @@ _PROXIED = (("POST", "/v1/completions"), ("POST", "/v1/chat/completions"), ("GET
 class Gateway:
     """The router's state and handlers; :meth:`start` binds, :meth:`close` stops."""
 
-    def __init__(self, spec: RouterSpec) -> None:
-        self.spec = spec
-        self.config = spec.router
-        decode = [u for u in spec.replicas if u.role != "prefill"]
-        prefill = [u for u in spec.replicas if u.role == "prefill"]
-        self.pool = ReplicaPool([ReplicaState(u.name, u.index, u.url.rstrip("/")) for u in decode], spec.router.policy)
+    def __init__(self, launch: RouterLaunch) -> None:
+        self.launch = launch
+        self.config = launch.router
+        decode = [u for u in launch.replicas if u.role != "prefill"]
+        prefill = [u for u in launch.replicas if u.role == "prefill"]
+        self.pool = ReplicaPool(
+            [ReplicaState(u.name, u.index, u.url.rstrip("/")) for u in decode], launch.router.policy
+        )
         #: disaggregated stack: the prefill workers (the pool above holds the decode workers); None when aggregated
         self.prefill_pool = (
-            ReplicaPool([ReplicaState(u.name, u.index, u.url.rstrip("/")) for u in prefill], spec.router.policy)
+            ReplicaPool([ReplicaState(u.name, u.index, u.url.rstrip("/")) for u in prefill], launch.router.policy)
             if prefill
             else None
         )
         self.store = IdempotencyStore()
         self.metrics = RouterMetrics()
-        self.tracer, self._provider = make_tracer(spec.otlp_endpoint)
+        self.tracer, self._provider = make_tracer(launch.otlp_endpoint)
         limits = httpx.Limits(max_connections=2000, max_keepalive_connections=256)
         self.client = httpx.AsyncClient(limits=limits, trust_env=False)
         self.health_client = httpx.AsyncClient(trust_env=False)
-        self.server = HttpServer(self._routes(), host=spec.host, port=spec.port)
+        self.server = HttpServer(self._routes(), host=launch.host, port=launch.port)
         self._health_task: asyncio.Task | None = None
         self._checks: set[asyncio.Task] = set()
         self._checking: set[str] = set()  # replicas with a _check_soon under way
@@ -271,7 +273,7 @@ class Gateway:
         ``with_cancellation``): cancelling the attempt makes httpx close the upstream connection, and the
         replica aborts the request wherever it is. Answers 499 (client closed request) to nobody then, or ends a
         stream whose head went out."""
-        if not self.spec.abort_abandoned:
+        if not self.launch.abort_abandoned:
             return await self._forward(request, stream, stream, config)
         work = asyncio.ensure_future(self._forward(request, stream, stream, config))
         gone = asyncio.Event()
@@ -331,7 +333,7 @@ class Gateway:
         if not _is_loopback(request.peer_host):
             raise HttpError(403, "the admin API answers loopback clients only", type="Forbidden")
         sent = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-        if not hmac.compare_digest(sent.encode(), self.spec.admin_token.encode()):
+        if not hmac.compare_digest(sent.encode(), self.launch.admin_token.encode()):
             raise HttpError(
                 401, "missing or wrong admin token (Authorization: Bearer <admin_token>)", type="Unauthorized"
             )
@@ -385,18 +387,18 @@ def _is_loopback(host: str | None) -> bool:
         return False
 
 
-async def serve(spec: RouterSpec) -> None:
+async def serve(launch: RouterLaunch) -> None:
     """Run the router until SIGTERM/SIGINT. Writes ``ready_file`` (pid, port, url) once bound."""
-    gateway = Gateway(spec)
+    gateway = Gateway(launch)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     await gateway.start()
-    if spec.ready_file is not None:
+    if launch.ready_file is not None:
         ready = {"pid": os.getpid(), "port": gateway.server.port, "url": gateway.server.url}
-        spec.ready_file.write_text(json.dumps(ready), encoding="utf-8")
-    log.info("router listening on %s over %d replicas", gateway.server.url, len(spec.replicas))
+        launch.ready_file.write_text(json.dumps(ready), encoding="utf-8")
+    log.info("router listening on %s over %d replicas", gateway.server.url, len(launch.replicas))
     await stop.wait()
     await gateway.close()
 
@@ -404,12 +406,12 @@ async def serve(spec: RouterSpec) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; exit 0 on SIGTERM/SIGINT."""
     parser = argparse.ArgumentParser(prog="python -m drill.stack.router.gateway")
-    parser.add_argument("--spec", required=True, type=Path, help="RouterSpec JSON file")
+    parser.add_argument("--launch", required=True, type=Path, help="RouterLaunch JSON file")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s router %(levelname)s %(message)s", stream=sys.stderr)
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    spec = RouterSpec.model_validate_json(args.spec.read_text(encoding="utf-8"))
-    asyncio.run(serve(spec))
+    launch = RouterLaunch.model_validate_json(args.launch.read_text(encoding="utf-8"))
+    asyncio.run(serve(launch))
     return 0
 
 

@@ -6,7 +6,7 @@ test engine, and Toxiproxy proxies reach the replica at the same addresses as lo
 ``init=True`` (so SIGTERM reaches Python and stop/restart are fast), ``restart_policy:
 on-failure`` (a crashed replica comes back by itself), and host directories bind-mounted
 read-only: ``/usr``, ``/lib``, ``/lib64``, ``/bin``, ``/etc``, the Python installation, the
-virtualenv and the source tree. The stack's run directory (specs, ledgers, logs) is mounted
+virtualenv and the source tree. The stack's run directory (launches, ledgers, logs) is mounted
 read-write at the same path. The replica runs under :mod:`drill.stack.supervision.container_entry`, which
 watches the supervisor's lifeline socket so no container outlives the supervisor.
 """
@@ -41,7 +41,7 @@ def host_binds(run_dir: Path) -> dict[str, dict[str, str]]:
 def replica_command(plan: StackPlan, index: int) -> list[str]:
     """The container's command: the lifeline wrapper around ``python -m drill.stack.replica.api_server``."""
     assert plan.lifeline_port is not None
-    lifeline = f"{plan.router_spec.host}:{plan.lifeline_port}"
+    lifeline = f"{plan.router_launch.host}:{plan.lifeline_port}"
     return [
         plan.python,
         "-m",
@@ -52,8 +52,8 @@ def replica_command(plan: StackPlan, index: int) -> list[str]:
         plan.python,
         "-m",
         "drill.stack.replica.api_server",
-        "--spec",
-        str(plan.spec_path(f"replica-{index}")),
+        "--launch",
+        str(plan.launch_path(f"replica-{index}")),
     ]
 
 

@@ -2,7 +2,7 @@
 
 Called by ``drill stack up/status/down`` and by the harness when a drill's target is the
 embedded stack. :func:`start_stack` decides the layout (:func:`drill.stack.supervision.stack_plan.build_plan`),
-writes specs and the plan under the run directory, starts the supervisor detached and returns
+writes launches and the plan under the run directory, starts the supervisor detached and returns
 once the router and every replica answer. :func:`stop_stack` is idempotent and leaves nothing
 running: it stops the supervisor (which stops its children), kills anything left in the
 supervisor's process group, removes the stack's containers (by label) and proxies (by name).
@@ -143,9 +143,9 @@ def _check_docker() -> None:
 
 def _write_plan(plan: StackPlan) -> None:
     plan.run_dir.mkdir(parents=True, exist_ok=True)
-    for spec in plan.replica_specs:
-        plan.spec_path(spec.name).write_text(spec.model_dump_json(indent=2), encoding="utf-8")
-    plan.spec_path("router").write_text(plan.router_spec.model_dump_json(indent=2), encoding="utf-8")
+    for launch in plan.replica_launches:
+        plan.launch_path(launch.name).write_text(launch.model_dump_json(indent=2), encoding="utf-8")
+    plan.launch_path("router").write_text(plan.router_launch.model_dump_json(indent=2), encoding="utf-8")
     plan.plan_path.write_text(plan.model_dump_json(indent=2), encoding="utf-8")
 
 

@@ -2,7 +2,7 @@
 
 Each prefill worker listens for KV reads on a port of its own; each (prefill ``p``, decode ``d``) pair gets a
 Toxiproxy proxy ``<stack>-kv-p<p>-d<d>`` in front of it when ``kv_transfer.proxies`` is on, and the decode worker
-dials the prefill worker through it (its spec's ``kv_peers``). The link is listed on both workers (kind ``kv``,
+dials the prefill worker through it (its launch's ``kv_peers``). The link is listed on both workers (kind ``kv``,
 ``rank`` = the other worker's index), so a fault can select it from either side.
 """
 
@@ -68,7 +68,7 @@ def plan_kv(config: StackConfig, stack: str, ports: list[int]) -> KvPlan:
 
 
 def role_value(plan: KvPlan, index: int) -> Literal["prefill", "decode"] | None:
-    """Replica ``index``'s role as the specs and the state file spell it (None: aggregated)."""
+    """Replica ``index``'s role as the launches and the state file spell it (None: aggregated)."""
     role = plan.roles.get(index)
     if role is None:
         return None

@@ -1,6 +1,6 @@
 """Ephemeral ports for the stack's processes, picked by binding to port 0 and releasing it.
 
-Used by the launcher before it writes the specs. There is a small window in which another
+Used by the launcher before it writes the launches. There is a small window in which another
 process could take the port; every process of the stack binds with SO_REUSEADDR and the
 launcher fails with a clear StackError if a bind fails.
 """

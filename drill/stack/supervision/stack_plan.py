@@ -1,4 +1,4 @@
-"""Deciding a stack's layout before anything starts: ports, names, specs, proxies.
+"""Deciding a stack's layout before anything starts: ports, names, launches, proxies.
 
 :func:`build_plan` is the *decide* half of ``drill stack up`` (the launcher writes the plan, the
 supervisor *applies* it). Every address is fixed here (ephemeral ports picked by binding to 0),
@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from drill.stack.config import Runtime, StackConfig
-from drill.stack.specs import PeerSpec, ReplicaSpec, RouterSpec, UpstreamSpec
+from drill.stack.launch import PeerLaunch, ReplicaLaunch, RouterLaunch, UpstreamLaunch
 from drill.stack.supervision.pd_plan import kv_ports_needed, plan_kv, role_value
 from drill.stack.supervision.ports import free_ports
 from drill.stack.supervision.state import LinkState, ReplicaEntry, StackState, run_dir
@@ -51,17 +51,17 @@ class StackPlan(BaseModel):
     python: str
     toxiproxy_port: int | None  # None: use the external server at state.toxiproxy_url
     proxies: tuple[ProxyPlan, ...]
-    router_spec: RouterSpec
-    replica_specs: tuple[ReplicaSpec, ...]
+    router_launch: RouterLaunch
+    replica_launches: tuple[ReplicaLaunch, ...]
     lifeline_port: int | None = None  # docker runtime: containers watch this socket
 
     @property
     def run_dir(self) -> Path:
         return self.state.run_dir
 
-    def spec_path(self, what: str) -> Path:
-        """Where ``router`` / ``replica-<i>`` spec JSON is written."""
-        return self.run_dir / f"{what}.spec.json"
+    def launch_path(self, what: str) -> Path:
+        """Where ``router`` / ``replica-<i>`` launch JSON is written."""
+        return self.run_dir / f"{what}.launch.json"
 
     @property
     def plan_path(self) -> Path:
@@ -84,10 +84,10 @@ def _addr(host: str, port: int) -> str:
 
 def _links(
     config: StackConfig, stack: str, index: int, ports: list[int]
-) -> list[tuple[PeerSpec, LinkState, ProxyPlan | None]]:
+) -> list[tuple[PeerLaunch, LinkState, ProxyPlan | None]]:
     """The TP ranks and PP stages of one replica, each behind a proxy when configured."""
     host, engine, links = config.host, config.engine, config.links
-    result: list[tuple[PeerSpec, LinkState, ProxyPlan | None]] = []
+    result: list[tuple[PeerLaunch, LinkState, ProxyPlan | None]] = []
     kinds: tuple[tuple[Literal["tp", "pp"], int, bool], ...] = (
         ("tp", engine.tensor_parallel_size, links.tp_proxies),
         ("pp", engine.pipeline_parallel_size, links.pp_proxies),
@@ -99,15 +99,15 @@ def _links(
             proxy = ProxyPlan(name=name, listen=proxy_listen, upstream=listen) if proxied else None
             connect = proxy_listen if proxied else listen
             proxy_name = name if proxy else None
-            peer = PeerSpec(kind=kind, rank=rank, listen=listen, connect=connect, proxy=proxy_name)
+            peer = PeerLaunch(kind=kind, rank=rank, listen=listen, connect=connect, proxy=proxy_name)
             state = LinkState(name=name, kind=kind, rank=rank, proxy=proxy_name, listen=connect, upstream=listen)
             result.append((peer, state, proxy))
     return _chain_pp(result)
 
 
 def _chain_pp(
-    links: list[tuple[PeerSpec, LinkState, ProxyPlan | None]],
-) -> list[tuple[PeerSpec, LinkState, ProxyPlan | None]]:
+    links: list[tuple[PeerLaunch, LinkState, ProxyPlan | None]],
+) -> list[tuple[PeerLaunch, LinkState, ProxyPlan | None]]:
     pp = [i for i, (peer, _, _) in enumerate(links) if peer.kind == "pp"]
     for here, nxt in zip(pp, pp[1:]):
         peer, state, proxy = links[here]
@@ -129,13 +129,13 @@ def build_plan(
     otlp_endpoint: str | None,
     toxiproxy_url: str | None,
 ) -> StackPlan:
-    """Decide every port, name and spec of stack ``name`` (nothing is started or written)."""
+    """Decide every port, name and launch of stack ``name`` (nothing is started or written)."""
     ports = free_ports(_ports_needed(config), config.host)
     root, host, token = run_dir(name, state_dir), config.host, secrets.token_urlsafe(18)
     router_port, toxiproxy_port, lifeline_port = ports.pop(), ports.pop(), ports.pop()
     kv = plan_kv(config, name, ports)  # disaggregated: the KV links; nothing for an aggregated stack
     proxies = [ProxyPlan(name=n, listen=listen, upstream=upstream) for n, listen, upstream in kv.proxies]
-    specs: list[ReplicaSpec] = []
+    launches: list[ReplicaLaunch] = []
     entries: list[ReplicaEntry] = []
     for index in range(config.replicas):
         direct = _addr(host, ports.pop())
@@ -147,7 +147,7 @@ def build_plan(
         if proxy_name:
             proxies.append(ProxyPlan(name=proxy_name, listen=_addr(host, proxy_listen), upstream=direct))
         log_path = root / f"replica-{index}.log"
-        spec = ReplicaSpec(
+        launch = ReplicaLaunch(
             name=f"replica-{index}",
             index=index,
             host=host,
@@ -163,10 +163,10 @@ def build_plan(
             kv_listen=kv.listen.get(index),
             kv_peers=kv.peers.get(index, {}),
         )
-        specs.append(spec)
+        launches.append(launch)
         entries.append(
             ReplicaEntry(
-                name=spec.name,
+                name=launch.name,
                 index=index,
                 url=url,
                 direct_url=f"http://{direct}",
@@ -175,12 +175,12 @@ def build_plan(
                 proxy=proxy_name,
                 container=container_name(name, index) if runtime is Runtime.DOCKER else None,
                 links=(*(state for _, state, _ in links), *kv.links.get(index, ())),
-                ledger_path=spec.ledger_path,
+                ledger_path=launch.ledger_path,
                 log_path=log_path,
-                role=spec.role,
+                role=launch.role,
             )
         )
-    router_spec = RouterSpec(
+    router_launch = RouterLaunch(
         host=host,
         port=router_port,
         admin_token=token,
@@ -188,7 +188,7 @@ def build_plan(
         router=config.router,
         abort_abandoned=config.abort_abandoned,
         ready_file=root / "router.ready.json",
-        replicas=tuple(UpstreamSpec(name=e.name, index=e.index, url=e.url, role=e.role) for e in entries),
+        replicas=tuple(UpstreamLaunch(name=e.name, index=e.index, url=e.url, role=e.role) for e in entries),
     )
     state = StackState(
         name=name,
@@ -209,7 +209,7 @@ def build_plan(
         python=sys.executable,
         toxiproxy_port=None if toxiproxy_url else toxiproxy_port,
         proxies=tuple(proxies),
-        router_spec=router_spec,
-        replica_specs=tuple(specs),
+        router_launch=router_launch,
+        replica_launches=tuple(launches),
         lifeline_port=lifeline_port if runtime is Runtime.DOCKER else None,
     )

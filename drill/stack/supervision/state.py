@@ -124,7 +124,7 @@ def state_path(name: str, state_dir: Path | None = None) -> Path:
 
 
 def run_dir(name: str, state_dir: Path | None = None) -> Path:
-    """The directory of a stack's specs, logs, ledgers and pid files."""
+    """The directory of a stack's launches, logs, ledgers and pid files."""
     return resolve_state_dir(state_dir) / "stack" / validate_name(name)
 
 

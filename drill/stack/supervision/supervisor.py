@@ -139,21 +139,21 @@ class Supervisor:
         if self.plan.state.runtime is Runtime.DOCKER:
             self._start_containers()
         else:
-            for spec in self.plan.replica_specs:
+            for launch in self.plan.replica_launches:
                 self._add_child(
-                    spec.name,
+                    launch.name,
                     [
                         self.plan.python,
                         "-m",
                         "drill.stack.replica.api_server",
-                        "--spec",
-                        str(self.plan.spec_path(spec.name)),
+                        "--launch",
+                        str(self.plan.launch_path(launch.name)),
                     ],
-                    self.plan.state.replicas[spec.index].pid_file,
+                    self.plan.state.replicas[launch.index].pid_file,
                 )
         self._add_child(
             "router",
-            [self.plan.python, "-m", "drill.stack.router.gateway", "--spec", str(self.plan.spec_path("router"))],
+            [self.plan.python, "-m", "drill.stack.router.gateway", "--launch", str(self.plan.launch_path("router"))],
             self.plan.run_dir / "router.pid",
         )
 
@@ -167,7 +167,7 @@ class Supervisor:
             return
         self.toxiproxy = ToxiproxyServer(
             port=self.plan.toxiproxy_port,
-            host=self.plan.router_spec.host,
+            host=self.plan.router_launch.host,
             log_path=self.plan.run_dir / "toxiproxy.log",
             preexec_fn=pinned_preexec(die_with_parent()),  # on the TP/PP links' CPU (interconnect.affinity)
         )
@@ -187,13 +187,13 @@ class Supervisor:
         from drill.stack.supervision.docker_runtime import start_replica_container
 
         assert self.plan.lifeline_port is not None
-        self.lifeline = socket.create_server((self.plan.router_spec.host, self.plan.lifeline_port), backlog=64)
+        self.lifeline = socket.create_server((self.plan.router_launch.host, self.plan.lifeline_port), backlog=64)
         self.lifeline.setblocking(False)
         backend = DockerBackend(timeout_s=30)
         self._docker = backend
-        for spec in self.plan.replica_specs:
-            info = start_replica_container(backend, self.plan, spec.index)
-            self.plan.state.replicas[spec.index].pid_file.write_text(str(info.pid), encoding="utf-8")
+        for launch in self.plan.replica_launches:
+            info = start_replica_container(backend, self.plan, launch.index)
+            self.plan.state.replicas[launch.index].pid_file.write_text(str(info.pid), encoding="utf-8")
             log.info("started container %s (pid %d)", info.name, info.pid)
 
     # -- watch ---------------------------------------------------------------------------------

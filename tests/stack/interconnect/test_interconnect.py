@@ -17,20 +17,20 @@ from drill.backends.toxiproxy import Stream, ToxiproxyClient
 from drill.errors import StackError
 from drill.stack.interconnect.link_model import LinkToxic, predict_step_increase
 from drill.stack.interconnect.step_exchange import ExchangePlan, NoopInterconnect
-from drill.stack.interconnect.tcp import InterconnectSpec, TcpInterconnect, connect, micro_batches, scaled_bytes
-from drill.stack.specs import PeerSpec
+from drill.stack.interconnect.tcp import InterconnectLaunch, TcpInterconnect, connect, micro_batches, scaled_bytes
+from drill.stack.launch import PeerLaunch
 from drill.stack.supervision.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 
-def _links(toxiproxy: ToxiproxyClient, kind: str, count: int) -> tuple[PeerSpec, ...]:
+def _links(toxiproxy: ToxiproxyClient, kind: str, count: int) -> tuple[PeerLaunch, ...]:
     """``count`` links of one kind, each behind its own Toxiproxy proxy."""
     links = []
     for rank in range(1, count + 1):
         listen = f"127.0.0.1:{free_port()}"
         proxy = toxiproxy.create_proxy(f"{kind}{rank}", listen)
-        links.append(PeerSpec(kind=kind, rank=rank, listen=listen, connect=proxy.listen, proxy=proxy.name))
+        links.append(PeerLaunch(kind=kind, rank=rank, listen=listen, connect=proxy.listen, proxy=proxy.name))
     return tuple(links)
 
 
@@ -73,13 +73,13 @@ def test_prediction_arithmetic() -> None:
 
 
 async def test_no_peers_gives_the_noop_interconnect() -> None:
-    interconnect = await connect(InterconnectSpec())
+    interconnect = await connect(InterconnectLaunch())
     assert isinstance(interconnect, NoopInterconnect)
 
 
 async def test_tp_latency_adds_what_the_model_predicts(toxiproxy: ToxiproxyClient) -> None:
     links = _links(toxiproxy, "tp", 1)
-    interconnect = await connect(InterconnectSpec(links=links))
+    interconnect = await connect(InterconnectLaunch(links=links))
     plan = ExchangePlan(tp_rounds=16, tp_bytes_per_round=1024 * 1024, pp_transfers=0, pp_bytes_per_transfer=0)
     predicted = predict_step_increase(plan, LinkToxic(LinkKind.TP, latency_ms=5))
     try:
@@ -97,7 +97,7 @@ async def test_tp_latency_adds_what_the_model_predicts(toxiproxy: ToxiproxyClien
 
 async def test_tp_bandwidth_cap_adds_what_the_model_predicts(toxiproxy: ToxiproxyClient) -> None:
     links = _links(toxiproxy, "tp", 2)  # tp = 3: the capped link is the slow one in every round
-    interconnect = await connect(InterconnectSpec(links=links))
+    interconnect = await connect(InterconnectLaunch(links=links))
     plan = ExchangePlan(tp_rounds=4, tp_bytes_per_round=8 * 1024 * 1024, pp_transfers=0, pp_bytes_per_transfer=0)
     toxic = LinkToxic(LinkKind.TP, bandwidth_kbps=200, streams=frozenset({Stream.UPSTREAM}))
     try:
@@ -110,7 +110,7 @@ async def test_tp_bandwidth_cap_adds_what_the_model_predicts(toxiproxy: Toxiprox
 
 async def test_pp_stage_link_latency_and_cap(toxiproxy: ToxiproxyClient) -> None:
     links = _links(toxiproxy, "pp", 2)  # pp = 3: stage 0 (here) -> stage 1 -> stage 2
-    interconnect = await connect(InterconnectSpec(links=links))
+    interconnect = await connect(InterconnectLaunch(links=links))
     one_batch = ExchangePlan(tp_rounds=0, tp_bytes_per_round=0, pp_transfers=2, pp_bytes_per_transfer=4 << 20)
     four_batches = ExchangePlan(tp_rounds=0, tp_bytes_per_round=0, pp_transfers=8, pp_bytes_per_transfer=4 << 20)
     latency = LinkToxic(LinkKind.PP, latency_ms=40, streams=frozenset({Stream.UPSTREAM}))
@@ -131,7 +131,7 @@ async def test_pp_stage_link_latency_and_cap(toxiproxy: ToxiproxyClient) -> None
 
 async def test_a_dead_rank_breaks_the_step(toxiproxy: ToxiproxyClient) -> None:
     links = _links(toxiproxy, "tp", 1)
-    interconnect = await connect(InterconnectSpec(links=links))
+    interconnect = await connect(InterconnectLaunch(links=links))
     plan = ExchangePlan(tp_rounds=2, tp_bytes_per_round=1024, pp_transfers=0, pp_bytes_per_transfer=0)
     try:
         interconnect._processes[0].kill()
@@ -144,7 +144,7 @@ async def test_a_dead_rank_breaks_the_step(toxiproxy: ToxiproxyClient) -> None:
 
 
 async def test_close_ends_the_rank_processes(toxiproxy: ToxiproxyClient) -> None:
-    interconnect = await connect(InterconnectSpec(links=_links(toxiproxy, "pp", 1)))
+    interconnect = await connect(InterconnectLaunch(links=_links(toxiproxy, "pp", 1)))
     pids = [p.pid for p in interconnect._processes]
     await interconnect.close()
     assert _pids_alive(pids) == []
@@ -152,11 +152,11 @@ async def test_close_ends_the_rank_processes(toxiproxy: ToxiproxyClient) -> None
 
 _PARENT = """
 import asyncio, sys
-from drill.stack.interconnect.tcp import InterconnectSpec, connect
-from drill.stack.specs import PeerSpec
+from drill.stack.interconnect.tcp import InterconnectLaunch, connect
+from drill.stack.launch import PeerLaunch
 async def main():
-    links = tuple(PeerSpec.model_validate_json(a) for a in sys.argv[1:])
-    ic = await connect(InterconnectSpec(links=links))
+    links = tuple(PeerLaunch.model_validate_json(a) for a in sys.argv[1:])
+    ic = await connect(InterconnectLaunch(links=links))
     print(" ".join(str(p.pid) for p in ic._processes), flush=True)
     await asyncio.sleep(60)
 asyncio.run(main())
@@ -164,7 +164,7 @@ asyncio.run(main())
 
 
 def test_ranks_die_when_their_replica_is_killed() -> None:
-    links = [PeerSpec(kind="tp", rank=1, listen=f"127.0.0.1:{free_port()}", connect="")]
+    links = [PeerLaunch(kind="tp", rank=1, listen=f"127.0.0.1:{free_port()}", connect="")]
     links = [p.model_copy(update={"connect": p.listen}) for p in links]
     parent = subprocess.Popen(
         [sys.executable, "-c", _PARENT, *(p.model_dump_json() for p in links)], stdout=subprocess.PIPE, text=True

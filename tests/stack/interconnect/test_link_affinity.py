@@ -15,8 +15,8 @@ import sys
 import pytest
 
 from drill.stack.interconnect.affinity import link_cpu, pinned_preexec
-from drill.stack.interconnect.tcp import InterconnectSpec, connect
-from drill.stack.specs import PeerSpec
+from drill.stack.interconnect.tcp import InterconnectLaunch, connect
+from drill.stack.launch import PeerLaunch
 from drill.stack.supervision.ports import free_port
 
 pytestmark = [
@@ -28,7 +28,9 @@ pytestmark = [
 
 async def test_exchange_thread_calibration_and_ranks_share_the_link_cpu() -> None:
     listen = f"127.0.0.1:{free_port()}"
-    interconnect = await connect(InterconnectSpec(links=(PeerSpec(kind="tp", rank=1, listen=listen, connect=listen),)))
+    interconnect = await connect(
+        InterconnectLaunch(links=(PeerLaunch(kind="tp", rank=1, listen=listen, connect=listen),))
+    )
     try:
         cpu = link_cpu()
         assert interconnect._executor.submit(os.sched_getaffinity, 0).result() == {cpu}

@@ -16,11 +16,11 @@ from pathlib import Path
 
 from drill import registry
 from drill.api import FaultContext, Selector, TargetInfo
-from drill.engine import active
-from drill.engine.fault_schedule import resolve_targets
-from drill.engine.reverts import RevertRecord, RevertStack
-from drill.engine.watchdog import Watchdog
 from drill.rundir.journal import Event, Journal
+from drill.runner import active
+from drill.runner.fault_schedule import resolve_targets
+from drill.runner.reverts import RevertRecord, RevertStack
+from drill.runner.watchdog import Watchdog
 
 
 def main() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 
 from drill.stack.config import parse_stack_config
+from drill.stack.launch import ReplicaLaunch
 from drill.stack.replica.api_server import Replica
-from drill.stack.specs import ReplicaSpec
 
 ADMIN = {"Authorization": "Bearer pd-test-admin-token"}
 
@@ -49,8 +49,8 @@ class PdPair:
         assert response.status_code == 200, response.text
 
 
-def worker_spec(tmp_path: Path, config: dict, index: int, role: str) -> ReplicaSpec:
-    return ReplicaSpec(
+def worker_spec(tmp_path: Path, config: dict, index: int, role: str) -> ReplicaLaunch:
+    return ReplicaLaunch(
         name=f"replica-{index}",
         index=index,
         port=0,

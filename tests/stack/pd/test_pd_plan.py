@@ -26,29 +26,29 @@ def _plan(config: dict, tmp_path: Path):
 
 def test_without_a_topology_the_stack_is_aggregated_as_before(tmp_path: Path) -> None:
     plan = _plan({}, tmp_path)
-    assert [s.role for s in plan.replica_specs] == [None, None]
-    assert all(not s.kv_listen and not s.kv_peers for s in plan.replica_specs)
+    assert [s.role for s in plan.replica_launches] == [None, None]
+    assert all(not s.kv_listen and not s.kv_peers for s in plan.replica_launches)
     assert not any(p.name.startswith("pd-kv") for p in plan.proxies)
 
 
 def test_prefill_workers_come_first_and_each_pair_has_its_proxied_kv_link(tmp_path: Path) -> None:
     plan = _plan({"topology": {"prefill": 2, "decode": 2}}, tmp_path)
-    assert [s.role for s in plan.replica_specs] == ["prefill", "prefill", "decode", "decode"]
+    assert [s.role for s in plan.replica_launches] == ["prefill", "prefill", "decode", "decode"]
     kv = {p.name: p for p in plan.proxies if p.name.startswith("pd-kv")}
     assert sorted(kv) == ["pd-kv-p0-d2", "pd-kv-p0-d3", "pd-kv-p1-d2", "pd-kv-p1-d3"]
-    prefill, decode = plan.replica_specs[0], plan.replica_specs[2]
+    prefill, decode = plan.replica_launches[0], plan.replica_launches[2]
     assert kv["pd-kv-p0-d2"].upstream == prefill.kv_listen and decode.kv_peers["replica-0"] == kv["pd-kv-p0-d2"].listen
     entries = plan.state.replicas
     assert [ln.name for ln in entries[0].links] == ["pd-kv-p0-d2", "pd-kv-p0-d3"]
     assert [(ln.name, ln.rank) for ln in entries[3].links] == [("pd-kv-p0-d3", 0), ("pd-kv-p1-d3", 1)]
-    assert [u.role for u in plan.router_spec.replicas] == ["prefill", "prefill", "decode", "decode"]
-    every = [plan.router_spec.port, *(s.port for s in plan.replica_specs), *(p.listen for p in plan.proxies)]
+    assert [u.role for u in plan.router_launch.replicas] == ["prefill", "prefill", "decode", "decode"]
+    every = [plan.router_launch.port, *(s.port for s in plan.replica_launches), *(p.listen for p in plan.proxies)]
     assert len(every) == len(set(every))
 
 
 def test_without_kv_proxies_the_decode_worker_dials_the_prefill_worker_itself(tmp_path: Path) -> None:
     plan = _plan({"topology": {"prefill": 1, "decode": 1, "kv_transfer": {"proxies": False}}}, tmp_path)
-    assert plan.replica_specs[1].kv_peers == {"replica-0": plan.replica_specs[0].kv_listen}
+    assert plan.replica_launches[1].kv_peers == {"replica-0": plan.replica_launches[0].kv_listen}
     assert all(ln.proxy is None for ln in plan.state.replicas[1].links)
 
 

@@ -261,7 +261,7 @@ async def test_a_burst_is_refused_in_both_of_vllms_forms_and_counted_by_reason(s
         for family in text_string_to_metric_families(text)
         for sample in family.samples
     }
-    model = replica.spec.config.model_name
+    model = replica.launch.config.model_name
     assert samples[("vllm:admission_rejections_total", (("model_name", model), ("reason", "max_num_queued_reqs")))] == 5
     assert (
         samples[("vllm:admission_rejections_total", (("model_name", model), ("reason", "max_num_queued_tokens")))] == 0

@@ -64,7 +64,7 @@ async def test_memory_hog_kills_engine_like_cuda_oom(spawn_replica) -> None:
     assert code == 1
     log = replica.log_path.read_text()
     assert "torch.OutOfMemoryError: CUDA out of memory" in log
-    records = [json.loads(line) for line in replica.spec.ledger_path.read_text().splitlines()]
+    records = [json.loads(line) for line in replica.launch.ledger_path.read_text().splitlines()]
     assert len(records) == 4 and {r["status"] for r in records} == {"error"}
 
 

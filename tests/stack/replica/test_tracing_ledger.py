@@ -131,7 +131,7 @@ async def test_ledger_records_each_processed_request(start_replica) -> None:
         refused = await client.post("/v1/completions", json={"prompt": "x", "max_tokens": 1})
         await slow
         ledger = (await client.get("/admin/ledger?since=0", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})).json()
-        path = replica.spec.ledger_path
+        path = replica.launch.ledger_path
     assert refused.status_code == 503  # refused at admission: no side effect, no record
     assert ledger["last_seq"] == 1 and len(ledger["records"]) == 1
     record = ledger["records"][0]

@@ -16,8 +16,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from drill.stack.config import RetryConfig, RouterConfig, RouterPolicy
+from drill.stack.launch import RouterLaunch, UpstreamLaunch
 from drill.stack.router.gateway import Gateway
-from drill.stack.specs import RouterSpec, UpstreamSpec
 from tests.stack.router.fake_upstreams import FakeReplica
 
 pytestmark = pytest.mark.anyio
@@ -28,12 +28,12 @@ COMPLETION = {"model": "fake", "prompt": "hello", "max_tokens": 4}
 @asynccontextmanager
 async def stack(*modes: str, **router: object) -> AsyncIterator[tuple[Gateway, list[FakeReplica], httpx.AsyncClient]]:
     replicas = [await FakeReplica(f"r{i}", mode=mode).start() for i, mode in enumerate(modes)]
-    spec = RouterSpec(
-        replicas=tuple(UpstreamSpec(name=r.name, index=i, url=r.url) for i, r in enumerate(replicas)),
+    launch = RouterLaunch(
+        replicas=tuple(UpstreamLaunch(name=r.name, index=i, url=r.url) for i, r in enumerate(replicas)),
         router=RouterConfig(**{"health_check_interval": "100ms", **router}),
         admin_token=TOKEN,
     )
-    gateway = Gateway(spec)
+    gateway = Gateway(launch)
     await gateway.start()
     client = httpx.AsyncClient(base_url=gateway.server.url, timeout=10)
     try:

@@ -19,8 +19,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from drill.stack.config import RetryConfig, RouterConfig
+from drill.stack.launch import RouterLaunch, UpstreamLaunch
 from drill.stack.router.gateway import Gateway
-from drill.stack.specs import RouterSpec, UpstreamSpec
 from tests.stack.router.fake_upstreams import FakeReplica
 
 pytestmark = pytest.mark.anyio
@@ -29,14 +29,14 @@ WITHIN_S = 0.1
 
 
 @asynccontextmanager
-async def router_over_a_slow_replica(**spec: object) -> AsyncIterator[tuple[Gateway, FakeReplica]]:
+async def router_over_a_slow_replica(**launch: object) -> AsyncIterator[tuple[Gateway, FakeReplica]]:
     replica = await FakeReplica("r0", mode="slow", delay_s=5.0).start()
     gateway = Gateway(
-        RouterSpec(
-            replicas=(UpstreamSpec(name="r0", index=0, url=replica.url),),
-            router=spec.pop("router", RouterConfig(health_check_interval="100ms")),
+        RouterLaunch(
+            replicas=(UpstreamLaunch(name="r0", index=0, url=replica.url),),
+            router=launch.pop("router", RouterConfig(health_check_interval="100ms")),
             admin_token=TOKEN,
-            **spec,
+            **launch,
         )
     )
     await gateway.start()
@@ -109,8 +109,8 @@ async def test_a_client_that_leaves_mid_stream_ends_it_quietly(caplog: pytest.Lo
     """Its head (200) went out: the router ends the stream and closes the upstream, without an answer to nobody."""
     replica = await FakeReplica("r0", chunks=500, chunk_gap_s=0.02).start()
     gateway = Gateway(
-        RouterSpec(
-            replicas=(UpstreamSpec(name="r0", index=0, url=replica.url),),
+        RouterLaunch(
+            replicas=(UpstreamLaunch(name="r0", index=0, url=replica.url),),
             router=RouterConfig(health_check_interval="100ms"),
             admin_token=TOKEN,
         )

@@ -10,20 +10,20 @@ import httpx
 import pytest
 
 from drill.stack.config import RetryConfig, RouterConfig
+from drill.stack.launch import RouterLaunch, UpstreamLaunch
 from drill.stack.router.gateway import HEALTH_TIMEOUTS_TO_FAIL, Gateway
-from drill.stack.specs import RouterSpec, UpstreamSpec
 from tests.stack.router.fake_upstreams import FakeReplica
 
 pytestmark = pytest.mark.anyio
 
 
 async def _gateway(replica: FakeReplica, **config: object) -> Gateway:
-    spec = RouterSpec(
-        replicas=(UpstreamSpec(name=replica.name, index=0, url=replica.url),),
+    launch = RouterLaunch(
+        replicas=(UpstreamLaunch(name=replica.name, index=0, url=replica.url),),
         router=RouterConfig(**{"health_check_interval": "30s", **config}),  # checks only when the test asks
         admin_token="admin-token-for-tests",
     )
-    gateway = Gateway(spec)
+    gateway = Gateway(launch)
     await gateway.start()
     return gateway
 
@@ -31,8 +31,8 @@ async def _gateway(replica: FakeReplica, **config: object) -> Gateway:
 async def test_a_replica_leaves_rotation_only_after_three_health_timeouts_in_a_row() -> None:
     replica = await FakeReplica("r0").start()
     gateway = Gateway(
-        RouterSpec(
-            replicas=(UpstreamSpec(name="r0", index=0, url=replica.url),),
+        RouterLaunch(
+            replicas=(UpstreamLaunch(name="r0", index=0, url=replica.url),),
             router=RouterConfig(health_check_interval="500ms"),  # a check times out after 0.5 s
             admin_token="admin-token-for-tests",
         )
@@ -85,8 +85,8 @@ async def test_with_every_check_late_the_router_still_routes_instead_of_refusing
     still get requests, spread as usual; a healthy replica is preferred whenever there is one."""
     replicas = [await FakeReplica(f"r{i}").start() for i in range(2)]
     gateway = Gateway(
-        RouterSpec(
-            replicas=tuple(UpstreamSpec(name=r.name, index=i, url=r.url) for i, r in enumerate(replicas)),
+        RouterLaunch(
+            replicas=tuple(UpstreamLaunch(name=r.name, index=i, url=r.url) for i, r in enumerate(replicas)),
             router=RouterConfig(health_check_interval="500ms"),
             admin_token="admin-token-for-tests",
         )

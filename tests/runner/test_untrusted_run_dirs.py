@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from drill.cli.common import interrupts_kept
 from drill.cli.main import cli
-from tests.engine.judged_run import record_line, write_run_dir
+from tests.runner.judged_run import record_line, write_run_dir
 
 
 def _invoke(*args: str):

@@ -1,16 +1,16 @@
 """Acceptance (issue 11): a run directory with a corrupted record line — the run's checks report the line and
 do not PASS a check that depended on it. Evaluated the way the runner does it (``evaluate_checks`` over the
-run's ``RunEvidence``); ``tests/engine/test_judge.py`` covers the same through ``drill judge``."""
+run's ``RunEvidence``); ``tests/runner/test_judge.py`` covers the same through ``drill judge``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from drill.api import Status
-from drill.engine.verdicts import evaluate_checks, verdicts_document
 from drill.rundir.evidence import RunEvidence
+from drill.runner.verdicts import evaluate_checks, verdicts_document
 from drill.spec.loader import load_drill
-from tests.engine.judged_run import record_line, write_journal
+from tests.runner.judged_run import record_line, write_journal
 
 DRILL = """\
 name: corrupted

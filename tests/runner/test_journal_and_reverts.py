@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 from drill.api import FaultTargets, TargetInfo
-from drill.engine.cleanup import clean_run
-from drill.engine.reverts import RevertRecord, RevertStack, pending_reverts
 from drill.rundir.journal import Event, Journal, read_journal
+from drill.runner.cleanup import clean_run
+from drill.runner.reverts import RevertRecord, RevertStack, pending_reverts
 
 TARGET = TargetInfo(kind="openai", base_url="http://127.0.0.1:1")
 

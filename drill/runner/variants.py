@@ -4,7 +4,7 @@ A *variant* is a drill as :func:`drill.spec.loader.load_drill` resolved it (file
 scale). :func:`run_variant` runs it into a fresh run directory under ``out_dir`` (``<out_dir>/<drill>/<run id>/``,
 never an existing one, like ``drill run --out``) and returns the runner's :class:`RunResult`: its run
 directory, status, exit code (``drill run``'s), verdicts and reports. Nothing here checks hosts or prints;
-callers check :func:`drill.engine.safety.check_hosts` before they start anything.
+callers check :func:`drill.runner.safety.check_hosts` before they start anything.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from drill.engine.listeners import RunListener
-from drill.engine.runner import Runner, RunOptions, RunResult
+from drill.runner.listeners import RunListener
+from drill.runner.run import Runner, RunOptions, RunResult
 from drill.spec.loader import LoadedDrill
 
 __all__ = ["run_variant"]

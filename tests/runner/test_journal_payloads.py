@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from drill.engine.fault_schedule import FaultState
-from drill.engine.reverts import pending_reverts, pending_teardowns
-from drill.engine.runner import RunResult
 from drill.rundir.journal import PAYLOADS, Event, FaultInjected, Journal, RunStatus, check_payload, read_journal
+from drill.runner.fault_schedule import FaultState
+from drill.runner.reverts import pending_reverts, pending_teardowns
+from drill.runner.run import RunResult
 
 RECORDED = sorted((Path(__file__).parents[1] / "fixtures" / "recorded-runs").glob("*/journal.jsonl"))
 

@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from drill.api import TargetInfo
-from drill.engine.prometheus import PrometheusMetrics
-from drill.engine.runner import Runner, resolved_inputs
 from drill.errors import InputError
 from drill.rundir.directory import create_run_dir
 from drill.rundir.redact import REDACTED
+from drill.runner.prometheus import PrometheusMetrics
+from drill.runner.run import Runner, resolved_inputs
 from drill.spec.loader import load_drill
 from drill.spec.models import PrometheusSourceSpec
 

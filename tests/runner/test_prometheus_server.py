@@ -22,10 +22,10 @@ import httpx
 import pytest
 import yaml
 
-from drill.engine.scraper import MetricsScraper
 from drill.report.quantities import phase_quantities
 from drill.rundir.evidence import RunEvidence
 from drill.rundir.journal import read_journal
+from drill.runner.scraper import MetricsScraper
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration

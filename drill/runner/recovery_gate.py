@@ -1,6 +1,6 @@
 """Observed recovery before the replay: the replay phase starts when the target is back inside its baseline band.
 
-Called by the runner (:meth:`drill.engine.runner.Runner._replay_phase`) after the recovery phase and the load
+Called by the runner (:meth:`drill.runner.run.Runner._replay_phase`) after the recovery phase and the load
 have ended. A replay proves a fix only on a recovered stack: replayed at a fixed time into a backlog that is still
 draining, the original failing requests fail again for the backlog's sake (issue 22: at the flagship's default
 scale the replay went out while ~1,500 abandoned requests were still queued, up to 36 s late).

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 
 from drill import registry
 from drill.api import Fault, FaultContext, FaultTargets, LandingProof, LoadControl, Selector, TargetInfo
-from drill.engine.listeners import ListenerEvent, Listeners
-from drill.engine.reverts import RevertOutcome, RevertRecord, RevertStack
-from drill.engine.signals import SignalGuard
-from drill.engine.timeline import FaultWindow, Timeline
 from drill.errors import InputError
 from drill.rundir.journal import Event, Journal
+from drill.runner.listeners import ListenerEvent, Listeners
+from drill.runner.reverts import RevertOutcome, RevertRecord, RevertStack
+from drill.runner.signals import SignalGuard
+from drill.runner.timeline import FaultWindow, Timeline
 from drill.spec.loader import LoadedDrill
 
 __all__ = ["FaultRunner", "FaultState", "register_and_inject", "resolve_targets", "verify_and_journal"]

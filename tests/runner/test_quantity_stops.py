@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from drill.cli.main import cli
-from drill.engine.stopconditions import StopMonitor
+from drill.runner.stopconditions import StopMonitor
 from drill.serving_metrics import Reading
 from drill.spec.models import StopCondition
 

@@ -1,4 +1,4 @@
-"""The wait before the replay (drill.engine.recovery_gate): the band from the baseline, the live queue, the
+"""The wait before the replay (drill.runner.recovery_gate): the band from the baseline, the live queue, the
 bounded wait, and what it says — driven with a fake clock and hand-built run directories."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from drill.engine.recovery_gate import (
+from drill.runner.recovery_gate import (
     RecoveryBand,
     live_queue_depth,
     recent_error_rate,

@@ -2,7 +2,7 @@
 
 It does exactly what the runner does before injecting (journal the revert record, fsync), injects
 the faults given on the command line, starts the watchdog, prints READY and waits to be killed.
-Usage: python -m tests.engine.fake_runner RUN_DIR TOXIPROXY_URL PROXY CONTAINER
+Usage: python -m tests.runner.fake_runner RUN_DIR TOXIPROXY_URL PROXY CONTAINER
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from pathlib import Path
 
 from drill import registry
 from drill.api import FaultContext, FaultTargets, TargetInfo
-from drill.engine import active
-from drill.engine.reverts import RevertRecord, RevertStack
-from drill.engine.watchdog import Watchdog
 from drill.rundir.journal import Event, Journal, process_start_time
+from drill.runner import active
+from drill.runner.reverts import RevertRecord, RevertStack
+from drill.runner.watchdog import Watchdog
 
 
 def main() -> None:

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from drill.engine.listeners import ListenerEvent, Listeners, RunListener
-from drill.engine.signals import SignalGuard
 from drill.errors import RunInterrupted
+from drill.runner.listeners import ListenerEvent, Listeners, RunListener
+from drill.runner.signals import SignalGuard
 
 
 class Broken(RunListener):

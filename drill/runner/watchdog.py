@@ -27,9 +27,9 @@ import threading
 import time
 from pathlib import Path
 
-from drill.engine.cleanup import CleanupReport, clean_run
-from drill.engine.reverts import pending_reverts
 from drill.rundir.journal import read_journal
+from drill.runner.cleanup import CleanupReport, clean_run
+from drill.runner.reverts import pending_reverts
 
 __all__ = ["Watchdog", "main"]
 
@@ -50,7 +50,7 @@ class Watchdog:
                 [
                     sys.executable,
                     "-m",
-                    "drill.engine.watchdog",
+                    "drill.runner.watchdog",
                     "--run-dir",
                     str(run_dir),
                     "--heartbeat-timeout",

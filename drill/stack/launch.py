@@ -1,10 +1,10 @@
-"""What each process of the stack is told at start: :class:`ReplicaSpec` (stack-contracts.md §3)
-and :class:`RouterSpec`.
+"""What each process of the stack is told at start: :class:`ReplicaLaunch` (stack-contracts.md §3)
+and :class:`RouterLaunch`.
 
 Written as JSON by the launcher/supervisor (topology side) and read by
-``python -m drill.stack.replica.api_server --spec FILE.json`` and
-``python -m drill.stack.router.gateway --spec FILE.json``.
-Kept apart from both processes so the supervisor can build specs without importing the engine or
+``python -m drill.stack.replica.api_server --launch FILE.json`` and
+``python -m drill.stack.router.gateway --launch FILE.json``.
+Kept apart from both processes so the supervisor can build launches without importing the engine or
 the router.
 """
 
@@ -18,12 +18,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from drill.errors import InputError
 from drill.stack.config import RouterConfig, StackConfig
 
-__all__ = ["PeerSpec", "ReplicaSpec", "RouterSpec", "UpstreamSpec", "read_replica_spec"]
+__all__ = ["PeerLaunch", "ReplicaLaunch", "RouterLaunch", "UpstreamLaunch", "read_replica_launch"]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
-class PeerSpec(BaseModel):
+class PeerLaunch(BaseModel):
     """One TP rank (1..tp-1) or PP stage (1..pp-1) of the replica, as the launcher arranged it.
 
     ``listen`` is where the rank process listens; ``connect`` is the address its upstream (rank 0,
@@ -42,7 +42,7 @@ class PeerSpec(BaseModel):
     proxy: str | None = None
 
 
-class ReplicaSpec(BaseModel):
+class ReplicaLaunch(BaseModel):
     """Everything a replica process needs. ``port`` 0 binds a free port, reported in ``ready_file``."""
 
     model_config = _FROZEN
@@ -57,7 +57,7 @@ class ReplicaSpec(BaseModel):
     ledger_path: Path
     log_path: Path | None = None
     seed: int = 0
-    peers: tuple[PeerSpec, ...] = ()
+    peers: tuple[PeerLaunch, ...] = ()
     role: Literal["prefill", "decode"] | None = Field(None, description="P/D worker role; None: aggregated")
     kv_listen: str | None = Field(None, description="prefill worker: host:port of its KV side channel")
     kv_peers: dict[str, str] = Field(
@@ -68,7 +68,7 @@ class ReplicaSpec(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _peers_match_parallelism(self) -> ReplicaSpec:
+    def _peers_match_parallelism(self) -> ReplicaLaunch:
         engine = self.config.engine
         tp = sum(1 for peer in self.peers if peer.kind == "tp")
         pp = sum(1 for peer in self.peers if peer.kind == "pp")
@@ -86,18 +86,18 @@ class ReplicaSpec(BaseModel):
         return f"drill-replica-{self.index}"
 
 
-def read_replica_spec(path: Path | str) -> ReplicaSpec:
-    """Read a spec file. Raises :class:`InputError` when it is unreadable or invalid."""
+def read_replica_launch(path: Path | str) -> ReplicaLaunch:
+    """Read a launch file. Raises :class:`InputError` when it is unreadable or invalid."""
     path = Path(path)
     try:
-        return ReplicaSpec.model_validate_json(path.read_text(encoding="utf-8"))
+        return ReplicaLaunch.model_validate_json(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise InputError(f"cannot read replica spec {path}: {exc.strerror}") from exc
+        raise InputError(f"cannot read replica launch {path}: {exc.strerror}") from exc
     except ValueError as exc:
-        raise InputError(f"invalid replica spec {path}: {exc}") from exc
+        raise InputError(f"invalid replica launch {path}: {exc}") from exc
 
 
-class UpstreamSpec(BaseModel):
+class UpstreamLaunch(BaseModel):
     """One replica as the router reaches it (``url``: through its Toxiproxy proxy when there is one)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -108,14 +108,14 @@ class UpstreamSpec(BaseModel):
     role: Literal["prefill", "decode"] | None = None  # P/D: the router sends prefill, then decode
 
 
-class RouterSpec(BaseModel):
+class RouterLaunch(BaseModel):
     """What the router process is told at start (written by the supervisor)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     host: str = "127.0.0.1"
     port: int = Field(0, ge=0, le=65535)
-    replicas: tuple[UpstreamSpec, ...]
+    replicas: tuple[UpstreamLaunch, ...]
     router: RouterConfig = RouterConfig()
     admin_token: str = Field(min_length=8)
     otlp_endpoint: str | None = None

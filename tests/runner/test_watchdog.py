@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from drill.backends.docker import DockerBackend
 from drill.cli.main import cli
-from drill.engine.cleanup import dead_runs
+from drill.runner.cleanup import dead_runs
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,7 +37,7 @@ def test_sigkill_of_runner_is_reverted_by_watchdog_within_5s(
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     runner = subprocess.Popen(
-        [sys.executable, "-m", "tests.engine.fake_runner", str(run_dir), toxiproxy_server.url, proxy_name, container],
+        [sys.executable, "-m", "tests.runner.fake_runner", str(run_dir), toxiproxy_server.url, proxy_name, container],
         cwd=REPO,
         stdout=subprocess.PIPE,
         text=True,
@@ -64,8 +64,8 @@ def test_sigkill_of_runner_is_reverted_by_watchdog_within_5s(
 
 
 def test_watchdog_exits_quietly_when_runner_finishes(tmp_path: Path) -> None:
-    from drill.engine.watchdog import Watchdog
     from drill.rundir.journal import Journal
+    from drill.runner.watchdog import Watchdog
 
     Journal(tmp_path / "journal.jsonl").close()
     dog = Watchdog(tmp_path)

@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from drill.engine.prometheus import PrometheusMetrics, PrometheusQueryError, promql
 from drill.report.quantities import phase_quantities
 from drill.rundir.evidence import RunEvidence
+from drill.runner.prometheus import PrometheusMetrics, PrometheusQueryError, promql
 from drill.serving_metrics import live_value, resolve
 from drill.spec.models import MetricsSpec, PrometheusSourceSpec
 

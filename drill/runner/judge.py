@@ -17,11 +17,11 @@ from pydantic import BaseModel, ValidationError
 
 from drill import registry
 from drill.api import Verdict
-from drill.engine.verdicts import PlannedCheck, judge_one, plan_checks, verdicts_document
 from drill.errors import InputError
 from drill.rundir.evidence import RunEvidence
 from drill.rundir.files import check_run_dir
 from drill.rundir.journal import Event, RunStatus
+from drill.runner.verdicts import PlannedCheck, judge_one, plan_checks, verdicts_document
 
 __all__ = ["Judgement", "SweepJudge", "rejudge"]
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from drill import registry
-from drill.engine import active
-from drill.engine.reverts import RevertRecord, pending_reverts, pending_teardowns, revert_from_record, run_bounded
 from drill.rundir.files import UnsafeFileError
 from drill.rundir.journal import Event, Journal, read_journal
+from drill.runner import active
+from drill.runner.reverts import RevertRecord, pending_reverts, pending_teardowns, revert_from_record, run_bounded
 
 __all__ = ["CleanupReport", "clean_run", "dead_runs", "teardown_target"]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from drill.cli.main import cli
-from tests.engine.judged_run import record_line, write_run_dir
+from tests.runner.judged_run import record_line, write_run_dir
 
 
 def _judge(run: Path) -> tuple[int, dict]:

@@ -1,10 +1,10 @@
 """One fault injected by hand (``drill fault inject``), journaled and reverted like a drill's.
 
 The same engine pieces as a run: a run directory ``<out>/manual/<run id>/`` and its ``journal.jsonl``
-(opened by :func:`drill.rundir.directory.open_run`), the :class:`~drill.engine.reverts.RevertStack` (the
+(opened by :func:`drill.rundir.directory.open_run`), the :class:`~drill.runner.reverts.RevertStack` (the
 revert record is journaled with fsync before ``inject``), the dead-man
-:class:`~drill.engine.watchdog.Watchdog` whose lease is the ``--for`` duration, the active-run registry (so
-``drill cleanup`` finds an injection whose process died) and the :class:`~drill.engine.signals.SignalGuard`
+:class:`~drill.runner.watchdog.Watchdog` whose lease is the ``--for`` duration, the active-run registry (so
+``drill cleanup`` finds an injection whose process died) and the :class:`~drill.runner.signals.SignalGuard`
 (SIGINT/SIGTERM revert at once, never in the middle of an inject or a revert).
 
 ``--target stack[:NAME]`` is a stack started by ``drill stack up`` (its state file and plan, turned
@@ -25,15 +25,15 @@ from pydantic import BaseModel
 
 from drill import registry
 from drill.api import Capability, Fault, FaultContext, FaultParams, FaultTargets, Selector, TargetContext, TargetInfo
-from drill.engine import active
-from drill.engine.fault_schedule import FAULT_TIMEOUT_S, register_and_inject, resolve_targets, verify_and_journal
-from drill.engine.reverts import RevertStack
-from drill.engine.safety import check_host_list
-from drill.engine.signals import SignalGuard
-from drill.engine.watchdog import Watchdog
 from drill.errors import InputError, RunInterrupted, SpecError, TargetError
 from drill.rundir.directory import open_run
 from drill.rundir.journal import Event, RunStatus
+from drill.runner import active
+from drill.runner.fault_schedule import FAULT_TIMEOUT_S, register_and_inject, resolve_targets, verify_and_journal
+from drill.runner.reverts import RevertStack
+from drill.runner.safety import check_host_list
+from drill.runner.signals import SignalGuard
+from drill.runner.watchdog import Watchdog
 from drill.spec.diagnostics import Diagnostic, Position
 from drill.spec.loader import read_input_file
 from drill.spec.validation import validate_model
@@ -212,7 +212,7 @@ def _stack_info(name: str, state_dir: Path | None, allow_hosts: tuple[str, ...])
             hint=f"drill stack down --name {name}, then up again",
         )
     plan = StackPlan.model_validate_json((state.run_dir / "plan.json").read_text(encoding="utf-8"))
-    config = plan.replica_specs[0].config.model_copy(update={"runtime": state.runtime})
+    config = plan.replica_launches[0].config.model_copy(update={"runtime": state.runtime})
     check_host_list(EmbeddedStack.hosts(config), allow_hosts)
     return info_from_state(state, EmbeddedStack.static_capabilities(config))
 

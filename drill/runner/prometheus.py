@@ -1,6 +1,6 @@
 """The run's serving metrics from the user's Prometheus, for when the replicas' ``/metrics`` are out of reach.
 
-A drop-in for :class:`drill.engine.scraper.MetricsScraper`:
+A drop-in for :class:`drill.runner.scraper.MetricsScraper`:
 
 - **live**, for stop conditions: every ``interval`` an instant query (``/api/v1/query``) of the series the run
   needs; :meth:`PrometheusMetrics.readings` gives each replica's latest two readings. A reading changes only

@@ -8,9 +8,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from drill.engine.scraper import MetricsScraper, parse_samples
-from drill.engine.stopconditions import StopMonitor
 from drill.rundir.records import ErrorClass, RequestRecord
+from drill.runner.scraper import MetricsScraper, parse_samples
+from drill.runner.stopconditions import StopMonitor
 from drill.serving_metrics import Reading
 from drill.spec.models import StopCondition
 

@@ -9,7 +9,7 @@ Order of a run::
     load       the scenario's open-loop load, from warmup to the end of recovery (requests.jsonl)
     warmup, baseline, fault (faults on their schedule; stop conditions may end it early), recovery
     replay     once recovery is observed (queue depth and error rate back in the baseline band, or a bounded wait:
-               drill.engine.recovery_gate), the original failing requests and baseline controls sent again
+               drill.runner.recovery_gate), the original failing requests and baseline controls sent again
                (replay.jsonl)
     shutdown   revert everything left, stop load, scraper, target, receiver (always, in this order)
     evaluate   checks -> verdicts.json, summary.md
@@ -32,25 +32,6 @@ from typing import TYPE_CHECKING, Any
 from drill import registry
 from drill.api import Capability, Status, Target, TargetContext, TargetInfo, Verdict
 from drill.checks.health import HEALTH_FILE
-from drill.engine import active
-from drill.engine.fault_schedule import FaultRunner
-from drill.engine.health_probes import HealthProber
-from drill.engine.listeners import ListenerEvent, Listeners, RunListener
-from drill.engine.prometheus import PrometheusMetrics
-from drill.engine.recovery_gate import (
-    RecoveryWait,
-    live_queue_depth,
-    recent_error_rate,
-    recovery_band,
-    wait_for_recovery,
-)
-from drill.engine.reverts import RevertStack
-from drill.engine.scraper import MetricsScraper
-from drill.engine.signals import SignalGuard
-from drill.engine.stopconditions import StopMonitor, StopTrigger
-from drill.engine.timeline import Timeline, plan_timeline
-from drill.engine.verdicts import evaluate_checks, write_verdicts
-from drill.engine.watchdog import Watchdog
 from drill.errors import DrillError, RunInterrupted
 from drill.load.driver import LoadDriver, LoadPlan
 from drill.load.replay import ReplayPlan, baseline_rate, choose_control_ids, choose_repeats, replay_after_recovery
@@ -60,6 +41,25 @@ from drill.rundir.directory import RunDir, environment, open_run
 from drill.rundir.evidence import RunEvidence
 from drill.rundir.journal import Event, Journal, RunStatus
 from drill.rundir.redact import Redactor, run_redactor, scrub_logs, secret_values
+from drill.runner import active
+from drill.runner.fault_schedule import FaultRunner
+from drill.runner.health_probes import HealthProber
+from drill.runner.listeners import ListenerEvent, Listeners, RunListener
+from drill.runner.prometheus import PrometheusMetrics
+from drill.runner.recovery_gate import (
+    RecoveryWait,
+    live_queue_depth,
+    recent_error_rate,
+    recovery_band,
+    wait_for_recovery,
+)
+from drill.runner.reverts import RevertStack
+from drill.runner.scraper import MetricsScraper
+from drill.runner.signals import SignalGuard
+from drill.runner.stopconditions import StopMonitor, StopTrigger
+from drill.runner.timeline import Timeline, plan_timeline
+from drill.runner.verdicts import evaluate_checks, write_verdicts
+from drill.runner.watchdog import Watchdog
 from drill.serving_metrics import QUANTITIES, wanted_sample_names
 from drill.spec.loader import LoadedDrill
 from drill.spec.models import Phase, PrometheusSourceSpec, StopKind

@@ -15,37 +15,23 @@ which reads the lines back (:func:`drill.checks.health.read_health`).
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 
 import httpx
 
+from drill.runner.scraper import EndpointPoller
+
 __all__ = ["HealthProber"]
 
 
-class HealthProber:
+class HealthProber(EndpointPoller):
     """Probes ``endpoints`` (component -> health URL) every ``interval_s`` on a fixed schedule, in a thread."""
 
+    thread_name = "health-prober"
+
     def __init__(self, endpoints: dict[str, str], out_path: Path, interval_s: float = 0.5) -> None:
-        self.endpoints = dict(endpoints)
-        self.interval_s = interval_s
-        self._out = open(out_path, "a", encoding="utf-8")
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._client = httpx.Client(timeout=min(2.0, max(0.2, interval_s)), trust_env=False)
-        self._thread = threading.Thread(target=self._loop, name="health-prober", daemon=True)
-
-    def start(self) -> HealthProber:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self._client.close()
-        with self._lock:
-            self._out.close()
+        super().__init__(endpoints, out_path, interval_s)
 
     def _loop(self) -> None:
         start = time.monotonic()

@@ -19,6 +19,7 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import Self
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -46,19 +47,25 @@ def _by_name(samples: dict[str, float]) -> dict[str, float]:
     return totals
 
 
-class MetricsScraper:
-    def __init__(self, endpoints: dict[str, str], out_path: Path, interval_s: float = 1.0) -> None:
+class EndpointPoller:
+    """A thread that polls ``endpoints`` (name -> URL) every ``interval_s`` into a JSON-lines file of the run.
+
+    The lifecycle both pollers share (the metrics scraper, the health prober): one HTTP client with a timeout
+    bounded by the interval, a stop event, a lock over the output file; a subclass writes ``_loop``.
+    """
+
+    thread_name = "endpoint-poller"
+
+    def __init__(self, endpoints: dict[str, str], out_path: Path, interval_s: float) -> None:
         self.endpoints = dict(endpoints)
         self.interval_s = interval_s
         self._out = open(out_path, "a", encoding="utf-8")
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._latest: dict[str, Reading] = {}
         self._client = httpx.Client(timeout=min(2.0, max(0.2, interval_s)), trust_env=False)
-        self._thread = threading.Thread(target=self._loop, name="metrics-scraper", daemon=True)
-        self.scrapes = 0
+        self._thread = threading.Thread(target=self._loop, name=self.thread_name, daemon=True)
 
-    def start(self) -> MetricsScraper:
+    def start(self) -> Self:
         self._thread.start()
         return self
 
@@ -68,6 +75,18 @@ class MetricsScraper:
         self._client.close()
         with self._lock:
             self._out.close()
+
+    def _loop(self) -> None:
+        raise NotImplementedError
+
+
+class MetricsScraper(EndpointPoller):
+    thread_name = "metrics-scraper"
+
+    def __init__(self, endpoints: dict[str, str], out_path: Path, interval_s: float = 1.0) -> None:
+        self._latest: dict[str, Reading] = {}
+        self.scrapes = 0
+        super().__init__(endpoints, out_path, interval_s)
 
     def readings(self) -> dict[str, Reading]:
         """Each endpoint whose last scrape was good: its latest reading (and the one before)."""

@@ -143,6 +143,16 @@ class TopologyConfig(BaseModel):
         prefill, decode = worker_counts(data)  # a contradiction is an error of the topology
         return {**{k: v for k, v in data.items() if k != "ratio"}, "prefill": prefill, "decode": decode}
 
+    @field_validator("ratio", mode="before")
+    @classmethod
+    def _not_a_number(cls, value: object) -> object:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            raise ValueError(
+                f"expected a ratio of the form <prefill>P:<decode>D such as 1P:3D, got the number {value:g} "
+                "(YAML reads unquoted digits a:b as a base-60 number)"
+            )
+        return value
+
     @field_validator("ratio")
     @classmethod
     def _well_formed(cls, value: str | None) -> str | None:

@@ -84,7 +84,8 @@ class PdRatioCheck(SweepCheck):
         if expected is None:
             return self.verdict(
                 Status.INCONCLUSIVE,
-                "best: predicted needs the stack's cost model (an embedded P/D stack); name the split, e.g. best: 3P:1D",
+                "best: predicted needs the stack's cost model and the requests' lengths; name the split instead, "
+                "e.g. best: 3P:1D",
                 notes=table.notes,
             )
         return self._judge(table, expected)
@@ -100,7 +101,8 @@ class PdRatioCheck(SweepCheck):
             if v.status != "completed":
                 return f"variant {v.label} did not complete ({v.status})"
             if v.requests < self.params.min_requests:
-                return f"too few requests in {v.label}'s baseline: {v.requests} (min_requests {self.params.min_requests})"
+                least = self.params.min_requests
+                return f"too few requests in {v.label}'s baseline: {v.requests} (min_requests {least})"
         if not any(v.goodput_rps for v in table.variants):
             return "no split met the SLO at all: the offered rate is beyond every split's knee (lower the rate)"
         return None

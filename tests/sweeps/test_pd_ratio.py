@@ -62,6 +62,25 @@ def test_a_tie_on_goodput_goes_to_the_split_with_the_most_slo_headroom(tmp_path:
     assert clear.status is Status.PASS and "tied" in clear.message
 
 
+def test_goodput_decides_before_headroom_unless_within_the_margin(tmp_path: Path) -> None:
+    """3P:1D serves more requests within the SLO (17 of 20) but its three slow ones put its p95 over the bound;
+    2P:2D serves 15 of 20, all close to the bound: goodput wins unless the margin makes them a tie."""
+    splits: dict[tuple[int, int], list[float | None]] = {
+        (3, 1): [600.0] * 17 + [2500.0] * 3,
+        (2, 2): [1900.0] * 15 + [2100.0] * 5,
+        (1, 3): [None] * N,
+    }
+    root = write_pd_sweep(tmp_path / "sweep", splits)
+    table = measure_pd_sweep(root)
+    ratio = {v.split: v.slo_ratio or 0 for v in table.variants}
+    assert ratio["3P:1D"] > ratio["2P:2D"] > 1, ratio
+    verdict = _judge(root, best="3P:1D")
+    assert verdict.status is Status.PASS and "tied" not in verdict.message, verdict.message
+    tied = _judge(root, best="3P:1D", margin=0.5)
+    assert tied.status is Status.FAIL, tied.message
+    assert tied.message.startswith("2P:2D wins (tied on goodput within 50%"), tied.message
+
+
 @pytest.mark.parametrize(
     ("splits", "params", "why"),
     [
@@ -117,6 +136,10 @@ def test_the_cost_model_makes_the_bottleneck_of_each_length_mix(
     assert {m.bottleneck for m in models.values()} == {side}, models
     assert min(models, key=lambda s: models[s].peak_load) == winner, models
     assert max(m.peak_load for m in models.values()) > 1.5  # the worst split cannot keep up
+    # compute-bound: a prefill worker's cost per request grows with the prompt's tokens (25x the prompt: ~25x)
+    config = _shipped_split("1P:3D", scenario)[0]
+    short, long = model_pd(config, 1.0, 64, output), model_pd(config, 1.0, 1600, output)
+    assert 20 < long.prefill_busy_s / short.prefill_busy_s < 26, (short, long)
     assert models[winner].peak_load < 1  # the winner can
     # batched and memory-bound: the busiest decode worker's step (its batch full) within 10 % of a batch of one
     busiest = models["3P:1D"]

@@ -3,7 +3,7 @@ against the embedded stack; with the prefill-heavy mix 3P:1D wins, with the deco
 its own reason (the prefill queue vs the decode slots), and the drill's predicted verdicts hold.
 
 Two ``drill run`` subprocesses one after the other (the winner is a latency race: they do not share the cores),
-each the drill as written at ``--time-scale 0.4`` (a 9.6 s baseline per split); it is also the catalogue's
+each the drill as written at ``--time-scale 0.3`` (a 7.2 s baseline per split); it is also the catalogue's
 end-to-end run of this drill (``tests/e2e/test_catalogue.py`` does not run it again). Measured on the project's
 2-vCPU machine shared with other runs: see the report of the branch that added it (about 80 s a mix).
 """
@@ -24,13 +24,13 @@ SPLITS = ("1P:3D", "2P:2D", "3P:1D")
 
 @pytest.fixture(scope="module")
 def prefill_heavy(tmp_path_factory: pytest.TempPathFactory) -> DrillRun:
-    return start_drill(tmp_path_factory.mktemp("pd-prefill"), "drills/pd-ratio.yaml", time_scale=0.4).finish()
+    return start_drill(tmp_path_factory.mktemp("pd-prefill"), "drills/pd-ratio.yaml", time_scale=0.3).finish()
 
 
 @pytest.fixture(scope="module")
 def decode_heavy(prefill_heavy: DrillRun, tmp_path_factory: pytest.TempPathFactory) -> DrillRun:
     out = tmp_path_factory.mktemp("pd-decode")  # after the prefill-heavy run: never side by side
-    return start_drill(out, "drills/pd-ratio.yaml", "scenario=pd-decode-heavy", time_scale=0.4).finish()
+    return start_drill(out, "drills/pd-ratio.yaml", "scenario=pd-decode-heavy", time_scale=0.3).finish()
 
 
 def _splits(run: DrillRun) -> dict[str, dict]:

@@ -27,6 +27,11 @@ Above 1 a side cannot keep up and its queue grows (on the prefill side TTFT wait
 for a batch slot). The predicted winner is the split whose busier side is least loaded. TTFT p50 is split into the
 modelled prefill of the mean prompt, the modelled KV transfer (``prompt x KV bytes per token x 8 / link_gbps``),
 the first decode step, and waiting (the rest, measured).
+
+Where the run has spans (the stack exports them by default), the TTFT is also split as measured, per request
+(medians over the window's requests): the router's ``POST prefill`` span (the prefill leg: the prefill worker's
+queue and the prefill), its ``kv_transfer`` span (the decode worker's load of the blocks), and the decode worker's
+queue (``gen_ai.latency.time_in_queue`` of its ``llm_request``: waiting for a batch slot).
 """
 
 from __future__ import annotations
@@ -42,8 +47,19 @@ from drill.stack.config import StackConfig, parse_stack_config
 from drill.stack.inference.cost_model import BatchShape, CostModel
 from drill.stats import percentile
 from drill.sweeps.scaling import read_sweep_record
+from drill.traces.overhead import ROUTER_SERVICE
+from drill.traces.run_traces import run_traces
 
-__all__ = ["PD_RATIO_SCHEMA", "PdModel", "PdRatioTable", "PdVariant", "is_pd_sweep", "measure_pd_sweep", "model_pd"]
+__all__ = [
+    "PD_RATIO_SCHEMA",
+    "PdModel",
+    "PdRatioTable",
+    "PdVariant",
+    "SpanSplit",
+    "is_pd_sweep",
+    "measure_pd_sweep",
+    "model_pd",
+]
 
 PD_RATIO_SCHEMA = "llm-drill/pd-ratio/v1"
 _MS = 1000.0
@@ -73,6 +89,16 @@ class PdModel:
 
 
 @dataclass(frozen=True)
+class SpanSplit:
+    """Medians over the window's requests of where their TTFT went, from their spans (ms)."""
+
+    traces: int  # requests of the window with a trace
+    prefill_leg_ms: float | None  # the router's POST prefill span: prefill queue + prefill
+    kv_transfer_ms: float | None  # the router's kv_transfer span
+    decode_queue_ms: float | None  # the decode worker's wait for a batch slot
+
+
+@dataclass(frozen=True)
 class PdVariant:
     label: str
     value: Any
@@ -94,6 +120,7 @@ class PdVariant:
     mean_prompt_tokens: float | None = None
     mean_output_tokens: float | None = None
     model: PdModel | None = None
+    spans: SpanSplit | None = None
 
     @property
     def split(self) -> str:
@@ -221,6 +248,36 @@ def _measure(item: dict, evidence: RunEvidence, config: StackConfig) -> PdVarian
         mean_prompt_tokens=_round(prompt, 1),
         mean_output_tokens=_round(output, 1),
         model=model_pd(config, rate, prompt, output) if prompt and output else None,
+        spans=_span_split(evidence, requests),
+    )
+
+
+def _span_split(evidence: RunEvidence, requests: list[RequestRecord]) -> SpanSplit | None:
+    """The measured split of TTFT from the requests' spans (None: the run has none)."""
+    wanted = {r.trace_id for r in requests if r.trace_id}
+    table = run_traces(evidence).table
+    if not wanted or len(table) == 0:
+        return None
+    legs: dict[str, list[float]] = {"prefill": [], "kv": [], "queue": []}
+    seen = set()
+    for row in range(len(table)):
+        span = table.span(row)
+        if span.trace_id not in wanted:
+            continue
+        seen.add(span.trace_id)
+        if span.service == ROUTER_SERVICE and span.name == "POST prefill":
+            legs["prefill"].append(span.duration_ms)
+        elif span.service == ROUTER_SERVICE and span.name == "kv_transfer":
+            legs["kv"].append(span.duration_ms)
+        elif span.name == "llm_request" and span.attributes.get("gen_ai.request.max_tokens") != 1:
+            queue = span.attributes.get("gen_ai.latency.time_in_queue")
+            if isinstance(queue, int | float):
+                legs["queue"].append(queue * _MS)
+    return SpanSplit(
+        len(seen),
+        _round(percentile(legs["prefill"], 50)),
+        _round(percentile(legs["kv"], 50)),
+        _round(percentile(legs["queue"], 50)),
     )
 
 

@@ -17,7 +17,7 @@ from drill.api import Verdict
 from drill.report.render import load_verdicts, template_environment
 from drill.rundir.evidence import RunEvidence
 from drill.rundir.files import write_in_run_dir
-from drill.sweeps.pd_figures import PdRatioTable, is_pd_sweep, measure_pd_sweep
+from drill.sweeps.pd_figures import PdRatioTable, PdVariant, is_pd_sweep, measure_pd_sweep
 from drill.sweeps.pd_ratio import winner
 from drill.sweeps.scaling import STATES, ScalingTable, VariantFigures, measure_sweep, read_sweep_record
 from drill.sweeps.scaling_chart import scaling_chart
@@ -130,12 +130,20 @@ def pd_findings(pd: PdRatioTable) -> list[str]:
                 f"{m.bottleneck} side is the bottleneck"
                 + (" and cannot keep up (its queue grows)" if m.peak_load > 1 else "")
                 + f"; TTFT p50 {v.ttft_p50_ms or 0:.0f} ms, of which {v.waiting_ms or 0:.0f} ms waiting"
+                + _span_words(v)
             )
     predicted = pd.predicted
     if predicted is not None:
         agree = "as" if predicted.split == best.split else "unlike"
         lines.append(f"The cost model predicts {predicted.split} (the least-loaded busier side), {agree} measured")
     return lines + list(pd.notes)
+
+
+def _span_words(v: PdVariant) -> str:
+    """`` (spans: prefill leg 1500 ms, decode queue 67 ms)``: where the TTFT went, measured."""
+    if v.spans is None or v.spans.prefill_leg_ms is None or v.spans.decode_queue_ms is None:
+        return ""
+    return f" (spans: prefill leg {v.spans.prefill_leg_ms:.0f} ms, decode queue {v.spans.decode_queue_ms:.0f} ms)"
 
 
 def findings(table: ScalingTable) -> list[str]:

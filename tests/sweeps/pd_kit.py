@@ -35,6 +35,7 @@ def _request(n: int, ttft_ms: float | None, prompt: int) -> str:
         "planned_input_tokens": prompt,
         "planned_output_tokens": TOKENS,
         "payload_digest": f"sha256:{n:04d}",
+        "trace_id": f"{n + 1:032x}",
     }
     if ttft_ms is None:
         record.update(status=None, error="timeout")
@@ -81,6 +82,49 @@ def write_split(
         "exit_code": 0,
         "skipped_faults": [],
     }
+
+
+def _span(trace: str, n: int, service: str, name: str, start: float, ms: float, **attributes: object) -> str:
+    start_ns = int(start * 1e9)
+    return json.dumps(
+        {
+            "trace_id": trace,
+            "span_id": f"{n:016x}",
+            "parent_span_id": None,
+            "name": name,
+            "kind": "INTERNAL",
+            "service": service,
+            "start_ns": start_ns,
+            "end_ns": start_ns + int(ms * 1e6),
+            "duration_ms": ms,
+            "status": {"code": "UNSET", "message": None},
+            "attributes": attributes,
+        }
+    )
+
+
+def write_spans(root: Path, entry: dict, prefill_leg_ms: float, decode_queue_ms: float) -> None:
+    """The router's prefill leg and KV transfer spans and the decode worker's ``llm_request`` (with its time in
+    queue) for every request of one split's run directory (``entry``: its ``sweep.json`` entry)."""
+    run_dir = root / entry["run_dir"]
+    lines = []
+    for line in (run_dir / "requests.jsonl").read_text().splitlines():
+        request = json.loads(line)
+        trace, start, n = request["trace_id"], request["intended_ts"], 3 * len(lines)
+        lines += [
+            _span(trace, n + 1, "drill-router", "POST prefill", start, prefill_leg_ms),
+            _span(trace, n + 2, "drill-router", "kv_transfer", start + prefill_leg_ms / 1e3, 2.0),
+            _span(
+                trace,
+                n + 3,
+                "drill-replica-3",
+                "llm_request",
+                start + prefill_leg_ms / 1e3,
+                decode_queue_ms + 600.0,
+                **{"gen_ai.request.max_tokens": TOKENS, "gen_ai.latency.time_in_queue": decode_queue_ms / 1e3},
+            ),
+        ]
+    (run_dir / "spans.jsonl").write_text("\n".join(lines) + "\n")
 
 
 def write_pd_sweep(root: Path, splits: dict[tuple[int, int], list[float | None]], **kwargs: object) -> Path:

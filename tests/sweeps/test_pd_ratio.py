@@ -3,6 +3,7 @@ written by hand (``pd_kit``): no stack, no load. The real sweep of both length m
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -12,10 +13,10 @@ from drill.api import Status
 from drill.rundir.evidence import RunEvidence
 from drill.spec.loader import load_drill
 from drill.stack.config import StackConfig
-from drill.sweeps.pd_figures import is_pd_sweep, measure_pd_sweep, model_pd
+from drill.sweeps.pd_figures import SpanSplit, is_pd_sweep, measure_pd_sweep, model_pd
 from drill.sweeps.pd_ratio import PdRatioCheck, PdRatioParams
 from drill.sweeps.scaling_report import write_scaling_reports
-from tests.sweeps.pd_kit import write_pd_sweep
+from tests.sweeps.pd_kit import write_pd_sweep, write_spans
 
 REPO = Path(__file__).resolve().parents[2]
 N = 20  # requests per split: one every 0.5 s over the 10 s baseline, 2 req/s
@@ -145,6 +146,19 @@ def test_the_cost_model_makes_the_bottleneck_of_each_length_mix(
     busiest = models["3P:1D"]
     alone = model_pd(_shipped_split("3P:1D", scenario)[0], 0.01, prompt, output)
     assert alone.decode_batch == 1 and busiest.decode_step_s < 1.1 * alone.decode_step_s, (busiest, alone)
+
+
+def test_the_spans_say_where_the_ttft_went(tmp_path: Path) -> None:
+    root = write_pd_sweep(tmp_path / "sweep", PREFILL_BOUND)
+    entries = {e["value"]: e for e in json.loads((root / "sweep.json").read_text())["variants"]}
+    write_spans(root, entries["1P:3D"], prefill_leg_ms=3000.0, decode_queue_ms=40.0)
+    write_spans(root, entries["3P:1D"], prefill_leg_ms=450.0, decode_queue_ms=900.0)
+    splits = {v.split: v.spans for v in measure_pd_sweep(root).variants}
+    assert splits["2P:2D"] is None  # no spans: no measured split
+    assert splits["1P:3D"] == SpanSplit(20, 3000.0, 2.0, 40.0) and splits["3P:1D"] == SpanSplit(20, 450.0, 2.0, 900.0)
+    write_scaling_reports(root)
+    md = (root / "scaling.md").read_text()
+    assert "(spans: prefill leg 3000 ms, decode queue 40 ms)" in md and "(spans: prefill leg 450 ms" in md
 
 
 def test_the_report_shows_the_splits_side_by_side_and_names_the_winner(tmp_path: Path) -> None:

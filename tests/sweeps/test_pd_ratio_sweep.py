@@ -64,6 +64,8 @@ def test_prefill_heavy_traffic_is_served_best_by_more_prefill_workers(prefill_he
     # for the right reason: the prefill queue (TTFT's waiting share), not decode (TPOT is the same step everywhere)
     assert all(splits[s]["bottleneck"] == "prefill" for s in SPLITS), splits
     assert splits["1P:3D"]["waiting_ms"] > 3 * max(splits["3P:1D"]["waiting_ms"], 100.0), _figures(splits)
+    spans = splits["1P:3D"]["spans"]  # measured: the TTFT went into the prefill leg, not the decode worker's queue
+    assert spans["prefill_leg_ms"] > 1000 and spans["prefill_leg_ms"] > 5 * spans["decode_queue_ms"], spans
     tpots = [splits[s]["tpot_p50_ms"] for s in SPLITS]
     assert max(tpots) < 1.3 * min(tpots), tpots
 
@@ -76,6 +78,8 @@ def test_decode_heavy_traffic_is_served_best_by_more_decode_workers(decode_heavy
     # for the right reason: requests wait for a decode slot; a decode step costs the same at 8 sequences as at 3
     assert all(splits[s]["bottleneck"] == "decode" for s in SPLITS), splits
     assert splits["3P:1D"]["waiting_ms"] > 3 * max(splits["1P:3D"]["waiting_ms"], 100.0), _figures(splits)
+    spans = splits["3P:1D"]["spans"]  # measured: the TTFT went into the wait for a decode slot, not the prefill leg
+    assert spans["decode_queue_ms"] > 1000 and spans["decode_queue_ms"] > 5 * spans["prefill_leg_ms"], spans
     tpots = [splits[s]["tpot_p50_ms"] for s in SPLITS]
     assert max(tpots) < 1.3 * min(tpots), tpots
 

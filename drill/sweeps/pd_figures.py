@@ -55,7 +55,7 @@ __all__ = [
     "PdModel",
     "PdRatioTable",
     "PdVariant",
-    "SpanSplit",
+    "PdTtftSpans",
     "is_pd_sweep",
     "measure_pd_sweep",
     "model_pd",
@@ -89,7 +89,7 @@ class PdModel:
 
 
 @dataclass(frozen=True)
-class SpanSplit:
+class PdTtftSpans:
     """Medians over the window's requests of where their TTFT went, from their spans (ms)."""
 
     traces: int  # requests of the window with a trace
@@ -120,7 +120,7 @@ class PdVariant:
     mean_prompt_tokens: float | None = None
     mean_output_tokens: float | None = None
     model: PdModel | None = None
-    spans: SpanSplit | None = None
+    spans: PdTtftSpans | None = None
 
     @property
     def split(self) -> str:
@@ -252,7 +252,7 @@ def _measure(item: dict, evidence: RunEvidence, config: StackConfig) -> PdVarian
     )
 
 
-def _span_split(evidence: RunEvidence, requests: list[RequestRecord]) -> SpanSplit | None:
+def _span_split(evidence: RunEvidence, requests: list[RequestRecord]) -> PdTtftSpans | None:
     """The measured split of TTFT from the requests' spans (None: the run has none)."""
     wanted = {r.trace_id for r in requests if r.trace_id}
     table = run_traces(evidence).table
@@ -273,7 +273,7 @@ def _span_split(evidence: RunEvidence, requests: list[RequestRecord]) -> SpanSpl
             queue = span.attributes.get("gen_ai.latency.time_in_queue")
             if isinstance(queue, int | float):
                 legs["queue"].append(queue * _MS)
-    return SpanSplit(
+    return PdTtftSpans(
         len(seen),
         _round(percentile(legs["prefill"], 50)),
         _round(percentile(legs["kv"], 50)),

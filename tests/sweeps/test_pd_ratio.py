@@ -13,7 +13,7 @@ from drill.api import Status
 from drill.rundir.evidence import RunEvidence
 from drill.spec.loader import load_drill
 from drill.stack.config import StackConfig
-from drill.sweeps.pd_figures import SpanSplit, is_pd_sweep, measure_pd_sweep, model_pd
+from drill.sweeps.pd_figures import PdTtftSpans, is_pd_sweep, measure_pd_sweep, model_pd
 from drill.sweeps.pd_ratio import PdRatioCheck, PdRatioParams
 from drill.sweeps.scaling_report import write_scaling_reports
 from tests.sweeps.pd_kit import write_pd_sweep, write_spans
@@ -155,7 +155,8 @@ def test_the_spans_say_where_the_ttft_went(tmp_path: Path) -> None:
     write_spans(root, entries["3P:1D"], prefill_leg_ms=450.0, decode_queue_ms=900.0)
     splits = {v.split: v.spans for v in measure_pd_sweep(root).variants}
     assert splits["2P:2D"] is None  # no spans: no measured split
-    assert splits["1P:3D"] == SpanSplit(20, 3000.0, 2.0, 40.0) and splits["3P:1D"] == SpanSplit(20, 450.0, 2.0, 900.0)
+    assert splits["1P:3D"] == PdTtftSpans(20, 3000.0, 2.0, 40.0)
+    assert splits["3P:1D"] == PdTtftSpans(20, 450.0, 2.0, 900.0)
     write_scaling_reports(root)
     md = (root / "scaling.md").read_text()
     assert "(spans: prefill leg 3000 ms, decode queue 40 ms)" in md and "(spans: prefill leg 450 ms" in md

@@ -5,8 +5,8 @@ its own reason (the prefill queue vs the decode slots), and the drill's predicte
 Two ``drill run`` subprocesses one after the other (the winner is a latency race: they do not share the cores),
 each the drill as written at ``--time-scale 0.3`` (a 7.2 s baseline per split); it is also the catalogue's
 end-to-end run of this drill (``tests/e2e/test_catalogue.py`` does not run it again). Measured on the project's
-2-vCPU machine shared with other runs: 59 s for the prefill-heavy mix, 56 s for the decode-heavy one (116 s for the
-file; about 5-10 s of each split is the stack's start).
+2-vCPU machine shared with other runs: 52-59 s for the prefill-heavy mix, 56-66 s for the decode-heavy one (116-120 s
+for the file; about 5-10 s of each split is the stack's start).
 """
 
 from __future__ import annotations

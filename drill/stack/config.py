@@ -21,7 +21,7 @@ from drill.spec.loader import load_model_file
 from drill.spec.validation import validate_model
 from drill.spec.yamlio import Locations
 from drill.stack.presets import GpuPreset, ModelPreset, gpu_names, gpu_preset, model_names, model_preset
-from drill.stack.topology import TopologyConfig
+from drill.stack.topology import TopologyConfig, worker_counts
 from drill.units import BindHost, Duration
 
 __all__ = [
@@ -230,8 +230,10 @@ class StackConfig(BaseModel):
         """With ``topology``, the replicas are its prefill + decode workers (``replicas`` may not be given too)."""
         if not isinstance(data, dict) or not isinstance(data.get("topology"), dict):
             return data
-        topology = data["topology"]
-        prefill, decode = topology.get("prefill", 1), topology.get("decode", 1)
+        try:
+            prefill, decode = worker_counts(data["topology"])
+        except ValueError:
+            return data  # the topology's own validation says what is wrong, where
         if not (isinstance(prefill, int) and isinstance(decode, int)):
             return data  # the topology's own validation says what is wrong
         if data.get("replicas", prefill + decode) != prefill + decode:

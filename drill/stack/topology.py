@@ -5,6 +5,7 @@
     topology:
       prefill: 1          # prefill workers (replicas 0 .. prefill-1)
       decode: 2           # decode workers (the next ones)
+      # or, as one value (what the pd-ratio sweep varies): ratio: 1P:2D
       kv_transfer:
         lease: 5s         # the decode side gives up waiting after this; null waits forever (vLLM #50754)
         failure_policy: fail   # or recompute (vLLM's kv_load_failure_policy)
@@ -18,17 +19,65 @@ see :data:`ROLE_LABEL`.
 from __future__ import annotations
 
 import enum
+import re
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from drill.units import Duration
 
-__all__ = ["ROLE_LABEL", "KvFailurePolicy", "KvTransferConfig", "TopologyConfig", "WorkerRole"]
+__all__ = [
+    "ROLE_LABEL",
+    "KvFailurePolicy",
+    "KvTransferConfig",
+    "TopologyConfig",
+    "WorkerRole",
+    "format_ratio",
+    "parse_ratio",
+    "worker_counts",
+]
 
 #: The pod label a worker's role becomes on Kubernetes (llm-d's label for P/D pods).
 ROLE_LABEL = "llm-d.ai/role"
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+_RATIO = re.compile(r"^\s*(\d+)\s*P\s*:\s*(\d+)\s*D\s*$", re.IGNORECASE)
+
+
+def parse_ratio(text: str) -> tuple[int, int]:
+    """``"1P:3D"`` -> (1, 3): prefill and decode workers; ValueError naming the expected form otherwise."""
+    match = _RATIO.match(text)
+    if match is None:
+        raise ValueError(f"ratio {text!r} is not of the form <prefill>P:<decode>D, e.g. 1P:3D")
+    prefill, decode = int(match.group(1)), int(match.group(2))
+    if not (1 <= prefill <= 32 and 1 <= decode <= 32):
+        raise ValueError(f"ratio {text!r}: each side needs 1 to 32 workers")
+    return prefill, decode
+
+
+def format_ratio(prefill: int, decode: int) -> str:
+    """(1, 3) -> ``"1P:3D"``."""
+    return f"{prefill}P:{decode}D"
+
+
+def worker_counts(data: dict) -> tuple[object, object]:
+    """The (prefill, decode) a raw ``topology`` mapping asks for: its ``ratio`` when given, else its two keys.
+
+    Raises ValueError for a ratio that is not ``<n>P:<m>D`` or that contradicts ``prefill``/``decode`` given
+    beside it (the one variable a ``pd-ratio`` sweep changes must not be overridden by a stale count)."""
+    ratio = data.get("ratio")
+    if ratio is None:
+        return data.get("prefill", 1), data.get("decode", 1)
+    if not isinstance(ratio, str):
+        raise ValueError(f"ratio must be text of the form <prefill>P:<decode>D (e.g. 1P:3D), got {ratio!r}")
+    prefill, decode = parse_ratio(ratio)
+    for key, value in (("prefill", prefill), ("decode", decode)):
+        if key in data and data[key] != value:
+            raise ValueError(
+                f"ratio {ratio!r} says {key}: {value} but {key}: {data[key]!r} is given too; give the ratio or the "
+                "two counts"
+            )
+    return prefill, decode
 
 
 class WorkerRole(str, enum.Enum):
@@ -69,13 +118,52 @@ class KvTransferConfig(BaseModel):
 
 
 class TopologyConfig(BaseModel):
-    """``topology`` of the stack config: ``prefill`` + ``decode`` workers replace ``replicas``."""
+    """``topology`` of the stack config: ``prefill`` + ``decode`` workers replace ``replicas``.
+
+    ``ratio: 1P:3D`` says both counts in one value (what a ``pd-ratio`` sweep varies); it is read into
+    ``prefill`` and ``decode`` and not kept."""
 
     model_config = _FROZEN
 
     prefill: int = Field(1, ge=1, le=32)
     decode: int = Field(1, ge=1, le=32)
     kv_transfer: KvTransferConfig = KvTransferConfig()
+    # read into prefill and decode by _counts_from_ratio; left here (None) only to locate a malformed one
+    ratio: str | None = Field(None, exclude=True, description="both counts as one value, e.g. 1P:3D")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _counts_from_ratio(cls, data: object) -> object:
+        if not isinstance(data, dict) or not isinstance(data.get("ratio"), str):
+            return data
+        try:
+            parse_ratio(data["ratio"])
+        except ValueError:
+            return data  # the field's own validation says what is wrong, at topology.ratio
+        prefill, decode = worker_counts(data)  # a contradiction is an error of the topology
+        return {**{k: v for k, v in data.items() if k != "ratio"}, "prefill": prefill, "decode": decode}
+
+    @field_validator("ratio", mode="before")
+    @classmethod
+    def _not_a_number(cls, value: object) -> object:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            raise ValueError(
+                f"expected a ratio of the form <prefill>P:<decode>D such as 1P:3D, got the number {value:g} "
+                "(YAML reads unquoted digits a:b as a base-60 number)"
+            )
+        return value
+
+    @field_validator("ratio")
+    @classmethod
+    def _well_formed(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_ratio(value)
+        return value
+
+    @property
+    def split(self) -> str:
+        """``1P:3D``: the two counts as one value."""
+        return format_ratio(self.prefill, self.decode)
 
     def role_of(self, index: int) -> WorkerRole:
         """Replica ``index``'s role: prefill workers come first."""

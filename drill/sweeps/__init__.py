@@ -12,6 +12,8 @@ judges the whole (:mod:`drill.sweeps.sweeper`):
 - :mod:`drill.sweeps.scaling` measures each variant in its two link states, healthy (the baseline phase) and
   degraded (the fault window), and sets the figures beside the embedded stack's cost model;
 - :mod:`drill.sweeps.tp_scaling` is the ``tp_scaling`` check over those figures;
+- :mod:`drill.sweeps.pd_figures` measures a sweep of prefill:decode splits (``topology.ratio``) beside the cost
+  model's load of each side (``pd_ratio.json``), and :mod:`drill.sweeps.pd_ratio` is the ``pd_ratio`` check over it;
 - :mod:`drill.sweeps.scaling_chart` and :mod:`drill.sweeps.scaling_report` render ``scaling.md``/``scaling.html``
   (templates in ``drill/report/templates/scaling.*``) beside ``scaling.json``.
 """

@@ -17,6 +17,8 @@ from drill.api import Verdict
 from drill.report.render import load_verdicts, template_environment
 from drill.rundir.evidence import RunEvidence
 from drill.rundir.files import write_in_run_dir
+from drill.sweeps.pd_figures import PdRatioTable, PdVariant, is_pd_sweep, measure_pd_sweep
+from drill.sweeps.pd_ratio import winner
 from drill.sweeps.scaling import STATES, ScalingTable, VariantFigures, measure_sweep, read_sweep_record
 from drill.sweeps.scaling_chart import scaling_chart
 from drill.sweeps.tp_scaling import degraded_effect
@@ -51,6 +53,7 @@ class ScalingView:
     findings: list[str]
     splits: list[StepSplit]
     chart_svg: str | None
+    pd: PdRatioTable | None = None  # a sweep of prefill:decode splits (drill.sweeps.pd_figures)
 
     def speedup(self, state: str, variant: VariantFigures) -> float | None:
         return self.table.speedup(state, variant)
@@ -78,6 +81,8 @@ def scaling_view(run_dir: Path) -> ScalingView:
     resolved = RunEvidence(run_dir).resolved
     record = read_sweep_record(run_dir) or {}
     drill = resolved.get("drill") or {}
+    if is_pd_sweep(run_dir):
+        return _pd_view(run_dir, table, drill, resolved.get("time_scale"))
     return ScalingView(
         drill={key: drill.get(key) for key in ("name", "title", "seed", "hypothesis")}
         | {"faults": drill.get("faults") or []},
@@ -89,6 +94,56 @@ def scaling_view(run_dir: Path) -> ScalingView:
         splits=_splits(table),
         chart_svg=scaling_chart(table),
     )
+
+
+def _pd_view(run_dir: Path, table: ScalingTable, drill: dict, time_scale: float | None) -> ScalingView:
+    """A sweep of P/D splits: its own findings and table instead of the link states, TP speedups and chart."""
+    pd = measure_pd_sweep(run_dir)
+    return ScalingView(
+        drill={key: drill.get(key) for key in ("name", "title", "seed", "hypothesis")} | {"faults": []},
+        run_id=run_dir.name,
+        time_scale=time_scale,
+        table=table,
+        verdicts=load_verdicts(run_dir),
+        findings=pd_findings(pd),
+        splits=[],
+        chart_svg=None,
+        pd=pd,
+    )
+
+
+def pd_findings(pd: PdRatioTable) -> list[str]:
+    """The winner on goodput (ties within 10 % to the SLO headroom), each split's bottleneck, the prediction."""
+    if not pd.variants:
+        return ["no split was measured"]
+    best, clear = winner(pd, 0.1)
+    lines = [
+        f"{best.split} serves this length mix best: goodput {best.goodput_rps or 0:g} req/s in SLO of "
+        f"{best.offered_rps or 0:g} offered"
+        + ("" if clear else " (tied on goodput within 10 %; the most SLO headroom decided)")
+    ]
+    for v in pd.variants:
+        if v.model is not None:
+            m = v.model
+            lines.append(
+                f"{v.split}: modelled prefill load {m.prefill_load:g}, decode load {m.decode_load:g} — the "
+                f"{m.bottleneck} side is the bottleneck"
+                + (" and cannot keep up (its queue grows)" if m.peak_load > 1 else "")
+                + f"; TTFT p50 {v.ttft_p50_ms or 0:.0f} ms, of which {v.waiting_ms or 0:.0f} ms waiting"
+                + _span_words(v)
+            )
+    predicted = pd.predicted
+    if predicted is not None:
+        agree = "as" if predicted.split == best.split else "unlike"
+        lines.append(f"The cost model predicts {predicted.split} (the least-loaded busier side), {agree} measured")
+    return lines + list(pd.notes)
+
+
+def _span_words(v: PdVariant) -> str:
+    """`` (spans: prefill leg 1500 ms, decode queue 67 ms)``: where the TTFT went, measured."""
+    if v.spans is None or v.spans.prefill_leg_ms is None or v.spans.decode_queue_ms is None:
+        return ""
+    return f" (spans: prefill leg {v.spans.prefill_leg_ms:.0f} ms, decode queue {v.spans.decode_queue_ms:.0f} ms)"
 
 
 def findings(table: ScalingTable) -> list[str]:

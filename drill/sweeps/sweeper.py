@@ -8,6 +8,7 @@ The sweep's run directory (``reports/<drill>/<run id>/``, like any run's) holds:
     sweep.json                    the variable and each variant's value, run directory, status, exit code and
                                   skipped faults (what the sweep's checks and figures read)
     scaling.json                  the figures (drill.sweeps.scaling)
+    pd_ratio.json                 a sweep of P/D splits: each split's figures and model (drill.sweeps.pd_figures)
     verdicts.json, junit.xml      the sweep's checks, and each run-level check rolled up over the variants
     scaling.md, scaling.html      the report (drill.sweeps.scaling_report)
 
@@ -38,6 +39,7 @@ from drill.runner.listeners import RunListener
 from drill.runner.run import RunOptions, RunResult
 from drill.runner.variants import run_variant
 from drill.runner.verdicts import judge_one, verdicts_document
+from drill.sweeps.pd_figures import is_pd_sweep, measure_pd_sweep
 from drill.sweeps.resolve import SweepPlan, SweepVariant, is_sweep_check
 from drill.sweeps.scaling import ScalingTable, measure_sweep, read_sweep_record
 from drill.sweeps.scaling_report import write_scaling_reports
@@ -100,6 +102,8 @@ def run_sweep(
     ]
     result.table = measure_sweep(rundir.path)
     rundir.write_json("scaling.json", result.table.to_json())
+    if is_pd_sweep(rundir.path):
+        rundir.write_json("pd_ratio.json", measure_pd_sweep(rundir.path).to_json())
     result.verdicts = judge_sweep(rundir.path)
     result.exit_code = _exit_code(result, status)
     rundir.write_json(

@@ -56,7 +56,7 @@ def test_every_check_class_of_llm_drill_has_an_entry_point() -> None:
     modules = [importlib.import_module(f"drill.checks.{stem}") for stem in stems]
     classes = {
         cls.kind: f"{module.__name__}:{name}"
-        for module in modules + [importlib.import_module("drill.sweeps.tp_scaling")]
+        for module in modules + [importlib.import_module(f"drill.sweeps.{m}") for m in ("tp_scaling", "pd_ratio")]
         for name, cls in vars(module).items()
         if inspect.isclass(cls) and issubclass(cls, Check) and cls.__module__ == module.__name__
         if not inspect.isabstract(cls)

@@ -63,7 +63,10 @@ RUN_BY_VERDICT_TESTS = {
     )
 }
 #: Sweep drills, run (and their predicts asserted) by their own test beside the figures the sweep must show.
-RUN_BY_SWEEP_TESTS = {"tp-scaling": REPO / "tests/sweeps/test_tp_scaling.py"}
+RUN_BY_SWEEP_TESTS = {
+    "tp-scaling": REPO / "tests/sweeps/test_tp_scaling.py",
+    "pd-ratio": REPO / "tests/sweeps/test_pd_ratio_sweep.py",
+}
 RUN_HERE = [name for name in NAMES if name not in RUN_BY_VERDICT_TESTS and name not in RUN_BY_SWEEP_TESTS]
 #: The end-to-end tests' runs (see conftest.py), three side by side: each at 0.25 (a 10 s baseline, a 6 s fault
 #: window). The priority side of the contrast runs alone: its interactive TTFT p95 under the flood is 0.5-0.9 s
@@ -112,7 +115,7 @@ def test_every_drill_is_run_end_to_end_with_its_predicts_asserted() -> None:
         NAMES
     )
     for name, test in RUN_BY_SWEEP_TESTS.items():
-        assert f'assert_predicted(run, "{name}")' in test.read_text(), test
+        assert re.search(rf'assert_predicted\(\w+, "{name}"\)', test.read_text()), test
     assert {"replica-crash", "priority-isolation", "boundary-context-length"} <= set(RUN_HERE)
 
 

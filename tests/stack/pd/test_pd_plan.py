@@ -69,12 +69,36 @@ def test_the_kv_transfer_options_parse_as_documented() -> None:
         ({"topology": {"prefill": 0}}, "greater than or equal to 1"),
         ({"topology": {"kv_transfer": {"failure_policy": "retry"}}}, "'fail' or 'recompute'"),
         ({"topology": {"kv_transfer": {"lease": "0s"}}}, "greater than 0"),
+        ({"topology": {"ratio": "2P2D"}}, "topology.ratio: ratio '2P2D' is not of the form <prefill>P:<decode>D"),
+        ({"topology": {"ratio": "0P:4D"}}, "topology.ratio: ratio '0P:4D': each side needs 1 to 32 workers"),
+        ({"topology": {"ratio": 4}}, "topology.ratio: expected a ratio of the form <prefill>P:<decode>D"),
+        ({"topology": {"ratio": "1P:3D", "decode": 2}}, "ratio '1P:3D' says decode: 3 but decode: 2 is given too"),
+        ({"replicas": 3, "topology": {"ratio": "2P:2D"}}, "either replicas or topology"),
     ],
 )
 def test_a_bad_topology_is_a_located_error(config: dict, message: str) -> None:
     with pytest.raises(SpecError) as caught:
         parse_stack_config(config)
     assert message in str(caught.value.diagnostics) or message in caught.value.render()
+
+
+def test_a_ratio_says_both_counts_in_one_value() -> None:
+    config = parse_stack_config({"topology": {"ratio": "3p:1d", "prefill": 3}})
+    assert config.replicas == 4 and config.topology is not None
+    assert (config.topology.prefill, config.topology.decode, config.topology.split) == (3, 1, "3P:1D")
+    assert "ratio" not in config.model_dump()["topology"]  # read into the counts: a dump parses back the same
+    assert parse_stack_config(config.model_dump(mode="json")) == config
+
+
+def test_a_bad_ratio_in_a_stack_file_is_located_at_its_value(tmp_path: Path) -> None:
+    from drill.stack.config import load_stack_config
+
+    path = tmp_path / "stack.yaml"
+    path.write_text("model: llama-3-8b\ntopology:\n  ratio: 1:3\n")
+    with pytest.raises(SpecError) as caught:
+        load_stack_config(path)
+    expected = "topology.ratio: expected a ratio of the form <prefill>P:<decode>D such as 1P:3D, got the number 63 "
+    assert f"{path}:3:10: error: {expected}" in caught.value.render()
 
 
 def test_the_target_offers_kv_link_proxies_and_lists_roles_before_it_starts() -> None:

@@ -35,6 +35,7 @@ import pytest
 from drill.spec.loader import load_drill
 from drill.spec.models import check_names
 from tests.e2e import test_drill_verdicts as verdict_tests
+from tests.e2e import test_pd_drills as pd_tests
 from tests.e2e.catalogue_verdicts import UNPREDICTED, assert_predicted
 from tests.e2e.conftest import REPO, DrillRun, PlannedRun
 
@@ -67,7 +68,10 @@ RUN_BY_SWEEP_TESTS = {
     "tp-scaling": REPO / "tests/sweeps/test_tp_scaling.py",
     "pd-ratio": REPO / "tests/sweeps/test_pd_ratio_sweep.py",
 }
-RUN_HERE = [name for name in NAMES if name not in RUN_BY_VERDICT_TESTS and name not in RUN_BY_SWEEP_TESTS]
+#: Issue 19's P/D drills, run (and their predicts asserted) by test_pd_drills.py beside the variants that change
+#: their verdicts.
+RUN_BY_PD_TESTS = pd_tests.DRILLS
+RUN_HERE = [name for name in NAMES if name not in RUN_BY_VERDICT_TESTS | RUN_BY_PD_TESTS | set(RUN_BY_SWEEP_TESTS)]
 #: The end-to-end tests' runs (see conftest.py), three side by side: each at 0.25 (a 10 s baseline, a 6 s fault
 #: window). The priority side of the contrast runs alone: its interactive TTFT p95 under the flood is 0.5-0.9 s
 #: against a 1 s SLO on the project's machine, too thin a margin to share the cores.
@@ -88,6 +92,13 @@ PLANNED_RUNS = {
 
 def test_the_catalogue_has_issue_9s_drills() -> None:
     assert set(NAMES) >= ISSUE_9_CATALOGUE, sorted(ISSUE_9_CATALOGUE - set(NAMES))
+
+
+def test_the_catalogue_has_issue_19s_pd_drills_on_a_disaggregated_stack() -> None:
+    assert RUN_BY_PD_TESTS == {"kv-transfer-stall", "kv-block-corruption", "prefill-crash"} <= set(NAMES)
+    for name in RUN_BY_PD_TESTS:
+        config = load_drill(REPO / "drills" / f"{name}.yaml").drill.target.config
+        assert config.get("topology", {}).get("prefill"), f"{name}: not a P/D stack"
 
 
 @pytest.mark.parametrize("path", DRILLS, ids=NAMES)
@@ -111,11 +122,13 @@ def test_every_drill_is_run_end_to_end_with_its_predicts_asserted() -> None:
     source = inspect.getsource(verdict_tests)
     for constant in ("UNBOUNDED", "SLOW_REPLICA", "NCCL", "RETRY_STORM", "GPU_OOM"):
         assert re.search(rf"assert_predicted\(\w+, {constant}\)", source), constant
-    assert set(NAMES) >= RUN_BY_VERDICT_TESTS and set(RUN_HERE) | RUN_BY_VERDICT_TESTS | set(RUN_BY_SWEEP_TESTS) == set(
-        NAMES
-    )
+    assert set(NAMES) >= RUN_BY_VERDICT_TESTS | RUN_BY_PD_TESTS
+    assert set(RUN_HERE) | RUN_BY_VERDICT_TESTS | RUN_BY_PD_TESTS | set(RUN_BY_SWEEP_TESTS) == set(NAMES)
     for name, test in RUN_BY_SWEEP_TESTS.items():
         assert re.search(rf'assert_predicted\(\w+, "{name}"\)', test.read_text()), test
+    pd_source = inspect.getsource(pd_tests)
+    for name in RUN_BY_PD_TESTS:  # each drill as written (no variant changes) has its predicts asserted
+        assert re.search(rf'assert_predicted\(\w+, "{name}"\)', pd_source), name
     assert {"replica-crash", "priority-isolation", "boundary-context-length"} <= set(RUN_HERE)
 
 

@@ -158,4 +158,6 @@ def test_dry_run_lists_each_drill_as_it_would_run(tmp_path: Path) -> None:
         "unbounded-queue-admission: " in proc.stdout
         and "--set target.config.engine.max_num_queued_reqs=128" in proc.stdout
     )
+    for pd in ("kv-transfer-stall", "kv-block-corruption-checked", "prefill-crash"):  # issue 19's P/D drills
+        assert f"{pd}: " in proc.stdout, proc.stdout
     assert not list(tmp_path.iterdir())

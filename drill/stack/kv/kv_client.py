@@ -95,13 +95,27 @@ async def _read(plan: KvReadPlan, progress: _Progress, started: float) -> KvLoad
         load = _load(head, size, started)
         _check(plan, load, progress)
         modelled_s = load.modelled_bytes * 8 / (plan.link_gbps * 1e9)
-        await asyncio.sleep(max(0.0, modelled_s - (time.monotonic() - started)))
+        await _hold_link(reader, modelled_s - (time.monotonic() - started))
         writer.write(encode_frame({"op": "consumed"}))
         await writer.drain()
         progress.state = TransferState.CONSUMED
         return KvLoad(**{**load.__dict__, "seconds": time.monotonic() - started})
     finally:
         writer.close()
+
+
+async def _hold_link(reader: asyncio.StreamReader, seconds: float) -> None:
+    """The rest of the modelled transfer time: the blocks are still moving over the modelled link, so a holder
+    that closes the connection now (its process died) breaks the transfer, as a peer lost mid-transfer does."""
+    if seconds <= 0:
+        return
+    try:
+        data = await asyncio.wait_for(reader.read(1), timeout=seconds)
+    except TimeoutError:
+        return  # the modelled time ran out with the link intact
+    if data:
+        raise KvWireError("the KV link sent bytes after the transfer's done frame")
+    raise KvWireError("the KV link closed before the modelled transfer time ended (the holder went away)")
 
 
 def _check(plan: KvReadPlan, load: KvLoad, progress: _Progress) -> None:

@@ -240,7 +240,9 @@ class Gateway:
     ) -> HttpResponse | None:
         headers = forward_headers(request.headers)
         observe = None
-        if self.prefill_leg is not None:  # P/D: prefill first, then decode with the announced transfer
+        # P/D: a completion is prefilled first, then decoded with the announced transfer; a plain GET (the models
+        # served, the version) goes straight to a decode worker, which serves the same model
+        if self.prefill_leg is not None and request.method == "POST":
             prepared = await self.prefill_leg.run(request, headers, config)
             if isinstance(prepared, HttpResponse):
                 return prepared

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -10,7 +11,7 @@ from drill.stack.kv.kv_client import KvReadPlan, KvTransferError, read_transfer
 from drill.stack.kv.kv_faults import KvFault
 from drill.stack.kv.kv_server import KvServer
 from drill.stack.kv.transfers import KvStore, TransferState
-from drill.stack.kv.wire import KvWireError, decode_frame, payload_bytes
+from drill.stack.kv.wire import KvWireError, decode_frame, encode_frame, payload_bytes, read_frame
 
 pytestmark = pytest.mark.anyio
 
@@ -52,6 +53,32 @@ async def test_a_failed_transfer_names_the_state_it_reached(point: str, reached:
     error, store = await _read(KvFault(name="f", mode="fail", point=point))
     assert isinstance(error, KvTransferError) and error.state.value == reached and error.cause == "error"
     assert store.counts[TransferState.FAILED] == 1 and store.pending == 0
+
+
+async def test_a_holder_that_dies_while_the_modelled_link_still_carries_the_blocks_fails_the_transfer_at_once() -> None:
+    """The scaled-down bytes arrive at once; the rest of the modelled link time (2.1 s here) the blocks are still
+    on the wire, so a holder that dies then (``prefill_crash``) breaks the transfer, without a lease too."""
+    modelled = 100 * 131_072
+    size = payload_bytes(modelled, 1 / 1024)
+
+    async def dying_holder(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_frame(reader)
+        head = {"state": "started", "owner": "t-1", "version": 1, "blocks": 7, "digest": 42}
+        writer.write(encode_frame({**head, "payload_bytes": size, "modelled_bytes": modelled}) + b"\0" * size)
+        writer.write(encode_frame({"state": "done"}))
+        await writer.drain()
+        await asyncio.sleep(0.2)
+        writer.transport.abort()  # the process dies: its sockets close
+
+    server = await asyncio.start_server(dying_holder, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    started = time.monotonic()
+    try:
+        with pytest.raises(KvTransferError, match="closed before the modelled transfer time ended") as caught:
+            await read_transfer(KvReadPlan(("127.0.0.1", port), "t-1", 1, "decode-0", None, False, 0.05))
+    finally:
+        server.close()
+    assert caught.value.cause == "error" and time.monotonic() - started < 1.5
 
 
 async def test_a_stalled_transfer_ends_when_the_lease_does() -> None:

@@ -69,6 +69,22 @@ def test_requests_through_the_router_are_prefilled_then_decoded_over_the_proxied
     assert proxies[link]["upstream"] == prefill.links[0].upstream
 
 
+def test_the_plain_endpoints_answer_through_the_pd_router_as_through_the_aggregated_one(pd_stack) -> None:
+    """``GET /v1/models`` and ``/version`` go to a decode worker (no prefill leg: they have no body), as the
+    aggregated router sends them to a replica; ``/health`` and ``/metrics`` are the router's own."""
+    state, info = pd_stack
+    decode = state.replicas[1]
+    with httpx.Client(timeout=10, trust_env=False) as http:
+        models, version = http.get(f"{state.router}/v1/models"), http.get(f"{state.router}/version")
+        served = http.get(f"{decode.direct_url}/v1/models").json()
+        health, metrics = http.get(f"{state.router}/health"), http.get(f"{state.router}/metrics")
+    assert models.status_code == 200, models.text
+    assert models.json() == served and [m["id"] for m in served["data"]] == [info.model]
+    assert version.status_code == 200 and "version" in version.json()
+    assert health.status_code == 200
+    assert metrics.status_code == 200 and "drill_router_replica_healthy" in metrics.text
+
+
 CASES = {
     "kv_transfer_delay": ({"latency_ms": 300}, latency_above(0.2)),
     "kv_transfer_stall": ({}, errors_above(0.5)),  # the lease (1 s) ends each stalled transfer: 500
@@ -128,15 +144,31 @@ def test_role_crash_contract_on_a_pd_stack(kind: str, pd_stack, tmp_path: Path) 
     assert len(report.clauses) == 5 and "killed (SIGKILL); back as pid" in report.evidence
 
 
-def test_sigkill_of_the_runner_during_the_kv_faults_reverts_them(pd_stack, tmp_path: Path) -> None:
-    """The crash matrix: a toxic on the KV link, a KV fault on the prefill worker and a killed decode worker, all
-    journaled by a runner that is then SIGKILLed; the watchdog reverts all three from the journal."""
-    state, info = pd_stack
-    faults = [
+#: The crash matrix's sets of faults, each journaled by one runner that is then SIGKILLed: a prefill worker holds
+#: one KV fault at a time, so the faults set through ``/admin/kv`` are spread over the sets; the toxics on the KV
+#: link and the crashes go beside them. Together: every P/D fault.
+CRASH_MATRIX = {
+    "delay-corrupt-decode": [
         ["delay", "kv_transfer_delay", {"latency_ms": 100}],
         ["corrupt", "kv_block_corrupt", {"share": 0.5}],
         ["crash", "decode_crash", {"transfer_wait": "0s"}],
-    ]
+    ],
+    # the crash first: the toxic does not need the new process's admin API, which starts after its weights load
+    "prefill-crash-toxic-stall": [
+        ["crash", "prefill_crash", {"transfer_wait": "0s"}],
+        ["stall", "kv_transfer_stall", {"method": "toxiproxy"}],
+    ],
+    "stall": [["stall", "kv_transfer_stall", {}]],
+    "fail": [["fail", "kv_transfer_fail", {"point": "in_flight"}]],
+}
+
+
+@pytest.mark.parametrize("case", list(CRASH_MATRIX))
+def test_sigkill_of_the_runner_during_the_kv_faults_reverts_them(case: str, pd_stack, tmp_path: Path) -> None:
+    """The crash matrix: KV faults (a toxic on the KV link, a fault set on the prefill worker, a killed worker)
+    journaled by a runner that is then SIGKILLed; the watchdog reverts every one from the journal."""
+    state, info = pd_stack
+    faults = CRASH_MATRIX[case]
     (tmp_path / "target.json").write_text(info.model_dump_json())
     (tmp_path / "faults.json").write_text(json.dumps(faults))
     run_dir = tmp_path / "run"
@@ -154,19 +186,35 @@ def test_sigkill_of_the_runner_during_the_kv_faults_reverts_them(pd_stack, tmp_p
     )
     prefill = state.replicas[0]
     token = {"Authorization": f"Bearer {state.admin_token}"}
+    admin = [f"drill-{fault_id}" for fault_id, kind, params in faults if _sets_kv_fault(kind, params)]
+    toxics = [kind for _, kind, params in faults if not _sets_kv_fault(kind, params) and "crash" not in kind]
+    proxy = f"{state.toxiproxy_url}/proxies/{state.name}-kv-p0-d1/toxics"
     try:
         assert runner.stdout.readline().strip() == "READY"
-        assert httpx.get(f"{prefill.admin_url}/admin/kv", headers=token).json()["fault"]["name"] == "drill-corrupt"
+        wait_healthy(prefill.direct_url)  # a crashed prefill worker is back (its admin API too)
+        assert _kv_fault(prefill.admin_url, token) == (admin[0] if admin else None)
+        assert bool(httpx.get(proxy).json()) == bool(toxics)
         os.kill(runner.pid, signal.SIGKILL)
         runner.wait(5)
-        _wait(lambda: httpx.get(f"{prefill.admin_url}/admin/kv", headers=token).json()["fault"] is None, 10)
-        proxy = httpx.get(f"{state.toxiproxy_url}/proxies/{state.name}-kv-p0-d1").json()
-        _wait(lambda: not httpx.get(f"{state.toxiproxy_url}/proxies/{proxy['name']}/toxics").json(), 10)
+        _wait(lambda: _kv_fault(prefill.admin_url, token) is None, 10)
+        _wait(lambda: not httpx.get(proxy).json(), 10)
     finally:
         runner.kill()
-    _wait(lambda: (run_dir / "journal.jsonl").read_text().count('"event":"fault_reverted"') == 3, 30)
+    _wait(lambda: (run_dir / "journal.jsonl").read_text().count('"event":"fault_reverted"') == len(faults), 30)
     assert '"by":"watchdog"' in (run_dir / "journal.jsonl").read_text()
     _serving(FaultContext("check", info, FaultTargets()))
+
+
+def _sets_kv_fault(kind: str, params: dict) -> bool:
+    """Whether the fault is set on the prefill worker through ``PUT /admin/kv/fault``."""
+    return kind in ("kv_block_corrupt", "kv_transfer_fail") or (
+        kind == "kv_transfer_stall" and params.get("method") != "toxiproxy"
+    )
+
+
+def _kv_fault(admin_url: str, token: dict[str, str]) -> str | None:
+    fault = httpx.get(f"{admin_url}/admin/kv", headers=token).json()["fault"]
+    return None if fault is None else fault["name"]
 
 
 def _wait(predicate, timeout_s: float) -> None:

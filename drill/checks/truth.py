@@ -27,7 +27,7 @@ import numpy as np
 from drill.api import EvidenceKind, EvidenceRef
 from drill.checks.judging import records_in, usable_traces
 from drill.rundir.evidence import RunEvidence
-from drill.traces.join import LLM_REQUEST, MeasurementTruth, timings_truth
+from drill.traces.join import LLM_REQUEST, MeasurementTruth, TruthRow, timings_truth
 
 __all__ = [
     "CLIENT_HOP",
@@ -134,8 +134,7 @@ def measurement_truth_by_phase(evidence: RunEvidence) -> MeasurementTruthSection
             continue
         ids = {r.request_id for r in records}
         mine = truth.only(ids)
-        default = (CLIENT_HOP, "server") if truth.source != "spans" else ()
-        chains = Counter(hops.get(row.request_id, default) for row in mine.rows)
+        chains = _chains(mine.rows, hops, truth.source)
         chain = min(chains.items(), key=lambda item: (-item[1], item[0]))[0] if chains else ()
         phases.append(
             PhaseTruth(
@@ -151,6 +150,15 @@ def measurement_truth_by_phase(evidence: RunEvidence) -> MeasurementTruthSection
             )
         )
     return MeasurementTruthSection(truth.source, SERVER_FIGURES.get(truth.source, ""), tuple(phases), failed)
+
+
+def _chains(rows: tuple[TruthRow, ...], hops: dict[str, tuple[str, ...]], source: str) -> Counter[tuple[str, ...]]:
+    """How many of a phase's joined requests took each chain. From spans, a request without an ``llm_request``
+    span (refused before a replica took it: a 503 of admission control, the router's 504) has no chain and is
+    not counted: a flood of refusals must not hide the chain the figures were measured over."""
+    if source != "spans":
+        return Counter({(CLIENT_HOP, "server"): len(rows)}) if rows else Counter()
+    return Counter(hops[row.request_id] for row in rows if row.request_id in hops)
 
 
 def _hops_by_request(evidence: RunEvidence) -> dict[str, tuple[str, ...]]:

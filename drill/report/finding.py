@@ -135,7 +135,15 @@ def _fast_failure(v: Verdict, evidence: RunEvidence) -> str | None:
     )
     if waited:
         timeouts = _timeouts_by_pool(v, evidence)
-        return f"overload was left to wait: {counted}" + (f"; {timeouts}" if timeouts else "")
+        left = o.get("left_to_wait")
+        if refused and isinstance(left, int):  # a bounded queue refused some, and what it admitted waited
+            lead = f"overload was partly refused, partly left to wait: {counted}, {left:,} left to wait"
+            p99 = o.get("refusal_ttf_p99_ms")
+            slow = _over_bound(p99, v.expected.get("refusal_ttf_p99_ms"))
+            lead += f"; refusals took {_ms(p99)} at p99" if slow else ""
+        else:
+            lead = f"overload was left to wait: {counted}"
+        return lead + (f"; {timeouts}" if timeouts else "")
     p99 = o.get("refusal_ttf_p99_ms")
     return f"overload was refused, but slowly: {counted}, taking {_ms(p99)} at p99" if _number(p99) else None
 

@@ -97,3 +97,19 @@ def test_a_verdict_carries_the_measurement_truth_of_its_own_window(tmp_path: Pat
     assert verdict.observed["measurement_truth.joined"] == 20
     assert verdict.observed["measurement_truth.ttft_diff_ms.p95"] == pytest.approx(30.0, abs=0.01)
     assert any("in this verdict's window" in n for n in verdict.notes)
+
+
+def test_refusals_without_a_replica_span_do_not_hide_the_chain_the_figures_span(tmp_path: Path) -> None:
+    """Admission control under a flood: most of the fault phase's requests are refused (503) before a replica takes
+    them, so their traces have no ``llm_request``; the phase's hops are still the chain its figures were measured
+    over, and the refusals are not another chain."""
+    kit = truth_run(RunKit(tmp_path / "run"))
+    for i in range(40):
+        record = kit.request(10.6 + i * 0.2, status=503, error="refused", ttft_ms=None, e2e_ms=15.0)
+        kit.span(trace_id=record.trace_id, span_id=record.trace_id[-12:] + "0001", name="POST /v1/chat/completions",
+                 service=ROUTER, kind="SERVER", start=10.6 + i * 0.2, end=10.61 + i * 0.2)  # fmt: skip
+    doc = verdicts_document("run", "kit", "completed", None, [], RunEvidence(kit.write()))
+    fault = next(p for p in doc["measurement_truth"]["phases"] if p["phase"] == "fault")
+    assert fault["requests"] == 60
+    assert fault["spans"] == "load client → drill-router → drill-replica"
+    assert fault["other_chains"] == 0

@@ -101,12 +101,25 @@ def test_the_headline_follows_the_verdicts_not_the_drill(tmp_path: Path) -> None
             "Overload was refused, but slowly: 80 of 90 late attempts refused, taking 4.2 s at p99.",
         ),
         (
+            Status.FAIL,
+            {
+                "refused": 567,
+                "not_on_time": 789,
+                "left_to_wait": 222,
+                "waited_share": 0.28,
+                "timeout_share": 0.0,
+                "refusal_ttf_p99_ms": 13800,
+            },
+            "Overload was partly refused, partly left to wait: 567 of 789 late attempts refused, 222 left to wait; "
+            "refusals took 14 s at p99.",
+        ),
+        (
             Status.INCONCLUSIVE,
             {"refused": 0, "not_on_time": 3},
             "The fault did not overload the stack enough to judge fast failure: 3 attempts late or failed.",
         ),
     ],
-    ids=["slow-refusals", "not-overloaded"],
+    ids=["slow-refusals", "bounded-queue-waits", "not-overloaded"],
 )
 def test_fast_failure_says_how_overload_was_met(tmp_path: Path, status, observed, expected) -> None:
     kit = flood_run(tmp_path, timeouts=0)

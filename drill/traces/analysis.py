@@ -71,7 +71,7 @@ from typing import Any
 
 import numpy as np
 
-from drill.traces.suspects import Ranking, Suspect, SuspectInputs, Thresholds, rank_suspects
+from drill.traces.suspects import CALLEE, PairEvidence, Ranking, Suspect, SuspectInputs, Thresholds, rank_suspects
 from drill.traces.table import KIND_NAMES, STATUS_NAMES, SpanTable
 
 __all__ = [
@@ -112,6 +112,8 @@ _MAX_ATTRIBUTES = 24
 #: A pair's ranked evidence is comparable with the strongest piece when it scores at least this share of it
 #: (the first abnormal span is looked for among the comparable pairs: _lead_pairs).
 _COMPARABLE = 0.25
+#: Suspects scoring at least this share of the first one's are tied with it: the onset rule picks among them.
+_TIED = 0.75
 
 
 @dataclass(frozen=True)
@@ -717,18 +719,20 @@ def _first_cause(
     flags: _Flags,
     options: AnalysisOptions,
     group: np.ndarray | None = None,
-    lead: list[int] | None = None,
+    lead: list[list[_Lead]] | None = None,
 ) -> int | None:
     """The earliest material cause (any cause when none is material); see the module doc for ties. With
-    ``lead`` (the pairs whose ranked evidence is comparable with the strongest), the material causes in
-    those pairs, when there are any: a slight slowdown elsewhere that began earlier (decode under a flood,
-    before the queue grew) does not outrank the deviation the ranking puts first."""
+    ``lead`` (tiers of the pairs the ranking puts first: the top suspect's, then every suspect's evidence
+    comparable with the strongest), the material causes of the first tier that has any: a slowdown elsewhere
+    that began earlier (decode under a flood, before the queue grew; the healthy replica taking the slow one's
+    load) does not outrank the deviation the ranking puts first."""
     rows = np.flatnonzero(flags.material)
     if len(rows) and group is not None and lead:
-        strong = np.zeros(int(group.max()) + 1, dtype=bool)
-        strong[np.asarray(lead, dtype=np.int64)] = True
-        if strong[group[rows]].any():
-            rows = rows[strong[group[rows]]]
+        for tier in lead:
+            picked = _in_lead(table, tree, group, rows, tier)
+            if len(picked):
+                rows = picked
+                break
     if not len(rows):
         rows = np.flatnonzero(flags.cause)
     if not len(rows):
@@ -738,6 +742,34 @@ def _first_cause(
     deepest = near[tree.depth[near] == tree.depth[near].max()]
     earliest = deepest[flags.onset[deepest] == flags.onset[deepest].min()]
     return min(earliest.tolist(), key=lambda r: (table.trace_id[r], table.span_id[r]))
+
+
+@dataclass(frozen=True)
+class _Lead:
+    """A pair the ranking's evidence points at; for a slow link's callee, only the calls into ``callee``."""
+
+    pair: int
+    callee: str | None = None
+
+
+def _in_lead(table: SpanTable, tree: _Tree, group: np.ndarray, rows: np.ndarray, tier: list[_Lead]) -> np.ndarray:
+    """The ``rows`` of the tier's pairs (a link's: those calling its callee, by child span or peer attribute)."""
+    keep = np.zeros(len(rows), dtype=bool)
+    for lead in tier:
+        mine = group[rows] == lead.pair
+        if lead.callee is not None and mine.any():
+            mine[mine] = [_calls(table, tree, int(r), lead.callee) for r in rows[mine].tolist()]
+        keep |= mine
+    return rows[keep]
+
+
+def _calls(table: SpanTable, tree: _Tree, row: int, callee: str) -> bool:
+    children = np.flatnonzero(tree.parent == row)
+    if len(children):
+        return any(table.services[table.service[c]] == callee for c in children.tolist())
+    peer = _peer(table.attributes[row]) or ""
+    host = peer.split("://")[-1].split("/")[0].split(":")[0]
+    return host == callee or host.split(".")[0] == callee
 
 
 # -- reporting ------------------------------------------------------------------------------------
@@ -1173,10 +1205,12 @@ def find_abnormal(
     )
 
 
-def _lead_pairs(ctx: _Context, ranking: Ranking | None) -> list[int]:
-    """The pair codes whose evidence in the ranking is comparable with its strongest (at least
-    ``_COMPARABLE`` of the strongest piece's score; a link without a CLIENT span as its caller's pair):
-    where the first abnormal span is looked for, so the onset rule and the ranking agree."""
+def _lead_pairs(ctx: _Context, ranking: Ranking | None) -> list[list[_Lead]]:
+    """Where the first abnormal span is looked for, so the onset rule and the ranking agree: first the top
+    suspects' evidence (those scoring ``_TIED`` of the first's or more: a near tie is decided by the onsets)
+    comparable with its strongest piece, then every suspect's evidence comparable with
+    the strongest of all (at least ``_COMPARABLE`` of its score). A piece is its pair (a link without a CLIENT
+    span: its caller's pair; a slow link's callee: the calls into that callee only)."""
     if ranking is None or not ranking.suspects:
         return []
     table = ctx.table
@@ -1184,16 +1218,24 @@ def _lead_pairs(ctx: _Context, ranking: Ranking | None) -> list[int]:
         (table.services[s], table.names[n]): g
         for g, (s, n) in enumerate(zip(ctx.pair_service.tolist(), ctx.pair_name.tolist()))
     }
-    evidence = [e for suspect in ranking.suspects for e in suspect.evidence]
-    strongest = max(e.score for e in evidence)
-    lead = []
-    for e in evidence:
-        code = codes.get((e.service, e.name))
-        if code is None:  # a direct link: "caller span name → callee"
-            code = codes.get((e.service, e.name.rsplit(" → ", 1)[0]))
-        if code is not None and e.score >= _COMPARABLE * strongest and code not in lead:
-            lead.append(code)
-    return lead
+
+    def tier(pieces: list[tuple[str, PairEvidence]]) -> list[_Lead]:
+        strongest = max((e.score for _, e in pieces), default=0.0)
+        out: list[_Lead] = []
+        for suspect, e in pieces:
+            code = codes.get((e.service, e.name))
+            if code is None:  # a link split per callee or without a CLIENT span: "caller span name → callee"
+                code = codes.get((e.service, e.name.rsplit(" → ", 1)[0]))
+            lead = _Lead(code, suspect if e.role == CALLEE else None) if code is not None else None
+            if lead is not None and e.score >= _COMPARABLE * strongest and lead not in out:
+                out.append(lead)
+        return out
+
+    leaders = [s for s in ranking.suspects if s.score >= _TIED * ranking.suspects[0].score]
+    return [
+        tier([(s.service, e) for s in leaders for e in s.evidence]),
+        tier([(s.service, e) for s in ranking.suspects for e in s.evidence]),
+    ]
 
 
 def _ranking(ctx: _Context, groups: int, top: int) -> Ranking:

@@ -485,8 +485,23 @@ def _present_pairs(parent: np.ndarray, group: np.ndarray, groups: int, mask: np.
     return np.unique(parent[rows] * groups + group[rows])
 
 
+def _loss_share(table: SpanTable, tree: _Tree, baseline: np.ndarray) -> float:
+    """The share of spans lost on the way in the baseline (sampling, a full export queue), as the share of its
+    spans whose parent is missing: a child can be absent for the same reason, so an absence must be
+    significant against it (a crash's lost spans in the fault window are not counted: they are the fault)."""
+    tops = np.flatnonzero((tree.parent < 0) & baseline)
+    spans = int(baseline.sum()) - len(tops)
+    return float(_lost_parent(table, tops).sum()) / spans if spans > 0 else 0.0
+
+
 def _missing_children(
-    tree: _Tree, group: np.ndarray, groups: int, win: _Windows, model: _Model, options: AnalysisOptions
+    table: SpanTable,
+    tree: _Tree,
+    group: np.ndarray,
+    groups: int,
+    win: _Windows,
+    model: _Model,
+    options: AnalysisOptions,
 ) -> _Missing:
     present = _present_pairs(tree.parent, group, groups, win.baseline)
     pair = group[present // groups] * groups + present % groups
@@ -497,6 +512,7 @@ def _missing_children(
     usual = (presence >= options.child_presence) & (parents >= options.min_baseline_spans)
     fault_present = _present_pairs(tree.parent, group, groups, win.fault)
     fault_rows = np.flatnonzero(win.fault)
+    loss = _loss_share(table, tree, win.baseline)
     found_rows, found_child, found_presence = [], [], []
     for gp, gc, share, n_base, n_with in zip(
         parent_pair[usual], child_pair[usual], presence[usual], parents[usual], with_child[usual]
@@ -505,8 +521,8 @@ def _missing_children(
         keys = rows * groups + gc
         at = np.minimum(np.searchsorted(fault_present, keys), max(len(fault_present) - 1, 0))
         absent = rows[fault_present[at] != keys] if len(fault_present) else rows
-        prior = np.array([(n_base - n_with + 0.5) / (n_base + 1)])
-        always = n_with == n_base  # under every baseline parent: any absence counts
+        prior = np.array([max((n_base - n_with + 0.5) / (n_base + 1), loss)])
+        always = n_with == n_base and not loss  # under every baseline parent: any absence counts, unless spans get lost
         if len(absent) and (
             always or _significant(np.array([len(absent)]), np.array([len(rows)]), prior, options.alpha)[0]
         ):
@@ -1178,7 +1194,7 @@ def find_abnormal(
     group, pair_service, pair_name = _group_codes(table)
     groups = len(pair_service)
     model = _model(table.duration_ns, table.status, group, groups, win.baseline, options)
-    missing = _missing_children(tree, group, groups, win, model, options)
+    missing = _missing_children(table, tree, group, groups, win, model, options)
     flags = _flags(table, tree, group, groups, win, model, missing, options)
     ctx = _Context(table, tree, group, pair_service, pair_name, model, flags, missing, win, options)
     ranking = _ranking(ctx, groups, top) if rank else None

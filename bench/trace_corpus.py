@@ -510,7 +510,7 @@ def _roughen(spans: _Spans, hardships: Hardships, rng: random.Random) -> SpanTab
     """The spans with a share dropped (never a trace's root: the trace's start decides its window) and each
     service's clock skewed."""
     c = spans.cols
-    skew = {s: rng.uniform(-1, 1) * hardships.skew_ms * _MS for s in set(c["service"])}
+    skew = {s: rng.uniform(-1, 1) * hardships.skew_ms * _MS for s in sorted(set(c["service"]))}
     keep = [not parent or rng.random() >= hardships.drop_share for parent in c["parent_id"]]
     out = {k: [v for v, kept in zip(values, keep) if kept] for k, values in c.items()}
     for key in ("start_ns", "end_ns"):

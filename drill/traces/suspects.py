@@ -463,7 +463,12 @@ def _judge(u: _Units, t: Thresholds, counts: tuple[np.ndarray, np.ndarray]) -> _
     z = _with_thin_z(test.z, sides, effect, judged & thin & big, pairs & ~thin, floor)
     slower = judged & (effect >= math.log(t.min_ratio))
     deviates = slower & (z >= _z_alpha(t))
-    suggestive = slower & ~deviates & (z >= NormalDist().inv_cdf(1 - min(t.alpha * _SUGGESTIVE_ALPHA, 0.2)))
+    significant_small = judged & (effect >= math.log(t.min_ratio) / 2) & (z >= _z_alpha(t))
+    suggestive = (
+        (slower | significant_small)
+        & ~deviates
+        & (z >= NormalDist().inv_cdf(1 - min(t.alpha * _SUGGESTIVE_ALPHA, 0.2)))
+    )
     weight = _shrinkage(n_base, n_fault)
     return _Judged(z, n_base, n_fault, self_base, self_fault, ratio, effect, judged, deviates, suggestive, weight)
 

@@ -458,7 +458,8 @@ def _judge(u: _Units, t: Thresholds, counts: tuple[np.ndarray, np.ndarray]) -> _
     common = float(np.clip(np.median(log_ratio[pairs]), -_MAX_COMMON, _MAX_COMMON)) if pairs.sum() >= 5 else 0.0
     # the rank test against the baseline scaled by the common shift: a load change everywhere is no deviation
     test = sides.rank_test(math.exp(common))
-    effect = log_ratio - common
+    wide = (n_base >= t.min_baseline_spans) & (n_fault >= t.min_baseline_spans)
+    effect = np.where(wide, np.maximum(log_ratio, _mean_log_ratio(u, n, floor)), log_ratio) - common
     big = effect >= math.log(_THIN_MIN_RATIO)
     z = _with_thin_z(test.z, sides, effect, judged & thin & big, pairs & ~thin, floor)
     slower = judged & (effect >= math.log(t.min_ratio))
@@ -471,6 +472,19 @@ def _judge(u: _Units, t: Thresholds, counts: tuple[np.ndarray, np.ndarray]) -> _
     )
     weight = _shrinkage(n_base, n_fault)
     return _Judged(z, n_base, n_fault, self_base, self_fault, ratio, effect, judged, deviates, suggestive, weight)
+
+
+def _mean_log_ratio(u: _Units, n: int, floor: float) -> np.ndarray:
+    """Per unit, the fault window's mean log self time less the baseline's (ms, floored): the log ratio of
+    the geometric means. A fault that hits only some calls (a third of them 2x slower) hardly moves the
+    median, but moves this by its share of the slowdown; a fault that hits every call moves both alike."""
+    logs = np.log(u.values / 1e6 + floor)
+    fault = u.fault
+    sums_f = np.bincount(u.unit[fault], weights=logs[fault], minlength=n)
+    sums_b = np.bincount(u.unit[~fault], weights=logs[~fault], minlength=n)
+    n_f = np.maximum(np.bincount(u.unit[fault], minlength=n), 1)
+    n_b = np.maximum(np.bincount(u.unit[~fault], minlength=n), 1)
+    return np.asarray(sums_f / n_f - sums_b / n_b)
 
 
 def _with_thin_z(

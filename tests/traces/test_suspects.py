@@ -324,3 +324,14 @@ def test_an_intermittent_fault_that_barely_moves_the_median_is_still_the_first_s
     assert services(report)[:1] == ["auth"], [(s.service, s.score, s.why) for s in report.suspects]
     evidence = report.suspects[0].evidence[0]
     assert evidence.name == "POST /verify" and evidence.ratio < 1.15 and evidence.z > 2.33
+
+
+def test_a_callee_skewed_out_of_its_caller_counts_whole_in_the_caller_s_self_time():
+    """The callee's clock runs 5 ms ahead: its span sticks out of its caller's. It was waited for all the same."""
+    caller = span(1, "GET /cart", service="cart", kind="SERVER", start_ms=0, end_ms=20)
+    callee = span(1, "GET /price", service="price", kind="SERVER", parent=caller, start_ms=8, end_ms=23)
+    same = span(1, "step", service="cart", parent=caller, start_ms=15, end_ms=25)  # same clock: clipped
+    table = SpanTable.from_spans([caller, callee])
+    assert self_time(table, table.parent_row)[0] == pytest.approx((20 - 15) * 1e6)  # 15 ms of callee, not 12
+    table = SpanTable.from_spans([caller, same])
+    assert self_time(table, table.parent_row)[0] == pytest.approx((20 - 5) * 1e6)

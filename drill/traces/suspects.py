@@ -637,8 +637,7 @@ def _tally(u: _Units, j: _Judged, t: Thresholds) -> _Tally:
 def _scores(tally: _Tally, t: Thresholds) -> dict[str, list[tuple[int, float, str]]]:
     out: dict[str, list[tuple[int, float, str]]] = {}
     for service, items in tally.own.items():
-        breadth = 1 / math.sqrt(len(items))
-        out.setdefault(service, []).extend((x, s * breadth, _OWN) for x, s in items)
+        out.setdefault(service, []).extend((x, s, _OWN) for x, s in items)
     for service, items in tally.incoming.items():
         share = len(items) / max(tally.in_links.get(service, 0), len(items))
         out.setdefault(service, []).extend((x, s * share, _CALLEE) for x, s in items)

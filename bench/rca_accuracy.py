@@ -18,7 +18,11 @@ such as RCAEval use the same AC@k and Avg@5 = mean of AC@1..AC@5) side by side, 
 case ended with nothing reported although most of its fault window could not be judged ("not judged
 as no deviation": must be 0). ``--timing`` also times the analysis with and without the ranking.
 
-    .venv/bin/python bench/rca_accuracy.py [--cases 200] [--seed 0] [--timing] [--json]
+``--hard`` scores the corpus's hard cases instead (20-60 s baselines, intermittent faults, delays as a
+fraction, contention felt by the callers, the previous fault's tail and a load change in the baseline,
+dropped spans, clock skew, external calls: :class:`trace_corpus.Hardships`).
+
+    .venv/bin/python bench/rca_accuracy.py [--cases 200] [--seed 0] [--hard] [--timing] [--json]
 """
 
 from __future__ import annotations
@@ -107,12 +111,12 @@ def _silent_not_judged(report: AbnormalReport) -> bool:
     return ranking.unjudged_spans * 2 > ranking.fault_spans or ranking.judged * 2 < ranking.pairs
 
 
-def run(cases: int, seed: int) -> dict:
+def run(cases: int, seed: int, hard: bool = False) -> dict:
     ranks: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     silent = inconclusive = 0
     for i in range(cases):
         kind = trace_corpus.KINDS[i % len(trace_corpus.KINDS)]
-        case = trace_corpus.make_case(seed + i, kind)
+        case = trace_corpus.make_case(seed + i, kind, hard=hard)
         report = find_abnormal(case.table, baseline_until_ns=case.injection_ns)
         silent += _silent_not_judged(report)
         inconclusive += report.inconclusive_reason is not None
@@ -125,6 +129,7 @@ def run(cases: int, seed: int) -> dict:
     out: dict = {
         "cases": cases,
         "seed": seed,
+        "hard": hard,
         "not_judged_as_no_deviation": silent,
         "inconclusive": inconclusive,
         "methods": {},
@@ -162,7 +167,7 @@ def timing(cases: int, seed: int, reps: int = 3) -> dict:
 def _print(result: dict) -> None:
     methods = list(result["methods"])
     rows = list(result["methods"][methods[0]])
-    print(f"{result['cases']} cases from seed {result['seed']}")
+    print(f"{result['cases']} {'hard ' if result['hard'] else ''}cases from seed {result['seed']}")
     print(f"{'kind':<18}{'n':>5}  " + "  ".join(f"{m + ' AC@1/AC@3/Avg@5':>36}" for m in methods))
     for row in rows:
         cells = []
@@ -189,8 +194,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timing", action="store_true", help="also time the analysis with and without the ranking")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--hard", action="store_true", help="the corpus's hard cases (trace_corpus.Hardships)")
     args = parser.parse_args()
-    result = run(args.cases, args.seed)
+    result = run(args.cases, args.seed, args.hard)
     if args.timing:
         result["timing"] = timing(min(args.cases, 40), args.seed)
     if args.json:

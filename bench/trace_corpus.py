@@ -36,7 +36,7 @@ import json
 import math
 import random
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -67,6 +67,7 @@ class Service:
     database: bool = False
     instrumented: bool = True  # exports spans of its own (databases may not)
     client_spans: bool = True  # wraps its outgoing calls in CLIENT spans
+    external: bool = False  # calls an external API (a CLIENT span no SERVER span answers)
     peer_style: str = "server.address"  # how its CLIENT spans name the callee
     layer: int = 0  # its depth in the graph (callers are in shallower layers)
 
@@ -79,6 +80,9 @@ class Fault:
     delay_ms: float = 0.0  # delay: added per call into the service
     egress: bool = False  # delay: its own outgoing calls too
     error_share: float = 0.0  # error kinds: share of its requests that fail
+    share: float = 1.0  # intermittent: the share of its calls / requests the fault hits
+    fraction: float = 0.0  # delay: added as this fraction of each call's time instead of delay_ms
+    propagate: float = 0.0  # cpu: the share of the slowdown its callers' own work gets (shared host)
 
 
 @dataclass
@@ -91,6 +95,7 @@ class Case:
     baseline_s: float
     fault_s: float
     with_status: bool
+    hardships: Hardships | None = None
 
     @property
     def truth(self) -> str:
@@ -222,50 +227,73 @@ class _App:
         self.services = {s.name: s for s in services}
         self.fault = fault
         self.spans = _Spans(rng, with_status)
+        self.active: list[tuple[Fault, float]] = []  # the faults acting on the current trace, and their strength
+        self.callers: dict[str, set[str]] = {}
+        for service in services:
+            for op in service.operations:
+                for callee, _ in op.calls:
+                    self.callers.setdefault(callee.service, set()).add(service.name)
 
     def _lognormal(self, median_ms: float, sigma: float) -> float:
         return median_ms * _MS * math.exp(self.rng.gauss(0, sigma))
 
-    def _own_work(self, op: Operation, load: float, faulty: bool) -> float:
+    def _hits(self, service: str, kinds: tuple[str, ...]) -> list[tuple[Fault, float]]:
+        """The active faults of ``kinds`` on ``service`` that hit this call (an intermittent one: some)."""
+        return [
+            (f, w)
+            for f, w in self.active
+            if f.service == service and f.kind in kinds and (f.share >= 1 or self.rng.random() < f.share)
+        ]
+
+    def _own_work(self, op: Operation, load: float) -> float:
         work = self._lognormal(op.self_median_ms, op.self_sigma) * load
-        if faulty and self.fault is not None and self.fault.kind in ("cpu", "slow_dependency"):
-            work *= self.fault.factor
+        for f, w in self._hits(op.service, ("cpu", "slow_dependency")):
+            work *= 1 + (f.factor - 1) * w
+        for f, w in self.active:  # a contended host slows its callers' work a little too
+            if f.kind == "cpu" and f.propagate and op.service in self.callers.get(f.service, ()):
+                work *= 1 + (f.factor - 1) * f.propagate * w
         return work
 
-    def serve(
-        self, trace: str, parent: str, op: Operation, start: float, load: float, active: bool
-    ) -> tuple[float, bool]:
+    def serve(self, trace: str, parent: str, op: Operation, start: float, load: float) -> tuple[float, bool]:
         """Run ``op`` from ``start``; its SERVER span (when instrumented) is a child of ``parent``.
         Returns the end time and whether it failed."""
         service = self.services[op.service]
-        faulty = active and self.fault is not None and self.fault.service == op.service
-        fails = faulty and self.fault.kind.startswith("error") and self.rng.random() < self.fault.error_share
-        work = self._own_work(op, load, faulty)
+        fails = any(
+            self.rng.random() < f.error_share * w for f, w in self._hits(op.service, ("error", "error_no_status"))
+        )
+        work = self._own_work(op, load)
         pre, post = work * 0.6, work * 0.4
         if fails:
             pre, post = pre * 0.3, post * 0.1
-        span_parent = parent
         t = start + pre
         failed = fails
         if not service.instrumented:
             return start + work, fails
         server_id = self.spans.add(trace, parent, op.service, op.name, _SERVER, 0, 0, False, self._server_attrs(op))
         row = len(self.spans.cols["span_id"]) - 1
-        span_parent = server_id
         if op.internal and not fails:
             step = pre * 0.7
             self.spans.add(
                 trace, server_id, op.service, op.internal, _INTERNAL, start + pre - step, start + pre, False, {}
             )
         if not fails:
-            t, child_failed = self._calls(trace, span_parent, service, op, t, load, active)
+            t, child_failed = self._calls(trace, server_id, service, op, t, load)
             failed = child_failed and self.rng.random() < 0.7
+            if service.external and self.rng.random() < 0.5:
+                t = self._external(trace, server_id, service, t)
         end = t + post
         c = self.spans.cols
         c["start_ns"][row], c["end_ns"][row] = int(start), int(end)
         if failed and self.spans.with_status:
             c["status"][row], c["status_message"][row] = 2, "internal error"
         return end, failed
+
+    def _external(self, trace: str, parent: str, service: Service, t: float) -> float:
+        """A call to an API outside the application: a CLIENT span with a peer and no SERVER span under it."""
+        end = t + self._lognormal(40, 0.5)
+        attrs = {"server.address": "api.payments.example.com", "http.request.method": "POST"}
+        self.spans.add(trace, parent, service.name, "POST", _CLIENT, t, end, False, attrs)
+        return end
 
     def _server_attrs(self, op: Operation) -> dict:
         if self.services[op.service].database:
@@ -274,13 +302,13 @@ class _App:
             return {"http.request.method": op.name.split()[0], "http.route": op.name.split()[1]}
         return {"rpc.system": "grpc", "rpc.service": op.name.split("/")[0]}
 
-    def _calls(self, trace, parent, service, op, t, load, active) -> tuple[float, bool]:
+    def _calls(self, trace, parent, service, op, t, load) -> tuple[float, bool]:
         failed = False
         ends = []
         for callee, p in op.calls:
             if self.rng.random() >= p:
                 continue
-            end, callee_failed = self._call(trace, parent, service, callee, t, load, active)
+            end, callee_failed = self._call(trace, parent, service, callee, t, load)
             failed |= callee_failed
             if op.parallel:
                 ends.append(end)
@@ -290,21 +318,29 @@ class _App:
                 break  # a failed call ends the request's work
         return (max(ends, default=t) if op.parallel else t), failed
 
-    def _call(self, trace, parent, caller: Service, callee: Operation, t, load, active) -> tuple[float, bool]:
+    def _delay(self, f: Fault, w: float, served: float) -> float:
+        """One call's added delay: ``delay_ms`` (± 20 %), or a ``fraction`` of the call's own time."""
+        if f.fraction:
+            return f.fraction * served * w * self.rng.uniform(0.8, 1.2)
+        return f.delay_ms * _MS * w * self.rng.uniform(0.8, 1.2)
+
+    def _call(self, trace, parent, caller: Service, callee: Operation, t, load) -> tuple[float, bool]:
         target = self.services[callee.service]
         out, back = self._lognormal(0.4, 0.3), self._lognormal(0.4, 0.3)
-        if active and self.fault is not None and self.fault.kind == "delay":
-            if self.fault.service == callee.service:
-                back += self.fault.delay_ms * _MS * self.rng.uniform(0.8, 1.2)
-            elif self.fault.egress and self.fault.service == caller.name:
-                out += self.fault.delay_ms * _MS * self.rng.uniform(0.8, 1.2)
+        ingress = self._hits(callee.service, ("delay",))
+        egress = [] if ingress else [(f, w) for f, w in self._hits(caller.name, ("delay",)) if f.egress]
+        fixed = [(f, w) for f, w in ingress + egress if not f.fraction]
+        if fixed:  # a constant delay: on the way back into the callee's caller, or out of the faulty caller
+            added = self._delay(*fixed[0], 0.0)
+            back, out = (back + added, out) if ingress else (back, out + added)
+        scaled = [(f, w) for f, w in ingress + egress if f.fraction]
         if not caller.client_spans and target.instrumented:
-            end, failed = self.serve(trace, parent, callee, t + out, load, active)
-            return end + back, failed
+            end, failed = self.serve(trace, parent, callee, t + out, load)
+            return end + back + sum(self._delay(f, w, end - t - out) for f, w in scaled), failed
         client_row = len(self.spans.cols["span_id"])
         client_id = self.spans.add(trace, parent, caller.name, _client_name(callee, target), _CLIENT, 0, 0, False, {})
-        served_end, failed = self.serve(trace, client_id, callee, t + out, load, active)
-        end = served_end + back
+        served_end, failed = self.serve(trace, client_id, callee, t + out, load)
+        end = served_end + back + sum(self._delay(f, w, served_end - t - out) for f, w in scaled)
         c = self.spans.cols
         c["start_ns"][client_row], c["end_ns"][client_row] = int(t), int(end)
         c["attributes"][client_row] = _peer_attributes(caller.peer_style, target)
@@ -364,34 +400,122 @@ def _fault(rng: random.Random, kind: str, services: list[Service], busy: dict[st
     return Fault(kind, target.name, error_share=rng.uniform(0.2, 1.0))
 
 
-def make_case(seed: int, kind: str | None = None) -> Case:
-    """Case ``seed``: a fresh application, its baseline and one fault (``kind``, else one by the seed)."""
+@dataclass(frozen=True)
+class Hardships:
+    """What a ``hard`` case adds, each drawn per case (a benchmark's traces are rougher than ours)."""
+
+    previous: Fault | None = None  # the previous fault, on another service: its tail leaks into the baseline
+    previous_tail_s: float = 0.0  # ... fading out linearly over the baseline's first seconds
+    load_step_s: float | None = None  # the load changes (x load_step) at this time, inside the baseline
+    load_step: float = 1.0
+    drop_share: float = 0.0  # spans lost (sampling, a full export queue): their children lose their parent
+    skew_ms: float = 0.0  # each service's clock is off by up to this much
+
+    def text(self) -> str:
+        parts = []
+        if self.previous is not None:
+            parts.append(
+                f"previous {self.previous.kind} on {self.previous.service} fading over {self.previous_tail_s:.0f} s"
+            )
+        if self.load_step_s is not None:
+            parts.append(f"load x{self.load_step:.2f} at {self.load_step_s:.0f} s")
+        if self.drop_share:
+            parts.append(f"{self.drop_share:.0%} of spans dropped")
+        if self.skew_ms:
+            parts.append(f"clock skew up to {self.skew_ms:.0f} ms")
+        return ", ".join(parts) or "none"
+
+
+def _hardships(
+    rng: random.Random, kind: str, fault: Fault, services: list[Service], baseline_s: float
+) -> tuple[Fault, Hardships]:
+    """The fault made rougher (intermittent, a delay as a fraction, contention felt by the callers) and the
+    case's other hardships; some services also call an external API."""
+    if rng.random() < 0.4:
+        fault = replace(fault, share=rng.uniform(0.3, 0.8))
+    if kind == "delay" and rng.random() < 0.5:
+        fault = replace(fault, fraction=rng.uniform(0.3, 3.0))
+    if kind == "cpu" and rng.random() < 0.5:
+        fault = replace(fault, propagate=rng.uniform(0.1, 0.4))
+    for service in services:
+        service.external = not service.database and rng.random() < 0.15
+    previous = None
+    if rng.random() < 0.5:
+        other = rng.choice([s for s in services[1:] if s.name != fault.service])
+        previous = (
+            Fault("cpu", other.name, factor=rng.uniform(1.5, 3.0))
+            if not other.database or rng.random() < 0.5
+            else Fault("slow_dependency", other.name, factor=rng.uniform(2, 5))
+        )
+    step = rng.random() < 0.5
+    return fault, Hardships(
+        previous=previous,
+        previous_tail_s=rng.uniform(0.2, 0.6) * baseline_s,
+        load_step_s=rng.uniform(0.3, 0.9) * baseline_s if step else None,
+        load_step=rng.choice((0.7, 1.3, 1.5)) if step else 1.0,
+        drop_share=rng.choice((0.0, 0.01, 0.05)),
+        skew_ms=rng.choice((0.0, 2.0, 15.0)),
+    )
+
+
+def make_case(seed: int, kind: str | None = None, hard: bool = False) -> Case:
+    """Case ``seed``: a fresh application, its baseline and one fault (``kind``, else one by the seed).
+    ``hard``: baselines of 20-60 s and the :class:`Hardships` of the case."""
     rng = random.Random(seed)
     kind = kind or KINDS[seed % len(KINDS)]
     services, entry = _graph(rng)
     with_status = kind != "error_no_status" and rng.random() < 0.5
     baseline_s = math.exp(rng.uniform(math.log(20), math.log(300)))
     fault_s = rng.uniform(60, 180)
+    if hard:
+        baseline_s, fault_s = rng.uniform(20, 60), rng.uniform(60, 180)
     rate = min(math.exp(rng.uniform(math.log(2), math.log(10))), 1500 / (baseline_s + fault_s))
     fault = _fault(rng, kind, services, _calls_per_request(services, entry), rate * baseline_s)
+    hardships = Hardships()
+    if hard:
+        fault, hardships = _hardships(random.Random(seed * 7919 + 1), kind, fault, services, baseline_s)
     app = _App(rng, services, fault, with_status)
     period = rng.uniform(60, 600)
     t = 0.0
     while t < baseline_s + fault_s:
         t += rng.expovariate(rate)
         load = (1 + 0.1 * math.sin(2 * math.pi * t / period)) * math.exp(rng.gauss(0, 0.1))
+        if hardships.load_step_s is not None and t >= hardships.load_step_s:
+            load *= hardships.load_step
+        app.active = _active(fault, hardships, t, baseline_s)
         trace = f"{rng.getrandbits(128) | 1:032x}"
-        app.serve(trace, "", rng.choice(entry), T0_NS + t * 1e9, load, active=t >= baseline_s)
+        app.serve(trace, "", rng.choice(entry), T0_NS + t * 1e9, load)
+    table = app.spans.table() if not hard else _roughen(app.spans, hardships, random.Random(seed * 7919 + 2))
     return Case(
         seed,
-        app.spans.table(),
+        table,
         T0_NS + int(baseline_s * 1e9),
         fault,
         tuple(s.name for s in services),
         round(baseline_s, 1),
         round(fault_s, 1),
         with_status,
+        hardships,
     )
+
+
+def _active(fault: Fault, hardships: Hardships, t: float, baseline_s: float) -> list[tuple[Fault, float]]:
+    active = [(fault, 1.0)] if t >= baseline_s else []
+    if hardships.previous is not None and t < hardships.previous_tail_s:
+        active.append((hardships.previous, 1 - t / hardships.previous_tail_s))
+    return active
+
+
+def _roughen(spans: _Spans, hardships: Hardships, rng: random.Random) -> SpanTable:
+    """The spans with a share dropped (never a trace's root: the trace's start decides its window) and each
+    service's clock skewed."""
+    c = spans.cols
+    skew = {s: rng.uniform(-1, 1) * hardships.skew_ms * _MS for s in sorted(set(c["service"]))}
+    keep = [not parent or rng.random() >= hardships.drop_share for parent in c["parent_id"]]
+    out = {k: [v for v, kept in zip(values, keep) if kept] for k, values in c.items()}
+    for key in ("start_ns", "end_ns"):
+        out[key] = [int(v + skew[s]) for v, s in zip(out[key], out["service"])]
+    return SpanTable.from_columns(**out)
 
 
 def write_otlp(case: Case, path: Path) -> None:
@@ -443,8 +567,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--kind", choices=KINDS)
     parser.add_argument("--out", type=Path, required=True, help="OTLP JSON lines file to write")
+    parser.add_argument("--hard", action="store_true", help="a hard case (see Hardships)")
     args = parser.parse_args()
-    case = make_case(args.seed, args.kind)
+    case = make_case(args.seed, args.kind, hard=args.hard)
     write_otlp(case, args.out)
     injection = case.injection_ns / 1e9
     print(

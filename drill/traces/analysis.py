@@ -71,7 +71,7 @@ from typing import Any
 
 import numpy as np
 
-from drill.traces.suspects import Ranking, Suspect, SuspectInputs, Thresholds, rank_suspects
+from drill.traces.suspects import CALLEE, PairEvidence, Ranking, Suspect, SuspectInputs, Thresholds, rank_suspects
 from drill.traces.table import KIND_NAMES, STATUS_NAMES, SpanTable
 
 __all__ = [
@@ -112,6 +112,8 @@ _MAX_ATTRIBUTES = 24
 #: A pair's ranked evidence is comparable with the strongest piece when it scores at least this share of it
 #: (the first abnormal span is looked for among the comparable pairs: _lead_pairs).
 _COMPARABLE = 0.25
+#: Suspects scoring at least this share of the first one's are tied with it: the onset rule picks among them.
+_TIED = 0.75
 
 
 @dataclass(frozen=True)
@@ -483,8 +485,23 @@ def _present_pairs(parent: np.ndarray, group: np.ndarray, groups: int, mask: np.
     return np.unique(parent[rows] * groups + group[rows])
 
 
+def _loss_share(table: SpanTable, tree: _Tree, baseline: np.ndarray) -> float:
+    """The share of spans lost on the way in the baseline (sampling, a full export queue), as the share of its
+    spans whose parent is missing: a child can be absent for the same reason, so an absence must be
+    significant against it (a crash's lost spans in the fault window are not counted: they are the fault)."""
+    tops = np.flatnonzero((tree.parent < 0) & baseline)
+    spans = int(baseline.sum()) - len(tops)
+    return float(_lost_parent(table, tops).sum()) / spans if spans > 0 else 0.0
+
+
 def _missing_children(
-    tree: _Tree, group: np.ndarray, groups: int, win: _Windows, model: _Model, options: AnalysisOptions
+    table: SpanTable,
+    tree: _Tree,
+    group: np.ndarray,
+    groups: int,
+    win: _Windows,
+    model: _Model,
+    options: AnalysisOptions,
 ) -> _Missing:
     present = _present_pairs(tree.parent, group, groups, win.baseline)
     pair = group[present // groups] * groups + present % groups
@@ -495,6 +512,7 @@ def _missing_children(
     usual = (presence >= options.child_presence) & (parents >= options.min_baseline_spans)
     fault_present = _present_pairs(tree.parent, group, groups, win.fault)
     fault_rows = np.flatnonzero(win.fault)
+    loss = _loss_share(table, tree, win.baseline)
     found_rows, found_child, found_presence = [], [], []
     for gp, gc, share, n_base, n_with in zip(
         parent_pair[usual], child_pair[usual], presence[usual], parents[usual], with_child[usual]
@@ -503,8 +521,8 @@ def _missing_children(
         keys = rows * groups + gc
         at = np.minimum(np.searchsorted(fault_present, keys), max(len(fault_present) - 1, 0))
         absent = rows[fault_present[at] != keys] if len(fault_present) else rows
-        prior = np.array([(n_base - n_with + 0.5) / (n_base + 1)])
-        always = n_with == n_base  # under every baseline parent: any absence counts
+        prior = np.array([max((n_base - n_with + 0.5) / (n_base + 1), loss)])
+        always = n_with == n_base and not loss  # under every baseline parent: any absence counts, unless spans get lost
         if len(absent) and (
             always or _significant(np.array([len(absent)]), np.array([len(rows)]), prior, options.alpha)[0]
         ):
@@ -717,18 +735,20 @@ def _first_cause(
     flags: _Flags,
     options: AnalysisOptions,
     group: np.ndarray | None = None,
-    lead: list[int] | None = None,
+    lead: list[list[_Lead]] | None = None,
 ) -> int | None:
     """The earliest material cause (any cause when none is material); see the module doc for ties. With
-    ``lead`` (the pairs whose ranked evidence is comparable with the strongest), the material causes in
-    those pairs, when there are any: a slight slowdown elsewhere that began earlier (decode under a flood,
-    before the queue grew) does not outrank the deviation the ranking puts first."""
+    ``lead`` (tiers of the pairs the ranking puts first: the top suspect's, then every suspect's evidence
+    comparable with the strongest), the material causes of the first tier that has any: a slowdown elsewhere
+    that began earlier (decode under a flood, before the queue grew; the healthy replica taking the slow one's
+    load) does not outrank the deviation the ranking puts first."""
     rows = np.flatnonzero(flags.material)
     if len(rows) and group is not None and lead:
-        strong = np.zeros(int(group.max()) + 1, dtype=bool)
-        strong[np.asarray(lead, dtype=np.int64)] = True
-        if strong[group[rows]].any():
-            rows = rows[strong[group[rows]]]
+        for tier in lead:
+            picked = _in_lead(table, tree, group, rows, tier)
+            if len(picked):
+                rows = picked
+                break
     if not len(rows):
         rows = np.flatnonzero(flags.cause)
     if not len(rows):
@@ -738,6 +758,34 @@ def _first_cause(
     deepest = near[tree.depth[near] == tree.depth[near].max()]
     earliest = deepest[flags.onset[deepest] == flags.onset[deepest].min()]
     return min(earliest.tolist(), key=lambda r: (table.trace_id[r], table.span_id[r]))
+
+
+@dataclass(frozen=True)
+class _Lead:
+    """A pair the ranking's evidence points at; for a slow link's callee, only the calls into ``callee``."""
+
+    pair: int
+    callee: str | None = None
+
+
+def _in_lead(table: SpanTable, tree: _Tree, group: np.ndarray, rows: np.ndarray, tier: list[_Lead]) -> np.ndarray:
+    """The ``rows`` of the tier's pairs (a link's: those calling its callee, by child span or peer attribute)."""
+    keep = np.zeros(len(rows), dtype=bool)
+    for lead in tier:
+        mine = group[rows] == lead.pair
+        if lead.callee is not None and mine.any():
+            mine[mine] = [_calls(table, tree, int(r), lead.callee) for r in rows[mine].tolist()]
+        keep |= mine
+    return rows[keep]
+
+
+def _calls(table: SpanTable, tree: _Tree, row: int, callee: str) -> bool:
+    children = np.flatnonzero(tree.parent == row)
+    if len(children):
+        return any(table.services[table.service[c]] == callee for c in children.tolist())
+    peer = _peer(table.attributes[row]) or ""
+    host = peer.split("://")[-1].split("/")[0].split(":")[0]
+    return host == callee or host.split(".")[0] == callee
 
 
 # -- reporting ------------------------------------------------------------------------------------
@@ -1146,7 +1194,7 @@ def find_abnormal(
     group, pair_service, pair_name = _group_codes(table)
     groups = len(pair_service)
     model = _model(table.duration_ns, table.status, group, groups, win.baseline, options)
-    missing = _missing_children(tree, group, groups, win, model, options)
+    missing = _missing_children(table, tree, group, groups, win, model, options)
     flags = _flags(table, tree, group, groups, win, model, missing, options)
     ctx = _Context(table, tree, group, pair_service, pair_name, model, flags, missing, win, options)
     ranking = _ranking(ctx, groups, top) if rank else None
@@ -1173,10 +1221,12 @@ def find_abnormal(
     )
 
 
-def _lead_pairs(ctx: _Context, ranking: Ranking | None) -> list[int]:
-    """The pair codes whose evidence in the ranking is comparable with its strongest (at least
-    ``_COMPARABLE`` of the strongest piece's score; a link without a CLIENT span as its caller's pair):
-    where the first abnormal span is looked for, so the onset rule and the ranking agree."""
+def _lead_pairs(ctx: _Context, ranking: Ranking | None) -> list[list[_Lead]]:
+    """Where the first abnormal span is looked for, so the onset rule and the ranking agree: first the top
+    suspects' evidence (those scoring ``_TIED`` of the first's or more: a near tie is decided by the onsets)
+    comparable with its strongest piece, then every suspect's evidence comparable with
+    the strongest of all (at least ``_COMPARABLE`` of its score). A piece is its pair (a link without a CLIENT
+    span: its caller's pair; a slow link's callee: the calls into that callee only)."""
     if ranking is None or not ranking.suspects:
         return []
     table = ctx.table
@@ -1184,16 +1234,24 @@ def _lead_pairs(ctx: _Context, ranking: Ranking | None) -> list[int]:
         (table.services[s], table.names[n]): g
         for g, (s, n) in enumerate(zip(ctx.pair_service.tolist(), ctx.pair_name.tolist()))
     }
-    evidence = [e for suspect in ranking.suspects for e in suspect.evidence]
-    strongest = max(e.score for e in evidence)
-    lead = []
-    for e in evidence:
-        code = codes.get((e.service, e.name))
-        if code is None:  # a direct link: "caller span name → callee"
-            code = codes.get((e.service, e.name.rsplit(" → ", 1)[0]))
-        if code is not None and e.score >= _COMPARABLE * strongest and code not in lead:
-            lead.append(code)
-    return lead
+
+    def tier(pieces: list[tuple[str, PairEvidence]]) -> list[_Lead]:
+        strongest = max((e.score for _, e in pieces), default=0.0)
+        out: list[_Lead] = []
+        for suspect, e in pieces:
+            code = codes.get((e.service, e.name))
+            if code is None:  # a link split per callee or without a CLIENT span: "caller span name → callee"
+                code = codes.get((e.service, e.name.rsplit(" → ", 1)[0]))
+            lead = _Lead(code, suspect if e.role == CALLEE else None) if code is not None else None
+            if lead is not None and e.score >= _COMPARABLE * strongest and lead not in out:
+                out.append(lead)
+        return out
+
+    leaders = [s for s in ranking.suspects if s.score >= _TIED * ranking.suspects[0].score]
+    return [
+        tier([(s.service, e) for s in leaders for e in s.evidence]),
+        tier([(s.service, e) for s in ranking.suspects for e in s.evidence]),
+    ]
 
 
 def _ranking(ctx: _Context, groups: int, top: int) -> Ranking:

@@ -3,7 +3,8 @@
 - :func:`self_time`: a span's duration less the time of its children on its critical path (Jaeger's
   critical path, one step deep: the last-finishing child and the children that ended before it
   started; a child running in parallel with it was not waited for). Clipped to the span: a child's
-  clock skew cannot make it negative.
+  clock skew cannot make it negative; a child in another service counts whole (up to the span's length)
+  even where clock skew puts part of it outside the span.
 - :func:`direct_links`: for a call into another service with no CLIENT span between (the caller's
   SERVER or INTERNAL span is the callee's SERVER span's parent), the time around the callee's span:
   from the previous sibling's end (the parent's start when that sibling still ran) to the callee
@@ -91,6 +92,11 @@ def self_time(table: SpanTable, parent: np.ndarray) -> np.ndarray:
     rows = np.flatnonzero(critical_children(table, parent))
     up = parent[rows]
     inside = np.minimum(table.end_ns[rows], table.end_ns[up]) - np.maximum(table.start_ns[rows], table.start_ns[up])
+    # a child in another process has another clock: one that sticks out of its parent is skewed, not partly
+    # outside it (Jaeger's clock-skew adjuster moves it back in); all of it, up to the parent's length, was waited
+    # for, so a slower callee never shows as its caller's self time through the part the skew cut off
+    cross = table.service[rows] != table.service[up]
+    inside = np.where(cross, np.minimum(table.duration_ns[rows], table.duration_ns[up]), inside)
     waited = np.bincount(up, weights=np.maximum(inside, 0), minlength=len(table))
     return np.maximum(table.duration_ns - waited, 0.0)
 

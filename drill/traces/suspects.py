@@ -45,13 +45,15 @@ from drill.traces.ranktest import SortedSides, group_medians, sort_sides
 from drill.traces.selftime import direct_links, self_time
 from drill.traces.table import KIND_NAMES, SpanTable
 
-__all__ = ["NotJudged", "PairEvidence", "Ranking", "Suspect", "SuspectInputs", "Thresholds", "rank_suspects"]
+__all__ = ["CALLEE", "NotJudged", "PairEvidence", "Ranking", "Suspect", "SuspectInputs", "Thresholds", "rank_suspects"]
 
 _CLIENT = KIND_NAMES.index("CLIENT")
 _PEER_KEYS = ("server.address", "peer.service", "net.peer.name")
 #: Pieces of evidence kept per suspect.
 _EVIDENCE_KEPT = 8
 _OWN, _CALLEE, _CALLER = "own work", "callee of a slow link", "caller of a slow link"
+#: The role of a piece of evidence that counts for the callee of a slow link.
+CALLEE = _CALLEE
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,7 @@ class _Units:
     kind: list[str]
     callee: list[str | None]  # links (CLIENT pairs, direct links): the called service
     caller_pair: np.ndarray  # int64 per unit: a direct link's caller pair, else -1
+    split_from: np.ndarray  # int64 per unit: the CLIENT pair a per-callee unit was split from, else -1
     pairs: int  # how many units are pairs
     pooled: int  # units from this code on pool every link into one callee (_with_pooled_links)
 
@@ -196,21 +199,87 @@ def _units(inputs: SuspectInputs, groups: int) -> _Units:
     callee = _client_callees(inputs, groups, kinds)
     link_pair = (keys // width).astype(np.int64)
     errors = np.bincount(inputs.group[inputs.root_errors & inputs.fault], minlength=groups)
+    split = _split_clients(inputs, groups, kinds, rows)
+    unit = inputs.group[rows].copy()
+    first_split = groups + len(keys)
+    unit[split.sample >= 0] = first_split + split.sample[split.sample >= 0]
+    n_split = len(split.pair)
     return _Units(
         values=np.concatenate((own if len(rows) == len(table) else own[rows], gap)),
         rows=rows,
         table=table,
-        unit=np.concatenate((inputs.group[rows], groups + link_unit.astype(np.int64))),
+        unit=np.concatenate((unit, groups + link_unit.astype(np.int64))),
         fault=np.concatenate((inputs.fault[rows], inputs.fault[parent])),
-        errors=np.concatenate((errors, np.zeros(len(keys), dtype=np.int64))),
-        service=service + [service[g] for g in link_pair.tolist()],
-        name=name + [f"{name[g]} → {table.services[s]}" for g, s in zip(link_pair.tolist(), (keys % width).tolist())],
-        kind=[KIND_NAMES[int(k)] for k in kinds] + ["link"] * len(keys),
-        callee=callee + [table.services[s] for s in (keys % width).tolist()],
-        caller_pair=np.concatenate((np.full(groups, -1, dtype=np.int64), link_pair)),
+        errors=np.concatenate((errors, np.zeros(len(keys) + n_split, dtype=np.int64))),
+        service=service + [service[g] for g in link_pair.tolist()] + [service[g] for g in split.pair],
+        name=name
+        + [f"{name[g]} → {table.services[s]}" for g, s in zip(link_pair.tolist(), (keys % width).tolist())]
+        + [f"{name[g]} → {c}" for g, c in zip(split.pair, split.callee)],
+        kind=[KIND_NAMES[int(k)] for k in kinds] + ["link"] * len(keys) + ["CLIENT"] * n_split,
+        callee=callee + [table.services[s] for s in (keys % width).tolist()] + list(split.callee),
+        caller_pair=np.concatenate((np.full(groups, -1, dtype=np.int64), link_pair, np.full(n_split, -1))),
+        split_from=np.concatenate((np.full(first_split, -1, dtype=np.int64), np.asarray(split.pair, dtype=np.int64))),
         pairs=groups,
-        pooled=groups + len(keys),
+        pooled=first_split + n_split,
     )
+
+
+@dataclass(frozen=True)
+class _Split:
+    """CLIENT pairs that call more than one service (a span named ``POST`` to every upstream), split per callee:
+    ``pair``/``callee`` per split unit (0-based), and per sample row the split unit it goes to (-1: none)."""
+
+    pair: list[int]
+    callee: list[str]
+    sample: np.ndarray
+
+
+def _split_clients(inputs: SuspectInputs, groups: int, kinds: np.ndarray, rows: np.ndarray) -> _Split:
+    """The link time of a CLIENT pair that calls several services is judged per callee: a slow link to one
+    replica behind a router whose calls all carry one span name is that replica's link, not a slower median
+    of the router's calls. A row's callee is its SERVER child's service, else the peer its attributes name
+    (read only for pairs whose first 50 such rows name more than one peer)."""
+    table, parent = inputs.table, inputs.parent
+    names = list(table.services)
+    code = {n: i for i, n in enumerate(names)}
+    by_name = np.argsort(np.array(names, dtype=object)).astype(np.int64) if names else np.zeros(0, dtype=np.int64)
+    rank = np.empty(len(names), dtype=np.int64)
+    rank[by_name] = np.arange(len(names))
+    child = np.flatnonzero(parent >= 0)
+    up = parent[child]
+    cross = (table.kind[up] == _CLIENT) & (table.service[child] != table.service[up])
+    first = np.full(len(table), len(names), dtype=np.int64)
+    np.minimum.at(first, up[cross], rank[table.service[child[cross]]])  # several callees: the first by name
+    callee = np.where(first < len(names), by_name[np.minimum(first, max(len(names) - 1, 0))], -1)
+    client = rows[table.kind[rows] == _CLIENT]
+    bare = client[callee[client] < 0]
+    for g in np.unique(inputs.group[bare]).tolist():
+        mine = bare[inputs.group[bare] == g]
+        looked = mine[np.argsort(table.start_ns[mine], kind="stable")[:50]]  # the earliest: whatever the rows' order
+        if len({_peer_service(table.attributes[r], code) for r in looked.tolist()} - {None}) < 2:
+            continue
+        cache: dict[str, int] = {}
+        for r in mine.tolist():
+            peer = _peer_service(table.attributes[r], code)
+            if peer is not None:
+                callee[r] = cache.setdefault(peer, code.setdefault(peer, len(code)))
+    for peer in list(code)[len(names) :]:
+        names.append(peer)
+    known = client[(callee[client] >= 0) & (callee[client] != table.service[client])]
+    width = len(names)
+    keys = np.unique(inputs.group[known] * width + callee[known])
+    pair_of = keys // width
+    multi = np.bincount(pair_of, minlength=groups) >= 2
+    keys = keys[multi[pair_of]]
+    sample = np.full(len(rows), -1, dtype=np.int64)
+    if not len(keys):
+        return _Split([], [], sample)
+    mine = (table.kind[rows] == _CLIENT) & (callee[rows] >= 0)
+    at = np.searchsorted(keys, inputs.group[rows] * width + np.maximum(callee[rows], 0))
+    at = np.minimum(at, len(keys) - 1)
+    hit = mine & (keys[at] == inputs.group[rows] * width + callee[rows])
+    sample[hit] = at[hit]
+    return _Split((keys // width).tolist(), [names[c] for c in (keys % width).tolist()], sample)
 
 
 def _with_pooled_links(u: _Units) -> _Units:
@@ -248,6 +317,7 @@ def _with_pooled_links(u: _Units) -> _Units:
         kind=u.kind + ["link"] * len(names),
         callee=[*u.callee, *names],
         caller_pair=np.concatenate((u.caller_pair, np.full(len(names), -1, dtype=np.int64))),
+        split_from=np.concatenate((u.split_from, np.full(len(names), -1, dtype=np.int64))),
         pairs=u.pairs,
         pooled=n,
     )
@@ -367,6 +437,7 @@ def _sampled(u: _Units, counts: tuple[np.ndarray, np.ndarray]) -> _Units:
         kind=u.kind,
         callee=u.callee,
         caller_pair=u.caller_pair,
+        split_from=u.split_from,
         pairs=u.pairs,
         pooled=u.pooled,
     )
@@ -387,14 +458,33 @@ def _judge(u: _Units, t: Thresholds, counts: tuple[np.ndarray, np.ndarray]) -> _
     common = float(np.clip(np.median(log_ratio[pairs]), -_MAX_COMMON, _MAX_COMMON)) if pairs.sum() >= 5 else 0.0
     # the rank test against the baseline scaled by the common shift: a load change everywhere is no deviation
     test = sides.rank_test(math.exp(common))
-    effect = log_ratio - common
+    wide = (n_base >= t.min_baseline_spans) & (n_fault >= t.min_baseline_spans)
+    effect = np.where(wide, np.maximum(log_ratio, _mean_log_ratio(u, n, floor)), log_ratio) - common
     big = effect >= math.log(_THIN_MIN_RATIO)
     z = _with_thin_z(test.z, sides, effect, judged & thin & big, pairs & ~thin, floor)
     slower = judged & (effect >= math.log(t.min_ratio))
     deviates = slower & (z >= _z_alpha(t))
-    suggestive = slower & ~deviates & (z >= NormalDist().inv_cdf(1 - min(t.alpha * _SUGGESTIVE_ALPHA, 0.2)))
+    significant_small = judged & (effect >= math.log(t.min_ratio) / 2) & (z >= _z_alpha(t))
+    suggestive = (
+        (slower | significant_small)
+        & ~deviates
+        & (z >= NormalDist().inv_cdf(1 - min(t.alpha * _SUGGESTIVE_ALPHA, 0.2)))
+    )
     weight = _shrinkage(n_base, n_fault)
     return _Judged(z, n_base, n_fault, self_base, self_fault, ratio, effect, judged, deviates, suggestive, weight)
+
+
+def _mean_log_ratio(u: _Units, n: int, floor: float) -> np.ndarray:
+    """Per unit, the fault window's mean log self time less the baseline's (ms, floored): the log ratio of
+    the geometric means. A fault that hits only some calls (a third of them 2x slower) hardly moves the
+    median, but moves this by its share of the slowdown; a fault that hits every call moves both alike."""
+    logs = np.log(u.values / 1e6 + floor)
+    fault = u.fault
+    sums_f = np.bincount(u.unit[fault], weights=logs[fault], minlength=n)
+    sums_b = np.bincount(u.unit[~fault], weights=logs[~fault], minlength=n)
+    n_f = np.maximum(np.bincount(u.unit[fault], minlength=n), 1)
+    n_b = np.maximum(np.bincount(u.unit[~fault], minlength=n), 1)
+    return np.asarray(sums_f / n_f - sums_b / n_b)
 
 
 def _with_thin_z(
@@ -487,7 +577,7 @@ def _own_units(u: _Units, j: _Judged, t: Thresholds) -> set[int]:
     live = np.flatnonzero(j.n_fault > 0).tolist()
     direct: dict[int, list[int]] = {}
     for x in live:
-        if u.pairs <= x < u.pooled:
+        if u.pairs <= x < u.pooled and u.caller_pair[x] >= 0:
             direct.setdefault(int(u.caller_pair[x]), []).append(x)
     own: dict[str, list[int]] = {}
     for x in live:
@@ -636,7 +726,7 @@ def _weakest_units(j: _Judged) -> list[int]:
 def _ranking(
     u: _Units, j: _Judged, suspects: tuple[Suspect, ...], weakest: tuple[PairEvidence, ...], t: Thresholds
 ) -> Ranking:
-    pairs = np.arange(len(u.service)) < u.pairs
+    pairs = (np.arange(len(u.service)) < u.pairs) | (u.split_from >= 0)  # a split pair counts per callee
     in_fault = pairs & (j.n_fault > 0)
     unjudged = in_fault & ~j.judged
     not_judged = tuple(

@@ -632,3 +632,75 @@ def test_a_flood_s_growing_queue_is_first_over_a_slight_decode_slowdown_that_beg
     assert onset_only.first.name == "decode" and onset_only.first.onset_s < report.first.onset_s  # it began first
     assert report.suspects[0].service == "vllm-0" and report.suspects[0].evidence[0].name == "queue"
     assert (report.first.service, report.first.name) == ("vllm-0", "queue"), report.first.text
+
+
+def slow_link_to_one_vllm_replica(seed: int = 5) -> list[dict]:
+    """The slow-replica drill on real vLLM (issue #17): two replicas behind the router, whose calls to both carry
+    one span name (``POST upstream``). In the fault window replica 0's link adds ~400 ms outside its
+    ``llm_request`` span, and the router (least outstanding) sends two requests of three to replica 1, whose
+    prefill and queue slow down under the extra load — from the first fault request on, before any slow link
+    call has passed its threshold."""
+    rng = random.Random(seed)
+    spans: list[dict] = []
+    for i in range(N_BASE + N_FAULT):
+        late = i - N_BASE
+        replica = i % 2 if late < 0 else (0 if late % 3 == 2 else 1)
+        queue_ms, prefill_ms = 1 + rng.random() * 0.5, 5 + rng.random()
+        if late >= 0 and replica == 1:
+            queue_ms, prefill_ms = queue_ms * 3, prefill_ms * 5
+        router, client, llm = vllm_request(
+            i + 1,
+            replica=replica,
+            start_ms=i * SPACING_MS,
+            queue_ms=queue_ms,
+            prefill_ms=prefill_ms,
+            decode_ms=20 + rng.random() * 2,
+        )
+        client["name"], client["attributes"]["drill.upstream"] = "POST upstream", f"vllm-{replica}"
+        if late >= 0 and replica == 0:
+            delay = 400 + rng.uniform(-50, 50)  # Toxiproxy's latency on the bytes replica 0 sends back
+            retime(client, extra_ms=delay)
+            retime(router, extra_ms=delay)
+        spans += [router, client, llm]
+    return spans
+
+
+def test_a_slow_link_to_one_vllm_replica_is_first_and_top_suspect_over_the_busier_healthy_replica():
+    table, _ = with_phase_spans(SpanTable.from_spans(slow_link_to_one_vllm_replica()))
+    report = find_abnormal(table, baseline_until_ns=FAULT_START, fault_start_ns=FAULT_START)
+    # the healthy replica's prefill is a material deviation too, and it began first
+    assert pair(report, "vllm-1", "prefill").material > 0
+    onset_only = find_abnormal(table, baseline_until_ns=FAULT_START, fault_start_ns=FAULT_START, rank=False)
+    assert (onset_only.first.service, onset_only.first.name) == ("vllm-1", "prefill")
+    # the router's calls are judged per replica: the link to vllm-0 is the top suspect ...
+    top = report.suspects[0]
+    assert top.service == "vllm-0", [(s.service, s.score) for s in report.suspects]
+    assert top.evidence[0].name == "POST upstream → vllm-0" and top.evidence[0].role == "callee of a slow link"
+    # ... and the first abnormal span is that link, the router's call to vllm-0, as the ranking says
+    first = report.first
+    assert (first.service, first.name, first.attributes.get("drill.upstream")) == (
+        "drill-router",
+        "POST upstream",
+        "vllm-0",
+    )
+    assert first.link is not None and first.link.server_service == "vllm-0", first.deviation
+
+
+def test_a_child_absent_where_spans_get_lost_is_judged_against_the_baseline_s_loss():
+    """Sampling or a full export queue loses spans: a usual child can be absent for that reason alone."""
+
+    def spans_with(baseline_loss: bool) -> list[dict]:
+        spans: list[dict] = []
+        for i in range(N_BASE + N_FAULT):
+            request = drill_request(i + 1, replica=i % 2, start_ms=i * SPACING_MS)
+            lost = (baseline_loss and i < N_BASE and i % 2 == 1 and i % 30 == 1) or i == N_BASE + 10
+            spans += [s for s in request if not (lost and s["name"] == "llm_request")]
+        return spans
+
+    # the baseline lost 4 of replica 1's llm_request spans (their phases arrived without a parent): one of
+    # replica 0's missing in the fault window is within that loss, not a finding
+    report = analyse(spans_with(baseline_loss=True))
+    assert report.orphans == 3 * 5 and report.first is None, report.first and report.first.deviation
+    # with nothing lost in the baseline, a child that was under every baseline parent counts when absent once
+    first = analyse(spans_with(baseline_loss=False)).first
+    assert first is not None and [d.kind for d in first.deviations] == ["missing_child"]

@@ -31,6 +31,7 @@ class Fault:
     cpu: dict[str, float] = field(default_factory=dict)  # service -> own-work factor
     ingress_ms: dict[str, float] = field(default_factory=dict)  # service -> delay on every call into it
     pg_factor: float = 1.0
+    share: float = 1.0  # the share of calls a cpu / ingress fault hits (an intermittent fault: some)
 
 
 def _lognormal(rng: random.Random, median_ms: float, sigma: float = 0.25) -> float:
@@ -39,6 +40,7 @@ def _lognormal(rng: random.Random, median_ms: float, sigma: float = 0.25) -> flo
 
 def _call(rng, trace, parent, caller, callee, name, start, work_ms, fault, active, attrs=None) -> tuple[list, float]:
     """A CLIENT span of ``caller`` around ``callee``'s SERVER span doing ``work_ms`` of own work."""
+    active = active and (fault.share >= 1 or rng.random() < fault.share)
     delay = fault.ingress_ms.get(callee, 0.0) if active else 0.0
     work = _lognormal(rng, work_ms) * (fault.cpu.get(callee, 1.0) if active else 1.0)
     server_start = start + _lognormal(rng, 0.3)
@@ -313,3 +315,23 @@ def test_huge_units_judged_on_a_sample_keep_the_verdict_and_the_true_counts(monk
     assert sampled.ranking.fault_spans == full.ranking.fault_spans
     top = sampled.suspects[0].evidence[0]
     assert top.baseline_spans > 40 and top == again.suspects[0].evidence[0]
+
+
+def test_an_intermittent_fault_that_barely_moves_the_median_is_still_the_first_suspect():
+    """CPU contention on auth that hits a fifth of its calls (2x): its median grows under 1.15x, under min_ratio,
+    while its rank test is clear; with nothing else deviating, it is suggestive and ranks first."""
+    report = analyse(shop(Fault(cpu={"auth": 2.0}, share=0.2)))
+    assert services(report)[:1] == ["auth"], [(s.service, s.score, s.why) for s in report.suspects]
+    evidence = report.suspects[0].evidence[0]
+    assert evidence.name == "POST /verify" and evidence.ratio < 1.15 and evidence.z > 2.33
+
+
+def test_a_callee_skewed_out_of_its_caller_counts_whole_in_the_caller_s_self_time():
+    """The callee's clock runs 5 ms ahead: its span sticks out of its caller's. It was waited for all the same."""
+    caller = span(1, "GET /cart", service="cart", kind="SERVER", start_ms=0, end_ms=20)
+    callee = span(1, "GET /price", service="price", kind="SERVER", parent=caller, start_ms=8, end_ms=23)
+    same = span(1, "step", service="cart", parent=caller, start_ms=15, end_ms=25)  # same clock: clipped
+    table = SpanTable.from_spans([caller, callee])
+    assert self_time(table, table.parent_row)[0] == pytest.approx((20 - 15) * 1e6)  # 15 ms of callee, not 12
+    table = SpanTable.from_spans([caller, same])
+    assert self_time(table, table.parent_row)[0] == pytest.approx((20 - 5) * 1e6)

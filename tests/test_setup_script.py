@@ -194,7 +194,7 @@ def test_the_debian_packages_install_in_one_background_apt_run_that_the_steps_wa
     env = {"PATH": str(folder), "HOME": str(tmp_path), "VENV": str(tmp_path / "venv")}
     (tmp_path / "venv" / "bin").mkdir(parents=True)
     script = (
-        "start_debian_packages; [ -n \"$DEBIAN_INSTALL_PID\" ]; echo started; "
+        'start_debian_packages; [ -n "$DEBIAN_INSTALL_PID" ]; echo started; '
         "wait_debian_packages; setup_chromium; setup_prometheus; echo done"
     )
     done = subprocess.run(

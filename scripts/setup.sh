@@ -181,6 +181,53 @@ apt_install() {  # apt_install MESSAGE LOG PACKAGE...: Debian packages, quietly 
     > "$log_file" 2>&1 || { tail -n 20 "$log_file" >&2; return 1; }
 }
 
+# ./dev test and ./dev setup start the Debian packages the tests need (chromium, prometheus, docker.io) in ONE
+# apt-get run in the background, before the Go builds (Toxiproxy, Jaeger: minutes of CPU), and wait for it before
+# setup_docker, setup_chromium and setup_prometheus, which then find them installed. On a fresh machine the
+# downloads and unpacking overlap the compiles instead of following them, and apt-get update runs once instead of
+# three times (CONTRIBUTING.md, "The CI time budget"). A package the batch could not install is tried again, alone,
+# by its own step, which says what to do when it cannot be had.
+DEBIAN_INSTALL_PID=""
+
+debian_packages_missing() {  # debian_packages_missing [docker]: those of chromium, prometheus (docker.io) missing here
+  local wanted=()
+  if [ -z "$(chromium_bin)" ]; then wanted+=(chromium); fi
+  if [ -z "$(prometheus_bin)" ]; then wanted+=(prometheus); fi
+  if [ "${1:-}" = docker ] && [ -z "${DRILL_SKIP_DOCKER:-}" ] && [ ! -x /usr/sbin/dockerd ] && ! command -v dockerd >/dev/null 2>&1; then
+    wanted+=(docker.io)
+  fi
+  printf '%s\n' "${wanted[@]}"
+}
+
+start_debian_packages() {  # start_debian_packages [docker]: ./dev test also wants the Docker engine, ./dev setup not
+  local wanted; mapfile -t wanted < <(debian_packages_missing "${1:-}" | sed '/^$/d')
+  if [ "${#wanted[@]}" -eq 0 ] || [ -n "${DRILL_SETUP_OFFLINE:-}" ] || ! command -v apt-get >/dev/null 2>&1; then
+    return 0
+  fi
+  local sudo=""; if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  local plain=() logf="$VENV/debian-install.log" p
+  for p in "${wanted[@]}"; do if [ "$p" != docker.io ]; then plain+=("$p"); fi; done
+  log "installing Debian ${wanted[*]} in the background (log in $logf)"
+  (
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq || exit 1
+    if [ "${#plain[@]}" -gt 0 ]; then
+      $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${plain[@]}" || true
+    fi
+    if [[ " ${wanted[*]} " == *" docker.io "* ]]; then  # with its recommends, as setup_docker installs it
+      $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io || true
+    fi
+  ) > "$logf" 2>&1 < /dev/null &
+  DEBIAN_INSTALL_PID=$!
+}
+
+wait_debian_packages() {  # the background install started by start_debian_packages, if any, finished
+  if [ -z "$DEBIAN_INSTALL_PID" ]; then return 0; fi
+  local started=$SECONDS
+  wait "$DEBIAN_INSTALL_PID" || log "the background Debian install failed (its log: $VENV/debian-install.log)"
+  DEBIAN_INSTALL_PID=""
+  if [ $((SECONDS - started)) -gt 1 ]; then log "waited $((SECONDS - started)) s for the Debian packages"; fi
+}
+
 chromium_bin() {  # the system Chromium the report test drives ($CHROMIUM_BIN, chromium, chromium-browser), or empty
   local candidate
   for candidate in ${CHROMIUM_BIN:-} chromium chromium-browser; do

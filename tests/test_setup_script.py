@@ -174,3 +174,39 @@ def test_the_go_toolchain_installer_checks_zips_the_way_the_go_command_does() ->
     spec.loader.exec_module(module)
     with zipfile.ZipFile(at / "v2.12.0.zip") as archive:
         assert module.hash1(archive) == (at / "v2.12.0.ziphash").read_text().strip()
+
+
+def test_the_debian_packages_install_in_one_background_apt_run_that_the_steps_wait_for(tmp_path: Path) -> None:
+    """./dev test: one ``apt-get update`` and one install for chromium and prometheus, started before the Go builds;
+    setup_chromium and setup_prometheus, after ``wait_debian_packages``, find what it installed and install nothing."""
+    folder = _bin(tmp_path)
+    calls = tmp_path / "apt-calls"
+    apt = folder / "apt-get"
+    apt.write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\nsleep 0.3\n'
+        f'case "$*" in *install*) for p in "$@"; do case "$p" in chromium|prometheus) '
+        f'printf "#!/bin/sh\\n" > {folder}/"$p"; chmod +x {folder}/"$p";; esac; done;; esac\n'
+    )
+    apt.chmod(0o755)
+    (folder / "sudo").symlink_to(shutil.which("env"))
+    (folder / "env").symlink_to(shutil.which("env"))
+    (folder / "chmod").symlink_to(shutil.which("chmod"))
+    env = {"PATH": str(folder), "HOME": str(tmp_path), "VENV": str(tmp_path / "venv")}
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    script = (
+        'start_debian_packages; [ -n "$DEBIAN_INSTALL_PID" ]; echo started; '
+        "wait_debian_packages; setup_chromium; setup_prometheus; echo done"
+    )
+    done = subprocess.run(
+        ["bash", "-c", f"set -euo pipefail; source scripts/setup.sh; {script}"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stdout.split() == ["started", "done"], done
+    lines = calls.read_text().splitlines()
+    assert [line for line in lines if "update" in line] == ["update -qq"], lines
+    assert len([line for line in lines if "install" in line]) == 1, lines
+    assert "chromium prometheus" in lines[-1] and "docker.io" not in lines[-1], lines

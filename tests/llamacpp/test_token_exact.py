@@ -78,6 +78,8 @@ def _load(scenario: Path, url: str, out: Path, *extra: str) -> tuple[dict, str, 
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads((out / "load-summary.json").read_text())
+    load = doc["load"]  # every planned arrival issued and recorded (a pool's three arrivals once went missing so)
+    assert load["due"] == load["scheduled"] and load["records_lost"] == 0, load
     return doc, proc.stdout + proc.stderr, time.monotonic() - start
 
 

@@ -7,6 +7,7 @@ drain and cancel at stop, bursts, and the child dying with the harness.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -22,6 +23,8 @@ from drill.errors import InputError
 from drill.load.live_status import LiveProgress, format_status
 from drill.rundir.records import ErrorClass
 from drill.stats import percentile
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.integration
 
@@ -258,3 +261,33 @@ def _alive(pid: int) -> bool:
         return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
     except OSError:
         return False
+
+
+_USER_STOPPED = """
+import json, sys, time
+sys.path.insert(0, {tests!r})
+from loadkit import scenario
+from drill.load.child.locustfile import LocalController
+from drill.load.control import GeneratorPlan
+import gevent
+sc = scenario(20, out=2)
+plan = GeneratorPlan(scenario=sc.model_dump(mode="json", by_alias=True), target_url={url!r}, model="m",
+                     duration_s=2.5, seed=sc.seed, run_nonce="userstopped", run_dir={run_dir!r})
+controller = LocalController(plan)
+gevent.sleep(0.8)
+controller.runner.stop()  # what Locust does to a worker's users when its master rebalances them
+gevent.sleep(max(0.0, plan.duration_s - controller.loop.offset_now()))
+print(json.dumps(controller.stop(5.0)["counters"]))
+"""
+
+
+def test_arrivals_outlive_the_locust_user(sse_server, tmp_path: Path) -> None:
+    """Locust may stop a generating process's user at any time (a master rebalances users when a worker that
+    missed heartbeats on a loaded machine comes back): the open loop's arrivals go on regardless, all issued.
+    Before the generator had a greenlet of its own, it died with the user and the rest of its share was never
+    sent, silently (tests/llamacpp/test_token_exact.py lost every request of a pool so, once)."""
+    code = _USER_STOPPED.format(tests=str(Path(__file__).parent), url=sse_server.url, run_dir=str(tmp_path / "run"))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counters = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert counters["scheduled"] > 40 and counters["due"] == counters["scheduled"], counters

@@ -56,23 +56,26 @@ _LOOP = AsyncResult()  # the process's OpenLoop, set once the plan is known (mod
 
 
 class DrillUser(User):
-    """The one Locust user per generating process: its task is the open-loop generator."""
+    """The one Locust user per generating process. It only idles: the open-loop generator runs on a greenlet of
+    its own (:func:`provide_loop`), because Locust may stop a user at any time — a master redistributes its users
+    when a worker that missed heartbeats on a loaded machine comes back — and the arrivals must not die with it."""
 
     wait_time = constant(0)
 
     @task
     def generate(self) -> None:
         loop: OpenLoop = _LOOP.get()
-        loop.run()
         while not loop.stopping.is_set():
             loop.stopping.wait(3600)
         gevent.sleep(3600)
 
 
 def provide_loop(loop: OpenLoop) -> None:
-    """Hand the process's generator to :class:`DrillUser` (called once the plan is applied)."""
+    """Start the process's generator on its own greenlet, whatever Locust does with :class:`DrillUser` (called
+    once the plan is applied; the generator waits for the run's start itself)."""
     quiet_gc()
     _LOOP.set(loop)
+    gevent.spawn(loop.run)
 
 
 def quiet_gc() -> None:

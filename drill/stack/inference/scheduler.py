@@ -16,8 +16,8 @@ request is admitted in a step that preempted.
 Admission control (vLLM ≥ 0.29, §3.2) happens in :meth:`add_request`: ``max_num_queued_reqs`` caps
 waiting + running requests (a new one is refused when it would exceed the cap), ``max_num_queued_tokens`` the
 prompt tokens of requests still in their prefill (a new one is refused once that backlog has reached the cap, its
-own prompt not counted: vLLM's ``AsyncLLM.check_admission``); both refuse at once. ``max_queue_wait`` aborts a request that was never scheduled once it
-has waited longer (:meth:`expire_waiting`).
+own prompt not counted: vLLM's ``AsyncLLM.check_admission``); both refuse at once. ``max_queue_wait`` aborts a
+request that was never scheduled once it has waited longer (:meth:`expire_waiting`).
 """
 
 from __future__ import annotations

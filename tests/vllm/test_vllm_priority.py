@@ -38,11 +38,6 @@ def test_under_fcfs_the_batch_flood_breaks_the_interactive_slo_and_nothing_fails
     assert _ttft_p95(fcfs, "interactive-isolated") > 1000
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open (issue #17): on two shared cores the priority run's interactive TTFT p95 measured 557 ms and "
-    "1,572 ms against a 1 s SLO (FCFS: 9,011-9,810 ms); the drill's scale must give the SLO room on this machine",
-)
 def test_priority_scheduling_keeps_the_interactive_slo_while_the_batch_waits(priority_runs) -> None:
     fcfs, prio = priority_runs
     print(f"interactive TTFT p95 in the flood: FCFS {_ttft_p95(fcfs, 'interactive-isolated'):.0f} ms, "

@@ -107,12 +107,6 @@ def test_every_metric_name_and_label_the_metric_map_reads_is_on_vllm_s_own_metri
     assert "max_num_queued_reqs" in reasons and reasons <= set(ADMISSION_REASONS), reasons
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open (issue #17): the queue phase is derived and flagged (145 of 156 spans, 19,388x), but on a CPU vLLM "
-    "with --max-num-seqs 4 the flood's first decodes slow down 0.5 s before the queue grows, and the onset rule "
-    "names the earlier decode; the suspect ranking and the onset rule must agree on which phase is first",
-)
 def test_first_abnormal_span_names_vllm_s_queue_phase_on_the_flood(queue_runs) -> None:
     baseline, _ = queue_runs
     assert baseline.status("first_abnormal_span") == "PASS", baseline.verdicts["first_abnormal_span"]

@@ -267,10 +267,11 @@ def replica_crash(router_url: str, replicas: list[dict], otlp_port: int, restart
     fault.update(start="2s", duration="15s")
     fault["params"]["restart_timeout"] = f"{restart_timeout_s:g}s"  # vLLM takes 20-100 s to come back here
     _check(drill, "baseline-slo")["params"]["min_requests"] = 10
-    # what the killed server's /health says meanwhile (no answer while it is gone), and that it says healthy again
-    # once drill supervise has started it anew: the runner probes each replica while the drill names this check
+    # what the killed server's /health says meanwhile: the runner probes each replica while the drill names this
+    # check. Not predicted: it also needs the server healthy again before the run ends, and vLLM's restart here takes
+    # 20-100 s against a 20 s recovery (it PASSed when the restart was quick, FAILed "never said healthy again" when
+    # not); tests/vllm/test_vllm_replicas.py reads the probes themselves
     drill["checks"].append(
         {"kind": "health_truth", "params": {"components": [replicas[0]["name"]], "detect_within": "3s"}}
     )
-    drill["predicts"]["health_truth"] = "PASS"
     return drill

@@ -32,9 +32,9 @@ MAX_RUNNING = 2
 
 
 #: The order this folder's files run in, so that each server starts once and two needed together start together:
-#: the priority comparison starts vllm-0 and vllm-priority at once, the next two files need only vllm-0, the queue
-#: comparison replaces vllm-priority by vllm-queued, the replica drills that by vllm-1 (at most MAX_RUNNING alive).
-FILE_ORDER = ("test_vllm_priority", "test_vllm_server", "test_vllm_context", "test_vllm_queue", "test_vllm_replicas")
+#: the priority comparison starts vllm-0 and vllm-priority at once, the replica drills run on those two, the next two
+#: files need only vllm-0, and the queue comparison replaces vllm-priority by vllm-queued (at most MAX_RUNNING alive).
+FILE_ORDER = ("test_vllm_priority", "test_vllm_replicas", "test_vllm_server", "test_vllm_context", "test_vllm_queue")
 
 
 def _file_rank(item: pytest.Item) -> int:

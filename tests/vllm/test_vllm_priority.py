@@ -8,16 +8,14 @@ import pytest
 from tests.vllm import catalogue
 from tests.vllm.conftest import ServerPool
 from tests.vllm.drills import DrillRun, run_drill
-from tests.vllm.servers import DEFAULT
+from tests.vllm.servers import DEFAULT, PRIORITY, PRIORITY_FLAGS
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration]
-
-PRIORITY = "vllm-priority"
 
 
 @pytest.fixture(scope="module")
 def priority_runs(vllm_servers: ServerPool, vllm_otlp_port: int, tmp_path_factory) -> tuple[DrillRun, DrillRun]:
-    servers = vllm_servers.get_many({DEFAULT: (), PRIORITY: ("--scheduling-policy", "priority")})
+    servers = vllm_servers.get_many({DEFAULT: (), PRIORITY: PRIORITY_FLAGS})
     folder = tmp_path_factory.mktemp("priority-isolation")
     fcfs = run_drill(catalogue.priority_isolation(servers[DEFAULT].url, vllm_otlp_port, priority=False), folder / "a")
     prio = run_drill(catalogue.priority_isolation(servers[PRIORITY].url, vllm_otlp_port, priority=True), folder / "b")

@@ -116,13 +116,18 @@ def unbounded_queue(url: str, otlp_port: int) -> dict:
         "warmup": "3s",
         "baseline": "12s",
         "fault": "16s",
-        "recovery": "20s",
+        # 12 s of 3 requests/s: the 20 requests `recovered` needs, and more (abandoned requests are aborted, so the
+        # flood's backlog is gone when the recovery starts, 4 s after the flood)
+        "recovery": "12s",
         # below the baseline's 3 requests/s: the controls are judged against the baseline's latencies, and the 4
         # running slots are shared with the originals replayed beside them
         "replay": {"max_samples": 20, "controls": 8, "rate": 2},
     }
     drill["faults"][0].update(start="2s", duration="10s")
-    drill["faults"][0]["params"]["rate_multiplier"] = 8.0
+    # 12x (36 requests/s): past what the server serves even on an idle machine, so that the interactive pool's
+    # 5 s timeouts come in every run and recovery_replay has failed requests to replay (at 8x, on a machine at
+    # load 5.7, the 256 requests of the flood all came back, 106 of them late, and it had none)
+    drill["faults"][0]["params"]["rate_multiplier"] = 12.0
     # the queue phase on vLLM is an attribute of its llm_request span (gen_ai.latency.time_in_queue), in the
     # service the server names (OTEL_SERVICE_NAME), not a drill-replica-N child span
     _check(drill, "first_abnormal_span")["params"]["expect"] = {"service": "vllm-.*", "name": "queue"}
@@ -156,8 +161,11 @@ def priority_isolation(url: str, otlp_port: int, priority: bool) -> dict:
                 stream=False,
                 priority=10 if priority else 0,
                 arrival={"process": "poisson", "rate": 0.5},
-                input_tokens={"dist": "uniform", "min": 600, "max": 1200},
-                output_tokens={"dist": "fixed", "value": 128},
+                # short enough that a running slot frees every few hundred ms: with priority scheduling an
+                # interactive request waits for the next free slot (vLLM does not preempt for a slot), and at 128
+                # output tokens that wait put its TTFT p95 at 0.6-1.6 s against the 1 s SLO on two shared cores
+                input_tokens={"dist": "uniform", "min": 400, "max": 800},
+                output_tokens={"dist": "fixed", "value": 48},
                 timeout="120s",
             ),
         ],
@@ -165,6 +173,10 @@ def priority_isolation(url: str, otlp_port: int, priority: bool) -> dict:
     drill["phases"] = {"cold_start": {"timeout": "60s"}, "warmup": "3s", "baseline": "12s", "fault": "16s",
                        "recovery": "12s", "replay": False}  # fmt: skip
     drill["faults"][0].update(start="2s", duration="10s")
+    # 60x the batch pool's 0.5/s (the catalogue's 20x of its 1/s): about twice what the server's 4 slots serve of
+    # these short batch requests (measured: 250 ms each, about 16/s, at load 7.9), so that under FCFS the waiting
+    # queue grows through the flood (at 30x it kept up: interactive TTFT p95 370 ms, the SLO held)
+    drill["faults"][0]["params"]["rate_multiplier"] = 60.0
     for name in ("baseline-slo", "interactive-isolated", "recovered-slo", "recovered"):
         _check(drill, name)["params"]["min_requests"] = 10
     if priority:  # the catalogue's prediction for its candidate (the drill file's header)
@@ -255,4 +267,11 @@ def replica_crash(router_url: str, replicas: list[dict], otlp_port: int, restart
     fault.update(start="2s", duration="15s")
     fault["params"]["restart_timeout"] = f"{restart_timeout_s:g}s"  # vLLM takes 20-100 s to come back here
     _check(drill, "baseline-slo")["params"]["min_requests"] = 10
+    # what the killed server's /health says meanwhile: the runner probes each replica while the drill names this
+    # check. Not predicted: it also needs the server healthy again before the run ends, and vLLM's restart here takes
+    # 20-100 s against a 20 s recovery (it PASSed when the restart was quick, FAILed "never said healthy again" when
+    # not); tests/vllm/test_vllm_replicas.py reads the probes themselves
+    drill["checks"].append(
+        {"kind": "health_truth", "params": {"components": [replicas[0]["name"]], "detect_within": "3s"}}
+    )
     return drill

@@ -31,9 +31,23 @@ HERE = Path(__file__).resolve().parent
 MAX_RUNNING = 2
 
 
+#: The order this folder's files run in, so that each server starts once and two needed together start together:
+#: the priority comparison starts vllm-0 and vllm-priority at once, the replica drills run on those two, the next two
+#: files need only vllm-0, and the queue comparison replaces vllm-priority by vllm-queued (at most MAX_RUNNING alive).
+FILE_ORDER = ("test_vllm_priority", "test_vllm_replicas", "test_vllm_server", "test_vllm_context", "test_vllm_queue")
+
+
+def _file_rank(item: pytest.Item) -> int:
+    stem = Path(str(item.path)).stem
+    return FILE_ORDER.index(stem) if stem in FILE_ORDER else len(FILE_ORDER)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """This folder's tests run last, so a background install has the whole suite's time; the first waits for it."""
+    ours = [item for item in items if HERE in Path(str(item.path)).resolve().parents]
+    ranked = iter(sorted(ours, key=_file_rank))  # stable: a file's tests keep their order
+    items[:] = [next(ranked) if item in ours else item for item in items]
     run_last(items, HERE, (pytest.mark.vllm, pytest.mark.integration), INSTALL_WAIT_S + 600)
 
 

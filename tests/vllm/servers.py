@@ -34,6 +34,9 @@ REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 MODEL_NAME = "tiny-llama"
 DEFAULT = "vllm-0"  # the server with vLLM's defaults (but --max-num-seqs), shared by every test that needs no flag
+#: priority-isolation's candidate; also the second replica of the two-replica drills, whose requests all have
+#: priority 0: vLLM's priority policy orders equal priorities by arrival, as FCFS does, and one server fewer starts
+PRIORITY, PRIORITY_FLAGS = "vllm-priority", ("--scheduling-policy", "priority")
 MAX_MODEL_LEN = 2048
 MAX_NUM_SEQS = 4
 START_TIMEOUT_S = 300.0  # healthy in 20-30 s on an idle 2-core machine, 45-60 s on a loaded one

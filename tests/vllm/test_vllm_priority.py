@@ -8,16 +8,14 @@ import pytest
 from tests.vllm import catalogue
 from tests.vllm.conftest import ServerPool
 from tests.vllm.drills import DrillRun, run_drill
-from tests.vllm.servers import DEFAULT
+from tests.vllm.servers import DEFAULT, PRIORITY, PRIORITY_FLAGS
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration]
-
-PRIORITY = "vllm-priority"
 
 
 @pytest.fixture(scope="module")
 def priority_runs(vllm_servers: ServerPool, vllm_otlp_port: int, tmp_path_factory) -> tuple[DrillRun, DrillRun]:
-    servers = vllm_servers.get_many({DEFAULT: (), PRIORITY: ("--scheduling-policy", "priority")})
+    servers = vllm_servers.get_many({DEFAULT: (), PRIORITY: PRIORITY_FLAGS})
     folder = tmp_path_factory.mktemp("priority-isolation")
     fcfs = run_drill(catalogue.priority_isolation(servers[DEFAULT].url, vllm_otlp_port, priority=False), folder / "a")
     prio = run_drill(catalogue.priority_isolation(servers[PRIORITY].url, vllm_otlp_port, priority=True), folder / "b")
@@ -38,11 +36,6 @@ def test_under_fcfs_the_batch_flood_breaks_the_interactive_slo_and_nothing_fails
     assert _ttft_p95(fcfs, "interactive-isolated") > 1000
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open (issue #17): on two shared cores the priority run's interactive TTFT p95 measured 557 ms and "
-    "1,572 ms against a 1 s SLO (FCFS: 9,011-9,810 ms); the drill's scale must give the SLO room on this machine",
-)
 def test_priority_scheduling_keeps_the_interactive_slo_while_the_batch_waits(priority_runs) -> None:
     fcfs, prio = priority_runs
     print(f"interactive TTFT p95 in the flood: FCFS {_ttft_p95(fcfs, 'interactive-isolated'):.0f} ms, "

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 from collections import Counter
 
+import httpx
 import pytest
 
 from drill.rundir.evidence import RunEvidence
+from drill.serving_metrics import QUANTITIES, resolve
+from drill.stack.replica.metrics import ADMISSION_REASONS
 from tests.vllm import catalogue
 from tests.vllm.conftest import ServerPool
 from tests.vllm.drills import DrillRun, compare_drill
 from tests.vllm.servers import DEFAULT
+from tests.vllm_metric_labels import VLLM_EXPORTS, label_values, sample_labels
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration]
 
@@ -83,12 +87,26 @@ def test_every_refusal_counts_as_one_whichever_form_vllm_gives_it(queue_runs) ->
     assert _fault_outcomes(candidate)["mid_stream_error"] == 0
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open (issue #17): the queue phase is derived and flagged (145 of 156 spans, 19,388x), but on a CPU vLLM "
-    "with --max-num-seqs 4 the flood's first decodes slow down 0.5 s before the queue grows, and the onset rule "
-    "names the earlier decode; the suspect ranking and the onset rule must agree on which phase is first",
-)
+def test_every_metric_name_and_label_the_metric_map_reads_is_on_vllm_s_own_metrics(
+    queue_runs, vllm_servers: ServerPool
+) -> None:
+    """Captured from the two servers the comparison ran on (so the capped one has refused, and its counter of
+    refusals has samples): each name the map reads, with exactly the labels the stack exports it with too."""
+    servers = vllm_servers.get_many({DEFAULT: (), QUEUED: QUEUE_CAP})
+    texts = {name: httpx.get(f"{s.url}/metrics", timeout=30, trust_env=False).text for name, s in servers.items()}
+    labels: dict[str, set[str]] = {}
+    for text in texts.values():
+        for sample, names in sample_labels(text).items():
+            labels.setdefault(sample, set()).update(names)
+    missing = {
+        name: (expected, labels.get(name)) for name, expected in VLLM_EXPORTS.items() if labels.get(name) != expected
+    }
+    assert not missing, missing
+    assert all(resolve(labels, quantity) is not None for quantity in QUANTITIES)
+    reasons = label_values(texts[QUEUED], "vllm:admission_rejections_total", "reason")
+    assert "max_num_queued_reqs" in reasons and reasons <= set(ADMISSION_REASONS), reasons
+
+
 def test_first_abnormal_span_names_vllm_s_queue_phase_on_the_flood(queue_runs) -> None:
     baseline, _ = queue_runs
     assert baseline.status("first_abnormal_span") == "PASS", baseline.verdicts["first_abnormal_span"]

@@ -14,9 +14,10 @@ largest ``(priority, arrival_time)`` (PRIORITY) is preempted by recompute: its b
 request is admitted in a step that preempted.
 
 Admission control (vLLM ≥ 0.29, §3.2) happens in :meth:`add_request`: ``max_num_queued_reqs`` caps
-waiting + running requests, ``max_num_queued_tokens`` the prompt tokens of requests still in their
-prefill; both refuse at once. ``max_queue_wait`` aborts a request that was never scheduled once it
-has waited longer (:meth:`expire_waiting`).
+waiting + running requests (a new one is refused when it would exceed the cap), ``max_num_queued_tokens`` the
+prompt tokens of requests still in their prefill (a new one is refused once that backlog has reached the cap, its
+own prompt not counted: vLLM's ``AsyncLLM.check_admission``); both refuse at once. ``max_queue_wait`` aborts a
+request that was never scheduled once it has waited longer (:meth:`expire_waiting`).
 """
 
 from __future__ import annotations
@@ -65,8 +66,10 @@ class Scheduler:
             raise QueueOverflowError(len(self.requests), limit)
         token_limit = self.config.max_num_queued_tokens
         if token_limit is not None:
+            # vLLM's AsyncLLM.check_admission: the backlog as it is, without the new request's prompt (which
+            # may take it past the limit; the next request is then refused)
             backlog = self.prefill_backlog_tokens()
-            if backlog and backlog + num_prompt_tokens > token_limit:
+            if backlog >= token_limit:
                 raise MaxQueuedTokensError(backlog, token_limit)
 
     def prefill_backlog_tokens(self) -> int:

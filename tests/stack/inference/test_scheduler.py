@@ -138,13 +138,15 @@ def test_bounded_queue_refuses_with_vllm_messages() -> None:
     assert str(info.value).startswith("The engine is currently busy and cannot accept new requests.")
     assert scheduler.num_waiting == 2
 
+    # vLLM's check (AsyncLLM.check_admission): refuse once the backlog has reached the cap, the new prompt not counted
     tokens = create_scheduler(max_num_queued_tokens=25)
-    x, y = create_requests(2, num_tokens=20)
-    tokens.add_request(x)  # an empty backlog admits even a request over the limit
+    x, y, z = create_requests(3, num_tokens=20)
+    tokens.add_request(x)
+    tokens.add_request(y)  # a backlog of 20 < 25 admits it, though it takes the backlog to 40
     with pytest.raises(MaxQueuedTokensError, match="prefill token backlog limit"):
-        tokens.add_request(y)
-    step(tokens)  # x prefilled: the backlog is empty again
-    tokens.add_request(y)
+        tokens.add_request(z)
+    step(tokens)  # x and y prefilled: the backlog is empty again
+    tokens.add_request(z)
 
 
 def test_max_queue_wait_expires_never_scheduled_requests() -> None:

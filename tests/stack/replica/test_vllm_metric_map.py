@@ -1,38 +1,19 @@
 """The metric map's vLLM names are vLLM's, with vLLM's labels, and the reference stack exports every one of them.
 
-The names and labels vLLM V1 exports (``vllm/v1/metrics/loggers.py``, ``PrometheusStatLogger``; ``prometheus_client``
-adds ``_total`` to a counter and ``_sum``/``_count``/``_bucket`` to a histogram): every family carries
-``model_name`` and ``engine``, except ``vllm:admission_rejections_total`` (vLLM PR #55812: counted in the API server,
-labelled ``model_name`` and ``reason``), and ``vllm:num_requests_waiting_by_reason`` adds ``reason``.
+The names and labels are tests/vllm_metric_labels.py's ``VLLM_EXPORTS``, which tests/vllm/test_vllm_queue.py checks
+against a real vLLM's ``/metrics``; here the stack's ``/metrics`` is scraped from a running replica.
 """
 
 from __future__ import annotations
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from drill.serving_metrics import _QUANTITY_TABLE as TABLE
 from drill.serving_metrics import QUANTITIES, resolve
+from tests.vllm_metric_labels import VLLM_EXPORTS, sample_labels
 
 pytestmark = pytest.mark.anyio
-
-#: Exposed sample name -> the label names vLLM gives it.
-VLLM_EXPORTS = {
-    "vllm:num_requests_waiting": {"model_name", "engine"},
-    "vllm:num_requests_waiting_by_reason": {"model_name", "engine", "reason"},
-    "vllm:num_requests_running": {"model_name", "engine"},
-    "vllm:kv_cache_usage_perc": {"model_name", "engine"},
-    "vllm:prefix_cache_queries_total": {"model_name", "engine"},
-    "vllm:prefix_cache_hits_total": {"model_name", "engine"},
-    "vllm:num_preemptions_total": {"model_name", "engine"},
-    "vllm:generation_tokens_total": {"model_name", "engine"},
-    "vllm:time_to_first_token_seconds_sum": {"model_name", "engine"},
-    "vllm:time_to_first_token_seconds_count": {"model_name", "engine"},
-    "vllm:request_queue_time_seconds_sum": {"model_name", "engine"},
-    "vllm:request_queue_time_seconds_count": {"model_name", "engine"},
-    "vllm:admission_rejections_total": {"model_name", "reason"},
-}
 
 
 def test_every_vllm_name_in_the_map_is_one_vllm_exports() -> None:
@@ -50,10 +31,7 @@ async def test_the_stack_exports_each_with_vllms_labels(start_replica) -> None:
     ):
         await client.post("/v1/completions", json={"prompt": "a b c", "max_tokens": 3})
         text = (await client.get("/metrics")).text
-    labels: dict[str, set[str]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels.setdefault(sample.name, set()).update(k for k in sample.labels if k not in ("le", "quantile"))
+    labels = sample_labels(text)
     for name, expected in VLLM_EXPORTS.items():
         assert labels.get(name) == expected, (name, labels.get(name))
     assert all(resolve(labels, quantity) is not None for quantity in QUANTITIES)

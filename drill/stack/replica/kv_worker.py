@@ -193,7 +193,11 @@ class DecodeKv:
     def metric_families(self, labels: list[str], values: list[str]) -> Iterator[Metric]:
         """The consumer side's NIXL metrics (transfer time, bytes, failures) and the stack's own by-point count."""
         for name, doc, hist in (
-            ("vllm:nixl_xfer_time_seconds", "Histogram of transfer duration for NIXL KV Cache transfers.", self.xfer_time),
+            (
+                "vllm:nixl_xfer_time_seconds",
+                "Histogram of transfer duration for NIXL KV Cache transfers.",
+                self.xfer_time,
+            ),
             (
                 "vllm:nixl_bytes_transferred",
                 "Histogram of bytes transferred per NIXL KV Cache transfers.",

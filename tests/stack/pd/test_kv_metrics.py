@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+from drill.report.quantities import metric_used, phase_quantities
+from drill.rundir.evidence import RunEvidence
+from drill.runner.scraper import parse_samples
 
 pytestmark = pytest.mark.anyio
 
@@ -30,6 +35,13 @@ async def test_a_transfer_that_succeeds_is_observed_on_the_decode_side(pd_pair) 
         assert (await pair.prefill_then_decode("req-ok")).status_code == 200
         after = await _samples(pair, "decode")
         prefill = await _samples(pair, "prefill")
+        text = (await pair.http.get(f"{pair.decode.server.url}/metrics")).text
+    labels = {
+        s.name: set(s.labels) - {"le"} for f in text_string_to_metric_families(text) for s in f.samples
+    }  # vLLM's per-engine labels on each connector metric
+    assert labels["vllm:nixl_xfer_time_seconds_sum"] == {"model_name", "engine"}
+    assert labels["vllm:nixl_num_failed_transfers_total"] == {"model_name", "engine"}
+    assert labels["drill:kv_transfer_failures_total"] == {"model_name", "engine", "point"}
     assert before["vllm:nixl_xfer_time_seconds_count"] == 0 and after["vllm:nixl_xfer_time_seconds_count"] == 1
     assert 0 < after["vllm:nixl_xfer_time_seconds_sum"] < 5
     assert after["vllm:nixl_bytes_transferred_count"] == 1 and after["vllm:nixl_bytes_transferred_sum"] == BYTES
@@ -86,3 +98,33 @@ async def test_a_transfer_never_read_counts_as_expired_on_the_prefill_side(pd_pa
         expired = await _samples(pair, "prefill")
     assert held["drill:kv_transfers_held"] == 1 and held["vllm:nixl_num_kv_expired_reqs_total"] == 0
     assert expired["drill:kv_transfers_held"] == 0 and expired["vllm:nixl_num_kv_expired_reqs_total"] == 1
+
+
+async def test_the_metric_map_reads_the_kv_quantities_from_the_workers_scrapes(pd_pair, tmp_path) -> None:
+    lines: list[dict] = []
+
+    async def scrape(t: float) -> None:
+        for side, worker in (("prefill", pair.prefill), ("decode", pair.decode)):
+            text = (await pair.http.get(f"{worker.server.url}/metrics")).text
+            lines.append({"ts": 1000.0 + t, "source": side, "url": "", "ok": True, "samples": parse_samples(text)})
+
+    async with pd_pair() as pair:
+        await scrape(0)
+        assert (await pair.prefill_then_decode("req-1")).status_code == 200
+        await pair.set_fault(mode="fail", point="after_data")
+        assert (await pair.prefill_then_decode("req-2")).status_code == 500
+        await scrape(2)
+    journal = [
+        {"seq": 1, "event": "phase_started", "ts": 1000.0, "phase": "fault", "planned_s": 3},
+        {"seq": 2, "event": "phase_ended", "ts": 1003.0, "phase": "fault", "elapsed_s": 3},
+    ]
+    (tmp_path / "journal.jsonl").write_text("".join(json.dumps(e) + "\n" for e in journal))
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    evidence = RunEvidence(tmp_path)
+    q = phase_quantities(evidence)["fault"]
+    assert q["kv_transfer_bytes"] == BYTES  # one transfer's bytes: the failed one moved none that count
+    assert q["kv_transfer_failures"] == 1
+    assert q["kv_transfers_pending"] == 0
+    assert q["kv_transfer_seconds"] is not None and 0 < q["kv_transfer_seconds"] < 5
+    assert metric_used(evidence, "kv_transfer_seconds") == "vllm:nixl_xfer_time_seconds"
+    assert metric_used(evidence, "kv_transfers_pending") == "drill:kv_transfers_in_flight"

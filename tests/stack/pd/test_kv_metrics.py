@@ -9,6 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from drill.report.quantities import metric_used, phase_quantities
+from drill.report.serving import serving_side
 from drill.rundir.evidence import RunEvidence
 from drill.runner.scraper import parse_samples
 
@@ -128,3 +129,6 @@ async def test_the_metric_map_reads_the_kv_quantities_from_the_workers_scrapes(p
     assert q["kv_transfer_seconds"] is not None and 0 < q["kv_transfer_seconds"] < 5
     assert metric_used(evidence, "kv_transfer_seconds") == "vllm:nixl_xfer_time_seconds"
     assert metric_used(evidence, "kv_transfers_pending") == "drill:kv_transfers_in_flight"
+    (row,) = serving_side(evidence, ("fault",)).kv_transfers  # the report's KV-transfer line
+    assert (row.phase, row.bytes, row.failures, row.pending_max) == ("fault", BYTES, 1, 0)
+    assert row.mean_ms == round(q["kv_transfer_seconds"] * 1000, 3)

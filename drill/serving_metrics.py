@@ -141,6 +141,32 @@ _QUANTITY_TABLE: dict[str, Quantity] = {
             "llamacpp": ("llamacpp:tokens_predicted_total",),
         },
     ),
+    # KV transfers between prefill and decode workers (disaggregated serving; docs/disaggregated.md, "Metrics")
+    "kv_transfer_seconds": _Q(
+        _K.HISTOGRAM_MEAN,
+        _A.SUM,
+        _S.MEAN_OBSERVED,
+        {"vllm": ("vllm:nixl_xfer_time_seconds",)},
+    ),
+    "kv_transfer_bytes": _Q(
+        _K.COUNTER,  # the byte histogram's _sum: bytes moved
+        _A.SUM,
+        _S.TOTAL,
+        {"vllm": ("vllm:nixl_bytes_transferred_sum",)},
+    ),
+    "kv_transfer_failures": _Q(
+        _K.COUNTER,
+        _A.SUM,
+        _S.TOTAL,
+        {"vllm": ("vllm:nixl_num_failed_transfers_total",), "sglang": ("sglang:num_transfer_failed_reqs_total",)},
+    ),
+    "kv_transfers_pending": _Q(
+        _K.GAUGE,
+        _A.SUM,
+        _S.MAX,
+        # vLLM exports no gauge of transfers under way: the embedded stack's own name stands in its column
+        {"vllm": ("drill:kv_transfers_in_flight",), "sglang": ("sglang:num_decode_transfer_queue_reqs",)},
+    ),
 }
 #: SGLang exports its prefix-cache hit rate as a gauge (a share already), not as two counters.
 _SGLANG_HIT_RATE = _Q(_K.GAUGE, _A.MAX, _S.MEAN, {"sglang": ("sglang:cache_hit_rate",)})

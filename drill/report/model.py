@@ -346,6 +346,18 @@ class RouterOverheadRow:
 
 
 @dataclass(frozen=True)
+class KvTransferRow:
+    """A P/D run's KV transfers in one phase, from the scraped connector metrics (:mod:`drill.serving_metrics`);
+    None: the target exports no such metric."""
+
+    phase: str
+    mean_ms: float | None  # kv_transfer_seconds, in ms
+    bytes: float | None  # kv_transfer_bytes
+    failures: float | None  # kv_transfer_failures
+    pending_max: float | None  # kv_transfers_pending, the largest read
+
+
+@dataclass(frozen=True)
 class ServingSide:
     """Admission rejections by reason and the router's overhead, per phase (:mod:`drill.report.serving`)."""
 
@@ -353,6 +365,7 @@ class ServingSide:
     admission_note: str = NOT_AVAILABLE  # why there are no rows ("" when there are)
     router_overhead: tuple[RouterOverheadRow, ...] = ()
     router_note: str = NOT_AVAILABLE
+    kv_transfers: tuple[KvTransferRow, ...] = ()  # empty: not a P/D target (the report shows no line)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,9 @@
   in the scraped ``metrics.jsonl`` (vLLM's counter, PR #55812, which the reference stack exports too), summed over
   the endpoints; a counter that went down was reset (a restarted replica) and its new value is the increment.
   "not available" when the target exports no such counter.
+- **KV transfers**, per phase, for a disaggregated (P/D) target: mean transfer time, bytes moved, failed transfers
+  and the most transfers pending, read through the metric map (``kv_transfer_*`` quantities: vLLM's
+  ``NixlConnector`` names, docs/metrics-map.md); no rows when the target exports none of them.
 - **Router overhead**, per phase: what the embedded router added to each request's TTFT and E2E, measured from its
   spans and the replica's ``llm_request`` (:mod:`drill.traces.overhead`), as p50 / p95 / p99, and the router's
   median share of the TTFT its client saw.
@@ -17,10 +20,12 @@ from pathlib import Path
 from drill.report.model import (
     NOT_AVAILABLE,
     AdmissionRejectionRow,
+    KvTransferRow,
     LatencyPercentiles,
     RouterOverheadRow,
     ServingSide,
 )
+from drill.report.quantities import phase_quantities
 from drill.rundir.evidence import PhaseWindow, RunEvidence
 from drill.rundir.jsonl import ReadReport, read_jsonl
 from drill.stats import percentiles
@@ -41,7 +46,29 @@ def serving_side(evidence: RunEvidence, phases: tuple[str, ...]) -> ServingSide:
         overhead, overhead_note = _router_overhead(evidence, windows)
     except Exception as exc:  # noqa: BLE001 - one broken figure source must not cost the whole report
         overhead, overhead_note = (), f"{NOT_AVAILABLE}: reading the spans failed ({type(exc).__name__}: {exc})"
-    return ServingSide(rejections, rejection_note, overhead, overhead_note)
+    kv = _kv_transfers(evidence, windows) if (evidence.run_dir / "metrics.jsonl").exists() else ()
+    return ServingSide(rejections, rejection_note, overhead, overhead_note, kv)
+
+
+# --- KV transfers -----------------------------------------------------------------------------------------
+
+
+def _kv_transfers(evidence: RunEvidence, windows: list[PhaseWindow]) -> tuple[KvTransferRow, ...]:
+    by_phase = phase_quantities(evidence)
+    rows = []
+    for window in windows:
+        q = by_phase.get(window.phase) or {}
+        seconds = q.get("kv_transfer_seconds")
+        row = KvTransferRow(
+            phase=window.phase,
+            mean_ms=None if seconds is None else round(seconds * 1000, 3),
+            bytes=q.get("kv_transfer_bytes"),
+            failures=q.get("kv_transfer_failures"),
+            pending_max=q.get("kv_transfers_pending"),
+        )
+        if any(v is not None for v in (row.mean_ms, row.bytes, row.failures, row.pending_max)):
+            rows.append(row)
+    return tuple(rows)
 
 
 # --- admission rejections ---------------------------------------------------------------------------------

@@ -206,3 +206,27 @@ def test_no_metrics_file_means_every_quantity_is_not_available(tmp_path):
     assert phase_quantities(evidence) == {"baseline": dict.fromkeys(QUANTITIES)}
     with pytest.raises(KeyError, match="unknown quantity"):
         quantity_series(evidence, "queue_lenght")
+
+
+def test_kv_transfer_quantities_read_sglang_names_and_are_not_available_on_an_aggregated_target(tmp_path):
+    sglang = """# TYPE sglang:num_transfer_failed_reqs_total counter
+sglang:num_transfer_failed_reqs_total{{model_name="m"}} {failed}
+# TYPE sglang:num_decode_transfer_queue_reqs gauge
+sglang:num_decode_transfer_queue_reqs{{model_name="m"}} {queued}
+"""
+    lines = [_scrape(t, "decode", sglang.format(failed=2 * t, queued=t)) for t in range(0, 11, 2)]
+    lines += [_scrape(t + 0.01, "agg", _vllm(0, 1, 0.1, 0, 0, 0, 0.0, 0)) for t in range(0, 11, 2)]
+    evidence = _run_dir(tmp_path, lines, {"fault": (0, 10)})
+    q = phase_quantities(evidence)["fault"]
+    assert q["kv_transfer_failures"] == 20  # 0 -> 20 over the phase
+    assert q["kv_transfers_pending"] == 8  # the largest read in [0 s, 10 s)
+    assert q["kv_transfer_seconds"] is None and q["kv_transfer_bytes"] is None  # SGLang's are in ms and MB
+    assert metric_used(evidence, "kv_transfer_failures") == "sglang:num_transfer_failed_reqs_total"
+    (tmp_path / "agg").mkdir()
+    aggregated = _run_dir(tmp_path / "agg", [line for line in lines if line["source"] == "agg"], {"fault": (0, 10)})
+    assert {k: v for k, v in phase_quantities(aggregated)["fault"].items() if k.startswith("kv_transfer")} == {
+        "kv_transfer_seconds": None,
+        "kv_transfer_bytes": None,
+        "kv_transfer_failures": None,
+        "kv_transfers_pending": None,
+    }

@@ -18,7 +18,13 @@ from drill.errors import StackError
 from drill.stack.kv.transfers import TransferState
 from drill.stack.kv.wire import KvWireError, encode_frame, read_frame
 
-__all__ = ["KvLoad", "KvReadPlan", "KvTransferError", "read_transfer"]
+__all__ = ["FAILURE_POINTS", "KvLoad", "KvReadPlan", "KvTransferError", "read_transfer"]
+
+#: Where a failed transfer broke, as the decode worker sees it: the holder refused it before any block moved
+#: (``before_start``), the link broke while blocks moved (``in_flight``), every block came and then a failed
+#: completion (``after_data``), the lease ran out (``lease_expired``, a stalled transfer with a lease), or the
+#: checked blocks were stale or foreign (``block_check``).
+FAILURE_POINTS = ("before_start", "in_flight", "after_data", "lease_expired", "block_check")
 
 _CHUNK = 256 * 1024
 
@@ -26,11 +32,21 @@ _CHUNK = 256 * 1024
 class KvTransferError(StackError):
     """A KV transfer failed; ``state`` is the last state it reached, ``reason`` what broke it."""
 
-    def __init__(self, reason: str, state: TransferState, *, cause: str = "error") -> None:
+    def __init__(self, reason: str, state: TransferState, *, cause: str = "error", after_data: bool = False) -> None:
         super().__init__(f"KV transfer failed ({state.value}): {reason}")
         self.reason = reason
         self.state = state
         self.cause = cause  # "error", "lease_expired" or "block_check"
+        self.after_data = after_data  # every block came, then the completion reported a failure
+
+    @property
+    def point(self) -> str:
+        """Where the transfer broke: one of :data:`FAILURE_POINTS`."""
+        if self.cause != "error":
+            return self.cause
+        if self.after_data:
+            return "after_data"
+        return "before_start" if self.state is TransferState.REQUESTED else "in_flight"
 
 
 @dataclass(frozen=True)
@@ -90,7 +106,7 @@ async def _read(plan: KvReadPlan, progress: _Progress, started: float) -> KvLoad
         await _drain_blocks(reader, size)
         tail = await read_frame(reader)
         if tail.get("state") != "done":
-            raise KvTransferError(str(tail.get("reason", tail)), progress.state)
+            raise KvTransferError(str(tail.get("reason", tail)), progress.state, after_data=True)
         progress.state = TransferState.DONE
         load = _load(head, size, started)
         _check(plan, load, progress)

@@ -73,6 +73,7 @@ class KvStore:
         self.transfers: dict[str, Transfer] = {}
         self.version = 0
         self.counts: dict[TransferState, int] = {state: 0 for state in TransferState}
+        self.expired = 0  # transfers freed unread after ``free_after_s`` (vLLM's ``nixl_num_kv_expired_reqs``)
 
     def register(self, transfer_id: str, num_tokens: int, digest: int) -> Transfer:
         """Hold ``num_tokens`` tokens of KV cache for a decode worker (state *requested*)."""
@@ -113,6 +114,7 @@ class KvStore:
             del self.transfers[transfer.transfer_id]
             transfer.state = TransferState.FREED
             self.counts[TransferState.FREED] += 1
+        self.expired += len(stale)
         return len(stale)
 
     @property

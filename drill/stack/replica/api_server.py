@@ -100,6 +100,7 @@ class Replica:
         )
         router = Router()
         self.kv = kv_hooks(launch, self.tracing)  # a P/D worker's KV side; None when aggregated
+        self.metrics.kv = self.kv  # its connector metrics join the replica's /metrics
         self.api = OpenAIApi(
             self.engine, config, self.metrics, self.tracing, seed=config.seed + launch.seed + launch.index, kv=self.kv
         )

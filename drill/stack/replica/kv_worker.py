@@ -8,26 +8,30 @@ request with ``do_remote_prefill`` first reads those blocks (:func:`~drill.stack
 under the lease), then enters the engine with its prompt already computed; the text it generates follows the
 blocks' content, so stale blocks that pass unchecked give other tokens under HTTP 200. A failed load fails the
 request (HTTP 500) or, with ``failure_policy: recompute``, is recomputed here. Both sides record a
-``kv_transfer`` span under the request's trace.
+``kv_transfer`` span under the request's trace, and add their KV connector metrics to the replica's
+``/metrics`` (:meth:`PrefillKv.metric_families`, :meth:`DecodeKv.metric_families`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from drill.stack.http.server import HttpError, HttpRequest, HttpResponse
 from drill.stack.inference.request import Request
 from drill.stack.inference.textgen import TokenSampler, prompt_seed
-from drill.stack.kv.kv_client import KvLoad, KvReadPlan, KvTransferError, read_transfer
+from drill.stack.kv.kv_client import FAILURE_POINTS, KvLoad, KvReadPlan, KvTransferError, read_transfer
 from drill.stack.kv.kv_faults import KvFault
 from drill.stack.kv.kv_server import KvServer
 from drill.stack.kv.transfers import KvStore, TransferState
 from drill.stack.kv.wire import KV_HEADER, KV_SPAN
 from drill.stack.launch import ReplicaLaunch
+from drill.stack.replica.metrics import NIXL_BYTES_BUCKETS, NIXL_XFER_TIME_BUCKETS, FastHistogram
 from drill.stack.replica.request_spans import HttpSpan, Tracing
 from drill.stack.topology import KvFailurePolicy, KvTransferConfig, WorkerRole
 
@@ -54,6 +58,10 @@ class KvHooks(Protocol):
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...
+
+    def metric_families(self, labels: list[str], values: list[str]) -> Iterator[Metric]:
+        """The KV connector's metric families for the replica's ``/metrics``."""
+        ...
 
 
 @dataclass
@@ -97,6 +105,22 @@ class PrefillKv:
         transfer_id = request.request_id.split("#", 1)[0]
         transfer = self.store.register(transfer_id, request.num_prompt_tokens, prompt_seed(request.prompt_tokens))
         return transfer.announce(self.name, self.server.host, self.server.port)
+
+    def metric_families(self, labels: list[str], values: list[str]) -> Iterator[Metric]:
+        """vLLM's ``nixl_num_kv_expired_reqs`` (a P-side counter) and the transfers held now (the stack's own)."""
+        self.store.expire()  # a transfer past ``free_after`` counts as expired from the moment it is looked at
+        expired = CounterMetricFamily(
+            "vllm:nixl_num_kv_expired_reqs",
+            "Number of requests that had their KV expire. NOTE: This metric is tracked on the P instance.",
+            labels=labels,
+        )
+        expired.add_metric(values, self.store.expired)
+        yield expired
+        held = GaugeMetricFamily(
+            "drill:kv_transfers_held", "KV transfers held for a decode worker and not yet consumed.", labels=labels
+        )
+        held.add_metric(values, self.store.pending)
+        yield held
 
     def routes(self) -> dict[tuple[str, str], Callable[[HttpRequest], Awaitable[HttpResponse]]]:
         return {
@@ -150,6 +174,9 @@ class DecodeKv:
         self.tracing = tracing
         self.counts = {"loaded": 0, "failed": 0, "recomputed": 0, "lease_expired": 0, "block_check": 0, "aborted": 0}
         self.in_flight = 0  # loads under way
+        self.xfer_time = FastHistogram(NIXL_XFER_TIME_BUCKETS)  # vllm:nixl_xfer_time_seconds
+        self.xfer_bytes = FastHistogram(NIXL_BYTES_BUCKETS)  # vllm:nixl_bytes_transferred
+        self.failures = dict.fromkeys(FAILURE_POINTS, 0)  # drill:kv_transfer_failures{point}
 
     async def start(self) -> None:
         """Nothing to start: a decode worker only dials."""
@@ -162,6 +189,40 @@ class DecodeKv:
 
     def routes(self) -> dict[tuple[str, str], Callable[[HttpRequest], Awaitable[HttpResponse]]]:
         return {("GET", "/admin/kv"): self.get_state}
+
+    def metric_families(self, labels: list[str], values: list[str]) -> Iterator[Metric]:
+        """The consumer side's NIXL metrics (transfer time, bytes, failures) and the stack's own by-point count."""
+        for name, doc, hist in (
+            (
+                "vllm:nixl_xfer_time_seconds",
+                "Histogram of transfer duration for NIXL KV Cache transfers.",
+                self.xfer_time,
+            ),
+            (
+                "vllm:nixl_bytes_transferred",
+                "Histogram of bytes transferred per NIXL KV Cache transfers.",
+                self.xfer_bytes,
+            ),
+        ):
+            family = HistogramMetricFamily(name, doc, labels=labels)
+            family.add_metric(values, hist.buckets(), hist.sum)
+            yield family
+        failed = CounterMetricFamily(
+            "vllm:nixl_num_failed_transfers", "Number of failed NIXL KV Cache transfers.", labels=labels
+        )
+        failed.add_metric(values, sum(self.failures.values()))
+        yield failed
+        by_point = CounterMetricFamily(
+            "drill:kv_transfer_failures", "Failed KV transfers, by where they broke.", labels=[*labels, "point"]
+        )
+        for point, count in self.failures.items():
+            by_point.add_metric([*values, point], count)
+        yield by_point
+        in_flight = GaugeMetricFamily(
+            "drill:kv_transfers_in_flight", "KV transfers this decode worker is reading now.", labels=labels
+        )
+        in_flight.add_metric(values, self.in_flight)
+        yield in_flight
 
     async def get_state(self, request: HttpRequest) -> HttpResponse:
         return HttpResponse.json(
@@ -230,6 +291,8 @@ class DecodeKv:
         except KvTransferError as exc:
             return self._failed(request, exc, base, time.monotonic() - started)
         self.counts["loaded"] += 1
+        self.xfer_time.observe(load.seconds)
+        self.xfer_bytes.observe(load.modelled_bytes)
         _decode_from(request, load)
         attributes = {
             **base,
@@ -244,6 +307,7 @@ class DecodeKv:
 
     def _failed(self, request: Request, exc: KvTransferError, base: dict[str, Any], seconds: float) -> _Outcome:
         self.counts["failed"] += 1
+        self.failures[exc.point] += 1
         if exc.cause in self.counts:
             self.counts[exc.cause] += 1
         recompute = self.kv.failure_policy is KvFailurePolicy.RECOMPUTE

@@ -13,6 +13,14 @@ into the bucket list, 1 µs) instead of ``prometheus_client.Histogram.observe`` 
 sample), and a :class:`prometheus_client` collector turns the totals into metric families at scrape
 time. Gauges (running, waiting, KV usage) are read from the scheduler at scrape time.
 
+A P/D worker adds its KV connector's metrics under the names vLLM's ``NixlConnector`` exports
+(``NixlPromMetrics``, ``vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py``; docs/disaggregated.md,
+"Metrics"): the decode worker, which reads the blocks, observes ``vllm:nixl_xfer_time_seconds`` and
+``vllm:nixl_bytes_transferred`` per transfer and counts ``vllm:nixl_num_failed_transfers``; the prefill worker
+counts ``vllm:nixl_num_kv_expired_reqs`` (held blocks never read within ``free_after``). The stack's own:
+``drill:kv_transfer_failures{point}`` (the failed transfers by where they broke), ``drill:kv_transfers_in_flight``
+(decode: reads under way) and ``drill:kv_transfers_held`` (prefill: transfers held, not yet consumed).
+
 Beyond vLLM: ``drill:step_lateness_seconds`` (actual minus scheduled end of each engine step),
 ``drill:gpu_memory_hog_bytes`` and ``drill:gpu_clock_fraction`` (the simulated GPU conditions).
 """
@@ -22,6 +30,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
+from typing import Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -31,7 +40,16 @@ from drill.stack.inference.gpu import GpuState
 from drill.stack.inference.request import FinishReason, Request
 from drill.stack.inference.scheduler import Scheduler
 
-__all__ = ["ADMISSION_REASONS", "CONTENT_TYPE", "EngineMetrics", "FastHistogram", "build_1_2_5_buckets"]
+__all__ = [
+    "ADMISSION_REASONS",
+    "CONTENT_TYPE",
+    "NIXL_BYTES_BUCKETS",
+    "NIXL_XFER_TIME_BUCKETS",
+    "EngineMetrics",
+    "FastHistogram",
+    "KvMetricsSource",
+    "build_1_2_5_buckets",
+]
 
 #: The ``reason`` label values of ``vllm:admission_rejections_total``: the admission flags.
 ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
@@ -109,6 +127,9 @@ REQUEST_LATENCY_BUCKETS = (
 )
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 N_BUCKETS = (1, 2, 5, 10, 20)
+#: ``NixlPromMetrics``' buckets: transfer time from 5 ms to 5 s, bytes from 2 KiB to 8 GiB by factors of 4.
+NIXL_XFER_TIME_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0)
+NIXL_BYTES_BUCKETS = tuple(2 ** (10 + i) for i in range(1, 25, 2))
 LATENESS_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
 
 
@@ -193,8 +214,18 @@ _TOKEN_HISTOGRAMS = {
 }
 
 
+class KvMetricsSource(Protocol):
+    """A P/D worker's KV side, which adds its connector metrics to the replica's ``/metrics``."""
+
+    def metric_families(self, labels: list[str], values: list[str]) -> Iterator[Metric]:
+        """The KV-transfer metric families, labelled ``labels`` = ``values``."""
+        ...
+
+
 class EngineMetrics:
     """vLLM's metrics for one engine; an engine listener and a prometheus_client collector."""
+
+    kv: KvMetricsSource | None = None  # a P/D worker's KV side (set by the API server)
 
     def __init__(
         self,
@@ -289,6 +320,8 @@ class EngineMetrics:
             )
             family.add_metric(self.labels, hist.buckets(), hist.sum)
             yield family
+        if self.kv is not None:
+            yield from self.kv.metric_families(labels, self.labels)
 
     def _gauges(self, labels: list[str]) -> Iterator[Metric]:
         kv = self.scheduler.kv_cache

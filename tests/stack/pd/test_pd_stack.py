@@ -69,6 +69,30 @@ def test_requests_through_the_router_are_prefilled_then_decoded_over_the_proxied
     assert proxies[link]["upstream"] == prefill.links[0].upstream
 
 
+def test_the_live_workers_export_the_kv_connector_metrics_the_runner_scrapes(pd_stack) -> None:
+    from drill.runner.scraper import parse_samples  # lazy: the runner's parser, as metrics.jsonl records them
+
+    state, info = pd_stack
+    prefill, decode = state.replicas
+    body = {"model": info.model, "prompt": "metrics over the kv link", "max_tokens": 4, "temperature": 0}
+
+    def totals(url: str) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for key, value in parse_samples(httpx.get(f"{url}/metrics", timeout=10).text).items():
+            out[key.split("{", 1)[0]] = out.get(key.split("{", 1)[0], 0.0) + value
+        return out
+
+    before = totals(decode.direct_url)
+    with httpx.Client(timeout=10, trust_env=False) as http:
+        assert [http.post(f"{state.router}/v1/completions", json=body).status_code for _ in range(2)] == [200, 200]
+    after, held = totals(decode.direct_url), totals(prefill.direct_url)
+    assert after["vllm:nixl_xfer_time_seconds_count"] - before["vllm:nixl_xfer_time_seconds_count"] == 2
+    assert after["vllm:nixl_bytes_transferred_sum"] > before["vllm:nixl_bytes_transferred_sum"]
+    assert after["vllm:nixl_num_failed_transfers_total"] == before["vllm:nixl_num_failed_transfers_total"]
+    assert after["drill:kv_transfers_in_flight"] == 0 and held["drill:kv_transfers_held"] == 0
+    assert "vllm:nixl_xfer_time_seconds_count" not in held  # the prefill side records no transfer time
+
+
 def test_the_plain_endpoints_answer_through_the_pd_router_as_through_the_aggregated_one(pd_stack) -> None:
     """``GET /v1/models`` and ``/version`` go to a decode worker (no prefill leg: they have no body), as the
     aggregated router sends them to a replica; ``/health`` and ``/metrics`` are the router's own."""

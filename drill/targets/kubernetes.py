@@ -264,8 +264,9 @@ class KubernetesTarget(Target):
         raise TargetError(f"the Service at {url} is not healthy after {self.params.startup_timeout:g}s ({last})")
 
     # -- what faults see ------------------------------------------------------------------------------
-    def planned_info(self) -> TargetInfo:
-        return self.info()
+    def planned_info(self) -> TargetInfo | None:
+        """Unknown before start: the replicas are the pods that serve then."""
+        return None
 
     def info(self) -> TargetInfo:
         p = self.params

@@ -12,13 +12,11 @@ they do not depend on the ``kubernetes`` client the target under test uses.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -279,9 +277,6 @@ class ControlPlane:
         for component in reversed(self.components):
             component.stop()
 
-    def logs(self) -> Iterator[Path]:
-        return (component.log for component in self.components)
-
 
 def start_control_plane(bin_dir: Path, stages: Path, folder: Path) -> ControlPlane:
     """Start etcd, the API server, the controller-manager, the scheduler and KWOK in ``folder``; register the
@@ -413,8 +408,3 @@ def _register_node(plane: ControlPlane) -> None:
         api.wait_for(f"node {NODE_NAME} Ready (KWOK)", ready, timeout_s=START_TIMEOUT_S, poll_s=0.2)
     finally:
         api.close()
-
-
-def environment_for(plane: ControlPlane) -> dict[str, str]:
-    """The environment for a child that uses the admin kubeconfig (``KUBECONFIG``)."""
-    return {**os.environ, "KUBECONFIG": str(plane.kubeconfig)}

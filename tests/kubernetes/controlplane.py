@@ -59,6 +59,14 @@ class ApiError(ControlPlaneError):
         self.status = status
 
 
+def _message(response: httpx.Response) -> str:
+    """The API's own message of a failed request (a Status object), else the body's start."""
+    try:
+        return str(response.json()["message"])
+    except (ValueError, KeyError, TypeError):
+        return response.text[:500]
+
+
 class Api:
     """JSON over HTTPS to the API server with a bearer token, checked against the cluster's CA."""
 
@@ -85,7 +93,7 @@ class Api:
             params=params or None,
         )
         if response.status_code >= 400:
-            raise ApiError(response.status_code, f"{method} {path}: {response.status_code} {response.text[:500]}")
+            raise ApiError(response.status_code, f"{method} {path}: {response.status_code} {_message(response)}")
         return dict(response.json()) if response.content else {}
 
     def get(self, path: str, **params: str) -> JSON:

@@ -51,6 +51,19 @@ MIN_GO = "1.26.0"  # etcd's and kwok's go.mod say `go 1.26.0`
 GO_VERSION = "1.26.8"  # installed when the Go on PATH is older than MIN_GO
 GO_ENV = {"CGO_ENABLED": "0", "GOFLAGS": "-p=2", "GOTOOLCHAIN": "local"}  # -p=2: peak ~1.9 GB (the apiserver)
 BUILD_FLAGS = ("-trimpath", "-ldflags=-s")
+# What Kubernetes' own build stamps into its binaries (hack/lib/version.sh), so the API server's /version and
+# `kubectl version` say v1.34.4 instead of v0.0.0-master.
+VERSION_PACKAGES = ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
+KUBE_LDFLAGS = "-ldflags=-s " + " ".join(
+    f"-X {package}.{name}={value}"
+    for package in VERSION_PACKAGES
+    for name, value in (
+        ("gitVersion", KUBERNETES),
+        ("gitMajor", KUBERNETES[1:].split(".")[0]),
+        ("gitMinor", KUBERNETES.split(".")[1]),
+        ("gitTreeState", "clean"),
+    )
+)
 KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 BINARIES = (*KUBE_COMMANDS, "etcd", "kwok")
 # kwok's "fast" stages (kustomize/stage/fast in its source): a node becomes Ready at once and keeps its lease, a
@@ -79,7 +92,7 @@ def cache_root() -> Path:
 
 def build_key() -> str:
     """``<kubernetes version>-<12 hex>``: the hash of every version and flag the binaries depend on."""
-    facts = [KUBERNETES, STAGING, ETCD, KWOK, *BUILD_FLAGS, repr(sorted(GO_ENV.items())), *KWOK_STAGES]
+    facts = [KUBERNETES, STAGING, ETCD, KWOK, *BUILD_FLAGS, KUBE_LDFLAGS, repr(sorted(GO_ENV.items())), *KWOK_STAGES]
     return f"{KUBERNETES}-{hashlib.sha256(chr(0).join(facts).encode()).hexdigest()[:12]}"
 
 
@@ -201,7 +214,7 @@ def _build_kubernetes(go: str, work: Path, bin_dir: Path, log) -> None:
     _run([go, "get", *(f"{package}@{KUBERNETES}" for package in packages)], module, log)
     for package in packages:  # one at a time: the apiserver alone peaks at ~1.9 GB
         _say(log, f"compiling {package}")
-        _run([go, "build", *BUILD_FLAGS, "-o", f"{bin_dir}/", package], module, log)
+        _run([go, "build", "-trimpath", KUBE_LDFLAGS, "-o", f"{bin_dir}/", package], module, log)
 
 
 def _build_etcd(go: str, work: Path, bin_dir: Path, log) -> None:

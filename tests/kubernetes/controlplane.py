@@ -15,6 +15,7 @@ import json
 import secrets
 import signal
 import socket
+import ssl
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -74,7 +75,7 @@ class Api:
         self.server = server
         self._client = httpx.Client(
             base_url=server,
-            verify=str(ca_file),
+            verify=ssl.create_default_context(cafile=str(ca_file)),
             headers={"Authorization": f"Bearer {token}"},
             timeout=timeout_s,
             trust_env=False,
@@ -367,7 +368,11 @@ def _start_apiserver(plane: ControlPlane, port: int, etcd_url: str) -> None:
         "--profiling=false",
     ])  # fmt: skip
     _wait_http(
-        apiserver, f"{plane.server}/readyz", lambda r: r.status_code == 200, plane.admin_token, str(plane.ca_file)
+        apiserver,
+        f"{plane.server}/readyz",
+        lambda r: r.status_code == 200,
+        plane.admin_token,
+        ssl.create_default_context(cafile=str(plane.ca_file)),
     )
 
 

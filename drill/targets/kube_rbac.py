@@ -58,9 +58,7 @@ def fault_rules(kind: str, params: BaseModel, workload_kind: str) -> list[KubeRu
     return []
 
 
-def drill_rules(
-    access: str, workload_kind: str, faults: Iterable[tuple[str, BaseModel]]
-) -> list[KubeRule]:
+def drill_rules(access: str, workload_kind: str, faults: Iterable[tuple[str, BaseModel]]) -> list[KubeRule]:
     """Every rule a drill needs, merged per resource, verbs sorted."""
     merged: dict[tuple[str, str], set[str]] = {}
     rules = target_rules(access, workload_kind)
@@ -71,9 +69,7 @@ def drill_rules(
     return sorted(KubeRule(g, r, tuple(sorted(v))) for (g, r), v in merged.items())
 
 
-def missing_rules(
-    rules: Iterable[KubeRule], allowed: Callable[[str, str, str, str], tuple[bool, str]]
-) -> list[str]:
+def missing_rules(rules: Iterable[KubeRule], allowed: Callable[[str, str, str, str], tuple[bool, str]]) -> list[str]:
     """What the credentials may not do, one "'verb' on resource (group)" each; ``allowed(verb, group, resource,
     subresource)`` asks the API server (:meth:`drill.backends.kubernetes.KubeClient.allowed`)."""
     missing = []

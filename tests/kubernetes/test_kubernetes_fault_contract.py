@@ -11,7 +11,7 @@ import pytest
 from drill.api import FaultContext, Selector, TargetContext, TargetInfo
 from drill.targets.kubernetes import KubernetesTarget, KubernetesTargetParams
 from drill.testing.fault_contract import Effect, FaultCase, latency_above, run_fault_contract
-from tests.kubernetes.conftest import BindReplicas, ChaosMesh
+from tests.kubernetes.conftest import FAST_REPLICA, BindReplicas, ChaosMesh
 from tests.kubernetes.controlplane import ControlPlane
 from tests.kubernetes.kube_drills import DEPLOYMENT, SELECTOR, make_deployment, pods, spec_replicas
 
@@ -34,7 +34,8 @@ def kube_target(
         access="endpoint",
         kubeconfig=str(control_plane.kubeconfig),
         chaos_operator="chaos-mesh",
-        startup_timeout=60,
+        model=FAST_REPLICA.model,  # what the bound replicas serve: the contract's traffic names it
+        startup_timeout="60s",
     )
     target = KubernetesTarget(params, TargetContext("contract", str(tmp_path)))
     info = target.start()
@@ -89,3 +90,4 @@ def test_the_kubernetes_faults_keep_the_contract(
     report = run_fault_contract(case, tmp_path)
     print("\n".join(report.lines()))
     assert len(report.clauses) == 5
+    assert report.baseline is not None and report.baseline.error_share < 0.2, report.baseline  # real traffic served

@@ -21,7 +21,9 @@ The CLI maps the class to an exit code (:attr:`DrillError.exit_code`)::
     │   ├── DockerError
     │   ├── ProcessControlError
     │   ├── GpuError                nvidia-smi, NVML, the CUDA memory hog
-    │   └── NetemError              tc/netem on a host interface
+    │   ├── NetemError              tc/netem on a host interface
+    │   └── KubernetesError         the Kubernetes API (with .status; drill/backends/kubernetes.py)
+    │       └── KubernetesAccessError  exit 2: the pre-flight found a verb on a resource not allowed
     ├── FaultError                  a fault could not be handled (with .fault)
     │   ├── InjectError
     │   ├── FaultNotLanded          verify() found no proof the fault took effect
@@ -49,6 +51,8 @@ __all__ = [
     "HttpApiError",
     "InjectError",
     "InputError",
+    "KubernetesAccessError",
+    "KubernetesError",
     "LoadError",
     "NetemError",
     "NotAvailableError",
@@ -194,6 +198,24 @@ class NetemError(BackendError):
 
 class AdminApiError(HttpApiError):
     backend = "stack-admin"
+
+
+class KubernetesError(BackendError):
+    """A call to the Kubernetes API failed: ``status`` is the HTTP status it answered, None when none came."""
+
+    backend = "kubernetes"
+
+    def __init__(
+        self, message: str, *, hint: str | None = None, operation: str | None = None, status: int | None = None
+    ) -> None:
+        super().__init__(message, hint=hint, operation=operation)
+        self.status = status
+
+
+class KubernetesAccessError(KubernetesError):
+    """The pre-flight found that the credentials may not do what the drill needs; nothing was touched."""
+
+    exit_code = 2
 
 
 class FaultError(DrillError):

@@ -8,7 +8,7 @@ import signal
 import time
 from typing import TYPE_CHECKING
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from drill.api import (
     Capability,
@@ -28,6 +28,7 @@ from drill.api import (
     Saved,
 )
 from faults._toxics import poll
+from faults.kubernetes import delete_pods, serving_pods, verify_pods, wait_serving
 
 if TYPE_CHECKING:
     from drill.api import ContainerInfo, ProcessInfo, ProcessRef
@@ -38,6 +39,7 @@ __all__ = ["CrashSignal", "LifecycleMethod", "ReplicaCrash", "ReplicaPause"]
 class LifecycleMethod(enum.StrEnum):
     PROCESS = "process"  # the replica's local process, by PID file, process name or PID
     DOCKER = "docker"  # the replica's container
+    POD = "pod"  # the replica's pod, deleted through the Kubernetes API (replica_crash only)
 
 
 class CrashSignal(enum.StrEnum):
@@ -77,6 +79,8 @@ class CrashSaved(Saved):
     pid: dict[str, int] = Field(default_factory=dict)  # replica -> pid killed (host pid for docker)
     start_ticks: dict[str, int] = Field(default_factory=dict)  # replica -> that process's start time
     restart_count: dict[str, int] = Field(default_factory=dict)  # replica -> container RestartCount before
+    pod_uid: dict[str, str] = Field(default_factory=dict)  # pod -> its UID when deleted (method: pod)
+    serving_uids: list[str] = Field(default_factory=list)  # the UIDs of the pods serving before (method: pod)
 
 
 class ReplicaCrash(Fault):
@@ -117,8 +121,14 @@ class ReplicaCrash(Fault):
             realism=Realism.REAL,
             summary="the container's main process killed from the host; the restart policy restarts it",
         ),
+        Mechanism(
+            name="pod",
+            needs=frozenset({Capability.KUBERNETES}),
+            realism=Realism.REAL,
+            summary="the replica's pod deleted through the Kubernetes API (grace 0); its workload makes a new one",
+        ),
     )
-    summary = "a replica's process or container is killed; the supervisor or Docker brings it back"
+    summary = "a replica's process, container or pod is killed; the supervisor, Docker or the workload brings it back"
     revert_semantics = (
         "a crash cannot be undone: revert waits (up to restart_timeout) until the replica runs "
         "again and starts an exited container; it fails (exit 4) if the replica stays down."
@@ -135,6 +145,8 @@ class ReplicaCrash(Fault):
         return needs
 
     def prepare(self, ctx: FaultContext) -> CrashSaved:
+        if self.params.method is LifecycleMethod.POD:
+            return _prepare_pods(ctx)
         saved = CrashSaved()
         for replica in ctx.targets.replicas:
             if self.params.method is LifecycleMethod.DOCKER:
@@ -152,6 +164,9 @@ class ReplicaCrash(Fault):
         return ctx.saved if isinstance(ctx.saved, CrashSaved) else CrashSaved()
 
     def inject(self, ctx: FaultContext) -> None:
+        if self.params.method is LifecycleMethod.POD:
+            delete_pods(ctx, self._saved(ctx).pod_uid)
+            return
         saved, sig = self._saved(ctx), signal.Signals[self.params.signal.value]
         for replica in ctx.targets.replicas:
             ref = ctx.processes.ref(saved.pid[replica.name], saved.start_ticks[replica.name])
@@ -162,6 +177,10 @@ class ReplicaCrash(Fault):
 
     def verify(self, ctx: FaultContext) -> LandingProof:
         seen: dict[str, str | int | float | bool | None] = {}
+        if self.params.method is LifecycleMethod.POD:
+            saved, p = self._saved(ctx), self.params
+            proof = verify_pods(ctx, saved.pod_uid, saved.serving_uids, p.restart_timeout, p.expect_restart)
+            return LandingProof(summary=proof, observations={f"{n}.uid": u for n, u in saved.pod_uid.items()})
         for replica in ctx.targets.replicas:
             seen[replica.name] = self._verify_one(ctx, replica)
         return LandingProof(summary="; ".join(f"{n}: {v}" for n, v in seen.items()), observations=seen)
@@ -203,6 +222,9 @@ class ReplicaCrash(Fault):
         return f"pid {new.pid}"
 
     def revert(self, ctx: FaultContext) -> None:
+        if self.params.method is LifecycleMethod.POD:
+            wait_serving(ctx, len(self._saved(ctx).serving_uids), self.params.restart_timeout)
+            return
         for replica in ctx.targets.replicas:
             if self.params.method is LifecycleMethod.DOCKER:
                 self._revert_container(ctx, replica)
@@ -229,6 +251,22 @@ class ReplicaCrash(Fault):
             )
 
 
+def _prepare_pods(ctx: FaultContext) -> CrashSaved:
+    """The UID of each selected replica's pod (it must serve now) and of every pod serving before the crash."""
+    serving = {pod.name: pod for pod in serving_pods(ctx)}
+    uids: dict[str, str] = {}
+    for replica in ctx.targets.replicas:
+        pod = serving.get(replica.pod or "")
+        if pod is None:
+            raise InjectError(
+                f"replica {replica.name}'s pod {replica.pod} does not serve; nothing to crash",
+                fault=ctx.fault_id,
+                hint="a pod replaced since the target started is a new replica: select it by its new name",
+            )
+        uids[pod.name] = pod.uid
+    return CrashSaved(pod_uid=uids, serving_uids=sorted(p.uid for p in serving.values()))
+
+
 def _restarted(ctx: FaultContext, container: str, before: int) -> ContainerInfo | None:
     info = ctx.docker.info(container)
     return info if info.restart_count > before and info.state.value == "running" else None
@@ -251,6 +289,15 @@ def _state_is(ctx: FaultContext, container: str, state: str) -> ContainerInfo | 
 
 class ReplicaPauseParams(FaultParams):
     method: LifecycleMethod = Field(LifecycleMethod.PROCESS, description="what is frozen (see Methods)")
+
+    @model_validator(mode="after")
+    def _not_a_pod(self) -> ReplicaPauseParams:
+        if self.method is LifecycleMethod.POD:
+            raise ValueError(
+                "method 'pod' cannot pause: the Kubernetes API has no pause; SIGSTOP through exec into the pod is "
+                "not built yet (docs/kubernetes.md); use replica_crash with method: pod, or a chaos_mesh fault"
+            )
+        return self
 
 
 class PauseSaved(Saved):

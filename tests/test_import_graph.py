@@ -358,6 +358,7 @@ def test_the_lazy_imports_are_the_heavy_or_optional_ones() -> None:
     own = {m for m in modules if m.startswith("drill")} - {m for _, m in UNEXPLAINED}
     assert own == {
         "drill.backends.docker",
+        "drill.backends.kubernetes",
         "drill.backends.nccl",
         "drill.backends.nvidia",
         "drill.backends.process",
@@ -369,6 +370,7 @@ def test_the_lazy_imports_are_the_heavy_or_optional_ones() -> None:
     assert {m for m in modules if not m.startswith("drill")} <= {
         "cycler",
         "docker",
+        "kubernetes",
         "markdown_it",
         "matplotlib",
         "opentelemetry",

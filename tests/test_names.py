@@ -36,6 +36,10 @@ SAME_CONCEPT: dict[str, tuple[tuple[str, ...], str]] = {
     "gpu": (("drill/stack", "faults"), "the stack's simulated GPU, and the faults that act on it"),
     "interconnect": (("drill/stack", "faults"), "the stack's TP/PP interconnect, and the faults that act on it"),
     "router": (("drill/stack", "faults"), "the stack's router, and the faults that act on it"),
+    "kubernetes": (
+        ("drill/backends", "drill/targets", "faults"),
+        "the Kubernetes API's client, the target on a cluster, and the faults that act through that API",
+    ),
     "load": (
         ("drill", "drill/cli", "faults"),
         "the load driver, `drill load` that runs it, and `queue_flood` that adds load through it",

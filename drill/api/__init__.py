@@ -59,6 +59,7 @@ from drill.errors import (
     FaultError,
     FaultNotLanded,
     InjectError,
+    KubernetesError,
     ProcessControlError,
     RevertError,
     ToxiproxyError,
@@ -68,6 +69,7 @@ from drill.units import Duration, Size, format_duration, parse_duration, parse_s
 if TYPE_CHECKING:  # pragma: no cover
     # also what the backends answer, so a fault (which imports drill.api only) can name it in a type annotation
     from drill.backends.docker import ContainerInfo, DockerBackend  # noqa: F401
+    from drill.backends.kubernetes import KubeClient, PodInfo, ScaleInfo  # noqa: F401
     from drill.backends.nccl import NcclControl
     from drill.backends.nvidia import GpuControl
     from drill.backends.process import ProcessControl, ProcessInfo, ProcessRef  # noqa: F401
@@ -96,6 +98,8 @@ __all__ = [
     "FaultParams",
     "FaultTargets",
     "InjectError",
+    "KubeAccess",
+    "KubernetesError",
     "LinkKind",
     "LinkRef",
     "LoadControl",
@@ -147,6 +151,8 @@ class Capability(str, enum.Enum):
     ROUTER_ADMIN = "router.admin"  # the router's configuration API
     LOAD_CONTROL = "load.control"  # the drill's load driver (always present in a run)
     NVIDIA_GPU = "nvidia.gpu"  # real NVIDIA GPUs with nvidia-smi where the replicas run
+    KUBERNETES = "kubernetes"  # replicas are pods of a workload, reached through the Kubernetes API
+    CHAOS_MESH = "kubernetes.chaos_mesh"  # Chaos Mesh's NetworkChaos / PodChaos are installed in the cluster
 
 
 class Realism(str, enum.Enum):
@@ -206,6 +212,21 @@ class ReplicaRef(_Frozen):
     proxy: str | None = None  # Toxiproxy proxy in front of it
     links: list[LinkRef] = Field(default_factory=list)
     role: Literal["prefill", "decode"] | None = None  # disaggregated serving: what the worker does; None: both
+    pod: str | None = None  # the kubernetes target: the pod serving it when the target started
+    pod_uid: str | None = None  # that pod's UID (a replacement pod has a new one)
+
+
+class KubeAccess(_Frozen):
+    """How a fault reaches the Kubernetes API and the workload (the kubernetes target's; journaled, no secret:
+    the credentials stay in the kubeconfig file or the pod's service account)."""
+
+    namespace: str
+    workload_kind: Literal["Deployment", "StatefulSet", "LeaderWorkerSet"]
+    workload: str
+    selector: dict[str, str]
+    kubeconfig: str | None = None
+    context: str | None = None
+    in_cluster: bool = False
 
 
 class TargetInfo(_Frozen):
@@ -221,6 +242,7 @@ class TargetInfo(_Frozen):
     admin_token: str | None = None
     metrics_urls: dict[str, str] = Field(default_factory=dict)
     capabilities: frozenset[Capability] = frozenset()
+    kubernetes: KubeAccess | None = None  # the kubernetes target: its cluster, namespace and workload
 
 
 class Selector(_Frozen):
@@ -383,6 +405,17 @@ class FaultContext:
         """NCCL link degradation on real multi-GPU hosts: netem, transport downgrade (not verified on hardware)."""
         return self._backend("nccl", lambda: _nccl(self.timeout_s, lambda: self.docker))
 
+    @property
+    def kubernetes(self) -> KubeClient:
+        """The Kubernetes API in the target's namespace (the kubernetes target only)."""
+        access = self.target.kubernetes
+        if access is None:
+            raise KubernetesError(
+                f"target {self.target.kind!r} is not on Kubernetes",
+                hint="use the kubernetes target (docs/kubernetes.md)",
+            )
+        return self._backend("kubernetes", lambda: _kubernetes(access, self.timeout_s))
+
     def stack_admin(self, replica: ReplicaRef) -> StackAdminClient:
         """The replica's admin API client (one per replica, cached); AdminApiError if it has none."""
         url = replica.admin_url
@@ -439,6 +472,19 @@ def _docker(timeout_s: float) -> DockerBackend:
     from drill.backends.docker import DockerBackend
 
     return DockerBackend(timeout_s=timeout_s)
+
+
+def _kubernetes(access: KubeAccess, timeout_s: float) -> KubeClient:
+    # lazy: a fault that never asks for this client never loads its backend (tests/faults/test_import_boundary.py)
+    from drill.backends.kubernetes import KubeClient
+
+    return KubeClient(
+        access.namespace,
+        kubeconfig=access.kubeconfig,
+        context=access.context,
+        in_cluster=access.in_cluster,
+        timeout_s=timeout_s,
+    )
 
 
 def _processes(timeout_s: float) -> ProcessControl:
@@ -533,6 +579,9 @@ class TargetContext:
     run_dir: str
     otlp_endpoint: str | None = None
     seed: int = 0
+    #: the drill's faults, (kind, validated params), so a target can check before it starts that its
+    #: credentials allow what they will do (the kubernetes target's RBAC pre-flight)
+    faults: tuple[tuple[str, BaseModel], ...] = ()
 
 
 class Target(abc.ABC):

@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, str] = {
     "faults": "drill.cli.faults:faults",
     "gameday": "drill.cli.gameday:gameday",
     "judge": "drill.cli.judge:judge",
+    "kube": "drill.cli.kube:kube",
     "load": "drill.cli.load:load",
     "plan": "drill.cli.plan:plan",
     "report": "drill.cli.report:report",

@@ -306,6 +306,7 @@ class Runner:
             str(self.rundir.path),
             self.receiver.endpoint if self.receiver else None,
             self.drill.seed,
+            faults=tuple((f.kind, p) for f, p in zip(self.drill.faults, self.loaded.fault_params, strict=True)),
         )
         self.target = target = registry.targets.get(kind)(self.loaded.target_params, ctx)
         self.redactor = self.redactor.with_secrets(secret_values(self._headers()))

@@ -57,7 +57,9 @@ def test_every_built_in_fault_keeps_the_contract_kit_somewhere() -> None:
     needs the real load driver)."""
     own = set(re.findall(r'FaultCase\(\s*"(\w+)"', (Path(__file__).parent / "test_queue_flood.py").read_text()))
     on_pd = {kind.split("-")[0] for kind in PD_CASES} | set(PD_CRASH_KINDS)  # the KV faults need a P/D stack
-    covered = {case[0] for case in [*LOCAL_CASES.values(), *DOCKER_CASES.values()]} | own | on_pd
+    on_kubernetes = (Path(__file__).parents[1] / "kubernetes" / "test_kubernetes_fault_contract.py").read_text()
+    on_kube = set(re.findall(r'"(\w+)"', re.search(r"CONTRACT_KINDS = \[(.*)\]", on_kubernetes)[1]))
+    covered = {case[0] for case in [*LOCAL_CASES.values(), *DOCKER_CASES.values()]} | own | on_pd | on_kube
     assert own == {"queue_flood"} and set(BUILT_IN) <= covered, sorted(set(BUILT_IN) - covered)
 
 

@@ -1,0 +1,347 @@
+"""The Kubernetes API through the official Python client (``kubernetes`` on PyPI), every call time-bounded.
+
+The only module that imports the client; it does so on first use (``import kubernetes`` loads its whole
+generated API, about a second), so ``drill --help``, a fault plugin and the embedded stack never pay for it.
+
+What the harness does through the API, and the Role verbs each needs (``drill kube role`` prints them):
+
+* list, get and watch the pods of a workload (``pods``: get, list): the replicas and their UIDs;
+* delete a pod with grace period 0 (``pods``: delete): ``replica_crash`` with ``method: pod``;
+* read and patch a workload's scale subresource (``deployments/scale``, ``statefulsets/scale``,
+  ``leaderworkersets/scale``: get, patch): ``replica_scale_down``;
+* create, read and delete Chaos Mesh objects (``networkchaos``, ``podchaos`` of ``chaos-mesh.org``: create, get,
+  list, delete): ``chaos_mesh``;
+* ask the API server what the credentials may do (``SelfSubjectAccessReview``, which every authenticated user may
+  create: Kubernetes' ``system:basic-user`` ClusterRole): the pre-flight.
+
+Every failure raises :class:`drill.errors.KubernetesError` with the operation, the HTTP status the API server
+answered (None when none came) and a hint.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from drill.errors import KubernetesError
+
+__all__ = ["KubeClient", "PodInfo", "ScaleInfo", "WORKLOAD_SCALE"]
+
+T = TypeVar("T")
+
+#: workload kind -> (API group, version, plural) of its scale subresource
+WORKLOAD_SCALE: dict[str, tuple[str, str, str]] = {
+    "Deployment": ("apps", "v1", "deployments"),
+    "StatefulSet": ("apps", "v1", "statefulsets"),
+    "LeaderWorkerSet": ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
+}
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    """One pod as the API server reports it."""
+
+    name: str
+    uid: str
+    phase: str  # Pending, Running, Succeeded, Failed, Unknown
+    ready: bool
+    deleting: bool  # metadata.deletionTimestamp is set
+    restart_count: int  # the sum over its containers
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    pod_ip: str | None = None
+
+    @property
+    def serving(self) -> bool:
+        """Running, not being deleted: what a Service would route to (ready, where the pod reports readiness)."""
+        return self.phase == "Running" and not self.deleting
+
+
+@dataclass(frozen=True)
+class ScaleInfo:
+    """A workload's scale subresource: the replicas asked for and those the controller reports."""
+
+    spec_replicas: int
+    status_replicas: int
+
+
+def _kube() -> Any:
+    # lazy: the client loads its whole generated API (about a second); only a kubernetes drill needs it
+    import kubernetes
+
+    return kubernetes
+
+
+class KubeClient:
+    """The calls the kubernetes target and its faults make, in one namespace, with a timeout on each."""
+
+    def __init__(
+        self,
+        namespace: str,
+        *,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        in_cluster: bool = False,
+        timeout_s: float = 10.0,
+    ) -> None:
+        self.namespace = namespace
+        self.timeout_s = timeout_s
+        self._where = "in-cluster service account" if in_cluster else f"kubeconfig {kubeconfig or '(default)'}"
+        k = _kube()
+        try:
+            if in_cluster:
+                k.config.load_incluster_config()
+                self._api = k.client.ApiClient()
+            else:
+                self._api = k.config.new_client_from_config(config_file=kubeconfig, context=context)
+        except (k.config.ConfigException, OSError, ValueError, TypeError) as exc:
+            raise KubernetesError(
+                f"cannot load the Kubernetes credentials from the {self._where}: {exc}",
+                operation="config",
+                hint="check target.config.kubeconfig (and context), or run inside the cluster with in_cluster: true",
+            ) from exc
+        self._core = k.client.CoreV1Api(self._api)
+        self._apps = k.client.AppsV1Api(self._api)
+        self._custom = k.client.CustomObjectsApi(self._api)
+        self._authz = k.client.AuthorizationV1Api(self._api)
+
+    @property
+    def server(self) -> str:
+        """The API server's URL."""
+        return str(self._api.configuration.host)
+
+    def close(self) -> None:
+        self._api.close()
+
+    # -- the boundary ---------------------------------------------------------------------------------
+    def _call(self, operation: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        k = _kube()
+        try:
+            return fn(*args, _request_timeout=self.timeout_s, **kwargs)
+        except k.client.exceptions.ApiException as exc:
+            raise KubernetesError(
+                f"Kubernetes API: {operation} failed: HTTP {exc.status} {exc.reason}: {_api_message(exc)}",
+                operation=operation,
+                status=exc.status,
+                hint=_hint(exc.status),
+            ) from exc
+        except Exception as exc:  # urllib3's and the socket's errors: no answer at all
+            if isinstance(exc, KubernetesError):
+                raise
+            raise KubernetesError(
+                f"Kubernetes API at {self.server}: {operation} got no answer: {type(exc).__name__}: {exc}",
+                operation=operation,
+                hint="is the API server up and reachable? check the kubeconfig's server",
+            ) from exc
+
+    # -- pods -----------------------------------------------------------------------------------------
+    def pods(self, selector: dict[str, str]) -> list[PodInfo]:
+        """The pods matching ``selector`` (labels), sorted by name."""
+        label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+        found = self._call(
+            f"list pods {label_selector} in {self.namespace}",
+            self._core.list_namespaced_pod,
+            self.namespace,
+            label_selector=label_selector,
+        )
+        return sorted((_pod(p) for p in found.items), key=lambda p: p.name)
+
+    def pod(self, name: str) -> PodInfo | None:
+        """The pod ``name``; None when it does not exist."""
+        try:
+            return _pod(self._call(f"get pod {name}", self._core.read_namespaced_pod, name, self.namespace))
+        except KubernetesError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def delete_pod(self, name: str, *, grace_s: int = 0, uid: str | None = None) -> bool:
+        """Delete the pod (``uid``: only that incarnation of it); False when it was already gone."""
+        k = _kube()
+        pre = k.client.V1Preconditions(uid=uid) if uid else None
+        body = k.client.V1DeleteOptions(grace_period_seconds=grace_s, preconditions=pre)
+        try:
+            self._call(f"delete pod {name}", self._core.delete_namespaced_pod, name, self.namespace, body=body)
+        except KubernetesError as exc:
+            if exc.status in (404, 409):  # gone, or another pod of that name now (the precondition failed)
+                return False
+            raise
+        return True
+
+    # -- workloads ------------------------------------------------------------------------------------
+    def scale(self, kind: str, name: str) -> ScaleInfo:
+        """The workload's scale subresource."""
+        found = self._scale_call(kind, name, "get", None)
+        return ScaleInfo(
+            spec_replicas=int(_get(found, "spec", "replicas") or 0),
+            status_replicas=int(_get(found, "status", "replicas") or 0),
+        )
+
+    def set_scale(self, kind: str, name: str, replicas: int) -> None:
+        """Patch the workload's scale subresource to ``replicas``."""
+        self._scale_call(kind, name, "patch", {"spec": {"replicas": replicas}})
+
+    def _scale_call(self, kind: str, name: str, verb: str, body: dict | None) -> Any:
+        group, version, plural = WORKLOAD_SCALE[kind]
+        what = f"{verb} {plural}/{name}/scale in {self.namespace}"
+        apps = self._apps
+        if kind == "Deployment":
+            fn = apps.patch_namespaced_deployment_scale if body else apps.read_namespaced_deployment_scale
+        elif kind == "StatefulSet":
+            fn = apps.patch_namespaced_stateful_set_scale if body else apps.read_namespaced_stateful_set_scale
+        else:
+            custom = self._custom
+            args = (group, version, self.namespace, plural, name)
+            if body:
+                return self._call(what, custom.patch_namespaced_custom_object_scale, *args, body)
+            return self._call(what, custom.get_namespaced_custom_object_scale, *args)
+        return self._call(what, fn, name, self.namespace, body) if body else self._call(what, fn, name, self.namespace)
+
+    # -- custom objects (Chaos Mesh) ------------------------------------------------------------------
+    def installed(self, group: str, version: str, plural: str) -> bool:
+        """Whether the API server serves ``plural.group`` (a CRD is installed); found by listing at most one."""
+        try:
+            self._call(
+                f"list {plural}.{group}",
+                self._custom.list_namespaced_custom_object,
+                group,
+                version,
+                self.namespace,
+                plural,
+                limit=1,
+            )
+        except KubernetesError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def create_object(self, group: str, version: str, plural: str, body: dict) -> dict:
+        name = body["metadata"]["name"]
+        return dict(
+            self._call(
+                f"create {plural}.{group} {name}",
+                self._custom.create_namespaced_custom_object,
+                group,
+                version,
+                self.namespace,
+                plural,
+                body,
+            )
+        )
+
+    def get_object(self, group: str, version: str, plural: str, name: str) -> dict | None:
+        """The object; None when it does not exist."""
+        try:
+            found = self._call(
+                f"get {plural}.{group} {name}",
+                self._custom.get_namespaced_custom_object,
+                group,
+                version,
+                self.namespace,
+                plural,
+                name,
+            )
+        except KubernetesError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(found)
+
+    def delete_object(self, group: str, version: str, plural: str, name: str) -> bool:
+        """Delete the object; False when it was already gone."""
+        try:
+            self._call(
+                f"delete {plural}.{group} {name}",
+                self._custom.delete_namespaced_custom_object,
+                group,
+                version,
+                self.namespace,
+                plural,
+                name,
+            )
+        except KubernetesError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    # -- access review --------------------------------------------------------------------------------
+    def allowed(self, verb: str, group: str, resource: str, subresource: str = "") -> tuple[bool, str]:
+        """Whether these credentials may ``verb`` the ``resource`` in the namespace, and the server's reason."""
+        k = _kube()
+        review = k.client.V1SelfSubjectAccessReview(
+            spec=k.client.V1SelfSubjectAccessReviewSpec(
+                resource_attributes=k.client.V1ResourceAttributes(
+                    namespace=self.namespace, verb=verb, group=group, resource=resource, subresource=subresource
+                )
+            )
+        )
+        answer = self._call(
+            f"review access to {verb} {resource}", self._authz.create_self_subject_access_review, review
+        )
+        status = answer.status
+        return bool(status.allowed), str(status.reason or status.evaluation_error or "")
+
+    # -- port-forward (outside the cluster; not exercised here: KWOK has no kubelet) --------------------
+    def port_forward(self, pod: str, port: int) -> socket.socket:
+        """A socket connected to ``port`` of ``pod`` through the API server's port-forward (SPDY/WebSocket)."""
+        k = _kube()
+        try:
+            forward = k.stream.portforward(
+                self._core.connect_get_namespaced_pod_portforward, pod, self.namespace, ports=str(port)
+            )
+            sock: socket.socket = forward.socket(port)
+        except Exception as exc:
+            raise KubernetesError(
+                f"port-forward to {self.namespace}/{pod}:{port} failed: {type(exc).__name__}: {exc}",
+                operation="portforward",
+                hint="the Role needs 'create' on pods/portforward, and the pod a kubelet that answers",
+            ) from exc
+        return sock
+
+
+def _pod(p: Any) -> PodInfo:
+    statuses = (p.status.container_statuses if p.status else None) or []
+    conditions = (p.status.conditions if p.status else None) or []
+    ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
+    return PodInfo(
+        name=p.metadata.name,
+        uid=p.metadata.uid,
+        phase=(p.status.phase if p.status else None) or "Unknown",
+        ready=ready,
+        deleting=p.metadata.deletion_timestamp is not None,
+        restart_count=sum(int(s.restart_count or 0) for s in statuses),
+        labels=dict(p.metadata.labels or {}),
+        annotations=dict(p.metadata.annotations or {}),
+        pod_ip=p.status.pod_ip if p.status else None,
+    )
+
+
+def _get(obj: Any, *path: str) -> Any:
+    """A field of a typed model or of a dict (custom objects' scale comes back as a dict)."""
+    for key in path:
+        if obj is None:
+            return None
+        obj = obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
+    return obj
+
+
+def _api_message(exc: Any) -> str:
+    try:
+        return str(json.loads(exc.body).get("message", exc.body))
+    except (TypeError, ValueError, AttributeError):
+        return str(exc.body or "")
+
+
+def _hint(status: int | None) -> str | None:
+    if status == 403:
+        return "the credentials lack this verb on this resource: `drill kube role DRILL` prints the Role a drill needs"
+    if status == 401:
+        return "the API server refused the credentials: check the kubeconfig's token or certificate"
+    if status == 404:
+        return "check target.config.namespace and the workload's name (or is the CRD installed?)"
+    return None

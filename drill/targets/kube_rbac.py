@@ -1,0 +1,100 @@
+"""The least privilege a Kubernetes drill needs: the rules, the Role that grants them, and the pre-flight.
+
+One table says which verbs on which resources the kubernetes target and each of its faults use
+(:func:`drill_rules`); ``drill kube role DRILL`` prints a ServiceAccount, a Role with exactly those rules and the
+RoleBinding between them (:func:`role_manifests`), and the target checks them before it touches anything
+(:func:`missing_rules`, one ``SelfSubjectAccessReview`` per verb: Kubernetes' ``system:basic-user`` lets every
+authenticated user ask). Nothing is granted cluster-wide: every rule is in the drill's namespace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from drill.backends.kubernetes import WORKLOAD_SCALE
+
+__all__ = ["CHAOS_MESH", "KubeRule", "drill_rules", "missing_rules", "role_manifests"]
+
+#: Chaos Mesh's API group, version and the kinds the harness creates (chaos-mesh.org/v1alpha1)
+CHAOS_MESH = ("chaos-mesh.org", "v1alpha1")
+CHAOS_PLURALS = {"NetworkChaos": "networkchaos", "PodChaos": "podchaos"}
+
+
+@dataclass(frozen=True, order=True)
+class KubeRule:
+    """Verbs on one resource (``plural`` or ``plural/subresource``) of one API group ("" is the core group)."""
+
+    group: str
+    resource: str
+    verbs: tuple[str, ...]
+
+    def describe(self, verb: str) -> str:
+        return f"'{verb}' on {self.resource}" + (f" ({self.group})" if self.group else "")
+
+
+def target_rules(access: str, workload_kind: str) -> list[KubeRule]:
+    """What the kubernetes target itself does: list the pods, read the workload's scale, maybe port-forward."""
+    group, _, plural = WORKLOAD_SCALE[workload_kind]
+    rules = [KubeRule("", "pods", ("get", "list")), KubeRule(group, f"{plural}/scale", ("get",))]
+    if access == "port_forward":
+        rules.append(KubeRule("", "pods/portforward", ("create",)))
+    return rules
+
+
+def fault_rules(kind: str, params: BaseModel, workload_kind: str) -> list[KubeRule]:
+    """What one fault does through the API (none for a fault that acts elsewhere)."""
+    method = str(getattr(getattr(params, "method", None), "value", getattr(params, "method", "")))
+    if kind == "replica_crash" and method == "pod":
+        return [KubeRule("", "pods", ("delete",))]
+    if kind == "replica_scale_down":
+        group, _, plural = WORKLOAD_SCALE[workload_kind]
+        return [KubeRule(group, f"{plural}/scale", ("get", "patch"))]
+    if kind == "chaos_mesh":
+        experiment = str(getattr(getattr(params, "experiment", None), "value", "NetworkChaos"))
+        return [KubeRule(CHAOS_MESH[0], CHAOS_PLURALS[experiment], ("create", "get", "list", "delete"))]
+    return []
+
+
+def drill_rules(access: str, workload_kind: str, faults: Iterable[tuple[str, BaseModel]]) -> list[KubeRule]:
+    """Every rule a drill needs, merged per resource, verbs sorted."""
+    merged: dict[tuple[str, str], set[str]] = {}
+    rules = target_rules(access, workload_kind)
+    for kind, params in faults:
+        rules += fault_rules(kind, params, workload_kind)
+    for rule in rules:
+        merged.setdefault((rule.group, rule.resource), set()).update(rule.verbs)
+    return sorted(KubeRule(g, r, tuple(sorted(v))) for (g, r), v in merged.items())
+
+
+def missing_rules(rules: Iterable[KubeRule], allowed: Callable[[str, str, str, str], tuple[bool, str]]) -> list[str]:
+    """What the credentials may not do, one "'verb' on resource (group)" each; ``allowed(verb, group, resource,
+    subresource)`` asks the API server (:meth:`drill.backends.kubernetes.KubeClient.allowed`)."""
+    missing = []
+    for rule in rules:
+        resource, _, sub = rule.resource.partition("/")
+        for verb in rule.verbs:
+            ok, _reason = allowed(verb, rule.group, resource, sub)
+            if not ok:
+                missing.append(rule.describe(verb))
+    return missing
+
+
+def role_manifests(name: str, namespace: str, rules: Iterable[KubeRule]) -> list[dict]:
+    """A ServiceAccount, a Role with exactly ``rules`` and the RoleBinding between them, all named ``name``."""
+    labels = {"app.kubernetes.io/managed-by": "llm-drill"}
+    meta = {"name": name, "namespace": namespace, "labels": labels}
+    role_rules = [{"apiGroups": [r.group], "resources": [r.resource], "verbs": list(r.verbs)} for r in rules]
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": dict(meta)},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": dict(meta), "rules": role_rules},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": dict(meta),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        },
+    ]

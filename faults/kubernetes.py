@@ -1,0 +1,342 @@
+"""Faults through the Kubernetes API (the kubernetes target): a pod deleted, a workload scaled down, a Chaos Mesh
+object.
+
+``replica_crash`` with ``method: pod`` (in :mod:`faults.lifecycle`) uses :func:`delete_pods`, :func:`verify_pods`
+and :func:`wait_serving` from here. Every object a fault creates is named from ``ctx.fault_id``
+(``drill-<fault id>``), so a revert rebuilt from the journal finds exactly it; a scale-down journals the replica
+count it found (``prepare``), so a revert after a crash restores it.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from pydantic import Field, model_validator
+
+from drill.api import (
+    Capability,
+    Duration,
+    Fault,
+    FaultContext,
+    FaultNotLanded,
+    FaultParams,
+    InjectError,
+    KubeAccess,
+    KubernetesError,
+    LandingProof,
+    Realism,
+    RevertError,
+    Saved,
+)
+
+if TYPE_CHECKING:
+    from drill.api import PodInfo
+
+__all__ = ["ChaosExperiment", "ChaosMesh", "ReplicaScaleDown", "delete_pods", "verify_pods", "wait_serving"]
+
+T = TypeVar("T")
+
+_CHAOS_GROUP, _CHAOS_VERSION = "chaos-mesh.org", "v1alpha1"
+_PLURALS = {"NetworkChaos": "networkchaos", "PodChaos": "podchaos"}
+
+
+def _poll(check: Callable[[], T | None], timeout_s: float, every_s: float = 0.2) -> T | None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = check()
+        if found is not None or time.monotonic() > deadline:
+            return found
+        time.sleep(every_s)
+
+
+def _access(ctx: FaultContext) -> KubeAccess:
+    access = ctx.target.kubernetes
+    if access is None:
+        raise InjectError(f"target {ctx.target.kind!r} is not on Kubernetes", fault=ctx.fault_id)
+    return access
+
+
+def serving_pods(ctx: FaultContext) -> list[PodInfo]:
+    """The workload's pods that serve now (Running, not being deleted)."""
+    return [pod for pod in ctx.kubernetes.pods(_access(ctx).selector) if pod.serving]
+
+
+# -- replica_crash, method: pod ------------------------------------------------------------------------
+
+
+def delete_pods(ctx: FaultContext, uids: dict[str, str]) -> None:
+    """Delete each pod (grace period 0: no SIGTERM, no clean-up), only the incarnation whose UID was recorded."""
+    for name, uid in uids.items():
+        if not ctx.kubernetes.delete_pod(name, grace_s=0, uid=uid):
+            raise InjectError(f"pod {name} (uid {uid}) was gone before the delete", fault=ctx.fault_id)
+
+
+def verify_pods(ctx: FaultContext, uids: dict[str, str], before: list[str], timeout_s: float, back: bool) -> str:
+    """Proof: each deleted pod is gone (its name now absent, or another UID); with ``back``, as many pods serve as
+    before within ``timeout_s``, at least one with a UID not seen before (the replacement)."""
+    for name, uid in uids.items():
+        pod = ctx.kubernetes.pod(name)
+        if pod is not None and pod.uid == uid and not pod.deleting:
+            raise FaultNotLanded(f"pod {name} (uid {uid}) is still there", fault=ctx.fault_id)
+    gone = ", ".join(f"pod {n} (uid {u}) deleted" for n, u in uids.items())
+    if not back:
+        return gone
+    start = time.monotonic()
+
+    def replaced() -> list[PodInfo] | None:
+        pods = serving_pods(ctx)
+        new = [p for p in pods if p.uid not in before]
+        return new if len(pods) >= len(before) and len(new) >= len(uids) else None
+
+    new = _poll(replaced, timeout_s)
+    if new is None:
+        raise FaultNotLanded(
+            f"{gone}, but the workload has not brought a new pod back within {timeout_s:g}s",
+            fault=ctx.fault_id,
+            hint="kubectl get events: is the workload's controller running, is there room on a node?",
+        )
+    names = ", ".join(f"{p.name} (uid {p.uid})" for p in new)
+    return f"{gone}; replaced by {names} after {time.monotonic() - start:.1f}s"
+
+
+def wait_serving(ctx: FaultContext, count: int, timeout_s: float) -> None:
+    """Wait until ``count`` pods serve; RevertError naming the shortfall otherwise."""
+    if _poll(lambda: True if len(serving_pods(ctx)) >= count else None, timeout_s) is None:
+        access = _access(ctx)
+        raise RevertError(
+            f"{access.workload_kind} {access.namespace}/{access.workload}: {len(serving_pods(ctx))} of {count} pods "
+            f"serve {timeout_s:g}s after the fault",
+            fault=ctx.fault_id,
+            hint=f"kubectl -n {access.namespace} get pods,events",
+        )
+
+
+# -- replica_scale_down ---------------------------------------------------------------------------------
+
+
+class ScaleDownParams(FaultParams):
+    remove: int = Field(1, ge=1, le=1000, description="replicas taken away from the workload's scale")
+    timeout: Duration = Field(60.0, description="how long verify waits for the pods to go, and revert to come back")
+
+
+class ScaleSaved(Saved):
+    replicas: int = Field(0, ge=0)  # the workload's spec.replicas before the fault
+
+
+class ReplicaScaleDown(Fault):
+    """The workload loses capacity: its scale is patched down by ``remove`` replicas, and back at revert.
+
+    The capacity-loss drill on Kubernetes: an autoscaler's mistake, a node pool drained, a quota hit. The
+    workload's controller deletes the pods itself (as gracefully as the pods allow), so in-flight requests on them
+    see what a real scale-down does.
+
+    verify: the scale subresource says the lower count and no more pods than that serve (within ``timeout``).
+    revert: the count journaled before the fault is written back, and revert waits until that many pods serve.
+
+    .. code-block:: yaml
+
+        faults:
+          - kind: replica_scale_down
+            start: 10s
+            duration: 30s
+            params: {remove: 1}
+    """
+
+    kind = "replica_scale_down"
+    Params = ScaleDownParams
+    params: ScaleDownParams
+    Saved = ScaleSaved
+    needs = frozenset({Capability.KUBERNETES})
+    realism = Realism.REAL
+    scope = "none"
+    summary = "the workload's scale is patched down by N replicas through the Kubernetes API"
+    revert_semantics = (
+        "patches the scale back to the count journaled before the fault and waits (up to timeout) until that many "
+        "pods serve; idempotent"
+    )
+
+    def describe_targets(self, ctx: FaultContext) -> list[str]:
+        access = _access(ctx)
+        return [f"{access.workload_kind} {access.namespace}/{access.workload}: scale -{self.params.remove}"]
+
+    def prepare(self, ctx: FaultContext) -> ScaleSaved:
+        access = _access(ctx)
+        replicas = ctx.kubernetes.scale(access.workload_kind, access.workload).spec_replicas
+        if replicas < self.params.remove:
+            raise InjectError(
+                f"{access.workload} has {replicas} replicas; cannot remove {self.params.remove}", fault=ctx.fault_id
+            )
+        return ScaleSaved(replicas=replicas)
+
+    def _saved(self, ctx: FaultContext) -> ScaleSaved:
+        if not isinstance(ctx.saved, ScaleSaved):
+            raise RevertError("no replica count was journaled before the fault", fault=ctx.fault_id)
+        return ctx.saved
+
+    def inject(self, ctx: FaultContext) -> None:
+        access = _access(ctx)
+        ctx.kubernetes.set_scale(access.workload_kind, access.workload, self._saved(ctx).replicas - self.params.remove)
+
+    def verify(self, ctx: FaultContext) -> LandingProof:
+        access, before = _access(ctx), self._saved(ctx).replicas
+        lower = before - self.params.remove
+        spec = ctx.kubernetes.scale(access.workload_kind, access.workload).spec_replicas
+        if spec != lower:
+            raise FaultNotLanded(f"{access.workload}'s scale is {spec}, not {lower}", fault=ctx.fault_id)
+        serving = _poll(lambda: n if (n := len(serving_pods(ctx))) <= lower else None, self.params.timeout)
+        if serving is None:
+            raise FaultNotLanded(
+                f"{access.workload}'s scale is {lower}, but more pods still serve after {self.params.timeout:g}s",
+                fault=ctx.fault_id,
+            )
+        return LandingProof(
+            summary=f"{access.workload_kind} {access.workload} scaled {before} -> {lower}; {serving} pods serve",
+            observations={"replicas_before": before, "replicas_during": lower, "pods_serving": serving},
+        )
+
+    def revert(self, ctx: FaultContext) -> None:
+        access, before = _access(ctx), self._saved(ctx).replicas
+        ctx.kubernetes.set_scale(access.workload_kind, access.workload, before)
+        wait_serving(ctx, before, self.params.timeout)
+
+
+# -- chaos_mesh -----------------------------------------------------------------------------------------
+
+
+class ChaosExperiment(enum.StrEnum):
+    NETWORK = "NetworkChaos"
+    POD = "PodChaos"
+
+
+class ChaosAction(enum.StrEnum):
+    DELAY = "delay"  # NetworkChaos
+    LOSS = "loss"  # NetworkChaos
+    PARTITION = "partition"  # NetworkChaos
+    POD_KILL = "pod-kill"  # PodChaos
+    POD_FAILURE = "pod-failure"  # PodChaos
+
+
+_NETWORK_ACTIONS = {ChaosAction.DELAY, ChaosAction.LOSS, ChaosAction.PARTITION}
+
+
+class ChaosMeshParams(FaultParams):
+    experiment: ChaosExperiment = Field(ChaosExperiment.NETWORK, description="the Chaos Mesh kind created")
+    action: ChaosAction = Field(ChaosAction.DELAY, description="its spec.action")
+    latency_ms: int = Field(200, ge=1, le=60_000, description="delay: added to every packet of the pod (ms)")
+    jitter_ms: int = Field(0, ge=0, le=60_000, description="delay: its jitter (ms)")
+    loss_percent: float = Field(50.0, gt=0, le=100, description="loss: the share of packets dropped (%)")
+    timeout: Duration = Field(30.0, description="how long verify waits for the operator to say it injected")
+
+    @model_validator(mode="after")
+    def _action_of_experiment(self) -> ChaosMeshParams:
+        network = self.action in _NETWORK_ACTIONS
+        if network != (self.experiment is ChaosExperiment.NETWORK):
+            raise ValueError(f"action {self.action.value!r} is not an action of {self.experiment.value}")
+        return self
+
+
+class ChaosMesh(Fault):
+    """A Chaos Mesh experiment on the selected replicas' pods: a ``NetworkChaos`` (delay, loss, partition) or a
+    ``PodChaos`` (pod-kill, pod-failure) object, created in the target's namespace and deleted to revert.
+
+    Chaos Mesh's operator does the injecting; the harness never assumes it did: verify waits until the object's
+    ``status.conditions`` has ``AllInjected`` true (and its ``status.experiment.containerRecords`` name the pods).
+    A drill with this fault needs ``target.config.chaos_operator: chaos-mesh``, and the target checks before it
+    starts that the API server serves the kind.
+
+    .. code-block:: yaml
+
+        faults:
+          - kind: chaos_mesh
+            start: 10s
+            duration: 20s
+            params: {experiment: NetworkChaos, action: delay, latency_ms: 300}
+            selector: {replicas: [0]}
+    """
+
+    kind = "chaos_mesh"
+    Params = ChaosMeshParams
+    params: ChaosMeshParams
+    needs = frozenset({Capability.KUBERNETES, Capability.CHAOS_MESH})
+    realism = Realism.REAL
+    summary = "a Chaos Mesh NetworkChaos / PodChaos object on the replicas' pods, verified by the operator's status"
+    revert_semantics = "deletes the object drill-<fault id> and waits until it is gone; a missing object is fine"
+
+    def _name(self, ctx: FaultContext) -> str:
+        return f"drill-{ctx.fault_id}".lower().replace("_", "-")[:63]
+
+    def _plural(self) -> str:
+        return _PLURALS[self.params.experiment.value]
+
+    def body(self, ctx: FaultContext) -> dict:
+        """The object created (Chaos Mesh's v1alpha1 schema)."""
+        access, p = _access(ctx), self.params
+        pods = [r.pod for r in ctx.targets.replicas if r.pod]
+        spec: dict = {"action": p.action.value, "mode": "all", "selector": {"pods": {access.namespace: pods}}}
+        if p.action is ChaosAction.DELAY:
+            spec["delay"] = {"latency": f"{p.latency_ms}ms", "jitter": f"{p.jitter_ms}ms"}
+        elif p.action is ChaosAction.LOSS:
+            spec["loss"] = {"loss": f"{p.loss_percent:g}"}
+        elif p.action is ChaosAction.PARTITION:
+            spec["direction"] = "both"
+        return {
+            "apiVersion": f"{_CHAOS_GROUP}/{_CHAOS_VERSION}",
+            "kind": p.experiment.value,
+            "metadata": {
+                "name": self._name(ctx),
+                "namespace": access.namespace,
+                "labels": {"app.kubernetes.io/managed-by": "llm-drill", "llm-drill.dev/fault": self._name(ctx)},
+            },
+            "spec": spec,
+        }
+
+    def inject(self, ctx: FaultContext) -> None:
+        if not [r for r in ctx.targets.replicas if r.pod]:
+            raise InjectError("no selected replica names a pod", fault=ctx.fault_id)
+        ctx.kubernetes.create_object(_CHAOS_GROUP, _CHAOS_VERSION, self._plural(), self.body(ctx))
+
+    def verify(self, ctx: FaultContext) -> LandingProof:
+        name = self._name(ctx)
+        found = _poll(lambda: self._injected(ctx), self.params.timeout)
+        if found is None:
+            raise FaultNotLanded(
+                f"{self.params.experiment.value} {name}: the operator has not said AllInjected within "
+                f"{self.params.timeout:g}s",
+                fault=ctx.fault_id,
+                hint=f"kubectl describe {self._plural()} {name}: is the Chaos Mesh controller running?",
+            )
+        return LandingProof(
+            summary=f"{self.params.experiment.value} {name} ({self.params.action.value}) injected: {found}",
+            observations={"object": name, "records": found},
+        )
+
+    def _injected(self, ctx: FaultContext) -> str | None:
+        obj = ctx.kubernetes.get_object(_CHAOS_GROUP, _CHAOS_VERSION, self._plural(), self._name(ctx))
+        status = (obj or {}).get("status") or {}
+        conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+        if conditions.get("AllInjected") != "True":
+            return None
+        records = (status.get("experiment") or {}).get("containerRecords") or []
+        return ", ".join(f"{r.get('id')}: {r.get('phase')}" for r in records) or "(no container records)"
+
+    def revert(self, ctx: FaultContext) -> None:
+        name, plural = self._name(ctx), self._plural()
+        try:
+            ctx.kubernetes.delete_object(_CHAOS_GROUP, _CHAOS_VERSION, plural, name)
+        except KubernetesError as exc:
+            if exc.status == 404:  # the kind itself is not served: nothing was created
+                return
+            raise
+        gone = _poll(
+            lambda: True if ctx.kubernetes.get_object(_CHAOS_GROUP, _CHAOS_VERSION, plural, name) is None else None,
+            self.params.timeout,
+        )
+        if gone is None:
+            raise RevertError(
+                f"{plural} {name} is still there {self.params.timeout:g}s after its delete (a finalizer?)",
+                fault=ctx.fault_id,
+                hint=f"kubectl describe {plural} {name}",
+            )

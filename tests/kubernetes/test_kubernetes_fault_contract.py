@@ -1,0 +1,93 @@
+"""The fault contract kit (drill/testing/fault_contract.py) on the kubernetes target: ``replica_scale_down`` and
+``chaos_mesh`` against the real control plane, with real traffic through the target's service to bound replicas."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from drill.api import FaultContext, Selector, TargetContext, TargetInfo
+from drill.targets.kubernetes import KubernetesTarget, KubernetesTargetParams
+from drill.testing.fault_contract import Effect, FaultCase, latency_above, run_fault_contract
+from tests.kubernetes.conftest import FAST_REPLICA, BindReplicas, ChaosMesh
+from tests.kubernetes.controlplane import ControlPlane
+from tests.kubernetes.kube_drills import DEPLOYMENT, SELECTOR, make_deployment, pods, spec_replicas
+
+pytestmark = [pytest.mark.integration, pytest.mark.kubernetes]
+
+
+@pytest.fixture()
+def kube_target(
+    control_plane: ControlPlane, bound_replicas: BindReplicas, chaos_mesh: ChaosMesh, tmp_path: Path
+) -> Iterator[tuple[str, TargetInfo]]:
+    namespace = control_plane.namespace("contract")
+    api = control_plane.api()
+    make_deployment(api, namespace, 2)
+    api.close()
+    bound_replicas(namespace, SELECTOR).wait_bound(2)
+    params = KubernetesTargetParams(
+        namespace=namespace,
+        workload={"kind": "Deployment", "name": DEPLOYMENT},
+        selector={"app": "llm"},
+        access="endpoint",
+        kubeconfig=str(control_plane.kubeconfig),
+        chaos_operator="chaos-mesh",
+        model=FAST_REPLICA.model,  # what the bound replicas serve: the contract's traffic names it
+        startup_timeout="60s",
+    )
+    target = KubernetesTarget(params, TargetContext("contract", str(tmp_path)))
+    info = target.start()
+    try:
+        yield namespace, info
+    finally:
+        target.stop()
+
+
+def _scaled_back(control_plane: ControlPlane, namespace: str) -> Callable[[FaultContext], None]:
+    def clean(ctx: FaultContext) -> None:
+        api = control_plane.api()
+        try:
+            assert spec_replicas(api, namespace) == 2
+            api.wait_for("2 pods serving", lambda: len(pods(api, namespace)) == 2, timeout_s=30)
+        finally:
+            api.close()
+
+    return clean
+
+
+def _no_effect(base: object, now: object) -> str | None:
+    return None  # one replica of two gone at this low rate: the service still answers every request
+
+
+#: the faults whose contract runs here (tests/faults/test_catalogue.py reads this line)
+CONTRACT_KINDS = ["replica_scale_down", "chaos_mesh"]
+
+
+@pytest.mark.parametrize("kind", CONTRACT_KINDS)
+def test_the_kubernetes_faults_keep_the_contract(
+    control_plane: ControlPlane, kube_target: tuple[str, TargetInfo], tmp_path: Path, kind: str
+) -> None:
+    namespace, info = kube_target
+    effect: Effect
+    if kind == "chaos_mesh":
+        params: dict = {"action": "delay", "latency_ms": 400, "timeout": "5s"}
+        effect, clean = latency_above(0.3), None
+    else:
+        params, effect, clean = {"remove": 1, "timeout": "30s"}, _no_effect, _scaled_back(control_plane, namespace)
+    case = FaultCase(
+        kind,
+        params,
+        info,
+        effect=effect,
+        clean=clean,
+        selector=Selector(count=2),  # chaos_mesh: every replica slowed, so the median through the service shows it
+        traffic={"rate_per_s": 4.0},
+        fault_id=kind.replace("_", "-"),
+        max_partial_steps=2,
+    )
+    report = run_fault_contract(case, tmp_path)
+    print("\n".join(report.lines()))
+    assert len(report.clauses) == 5
+    assert report.baseline is not None and report.baseline.error_share < 0.2, report.baseline  # real traffic served

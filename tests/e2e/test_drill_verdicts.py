@@ -95,7 +95,10 @@ def test_unbounded_queue_fails_fast_failure_and_admission_control_passes_it(
     passed = _assert_status(bounded, "fast_failure", "PASS")
     assert passed["observed"]["refused"] >= 20, "admission control answers the excess with 503"
     assert passed["observed"]["waited_share"] <= 0.15 and passed["observed"]["timeout"] == 0, passed["observed"]
-    assert passed["observed"]["refusal_ttf_p99_ms"] <= 500
+    # fast as the drill defines it (within the interactive TTFT SLO, its refusal_p99 of 2 s), and a small fraction of
+    # the 30 s the unbounded side's excess waits before the router gives up: wall-clock figures on a shared 2-core
+    # machine run from 0.1 s to about 1 s here, so the test holds the drill's own bound, not a quiet machine's figure
+    assert passed["observed"]["refusal_ttf_p99_ms"] <= 2000, passed["observed"]
     assert passed["observed"]["refusals_with_retry_after"] == 0  # as vLLM's: no Retry-After (issue 17)
 
     # the comparison: exactly this one variable differs between the two run directories' resolved.json

@@ -1,5 +1,5 @@
-"""Faults through the Kubernetes API (the kubernetes target): a pod deleted, a workload scaled down, a Chaos Mesh
-object.
+"""Faults through the Kubernetes API (the kubernetes target): a pod deleted, a workload scaled down, a node cordoned
+and drained, a Chaos Mesh object.
 
 ``replica_crash`` with ``method: pod`` (in :mod:`faults.lifecycle`) uses :func:`delete_pods`, :func:`verify_pods`
 and :func:`wait_serving` from here. Every object a fault creates is named from ``ctx.fault_id``
@@ -35,7 +35,15 @@ from drill.api import (
 if TYPE_CHECKING:
     from drill.api import PodInfo
 
-__all__ = ["ChaosExperiment", "ChaosMesh", "ReplicaScaleDown", "delete_pods", "verify_pods", "wait_serving"]
+__all__ = [
+    "ChaosExperiment",
+    "ChaosMesh",
+    "NodeDrain",
+    "ReplicaScaleDown",
+    "delete_pods",
+    "verify_pods",
+    "wait_serving",
+]
 
 T = TypeVar("T")
 
@@ -201,6 +209,140 @@ class ReplicaScaleDown(Fault):
         access, before = _access(ctx), self._saved(ctx).replicas
         ctx.kubernetes.set_scale(access.workload_kind, access.workload, before)
         wait_serving(ctx, before, self.params.timeout)
+
+
+# -- node_drain -----------------------------------------------------------------------------------------
+
+
+class NodeDrainParams(FaultParams):
+    node: str | None = Field(
+        None, min_length=1, description="the node drained; default: the node hosting the selected replica's pod"
+    )
+    timeout: Duration = Field(60.0, description="how long verify waits for the evicted pods to go, revert to refill")
+
+
+class DrainSaved(Saved):
+    node: str = ""  # the node cordoned
+    was_cordoned: bool = False  # spec.unschedulable before the fault: revert leaves such a node cordoned
+    pods: dict[str, str] = Field(default_factory=dict)  # the namespace's pods on it (name -> UID) before the fault
+    serving: int = Field(0, ge=0)  # the workload's pods serving before the fault
+
+
+class NodeDrain(Fault):
+    """A node is cordoned and drained: what ``kubectl drain`` does before maintenance, an upgrade or a node-pool
+    scale-in. The node's ``spec.unschedulable`` is set, then each of the drill namespace's pods on it is evicted
+    through the Eviction API, which honours PodDisruptionBudgets: an eviction a budget refuses is reported in the
+    proof, never forced. The workload's controller makes replacements, which the scheduler puts on another node.
+
+    verify: the node says unschedulable, and each pod whose eviction was accepted is gone (or being deleted) within
+    ``timeout``; the pods a budget kept are named.
+    revert: the node is uncordoned (unless it was cordoned before the fault), and revert waits until as many of the
+    workload's pods serve as before.
+
+    .. code-block:: yaml
+
+        faults:
+          - kind: node_drain
+            start: 10s
+            duration: 30s
+            selector: {replicas: [0]}   # the node hosting replica 0's pod; or params: {node: gpu-node-3}
+    """
+
+    kind = "node_drain"
+    Params = NodeDrainParams
+    params: NodeDrainParams
+    Saved = DrainSaved
+    needs = frozenset({Capability.KUBERNETES})
+    realism = Realism.REAL
+    summary = "the node hosting a replica is cordoned and its pods evicted (PodDisruptionBudgets honoured)"
+    revert_semantics = (
+        "uncordons the node (unless it was cordoned before the fault) and waits (up to timeout) until as many of the "
+        "workload's pods serve as before; idempotent"
+    )
+
+    def _node(self, ctx: FaultContext) -> str:
+        if self.params.node:
+            return self.params.node
+        for replica in ctx.targets.replicas:
+            pod = ctx.kubernetes.pod(replica.pod) if replica.pod else None
+            if pod is not None and pod.node:
+                return pod.node
+        raise InjectError(
+            "no selected replica's pod is on a node: nothing to drain",
+            fault=ctx.fault_id,
+            hint="select a replica whose pod is scheduled, or name the node: params: {node: NAME}",
+        )
+
+    def describe_targets(self, ctx: FaultContext) -> list[str]:
+        return [f"node {self.params.node or '(the selected replica’s)'}: cordon, evict the namespace's pods"]
+
+    def prepare(self, ctx: FaultContext) -> DrainSaved:
+        node = self._node(ctx)
+        pods = {p.name: p.uid for p in ctx.kubernetes.pods_on(node) if not p.deleting}
+        return DrainSaved(
+            node=node,
+            was_cordoned=ctx.kubernetes.node_unschedulable(node),
+            pods=pods,
+            serving=len(serving_pods(ctx)),
+        )
+
+    def _saved(self, ctx: FaultContext) -> DrainSaved:
+        if not isinstance(ctx.saved, DrainSaved) or not ctx.saved.node:
+            raise RevertError("no node was journaled before the fault", fault=ctx.fault_id)
+        return ctx.saved
+
+    def inject(self, ctx: FaultContext) -> None:
+        saved = self._saved(ctx)
+        ctx.kubernetes.cordon(saved.node)
+        for name, uid in saved.pods.items():
+            ctx.kubernetes.evict_pod(name, uid)  # a refusal (a PodDisruptionBudget) is reported by verify
+
+    def verify(self, ctx: FaultContext) -> LandingProof:
+        saved = self._saved(ctx)
+        if not ctx.kubernetes.node_unschedulable(saved.node):
+            raise FaultNotLanded(f"node {saved.node} is not cordoned (spec.unschedulable false)", fault=ctx.fault_id)
+
+        def kept() -> list[str]:
+            return [
+                p.name for p in ctx.kubernetes.pods_on(saved.node) if saved.pods.get(p.name) == p.uid and not p.deleting
+            ]
+
+        left = _poll(lambda: found if not (found := kept()) else None, min(self.params.timeout, 5.0))
+        refused = {name: self._refusal(ctx, name, saved.pods[name]) for name in (kept() if left is None else [])}
+        refused = {name: why for name, why in refused.items() if why}
+        still = [name for name in kept() if name not in refused]
+        if still:
+            raise FaultNotLanded(
+                f"node {saved.node} cordoned, but pods {', '.join(still)} are still on it, not evicted",
+                fault=ctx.fault_id,
+                hint=f"kubectl -n {_access(ctx).namespace} describe pods {' '.join(still)}",
+            )
+        evicted = [name for name in saved.pods if name not in refused]
+        summary = f"node {saved.node} cordoned; evicted {', '.join(evicted) or 'no pod'}"
+        if refused:
+            summary += "; kept by a PodDisruptionBudget (not forced): " + "; ".join(
+                f"{n} ({why})" for n, why in refused.items()
+            )
+        return LandingProof(
+            summary=summary,
+            observations={
+                "node": saved.node,
+                "pods_evicted": len(evicted),
+                "pods_refused": len(refused),
+                "evicted": ", ".join(evicted),
+                "refused": ", ".join(sorted(refused)),
+            },
+        )
+
+    def _refusal(self, ctx: FaultContext, name: str, uid: str) -> str | None:
+        """Ask again: the API server's reason when a PodDisruptionBudget still refuses the eviction."""
+        return ctx.kubernetes.evict_pod(name, uid)
+
+    def revert(self, ctx: FaultContext) -> None:
+        saved = self._saved(ctx)
+        if not saved.was_cordoned:
+            ctx.kubernetes.cordon(saved.node, unschedulable=False)
+        wait_serving(ctx, saved.serving, self.params.timeout)
 
 
 # -- chaos_mesh -----------------------------------------------------------------------------------------

@@ -123,6 +123,7 @@ MATRIX_DRILL = {
 FAULTS = {
     "pod-delete": {"kind": "replica_crash", "params": {"method": "pod", "restart_timeout": "30s"}},
     "scale-down": {"kind": "replica_scale_down", "params": {"remove": 1, "timeout": "30s"}},
+    "node-drain": {"kind": "node_drain", "params": {"timeout": "30s"}},
     "chaos-mesh": {
         "kind": "chaos_mesh",
         "params": {"experiment": "NetworkChaos", "action": "delay", "latency_ms": 50},
@@ -140,8 +141,13 @@ def _chaos_objects(api: Api, namespace: str) -> list[str]:
     return found
 
 
+def _cordoned(api: Api) -> list[str]:
+    return [n["metadata"]["name"] for n in api.items("/api/v1/nodes") if n.get("spec", {}).get("unschedulable")]
+
+
 @pytest.mark.parametrize(
-    ("fault", "by"), [("pod-delete", "watchdog"), ("scale-down", "cleanup"), ("chaos-mesh", "cleanup")]
+    ("fault", "by"),
+    [("pod-delete", "watchdog"), ("scale-down", "cleanup"), ("node-drain", "watchdog"), ("chaos-mesh", "cleanup")],
 )
 def test_a_runner_killed_during_a_kubernetes_fault_leaves_the_workload_restored_and_nothing_of_its_own(
     control_plane: ControlPlane,
@@ -172,3 +178,4 @@ def test_a_runner_killed_during_a_kubernetes_fault_leaves_the_workload_restored_
     assert spec_replicas(api, namespace) == 2
     api.wait_for("2 pods serving", lambda: len(pods(api, namespace)) == 2, timeout_s=60)
     assert _chaos_objects(api, namespace) == []
+    assert _cordoned(api) == [], "a node is left cordoned"

@@ -1,5 +1,6 @@
-"""The fault contract kit (drill/testing/fault_contract.py) on the kubernetes target: ``replica_scale_down`` and
-``chaos_mesh`` against the real control plane, with real traffic through the target's service to bound replicas."""
+"""The fault contract kit (drill/testing/fault_contract.py) on the kubernetes target: ``replica_scale_down``,
+``node_drain`` and ``chaos_mesh`` against the real control plane, with real traffic through the target's service to
+bound replicas."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from drill.api import FaultContext, Selector, TargetContext, TargetInfo
 from drill.targets.kubernetes import KubernetesTarget, KubernetesTargetParams
 from drill.testing.fault_contract import Effect, FaultCase, latency_above, run_fault_contract
 from tests.kubernetes.conftest import FAST_REPLICA, BindReplicas, ChaosMesh
-from tests.kubernetes.controlplane import ControlPlane
+from tests.kubernetes.controlplane import NODE_NAMES, ControlPlane
 from tests.kubernetes.kube_drills import DEPLOYMENT, SELECTOR, make_deployment, pods, spec_replicas
 
 pytestmark = [pytest.mark.integration, pytest.mark.kubernetes]
@@ -24,7 +25,7 @@ def kube_target(
 ) -> Iterator[tuple[str, TargetInfo]]:
     namespace = control_plane.namespace("contract")
     api = control_plane.api()
-    make_deployment(api, namespace, 2)
+    make_deployment(api, namespace, 2, spread=True)  # node_drain: one pod per node, back after the uncordon
     api.close()
     bound_replicas(namespace, SELECTOR).wait_bound(2)
     params = KubernetesTargetParams(
@@ -57,12 +58,35 @@ def _scaled_back(control_plane: ControlPlane, namespace: str) -> Callable[[Fault
     return clean
 
 
+def _uncordoned_and_back(control_plane: ControlPlane, namespace: str) -> Callable[[FaultContext], None]:
+    scaled_back = _scaled_back(control_plane, namespace)
+
+    def clean(ctx: FaultContext) -> None:
+        api = control_plane.api()
+        try:
+            cordoned = [n for n in NODE_NAMES if api.get(f"/api/v1/nodes/{n}").get("spec", {}).get("unschedulable")]
+        finally:
+            api.close()
+        assert cordoned == [], f"still cordoned: {cordoned}"
+        scaled_back(ctx)
+
+    return clean
+
+
+def _node_of_a_pod(control_plane: ControlPlane, namespace: str) -> str:
+    api = control_plane.api()
+    try:
+        return str(pods(api, namespace)[0]["spec"]["nodeName"])
+    finally:
+        api.close()
+
+
 def _no_effect(base: object, now: object) -> str | None:
     return None  # one replica of two gone at this low rate: the service still answers every request
 
 
 #: the faults whose contract runs here (tests/faults/test_catalogue.py reads this line)
-CONTRACT_KINDS = ["replica_scale_down", "chaos_mesh"]
+CONTRACT_KINDS = ["replica_scale_down", "node_drain", "chaos_mesh"]
 
 
 @pytest.mark.parametrize("kind", CONTRACT_KINDS)
@@ -74,6 +98,9 @@ def test_the_kubernetes_faults_keep_the_contract(
     if kind == "chaos_mesh":
         params: dict = {"action": "delay", "latency_ms": 400, "timeout": "5s"}
         effect, clean = latency_above(0.3), None
+    elif kind == "node_drain":  # a node with one pod: evicted, Pending until the uncordon, back
+        params = {"node": _node_of_a_pod(control_plane, namespace), "timeout": "30s"}
+        effect, clean = _no_effect, _uncordoned_and_back(control_plane, namespace)
     else:
         params, effect, clean = {"remove": 1, "timeout": "30s"}, _no_effect, _scaled_back(control_plane, namespace)
     case = FaultCase(

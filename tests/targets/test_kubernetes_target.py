@@ -80,7 +80,9 @@ def test_replica_pause_through_a_pod_is_refused_with_why(tmp_path: Path) -> None
 
 def _role(out: str) -> dict:
     docs = [d for d in yaml.safe_load_all(out) if d]
-    assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding"]
+    cluster = ["ClusterRole", "ClusterRoleBinding"] if "ClusterRole" in out else []
+    assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding", *cluster]
+    docs = docs[:3]
     assert {d["metadata"]["namespace"] for d in docs} == {"serving"}
     assert docs[2]["subjects"][0]["name"] == docs[0]["metadata"]["name"] == docs[2]["roleRef"]["name"]
     return {(r["apiGroups"][0], r["resources"][0]): r["verbs"] for r in docs[1]["rules"]}
@@ -123,10 +125,31 @@ def test_the_pre_flight_names_each_missing_verb_and_resource() -> None:
     rules.append(KubeRule("", "pods", ("delete",)))
     granted = {("get", "", "pods", ""), ("list", "", "pods", "")}
 
-    def allowed(verb: str, group: str, resource: str, sub: str) -> tuple[bool, str]:
+    def allowed(verb: str, group: str, resource: str, sub: str, cluster: bool) -> tuple[bool, str]:
         return (verb, group, resource, sub) in granted, ""
 
     assert missing_rules(rules, allowed) == ["'get' on deployments/scale (apps)", "'delete' on pods"]
+    rules.append(KubeRule("", "nodes", ("patch",), cluster=True))
+    assert missing_rules(rules, allowed)[-1] == "'patch' on nodes (cluster-wide)"
+
+
+def test_a_node_drain_gets_eviction_in_the_namespace_and_only_nodes_cluster_wide(tmp_path: Path) -> None:
+    drain = {"name": "drain", "kind": "node_drain", "selector": {"replicas": [0]}}
+    code, out = _cli("kube", "role", str(_drill_file(tmp_path, TARGET, [drain])))
+    assert code == 0, out
+    assert _role(out) == {
+        ("", "pods"): ["get", "list"],
+        ("", "pods/eviction"): ["create"],
+        ("apps", "deployments/scale"): ["get"],
+    }
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    cluster = [d for d in docs if d["kind"] == "ClusterRole"]
+    assert [r for d in cluster for r in d["rules"]] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}
+    ]
+    binding = next(d for d in docs if d["kind"] == "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == cluster[0]["metadata"]["name"]
+    assert binding["subjects"][0]["name"] == docs[0]["metadata"]["name"]
 
 
 def test_the_load_job_runs_n_workers_against_the_master() -> None:

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from drill import registry
 from drill.api import FaultContext, Selector, TargetContext, TargetInfo
+from drill.runner.fault_schedule import resolve_targets
 from drill.targets.kubernetes import KubernetesTarget, KubernetesTargetParams
 from drill.testing.fault_contract import Effect, FaultCase, latency_above, run_fault_contract
 from tests.kubernetes.conftest import FAST_REPLICA, BindReplicas, ChaosMesh
@@ -118,3 +120,38 @@ def test_the_kubernetes_faults_keep_the_contract(
     print("\n".join(report.lines()))
     assert len(report.clauses) == 5
     assert report.baseline is not None and report.baseline.error_share < 0.2, report.baseline  # real traffic served
+
+
+def test_a_drain_a_disruption_budget_refuses_is_reported_not_forced(
+    control_plane: ControlPlane, kube_target: tuple[str, TargetInfo]
+) -> None:
+    namespace, info = kube_target
+    api = control_plane.api()
+    try:
+        budget = {"metadata": {"name": "llm"}, "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "llm"}}}}
+        api.create(f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets", budget)
+        api.wait_for(  # the disruption controller has computed what the budget allows
+            "the budget observed",
+            lambda: (
+                api.get(f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/llm")
+                .get("status", {})
+                .get("observedGeneration")
+            ),
+        )
+        node = _node_of_a_pod(control_plane, namespace)
+        before = {p["metadata"]["uid"] for p in pods(api, namespace)}
+        fault_cls = registry.faults.get("node_drain")
+        fault = fault_cls(fault_cls.Params.model_validate({"node": node, "timeout": "10s"}))
+        ctx = FaultContext("drain-pdb", info, resolve_targets(fault, Selector(count=1), info, 0), timeout_s=10)
+        ctx.saved = fault.prepare(ctx)
+        try:
+            fault.inject(ctx)
+            proof = fault.verify(ctx)
+        finally:
+            fault.revert(ctx)
+        assert "kept by a PodDisruptionBudget (not forced)" in proof.summary, proof.summary
+        assert proof.observations["pods_refused"] == 1 and proof.observations["pods_evicted"] == 0, proof
+        assert {p["metadata"]["uid"] for p in pods(api, namespace)} == before  # nothing was evicted
+        assert not api.get(f"/api/v1/nodes/{node}").get("spec", {}).get("unschedulable")
+    finally:
+        api.close()

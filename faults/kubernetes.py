@@ -27,6 +27,7 @@ from drill.api import (
     KubeAccess,
     KubernetesError,
     LandingProof,
+    Mechanism,
     Realism,
     RevertError,
     Saved,
@@ -36,12 +37,18 @@ if TYPE_CHECKING:
     from drill.api import PodInfo
 
 __all__ = [
+    "CHAOS_MESH_MECHANISM",
+    "ChaosAction",
     "ChaosExperiment",
     "ChaosMesh",
     "NodeDrain",
     "ReplicaScaleDown",
     "delete_pods",
     "verify_pods",
+    "chaos_body",
+    "create_chaos",
+    "delete_chaos",
+    "verify_chaos",
     "wait_serving",
 ]
 
@@ -407,78 +414,110 @@ class ChaosMesh(Fault):
     summary = "a Chaos Mesh NetworkChaos / PodChaos object on the replicas' pods, verified by the operator's status"
     revert_semantics = "deletes the object drill-<fault id> and waits until it is gone; a missing object is fine"
 
-    def _name(self, ctx: FaultContext) -> str:
-        return f"drill-{ctx.fault_id}".lower().replace("_", "-")[:63]
-
-    def _plural(self) -> str:
-        return _PLURALS[self.params.experiment.value]
-
     def body(self, ctx: FaultContext) -> dict:
         """The object created (Chaos Mesh's v1alpha1 schema)."""
-        access, p = _access(ctx), self.params
-        pods = [r.pod for r in ctx.targets.replicas if r.pod]
-        spec: dict = {"action": p.action.value, "mode": "all", "selector": {"pods": {access.namespace: pods}}}
+        p = self.params
+        spec: dict = {}
         if p.action is ChaosAction.DELAY:
             spec["delay"] = {"latency": f"{p.latency_ms}ms", "jitter": f"{p.jitter_ms}ms"}
         elif p.action is ChaosAction.LOSS:
             spec["loss"] = {"loss": f"{p.loss_percent:g}"}
         elif p.action is ChaosAction.PARTITION:
             spec["direction"] = "both"
-        return {
-            "apiVersion": f"{_CHAOS_GROUP}/{_CHAOS_VERSION}",
-            "kind": p.experiment.value,
-            "metadata": {
-                "name": self._name(ctx),
-                "namespace": access.namespace,
-                "labels": {"app.kubernetes.io/managed-by": "llm-drill", "llm-drill.dev/fault": self._name(ctx)},
-            },
-            "spec": spec,
-        }
+        return chaos_body(ctx, p.experiment, p.action, spec)
 
     def inject(self, ctx: FaultContext) -> None:
-        if not [r for r in ctx.targets.replicas if r.pod]:
-            raise InjectError("no selected replica names a pod", fault=ctx.fault_id)
-        ctx.kubernetes.create_object(_CHAOS_GROUP, _CHAOS_VERSION, self._plural(), self.body(ctx))
+        create_chaos(ctx, self.params.experiment, self.body(ctx))
 
     def verify(self, ctx: FaultContext) -> LandingProof:
-        name = self._name(ctx)
-        found = _poll(lambda: self._injected(ctx), self.params.timeout)
-        if found is None:
-            raise FaultNotLanded(
-                f"{self.params.experiment.value} {name}: the operator has not said AllInjected within "
-                f"{self.params.timeout:g}s",
-                fault=ctx.fault_id,
-                hint=f"kubectl describe {self._plural()} {name}: is the Chaos Mesh controller running?",
-            )
-        return LandingProof(
-            summary=f"{self.params.experiment.value} {name} ({self.params.action.value}) injected: {found}",
-            observations={"object": name, "records": found},
-        )
-
-    def _injected(self, ctx: FaultContext) -> str | None:
-        obj = ctx.kubernetes.get_object(_CHAOS_GROUP, _CHAOS_VERSION, self._plural(), self._name(ctx))
-        status = (obj or {}).get("status") or {}
-        conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
-        if conditions.get("AllInjected") != "True":
-            return None
-        records = (status.get("experiment") or {}).get("containerRecords") or []
-        return ", ".join(f"{r.get('id')}: {r.get('phase')}" for r in records) or "(no container records)"
+        return verify_chaos(ctx, self.params.experiment, self.params.action, self.params.timeout)
 
     def revert(self, ctx: FaultContext) -> None:
-        name, plural = self._name(ctx), self._plural()
-        try:
-            ctx.kubernetes.delete_object(_CHAOS_GROUP, _CHAOS_VERSION, plural, name)
-        except KubernetesError as exc:
-            if exc.status == 404:  # the kind itself is not served: nothing was created
-                return
-            raise
-        gone = _poll(
-            lambda: True if ctx.kubernetes.get_object(_CHAOS_GROUP, _CHAOS_VERSION, plural, name) is None else None,
-            self.params.timeout,
+        delete_chaos(ctx, self.params.experiment, self.params.timeout)
+
+
+# -- a Chaos Mesh object: shared by chaos_mesh and the network faults' method: chaos_mesh ----------------
+
+#: the ``method: chaos_mesh`` of slow_replica, partition and link_reset: a NetworkChaos through the operator
+CHAOS_MESH_MECHANISM = Mechanism(
+    name="chaos_mesh",
+    needs=frozenset({Capability.KUBERNETES, Capability.CHAOS_MESH}),
+    realism=Realism.REAL,
+    summary="a Chaos Mesh NetworkChaos on the replica's pod, verified by the operator's AllInjected status",
+)
+
+
+def chaos_name(ctx: FaultContext) -> str:
+    """The object's name: ``drill-<fault id>``, so a revert rebuilt from the journal finds exactly it."""
+    return f"drill-{ctx.fault_id}".lower().replace("_", "-")[:63]
+
+
+def chaos_body(ctx: FaultContext, experiment: ChaosExperiment, action: ChaosAction, spec: dict) -> dict:
+    """A Chaos Mesh object (v1alpha1) of ``action`` on the selected replicas' pods, ``spec`` its action's fields."""
+    access = _access(ctx)
+    pods = [r.pod for r in ctx.targets.replicas if r.pod]
+    selector = {"pods": {access.namespace: pods}}
+    name = chaos_name(ctx)
+    return {
+        "apiVersion": f"{_CHAOS_GROUP}/{_CHAOS_VERSION}",
+        "kind": experiment.value,
+        "metadata": {
+            "name": name,
+            "namespace": access.namespace,
+            "labels": {"app.kubernetes.io/managed-by": "llm-drill", "llm-drill.dev/fault": name},
+        },
+        "spec": {"action": action.value, "mode": "all", "selector": selector, **spec},
+    }
+
+
+def create_chaos(ctx: FaultContext, experiment: ChaosExperiment, body: dict) -> None:
+    if not [r for r in ctx.targets.replicas if r.pod]:
+        raise InjectError("no selected replica names a pod", fault=ctx.fault_id)
+    ctx.kubernetes.create_object(_CHAOS_GROUP, _CHAOS_VERSION, _PLURALS[experiment.value], body)
+
+
+def verify_chaos(ctx: FaultContext, experiment: ChaosExperiment, action: ChaosAction, timeout_s: float) -> LandingProof:
+    """Proof from the operator's own status only: ``AllInjected`` true within ``timeout_s``."""
+    name, plural = chaos_name(ctx), _PLURALS[experiment.value]
+    found = _poll(lambda: _injected(ctx, plural, name), timeout_s)
+    if found is None:
+        raise FaultNotLanded(
+            f"{experiment.value} {name}: the operator has not said AllInjected within {timeout_s:g}s",
+            fault=ctx.fault_id,
+            hint=f"kubectl describe {plural} {name}: is the Chaos Mesh controller running?",
         )
-        if gone is None:
-            raise RevertError(
-                f"{plural} {name} is still there {self.params.timeout:g}s after its delete (a finalizer?)",
-                fault=ctx.fault_id,
-                hint=f"kubectl describe {plural} {name}",
-            )
+    return LandingProof(
+        summary=f"{experiment.value} {name} ({action.value}) injected: {found}",
+        observations={"object": name, "records": found},
+    )
+
+
+def _injected(ctx: FaultContext, plural: str, name: str) -> str | None:
+    obj = ctx.kubernetes.get_object(_CHAOS_GROUP, _CHAOS_VERSION, plural, name)
+    status = (obj or {}).get("status") or {}
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    if conditions.get("AllInjected") != "True":
+        return None
+    records = (status.get("experiment") or {}).get("containerRecords") or []
+    return ", ".join(f"{r.get('id')}: {r.get('phase')}" for r in records) or "(no container records)"
+
+
+def delete_chaos(ctx: FaultContext, experiment: ChaosExperiment, timeout_s: float) -> None:
+    """Delete ``drill-<fault id>`` and wait until it is gone; a missing object (or kind) is fine."""
+    name, plural = chaos_name(ctx), _PLURALS[experiment.value]
+    try:
+        ctx.kubernetes.delete_object(_CHAOS_GROUP, _CHAOS_VERSION, plural, name)
+    except KubernetesError as exc:
+        if exc.status == 404:  # the kind itself is not served: nothing was created
+            return
+        raise
+    gone = _poll(
+        lambda: True if ctx.kubernetes.get_object(_CHAOS_GROUP, _CHAOS_VERSION, plural, name) is None else None,
+        timeout_s,
+    )
+    if gone is None:
+        raise RevertError(
+            f"{plural} {name} is still there {timeout_s:g}s after its delete (a finalizer?)",
+            fault=ctx.fault_id,
+            hint=f"kubectl describe {plural} {name}",
+        )

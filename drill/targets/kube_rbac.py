@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from drill.backends.kubernetes import WORKLOAD_SCALE
 
-__all__ = ["CHAOS_MESH", "KubeRule", "drill_rules", "missing_rules", "role_manifests"]
+__all__ = ["CHAOS_MESH", "KubeRule", "chaos_experiment", "drill_rules", "missing_rules", "role_manifests"]
 
 #: Chaos Mesh's API group, version and the kinds the harness creates (chaos-mesh.org/v1alpha1)
 CHAOS_MESH = ("chaos-mesh.org", "v1alpha1")
@@ -47,9 +47,26 @@ def target_rules(access: str, workload_kind: str) -> list[KubeRule]:
     return rules
 
 
+#: the network faults whose ``method: chaos_mesh`` creates a NetworkChaos
+CHAOS_METHOD_FAULTS = frozenset({"slow_replica", "partition", "link_reset"})
+
+
+def _method(params: BaseModel) -> str:
+    return str(getattr(getattr(params, "method", None), "value", getattr(params, "method", "")))
+
+
+def chaos_experiment(kind: str, params: BaseModel) -> str | None:
+    """The Chaos Mesh kind a fault creates (``NetworkChaos``, ``PodChaos``); None for a fault that creates none."""
+    if kind == "chaos_mesh":
+        return str(getattr(getattr(params, "experiment", None), "value", "NetworkChaos"))
+    if kind in CHAOS_METHOD_FAULTS and _method(params) == "chaos_mesh":
+        return "NetworkChaos"
+    return None
+
+
 def fault_rules(kind: str, params: BaseModel, workload_kind: str) -> list[KubeRule]:
     """What one fault does through the API (none for a fault that acts elsewhere)."""
-    method = str(getattr(getattr(params, "method", None), "value", getattr(params, "method", "")))
+    method = _method(params)
     if kind == "replica_crash" and method == "pod":
         return [KubeRule("", "pods", ("delete",))]
     if kind == "replica_scale_down":
@@ -61,8 +78,8 @@ def fault_rules(kind: str, params: BaseModel, workload_kind: str) -> list[KubeRu
             KubeRule("", "pods", ("list",)),
             KubeRule("", "pods/eviction", ("create",)),
         ]
-    if kind == "chaos_mesh":
-        experiment = str(getattr(getattr(params, "experiment", None), "value", "NetworkChaos"))
+    experiment = chaos_experiment(kind, params)
+    if experiment is not None:
         return [KubeRule(CHAOS_MESH[0], CHAOS_PLURALS[experiment], ("create", "get", "list", "delete"))]
     return []
 
@@ -106,7 +123,7 @@ def role_manifests(name: str, namespace: str, rules: Iterable[KubeRule]) -> list
     meta = {"name": name, "namespace": namespace, "labels": labels}
     rules = list(rules)
     role_rules = [_rule(r) for r in rules if not r.cluster]
-    manifests = [
+    manifests: list[dict] = [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": dict(meta)},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": dict(meta), "rules": role_rules},
         {

@@ -4,9 +4,12 @@ bound replicas."""
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from drill import registry
@@ -153,5 +156,56 @@ def test_a_drain_a_disruption_budget_refuses_is_reported_not_forced(
         assert proof.observations["pods_refused"] == 1 and proof.observations["pods_evicted"] == 0, proof
         assert {p["metadata"]["uid"] for p in pods(api, namespace)} == before  # nothing was evicted
         assert not api.get(f"/api/v1/nodes/{node}").get("spec", {}).get("unschedulable")
+    finally:
+        api.close()
+
+
+def _health_s(url: str) -> float:
+    """Seconds one GET /health of the replica takes; inf when no answer comes within 2 s."""
+    start = time.monotonic()
+    try:
+        httpx.get(url + "/health", timeout=2.0, trust_env=False).raise_for_status()
+    except httpx.HTTPError:
+        return math.inf
+    return time.monotonic() - start
+
+
+NETWORK_METHODS = {  # each fault's method: chaos_mesh, the NetworkChaos action, how the replica answers during it
+    "slow_replica": ({"method": "chaos_mesh", "latency_ms": 600}, "delay", lambda s: 0.6 <= s < math.inf),
+    "partition": ({"method": "chaos_mesh"}, "partition", math.isinf),
+    "link_reset": ({"method": "chaos_mesh", "loss_percent": 100}, "loss", math.isinf),
+}
+
+
+@pytest.mark.parametrize("kind", list(NETWORK_METHODS))
+def test_the_network_faults_through_chaos_mesh_are_injected_verified_by_the_operator_and_deleted(
+    control_plane: ControlPlane, kube_target: tuple[str, TargetInfo], kind: str
+) -> None:
+    namespace, info = kube_target
+    params, action, during = NETWORK_METHODS[kind]
+    fault_cls = registry.faults.get(kind)
+    fault = fault_cls(fault_cls.Params.model_validate(params | {"timeout": "10s"}))
+    targets = resolve_targets(fault, Selector(count=1), info, 0)
+    ctx = FaultContext(f"net-{kind}", info, targets, timeout_s=10)
+    url = targets.replicas[0].url
+    assert _health_s(url) < 0.5  # the replica answers at once before the fault
+    api = control_plane.api()
+    objects = f"/apis/chaos-mesh.org/v1alpha1/namespaces/{namespace}/networkchaos"
+    try:
+        ctx.saved = fault.prepare(ctx)
+        try:
+            fault.inject(ctx)
+            proof = fault.verify(ctx)
+            [made] = api.items(objects)
+            took = _health_s(url)
+        finally:
+            fault.revert(ctx)
+        assert made["spec"]["action"] == action and made["spec"]["selector"]["pods"] == {
+            namespace: [targets.replicas[0].pod]
+        }
+        assert "injected" in proof.summary, proof.summary
+        assert during(took), f"{kind}: GET /health took {took:.2f}s during the fault"
+        assert api.items(objects) == []
+        assert _health_s(url) < 0.5, "the replica is still slowed or cut after the revert"
     finally:
         api.close()

@@ -133,6 +133,14 @@ def test_the_pre_flight_names_each_missing_verb_and_resource() -> None:
     assert missing_rules(rules, allowed)[-1] == "'patch' on nodes (cluster-wide)"
 
 
+def test_the_network_faults_chaos_mesh_method_needs_networkchaos_verbs(tmp_path: Path) -> None:
+    slow = {"name": "slow", "kind": "slow_replica", "params": {"method": "chaos_mesh", "latency_ms": 100}}
+    cut = {"name": "cut", "kind": "partition", "params": {"method": "chaos_mesh"}}
+    code, out = _cli("kube", "role", str(_drill_file(tmp_path, TARGET | {"chaos_operator": "chaos-mesh"}, [slow, cut])))
+    assert code == 0, out
+    assert _role(out)[("chaos-mesh.org", "networkchaos")] == ["create", "delete", "get", "list"]
+
+
 def test_a_node_drain_gets_eviction_in_the_namespace_and_only_nodes_cluster_wide(tmp_path: Path) -> None:
     drain = {"name": "drain", "kind": "node_drain", "selector": {"replicas": [0]}}
     code, out = _cli("kube", "role", str(_drill_file(tmp_path, TARGET, [drain])))

@@ -12,10 +12,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from drill import registry
+from drill.api import TargetContext
 from drill.cli.main import cli
-from drill.errors import DrillError
+from drill.errors import DrillError, KubernetesAccessError
 from drill.targets.kube_rbac import KubeRule, drill_rules, missing_rules
 from drill.targets.kube_service import PodEndpoint, ServiceForwarder, dial_address
+from drill.targets.kubernetes import KubernetesTarget, KubernetesTargetParams
 
 SCENARIO = {
     "arrival": {"process": "poisson", "rate": 2},
@@ -209,7 +212,10 @@ def _ask(address: str) -> str:
     host, _, port = address.rpartition(":")
     with socket.create_connection((host, int(port)), timeout=5) as sock:
         sock.sendall(b"hi")
-        sock.shutdown(socket.SHUT_WR)
+        try:
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:  # the pod answered and the forwarder closed both ways first (ENOTCONN): the answer is read
+            pass
         return sock.recv(64).decode()
 
 
@@ -250,3 +256,34 @@ def test_the_service_keeps_its_last_list_when_the_api_does_not_answer(pods: list
         assert _ask(service.address) == "pod-b"
     finally:
         service.close()
+
+
+class _NoOperator:
+    """The API server's answers at the client seam: every verb allowed, no Chaos Mesh kind served."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def allowed(self, verb: str, group: str, resource: str, sub: str = "", cluster: bool = False) -> tuple[bool, str]:
+        return True, ""
+
+    def installed(self, group: str, version: str, plural: str) -> bool:
+        self.asked.append(f"{plural}.{group}")
+        return False
+
+
+@pytest.mark.parametrize(("kind", "params"), [("partition", {"method": "chaos_mesh"}), ("partition", {})])
+def test_a_chaos_mesh_method_without_the_operator_stops_before_anything_starts(
+    tmp_path: Path, kind: str, params: dict
+) -> None:
+    faults = ((kind, registry.faults.get(kind).Params.model_validate(params)),)
+    config = KubernetesTargetParams.model_validate(TARGET | {"chaos_operator": "chaos-mesh"})
+    target = KubernetesTarget(config, TargetContext("t", str(tmp_path), faults=faults))
+    client = _NoOperator()
+    if not params:  # method toxiproxy creates nothing in the cluster: no operator asked for
+        target.preflight(client)  # type: ignore[arg-type]
+        assert client.asked == []
+        return
+    with pytest.raises(KubernetesAccessError, match="no Chaos Mesh operator.*networkchaos.chaos-mesh.org") as caught:
+        target.preflight(client)  # type: ignore[arg-type]
+    assert caught.value.exit_code == 2

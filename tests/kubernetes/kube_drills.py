@@ -98,7 +98,7 @@ def least_privilege_kubeconfig(
     write a kubeconfig with a token of that ServiceAccount (the TokenRequest API, as ``kubectl create token``)."""
     docs = [d for d in yaml.safe_load_all(role_yaml) if d]
     resource, verb = drop
-    for rule in docs[1]["rules"]:
+    for rule in (r for d in docs for r in d.get("rules", [])):  # the Role's, and a ClusterRole's (nodes)
         if rule["resources"] == [resource]:
             rule["verbs"] = [v for v in rule["verbs"] if v != verb]
     plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))

@@ -91,6 +91,29 @@ def test_less_than_the_role_fails_before_anything_starts_naming_the_verb_and_res
     assert uids(api, namespace) == before
 
 
+def test_a_drain_without_patch_on_nodes_fails_before_anything_starts_naming_it(
+    control_plane: ControlPlane, api: Api, bound_replicas: BindReplicas, tmp_path: Path
+) -> None:
+    namespace = _workload(control_plane, api, bound_replicas, "rbac-drain")
+    drill = dict(MATRIX_DRILL)
+    drill["faults"] = [
+        {"name": "drain", "start": "0s", "duration": "5s", "selector": {"replicas": [0]}, **FAULTS["node-drain"]}
+    ]
+    path = tmp_path / "drain.yaml"
+    path.write_text(yaml.safe_dump(drill, sort_keys=False))
+    sets = [f"target.config.namespace={namespace}"]
+    role = drill_role(path, sets)
+    assert "ClusterRole" in role
+    kubeconfig = least_privilege_kubeconfig(control_plane, role, tmp_path, drop=("nodes", "patch"))
+    before = uids(api, namespace)
+    run = run_drill(path, tmp_path / "out", [*sets, f"target.config.kubeconfig={kubeconfig}"])
+    assert run.exit_code == 2, run.output[-4000:]
+    said = " ".join(run.output.split())
+    assert "'patch' on nodes (cluster-wide)" in said and "'get' on nodes" not in said, said[-4000:]
+    assert not run.events("fault_injected"), run.journal()
+    assert uids(api, namespace) == before and _cordoned(api) == []
+
+
 # -- the crash matrix ---------------------------------------------------------------------------------------------
 
 MATRIX_DRILL = {

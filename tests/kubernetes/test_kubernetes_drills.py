@@ -6,6 +6,7 @@ can."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,22 +92,32 @@ def test_less_than_the_role_fails_before_anything_starts_naming_the_verb_and_res
     assert uids(api, namespace) == before
 
 
-def test_a_drain_without_patch_on_nodes_fails_before_anything_starts_naming_it(
+def test_a_drain_runs_under_exactly_its_role_and_without_patch_on_nodes_stops_before_anything_starts(
     control_plane: ControlPlane, api: Api, bound_replicas: BindReplicas, tmp_path: Path
 ) -> None:
     namespace = _workload(control_plane, api, bound_replicas, "rbac-drain")
     drill = dict(MATRIX_DRILL)
-    drill["faults"] = [
-        {"name": "drain", "start": "0s", "duration": "5s", "selector": {"replicas": [0]}, **FAULTS["node-drain"]}
-    ]
+    drill["phases"] = {"warmup": "1s", "baseline": "1s", "fault": "4s", "recovery": "2s", "replay": False}
+    fault = {"name": "drain", "start": "0s", "duration": "3s", "selector": {"replicas": [0]}, **FAULTS["node-drain"]}
+    drill["faults"] = [fault]
     path = tmp_path / "drain.yaml"
     path.write_text(yaml.safe_dump(drill, sort_keys=False))
     sets = [f"target.config.namespace={namespace}"]
     role = drill_role(path, sets)
     assert "ClusterRole" in role
+
+    kubeconfig = least_privilege_kubeconfig(control_plane, role, tmp_path)  # exactly the printed role
+    run = run_drill(path, tmp_path / "out", [*sets, f"target.config.kubeconfig={kubeconfig}"])
+    assert run.exit_code == 0, run.output[-4000:]
+    [proof] = run.events("fault_verified")
+    assert "cordoned; evicted" in json.dumps(proof), proof
+    assert [e["by"] for e in run.events("fault_reverted")] == ["runner"], run.journal()
+    assert _cordoned(api) == []
+    api.wait_for("2 pods serving", lambda: len(pods(api, namespace)) == 2, timeout_s=30)
+
     kubeconfig = least_privilege_kubeconfig(control_plane, role, tmp_path, drop=("nodes", "patch"))
     before = uids(api, namespace)
-    run = run_drill(path, tmp_path / "out", [*sets, f"target.config.kubeconfig={kubeconfig}"])
+    run = run_drill(path, tmp_path / "out-less", [*sets, f"target.config.kubeconfig={kubeconfig}"])
     assert run.exit_code == 2, run.output[-4000:]
     said = " ".join(run.output.split())
     assert "'patch' on nodes (cluster-wide)" in said and "'get' on nodes" not in said, said[-4000:]

@@ -1,5 +1,5 @@
-"""Faults through the Kubernetes API (the kubernetes target): a pod deleted, a workload scaled down, a Chaos Mesh
-object.
+"""Faults through the Kubernetes API (the kubernetes target): a pod deleted, a workload scaled down, a node cordoned
+and drained, a Chaos Mesh object.
 
 ``replica_crash`` with ``method: pod`` (in :mod:`faults.lifecycle`) uses :func:`delete_pods`, :func:`verify_pods`
 and :func:`wait_serving` from here. Every object a fault creates is named from ``ctx.fault_id``
@@ -27,6 +27,7 @@ from drill.api import (
     KubeAccess,
     KubernetesError,
     LandingProof,
+    Mechanism,
     Realism,
     RevertError,
     Saved,
@@ -35,7 +36,21 @@ from drill.api import (
 if TYPE_CHECKING:
     from drill.api import PodInfo
 
-__all__ = ["ChaosExperiment", "ChaosMesh", "ReplicaScaleDown", "delete_pods", "verify_pods", "wait_serving"]
+__all__ = [
+    "CHAOS_MESH_MECHANISM",
+    "ChaosAction",
+    "ChaosExperiment",
+    "ChaosMesh",
+    "NodeDrain",
+    "ReplicaScaleDown",
+    "delete_pods",
+    "verify_pods",
+    "chaos_body",
+    "create_chaos",
+    "delete_chaos",
+    "verify_chaos",
+    "wait_serving",
+]
 
 T = TypeVar("T")
 
@@ -203,6 +218,140 @@ class ReplicaScaleDown(Fault):
         wait_serving(ctx, before, self.params.timeout)
 
 
+# -- node_drain -----------------------------------------------------------------------------------------
+
+
+class NodeDrainParams(FaultParams):
+    node: str | None = Field(
+        None, min_length=1, description="the node drained; default: the node hosting the selected replica's pod"
+    )
+    timeout: Duration = Field(60.0, description="how long verify waits for the evicted pods to go, revert to refill")
+
+
+class DrainSaved(Saved):
+    node: str = ""  # the node cordoned
+    was_cordoned: bool = False  # spec.unschedulable before the fault: revert leaves such a node cordoned
+    pods: dict[str, str] = Field(default_factory=dict)  # the namespace's pods on it (name -> UID) before the fault
+    serving: int = Field(0, ge=0)  # the workload's pods serving before the fault
+
+
+class NodeDrain(Fault):
+    """A node is cordoned and drained: what ``kubectl drain`` does before maintenance, an upgrade or a node-pool
+    scale-in. The node's ``spec.unschedulable`` is set, then each of the drill namespace's pods on it is evicted
+    through the Eviction API, which honours PodDisruptionBudgets: an eviction a budget refuses is reported in the
+    proof, never forced. The workload's controller makes replacements, which the scheduler puts on another node.
+
+    verify: the node says unschedulable, and each pod whose eviction was accepted is gone (or being deleted) within
+    ``timeout``; the pods a budget kept are named.
+    revert: the node is uncordoned (unless it was cordoned before the fault), and revert waits until as many of the
+    workload's pods serve as before.
+
+    .. code-block:: yaml
+
+        faults:
+          - kind: node_drain
+            start: 10s
+            duration: 30s
+            selector: {replicas: [0]}   # the node hosting replica 0's pod; or params: {node: gpu-node-3}
+    """
+
+    kind = "node_drain"
+    Params = NodeDrainParams
+    params: NodeDrainParams
+    Saved = DrainSaved
+    needs = frozenset({Capability.KUBERNETES})
+    realism = Realism.REAL
+    summary = "the node hosting a replica is cordoned and its pods evicted (PodDisruptionBudgets honoured)"
+    revert_semantics = (
+        "uncordons the node (unless it was cordoned before the fault) and waits (up to timeout) until as many of the "
+        "workload's pods serve as before; idempotent"
+    )
+
+    def _node(self, ctx: FaultContext) -> str:
+        if self.params.node:
+            return self.params.node
+        for replica in ctx.targets.replicas:
+            pod = ctx.kubernetes.pod(replica.pod) if replica.pod else None
+            if pod is not None and pod.node:
+                return pod.node
+        raise InjectError(
+            "no selected replica's pod is on a node: nothing to drain",
+            fault=ctx.fault_id,
+            hint="select a replica whose pod is scheduled, or name the node: params: {node: NAME}",
+        )
+
+    def describe_targets(self, ctx: FaultContext) -> list[str]:
+        return [f"node {self.params.node or '(the selected replica’s)'}: cordon, evict the namespace's pods"]
+
+    def prepare(self, ctx: FaultContext) -> DrainSaved:
+        node = self._node(ctx)
+        pods = {p.name: p.uid for p in ctx.kubernetes.pods_on(node) if not p.deleting}
+        return DrainSaved(
+            node=node,
+            was_cordoned=ctx.kubernetes.node_unschedulable(node),
+            pods=pods,
+            serving=len(serving_pods(ctx)),
+        )
+
+    def _saved(self, ctx: FaultContext) -> DrainSaved:
+        if not isinstance(ctx.saved, DrainSaved) or not ctx.saved.node:
+            raise RevertError("no node was journaled before the fault", fault=ctx.fault_id)
+        return ctx.saved
+
+    def inject(self, ctx: FaultContext) -> None:
+        saved = self._saved(ctx)
+        ctx.kubernetes.cordon(saved.node)
+        for name, uid in saved.pods.items():
+            ctx.kubernetes.evict_pod(name, uid)  # a refusal (a PodDisruptionBudget) is reported by verify
+
+    def verify(self, ctx: FaultContext) -> LandingProof:
+        saved = self._saved(ctx)
+        if not ctx.kubernetes.node_unschedulable(saved.node):
+            raise FaultNotLanded(f"node {saved.node} is not cordoned (spec.unschedulable false)", fault=ctx.fault_id)
+
+        def kept() -> list[str]:
+            return [
+                p.name for p in ctx.kubernetes.pods_on(saved.node) if saved.pods.get(p.name) == p.uid and not p.deleting
+            ]
+
+        left = _poll(lambda: found if not (found := kept()) else None, min(self.params.timeout, 5.0))
+        refused = {name: self._refusal(ctx, name, saved.pods[name]) for name in (kept() if left is None else [])}
+        refused = {name: why for name, why in refused.items() if why}
+        still = [name for name in kept() if name not in refused]
+        if still:
+            raise FaultNotLanded(
+                f"node {saved.node} cordoned, but pods {', '.join(still)} are still on it, not evicted",
+                fault=ctx.fault_id,
+                hint=f"kubectl -n {_access(ctx).namespace} describe pods {' '.join(still)}",
+            )
+        evicted = [name for name in saved.pods if name not in refused]
+        summary = f"node {saved.node} cordoned; evicted {', '.join(evicted) or 'no pod'}"
+        if refused:
+            summary += "; kept by a PodDisruptionBudget (not forced): " + "; ".join(
+                f"{n} ({why})" for n, why in refused.items()
+            )
+        return LandingProof(
+            summary=summary,
+            observations={
+                "node": saved.node,
+                "pods_evicted": len(evicted),
+                "pods_refused": len(refused),
+                "evicted": ", ".join(evicted),
+                "refused": ", ".join(sorted(refused)),
+            },
+        )
+
+    def _refusal(self, ctx: FaultContext, name: str, uid: str) -> str | None:
+        """Ask again: the API server's reason when a PodDisruptionBudget still refuses the eviction."""
+        return ctx.kubernetes.evict_pod(name, uid)
+
+    def revert(self, ctx: FaultContext) -> None:
+        saved = self._saved(ctx)
+        if not saved.was_cordoned:
+            ctx.kubernetes.cordon(saved.node, unschedulable=False)
+        wait_serving(ctx, saved.serving, self.params.timeout)
+
+
 # -- chaos_mesh -----------------------------------------------------------------------------------------
 
 
@@ -265,78 +414,110 @@ class ChaosMesh(Fault):
     summary = "a Chaos Mesh NetworkChaos / PodChaos object on the replicas' pods, verified by the operator's status"
     revert_semantics = "deletes the object drill-<fault id> and waits until it is gone; a missing object is fine"
 
-    def _name(self, ctx: FaultContext) -> str:
-        return f"drill-{ctx.fault_id}".lower().replace("_", "-")[:63]
-
-    def _plural(self) -> str:
-        return _PLURALS[self.params.experiment.value]
-
     def body(self, ctx: FaultContext) -> dict:
         """The object created (Chaos Mesh's v1alpha1 schema)."""
-        access, p = _access(ctx), self.params
-        pods = [r.pod for r in ctx.targets.replicas if r.pod]
-        spec: dict = {"action": p.action.value, "mode": "all", "selector": {"pods": {access.namespace: pods}}}
+        p = self.params
+        spec: dict = {}
         if p.action is ChaosAction.DELAY:
             spec["delay"] = {"latency": f"{p.latency_ms}ms", "jitter": f"{p.jitter_ms}ms"}
         elif p.action is ChaosAction.LOSS:
             spec["loss"] = {"loss": f"{p.loss_percent:g}"}
         elif p.action is ChaosAction.PARTITION:
             spec["direction"] = "both"
-        return {
-            "apiVersion": f"{_CHAOS_GROUP}/{_CHAOS_VERSION}",
-            "kind": p.experiment.value,
-            "metadata": {
-                "name": self._name(ctx),
-                "namespace": access.namespace,
-                "labels": {"app.kubernetes.io/managed-by": "llm-drill", "llm-drill.dev/fault": self._name(ctx)},
-            },
-            "spec": spec,
-        }
+        return chaos_body(ctx, p.experiment, p.action, spec)
 
     def inject(self, ctx: FaultContext) -> None:
-        if not [r for r in ctx.targets.replicas if r.pod]:
-            raise InjectError("no selected replica names a pod", fault=ctx.fault_id)
-        ctx.kubernetes.create_object(_CHAOS_GROUP, _CHAOS_VERSION, self._plural(), self.body(ctx))
+        create_chaos(ctx, self.params.experiment, self.body(ctx))
 
     def verify(self, ctx: FaultContext) -> LandingProof:
-        name = self._name(ctx)
-        found = _poll(lambda: self._injected(ctx), self.params.timeout)
-        if found is None:
-            raise FaultNotLanded(
-                f"{self.params.experiment.value} {name}: the operator has not said AllInjected within "
-                f"{self.params.timeout:g}s",
-                fault=ctx.fault_id,
-                hint=f"kubectl describe {self._plural()} {name}: is the Chaos Mesh controller running?",
-            )
-        return LandingProof(
-            summary=f"{self.params.experiment.value} {name} ({self.params.action.value}) injected: {found}",
-            observations={"object": name, "records": found},
-        )
-
-    def _injected(self, ctx: FaultContext) -> str | None:
-        obj = ctx.kubernetes.get_object(_CHAOS_GROUP, _CHAOS_VERSION, self._plural(), self._name(ctx))
-        status = (obj or {}).get("status") or {}
-        conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
-        if conditions.get("AllInjected") != "True":
-            return None
-        records = (status.get("experiment") or {}).get("containerRecords") or []
-        return ", ".join(f"{r.get('id')}: {r.get('phase')}" for r in records) or "(no container records)"
+        return verify_chaos(ctx, self.params.experiment, self.params.action, self.params.timeout)
 
     def revert(self, ctx: FaultContext) -> None:
-        name, plural = self._name(ctx), self._plural()
-        try:
-            ctx.kubernetes.delete_object(_CHAOS_GROUP, _CHAOS_VERSION, plural, name)
-        except KubernetesError as exc:
-            if exc.status == 404:  # the kind itself is not served: nothing was created
-                return
-            raise
-        gone = _poll(
-            lambda: True if ctx.kubernetes.get_object(_CHAOS_GROUP, _CHAOS_VERSION, plural, name) is None else None,
-            self.params.timeout,
+        delete_chaos(ctx, self.params.experiment, self.params.timeout)
+
+
+# -- a Chaos Mesh object: shared by chaos_mesh and the network faults' method: chaos_mesh ----------------
+
+#: the ``method: chaos_mesh`` of slow_replica, partition and link_reset: a NetworkChaos through the operator
+CHAOS_MESH_MECHANISM = Mechanism(
+    name="chaos_mesh",
+    needs=frozenset({Capability.KUBERNETES, Capability.CHAOS_MESH}),
+    realism=Realism.REAL,
+    summary="a Chaos Mesh NetworkChaos on the replica's pod, verified by the operator's AllInjected status",
+)
+
+
+def chaos_name(ctx: FaultContext) -> str:
+    """The object's name: ``drill-<fault id>``, so a revert rebuilt from the journal finds exactly it."""
+    return f"drill-{ctx.fault_id}".lower().replace("_", "-")[:63]
+
+
+def chaos_body(ctx: FaultContext, experiment: ChaosExperiment, action: ChaosAction, spec: dict) -> dict:
+    """A Chaos Mesh object (v1alpha1) of ``action`` on the selected replicas' pods, ``spec`` its action's fields."""
+    access = _access(ctx)
+    pods = [r.pod for r in ctx.targets.replicas if r.pod]
+    selector = {"pods": {access.namespace: pods}}
+    name = chaos_name(ctx)
+    return {
+        "apiVersion": f"{_CHAOS_GROUP}/{_CHAOS_VERSION}",
+        "kind": experiment.value,
+        "metadata": {
+            "name": name,
+            "namespace": access.namespace,
+            "labels": {"app.kubernetes.io/managed-by": "llm-drill", "llm-drill.dev/fault": name},
+        },
+        "spec": {"action": action.value, "mode": "all", "selector": selector, **spec},
+    }
+
+
+def create_chaos(ctx: FaultContext, experiment: ChaosExperiment, body: dict) -> None:
+    if not [r for r in ctx.targets.replicas if r.pod]:
+        raise InjectError("no selected replica names a pod", fault=ctx.fault_id)
+    ctx.kubernetes.create_object(_CHAOS_GROUP, _CHAOS_VERSION, _PLURALS[experiment.value], body)
+
+
+def verify_chaos(ctx: FaultContext, experiment: ChaosExperiment, action: ChaosAction, timeout_s: float) -> LandingProof:
+    """Proof from the operator's own status only: ``AllInjected`` true within ``timeout_s``."""
+    name, plural = chaos_name(ctx), _PLURALS[experiment.value]
+    found = _poll(lambda: _injected(ctx, plural, name), timeout_s)
+    if found is None:
+        raise FaultNotLanded(
+            f"{experiment.value} {name}: the operator has not said AllInjected within {timeout_s:g}s",
+            fault=ctx.fault_id,
+            hint=f"kubectl describe {plural} {name}: is the Chaos Mesh controller running?",
         )
-        if gone is None:
-            raise RevertError(
-                f"{plural} {name} is still there {self.params.timeout:g}s after its delete (a finalizer?)",
-                fault=ctx.fault_id,
-                hint=f"kubectl describe {plural} {name}",
-            )
+    return LandingProof(
+        summary=f"{experiment.value} {name} ({action.value}) injected: {found}",
+        observations={"object": name, "records": found},
+    )
+
+
+def _injected(ctx: FaultContext, plural: str, name: str) -> str | None:
+    obj = ctx.kubernetes.get_object(_CHAOS_GROUP, _CHAOS_VERSION, plural, name)
+    status = (obj or {}).get("status") or {}
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    if conditions.get("AllInjected") != "True":
+        return None
+    records = (status.get("experiment") or {}).get("containerRecords") or []
+    return ", ".join(f"{r.get('id')}: {r.get('phase')}" for r in records) or "(no container records)"
+
+
+def delete_chaos(ctx: FaultContext, experiment: ChaosExperiment, timeout_s: float) -> None:
+    """Delete ``drill-<fault id>`` and wait until it is gone; a missing object (or kind) is fine."""
+    name, plural = chaos_name(ctx), _PLURALS[experiment.value]
+    try:
+        ctx.kubernetes.delete_object(_CHAOS_GROUP, _CHAOS_VERSION, plural, name)
+    except KubernetesError as exc:
+        if exc.status == 404:  # the kind itself is not served: nothing was created
+            return
+        raise
+    gone = _poll(
+        lambda: True if ctx.kubernetes.get_object(_CHAOS_GROUP, _CHAOS_VERSION, plural, name) is None else None,
+        timeout_s,
+    )
+    if gone is None:
+        raise RevertError(
+            f"{plural} {name} is still there {timeout_s:g}s after its delete (a finalizer?)",
+            fault=ctx.fault_id,
+            hint=f"kubectl describe {plural} {name}",
+        )

@@ -1,25 +1,52 @@
-"""``link_reset`` and ``partition``: TCP faults between the router and a replica, through Toxiproxy."""
+"""``link_reset`` and ``partition``: TCP faults between the router and a replica, through Toxiproxy, or on the
+kubernetes target through a Chaos Mesh ``NetworkChaos`` on the replica's pod (``method: chaos_mesh``)."""
 
 from __future__ import annotations
 
 import enum
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from drill.api import (
     Capability,
+    Duration,
     Fault,
     FaultContext,
     FaultNotLanded,
     FaultParams,
     LandingProof,
+    Mechanism,
     Realism,
     Saved,
     ToxiproxyError,
 )
 from faults._toxics import Direction, ToxicPlan, add_toxics, artefact, refused, remove_toxics, verify_toxics
+from faults.kubernetes import (
+    CHAOS_MESH_MECHANISM,
+    ChaosAction,
+    ChaosExperiment,
+    chaos_body,
+    create_chaos,
+    delete_chaos,
+    verify_chaos,
+)
 
-__all__ = ["LinkReset", "LinkResetParams", "Partition", "PartitionMode", "PartitionParams"]
+__all__ = ["LinkReset", "LinkResetParams", "NetMethod", "Partition", "PartitionMode", "PartitionParams"]
+
+
+class NetMethod(enum.StrEnum):
+    TOXIPROXY = "toxiproxy"  # toxics on (or the state of) the replica's Toxiproxy proxy
+    CHAOS_MESH = "chaos_mesh"  # a Chaos Mesh NetworkChaos on the replica's pod (kubernetes target)
+
+
+_TOXIPROXY = Mechanism(
+    name="toxiproxy",
+    needs=frozenset({Capability.TOXIPROXY_REPLICA}),
+    realism=Realism.REAL,
+    summary="the replica's Toxiproxy proxy between the router and the replica",
+)
+_METHOD = Field(NetMethod.TOXIPROXY, description="toxiproxy, or chaos_mesh on the kubernetes target (see Methods)")
+_TIMEOUT = Field(30.0, description="chaos_mesh: how long verify waits for the operator's AllInjected")
 
 
 def _proxies(ctx: FaultContext) -> list[str]:
@@ -27,9 +54,20 @@ def _proxies(ctx: FaultContext) -> list[str]:
 
 
 class LinkResetParams(FaultParams):
+    method: NetMethod = _METHOD
     after_ms: int = Field(0, ge=0, le=3_600_000, description="reset a connection this long after data starts (ms)")
     direction: Direction = Field(Direction.DOWNSTREAM, description="which bytes trigger the reset")
     toxicity: float = Field(1.0, ge=0, le=1, description="share of connections reset (rolled per connection)")
+    loss_percent: float | None = Field(None, gt=0, le=100, description="chaos_mesh: share of packets dropped (%)")
+    timeout: Duration = _TIMEOUT
+
+    @model_validator(mode="after")
+    def _fits_method(self) -> LinkResetParams:
+        if self.method is NetMethod.CHAOS_MESH and (self.after_ms or self.toxicity != 1.0):
+            raise ValueError("method chaos_mesh has no reset: it drops loss_percent of the packets (no after_ms)")
+        if self.method is NetMethod.TOXIPROXY and self.loss_percent is not None:
+            raise ValueError("loss_percent belongs to method chaos_mesh, not toxiproxy")
+        return self
 
 
 class LinkReset(Fault):
@@ -41,6 +79,10 @@ class LinkReset(Fault):
     a gateway: 502s), and retries if the router makes them.
 
     verify: the ``reset_peer`` toxic ``drill-<fault id>`` is listed on the proxy with these attributes.
+
+    ``method: chaos_mesh`` (kubernetes target): Chaos Mesh's NetworkChaos has no reset action; the closest is
+    ``loss`` — ``loss_percent`` (default 100) of the pod's packets dropped, so its connections stall and time out
+    rather than reset. Verified only by the operator's ``AllInjected`` status; the object is deleted to revert.
 
     .. code-block:: yaml
 
@@ -55,10 +97,12 @@ class LinkReset(Fault):
     kind = "link_reset"
     Params = LinkResetParams
     params: LinkResetParams
-    needs = frozenset({Capability.TOXIPROXY_REPLICA})
-    realism = Realism.REAL
-    summary = "TCP resets (Toxiproxy reset_peer) between the router and a replica"
-    revert_semantics = "deletes the toxic drill-<fault id> from each proxy; a missing toxic or proxy is fine."
+    mechanisms = (_TOXIPROXY, CHAOS_MESH_MECHANISM)
+    summary = "TCP resets (Toxiproxy reset_peer) between the router and a replica; on Kubernetes, packet loss"
+    revert_semantics = (
+        "deletes the toxic drill-<fault id> from each proxy (a missing toxic or proxy is fine); chaos_mesh: deletes "
+        "the NetworkChaos drill-<fault id> and waits until it is gone"
+    )
 
     def _plans(self, ctx: FaultContext) -> list[ToxicPlan]:
         p: LinkResetParams = self.params
@@ -68,12 +112,23 @@ class LinkReset(Fault):
         ]
 
     def inject(self, ctx: FaultContext) -> None:
+        if self.params.method is NetMethod.CHAOS_MESH:
+            loss = {"loss": f"{self.params.loss_percent or 100:g}"}
+            create_chaos(
+                ctx, ChaosExperiment.NETWORK, chaos_body(ctx, ChaosExperiment.NETWORK, ChaosAction.LOSS, {"loss": loss})
+            )
+            return
         add_toxics(ctx, _proxies(ctx), self._plans(ctx))
 
     def verify(self, ctx: FaultContext) -> LandingProof:
+        if self.params.method is NetMethod.CHAOS_MESH:
+            return verify_chaos(ctx, ChaosExperiment.NETWORK, ChaosAction.LOSS, self.params.timeout)
         return verify_toxics(ctx, _proxies(ctx), self._plans(ctx))
 
     def revert(self, ctx: FaultContext) -> None:
+        if self.params.method is NetMethod.CHAOS_MESH:
+            delete_chaos(ctx, ChaosExperiment.NETWORK, self.params.timeout)
+            return
         remove_toxics(ctx, _proxies(ctx), [plan.name for plan in self._plans(ctx)])
 
 
@@ -83,6 +138,7 @@ class PartitionMode(enum.StrEnum):
 
 
 class PartitionParams(FaultParams):
+    method: NetMethod = _METHOD
     mode: PartitionMode = Field(PartitionMode.BLACKHOLE, description="blackhole: silent link; refuse: link down")
     close_after_ms: int = Field(
         0,
@@ -90,6 +146,13 @@ class PartitionParams(FaultParams):
         le=3_600_000,
         description=("blackhole only: close each silent connection after this long (ms); 0 keeps it open"),
     )
+    timeout: Duration = _TIMEOUT
+
+    @model_validator(mode="after")
+    def _fits_method(self) -> PartitionParams:
+        if self.method is NetMethod.CHAOS_MESH and (self.mode is PartitionMode.REFUSE or self.close_after_ms):
+            raise ValueError("method chaos_mesh partitions as a blackhole (packets dropped both ways): no refuse mode")
+        return self
 
 
 class PartitionSaved(Saved):
@@ -106,6 +169,9 @@ class Partition(Fault):
 
     verify: the two timeout toxics are listed (blackhole), or the proxy reports ``enabled: false``.
 
+    ``method: chaos_mesh`` (kubernetes target): a Chaos Mesh ``NetworkChaos`` ``partition`` (direction both) on the
+    replica's pod, a blackhole; verified only by the operator's ``AllInjected`` status, deleted to revert.
+
     .. code-block:: yaml
 
         faults:
@@ -120,12 +186,12 @@ class Partition(Fault):
     Params = PartitionParams
     params: PartitionParams
     Saved = PartitionSaved
-    needs = frozenset({Capability.TOXIPROXY_REPLICA})
-    realism = Realism.REAL
+    mechanisms = (_TOXIPROXY, CHAOS_MESH_MECHANISM)
     summary = "the router cannot reach a replica: silent link (timeout toxics) or link down (proxy disabled)"
     revert_semantics = (
         "blackhole: deletes the toxics drill-<fault id>-upstream/-downstream. refuse: sets each proxy "
-        "back to its enabled state before the fault (enabled when unknown). Idempotent."
+        "back to its enabled state before the fault (enabled when unknown). chaos_mesh: deletes the NetworkChaos "
+        "drill-<fault id>. Idempotent."
     )
 
     def _plans(self, ctx: FaultContext) -> list[ToxicPlan]:
@@ -133,11 +199,17 @@ class Partition(Fault):
         return [ToxicPlan(artefact(ctx, s), "timeout", {"timeout": timeout}, s) for s in Direction.BOTH.streams()]
 
     def prepare(self, ctx: FaultContext) -> PartitionSaved:
-        if self.params.mode is PartitionMode.BLACKHOLE:
+        if self.params.mode is PartitionMode.BLACKHOLE or self.params.method is NetMethod.CHAOS_MESH:
             return PartitionSaved()
         return PartitionSaved(enabled={p: ctx.toxiproxy.proxy(p).enabled for p in _proxies(ctx)})
 
     def inject(self, ctx: FaultContext) -> None:
+        if self.params.method is NetMethod.CHAOS_MESH:
+            spec = {"direction": "both"}
+            create_chaos(
+                ctx, ChaosExperiment.NETWORK, chaos_body(ctx, ChaosExperiment.NETWORK, ChaosAction.PARTITION, spec)
+            )
+            return
         if self.params.mode is PartitionMode.BLACKHOLE:
             add_toxics(ctx, _proxies(ctx), self._plans(ctx))
             return
@@ -145,6 +217,8 @@ class Partition(Fault):
             ctx.toxiproxy.disable(proxy)
 
     def verify(self, ctx: FaultContext) -> LandingProof:
+        if self.params.method is NetMethod.CHAOS_MESH:
+            return verify_chaos(ctx, ChaosExperiment.NETWORK, ChaosAction.PARTITION, self.params.timeout)
         if self.params.mode is PartitionMode.BLACKHOLE:
             return verify_toxics(ctx, _proxies(ctx), self._plans(ctx))
         states = {p: ctx.toxiproxy.proxy(p).enabled for p in _proxies(ctx)}
@@ -157,6 +231,9 @@ class Partition(Fault):
         )
 
     def revert(self, ctx: FaultContext) -> None:
+        if self.params.method is NetMethod.CHAOS_MESH:
+            delete_chaos(ctx, ChaosExperiment.NETWORK, self.params.timeout)
+            return
         if self.params.mode is PartitionMode.BLACKHOLE:
             remove_toxics(ctx, _proxies(ctx), [plan.name for plan in self._plans(ctx)])
             return

@@ -1,4 +1,5 @@
-"""``slow_replica``: one replica answers slowly — network latency/bandwidth, a CPU cap, or a GPU clock cap."""
+"""``slow_replica``: one replica answers slowly — network latency/bandwidth (Toxiproxy, or a Chaos Mesh NetworkChaos on
+Kubernetes), a CPU cap, or a GPU clock cap."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pydantic import Field, model_validator
 from drill.api import (
     Capability,
     DockerError,
+    Duration,
     Fault,
     FaultContext,
     FaultNotLanded,
@@ -20,6 +22,15 @@ from drill.api import (
 )
 from faults._admin import cap_clocks, clock_cap_mechanism, clock_fractions, restore_clocks, verify_clocks
 from faults._toxics import Direction, ToxicPlan, add_toxics, artefact, remove_toxics, required, verify_toxics
+from faults.kubernetes import (
+    CHAOS_MESH_MECHANISM,
+    ChaosAction,
+    ChaosExperiment,
+    chaos_body,
+    create_chaos,
+    delete_chaos,
+    verify_chaos,
+)
 
 __all__ = ["SlowMethod", "SlowReplica", "SlowReplicaParams"]
 
@@ -30,21 +41,25 @@ class SlowMethod(enum.StrEnum):
     TOXIPROXY = "toxiproxy"  # latency / jitter / bandwidth on the replica's proxy
     DOCKER_CPU = "docker_cpu"  # CFS quota on the replica's container
     CLOCK_CAP = "clock_cap"  # the reference stack's simulated SM clock cap
+    CHAOS_MESH = "chaos_mesh"  # a Chaos Mesh NetworkChaos (delay) on the replica's pod (kubernetes target)
 
 
 _ONLY = {
-    "latency_ms": SlowMethod.TOXIPROXY,
-    "jitter_ms": SlowMethod.TOXIPROXY,
-    "bandwidth_kbps": SlowMethod.TOXIPROXY,
-    "cpus": SlowMethod.DOCKER_CPU,
-    "clock_fraction": SlowMethod.CLOCK_CAP,
+    "latency_ms": (SlowMethod.TOXIPROXY, SlowMethod.CHAOS_MESH),
+    "jitter_ms": (SlowMethod.TOXIPROXY, SlowMethod.CHAOS_MESH),
+    "bandwidth_kbps": (SlowMethod.TOXIPROXY,),
+    "cpus": (SlowMethod.DOCKER_CPU,),
+    "clock_fraction": (SlowMethod.CLOCK_CAP,),
 }
 
 
 class SlowReplicaParams(FaultParams):
     method: SlowMethod = Field(SlowMethod.TOXIPROXY, description="how the replica is slowed (see Methods)")
-    latency_ms: int | None = Field(None, ge=0, le=600_000, description="toxiproxy: added delay per chunk (ms)")
-    jitter_ms: int | None = Field(None, ge=0, le=600_000, description="toxiproxy: ± random delay (ms)")
+    latency_ms: int | None = Field(
+        None, ge=0, le=600_000, description="toxiproxy: added delay per chunk; chaos_mesh: per packet (ms)"
+    )
+    jitter_ms: int | None = Field(None, ge=0, le=600_000, description="toxiproxy, chaos_mesh: ± random delay (ms)")
+    timeout: Duration = Field(30.0, description="chaos_mesh: how long verify waits for the operator's AllInjected")
     bandwidth_kbps: int | None = Field(None, ge=1, description="toxiproxy: rate cap (KB/s, 1 KB = 1000 B)")
     direction: Direction = Field(Direction.DOWNSTREAM, description="toxiproxy: which bytes are delayed")
     toxicity: float = Field(1.0, ge=0, le=1, description="toxiproxy: share of connections affected")
@@ -53,9 +68,12 @@ class SlowReplicaParams(FaultParams):
 
     @model_validator(mode="after")
     def _fits_method(self) -> SlowReplicaParams:
-        wrong = [k for k, m in _ONLY.items() if getattr(self, k) is not None and m is not self.method]
+        wrong = [k for k, m in _ONLY.items() if getattr(self, k) is not None and self.method not in m]
         if wrong:
-            raise ValueError(f"{', '.join(wrong)} belong(s) to method {_ONLY[wrong[0]].value}, not {self.method.value}")
+            owners = " or ".join(m.value for m in _ONLY[wrong[0]])
+            raise ValueError(f"{', '.join(wrong)} belong(s) to method {owners}, not {self.method.value}")
+        if self.method is SlowMethod.CHAOS_MESH and not self.latency_ms:
+            raise ValueError("method chaos_mesh needs latency_ms (a NetworkChaos delay)")
         if self.method is SlowMethod.TOXIPROXY and not (self.latency_ms or self.jitter_ms or self.bandwidth_kbps):
             raise ValueError("method toxiproxy needs latency_ms, jitter_ms or bandwidth_kbps")
         if self.method is SlowMethod.DOCKER_CPU and self.cpus is None:
@@ -83,9 +101,12 @@ class SlowReplica(Fault):
     * ``clock_cap`` — the stack's simulated SM clock at ``clock_fraction`` of nominal: compute-bound
       work (prefill) slows by 1/fraction, memory-bound decode less (see ``gpu_clock_cap`` for
       ``nvidia-smi -lgc`` on a real GPU). Simulated.
+    * ``chaos_mesh`` — on the kubernetes target: a Chaos Mesh ``NetworkChaos`` ``delay`` of ``latency_ms``
+      (± ``jitter_ms``) on every packet of the replica's pod, named ``drill-<fault id>``; verified only by the
+      operator's ``AllInjected`` status, deleted to revert (docs/kubernetes.md). Real mechanism.
 
     verify: the toxics are listed / the container's CPU quota is set / the replica's admin API
-    reports the clock fraction.
+    reports the clock fraction / the operator says AllInjected.
 
     .. code-block:: yaml
 
@@ -116,12 +137,13 @@ class SlowReplica(Fault):
             summary="a CFS CPU quota on the replica's container",
         ),
         clock_cap_mechanism("clock_cap"),
+        CHAOS_MESH_MECHANISM,
     )
     summary = "one replica gets slow: Toxiproxy latency/bandwidth, a Docker CPU cap, or a (simulated) clock cap"
     revert_semantics = (
         "toxiproxy: deletes the toxics drill-<fault id>-*. docker_cpu: puts back the CPU quota the "
         "container had before (none: removed). clock_cap: puts back the clock fraction from before. "
-        "Idempotent."
+        "chaos_mesh: deletes the NetworkChaos drill-<fault id> and waits until it is gone. Idempotent."
     )
 
     # -- toxiproxy -------------------------------------------------------------------------------
@@ -163,6 +185,10 @@ class SlowReplica(Fault):
         p: SlowReplicaParams = self.params
         if p.method is SlowMethod.TOXIPROXY:
             add_toxics(ctx, self._proxies(ctx), self._plans(ctx))
+        elif p.method is SlowMethod.CHAOS_MESH:
+            delay = {"latency": f"{p.latency_ms or 0}ms", "jitter": f"{p.jitter_ms or 0}ms"}
+            body = chaos_body(ctx, ChaosExperiment.NETWORK, ChaosAction.DELAY, {"delay": delay})
+            create_chaos(ctx, ChaosExperiment.NETWORK, body)
         elif p.method is SlowMethod.DOCKER_CPU:
             for container in _containers(ctx):
                 ctx.docker.set_cpu_limit(container, required(p.cpus, "cpus", ctx))
@@ -173,6 +199,8 @@ class SlowReplica(Fault):
         p: SlowReplicaParams = self.params
         if p.method is SlowMethod.TOXIPROXY:
             return verify_toxics(ctx, self._proxies(ctx), self._plans(ctx))
+        if p.method is SlowMethod.CHAOS_MESH:
+            return verify_chaos(ctx, ChaosExperiment.NETWORK, ChaosAction.DELAY, p.timeout)
         if p.method is SlowMethod.DOCKER_CPU:
             return _verify_quota(ctx, _quota_us(required(p.cpus, "cpus", ctx)))
         return verify_clocks(ctx, required(p.clock_fraction, "clock_fraction", ctx))
@@ -182,6 +210,8 @@ class SlowReplica(Fault):
         saved = ctx.saved if isinstance(ctx.saved, SlowReplicaSaved) else SlowReplicaSaved()
         if p.method is SlowMethod.TOXIPROXY:
             remove_toxics(ctx, self._proxies(ctx), [plan.name for plan in self._plans(ctx)])
+        elif p.method is SlowMethod.CHAOS_MESH:
+            delete_chaos(ctx, ChaosExperiment.NETWORK, p.timeout)
         elif p.method is SlowMethod.DOCKER_CPU:
             for container in _containers(ctx):
                 _restore_quota(ctx, container, saved.cpu_quota_us.get(container, 0))

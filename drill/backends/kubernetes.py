@@ -9,6 +9,8 @@ What the harness does through the API, and the Role verbs each needs (``drill ku
 * delete a pod with grace period 0 (``pods``: delete): ``replica_crash`` with ``method: pod``;
 * read and patch a workload's scale subresource (``deployments/scale``, ``statefulsets/scale``,
   ``leaderworkersets/scale``: get, patch): ``replica_scale_down``;
+* cordon and uncordon a node (``nodes``: get, patch; cluster-scoped: a ClusterRole) and evict its pods through the
+  Eviction API (``pods/eviction``: create), which honours PodDisruptionBudgets: ``node_drain``;
 * create, read and delete Chaos Mesh objects (``networkchaos``, ``podchaos`` of ``chaos-mesh.org``: create, get,
   list, delete): ``chaos_mesh``;
 * ask the API server what the credentials may do (``SelfSubjectAccessReview``, which every authenticated user may
@@ -53,6 +55,7 @@ class PodInfo:
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     pod_ip: str | None = None
+    node: str | None = None  # spec.nodeName: where the scheduler put it
 
     @property
     def serving(self) -> bool:
@@ -171,6 +174,46 @@ class KubeClient:
             raise
         return True
 
+    def pods_on(self, node: str) -> list[PodInfo]:
+        """The namespace's pods the scheduler put on ``node``, sorted by name."""
+        found = self._call(
+            f"list pods on node {node} in {self.namespace}",
+            self._core.list_namespaced_pod,
+            self.namespace,
+            field_selector=f"spec.nodeName={node}",
+        )
+        return sorted((_pod(p) for p in found.items), key=lambda p: p.name)
+
+    def evict_pod(self, name: str, uid: str | None = None) -> str | None:
+        """Evict the pod through the Eviction API (its grace period, PodDisruptionBudgets honoured). None when it
+        was evicted or already gone; the API server's reason when a PodDisruptionBudget refused it (HTTP 429)."""
+        k = _kube()
+        pre = k.client.V1Preconditions(uid=uid) if uid else None
+        body = k.client.V1Eviction(
+            metadata=k.client.V1ObjectMeta(name=name, namespace=self.namespace),
+            delete_options=k.client.V1DeleteOptions(preconditions=pre),
+        )
+        try:
+            self._call(f"evict pod {name}", self._core.create_namespaced_pod_eviction, name, self.namespace, body)
+        except KubernetesError as exc:
+            if exc.status in (404, 409):  # gone, or another incarnation of that name now
+                return None
+            if exc.status == 429:  # a PodDisruptionBudget would be violated: reported, never forced
+                return str(exc).split(": ", 2)[-1]
+            raise
+        return None
+
+    # -- nodes (cluster-scoped) -------------------------------------------------------------------------
+    def node_unschedulable(self, node: str) -> bool:
+        """The node's ``spec.unschedulable`` (cordoned)."""
+        found = self._call(f"get node {node}", self._core.read_node, node)
+        return bool(found.spec.unschedulable) if found.spec else False
+
+    def cordon(self, node: str, unschedulable: bool = True) -> None:
+        """Patch the node's ``spec.unschedulable`` (what ``kubectl cordon`` / ``uncordon`` do)."""
+        verb = "cordon" if unschedulable else "uncordon"
+        self._call(f"{verb} node {node}", self._core.patch_node, node, {"spec": {"unschedulable": unschedulable}})
+
     # -- workloads ------------------------------------------------------------------------------------
     def scale(self, kind: str, name: str) -> ScaleInfo:
         """The workload's scale subresource."""
@@ -270,13 +313,20 @@ class KubeClient:
         return True
 
     # -- access review --------------------------------------------------------------------------------
-    def allowed(self, verb: str, group: str, resource: str, subresource: str = "") -> tuple[bool, str]:
-        """Whether these credentials may ``verb`` the ``resource`` in the namespace, and the server's reason."""
+    def allowed(
+        self, verb: str, group: str, resource: str, subresource: str = "", cluster: bool = False
+    ) -> tuple[bool, str]:
+        """Whether these credentials may ``verb`` the ``resource`` in the namespace (``cluster``: a cluster-scoped
+        resource, e.g. nodes), and the server's reason."""
         k = _kube()
         review = k.client.V1SelfSubjectAccessReview(
             spec=k.client.V1SelfSubjectAccessReviewSpec(
                 resource_attributes=k.client.V1ResourceAttributes(
-                    namespace=self.namespace, verb=verb, group=group, resource=resource, subresource=subresource
+                    namespace=None if cluster else self.namespace,
+                    verb=verb,
+                    group=group,
+                    resource=resource,
+                    subresource=subresource,
                 )
             )
         )
@@ -318,6 +368,7 @@ def _pod(p: Any) -> PodInfo:
         labels=dict(p.metadata.labels or {}),
         annotations=dict(p.metadata.annotations or {}),
         pod_ip=p.status.pod_ip if p.status else None,
+        node=p.spec.node_name if p.spec else None,
     )
 
 

@@ -44,7 +44,7 @@ from drill.api import Capability, KubeAccess, ReplicaRef, Target, TargetContext,
 from drill.backends.kubernetes import KubeClient, PodInfo
 from drill.errors import KubernetesAccessError, TargetError
 from drill.spec.validation import SpecModel, at_key
-from drill.targets.kube_rbac import CHAOS_MESH, CHAOS_PLURALS, drill_rules, missing_rules
+from drill.targets.kube_rbac import CHAOS_MESH, CHAOS_PLURALS, chaos_experiment, drill_rules, missing_rules
 from drill.targets.kube_service import PodEndpoint, ServiceForwarder, dial_address
 from drill.units import Duration
 
@@ -190,9 +190,7 @@ class KubernetesTarget(Target):
                 status=403,
                 hint="nothing was touched; `drill kube role DRILL` prints the Role (and its binding) this drill needs",
             )
-        chaos_kinds = {
-            str(getattr(params, "experiment", "")) for kind, params in self.ctx.faults if kind == "chaos_mesh"
-        }
+        chaos_kinds = {e for kind, params in self.ctx.faults if (e := chaos_experiment(kind, params)) is not None}
         for experiment in sorted(chaos_kinds):
             if not client.installed(*CHAOS_MESH, CHAOS_PLURALS[experiment]):
                 raise KubernetesAccessError(
@@ -200,7 +198,7 @@ class KubernetesTarget(Target):
                     f"{CHAOS_PLURALS[experiment]}.{CHAOS_MESH[0]} (target.config.chaos_operator: chaos-mesh)",
                     operation="preflight",
                     status=404,
-                    hint="install Chaos Mesh (chaos-mesh.org/docs), or drop the chaos_mesh faults",
+                    hint="install Chaos Mesh (chaos-mesh.org/docs), or drop the chaos_mesh faults and methods",
                 )
 
     def _replica_pods(self, client: KubeClient) -> list[PodInfo]:

@@ -71,3 +71,35 @@ def test_a_fault_on_another_target_says_it_is_not_on_kubernetes() -> None:
     ctx = FaultContext(fault_id="f", target=TargetInfo(kind="embedded", base_url="http://x"), targets=FaultTargets())
     with pytest.raises(KubernetesError, match="not on Kubernetes"):
         _ = ctx.kubernetes
+
+
+@pytest.mark.parametrize(
+    ("kind", "params"),
+    [
+        ("slow_replica", {"method": "chaos_mesh", "latency_ms": 300}),
+        ("partition", {"method": "chaos_mesh"}),
+        ("link_reset", {"method": "chaos_mesh", "loss_percent": 50}),
+    ],
+)
+def test_the_network_faults_chaos_mesh_method_needs_the_api_and_the_operator(kind: str, params: dict) -> None:
+    fault_cls = registry.faults.get(kind)
+    fault = fault_cls(fault_cls.Params.model_validate(params))
+    assert fault.needs_for(fault.params) == {Capability.KUBERNETES, Capability.CHAOS_MESH}
+    toxiproxy = fault_cls(fault_cls.Params.model_validate({k: v for k, v in params.items() if k == "latency_ms"}))
+    assert fault.needs_for(toxiproxy.params) != fault.needs_for(fault.params)
+    assert Capability.TOXIPROXY_REPLICA in toxiproxy.needs_for(toxiproxy.params)
+
+
+@pytest.mark.parametrize(
+    ("kind", "params", "message"),
+    [
+        ("slow_replica", {"method": "chaos_mesh", "bandwidth_kbps": 10}, "belong"),
+        ("slow_replica", {"method": "chaos_mesh"}, "needs latency_ms"),
+        ("partition", {"method": "chaos_mesh", "mode": "refuse"}, "no refuse mode"),
+        ("link_reset", {"method": "chaos_mesh", "after_ms": 100}, "has no reset"),
+        ("link_reset", {"loss_percent": 50}, "belongs to method chaos_mesh"),
+    ],
+)
+def test_what_chaos_mesh_cannot_do_is_refused_in_the_params(kind: str, params: dict, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        registry.faults.get(kind).Params.model_validate(params)

@@ -3,7 +3,7 @@
 Fixtures (names are stable; the Kubernetes target's tests build on them):
 
 - ``control_plane`` (session): :class:`tests.kubernetes.controlplane.ControlPlane`: etcd, kube-apiserver,
-  kube-controller-manager, kube-scheduler and KWOK (one simulated node) on loopback, from scripts/kube_cluster.py's
+  kube-controller-manager, kube-scheduler and KWOK (two simulated nodes) on loopback, from scripts/kube_cluster.py's
   cached build; ``.kubeconfig`` (admin, token), ``.server``, ``.admin_token``, ``.ca_file``, ``.bin_dir``,
   ``.namespace(name)`` (a fresh namespace), ``.api()`` (a REST client), ``.kubectl(...)``. Started once per
   session, stopped at its end; every component's log stays in the session's tmp folder (``.folder``). A build

@@ -1,5 +1,5 @@
 """A real Kubernetes control plane for the tests, on loopback only: etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler and KWOK (one simulated node), from scripts/kube_cluster.py's cached build.
+kube-scheduler and KWOK (two simulated nodes), from scripts/kube_cluster.py's cached build.
 
 What it is and what it proves: docs/kubernetes-cluster.md. In short: the API server, its admission, RBAC and
 storage, the Deployment/ReplicaSet controllers and the scheduler are the real ones; the node and its pods'
@@ -27,6 +27,7 @@ import httpx
 from drill.stack.lifeline import die_with_parent
 
 NODE_NAME = "kwok-node-0"
+NODE_NAMES = (NODE_NAME, "kwok-node-1")  # two: a drained node's pods have somewhere to go
 SERVICE_CIDR = "10.96.0.0/16"
 START_TIMEOUT_S = 90.0  # the API server is ready 3-4 s after start on an idle machine; much more on a loaded one
 STOP_TIMEOUT_S = 10.0
@@ -214,16 +215,16 @@ def write_kubeconfig(path: Path, server: str, ca_file: Path, token: str, user: s
     return path
 
 
-def _node() -> JSON:
-    """The simulated node KWOK manages. No taint: the tests' workloads schedule on it without tolerations."""
+def _node(name: str = NODE_NAME) -> JSON:
+    """A simulated node KWOK manages. No taint: the tests' workloads schedule on it without tolerations."""
     capacity = {"cpu": "32", "memory": "256Gi", "pods": "110"}
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
-            "name": NODE_NAME,
+            "name": name,
             "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-            "labels": {"type": "kwok", "kubernetes.io/hostname": NODE_NAME, "kubernetes.io/os": "linux"},
+            "labels": {"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux"},
         },
         "status": {"allocatable": capacity, "capacity": capacity},
     }
@@ -410,14 +411,15 @@ def _kwok(plane: ControlPlane, stages: Path) -> Component:
 def _register_node(plane: ControlPlane) -> None:
     api = plane.api()
     try:
-        api.create("/api/v1/nodes", _node())
+        for name in NODE_NAMES:  # created together: KWOK readies them at once, start-up time stays flat
+            api.create("/api/v1/nodes", _node(name))
 
         def ready() -> bool:
             plane.check_alive()
-            node = api.get(f"/api/v1/nodes/{NODE_NAME}")
-            conditions = node.get("status", {}).get("conditions", [])
-            return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+            nodes = [api.get(f"/api/v1/nodes/{name}") for name in NODE_NAMES]
+            conditions = [node.get("status", {}).get("conditions", []) for node in nodes]
+            return all(any(c.get("type") == "Ready" and c.get("status") == "True" for c in cs) for cs in conditions)
 
-        api.wait_for(f"node {NODE_NAME} Ready (KWOK)", ready, timeout_s=START_TIMEOUT_S, poll_s=0.2)
+        api.wait_for(f"nodes {', '.join(NODE_NAMES)} Ready (KWOK)", ready, timeout_s=START_TIMEOUT_S, poll_s=0.2)
     finally:
         api.close()

@@ -24,8 +24,24 @@ DEPLOYMENT = "llm"
 RUN_TIMEOUT_S = 240
 
 
-def deployment(namespace: str, replicas: int = 2) -> JSON:
-    """A Deployment of ``replicas`` pods on the simulated node (KWOK runs no container: the binder serves them)."""
+#: at most one pod more on one node than on another, never scheduled otherwise: a drained node's pod waits (Pending)
+#: for the node's uncordon and goes back to it, so every drain of the contract kit finds the same pods to evict
+SPREAD = [
+    {
+        "maxSkew": 1,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": LABELS},
+    }
+]
+
+
+def deployment(namespace: str, replicas: int = 2, spread: bool = False) -> JSON:
+    """A Deployment of ``replicas`` pods on the simulated nodes (KWOK runs no container: the binder serves them);
+    ``spread``: one pod per node (:data:`SPREAD`)."""
+    pod_spec: JSON = {"containers": [{"name": "llm", "image": "vllm/vllm-openai:simulated"}]}
+    if spread:
+        pod_spec["topologySpreadConstraints"] = SPREAD
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -35,14 +51,14 @@ def deployment(namespace: str, replicas: int = 2) -> JSON:
             "selector": {"matchLabels": LABELS},
             "template": {
                 "metadata": {"labels": LABELS},
-                "spec": {"containers": [{"name": "llm", "image": "vllm/vllm-openai:simulated"}]},
+                "spec": pod_spec,
             },
         },
     }
 
 
-def make_deployment(api: Api, namespace: str, replicas: int = 2) -> None:
-    api.create(f"/apis/apps/v1/namespaces/{namespace}/deployments", deployment(namespace, replicas))
+def make_deployment(api: Api, namespace: str, replicas: int = 2, spread: bool = False) -> None:
+    api.create(f"/apis/apps/v1/namespaces/{namespace}/deployments", deployment(namespace, replicas, spread))
 
 
 def pods(api: Api, namespace: str) -> list[JSON]:
@@ -82,7 +98,7 @@ def least_privilege_kubeconfig(
     write a kubeconfig with a token of that ServiceAccount (the TokenRequest API, as ``kubectl create token``)."""
     docs = [d for d in yaml.safe_load_all(role_yaml) if d]
     resource, verb = drop
-    for rule in docs[1]["rules"]:
+    for rule in (r for d in docs for r in d.get("rules", [])):  # the Role's, and a ClusterRole's (nodes)
         if rule["resources"] == [resource]:
             rule["verbs"] = [v for v in rule["verbs"] if v != verb]
     plane.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))

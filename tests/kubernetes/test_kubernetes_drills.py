@@ -6,6 +6,7 @@ can."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,6 +92,39 @@ def test_less_than_the_role_fails_before_anything_starts_naming_the_verb_and_res
     assert uids(api, namespace) == before
 
 
+def test_a_drain_runs_under_exactly_its_role_and_without_patch_on_nodes_stops_before_anything_starts(
+    control_plane: ControlPlane, api: Api, bound_replicas: BindReplicas, tmp_path: Path
+) -> None:
+    namespace = _workload(control_plane, api, bound_replicas, "rbac-drain")
+    drill = dict(MATRIX_DRILL)
+    drill["phases"] = {"warmup": "1s", "baseline": "1s", "fault": "4s", "recovery": "2s", "replay": False}
+    fault = {"name": "drain", "start": "0s", "duration": "3s", "selector": {"replicas": [0]}, **FAULTS["node-drain"]}
+    drill["faults"] = [fault]
+    path = tmp_path / "drain.yaml"
+    path.write_text(yaml.safe_dump(drill, sort_keys=False))
+    sets = [f"target.config.namespace={namespace}"]
+    role = drill_role(path, sets)
+    assert "ClusterRole" in role
+
+    kubeconfig = least_privilege_kubeconfig(control_plane, role, tmp_path)  # exactly the printed role
+    run = run_drill(path, tmp_path / "out", [*sets, f"target.config.kubeconfig={kubeconfig}"])
+    assert run.exit_code == 0, run.output[-4000:]
+    [proof] = run.events("fault_verified")
+    assert "cordoned; evicted" in json.dumps(proof), proof
+    assert [e["by"] for e in run.events("fault_reverted")] == ["runner"], run.journal()
+    assert _cordoned(api) == []
+    api.wait_for("2 pods serving", lambda: len(pods(api, namespace)) == 2, timeout_s=30)
+
+    kubeconfig = least_privilege_kubeconfig(control_plane, role, tmp_path, drop=("nodes", "patch"))
+    before = uids(api, namespace)
+    run = run_drill(path, tmp_path / "out-less", [*sets, f"target.config.kubeconfig={kubeconfig}"])
+    assert run.exit_code == 2, run.output[-4000:]
+    said = " ".join(run.output.split())
+    assert "'patch' on nodes (cluster-wide)" in said and "'get' on nodes" not in said, said[-4000:]
+    assert not run.events("fault_injected"), run.journal()
+    assert uids(api, namespace) == before and _cordoned(api) == []
+
+
 # -- the crash matrix ---------------------------------------------------------------------------------------------
 
 MATRIX_DRILL = {
@@ -123,6 +157,7 @@ MATRIX_DRILL = {
 FAULTS = {
     "pod-delete": {"kind": "replica_crash", "params": {"method": "pod", "restart_timeout": "30s"}},
     "scale-down": {"kind": "replica_scale_down", "params": {"remove": 1, "timeout": "30s"}},
+    "node-drain": {"kind": "node_drain", "params": {"timeout": "30s"}},
     "chaos-mesh": {
         "kind": "chaos_mesh",
         "params": {"experiment": "NetworkChaos", "action": "delay", "latency_ms": 50},
@@ -140,8 +175,13 @@ def _chaos_objects(api: Api, namespace: str) -> list[str]:
     return found
 
 
+def _cordoned(api: Api) -> list[str]:
+    return [n["metadata"]["name"] for n in api.items("/api/v1/nodes") if n.get("spec", {}).get("unschedulable")]
+
+
 @pytest.mark.parametrize(
-    ("fault", "by"), [("pod-delete", "watchdog"), ("scale-down", "cleanup"), ("chaos-mesh", "cleanup")]
+    ("fault", "by"),
+    [("pod-delete", "watchdog"), ("scale-down", "cleanup"), ("node-drain", "watchdog"), ("chaos-mesh", "cleanup")],
 )
 def test_a_runner_killed_during_a_kubernetes_fault_leaves_the_workload_restored_and_nothing_of_its_own(
     control_plane: ControlPlane,
@@ -172,3 +212,4 @@ def test_a_runner_killed_during_a_kubernetes_fault_leaves_the_workload_restored_
     assert spec_replicas(api, namespace) == 2
     api.wait_for("2 pods serving", lambda: len(pods(api, namespace)) == 2, timeout_s=60)
     assert _chaos_objects(api, namespace) == []
+    assert _cordoned(api) == [], "a node is left cordoned"

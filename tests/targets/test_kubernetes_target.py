@@ -12,10 +12,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from drill import registry
+from drill.api import TargetContext
 from drill.cli.main import cli
-from drill.errors import DrillError
+from drill.errors import DrillError, KubernetesAccessError
 from drill.targets.kube_rbac import KubeRule, drill_rules, missing_rules
 from drill.targets.kube_service import PodEndpoint, ServiceForwarder, dial_address
+from drill.targets.kubernetes import KubernetesTarget, KubernetesTargetParams
 
 SCENARIO = {
     "arrival": {"process": "poisson", "rate": 2},
@@ -80,7 +83,9 @@ def test_replica_pause_through_a_pod_is_refused_with_why(tmp_path: Path) -> None
 
 def _role(out: str) -> dict:
     docs = [d for d in yaml.safe_load_all(out) if d]
-    assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding"]
+    cluster = ["ClusterRole", "ClusterRoleBinding"] if "ClusterRole" in out else []
+    assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding", *cluster]
+    docs = docs[:3]
     assert {d["metadata"]["namespace"] for d in docs} == {"serving"}
     assert docs[2]["subjects"][0]["name"] == docs[0]["metadata"]["name"] == docs[2]["roleRef"]["name"]
     return {(r["apiGroups"][0], r["resources"][0]): r["verbs"] for r in docs[1]["rules"]}
@@ -123,10 +128,39 @@ def test_the_pre_flight_names_each_missing_verb_and_resource() -> None:
     rules.append(KubeRule("", "pods", ("delete",)))
     granted = {("get", "", "pods", ""), ("list", "", "pods", "")}
 
-    def allowed(verb: str, group: str, resource: str, sub: str) -> tuple[bool, str]:
+    def allowed(verb: str, group: str, resource: str, sub: str, cluster: bool) -> tuple[bool, str]:
         return (verb, group, resource, sub) in granted, ""
 
     assert missing_rules(rules, allowed) == ["'get' on deployments/scale (apps)", "'delete' on pods"]
+    rules.append(KubeRule("", "nodes", ("patch",), cluster=True))
+    assert missing_rules(rules, allowed)[-1] == "'patch' on nodes (cluster-wide)"
+
+
+def test_the_network_faults_chaos_mesh_method_needs_networkchaos_verbs(tmp_path: Path) -> None:
+    slow = {"name": "slow", "kind": "slow_replica", "params": {"method": "chaos_mesh", "latency_ms": 100}}
+    cut = {"name": "cut", "kind": "partition", "params": {"method": "chaos_mesh"}}
+    code, out = _cli("kube", "role", str(_drill_file(tmp_path, TARGET | {"chaos_operator": "chaos-mesh"}, [slow, cut])))
+    assert code == 0, out
+    assert _role(out)[("chaos-mesh.org", "networkchaos")] == ["create", "delete", "get", "list"]
+
+
+def test_a_node_drain_gets_eviction_in_the_namespace_and_only_nodes_cluster_wide(tmp_path: Path) -> None:
+    drain = {"name": "drain", "kind": "node_drain", "selector": {"replicas": [0]}}
+    code, out = _cli("kube", "role", str(_drill_file(tmp_path, TARGET, [drain])))
+    assert code == 0, out
+    assert _role(out) == {
+        ("", "pods"): ["get", "list"],
+        ("", "pods/eviction"): ["create"],
+        ("apps", "deployments/scale"): ["get"],
+    }
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    cluster = [d for d in docs if d["kind"] == "ClusterRole"]
+    assert [r for d in cluster for r in d["rules"]] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}
+    ]
+    binding = next(d for d in docs if d["kind"] == "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == cluster[0]["metadata"]["name"]
+    assert binding["subjects"][0]["name"] == docs[0]["metadata"]["name"]
 
 
 def test_the_load_job_runs_n_workers_against_the_master() -> None:
@@ -178,7 +212,10 @@ def _ask(address: str) -> str:
     host, _, port = address.rpartition(":")
     with socket.create_connection((host, int(port)), timeout=5) as sock:
         sock.sendall(b"hi")
-        sock.shutdown(socket.SHUT_WR)
+        try:
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:  # the pod answered and the forwarder closed both ways first (ENOTCONN): the answer is read
+            pass
         return sock.recv(64).decode()
 
 
@@ -219,3 +256,34 @@ def test_the_service_keeps_its_last_list_when_the_api_does_not_answer(pods: list
         assert _ask(service.address) == "pod-b"
     finally:
         service.close()
+
+
+class _NoOperator:
+    """The API server's answers at the client seam: every verb allowed, no Chaos Mesh kind served."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def allowed(self, verb: str, group: str, resource: str, sub: str = "", cluster: bool = False) -> tuple[bool, str]:
+        return True, ""
+
+    def installed(self, group: str, version: str, plural: str) -> bool:
+        self.asked.append(f"{plural}.{group}")
+        return False
+
+
+@pytest.mark.parametrize(("kind", "params"), [("partition", {"method": "chaos_mesh"}), ("partition", {})])
+def test_a_chaos_mesh_method_without_the_operator_stops_before_anything_starts(
+    tmp_path: Path, kind: str, params: dict
+) -> None:
+    faults = ((kind, registry.faults.get(kind).Params.model_validate(params)),)
+    config = KubernetesTargetParams.model_validate(TARGET | {"chaos_operator": "chaos-mesh"})
+    target = KubernetesTarget(config, TargetContext("t", str(tmp_path), faults=faults))
+    client = _NoOperator()
+    if not params:  # method toxiproxy creates nothing in the cluster: no operator asked for
+        target.preflight(client)  # type: ignore[arg-type]
+        assert client.asked == []
+        return
+    with pytest.raises(KubernetesAccessError, match="no Chaos Mesh operator.*networkchaos.chaos-mesh.org") as caught:
+        target.preflight(client)  # type: ignore[arg-type]
+    assert caught.value.exit_code == 2

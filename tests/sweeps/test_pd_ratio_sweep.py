@@ -47,7 +47,10 @@ def _assert_wins(run: DrillRun, splits: dict[str, dict], best: str, middle: str,
     assert winner(measure_pd_sweep(run.run_dir), 0.1)[0].split == best, figures
     assert f"{best} wins" in run.verdict("pd_ratio")["message"]
     goodput = {s: splits[s]["goodput_rps"] for s in SPLITS}
-    assert goodput[best] >= goodput[middle] > goodput[worst] and goodput[worst] < 0.5 * goodput[best], figures
+    # ``best`` at least ties ``middle`` (within pd_ratio's 10 % margin: both can serve every request offered, and the
+    # headroom then decides) and ``worst`` falls far behind
+    assert goodput[best] >= 0.9 * goodput[middle] and goodput[middle] > goodput[worst], figures
+    assert goodput[worst] < 0.5 * goodput[best], figures
     assert splits[best]["ttft_p95_ms"] < splits[middle]["ttft_p95_ms"], figures
 
 

@@ -29,6 +29,10 @@ VLLM_EXPORTS = {
     "vllm:admission_rejections_total": {"model_name", "reason"},
 }
 
+#: The metric map's KV-transfer quantities: only a disaggregated (P/D) worker exports them, so an aggregated vLLM,
+#: an aggregated stack replica and llama.cpp have none of them ("not available", never 0).
+PD_ONLY = frozenset({"kv_transfer_seconds", "kv_transfer_bytes", "kv_transfer_failures", "kv_transfers_pending"})
+
 
 def sample_labels(text: str) -> dict[str, set[str]]:
     """Sample name -> the label names its samples carry (bucket and quantile bounds left out)."""

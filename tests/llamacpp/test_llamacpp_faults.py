@@ -189,6 +189,11 @@ def _assert_llamacpp_metrics(evidence: RunEvidence) -> None:
         "admission_rejections": None,  # llama.cpp has no admission control
         "queue_time_seconds": None,
         "generation_tokens_per_s": "llamacpp:tokens_predicted_total",
+        # no KV connector: llama.cpp serves aggregated
+        "kv_transfer_seconds": None,
+        "kv_transfer_bytes": None,
+        "kv_transfer_failures": None,
+        "kv_transfers_pending": None,
     }
     figures = phase_quantities(evidence)
     print({phase: {q: v for q, v in by.items() if v is not None} for phase, by in figures.items()})

@@ -19,7 +19,7 @@ from tests.vllm import catalogue
 from tests.vllm.conftest import ServerPool
 from tests.vllm.drills import DrillRun, compare_drill
 from tests.vllm.servers import DEFAULT
-from tests.vllm_metric_labels import VLLM_EXPORTS, label_values, sample_labels
+from tests.vllm_metric_labels import PD_ONLY, VLLM_EXPORTS, label_values, sample_labels
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration]
 
@@ -29,6 +29,10 @@ QUEUE_CAP = ("--max-num-queued-reqs", "4")
 
 @pytest.fixture(scope="module")
 def queue_runs(vllm_servers: ServerPool, vllm_otlp_port: int, tmp_path_factory) -> tuple[DrillRun, DrillRun]:
+    # a fresh vllm-0: the replica drills before this file SIGKILL it (drill supervise restarts it), and in a whole-suite
+    # run the restarted server's spans stopped reaching the later runs' receivers (cause not found) — the comparison
+    # must not depend on what earlier tests did to a shared server
+    vllm_servers.stop(DEFAULT)
     servers = vllm_servers.get_many({DEFAULT: (), QUEUED: QUEUE_CAP})
     drill = catalogue.unbounded_queue(servers[DEFAULT].url, vllm_otlp_port)
     change = f"target.config.url={servers[QUEUED].url}"
@@ -102,7 +106,8 @@ def test_every_metric_name_and_label_the_metric_map_reads_is_on_vllm_s_own_metri
         name: (expected, labels.get(name)) for name, expected in VLLM_EXPORTS.items() if labels.get(name) != expected
     }
     assert not missing, missing
-    assert all(resolve(labels, quantity) is not None for quantity in QUANTITIES)
+    assert all(resolve(labels, quantity) is not None for quantity in QUANTITIES if quantity not in PD_ONLY)
+    assert all(resolve(labels, quantity) is None for quantity in PD_ONLY)  # an aggregated vLLM: no KV connector
     reasons = label_values(texts[QUEUED], "vllm:admission_rejections_total", "reason")
     assert "max_num_queued_reqs" in reasons and reasons <= set(ADMISSION_REASONS), reasons
 

@@ -14,7 +14,7 @@ import pytest
 
 from drill.serving_metrics import _QUANTITY_TABLE as TABLE
 from drill.serving_metrics import QUANTITIES, resolve
-from tests.vllm_metric_labels import VLLM_EXPORTS, sample_labels
+from tests.vllm_metric_labels import PD_ONLY, VLLM_EXPORTS, sample_labels
 
 pytestmark = pytest.mark.anyio
 
@@ -25,8 +25,7 @@ NIXL_EXPORTS = {
     "vllm:nixl_bytes_transferred_sum": {"model_name", "engine"},
     "vllm:nixl_num_failed_transfers_total": {"model_name", "engine"},
 }
-#: Quantities only a P/D worker exports, and those whose vLLM column holds the stack's own name.
-PD_ONLY = {"kv_transfer_seconds", "kv_transfer_bytes", "kv_transfer_failures", "kv_transfers_pending"}
+#: Quantities whose vLLM column holds the stack's own name.
 STACK_OWN = {"kv_transfers_pending": "drill:kv_transfers_in_flight"}
 
 

@@ -9,7 +9,7 @@ agreed, 1 otherwise.
 
     .venv/bin/python bench/catalogue_scales.py [DRILL ...] [--scales default,short] [--out DIR] [--json FILE]
 
-Runs one after the other (the flagship's flood fills a core by itself). Wrap it in ``/work/heavy`` on a shared
+Runs one after the other (the flagship's flood fills a core by itself). Run it alone on a shared
 machine and note the load average the table was measured at: a loaded machine slows the reference stack's
 simulated serving, and a verdict with a thin latency margin can move. The measured table is in
 docs/drill-files.md ("Predictions at every scale").

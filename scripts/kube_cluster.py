@@ -177,21 +177,25 @@ def staging_modules(kubernetes_go_mod: str) -> list[str]:
     return re.findall(r"^\s*(k8s\.io/[\w.-]+)\s+=>\s+\./staging/", kubernetes_go_mod, re.MULTILINE)
 
 
-def kubernetes_go_mod(go: str, work: Path) -> str:
-    """k8s.io/kubernetes' go.mod at KUBERNETES, from the module proxy through ``go mod download``."""
+def downloaded(go: str, work: Path, module: str, field: str) -> Path:
+    """A path ``go mod download -json MODULE`` reports (``GoMod``: its go.mod, ``Dir``: its source), fetched from the
+    module proxy into Go's module cache; BuildError with go's output when it cannot."""
     done = subprocess.run(
-        [go, "mod", "download", "-json", f"k8s.io/kubernetes@{KUBERNETES}"],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=_env(),
-        cwd=work,
+        [go, "mod", "download", "-json", module], capture_output=True, text=True, check=False, env=_env(), cwd=work
     )
     try:
-        info = json.loads(done.stdout)
-        return Path(info["GoMod"]).read_text(encoding="utf-8")
-    except (ValueError, KeyError, OSError) as exc:
-        raise BuildError(f"go mod download k8s.io/kubernetes@{KUBERNETES} failed: {done.stdout}{done.stderr}") from exc
+        return Path(json.loads(done.stdout)[field])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BuildError(f"go mod download {module} failed: {done.stdout}{done.stderr}") from exc
+
+
+def kubernetes_go_mod(go: str, work: Path) -> str:
+    """k8s.io/kubernetes' go.mod at KUBERNETES, from the module proxy through ``go mod download``."""
+    go_mod = downloaded(go, work, f"k8s.io/kubernetes@{KUBERNETES}", "GoMod")
+    try:
+        return go_mod.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BuildError(f"go mod download k8s.io/kubernetes@{KUBERNETES}: cannot read {go_mod}: {exc}") from exc
 
 
 def throwaway_go_mod(modules: list[str]) -> str:
@@ -229,18 +233,7 @@ def _build_etcd(go: str, work: Path, bin_dir: Path, log) -> None:
 def _build_kwok(go: str, work: Path, bin_dir: Path, stages: Path, log) -> None:
     _say(log, f"compiling kwok {KWOK}")
     _run([go, "install", *BUILD_FLAGS, f"sigs.k8s.io/kwok/cmd/kwok@{KWOK}"], work, log, {"GOBIN": str(bin_dir)})
-    done = subprocess.run(
-        [go, "mod", "download", "-json", f"sigs.k8s.io/kwok@{KWOK}"],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=_env(),
-        cwd=work,
-    )
-    try:
-        source = Path(json.loads(done.stdout)["Dir"])
-    except (ValueError, KeyError) as exc:
-        raise BuildError(f"go mod download sigs.k8s.io/kwok@{KWOK} failed: {done.stdout}{done.stderr}") from exc
+    source = downloaded(go, work, f"sigs.k8s.io/kwok@{KWOK}", "Dir")
     documents = [(source / path).read_text(encoding="utf-8").strip() for path in KWOK_STAGES]
     header = f"# kwok {KWOK}'s stages, from its source: {', '.join(KWOK_STAGES)} (Apache-2.0)\n"
     stages.write_text(header + "\n---\n".join(documents) + "\n", encoding="utf-8")

@@ -24,7 +24,6 @@ from drill.rundir.evidence import RunEvidence
 from drill.stack.topology import format_ratio, parse_ratio
 from drill.sweeps.pd_figures import PdRatioTable, PdVariant, measure_pd_sweep
 from drill.sweeps.resolve import SweepCheck
-from drill.sweeps.scaling import read_sweep_record
 
 __all__ = ["PREDICTED", "PdRatioCheck", "PdRatioParams", "rank", "winner"]
 
@@ -72,10 +71,9 @@ class PdRatioCheck(SweepCheck):
     params: PdRatioParams
 
     def evaluate(self, evidence: RunEvidence) -> Verdict:
-        if read_sweep_record(evidence.run_dir) is None:
-            return self.verdict(
-                Status.INCONCLUSIVE, "not a sweep: pd_ratio judges a drill with a sweep: block (no sweep.json)"
-            )
+        outside = self.outside_a_sweep(evidence)
+        if outside is not None:
+            return outside
         table = measure_pd_sweep(evidence.run_dir)
         problem = self._thin(table)
         if problem:

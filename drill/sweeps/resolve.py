@@ -16,9 +16,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from drill import registry
-from drill.api import Check
+from drill.api import Check, Status, Verdict
+from drill.rundir.evidence import RunEvidence
 from drill.spec.loader import LoadedDrill, load_drill
 from drill.spec.models import SweepSpec
+from drill.sweeps.scaling import read_sweep_record
 
 __all__ = ["SweepCheck", "SweepPlan", "SweepVariant", "is_sweep_check", "resolve_sweep"]
 
@@ -28,6 +30,14 @@ class SweepCheck(Check):
     variant's run directory under ``variants/``). Outside a sweep it has nothing to judge: INCONCLUSIVE."""
 
     reads = ("sweep.json",)
+
+    def outside_a_sweep(self, evidence: RunEvidence) -> Verdict | None:
+        """INCONCLUSIVE when the run directory is not a sweep's (no ``sweep.json``); None when it is one."""
+        if read_sweep_record(evidence.run_dir) is not None:
+            return None
+        return self.verdict(
+            Status.INCONCLUSIVE, f"not a sweep: {self.kind} judges a drill with a sweep: block (no sweep.json)"
+        )
 
 
 def is_sweep_check(kind: str) -> bool:

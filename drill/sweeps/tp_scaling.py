@@ -22,7 +22,7 @@ from pydantic import Field
 from drill.api import CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
 from drill.rundir.evidence import RunEvidence
 from drill.sweeps.resolve import SweepCheck
-from drill.sweeps.scaling import ScalingTable, VariantFigures, measure_sweep, read_sweep_record
+from drill.sweeps.scaling import ScalingTable, VariantFigures, measure_sweep
 
 __all__ = ["TpScalingCheck", "TpScalingParams", "degraded_effect"]
 
@@ -50,10 +50,9 @@ class TpScalingCheck(SweepCheck):
     params: TpScalingParams
 
     def evaluate(self, evidence: RunEvidence) -> Verdict:
-        if read_sweep_record(evidence.run_dir) is None:
-            return self.verdict(
-                Status.INCONCLUSIVE, "not a sweep: tp_scaling judges a drill with a sweep: block (no sweep.json)"
-            )
+        outside = self.outside_a_sweep(evidence)
+        if outside is not None:
+            return outside
         table = measure_sweep(evidence.run_dir)
         p = self.params
         pair = table.find(p.baseline), table.find(p.candidate)

@@ -37,7 +37,6 @@ import time
 from typing import ClassVar, Literal
 from urllib.parse import urlsplit
 
-import httpx
 from pydantic import Field, model_validator
 
 from drill.api import Capability, KubeAccess, ReplicaRef, Target, TargetContext, TargetInfo
@@ -46,6 +45,7 @@ from drill.errors import KubernetesAccessError, TargetError
 from drill.spec.validation import SpecModel, at_key
 from drill.targets.kube_rbac import CHAOS_MESH, CHAOS_PLURALS, chaos_experiment, drill_rules, missing_rules
 from drill.targets.kube_service import PodEndpoint, ServiceForwarder, dial_address
+from drill.targets.probe import unhealthy_after
 from drill.units import Duration
 
 __all__ = ["ENDPOINT_ANNOTATION", "KubernetesTarget", "KubernetesTargetParams"]
@@ -247,18 +247,9 @@ class KubernetesTarget(Target):
         return (self.params.service_url or "").rstrip("/")
 
     def _wait_healthy(self, url: str) -> None:
-        deadline = time.monotonic() + self.params.startup_timeout
-        last = "no answer"
-        with httpx.Client(timeout=5.0, trust_env=False) as http:
-            while time.monotonic() < deadline:
-                try:
-                    response = http.get(url)
-                    if response.status_code == 200:
-                        return
-                    last = f"HTTP {response.status_code}"
-                except httpx.HTTPError as exc:
-                    last = f"{type(exc).__name__}: {exc}"
-                time.sleep(0.3)
+        last = unhealthy_after(url, self.params.startup_timeout, poll_s=0.3)
+        if last is None:
+            return
         raise TargetError(f"the Service at {url} is not healthy after {self.params.startup_timeout:g}s ({last})")
 
     # -- what faults see ------------------------------------------------------------------------------

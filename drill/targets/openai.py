@@ -33,16 +33,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from typing import ClassVar
 from urllib.parse import urlsplit
 
-import httpx
 from pydantic import Field, field_validator, model_validator
 
 from drill.api import Capability, ReplicaRef, Target, TargetContext, TargetInfo
 from drill.errors import TargetError
 from drill.spec.validation import SpecModel, at_key, expand_env
+from drill.targets.probe import unhealthy_after
 from drill.targets.proxies import (
     HarnessProxies,
     HarnessProxyPlan,
@@ -346,18 +345,9 @@ class OpenAITarget(Target):
 
     @staticmethod
     def _wait_healthy(url: str, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        last = "no answer"
-        with httpx.Client(timeout=5.0, trust_env=False) as client:
-            while time.monotonic() < deadline:
-                try:
-                    response = client.get(url)
-                    if response.status_code == 200:
-                        return
-                    last = f"HTTP {response.status_code}"
-                except httpx.HTTPError as exc:
-                    last = f"{type(exc).__name__}: {exc}"
-                time.sleep(0.5)
+        last = unhealthy_after(url, timeout_s, poll_s=0.5)
+        if last is None:
+            return
         raise TargetError(
             f"target not healthy at {url} after {timeout_s:g}s ({last})",
             hint="is it running? check target.config.url and health_path",

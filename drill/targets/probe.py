@@ -8,7 +8,7 @@ import httpx
 
 from drill.errors import TargetError
 
-__all__ = ["first_good_response", "served_model"]
+__all__ = ["first_good_response", "served_model", "unhealthy_after"]
 
 
 def served_model(
@@ -57,3 +57,21 @@ def first_good_response(
         f"no good response from {base_url} within {timeout_s:g}s (last: {last})",
         hint="raise phases.cold_start.timeout, or check the target's logs",
     )
+
+
+def unhealthy_after(url: str, timeout_s: float, poll_s: float) -> str | None:
+    """Polls ``url`` until it answers 200: None then, else what it last said ("HTTP 503", the error, "no answer")
+    once ``timeout_s`` has passed; the caller says what was not healthy."""
+    deadline = time.monotonic() + timeout_s
+    last = "no answer"
+    with httpx.Client(timeout=5.0, trust_env=False) as client:
+        while time.monotonic() < deadline:
+            try:
+                response = client.get(url)
+                if response.status_code == 200:
+                    return None
+                last = f"HTTP {response.status_code}"
+            except httpx.HTTPError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            time.sleep(poll_s)
+    return last

@@ -32,9 +32,10 @@ MAX_RUNNING = 2
 
 
 #: The order this folder's files run in, so that each server starts once and two needed together start together:
-#: the priority comparison starts vllm-0 and vllm-priority at once, the replica drills run on those two, the next two
-#: files need only vllm-0, and the queue comparison replaces vllm-priority by vllm-queued (at most MAX_RUNNING alive).
-FILE_ORDER = ("test_vllm_priority", "test_vllm_replicas", "test_vllm_server", "test_vllm_context", "test_vllm_queue")
+#: the queue comparison starts vllm-0 and vllm-queued at once, the next two files need only vllm-0, the priority
+#: comparison replaces vllm-queued by vllm-priority (at most MAX_RUNNING alive), and the replica drills, which SIGKILL
+#: vllm-0 (drill supervise restarts it), run last on those two: three server starts in all, none of them a restart.
+FILE_ORDER = ("test_vllm_queue", "test_vllm_server", "test_vllm_context", "test_vllm_priority", "test_vllm_replicas")
 
 
 def _file_rank(item: pytest.Item) -> int:

@@ -29,10 +29,7 @@ QUEUE_CAP = ("--max-num-queued-reqs", "4")
 
 @pytest.fixture(scope="module")
 def queue_runs(vllm_servers: ServerPool, vllm_otlp_port: int, tmp_path_factory) -> tuple[DrillRun, DrillRun]:
-    # a fresh vllm-0: the replica drills before this file SIGKILL it (drill supervise restarts it), and in a whole-suite
-    # run the restarted server's spans stopped reaching the later runs' receivers (cause not found) — the comparison
-    # must not depend on what earlier tests did to a shared server
-    vllm_servers.stop(DEFAULT)
+    # the first file of this folder (conftest.py's FILE_ORDER): vllm-0 is fresh, no replica drill has SIGKILLed it yet
     servers = vllm_servers.get_many({DEFAULT: (), QUEUED: QUEUE_CAP})
     drill = catalogue.unbounded_queue(servers[DEFAULT].url, vllm_otlp_port)
     change = f"target.config.url={servers[QUEUED].url}"

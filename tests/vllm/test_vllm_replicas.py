@@ -40,6 +40,22 @@ def _behind_the_router(servers: dict[str, VllmServer], otlp_port: int, folder, m
         router.stop()
 
 
+def test_a_slow_link_to_one_vllm_replica_is_named_in_the_traces_and_recovers(
+    vllm_servers: ServerPool, vllm_otlp_port: int, tmp_path
+) -> None:
+    servers = vllm_servers.get_many({DEFAULT: (), SECOND: SECOND_FLAGS})
+    run = _behind_the_router(
+        servers, vllm_otlp_port, tmp_path, lambda url, replicas: catalogue.slow_replica(url, replicas, vllm_otlp_port)
+    )
+    print(f"\nslow-replica on two vLLM replicas: {run.statuses()} ({run.wall_s:.0f} s)")
+    for name in ("fault_landed", "baseline-slo", "no-errors-while-slow", "recovered"):
+        assert run.status(name) == "PASS", run.verdicts[name]
+    verdict = run.verdicts["first_abnormal_span"]
+    assert verdict["status"] == "PASS", verdict
+    assert verdict["observed"]["service"] in (catalogue.ROUTER_SERVICE, DEFAULT), verdict
+
+
+# last in this folder (conftest.py's FILE_ORDER): it SIGKILLs vllm-0, which drill supervise then restarts
 def test_a_sigkilled_vllm_replica_fails_only_its_requests_fast_and_health_says_so_until_it_is_back(
     vllm_servers: ServerPool, vllm_otlp_port: int, tmp_path
 ) -> None:
@@ -61,25 +77,3 @@ def test_a_sigkilled_vllm_replica_fails_only_its_requests_fast_and_health_says_s
     other = [probe["healthy"] for probe in health if probe["source"] == SECOND]
     assert sum(other) >= 0.9 * len(other) > 0  # the other server stayed in rotation (a probe may time out here)
     servers[DEFAULT].wait_healthy()  # back under drill supervise (20-100 s after the kill here)
-
-
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue #17: in the merged suite of 2026-12-02 the onset rule named vllm-1/prefill (3.7x its baseline p99, "
-    "the healthy replica taking the load) while the ranked suspects named vllm-0; the cause (the router's calls to "
-    "both replicas judged as one pair, the first span picked among every comparable pair) is fixed and unit-tested "
-    "(tests/traces/test_analysis.py, slow link to one vLLM replica) but not yet re-run on real vLLM",
-)
-def test_a_slow_link_to_one_vllm_replica_is_named_in_the_traces_and_recovers(
-    vllm_servers: ServerPool, vllm_otlp_port: int, tmp_path
-) -> None:
-    servers = vllm_servers.get_many({DEFAULT: (), SECOND: SECOND_FLAGS})
-    run = _behind_the_router(
-        servers, vllm_otlp_port, tmp_path, lambda url, replicas: catalogue.slow_replica(url, replicas, vllm_otlp_port)
-    )
-    print(f"\nslow-replica on two vLLM replicas: {run.statuses()} ({run.wall_s:.0f} s)")
-    for name in ("fault_landed", "baseline-slo", "no-errors-while-slow", "recovered"):
-        assert run.status(name) == "PASS", run.verdicts[name]
-    verdict = run.verdicts["first_abnormal_span"]
-    assert verdict["status"] == "PASS", verdict
-    assert verdict["observed"]["service"] in (catalogue.ROUTER_SERVICE, DEFAULT), verdict

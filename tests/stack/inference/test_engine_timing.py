@@ -39,13 +39,15 @@ async def test_client_sees_modelled_ttft_and_inter_token_latency(start_replica) 
     model = replica.cost_model
     prefill = model.step_cost(BatchShape.prefill([2000])).total_s
     decode = model.step_cost(BatchShape.decode(1, 2020)).total_s
-    mean_itl = (arrivals[-1] - arrivals[0]) / (len(arrivals) - 1)
+    streamed = arrivals[-1] - arrivals[0]  # 40 decode steps, as the client saw them
     assert len(arrivals) == 41
     server_ttft = record["first_token_ts"] - record["arrival_ts"]
     # a late wake-up on a loaded 2-core box can add a scheduler time slice or two, never take time away
     assert prefill * 0.98 <= server_ttft <= prefill + 0.04, (server_ttft, prefill)
     assert server_ttft <= ttft <= server_ttft + 0.1, (ttft, server_ttft)  # the client adds only HTTP
-    assert mean_itl == pytest.approx(decode, rel=0.2), (mean_itl, decode)
+    # the steps track the model on average (the engine pays late steps back); the client's view of the last token may
+    # come a time slice late on a loaded box, as its first may (the 0.1 s above), so that is allowed once, not per token
+    assert 0.8 * 40 * decode <= streamed <= 1.2 * 40 * decode + 0.1, (streamed / 40, decode)
 
 
 async def test_clock_cap_slows_decode_less_than_compute(start_replica) -> None:

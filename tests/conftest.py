@@ -21,6 +21,38 @@ TEST_PLUGINS = ";".join(
 )
 
 
+#: The marks of a test that runs alone (``--part serial``): it starts real processes or a Docker engine's containers,
+#: and its timings and ports assume nothing else of the suite runs beside it.
+SERIAL_MARKS = ("integration", "docker")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--part",
+        choices=("parallel", "serial"),
+        default=None,
+        help="run one part of the suite: 'parallel' the tests that may share the machine (not marked integration or "
+        "docker; ./dev test runs them on both cores with pytest-xdist), 'serial' the others, one at a time",
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
+    """``--part``: keep one part of the suite. A wrapper, so it sees the marks the folders' own hooks add (tests/vllm,
+    tests/llamacpp and tests/kubernetes mark their tests integration as they move them last)."""
+    yield
+    part = config.getoption("--part")
+    if part is None:
+        return
+    keep, drop = [], []
+    for item in items:
+        serial = any(item.get_closest_marker(mark) is not None for mark in SERIAL_MARKS)
+        (keep if serial == (part == "serial") else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _test_environment(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Test plugins on, a private state directory, and the repository importable by child processes."""

@@ -27,6 +27,30 @@ def test_ci_lints_then_runs_the_readmes_test_command() -> None:
     assert "`./dev test`" in (REPO / "README.md").read_text()
 
 
+def _collected(*args: str) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return {line.split("::")[0] for line in done.stdout.splitlines() if "::" in line}
+
+
+def test_the_whole_suite_runs_in_two_parts_that_split_it_by_its_marks() -> None:
+    """``./dev test`` without arguments runs ``--part parallel`` on every core, then ``--part serial``: a test marked
+    integration (here the vLLM folder's, marked as its conftest moves it last) runs only in the serial part, a plain
+    unit test only in the parallel one, and both parts always run."""
+    dev = (REPO / "dev").read_text()
+    assert "--part parallel -n auto" in dev and "--part serial" in dev and "whole_suite" in dev
+    files = ("tests/vllm/test_vllm_server.py", "tests/e2e/test_abandoned_work.py", "tests/spec/test_bad_drills.py")
+    assert _collected("--part", "parallel", *files) == {"tests/spec/test_bad_drills.py"}
+    assert _collected("--part", "serial", *files) == set(files[:2])
+    assert _collected(*files) == set(files)
+
+
 def test_dev_lint_runs_every_linter_and_fails_on_a_finding() -> None:
     lint = (REPO / "scripts" / "lint.sh").read_text()
     for tool in ('ruff" check', 'ruff" format --check', 'mypy"', 'lint-imports"'):

@@ -7,6 +7,10 @@
   ``mannwhitneyu(method="asymptotic")``). It needs no distributional assumption and is valid for the
   thin baselines of rarely called operations, where a median/MAD z-score is not: with 3 baseline
   spans a MAD is little more than noise, while a rank test simply has less power.
+- :meth:`SortedSides.exceedance`: how many of each group's fault-window values exceed its baseline's upper
+  quantile, by the exact beta-binomial tail (the quantile is a sample order statistic; David & Nagaraja,
+  *Order Statistics*, 2003, ch. 2): it finds a fault that hits only a share of the calls, which the rank
+  test dilutes.
 """
 
 from __future__ import annotations

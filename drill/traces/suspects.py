@@ -12,6 +12,8 @@ Per (service, span name) pair with spans in the fault window (see ``docs/trace-a
    *deviates* when its rank test passes ``alpha``, its ratio reaches ``min_ratio`` and its median
    grew by ``min_excess_ms``. Pairs with fewer than ``min_baseline_spans`` baseline spans are judged
    the same way and marked *thin*; those under ``min_spans`` are *not judged*, with their counts.
+   A fault on some calls only barely moves the median or the ranks: the count of fault-window spans past
+   the baseline's p90 is tested too (beta-binomial, exact), and the larger z counts.
 3. **Attribution**: a CLIENT span's self time is the link's (network, proxy, the callee's queue): its
    evidence goes to the *callee* (its SERVER child's service, else ``server.address``,
    ``peer.service`` or ``net.peer.name``), weighed by the share of the callee's incoming links that
@@ -30,7 +32,9 @@ Per (service, span name) pair with spans in the fault window (see ``docs/trace-a
    spans a side are judged on a value-picked sample of that size.
 5. **Score** of a service: the sum of its deviating pairs' effects (as attributed), plus one point and
    twice the share of erring spans per pair with root-cause errors. Services are ranked by score;
-   ties go to the callee side.
+   ties go to the callee side. A service's own work counts ``_FELT_WEIGHT`` of itself when a service it
+   calls moved as much on its own: contention on a shared host slows its callers a little, a slow caller
+   never slows its callees.
 """
 
 from __future__ import annotations

@@ -335,3 +335,88 @@ def test_a_callee_skewed_out_of_its_caller_counts_whole_in_the_caller_s_self_tim
     assert self_time(table, table.parent_row)[0] == pytest.approx((20 - 15) * 1e6)  # 15 ms of callee, not 12
     table = SpanTable.from_spans([caller, same])
     assert self_time(table, table.parent_row)[0] == pytest.approx((20 - 5) * 1e6)
+
+
+# -- intermittent faults and contention felt by the callers -----------------------------------------
+
+
+def _two_sides(rng: np.random.Generator, base: np.ndarray, fault: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Values, groups and fault flags of many groups, each with ``base`` and ``fault`` (groups x values)."""
+    groups = len(base)
+    values = np.concatenate((base.ravel(), fault.ravel())) * 1e6
+    group = np.concatenate((np.repeat(np.arange(groups), base.shape[1]), np.repeat(np.arange(groups), fault.shape[1])))
+    flag = np.concatenate((np.zeros(base.size, dtype=bool), np.ones(fault.size, dtype=bool)))
+    return values, group, flag
+
+
+def test_the_exceedance_test_holds_its_level_on_thin_baselines_and_finds_a_fault_on_a_third_of_calls():
+    """Under no change, p90 exceedances of 3-200 baseline values pass alpha 0.01 at most about 1% of the time
+    (beta-binomial, not binomial: the threshold is a sample too); a fault that slows a quarter of the calls 4x
+    passes it far more often than the rank test, which the unslowed 65% dilute."""
+    rng = np.random.default_rng(7)
+    for n_base, n_fault in ((3, 10), (12, 60), (200, 600)):
+        values, group, flag = _two_sides(
+            rng, rng.lognormal(0, 0.5, (3000, n_base)), rng.lognormal(0, 0.5, (3000, n_fault))
+        )
+        exceed = sort_sides(values, group, flag, 3000).exceedance(0.9)
+        assert (exceed.z >= 2.326).mean() <= 0.0125, (n_base, n_fault)
+    hit = rng.random((500, 100)) < 0.25
+    fault = rng.lognormal(0, 0.5, (500, 100)) * np.where(hit, 4.0, 1.0)
+    values, group, flag = _two_sides(rng, rng.lognormal(0, 0.5, (500, 30)), fault)
+    sides = sort_sides(values, group, flag, 500)
+    by_exceedance = (sides.exceedance(0.9).z >= 2.326).mean()
+    by_rank = (sides.rank_test().z >= 2.326).mean()
+    assert by_exceedance > 0.5 and by_exceedance > by_rank + 0.2, (by_exceedance, by_rank)
+
+
+def test_an_intermittent_slow_link_passes_alpha_by_its_exceedances_though_its_median_did_not_move():
+    """A 60 ms delay on a fifth of the calls into auth: its links' median does not move and their ranks move
+    little (rank test z 1.9), but a fifth of them are past the baseline's p90: the link deviates (z 4.5)."""
+    report = analyse(shop(Fault(ingress_ms={"auth": 60.0}, share=0.2), seconds=70.0))  # 100 fault-window calls
+    assert services(report)[:1] == ["auth"], [(s.service, s.score, s.why) for s in report.suspects]
+    evidence = report.suspects[0].evidence[0]
+    assert evidence.role == "callee of a slow link" and evidence.ratio < 1.15 and evidence.z > 2.33
+
+
+def _front_and_stock(stock_factor: float, front_factor: float, *, seconds: float = 60.0) -> list[dict]:
+    """``front`` (a SERVER span and two INTERNAL steps) calls ``stock`` and then ``audit`` (four steps, never
+    slowed) through CLIENT spans, 20 requests/s; in the second half, stock's own work is ``stock_factor``
+    slower and each of front's operations ``front_factor``."""
+    rng, out = random.Random(3), []
+    for i in range(int(seconds * 20)):
+        start, active = i * 50.0, i * 50.0 >= seconds * 500
+        f_front, f_stock = (front_factor, stock_factor) if active else (1.0, 1.0)
+        trace = i + 1
+        root = span(trace, "GET /order", service="front", kind="SERVER", start_ms=start, end_ms=start)
+        t = start + _lognormal(rng, 2.0) * f_front
+        spans = [root]
+        for name in ("validate", "price"):
+            work = _lognormal(rng, 3.0) * f_front
+            spans.append(span(trace, name, service="front", parent=root, start_ms=t, end_ms=t + work))
+            t += work
+        for callee, steps, factor in (("stock", (), f_stock), ("audit", ("check", "sign", "store", "notify"), 1.0)):
+            client = span(trace, f"POST /{callee}", service="front", kind="CLIENT", parent=root, start_ms=t, end_ms=t)
+            server = span(trace, f"POST /{callee}", service=callee, kind="SERVER", parent=client, start_ms=t + 0.3)
+            u = t + 0.3 + _lognormal(rng, 1.0) * factor
+            for name in steps:
+                work = _lognormal(rng, 1.5)
+                spans.append(span(trace, name, service=callee, parent=server, start_ms=u, end_ms=u + work))
+                u += work
+            server["end_ns"] = T0 + int(u * 1e6)
+            client["end_ns"] = T0 + int((u + _lognormal(rng, 0.3)) * 1e6)
+            t = (client["end_ns"] - T0) / 1e6
+            spans += [client, server]
+        root["end_ns"] = T0 + int((t + _lognormal(rng, 1.0) * f_front) * 1e6)
+        out += spans
+    return out
+
+
+def test_contention_felt_by_the_callers_points_at_the_callee_whose_own_work_moved_more():
+    """stock's host is contended (2.5x) and front, on the same node, feels a fraction of it on each of its
+    three operations: summed, front's own work moved more than stock's one operation, but its callee moved
+    more on its own — the callee explains the caller. A slow front whose callee is normal stays first."""
+    until = T0 + int(30 * 1e9)
+    felt = find_abnormal(SpanTable.from_spans(_front_and_stock(2.5, 1.6)), baseline_until_ns=until)
+    assert services(felt)[:2] == ["stock", "front"], [(s.service, s.score, s.why) for s in felt.suspects]
+    alone = find_abnormal(SpanTable.from_spans(_front_and_stock(1.0, 1.6)), baseline_until_ns=until)
+    assert services(alone)[:1] == ["front"], [(s.service, s.score, s.why) for s in alone.suspects]

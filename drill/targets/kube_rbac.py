@@ -69,6 +69,8 @@ def fault_rules(kind: str, params: BaseModel, workload_kind: str) -> list[KubeRu
     method = _method(params)
     if kind == "replica_crash" and method == "pod":
         return [KubeRule("", "pods", ("delete",))]
+    if kind in ("replica_crash", "replica_pause") and method == "exec":  # only an exec method may exec
+        return [KubeRule("", "pods/exec", ("create",))]
     if kind == "replica_scale_down":
         group, _, plural = WORKLOAD_SCALE[workload_kind]
         return [KubeRule(group, f"{plural}/scale", ("get", "patch"))]

@@ -6,7 +6,8 @@ The main process is the container's PID 1, or the one child of an init running a
 catatonit). The init of a PID namespace gets, from inside its namespace, only the signals it handles: the kernel
 drops the others, SIGKILL and SIGSTOP always (pid_namespaces(7)). So a crash by SIGKILL, or a pause, needs an image
 whose server runs under such an init (``docker run --init``, ``tini --``); a server that is PID 1 is refused before
-anything starts, saying why (the kubernetes target's pre-flight asks each pod, :mod:`drill.targets.kube_exec_preflight`).
+anything starts, saying why (the kubernetes target's pre-flight asks each pod:
+:mod:`drill.targets.kube_exec_preflight`).
 
 Each pod's main process is journaled (PID, start time, name, the pod's restart count, whether it was already
 stopped) before the signal; a signal goes only to that process (same PID and start time), never to a later one.

@@ -125,6 +125,33 @@ def test_a_drain_runs_under_exactly_its_role_and_without_patch_on_nodes_stops_be
     assert uids(api, namespace) == before and _cordoned(api) == []
 
 
+def test_an_exec_method_stops_before_anything_starts_here_located_saying_the_api_server_cannot_exec(
+    control_plane: ControlPlane, api: Api, bound_replicas: BindReplicas, tmp_path: Path
+) -> None:
+    """What a user gets against this control plane: KWOK's pods have no kubelet, so the API server cannot relay an
+    exec to them; the drill stops before any fault, at the fault's method, with the API server's answer."""
+    namespace = _workload(control_plane, api, bound_replicas, "exec")
+    drill = yaml.safe_load(CRASH_DRILL.read_text())
+    drill["faults"][0]["params"] = {"method": "exec", "restart_timeout": "30s"}
+    path = tmp_path / "exec.yaml"
+    path.write_text(yaml.safe_dump(drill, sort_keys=False))
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if text.strip() == "method: exec")
+    sets = [f"target.config.namespace={namespace}"]
+    role = drill_role(path, sets)
+    assert "pods/exec" in role
+    kubeconfig = least_privilege_kubeconfig(control_plane, role, tmp_path)  # exactly the role: RBAC allows the exec
+    before = uids(api, namespace)
+    run = run_drill(path, tmp_path / "out", [*sets, f"target.config.kubeconfig={kubeconfig}"])
+    assert run.exit_code == 2, run.output[-4000:]
+    said = " ".join(run.output.split())
+    assert f"{path}:{line}:" in said, said[-4000:]
+    assert "faults[0].params.method: replica_crash method exec cannot send SIGKILL in pod" in said, said[-4000:]
+    assert "exec 'sh' in pod" in said and "refused: HTTP" in said and "nothing was touched" in said, said[-4000:]
+    assert "Traceback" not in run.output
+    assert not run.events("fault_injected") and not run.events("target_ready"), run.journal()
+    assert uids(api, namespace) == before
+
+
 # -- the crash matrix ---------------------------------------------------------------------------------------------
 
 MATRIX_DRILL = {

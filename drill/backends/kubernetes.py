@@ -104,14 +104,15 @@ INITS = frozenset({"tini", "docker-init", "dumb-init", "catatonit"})
 
 #: run by ``sh -c`` in the container, builtins only (read, kill, echo, set): the main process (PID 1, or an init's
 #: child), whether this user may signal it (``kill -0``), its ``/proc/PID/status`` and its start time (field 22 of
-#: ``/proc/PID/stat``, in clock ticks since boot: with the PID, it names one process, never a later one). $1: a PID
+#: ``/proc/PID/stat``, in clock ticks since boot: with the PID, it names one process, never a later one; the
+#: ``children`` file has no final newline, so ``read`` sets the PID and fails: not checked). $1: a PID
 #: to read instead of resolving. Exit 3: no main process; 4: kill -0 refused; 5: process $1 is gone.
 _MAIN_PROCESS = r"""
 pid=$1
 read -r init < /proc/1/comm || exit 3
 if [ -z "$pid" ]; then
   pid=1
-  case "$init" in tini|docker-init|dumb-init|catatonit) read -r pid _ < /proc/1/task/1/children || pid= ;; esac
+  case "$init" in tini|docker-init|dumb-init|catatonit) pid=; read -r pid _ < /proc/1/task/1/children ;; esac
 fi
 [ -n "$pid" ] || { echo "PID 1 ($init) has no child" >&2; exit 3; }
 [ -e "/proc/$pid" ] || { echo "process $pid is gone" >&2; exit 5; }

@@ -9,6 +9,10 @@ real kubelet's exec, is said in docs/kubernetes.md."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -331,3 +335,84 @@ def test_container_is_a_param_of_method_exec_only(kind: str) -> None:
     assert params.model_validate({"method": "exec", "container": "llm"}).container == "llm"  # type: ignore[attr-defined]
     with pytest.raises(ValidationError, match="'container' is a param of method exec, not of method process"):
         params.model_validate({"container": "llm"})
+
+
+# -- the scripts against real processes in a real PID namespace ----------------------------------------------------
+
+
+def _can_make_pid_namespaces() -> bool:
+    if not (shutil.which("unshare") and shutil.which("nsenter")):
+        return False
+    done = subprocess.run(["unshare", "-fp", "--mount-proc", "true"], capture_output=True, check=False)
+    return done.returncode == 0
+
+
+@dataclass
+class NamespaceKubelet(FakeKubelet):
+    """A container made of a real PID namespace (``unshare --pid``): an exec runs its command there with
+    ``nsenter``, as a container runtime does, so the kernel's own rules for signals apply."""
+
+    host_pid: int = 0
+
+    def stream(self, api_method: Any, pod: str, namespace: str, **kwargs: Any) -> FakeSession:
+        command = ["nsenter", "-t", str(self.host_pid), "-p", "-m", "--", *kwargs["command"]]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=10, check=False)
+        return FakeSession(stdout=done.stdout, stderr=done.stderr, code=done.returncode)
+
+
+def _ready(pid: int, name: str) -> bool:
+    """The namespace's PID 1 runs ``name`` (an init: and has its child)."""
+    if Path(f"/proc/{pid}/comm").read_text().strip() != name:
+        return False
+    return name != "tini" or bool(Path(f"/proc/{pid}/task/{pid}/children").read_text())
+
+
+@pytest.fixture()
+def container(tmp_path: Path) -> Iterator[Callable[[list[str]], NamespaceKubelet]]:
+    if not _can_make_pid_namespaces():
+        pytest.skip("needs unshare --pid and nsenter (root): the kernel's rule is shown by the fake kubelet otherwise")
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(argv: list[str]) -> NamespaceKubelet:
+        process = subprocess.Popen(["unshare", "-fp", "--mount-proc", *argv])
+        started.append(process)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # unshare forks the namespace's PID 1: its child
+            children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+            if children and _ready(int(children[0]), Path(argv[0]).name):
+                return NamespaceKubelet(procs={1: Proc("unused", 0)}, host_pid=int(children[0]))
+            time.sleep(0.02)
+        raise AssertionError(f"no PID namespace for {argv}")
+
+    yield start
+    for process in started:
+        process.kill()
+        process.wait()
+
+
+def test_in_a_real_pid_namespace_a_stop_to_its_init_is_dropped_and_one_to_the_inits_child_lands(
+    tmp_path: Path, container: Callable[[list[str]], NamespaceKubelet]
+) -> None:
+    alone = _client(tmp_path, container(["sleep", "60"]))  # the server is PID 1
+    main = alone.main_process("llm-a")
+    assert (main.pid, main.name, main.state) == (1, "sleep", "S")
+    assert main.refusal("SIGSTOP") is not None and main.refusal("SIGKILL") is not None
+    assert alone.signal_process("llm-a", None, 1, main.start, "SIGSTOP").exit_code == 0  # kill says yes ...
+    time.sleep(0.1)
+    assert alone.main_process("llm-a").state == "S"  # ... and the kernel dropped it, as the refusal says
+
+    tini = tmp_path / "tini"  # an init that runs the server as its child
+    shutil.copy(shutil.which("sh") or "/bin/sh", tini)
+    under_init = container([str(tini), "-c", "sleep 60 & wait"])
+    client = _client(tmp_path, under_init)
+    child = client.main_process("llm-a")
+    assert (child.name, child.init) == ("sleep", "tini") and child.pid != 1 and child.refusal("SIGSTOP") is None
+    fault = ReplicaPause(ReplicaPauseParams(method="exec"))
+    ctx = _ctx(client)
+    ctx.saved = fault.prepare(ctx)
+    fault.inject(ctx)
+    assert "process" in fault.verify(ctx).summary  # State T, read back through the exec
+    fault.revert(ctx)
+    assert client.main_process("llm-a").state == "S"
+    assert client.signal_process("llm-a", None, child.pid, "1", "SIGKILL").exit_code == 5  # another start: untouched
+    assert client.main_process("llm-a").pid == child.pid

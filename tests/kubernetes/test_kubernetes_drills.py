@@ -152,6 +152,41 @@ def test_an_exec_method_stops_before_anything_starts_here_located_saying_the_api
     assert uids(api, namespace) == before
 
 
+def test_a_slow_replica_through_chaos_mesh_runs_as_a_whole_drill_from_the_cli(
+    control_plane: ControlPlane, api: Api, bound_replicas: BindReplicas, chaos_mesh: ChaosMesh, tmp_path: Path
+) -> None:
+    """``drill run`` of ``slow_replica`` with ``method: chaos_mesh``, as a user runs it: the NetworkChaos is made,
+    verified by the operator's status, seen in the requests' latency, and deleted by the runner's revert."""
+    namespace = _workload(control_plane, api, bound_replicas, "chaos-drill")
+    drill = dict(MATRIX_DRILL)
+    slo = {"ttft_p95": "1s"}
+    drill["scenario"] = {
+        **MATRIX_DRILL["scenario"],
+        "arrival": {"process": "poisson", "rate": 4},
+        "pools": [{**MATRIX_DRILL["scenario"]["pools"][0], "timeout": "30s", "slo": slo}],
+    }
+    drill["phases"] = {"warmup": "1s", "baseline": "5s", "fault": "6s", "recovery": "1s", "replay": False}
+    params = {"method": "chaos_mesh", "latency_ms": 1500, "timeout": "20s"}
+    drill["faults"] = [
+        {"name": "slow", "kind": "slow_replica", "start": "0s", "duration": "6s", "selector": {"count": 2}}
+        | {"params": params}
+    ]
+    drill["checks"] = [
+        {"kind": "slo", "name": "baseline-slo", "params": {"phase": "baseline", "min_requests": 8}},
+        {"kind": "slo", "name": "slowed", "params": {"phase": "fault", "min_requests": 8}},
+    ]
+    path = tmp_path / "slow.yaml"
+    path.write_text(yaml.safe_dump(drill, sort_keys=False))
+    sets = [f"target.config.namespace={namespace}", f"target.config.kubeconfig={control_plane.kubeconfig}"]
+    run = run_drill(path, tmp_path / "out", sets)
+    assert run.exit_code == 1, run.output[-4000:]  # the finding: the fault phase breaks the SLO
+    assert run.verdicts() == {"fault_landed": "PASS", "baseline-slo": "PASS", "slowed": "FAIL"}, run.output[-4000:]
+    [proof] = run.events("fault_verified")
+    assert "NetworkChaos drill-" in proof["summary"] and "(delay) injected" in proof["summary"], proof
+    assert [e["by"] for e in run.events("fault_reverted")] == ["runner"], run.journal()
+    assert _chaos_objects(api, namespace) == []
+
+
 # -- the crash matrix ---------------------------------------------------------------------------------------------
 
 MATRIX_DRILL = {

@@ -455,6 +455,10 @@ class KubeClient:
                 )
             out, err = stream.read_stdout(), stream.read_stderr()
             status = stream.read_channel(_ERROR_CHANNEL)
+        except Exception as exc:  # websocket-client's and the socket's: the session broke before its status came,
+            if isinstance(exc, KubernetesError):  # what a container dying under its exec does
+                raise
+            return PodExecResult(tuple(command), None, message=f"the exec's connection broke: {exc}")
         finally:
             stream.close()
         code, message = _exec_status(status)

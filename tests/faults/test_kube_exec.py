@@ -102,7 +102,7 @@ class FakeKubelet:
         if sig in ("KILL", "TERM"):
             self.restart_count += 1
             self.start_container()
-            return FakeSession(status=None)  # the container died under the exec: no status comes
+            return FakeSession(status=None, broken=True)  # the container died under the exec: the session breaks
         proc.state = "T" if sig == "STOP" else "S"
         return FakeSession(code=0)
 
@@ -132,6 +132,7 @@ class FakeSession:
     stderr: str = ""
     code: int | None = None
     status: dict | None = field(default_factory=dict)
+    broken: bool = False  # the connection breaks before the status comes
 
     def __post_init__(self) -> None:
         if self.status == {}:
@@ -140,7 +141,8 @@ class FakeSession:
             self.status = {"status": "Success"} if self.code == 0 else failure
 
     def run_forever(self, timeout: float | None = None) -> None:
-        pass
+        if self.broken:
+            raise ConnectionResetError("Connection reset by peer")
 
     def is_open(self) -> bool:
         return False

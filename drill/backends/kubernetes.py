@@ -11,9 +11,9 @@ What the harness does through the API, and the Role verbs each needs (``drill ku
   ``leaderworkersets/scale``: get, patch): ``replica_scale_down``;
 * cordon and uncordon a node (``nodes``: get, patch; cluster-scoped: a ClusterRole) and evict its pods through the
   Eviction API (``pods/eviction``: create), which honours PodDisruptionBudgets: ``node_drain``;
-* run a command in a pod's container through the ``pods/exec`` subresource (``pods/exec``: create; granted only
-  when a drill uses an exec method): ``replica_crash`` and ``replica_pause`` with ``method: exec`` signal the
-  container's main process from inside it;
+* run a command in a pod's container through the ``pods/exec`` subresource (``pods/exec``: create, get: the
+  client's WebSocket upgrade is a GET; granted only when a drill uses an exec method): ``replica_crash`` and
+  ``replica_pause`` with ``method: exec`` signal the container's main process from inside it;
 * create, read and delete Chaos Mesh objects (``networkchaos``, ``podchaos`` of ``chaos-mesh.org``: create, get,
   list, delete): ``chaos_mesh``;
 * ask the API server what the credentials may do (``SelfSubjectAccessReview``, which every authenticated user may
@@ -91,7 +91,7 @@ class PodExecResult:
     def not_found(self) -> bool:
         """The command (or the shell running it) is not in the image: exit 126/127, or the runtime said so."""
         said = f"{self.message} {self.stderr}".lower()
-        return self.exit_code in (126, 127) or "not found" in said or "no such file" in said
+        return self.exit_code in (126, 127) or "executable file not found" in said or "no such file or dir" in said
 
     def describe(self) -> str:
         text = " ".join(part for part in (self.message, self.stderr.strip(), self.stdout.strip()) if part)
@@ -483,6 +483,12 @@ class KubeClient:
                 operation="exec",
                 hint="run the container's processes as one user, or use method: pod",
             )
+        if found.exit_code is None:
+            raise KubernetesError(
+                f"{where}: the exec did not run: {found.message}",
+                operation="exec",
+                hint="the API server relays an exec to the pod's kubelet: is there one, does it answer?",
+            )
         fields = dict(line.split(":\t", 1) for line in found.stdout.splitlines() if ":\t" in line)
         if found.exit_code != 0 or not {"Main", "Start", "Name", "State"} <= fields.keys():
             raise KubernetesError(f"{where}: cannot read its main process ({found.describe()})", operation="exec")
@@ -518,7 +524,7 @@ class KubeClient:
             raise KubernetesError(
                 f"port-forward to {self.namespace}/{pod}:{port} failed: {type(exc).__name__}: {exc}",
                 operation="portforward",
-                hint="the Role needs 'create' on pods/portforward, and the pod a kubelet that answers",
+                hint="the Role needs 'create' and 'get' on pods/portforward, and the pod a kubelet that answers",
             ) from exc
         return sock
 
@@ -544,6 +550,7 @@ def _pod(p: Any) -> PodInfo:
 #: the exec protocol's channel on which the API server sends the command's final status (a metav1.Status)
 _ERROR_CHANNEL = 3
 _HANDSHAKE = re.compile(r"Handshake status (\d{3})")
+_QUERY = re.compile(r"\?command=[^\"\s]*")
 
 
 def _exec_status(raw: str | bytes | None) -> tuple[int | None, str]:
@@ -561,7 +568,8 @@ def _exec_status(raw: str | bytes | None) -> tuple[int | None, str]:
     for cause in causes:
         if cause.get("reason") == "ExitCode" and str(cause.get("message", "")).isdigit():
             return int(cause["message"]), ""
-    return None, str(status.get("message") or status.get("reason") or raw)[:300]
+    message = str(status.get("message") or status.get("reason") or raw)
+    return None, _QUERY.sub("?…", message)[:400]  # the URL's query repeats the whole command: left out
 
 
 def _exec_refused(operation: str, exc: Any, server: str) -> KubernetesError:
@@ -573,7 +581,7 @@ def _exec_refused(operation: str, exc: Any, server: str) -> KubernetesError:
     message = re.search(r'"message":\s*"((?:[^"\\]|\\.)*)"', reason)
     why = message.group(1) if message else reason.split(" -+-+- ")[0][:300]
     if status == 403:
-        hint = "the Role needs 'create' on pods/exec: `drill kube role DRILL` prints it"
+        hint = "the Role needs 'get' and 'create' on pods/exec: `drill kube role DRILL` prints it"
     elif status is None:
         hint = f"is the API server at {server} reachable?"
     else:

@@ -56,6 +56,7 @@ class FakeKubelet:
     procs: dict[int, Proc] = field(default_factory=dict)
     refuse: int | None = None
     no_shell: bool = False
+    no_kubelet: bool = False  # the API server upgrades the exec, then cannot reach the pod's kubelet
     commands: list[list[str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -77,6 +78,10 @@ class FakeKubelet:
         if self.refuse is not None:
             body = json.dumps({"kind": "Status", "message": f"error dialing backend: pod {pod} has no kubelet"})
             raise ApiException(status=0, reason=f"Handshake status {self.refuse} Error -+-+- {{}} -+-+- b'{body}'")
+        if self.no_kubelet:
+            url = f"https://10.0.0.9:10250/exec/{namespace}/{pod}/llm?command=sh&command=-c&command=pid%3D"
+            why = f'Internal error occurred: error sending request: Post "{url}": dial tcp: connection refused'
+            return FakeSession(status={"status": "Failure", "reason": "InternalError", "message": why})
         if self.no_shell:
             return FakeSession(status={"status": "Failure", "message": 'exec: "sh": executable file not found'})
         script, args = command[2], command[4:]
@@ -290,6 +295,11 @@ def _preflight(tmp_path: Path, kubelet: FakeKubelet, kind: str, params: dict) ->
     [
         (FakeKubelet(refuse=500), "refused: HTTP 500: error dialing backend: pod llm-a has no kubelet", 500),
         (
+            FakeKubelet(no_kubelet=True),
+            'the exec did not run: Internal error occurred: error sending request: Post "https://10.0.0.9:10250/exec/serving/llm-a/llm?…": dial tcp',
+            None,
+        ),
+        (
             FakeKubelet(no_shell=True),
             "the image has no shell with kill (sh -c 'kill -0 ...': did not run: exec: \"sh\"",
             None,
@@ -321,12 +331,12 @@ def test_an_exec_the_api_server_forbids_names_the_verb(tmp_path: Path) -> None:
     client = _client(tmp_path, FakeKubelet(refuse=403))
     with pytest.raises(KubernetesError, match="HTTP 403") as caught:
         client.main_process("llm-a")
-    assert "'create' on pods/exec" in str(caught.value)
+    assert "'get' and 'create' on pods/exec" in str(caught.value)
 
 
-def test_only_an_exec_method_gets_create_on_pods_exec() -> None:
+def test_only_an_exec_method_gets_pods_exec() -> None:
     exec_rules = fault_rules("replica_pause", ReplicaPauseParams(method="exec"), "Deployment")
-    assert [(r.resource, r.verbs) for r in exec_rules] == [("pods/exec", ("create",))]
+    assert [(r.resource, r.verbs) for r in exec_rules] == [("pods/exec", ("create", "get"))]
     assert fault_rules("replica_crash", ReplicaCrashParams(method="pod"), "Deployment")[0].resource == "pods"
     assert fault_rules("replica_pause", ReplicaPauseParams(), "Deployment") == []
 

@@ -111,7 +111,7 @@ def test_an_exec_method_gets_create_on_pods_exec_and_its_refusals_are_located_at
     path = _drill_file(tmp_path, TARGET, [SCALE, pause])
     code, out = _cli("kube", "role", str(path))
     assert code == 0, out
-    assert _role(out)[("", "pods/exec")] == ["create"]
+    assert _role(out)[("", "pods/exec")] == ["create", "get"]  # the WebSocket upgrade is a GET
     line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if text.strip() == "method: exec")
     positions = fault_key_positions(load_drill(path), "params", "method")
     assert positions[1].startswith(f"{path}:{line}:") and positions[0].startswith(f"{path}:"), positions
@@ -123,7 +123,7 @@ def test_port_forward_and_statefulsets_get_their_own_resources(tmp_path: Path) -
     assert code == 0, out
     assert _role(out) == {
         ("", "pods"): ["get", "list"],
-        ("", "pods/portforward"): ["create"],
+        ("", "pods/portforward"): ["create", "get"],
         ("apps", "statefulsets/scale"): ["get", "patch"],
     }
 

@@ -296,7 +296,8 @@ def _preflight(tmp_path: Path, kubelet: FakeKubelet, kind: str, params: dict) ->
         (FakeKubelet(refuse=500), "refused: HTTP 500: error dialing backend: pod llm-a has no kubelet", 500),
         (
             FakeKubelet(no_kubelet=True),
-            'the exec did not run: Internal error occurred: error sending request: Post "https://10.0.0.9:10250/exec/serving/llm-a/llm?…": dial tcp',
+            'the exec did not run: Internal error occurred: error sending request: Post "https://10.0.0.9:10250/exec/'
+            'serving/llm-a/llm?…": dial tcp',
             None,
         ),
         (

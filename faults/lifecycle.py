@@ -1,4 +1,7 @@
-"""``replica_crash`` and ``replica_pause``: a replica's process or container dies, or freezes."""
+"""``replica_crash`` and ``replica_pause``: a replica's process or container dies, or freezes.
+
+On the kubernetes target, ``method: exec`` signals the container's main process from inside the pod through the
+``pods/exec`` subresource (:mod:`faults.kube_exec`); ``method: pod`` (crash only) deletes the pod."""
 
 from __future__ import annotations
 
@@ -28,6 +31,16 @@ from drill.api import (
     Saved,
 )
 from faults._toxics import poll
+from faults.kube_exec import (
+    EXEC_CRASH,
+    EXEC_PAUSE,
+    ExecSaved,
+    crash_exec,
+    prepare_exec,
+    revert_pause_exec,
+    verify_crash_exec,
+    verify_pause_exec,
+)
 from faults.kubernetes import delete_pods, serving_pods, verify_pods, wait_serving
 
 if TYPE_CHECKING:
@@ -40,6 +53,7 @@ class LifecycleMethod(enum.StrEnum):
     PROCESS = "process"  # the replica's local process, by PID file, process name or PID
     DOCKER = "docker"  # the replica's container
     POD = "pod"  # the replica's pod, deleted through the Kubernetes API (replica_crash only)
+    EXEC = "exec"  # the main process of the replica's pod's container, signalled through pods/exec
 
 
 class CrashSignal(enum.StrEnum):
@@ -73,6 +87,19 @@ class ReplicaCrashParams(FaultParams):
     signal: CrashSignal = Field(CrashSignal.SIGKILL, description="what kills it (SIGKILL: no clean-up at all)")
     expect_restart: bool = Field(True, description="verify waits for the supervisor / Docker to bring it back")
     restart_timeout: Duration = Field(30.0, description="how long verify and revert wait for it to come back")
+    container: str | None = Field(
+        None, min_length=1, description="method exec: the pod's container (default: its only one)"
+    )
+
+    @model_validator(mode="after")
+    def _container_for_exec(self) -> ReplicaCrashParams:
+        _exec_only(self.method, self.container)
+        return self
+
+
+def _exec_only(method: LifecycleMethod, container: str | None) -> None:
+    if container is not None and method is not LifecycleMethod.EXEC:
+        raise ValueError(f"'container' is a param of method exec, not of method {method.value}")
 
 
 class CrashSaved(Saved):
@@ -80,7 +107,8 @@ class CrashSaved(Saved):
     start_ticks: dict[str, int] = Field(default_factory=dict)  # replica -> that process's start time
     restart_count: dict[str, int] = Field(default_factory=dict)  # replica -> container RestartCount before
     pod_uid: dict[str, str] = Field(default_factory=dict)  # pod -> its UID when deleted (method: pod)
-    serving_uids: list[str] = Field(default_factory=list)  # the UIDs of the pods serving before (method: pod)
+    serving_uids: list[str] = Field(default_factory=list)  # the UIDs of the pods serving before (method: pod, exec)
+    exec: ExecSaved | None = None  # method exec: each pod's main process and restart count before
 
 
 class ReplicaCrash(Fault):
@@ -127,6 +155,7 @@ class ReplicaCrash(Fault):
             realism=Realism.REAL,
             summary="the replica's pod deleted through the Kubernetes API (grace 0); its workload makes a new one",
         ),
+        EXEC_CRASH,
     )
     summary = "a replica's process, container or pod is killed; the supervisor, Docker or the workload brings it back"
     revert_semantics = (
@@ -147,6 +176,9 @@ class ReplicaCrash(Fault):
     def prepare(self, ctx: FaultContext) -> CrashSaved:
         if self.params.method is LifecycleMethod.POD:
             return _prepare_pods(ctx)
+        if self.params.method is LifecycleMethod.EXEC:
+            exec_saved = prepare_exec(ctx, self.params.container, self.params.signal.value)
+            return _prepare_pods(ctx).model_copy(update={"exec": exec_saved})
         saved = CrashSaved()
         for replica in ctx.targets.replicas:
             if self.params.method is LifecycleMethod.DOCKER:
@@ -167,6 +199,9 @@ class ReplicaCrash(Fault):
         if self.params.method is LifecycleMethod.POD:
             delete_pods(ctx, self._saved(ctx).pod_uid)
             return
+        if self.params.method is LifecycleMethod.EXEC:
+            crash_exec(ctx, self._exec_saved(ctx), self.params.container, self.params.signal.value)
+            return
         saved, sig = self._saved(ctx), signal.Signals[self.params.signal.value]
         for replica in ctx.targets.replicas:
             ref = ctx.processes.ref(saved.pid[replica.name], saved.start_ticks[replica.name])
@@ -181,9 +216,17 @@ class ReplicaCrash(Fault):
             saved, p = self._saved(ctx), self.params
             proof = verify_pods(ctx, saved.pod_uid, saved.serving_uids, p.restart_timeout, p.expect_restart)
             return LandingProof(summary=proof, observations={f"{n}.uid": u for n, u in saved.pod_uid.items()})
+        if self.params.method is LifecycleMethod.EXEC:
+            return verify_crash_exec(ctx, self._exec_saved(ctx), self.params.signal.value, self.params.restart_timeout)
         for replica in ctx.targets.replicas:
             seen[replica.name] = self._verify_one(ctx, replica)
         return LandingProof(summary="; ".join(f"{n}: {v}" for n, v in seen.items()), observations=seen)
+
+    def _exec_saved(self, ctx: FaultContext) -> ExecSaved:
+        saved = self._saved(ctx).exec
+        if saved is None:
+            raise RevertError("no main process was journaled before the fault", fault=ctx.fault_id)
+        return saved
 
     def _verify_one(self, ctx: FaultContext, replica: ReplicaRef) -> str:
         saved, p = self._saved(ctx), self.params
@@ -222,7 +265,7 @@ class ReplicaCrash(Fault):
         return f"pid {new.pid}"
 
     def revert(self, ctx: FaultContext) -> None:
-        if self.params.method is LifecycleMethod.POD:
+        if self.params.method in (LifecycleMethod.POD, LifecycleMethod.EXEC):
             wait_serving(ctx, len(self._saved(ctx).serving_uids), self.params.restart_timeout)
             return
         for replica in ctx.targets.replicas:
@@ -289,14 +332,18 @@ def _state_is(ctx: FaultContext, container: str, state: str) -> ContainerInfo | 
 
 class ReplicaPauseParams(FaultParams):
     method: LifecycleMethod = Field(LifecycleMethod.PROCESS, description="what is frozen (see Methods)")
+    container: str | None = Field(
+        None, min_length=1, description="method exec: the pod's container (default: its only one)"
+    )
 
     @model_validator(mode="after")
     def _not_a_pod(self) -> ReplicaPauseParams:
         if self.method is LifecycleMethod.POD:
             raise ValueError(
-                "method 'pod' cannot pause: the Kubernetes API has no pause; SIGSTOP through exec into the pod is "
-                "not built yet (docs/kubernetes.md); use replica_crash with method: pod, or a chaos_mesh fault"
+                "method 'pod' cannot pause: the Kubernetes API has no pause; use method: exec (SIGSTOP to the "
+                "container's main process through exec, docs/kubernetes.md)"
             )
+        _exec_only(self.method, self.container)
         return self
 
 
@@ -304,6 +351,7 @@ class PauseSaved(Saved):
     pid: dict[str, int] = Field(default_factory=dict)  # replica -> pid stopped (process)
     start_ticks: dict[str, int] = Field(default_factory=dict)
     already: dict[str, bool] = Field(default_factory=dict)  # replica -> stopped/paused before the fault
+    exec: ExecSaved | None = None  # method exec: each pod's main process (PID, start time) stopped
 
 
 class ReplicaPause(Fault):
@@ -344,6 +392,7 @@ class ReplicaPause(Fault):
             realism=Realism.REAL,
             summary="docker pause / unpause of the replica's container",
         ),
+        EXEC_PAUSE,
     )
     summary = "a replica freezes (SIGSTOP or docker pause) for the fault's window"
     revert_semantics = (
@@ -355,6 +404,8 @@ class ReplicaPause(Fault):
         return self.params.method is LifecycleMethod.DOCKER
 
     def prepare(self, ctx: FaultContext) -> PauseSaved:
+        if self.params.method is LifecycleMethod.EXEC:
+            return PauseSaved(exec=prepare_exec(ctx, self.params.container, "SIGSTOP"))
         saved = PauseSaved()
         for replica in ctx.targets.replicas:
             if self._docker():
@@ -372,7 +423,13 @@ class ReplicaPause(Fault):
         saved = self._saved(ctx)
         return ctx.processes.ref(saved.pid[replica.name], saved.start_ticks[replica.name])
 
+    def _exec_saved(self, ctx: FaultContext) -> ExecSaved | None:
+        return self._saved(ctx).exec if self.params.method is LifecycleMethod.EXEC else None
+
     def inject(self, ctx: FaultContext) -> None:
+        if (saved := self._exec_saved(ctx)) is not None:
+            crash_exec(ctx, saved, self.params.container, "SIGSTOP")
+            return
         for replica in ctx.targets.replicas:
             if self._docker():
                 ctx.docker.pause(_container(ctx, replica))
@@ -380,6 +437,8 @@ class ReplicaPause(Fault):
                 ctx.processes.stop(self._ref(ctx, replica))
 
     def verify(self, ctx: FaultContext) -> LandingProof:
+        if (exec_saved := self._exec_saved(ctx)) is not None:
+            return verify_pause_exec(ctx, exec_saved, self.params.container)
         seen: dict[str, str | int | float | bool | None] = {}
         for replica in ctx.targets.replicas:
             if self._docker():
@@ -394,6 +453,9 @@ class ReplicaPause(Fault):
         return LandingProof(summary=f"{how}: {', '.join(r.name for r in ctx.targets.replicas)}", observations=seen)
 
     def revert(self, ctx: FaultContext) -> None:
+        if self.params.method is LifecycleMethod.EXEC:
+            revert_pause_exec(ctx, self._saved(ctx).exec, self.params.container)
+            return
         saved = self._saved(ctx)
         for replica in ctx.targets.replicas:
             if saved.already.get(replica.name):

@@ -69,7 +69,7 @@ from drill.units import Duration, Size, format_duration, parse_duration, parse_s
 if TYPE_CHECKING:  # pragma: no cover
     # also what the backends answer, so a fault (which imports drill.api only) can name it in a type annotation
     from drill.backends.docker import ContainerInfo, DockerBackend  # noqa: F401
-    from drill.backends.kubernetes import KubeClient, PodInfo, ScaleInfo  # noqa: F401
+    from drill.backends.kubernetes import KubeClient, MainProcess, PodExecResult, PodInfo, ScaleInfo  # noqa: F401
     from drill.backends.nccl import NcclControl
     from drill.backends.nvidia import GpuControl
     from drill.backends.process import ProcessControl, ProcessInfo, ProcessRef  # noqa: F401
@@ -582,6 +582,9 @@ class TargetContext:
     #: the drill's faults, (kind, validated params), so a target can check before it starts that its
     #: credentials allow what they will do (the kubernetes target's RBAC pre-flight)
     faults: tuple[tuple[str, BaseModel], ...] = ()
+    #: where each fault's ``params.method`` is written in the drill file (``file:line:col``), so a refusal found
+    #: when the target starts (an exec method the pods cannot take) names the line to change
+    fault_at: tuple[str, ...] = ()
 
 
 class Target(abc.ABC):

@@ -61,7 +61,7 @@ from drill.runner.timeline import Timeline, plan_timeline
 from drill.runner.verdicts import evaluate_checks, write_verdicts
 from drill.runner.watchdog import Watchdog
 from drill.serving_metrics import QUANTITIES, wanted_sample_names
-from drill.spec.loader import LoadedDrill
+from drill.spec.loader import LoadedDrill, fault_key_positions
 from drill.spec.models import Phase, PrometheusSourceSpec, StopKind
 from drill.targets.probe import first_good_response, served_model
 from drill.traces.receiver import OtlpReceiver
@@ -307,6 +307,7 @@ class Runner:
             self.receiver.endpoint if self.receiver else None,
             self.drill.seed,
             faults=tuple((f.kind, p) for f, p in zip(self.drill.faults, self.loaded.fault_params, strict=True)),
+            fault_at=fault_key_positions(self.loaded, "params", "method"),
         )
         self.target = target = registry.targets.get(kind)(self.loaded.target_params, ctx)
         self.redactor = self.redactor.with_secrets(secret_values(self._headers()))

@@ -40,6 +40,7 @@ __all__ = [
     "load_scenario",
     "read_input_file",
     "resolve_drill_path",
+    "fault_key_positions",
 ]
 
 M = TypeVar("M", bound=BaseModel)
@@ -103,6 +104,13 @@ def _spec_error(diagnostics: list[Diagnostic]) -> SpecError:
         )
     )
     return SpecError(shown, f"{len(ordered)} errors; nothing was run.")
+
+
+def fault_key_positions(loaded: LoadedDrill, *key: str) -> tuple[str, ...]:
+    """Where each fault's ``key`` (e.g. ``params``, ``method``) is written in the drill file (``file:line:col``, the
+    nearest enclosing entry when the key is not written there): for an error found at run time, located."""
+    locations = load_located(loaded.text, str(loaded.path)).locations
+    return tuple(str(locations.position_of(("faults", i, *key))) for i in range(len(loaded.drill.faults)))
 
 
 def resolve_drill_path(name: str | Path, drills_dir: Path = Path("drills")) -> Path:

@@ -38,12 +38,18 @@ class KubeRule:
         return f"'{verb}' on {self.resource}" + (f" ({self.group})" if self.group else "") + where
 
 
+#: the verbs of a subresource the client reaches through a WebSocket (pods/exec, pods/portforward): the upgrade is a
+#: GET, authorized as ``get`` (kubernetes-client/python#2084), and Kubernetes 1.35 also asks for ``create`` on it,
+#: the verb of kubectl's SPDY POST (the AuthorizePodWebsocketUpgradeCreatePermission feature gate)
+_WEBSOCKET_VERBS = ("create", "get")
+
+
 def target_rules(access: str, workload_kind: str) -> list[KubeRule]:
     """What the kubernetes target itself does: list the pods, read the workload's scale, maybe port-forward."""
     group, _, plural = WORKLOAD_SCALE[workload_kind]
     rules = [KubeRule("", "pods", ("get", "list")), KubeRule(group, f"{plural}/scale", ("get",))]
     if access == "port_forward":
-        rules.append(KubeRule("", "pods/portforward", ("create",)))
+        rules.append(KubeRule("", "pods/portforward", _WEBSOCKET_VERBS))
     return rules
 
 
@@ -69,6 +75,8 @@ def fault_rules(kind: str, params: BaseModel, workload_kind: str) -> list[KubeRu
     method = _method(params)
     if kind == "replica_crash" and method == "pod":
         return [KubeRule("", "pods", ("delete",))]
+    if kind in ("replica_crash", "replica_pause") and method == "exec":  # only an exec method may exec
+        return [KubeRule("", "pods/exec", _WEBSOCKET_VERBS)]
     if kind == "replica_scale_down":
         group, _, plural = WORKLOAD_SCALE[workload_kind]
         return [KubeRule(group, f"{plural}/scale", ("get", "patch"))]

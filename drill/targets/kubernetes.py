@@ -14,7 +14,8 @@ How the load reaches the pods is ``access``:
 For the last two the harness is the Service (:mod:`drill.targets.kube_service`): a loopback listener that sends
 each connection to the next serving pod. Before it starts, the target asks the API server whether its credentials
 allow every verb the drill needs (:mod:`drill.targets.kube_rbac`) and stops, naming each missing verb and
-resource, if they do not. docs/kubernetes.md is the user's guide.
+resource, if they do not; a drill with an exec method is refused, too, when a pod cannot take it
+(:mod:`drill.targets.kube_exec_preflight`). docs/kubernetes.md is the user's guide.
 
 .. code-block:: yaml
 
@@ -43,6 +44,7 @@ from drill.api import Capability, KubeAccess, ReplicaRef, Target, TargetContext,
 from drill.backends.kubernetes import KubeClient, PodInfo
 from drill.errors import KubernetesAccessError, TargetError
 from drill.spec.validation import SpecModel, at_key
+from drill.targets.kube_exec_preflight import refuse_unreachable
 from drill.targets.kube_rbac import CHAOS_MESH, CHAOS_PLURALS, chaos_experiment, drill_rules, missing_rules
 from drill.targets.kube_service import PodEndpoint, ServiceForwarder, dial_address
 from drill.targets.probe import unhealthy_after
@@ -173,6 +175,7 @@ class KubernetesTarget(Target):
         )
         self.preflight(client)
         self._pods = self._wait_serving(client)
+        refuse_unreachable(client, self._pods, self.ctx.faults, self.ctx.fault_at)  # exec methods: ask each pod
         if p.access is not Access.SERVICE:
             self._service = ServiceForwarder(self._endpoints, self._dial).start()
         self._wait_healthy(self._base_url() + p.health_path)

@@ -125,6 +125,72 @@ def test_a_drain_runs_under_exactly_its_role_and_without_patch_on_nodes_stops_be
     assert uids(api, namespace) == before and _cordoned(api) == []
 
 
+def test_an_exec_method_stops_before_anything_starts_here_located_saying_the_api_server_cannot_exec(
+    control_plane: ControlPlane, api: Api, bound_replicas: BindReplicas, tmp_path: Path
+) -> None:
+    """What a user gets against this control plane: KWOK's pods have no kubelet, so the API server cannot relay an
+    exec to them; the drill stops before any fault, at the fault's method, with the API server's answer."""
+    namespace = _workload(control_plane, api, bound_replicas, "exec")
+    drill = yaml.safe_load(CRASH_DRILL.read_text())
+    drill["faults"][0]["params"] = {"method": "exec", "restart_timeout": "30s"}
+    path = tmp_path / "exec.yaml"
+    path.write_text(yaml.safe_dump(drill, sort_keys=False))
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if text.strip() == "method: exec")
+    sets = [f"target.config.namespace={namespace}"]
+    role = drill_role(path, sets)
+    assert "pods/exec" in role
+    kubeconfig = least_privilege_kubeconfig(control_plane, role, tmp_path)  # exactly the role: RBAC allows the exec
+    before = uids(api, namespace)
+    run = run_drill(path, tmp_path / "out", [*sets, f"target.config.kubeconfig={kubeconfig}"])
+    assert run.exit_code == 2, run.output[-4000:]
+    said = " ".join(run.output.split())
+    assert f"{path}:{line}:" in said, said[-4000:]
+    assert "faults[0].params.method: replica_crash method exec cannot send SIGKILL in pod" in said, said[-4000:]
+    # RBAC allowed it (the role's get and create on pods/exec); the API server found no kubelet to relay it to: it
+    # refuses the upgrade (500: the pod's simulated node lists no address) or fails the exec (no kubelet at its address)
+    no_kubelet = ("refused: HTTP 500: no preferred addresses found", "the exec did not run: Internal error occurred")
+    assert any(answer in said for answer in no_kubelet), said[-4000:]
+    assert "?command=" not in said and "nothing was touched" in said and "HTTP 403" not in said, said[-4000:]
+    assert "Traceback" not in run.output
+    assert not run.events("fault_injected") and not run.events("target_ready"), run.journal()
+    assert uids(api, namespace) == before
+
+
+def test_a_slow_replica_through_chaos_mesh_runs_as_a_whole_drill_from_the_cli(
+    control_plane: ControlPlane, api: Api, bound_replicas: BindReplicas, chaos_mesh: ChaosMesh, tmp_path: Path
+) -> None:
+    """``drill run`` of ``slow_replica`` with ``method: chaos_mesh``, as a user runs it: the NetworkChaos is made,
+    verified by the operator's status, seen in the requests' latency, and deleted by the runner's revert."""
+    namespace = _workload(control_plane, api, bound_replicas, "chaos-drill")
+    drill = dict(MATRIX_DRILL)
+    slo = {"ttft_p95": "1s"}
+    drill["scenario"] = {
+        **MATRIX_DRILL["scenario"],
+        "arrival": {"process": "poisson", "rate": 4},
+        "pools": [{**MATRIX_DRILL["scenario"]["pools"][0], "timeout": "30s", "slo": slo}],
+    }
+    drill["phases"] = {"warmup": "1s", "baseline": "5s", "fault": "6s", "recovery": "1s", "replay": False}
+    params = {"method": "chaos_mesh", "latency_ms": 1500, "timeout": "20s"}
+    drill["faults"] = [
+        {"name": "slow", "kind": "slow_replica", "start": "0s", "duration": "6s", "selector": {"count": 2}}
+        | {"params": params}
+    ]
+    drill["checks"] = [
+        {"kind": "slo", "name": "baseline-slo", "params": {"phase": "baseline", "min_requests": 8}},
+        {"kind": "slo", "name": "slowed", "params": {"phase": "fault", "min_requests": 8}},
+    ]
+    path = tmp_path / "slow.yaml"
+    path.write_text(yaml.safe_dump(drill, sort_keys=False))
+    sets = [f"target.config.namespace={namespace}", f"target.config.kubeconfig={control_plane.kubeconfig}"]
+    run = run_drill(path, tmp_path / "out", sets)
+    assert run.exit_code == 1, run.output[-4000:]  # the finding: the fault phase breaks the SLO
+    assert run.verdicts() == {"fault_landed": "PASS", "baseline-slo": "PASS", "slowed": "FAIL"}, run.output[-4000:]
+    [proof] = run.events("fault_verified")
+    assert "NetworkChaos drill-" in proof["summary"] and "(delay) injected" in proof["summary"], proof
+    assert [e["by"] for e in run.events("fault_reverted")] == ["runner"], run.journal()
+    assert _chaos_objects(api, namespace) == []
+
+
 # -- the crash matrix ---------------------------------------------------------------------------------------------
 
 MATRIX_DRILL = {

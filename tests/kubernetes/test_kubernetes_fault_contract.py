@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from drill import registry
-from drill.api import FaultContext, Selector, TargetContext, TargetInfo
+from drill.api import FaultContext, FaultTargets, KubeAccess, Selector, TargetContext, TargetInfo
 from drill.runner.fault_schedule import resolve_targets
 from drill.targets.kubernetes import KubernetesTarget, KubernetesTargetParams
 from drill.testing.fault_contract import Effect, FaultCase, latency_above, run_fault_contract
@@ -157,6 +157,47 @@ def test_a_drain_a_disruption_budget_refuses_is_reported_not_forced(
         assert {p["metadata"]["uid"] for p in pods(api, namespace)} == before  # nothing was evicted
         assert not api.get(f"/api/v1/nodes/{node}").get("spec", {}).get("unschedulable")
     finally:
+        api.close()
+
+
+def test_a_drain_of_a_node_cordoned_before_the_drill_leaves_it_cordoned(control_plane: ControlPlane) -> None:
+    namespace = control_plane.namespace("drain-cordoned")
+    api = control_plane.api()
+    make_deployment(api, namespace, 2)
+    api.wait_for("2 pods running", lambda: len(pods(api, namespace)) == 2, timeout_s=30)
+    node = str(pods(api, namespace)[0]["spec"]["nodeName"])
+    api.patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": True}})  # cordoned by someone, before the drill
+    try:
+        access = KubeAccess(
+            namespace=namespace,
+            workload_kind="Deployment",
+            workload=DEPLOYMENT,
+            selector={"app": "llm"},
+            kubeconfig=str(control_plane.kubeconfig),
+        )
+        info = TargetInfo(kind="kubernetes", base_url="http://127.0.0.1:1", kubernetes=access)
+        fault_cls = registry.faults.get("node_drain")
+        fault = fault_cls(fault_cls.Params.model_validate({"node": node, "timeout": "30s"}))
+        ctx = FaultContext("drain-cordoned", info, FaultTargets(), timeout_s=10)
+        ctx.saved = fault.prepare(ctx)
+        assert ctx.saved.was_cordoned  # type: ignore[attr-defined]
+        on_node = {p["metadata"]["uid"] for p in pods(api, namespace) if p["spec"]["nodeName"] == node}
+        try:
+            fault.inject(ctx)
+            proof = fault.verify(ctx)
+        finally:  # the revert a watchdog runs: rebuilt from the journaled JSON, in a fresh context
+            again = FaultContext("drain-cordoned", info, FaultTargets(), timeout_s=10)
+            again.saved = fault_cls.Saved.model_validate_json(ctx.saved.model_dump_json())
+            fault.revert(again)
+            again.close()
+            ctx.close()
+        assert f"node {node} cordoned; evicted" in proof.summary, proof.summary
+        assert api.get(f"/api/v1/nodes/{node}")["spec"].get("unschedulable") is True, "revert uncordoned it"
+        now = pods(api, namespace)
+        assert len(now) == 2 and not on_node & {p["metadata"]["uid"] for p in now}
+        assert all(p["spec"]["nodeName"] != node for p in now)  # the replacements went to the other node
+    finally:
+        api.patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": False}})
         api.close()
 
 

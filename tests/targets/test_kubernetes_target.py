@@ -16,6 +16,7 @@ from drill import registry
 from drill.api import TargetContext
 from drill.cli.main import cli
 from drill.errors import DrillError, KubernetesAccessError
+from drill.spec.loader import fault_key_positions, load_drill
 from drill.targets.kube_rbac import KubeRule, drill_rules, missing_rules
 from drill.targets.kube_service import PodEndpoint, ServiceForwarder, dial_address
 from drill.targets.kubernetes import KubernetesTarget, KubernetesTargetParams
@@ -105,13 +106,24 @@ def test_the_role_has_exactly_what_the_target_and_each_fault_do(tmp_path: Path) 
     }
 
 
+def test_an_exec_method_gets_create_on_pods_exec_and_its_refusals_are_located_at_its_method(tmp_path: Path) -> None:
+    pause = {"name": "freeze", "kind": "replica_pause", "params": {"method": "exec"}, "selector": {"replicas": [0]}}
+    path = _drill_file(tmp_path, TARGET, [SCALE, pause])
+    code, out = _cli("kube", "role", str(path))
+    assert code == 0, out
+    assert _role(out)[("", "pods/exec")] == ["create", "get"]  # the WebSocket upgrade is a GET
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if text.strip() == "method: exec")
+    positions = fault_key_positions(load_drill(path), "params", "method")
+    assert positions[1].startswith(f"{path}:{line}:") and positions[0].startswith(f"{path}:"), positions
+
+
 def test_port_forward_and_statefulsets_get_their_own_resources(tmp_path: Path) -> None:
     config = TARGET | {"access": "port_forward", "port": 8000, "workload": {"kind": "StatefulSet", "name": "llm"}}
     code, out = _cli("kube", "role", str(_drill_file(tmp_path, config, [SCALE])))
     assert code == 0, out
     assert _role(out) == {
         ("", "pods"): ["get", "list"],
-        ("", "pods/portforward"): ["create"],
+        ("", "pods/portforward"): ["create", "get"],
         ("apps", "statefulsets/scale"): ["get", "patch"],
     }
 

@@ -20,12 +20,17 @@ one the tracer is a no-op that still passes the caller's ``traceparent`` upstrea
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import Span
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-__all__ = ["RouterMetrics", "make_tracer"]
+__all__ = ["RouterMetrics", "extract_context", "inject_context", "make_tracer"]
 
 SERVICE_NAME = "drill-router"
 
@@ -67,6 +72,28 @@ class RouterMetrics:
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""
         return generate_latest(self.registry)
+
+
+_W3C = TraceContextTextMapPropagator()
+
+
+def extract_context(headers: Mapping[str, str]) -> Context:
+    """The caller's trace context from its ``traceparent``/``tracestate`` (W3C Trace Context only: a ``baggage``
+    header is forwarded upstream as it came, with the other end-to-end headers)."""
+    return _W3C.extract(headers)
+
+
+def inject_context(headers: dict[str, str], span: Span) -> dict[str, str]:
+    """A copy of ``headers`` with ``span`` as the upstream's parent (``traceparent``, and ``tracestate`` when it has
+    one): what ``propagate.inject`` writes, without the global propagator's lookups per attempt. A span without a
+    valid context (no caller's trace, no exporter) leaves the headers as they are."""
+    sent = dict(headers)
+    context = span.get_span_context()
+    if context.is_valid:
+        sent["traceparent"] = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+        if context.trace_state:
+            sent["tracestate"] = context.trace_state.to_header()
+    return sent
 
 
 def make_tracer(otlp_endpoint: str | None) -> tuple[trace.Tracer, TracerProvider | None]:

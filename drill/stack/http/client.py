@@ -158,10 +158,21 @@ class _Connection(asyncio.Protocol):
         else:
             response.fail(UpstreamReadError(f"{self.origin.key} closed the connection before the answer ended"))
 
+    @property
+    def usable(self) -> bool:
+        """Open, with a transport that is not closing (its ``connection_lost`` may still be due)."""
+        return not self.closed and self.transport is not None and not self.transport.is_closing()
+
     def send(self, response: UpstreamResponse, request: bytes) -> None:
-        assert self.transport is not None
         self.response, self.state = response, _HEAD
-        self.transport.write(request)
+        try:
+            assert self.transport is not None
+            self.transport.write(request)
+        except (RuntimeError, OSError) as exc:  # closed under us (uvloop raises where asyncio's loop ignores)
+            error = UpstreamReadError(f"{self.origin.key}: the connection closed before the request went out")
+            response.fail(error)
+            self.close()
+            raise error from exc
 
     def close(self) -> None:
         if not self.closed:
@@ -457,8 +468,8 @@ class HttpClient:
         origin = self._origins.get(key) or self._add_origin(key)
         conn = await self._acquire(origin, timeout)
         response = UpstreamResponse(conn, method, timeout.read)
-        conn.send(response, _request_bytes(method, target, origin, headers, body))
         try:
+            conn.send(response, _request_bytes(method, target, origin, headers, body))
             await response.wait_head()
         except BaseException:
             response.close()
@@ -502,8 +513,9 @@ class HttpClient:
             while idle:
                 conn = idle.pop()
                 self._idle_count -= 1
-                if not conn.closed:
+                if conn.usable:
                     return conn
+                conn.close()
             if len(self._open) < self.max_connections:
                 return await self._connect(origin, timeout)
             if self._idle_count:  # make room: close an idle connection to another origin

@@ -17,20 +17,30 @@ to its revert, from the journal) and during the baseline:
   and the first chunk it wrote to the client, against the replica's ``llm_request`` (arrival + TTFT);
 * **router-added E2E** (ms, p50/p95/p99): the router SERVER span's duration minus the replica's ``llm_request``;
 * **requests/s per router core**: requests the router read in the window over the router's CPU seconds in it (the
-  ``attempts`` figure counts each upstream attempt, retries included).
+  ``attempts`` figure counts each upstream attempt, retries included);
+* the router-added TTFT **leg by leg**: in the router before its upstream call, sent until the replica's
+  ``llm_request`` starts, and from the replica's first token to the router's first chunk out.
+
+``--synthetic`` instead starts the router process alone in front of two upstreams on the stack's HTTP server that
+stream ``--tokens`` events ``--gap`` seconds apart (spans exported to a sink), drives it with ``--clients`` streaming
+clients for ``--duration`` seconds and prints the router's CPU per stream.
 
 Figures on a shared 2-core machine depend on the load of the moment: ``uptime``'s load average is printed with them.
 Both the router and the replicas run on the same cores, so what the router adds includes the time the OS gave other
 processes while a request's bytes waited in the router.
 
-Measured 2026-12-02 on the shared 2-vCPU VM, ``--time-scale 0.3``, the drill as written (unbounded queue), in the
-same session (see the report of the change that replaced httpx with :mod:`drill.stack.http.client`):
+Measured 2026-12-02 on the shared 2-vCPU VM in one session: the httpx router (commit 27c8f77; ``--synthetic`` runs it
+with ``PYTHONPATH`` set to a checkout of that commit) against the stack's own client on uvloop::
 
-=================================  ===============================  ======================================
-figure (flood window)              httpx upstream, default loop     lean client, uvloop, leaner spans
-=================================  ===============================  ======================================
-see the commit message / docs      (filled in below)                (filled in below)
-=================================  ===============================  ======================================
+                                                          httpx, asyncio       own client, uvloop
+    --synthetic: router CPU per stream of 1 / 30 events    4.37 / 11.88 ms      0.29 / 0.76 ms
+    drill flood: router-added TTFT p50 / p95 / p99         344 / 6,344 / 6,762  16 / 74 / 146 ms
+    drill flood: router-added E2E p50 / p95 / p99          1,018 / 6,055 / 6,624  23 / 251 / 408 ms
+    drill flood: requests per router CPU second            233                  659
+    load average (1 min) at the end                        9.0                  6.3
+
+The drill runs were ``--time-scale 0.3``, the drill as written; docs/reference-stack.md ("The router's relay") has
+the leg-by-leg figures and what they say.
 """
 
 from __future__ import annotations

@@ -376,6 +376,7 @@ def test_the_lazy_imports_are_the_heavy_or_optional_ones() -> None:
         "opentelemetry",
         "requests",
         "tokenizers",
+        "uvloop",
     }
 
 

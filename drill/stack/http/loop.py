@@ -14,6 +14,7 @@ T = TypeVar("T")
 
 def _uvloop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     try:
+        # lazy: optional (not on Windows), and loaded only by the process that runs a loop on it
         import uvloop
     except ImportError:
         return None

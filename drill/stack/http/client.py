@@ -110,7 +110,7 @@ def _origin(url: str) -> tuple[str, str]:
 _HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILER, _UNTIL_CLOSE, _DONE = range(8)
 
 
-class _Connection(asyncio.Protocol):
+class _UpstreamConnection(asyncio.Protocol):
     """One upstream connection: at most one exchange at a time; parses the answer as it arrives."""
 
     def __init__(self, client: HttpClient, origin: _Origin) -> None:
@@ -296,7 +296,7 @@ class UpstreamResponse:
     """One answer: :attr:`status` and :attr:`headers` (lower-case names) once :meth:`HttpClient.request` returns;
     its body through :meth:`read`, :meth:`next_chunk` or :meth:`relay`; :meth:`close` always (``finally``)."""
 
-    def __init__(self, conn: _Connection, method: str, read_timeout: float) -> None:
+    def __init__(self, conn: _UpstreamConnection, method: str, read_timeout: float) -> None:
         self.conn, self.method, self.read_timeout = conn, method, read_timeout
         self.status = 0
         self.http_version = "1.1"
@@ -447,8 +447,8 @@ class HttpClient:
     def __init__(self, max_connections: int = 2000, max_idle: int = 256) -> None:
         self.max_connections, self.max_idle = max_connections, max_idle
         self._origins: dict[str, _Origin] = {}
-        self._idle: dict[str, list[_Connection]] = {}
-        self._open: set[_Connection] = set()
+        self._idle: dict[str, list[_UpstreamConnection]] = {}
+        self._open: set[_UpstreamConnection] = set()
         self._idle_count = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._closed = False
@@ -503,7 +503,7 @@ class HttpClient:
         self._idle[key] = []
         return origin
 
-    async def _acquire(self, origin: _Origin, timeout: Timeouts) -> _Connection:
+    async def _acquire(self, origin: _Origin, timeout: Timeouts) -> _UpstreamConnection:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout.read
         while True:
@@ -536,8 +536,8 @@ class HttpClient:
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
 
-    async def _connect(self, origin: _Origin, timeout: Timeouts) -> _Connection:
-        conn = _Connection(self, origin)
+    async def _connect(self, origin: _Origin, timeout: Timeouts) -> _UpstreamConnection:
+        conn = _UpstreamConnection(self, origin)
         self._open.add(conn)
         loop = asyncio.get_running_loop()
         try:
@@ -553,7 +553,7 @@ class HttpClient:
             raise
         return conn
 
-    def _release(self, conn: _Connection) -> None:
+    def _release(self, conn: _UpstreamConnection) -> None:
         if self._closed or self._idle_count >= self.max_idle:
             conn.close()
             return
@@ -568,7 +568,7 @@ class HttpClient:
                 idle.pop(0).close()
                 return
 
-    def _forget(self, conn: _Connection) -> None:
+    def _forget(self, conn: _UpstreamConnection) -> None:
         if conn in self._open:
             self._open.discard(conn)
             self._wake_one()

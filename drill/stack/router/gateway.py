@@ -80,7 +80,7 @@ class Gateway:
         )
         self.store = IdempotencyStore()
         self.metrics = RouterMetrics()
-        self.tracer, self._provider = make_tracer(launch.otlp_endpoint)
+        self.tracer, self._provider, self._span_export = make_tracer(launch.otlp_endpoint)
         self.client = HttpClient(max_connections=2000, max_idle=256)
         self.health_client = HttpClient(max_connections=100, max_idle=20)
         self.server = HttpServer(self._routes(), host=launch.host, port=launch.port)
@@ -105,6 +105,8 @@ class Gateway:
 
     async def start(self) -> None:
         """Run the first health check, bind, and start the health loop."""
+        if self._span_export is not None:
+            self._span_export.start()
         await self.check_all()
         await self.server.start()
         self._health_task = asyncio.create_task(self._health_loop())
@@ -116,6 +118,8 @@ class Gateway:
         await self.server.close(grace_s=1.0)
         await self.client.close()
         await self.health_client.close()
+        if self._span_export is not None:
+            await self._span_export.aclose()
         if self._provider is not None:
             self._provider.shutdown()
 

@@ -30,17 +30,18 @@ Both the router and the replicas run on the same cores, so what the router adds 
 processes while a request's bytes waited in the router.
 
 Measured 2026-12-02 on the shared 2-vCPU VM in one session: the httpx router (commit 27c8f77; ``--synthetic`` runs it
-with ``PYTHONPATH`` set to a checkout of that commit) against the stack's own client on uvloop::
+with ``PYTHONPATH`` set to a checkout of that commit) against the stack's own client on uvloop, with spans exported
+by the SDK's thread and then from the router's loop (two runs)::
 
-                                                          httpx, asyncio       own client, uvloop
-    --synthetic: router CPU per stream of 1 / 30 events    4.37 / 11.88 ms      0.29 / 0.76 ms
-    drill flood: router-added TTFT p50 / p95 / p99         344 / 6,344 / 6,762  16 / 74 / 146 ms
-    drill flood: router-added E2E p50 / p95 / p99          1,018 / 6,055 / 6,624  23 / 251 / 408 ms
-    drill flood: requests per router CPU second            233                  659
-    load average (1 min) at the end                        9.0                  6.3
+                                                 httpx, asyncio         own client, uvloop  and spans from the loop
+    --synthetic: CPU per stream of 1 / 30 events  4.37 / 11.88 ms        0.29 / 0.76 ms      0.38 / 0.81 ms
+    flood: router-added TTFT p50 / p95 / p99      344 / 6,344 / 6,762    16 / 74 / 146       14 / 42 / 65, 12 / 28 / 38
+    flood: router-added E2E p50 / p95 / p99       1,018 / 6,055 / 6,624  23 / 251 / 408      17 / 50 / 74, 14 / 39 / 75
+    flood: requests per router CPU second         233                    659                 602, 676
+    load average (1 min) at the end               9.0                    6.3                 1.4, 1.4
 
-The drill runs were ``--time-scale 0.3``, the drill as written; docs/reference-stack.md ("The router's relay") has
-the leg-by-leg figures and what they say.
+The drill runs were ``--time-scale 0.3``, the drill as written (milliseconds); docs/reference-stack.md ("The router's
+relay") has the leg-by-leg figures and what they say.
 """
 
 from __future__ import annotations

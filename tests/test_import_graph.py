@@ -364,7 +364,7 @@ def test_the_lazy_imports_are_the_heavy_or_optional_ones() -> None:
         "drill.backends.process",
         "drill.backends.stack_admin",
         "drill.backends.toxiproxy",
-        "drill.stack.replica.span_export",  # the OpenTelemetry SDK
+        "drill.stack.http.span_export",  # the OpenTelemetry SDK
         "drill.stack.supervision.docker_runtime",  # the Docker SDK
     }
     assert {m for m in modules if not m.startswith("drill")} <= {
@@ -376,6 +376,7 @@ def test_the_lazy_imports_are_the_heavy_or_optional_ones() -> None:
         "opentelemetry",
         "requests",
         "tokenizers",
+        "uvloop",
     }
 
 

@@ -5,6 +5,6 @@ The API server (:mod:`drill.stack.replica.api_server`, named after vLLM's
 OpenAI-compatible API (:mod:`drill.stack.replica.openai_api`, wire format in
 :mod:`drill.stack.replica.openai_protocol`), the admin API, vLLM's Prometheus ``/metrics``, the
 OpenTelemetry spans of each request and their export (:mod:`drill.stack.replica.request_spans`,
-:mod:`drill.stack.replica.span_export`), and the side-effect ledger with the recorder that writes
+:mod:`drill.stack.http.span_export`), and the side-effect ledger with the recorder that writes
 it. Importing this package starts nothing.
 """

@@ -3,7 +3,7 @@
 Created by the replica with the launch's ``otlp_endpoint`` (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``);
 with neither, :attr:`Tracing.enabled` is False and no OpenTelemetry object is made, so tracing
 costs nothing. Spans are exported over OTLP/HTTP protobuf: for ``http://`` endpoints from the event
-loop (:mod:`drill.stack.replica.span_export`, so no exporter thread competes with the engine for the GIL),
+loop (:mod:`drill.stack.http.span_export`, so no exporter thread competes with the engine for the GIL),
 otherwise by the SDK's ``BatchSpanProcessor``.
 
 Per request, in the default span shape (``tracing.span_shape: vllm``), what vLLM exports: one
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span
     from opentelemetry.util.types import AttributeValue
 
-    from drill.stack.replica.span_export import LoopSpanExporter
+    from drill.stack.http.span_export import LoopSpanExporter
 
 __all__ = ["SpanAttributes", "Tracing", "parse_traceparent"]
 
@@ -143,10 +143,10 @@ class Tracing:
         self._status = (Status, StatusCode)
 
     def _exporter(self, endpoint: str) -> SpanProcessor:
-        """The loop exporter for ``http://`` (see :mod:`drill.stack.replica.span_export`), else the SDK's batch one."""
+        """The loop exporter for ``http://`` (see :mod:`drill.stack.http.span_export`), else the SDK's batch one."""
         if endpoint.startswith("http://"):
             # lazy: the exporter loads the OpenTelemetry SDK, only in a replica that exports spans
-            from drill.stack.replica.span_export import LoopSpanExporter
+            from drill.stack.http.span_export import LoopSpanExporter
 
             self._loop_exporter = LoopSpanExporter(endpoint)
             return self._loop_exporter

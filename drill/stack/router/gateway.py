@@ -26,12 +26,13 @@ import signal
 import sys
 from pathlib import Path
 
-import httpx
-from opentelemetry import propagate
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from pydantic import ValidationError
 
 from drill.stack.config import RouterConfig
+from drill.stack.http.client import HttpClient, Timeouts, UpstreamError, UpstreamTimeout
+from drill.stack.http.loop import loop_name
+from drill.stack.http.loop import run as run_loop
 from drill.stack.http.server import HttpError, HttpRequest, HttpResponse, HttpServer, ResponseStream, Router
 from drill.stack.kv.wire import KV_HEADER
 from drill.stack.launch import RouterLaunch
@@ -45,7 +46,7 @@ from drill.stack.router.routing import (
     ReplicaState,
     fingerprint,
 )
-from drill.stack.router.telemetry import RouterMetrics, make_tracer
+from drill.stack.router.telemetry import RouterMetrics, extract_context, make_tracer
 
 __all__ = ["Gateway", "main"]
 
@@ -79,10 +80,9 @@ class Gateway:
         )
         self.store = IdempotencyStore()
         self.metrics = RouterMetrics()
-        self.tracer, self._provider = make_tracer(launch.otlp_endpoint)
-        limits = httpx.Limits(max_connections=2000, max_keepalive_connections=256)
-        self.client = httpx.AsyncClient(limits=limits, trust_env=False)
-        self.health_client = httpx.AsyncClient(trust_env=False)
+        self.tracer, self._provider, self._span_export = make_tracer(launch.otlp_endpoint)
+        self.client = HttpClient(max_connections=2000, max_idle=256)
+        self.health_client = HttpClient(max_connections=100, max_idle=20)
         self.server = HttpServer(self._routes(), host=launch.host, port=launch.port)
         self._health_task: asyncio.Task | None = None
         self._checks: set[asyncio.Task] = set()
@@ -105,6 +105,8 @@ class Gateway:
 
     async def start(self) -> None:
         """Run the first health check, bind, and start the health loop."""
+        if self._span_export is not None:
+            self._span_export.start()
         await self.check_all()
         await self.server.start()
         self._health_task = asyncio.create_task(self._health_loop())
@@ -114,8 +116,10 @@ class Gateway:
         if self._health_task is not None:
             self._health_task.cancel()
         await self.server.close(grace_s=1.0)
-        await self.client.aclose()
-        await self.health_client.aclose()
+        await self.client.close()
+        await self.health_client.close()
+        if self._span_export is not None:
+            await self._span_export.aclose()
         if self._provider is not None:
             self._provider.shutdown()
 
@@ -138,12 +142,12 @@ class Gateway:
         it out; a check that times out does so only :data:`HEALTH_TIMEOUTS_TO_FAIL` times in a row."""
         timeout = min(5.0, max(0.5, self.config.health_check_interval))
         try:
-            response = await self.health_client.get(replica.url + "/health", timeout=timeout)
-            healthy, error = response.status_code == 200, f"HTTP {response.status_code}"
-        except httpx.TimeoutException as exc:
+            response, _ = await self.health_client.fetch("GET", replica.url + "/health", timeout=Timeouts.of(timeout))
+            healthy, error = response.status == 200, f"HTTP {response.status}"
+        except UpstreamTimeout as exc:
             self._health_timed_out(replica, type(exc).__name__)
             return
-        except httpx.HTTPError as exc:
+        except UpstreamError as exc:
             healthy, error = False, type(exc).__name__
         self._health_timeouts.pop(replica.name, None)
         self._mark(replica, healthy, None if healthy else error)
@@ -187,7 +191,7 @@ class Gateway:
         config = self.config
         key = request.headers.get("idempotency-key")
         with self.tracer.start_as_current_span(
-            f"{request.method} {request.path}", kind=SpanKind.SERVER, context=propagate.extract(request.headers)
+            f"{request.method} {request.path}", kind=SpanKind.SERVER, context=extract_context(request.headers)
         ) as span:
             span.set_attribute("http.route", request.path)
             try:
@@ -272,7 +276,7 @@ class Gateway:
         self, request: HttpRequest, stream: ResponseStream, config: RouterConfig, span: Span
     ) -> HttpResponse | None:
         """:meth:`_forward`, cancelled the moment the client goes away (``abort_abandoned``, vLLM's
-        ``with_cancellation``): cancelling the attempt makes httpx close the upstream connection, and the
+        ``with_cancellation``): cancelling the attempt closes the upstream connection, and the
         replica aborts the request wherever it is. Answers 499 (client closed request) to nobody then, or ends a
         stream whose head went out."""
         if not self.launch.abort_abandoned:
@@ -315,7 +319,7 @@ class Gateway:
                 self._check_soon(replica)
         return outcome
 
-    def _observe_kv(self, headers: httpx.Headers) -> None:
+    def _observe_kv(self, headers: dict[str, str]) -> None:
         value = headers.get(KV_HEADER)
         if value is not None:
             record_kv_span(self.tracer, value)
@@ -400,7 +404,7 @@ async def serve(launch: RouterLaunch) -> None:
     if launch.ready_file is not None:
         ready = {"pid": os.getpid(), "port": gateway.server.port, "url": gateway.server.url}
         launch.ready_file.write_text(json.dumps(ready), encoding="utf-8")
-    log.info("router listening on %s over %d replicas", gateway.server.url, len(launch.replicas))
+    log.info("router listening on %s over %d replicas (%s loop)", gateway.server.url, len(launch.replicas), loop_name())
     await stop.wait()
     await gateway.close()
 
@@ -411,9 +415,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--launch", required=True, type=Path, help="RouterLaunch JSON file")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s router %(levelname)s %(message)s", stream=sys.stderr)
-    logging.getLogger("httpx").setLevel(logging.WARNING)
     launch = RouterLaunch.model_validate_json(args.launch.read_text(encoding="utf-8"))
-    asyncio.run(serve(launch))
+    run_loop(serve(launch))
     return 0
 
 

@@ -16,14 +16,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-import httpx
-from opentelemetry import propagate, trace
+from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from drill.stack.config import RouterConfig
+from drill.stack.http.client import HttpClient, Timeouts, UpstreamConnectError, UpstreamError
 from drill.stack.http.server import HttpRequest, HttpResponse, error_body
 from drill.stack.kv.wire import KV_SPAN
 from drill.stack.router.routing import ReplicaPool, ReplicaState
+from drill.stack.router.telemetry import inject_context
 
 __all__ = ["PrefillLeg", "decode_body", "prefill_body", "record_kv_span"]
 
@@ -66,7 +67,7 @@ class PrefillLeg:
     """Sends the prefill leg to a prefill worker of ``pool``; ``mark`` takes a worker out of rotation."""
 
     pool: ReplicaPool
-    client: httpx.AsyncClient
+    client: HttpClient
     tracer: trace.Tracer
     mark: Callable[[ReplicaState, bool, str], None]
 
@@ -100,35 +101,37 @@ class PrefillLeg:
     ) -> tuple[dict[str, object] | None, HttpResponse]:
         attributes = {"drill.upstream": worker.name, "drill.phase": "prefill", "url.full": worker.url + request.path}
         with self.tracer.start_as_current_span("POST prefill", kind=SpanKind.CLIENT, attributes=attributes) as span:
-            sent = dict(headers)
-            propagate.inject(sent)
+            sent = inject_context(headers, span)
+            sent["content-type"] = "application/json"
+            limit = config.retries.timeout
             self.pool.acquire(worker)
             try:
-                response = await self.client.post(
-                    worker.url + request.path, json=body, headers=sent, timeout=config.retries.timeout
-                )
-            except httpx.HTTPError as exc:
+                response, content = await self.client.fetch(
+                    "POST", worker.url + request.path, headers=sent, body=json.dumps(body).encode(),
+                    timeout=Timeouts(connect=limit, read=limit),
+                )  # fmt: skip
+            except UpstreamError as exc:
                 span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-                if isinstance(exc, httpx.ConnectError):
+                if isinstance(exc, UpstreamConnectError):
                     self.mark(worker, False, "connect error")
                 return None, _error(502, f"prefill worker {worker.name} failed ({type(exc).__name__})")
             finally:
                 self.pool.release(worker)
-            span.set_attribute("http.response.status_code", response.status_code)
-            if response.status_code != 200:
-                span.set_status(Status(StatusCode.ERROR, f"HTTP {response.status_code}"))
-                passed = HttpResponse(response.status_code, response.content, "application/json")
+            span.set_attribute("http.response.status_code", response.status)
+            if response.status != 200:
+                span.set_status(Status(StatusCode.ERROR, f"HTTP {response.status}"))
+                passed = HttpResponse(response.status, content, "application/json")
                 return None, passed
-            announced = _announced(response)
+            announced = _announced(content)
             if announced is None:
                 span.set_status(Status(StatusCode.ERROR, "no kv_transfer_params"))
                 return None, _error(502, f"prefill worker {worker.name} announced no KV transfer")
             return announced, HttpResponse(200, b"", "application/json")
 
 
-def _announced(response: httpx.Response) -> dict[str, object] | None:
+def _announced(content: bytes) -> dict[str, object] | None:
     try:
-        params = response.json().get("kv_transfer_params")
+        params = json.loads(content).get("kv_transfer_params")
     except (ValueError, AttributeError):
         return None
     return params if isinstance(params, dict) else None

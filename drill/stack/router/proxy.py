@@ -16,18 +16,19 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
-import httpx
-from opentelemetry import propagate, trace
+from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from drill.api import RouterRetryOn
 from drill.stack.config import RouterConfig
+from drill.stack.http.client import HttpClient, Timeouts, UpstreamConnectError, UpstreamError, UpstreamResponse
 from drill.stack.http.server import HttpRequest, HttpResponse, ResponseStream, error_body
 from drill.stack.router.routing import CachedResponse, ReplicaState
+from drill.stack.router.telemetry import inject_context
 
 __all__ = ["FIRST_CHUNK_ATTRIBUTE", "Attempt", "UpstreamOutcome", "Tee", "forward_headers", "sse_error"]
 
@@ -117,7 +118,7 @@ class Tee:
 class Attempt:
     """Sends one attempt of ``request`` to ``replica`` and relays its answer to ``out``."""
 
-    client: httpx.AsyncClient
+    client: HttpClient
     tracer: trace.Tracer
     config: RouterConfig
     request: HttpRequest
@@ -125,11 +126,7 @@ class Attempt:
     number: int
     replica: ReplicaState
     out: ResponseStream | Tee
-    observe: Callable[[httpx.Headers], None] | None = None  # sees the upstream's headers (the P/D router's kv span)
-
-    def _timeout(self) -> httpx.Timeout:
-        limit = self.config.retries.timeout
-        return httpx.Timeout(limit, connect=min(5.0, limit))
+    observe: Callable[[dict[str, str]], None] | None = None  # sees the upstream's headers (the P/D router's kv span)
 
     async def run(self) -> UpstreamOutcome:
         """Run the attempt under a CLIENT span carrying ``drill.attempt`` and ``drill.upstream``."""
@@ -142,35 +139,39 @@ class Attempt:
         with self.tracer.start_as_current_span(
             f"{self.request.method} upstream", kind=SpanKind.CLIENT, attributes=attributes
         ) as span:
-            headers = dict(self.headers)
-            propagate.inject(headers)
-            outcome = await self._send(headers)
+            outcome = await self._send(inject_context(self.headers, span))
             if outcome.failure is not None:
                 span.set_status(Status(StatusCode.ERROR, f"{outcome.failure.value}: {outcome.error_kind}"))
             return outcome
 
     async def _send(self, headers: dict[str, str]) -> UpstreamOutcome:
         target = self.replica.url + self.request.path + (f"?{self.request.query}" if self.request.query else "")
-        upstream = self.client.build_request(
-            self.request.method, target, content=self.request.body, headers=headers, timeout=self._timeout()
-        )
         try:
-            response = await self.client.send(upstream, stream=True)
-        except httpx.TimeoutException:
-            return self._failed(RouterRetryOn.TIMEOUT, "timeout", 504)
-        except httpx.TransportError as exc:
-            return self._failed(RouterRetryOn.ERROR, "connect" if isinstance(exc, httpx.ConnectError) else "read", 502)
+            response = await self.client.request(
+                self.request.method,
+                target,
+                headers=headers,
+                body=self.request.body,
+                timeout=Timeouts.of(self.config.retries.timeout),
+            )
+        except UpstreamError as exc:
+            return self._transport_failure(exc)
         try:
-            trace.get_current_span().set_attribute("http.response.status_code", response.status_code)
+            trace.get_current_span().set_attribute("http.response.status_code", response.status)
             if self.observe is not None:
                 self.observe(response.headers)
-            if response.status_code >= 500:
+            if response.status >= 500:
                 return await self._upstream_5xx(response)
             if response.headers.get("content-type", "").startswith("text/event-stream"):
                 return await self._relay_stream(response)
             return await self._relay_body(response)
         finally:
-            await response.aclose()
+            response.close()
+
+    def _transport_failure(self, exc: UpstreamError) -> UpstreamOutcome:
+        if exc.kind == "timeout":
+            return self._failed(RouterRetryOn.TIMEOUT, "timeout", 504)
+        return self._failed(RouterRetryOn.ERROR, "connect" if isinstance(exc, UpstreamConnectError) else "read", 502)
 
     def _failed(
         self, reason: RouterRetryOn, kind: str, status: int, fallback: HttpResponse | None = None
@@ -181,57 +182,51 @@ class Attempt:
         )
         return UpstreamOutcome(done=False, failure=reason, fallback=fallback, error_kind=kind)
 
-    async def _upstream_5xx(self, response: httpx.Response) -> UpstreamOutcome:
+    async def _upstream_5xx(self, response: UpstreamResponse) -> UpstreamOutcome:
         try:
-            body = await response.aread()
-        except httpx.HTTPError:
+            body = await response.read()
+        except UpstreamError:
             body = b""
         answer = HttpResponse(
-            response.status_code,
+            response.status,
             body,
             response.headers.get("content-type", "application/json"),
             self._pass_back(response),
         )
-        return self._failed(RouterRetryOn.ERROR, "status_5xx", response.status_code, answer)
+        return self._failed(RouterRetryOn.ERROR, "status_5xx", response.status, answer)
 
-    async def _relay_body(self, response: httpx.Response) -> UpstreamOutcome:
+    async def _relay_body(self, response: UpstreamResponse) -> UpstreamOutcome:
         try:
-            body = await response.aread()
-        except httpx.TimeoutException:
-            return self._failed(RouterRetryOn.TIMEOUT, "timeout", 504)
-        except httpx.TransportError:
-            return self._failed(RouterRetryOn.ERROR, "read", 502)
+            body = await response.read()
+        except UpstreamError as exc:
+            return self._transport_failure(exc)
         content_type = response.headers.get("content-type", "application/json")
         return UpstreamOutcome(
-            done=True, response=HttpResponse(response.status_code, body, content_type, self._pass_back(response))
+            done=True, response=HttpResponse(response.status, body, content_type, self._pass_back(response))
         )
 
-    async def _relay_stream(self, response: httpx.Response) -> UpstreamOutcome:
-        chunks = response.aiter_raw()
+    async def _relay_stream(self, response: UpstreamResponse) -> UpstreamOutcome:
         try:
-            first = await anext(chunks, b"")
-        except httpx.TimeoutException:
-            return self._failed(RouterRetryOn.TIMEOUT, "timeout", 504)
-        except httpx.TransportError:
-            return self._failed(RouterRetryOn.ERROR, "read", 502)
-        self.out.start(response.status_code, response.headers["content-type"], self._pass_back(response))
+            first = await response.next_chunk()
+        except UpstreamError as exc:
+            return self._transport_failure(exc)
+        self.out.start(response.status, response.headers["content-type"], self._pass_back(response))
         delivered = self.out.write(first)
         trace.get_current_span().set_attribute(FIRST_CHUNK_ATTRIBUTE, time.time_ns())  # the router's share of TTFT
         if delivered:
-            await self._pump(chunks)
+            await self._pump(response)
         self.out.end()
         return UpstreamOutcome(done=True)
 
-    async def _pump(self, chunks: AsyncIterator[bytes]) -> None:
-        """Relay the rest of the stream; a failure now can only end it with an error event."""
+    async def _pump(self, response: UpstreamResponse) -> None:
+        """Relay the rest of the stream as it arrives; a failure now can only end it with an error event. The
+        client leaving (a write that fails) closes the upstream connection, which aborts the request there."""
         try:
-            async for chunk in chunks:
-                if not self.out.write(chunk):
-                    return  # the client left: closing the upstream aborts the request there
-        except httpx.HTTPError as exc:
+            await response.relay(self.out.write)
+        except UpstreamError as exc:
             trace.get_current_span().set_status(Status(StatusCode.ERROR, f"mid-stream: {type(exc).__name__}"))
             self.out.write(sse_error(f"upstream {self.replica.name} failed mid-stream ({type(exc).__name__})"))
 
     @staticmethod
-    def _pass_back(response: httpx.Response) -> tuple[tuple[str, str], ...]:
+    def _pass_back(response: UpstreamResponse) -> tuple[tuple[str, str], ...]:
         return tuple((name, response.headers[name]) for name in _PASS_BACK if name in response.headers)

@@ -14,18 +14,29 @@ Metrics (Prometheus text, one registry per router, nothing global)::
 
 Tracing (stack-contracts.md §7): service ``drill-router``; a SERVER span per request and a CLIENT
 child per upstream attempt with ``drill.attempt`` (1-based) and ``drill.upstream`` (replica name),
-exported over OTLP/HTTP protobuf with a BatchSpanProcessor when an endpoint is given. Without
+exported over OTLP/HTTP protobuf when an endpoint is given: from the router's loop for ``http://``
+(:mod:`drill.stack.http.span_export`: no exporter thread takes the GIL in the middle of the relay), with the SDK's
+BatchSpanProcessor otherwise. Without
 one the tracer is a no-op that still passes the caller's ``traceparent`` upstream.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import Span
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-__all__ = ["RouterMetrics", "make_tracer"]
+if TYPE_CHECKING:
+    from drill.stack.http.span_export import LoopSpanExporter
+
+__all__ = ["RouterMetrics", "extract_context", "inject_context", "make_tracer"]
 
 SERVICE_NAME = "drill-router"
 
@@ -69,20 +80,51 @@ class RouterMetrics:
         return generate_latest(self.registry)
 
 
-def make_tracer(otlp_endpoint: str | None) -> tuple[trace.Tracer, TracerProvider | None]:
-    """The router's tracer and, when exporting, its provider (the caller shuts it down).
+_W3C = TraceContextTextMapPropagator()
+
+
+def extract_context(headers: Mapping[str, str]) -> Context:
+    """The caller's trace context from its ``traceparent``/``tracestate`` (W3C Trace Context only: a ``baggage``
+    header is forwarded upstream as it came, with the other end-to-end headers)."""
+    return _W3C.extract(headers)
+
+
+def inject_context(headers: dict[str, str], span: Span) -> dict[str, str]:
+    """A copy of ``headers`` with ``span`` as the upstream's parent (``traceparent``, and ``tracestate`` when it has
+    one): what ``propagate.inject`` writes, without the global propagator's lookups per attempt. A span without a
+    valid context (no caller's trace, no exporter) leaves the headers as they are."""
+    sent = dict(headers)
+    context = span.get_span_context()
+    if context.is_valid:
+        sent["traceparent"] = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+        if context.trace_state:
+            sent["tracestate"] = context.trace_state.to_header()
+    return sent
+
+
+def make_tracer(otlp_endpoint: str | None) -> tuple[trace.Tracer, TracerProvider | None, LoopSpanExporter | None]:
+    """The router's tracer and, when exporting, its provider (the caller shuts it down) and, for an ``http://``
+    endpoint, the exporter that runs on the router's loop (the caller starts it inside the loop and closes it).
 
     ``otlp_endpoint`` is the collector's base URL or its ``…/v1/traces`` URL.
     """
     if not otlp_endpoint:
-        return trace.NoOpTracer(), None
-    # lazy: the OTLP/HTTP exporter (protobuf, ~0.3 s) loads only in a router that exports spans
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
+        return trace.NoOpTracer(), None, None
     endpoint = (
         otlp_endpoint if otlp_endpoint.rstrip("/").endswith("/v1/traces") else otlp_endpoint.rstrip("/") + "/v1/traces"
     )
     provider = TracerProvider(resource=Resource.create({"service.name": SERVICE_NAME}))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, timeout=5)))
-    return provider.get_tracer("drill.stack.router"), provider
+    exporter = None
+    if endpoint.startswith("http://"):
+        # lazy: the exporter loads the OTLP encoder (protobuf, ~0.3 s), only in a router that exports spans
+        from drill.stack.http.span_export import LoopSpanExporter
+
+        exporter = LoopSpanExporter(endpoint)
+        provider.add_span_processor(exporter)
+    else:
+        # lazy: the OTLP/HTTP exporter (protobuf, ~0.3 s) loads only in a router that exports spans over https
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, timeout=5)))
+    return provider.get_tracer("drill.stack.router"), provider, exporter

@@ -220,7 +220,7 @@ def test_tracing_off_creates_nothing_and_parses_traceparent() -> None:
 async def test_loop_exporter_merges_chunks_and_survives_a_dead_sink() -> None:
     from opentelemetry.sdk.trace import TracerProvider
 
-    from drill.stack.replica.span_export import LoopSpanExporter
+    from drill.stack.http.span_export import LoopSpanExporter
     from tests.stack.replica_kit import OtlpSink
 
     sink = OtlpSink()

@@ -1,4 +1,4 @@
-"""OTLP/HTTP protobuf span export from the replica's event loop, not from a thread.
+"""OTLP/HTTP protobuf span export from a stack process's event loop (the replica's, the router's), not from a thread.
 
 Why: the SDK's ``BatchSpanProcessor`` encodes batches in a background thread. In the replica every
 socket write of the engine's step loop releases the GIL, so that thread takes it hundreds of times
@@ -9,9 +9,12 @@ append) and encodes and POSTs them from an asyncio task every :data:`EXPORT_INTE
 most one chunk (encoding costs ~0.1–0.25 ms per span; measured p99 step error 1.4 ms). Encoded chunks
 are concatenated: protobuf merges repeated fields, so the bytes are one ``ExportTraceServiceRequest``.
 
-Used by :class:`drill.stack.replica.request_spans.Tracing` for ``http://`` endpoints; started by :meth:`start`
-(inside the loop), flushed by :meth:`aclose` at replica shutdown. A sink that is down loses the
-batch (logged once per outage), as a collector outage does with the SDK's exporter.
+The router's relay is the same case: every chunk it relays is a socket write that releases the GIL, and a
+batch encoded in the exporter thread delays the relay of every stream while it lasts.
+
+Used by :class:`drill.stack.replica.request_spans.Tracing` and the router (:mod:`drill.stack.router.telemetry`) for
+``http://`` endpoints; started by :meth:`start` (inside the loop), flushed by :meth:`aclose` at shutdown. A sink
+that is down loses the batch (logged once per outage), as a collector outage does with the SDK's exporter.
 """
 
 from __future__ import annotations

@@ -31,10 +31,12 @@ _CLIENT = KIND_NAMES.index("CLIENT")
 def critical_children(table: SpanTable, parent: np.ndarray) -> np.ndarray:
     """bool per row: the span is on its parent's critical path (Jaeger's: from the last-finishing child
     back, each time the child that finished last before the current one started)."""
-    has_parent = parent >= 0
-    siblings = np.bincount(parent[has_parent], minlength=len(table))
-    critical = has_parent & (siblings[np.maximum(parent, 0)] == 1)  # an only child is on the path
-    rows = np.flatnonzero(has_parent & ~critical)
+    child = np.flatnonzero(parent >= 0)
+    up = parent[child]
+    only = np.bincount(up, minlength=len(table))[up] == 1
+    critical = np.zeros(len(table), dtype=bool)
+    critical[child[only]] = True  # an only child is on the path
+    rows = child[~only]
     if not len(rows):
         return critical
     t0 = int(table.start_ns.min())
@@ -91,12 +93,14 @@ def self_time(table: SpanTable, parent: np.ndarray) -> np.ndarray:
     """float ns per row: the duration less its critical-path children's time inside it (never below 0)."""
     rows = np.flatnonzero(critical_children(table, parent))
     up = parent[rows]
-    inside = np.minimum(table.end_ns[rows], table.end_ns[up]) - np.maximum(table.start_ns[rows], table.start_ns[up])
+    start, end = table.start_ns[rows], table.end_ns[rows]
+    up_start, up_end = table.start_ns[up], table.end_ns[up]
+    inside = np.minimum(end, up_end) - np.maximum(start, up_start)
     # a child in another process has another clock: one that sticks out of its parent is skewed, not partly
     # outside it (Jaeger's clock-skew adjuster moves it back in); all of it, up to the parent's length, was waited
     # for, so a slower callee never shows as its caller's self time through the part the skew cut off
-    cross = table.service[rows] != table.service[up]
-    inside = np.where(cross, np.minimum(table.duration_ns[rows], table.duration_ns[up]), inside)
+    cross = np.flatnonzero(table.service[rows] != table.service[up])
+    inside[cross] = np.minimum(end[cross] - start[cross], up_end[cross] - up_start[cross])
     waited = np.bincount(up, weights=np.maximum(inside, 0), minlength=len(table))
     return np.maximum(table.duration_ns - waited, 0.0)
 

@@ -43,7 +43,7 @@ import numpy as np
 
 from drill.traces.ranktest import SortedSides, group_medians, sort_sides
 from drill.traces.selftime import direct_links, self_time
-from drill.traces.table import KIND_NAMES, SpanTable
+from drill.traces.table import KIND_NAMES, SpanTable, unique_ints
 
 __all__ = ["CALLEE", "NotJudged", "PairEvidence", "Ranking", "Suspect", "SuspectInputs", "Thresholds", "rank_suspects"]
 
@@ -196,10 +196,11 @@ def _units(inputs: SuspectInputs, groups: int) -> _Units:
     kinds = _pair_kind(inputs, groups)
     service = [table.services[s] for s in inputs.pair_service.tolist()]
     name = [table.names[n] for n in inputs.pair_name.tolist()]
-    callee = _client_callees(inputs, groups, kinds)
+    calls = _client_calls(table, inputs.parent)
+    callee = _client_callees(inputs, groups, kinds, calls)
     link_pair = (keys // width).astype(np.int64)
     errors = np.bincount(inputs.group[inputs.root_errors & inputs.fault], minlength=groups)
-    split = _split_clients(inputs, groups, kinds, rows)
+    split = _split_clients(inputs, groups, rows, calls)
     unit = inputs.group[rows].copy()
     first_split = groups + len(keys)
     unit[split.sample >= 0] = first_split + split.sample[split.sample >= 0]
@@ -234,26 +235,38 @@ class _Split:
     sample: np.ndarray
 
 
-def _split_clients(inputs: SuspectInputs, groups: int, kinds: np.ndarray, rows: np.ndarray) -> _Split:
+def _client_calls(table: SpanTable, parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(child rows, their parent rows) of the spans whose parent is a CLIENT span of another service."""
+    has_parent = parent >= 0
+    child = np.flatnonzero(has_parent & (table.kind[np.where(has_parent, parent, 0)] == _CLIENT))
+    up = parent[child]
+    cross = table.service[child] != table.service[up]
+    return child[cross], up[cross]
+
+
+def _split_clients(
+    inputs: SuspectInputs, groups: int, rows: np.ndarray, calls: tuple[np.ndarray, np.ndarray]
+) -> _Split:
     """The link time of a CLIENT pair that calls several services is judged per callee: a slow link to one
     replica behind a router whose calls all carry one span name is that replica's link, not a slower median
     of the router's calls. A row's callee is its SERVER child's service, else the peer its attributes name
     (read only for pairs whose first 50 such rows name more than one peer)."""
-    table, parent = inputs.table, inputs.parent
+    table = inputs.table
     names = list(table.services)
     code = {n: i for i, n in enumerate(names)}
     by_name = np.argsort(np.array(names, dtype=object)).astype(np.int64) if names else np.zeros(0, dtype=np.int64)
     rank = np.empty(len(names), dtype=np.int64)
     rank[by_name] = np.arange(len(names))
-    child = np.flatnonzero(parent >= 0)
-    up = parent[child]
-    cross = (table.kind[up] == _CLIENT) & (table.service[child] != table.service[up])
+    child, up = calls
     first = np.full(len(table), len(names), dtype=np.int64)
-    np.minimum.at(first, up[cross], rank[table.service[child[cross]]])  # several callees: the first by name
-    callee = np.where(first < len(names), by_name[np.minimum(first, max(len(names) - 1, 0))], -1)
-    client = rows[table.kind[rows] == _CLIENT]
+    np.minimum.at(first, up, rank[table.service[child]])  # several callees: the first by name
+    at_client = np.flatnonzero(table.kind[rows] == _CLIENT)  # positions in rows
+    client = rows[at_client]
+    callee = np.full(len(table), -1, dtype=np.int64)
+    named_first = first[client]
+    callee[client] = np.where(named_first < len(names), by_name[np.minimum(named_first, max(len(names) - 1, 0))], -1)
     bare = client[callee[client] < 0]
-    for g in np.unique(inputs.group[bare]).tolist():
+    for g in unique_ints(inputs.group[bare]).tolist():
         mine = bare[inputs.group[bare] == g]
         looked = mine[np.argsort(table.start_ns[mine], kind="stable")[:50]]  # the earliest: whatever the rows' order
         if len({_peer_service(table.attributes[r], code) for r in looked.tolist()} - {None}) < 2:
@@ -265,20 +278,20 @@ def _split_clients(inputs: SuspectInputs, groups: int, kinds: np.ndarray, rows: 
                 callee[r] = cache.setdefault(peer, code.setdefault(peer, len(code)))
     for peer in list(code)[len(names) :]:
         names.append(peer)
-    known = client[(callee[client] >= 0) & (callee[client] != table.service[client])]
+    named = callee[client] >= 0
+    at_client, client = at_client[named], client[named]  # the client rows that name a callee
     width = len(names)
-    keys = np.unique(inputs.group[known] * width + callee[known])
+    key = inputs.group[client] * width + callee[client]
+    keys = unique_ints(key[callee[client] != table.service[client]])
     pair_of = keys // width
     multi = np.bincount(pair_of, minlength=groups) >= 2
     keys = keys[multi[pair_of]]
     sample = np.full(len(rows), -1, dtype=np.int64)
     if not len(keys):
         return _Split([], [], sample)
-    mine = (table.kind[rows] == _CLIENT) & (callee[rows] >= 0)
-    at = np.searchsorted(keys, inputs.group[rows] * width + np.maximum(callee[rows], 0))
-    at = np.minimum(at, len(keys) - 1)
-    hit = mine & (keys[at] == inputs.group[rows] * width + callee[rows])
-    sample[hit] = at[hit]
+    at = np.minimum(np.searchsorted(keys, key), len(keys) - 1)
+    hit = keys[at] == key
+    sample[at_client[hit]] = at[hit]
     return _Split((keys // width).tolist(), [names[c] for c in (keys % width).tolist()], sample)
 
 
@@ -346,22 +359,23 @@ def _peer_service(attributes: dict, services: dict[str, int]) -> str | None:
     return None
 
 
-def _client_callees(inputs: SuspectInputs, groups: int, kinds: np.ndarray) -> list[str | None]:
+def _client_callees(
+    inputs: SuspectInputs, groups: int, kinds: np.ndarray, calls: tuple[np.ndarray, np.ndarray]
+) -> list[str | None]:
     """Per pair: for a CLIENT pair, the service it calls (its children's commonest service other than its
     own, else the peer its attributes name); None for other pairs and CLIENT spans naming no callee."""
-    table, parent = inputs.table, inputs.parent
+    table, (child, up) = inputs.table, calls
     out: list[str | None] = [None] * groups
-    child = np.flatnonzero(parent >= 0)
-    up = parent[child]
-    cross = (table.service[child] != table.service[up]) & (table.kind[up] == _CLIENT)
     width = max(len(table.services), 1)
-    values, counts = np.unique(inputs.group[up[cross]] * width + table.service[child[cross]], return_counts=True)
+    values, counts = np.unique(inputs.group[up] * width + table.service[child], return_counts=True)
     for value in values[np.argsort(counts, kind="stable")].tolist():  # the commonest last, so it wins
         out[value // width] = table.services[value % width]
     services = {name: code for code, name in enumerate(table.services)}
-    client_rows = np.flatnonzero(table.kind == _CLIENT)
+    client_rows = np.zeros(0, dtype=np.int64)
     for g in np.flatnonzero(kinds == _CLIENT).tolist():
         if out[g] is None:
+            if not len(client_rows):
+                client_rows = np.flatnonzero(table.kind == _CLIENT)
             rows = client_rows[inputs.group[client_rows] == g][:50]
             peers = [p for p in (_peer_service(table.attributes[r], services) for r in rows) if p]
             out[g] = max(sorted(set(peers)), key=peers.count) if peers else None

@@ -32,12 +32,14 @@ No pandas/pyarrow: a span's attributes stay one dict per row. The analysis sorts
 the self time of the few thousand spans per pair it judges, not of every span.
 
 Measured (2026-12-02, the 2-core shared development VM, Python 3.11, msgspec 0.23, numpy 2.4;
-1,050,000 spans, 634 MiB; load average about 2, no other heavy job): load + normalize 2.60 CPU-s,
-completeness 0.03, analyze 0.50; end to end 3.27 CPU-s = 321,000 spans per CPU-second (313,000
-spans/s wall); peak RSS 856 MiB; the ranking adds +19% to the warm analysis (0.340 -> 0.405 CPU-s).
-The commit before, the same day on the same file: 245,000 spans per CPU-second at a load of 6
-(load + normalize 2.73, analyze 1.53), RSS 894 MiB, ranking +16% of a slower analysis (1.06 -> 1.23).
-CPU seconds inflate with the machine's load (up to 1.5-2x at a load of 5-6): compare runs made together.
+1,050,000 spans, 634 MiB; no other heavy job): at a load average of 1.5, load + normalize 2.27 CPU-s,
+completeness 0.03, analyze 0.52; end to end 2.81 CPU-s = 374,000 spans per CPU-second (369,000
+spans/s wall); peak RSS 857 MiB; the ranking adds +18% to the warm analysis (0.331 -> 0.392 CPU-s).
+At a load of 2: 3.27 CPU-s = 321,000 spans per CPU-second, 856 MiB, ranking +19%. The code before,
+run right after on the same file (load 1.3): load + normalize 2.56, analyze 1.38, end to end 3.97
+CPU-s = 265,000 spans per CPU-second, 893 MiB, ranking +17% of an analysis three times slower
+(1.01 -> 1.18). CPU seconds inflate with the machine's load (1.5-2x at a load of 5-6): compare runs
+made together.
 
     .venv/bin/python bench/trace_reader.py [--spans 1050000] [--reps 3] [--cpu 0] [--keep FILE] [--json]
 """

@@ -72,7 +72,7 @@ from typing import Any
 import numpy as np
 
 from drill.traces.suspects import CALLEE, PairEvidence, Ranking, Suspect, SuspectInputs, Thresholds, rank_suspects
-from drill.traces.table import KIND_NAMES, STATUS_NAMES, SpanTable
+from drill.traces.table import KIND_NAMES, STATUS_NAMES, SpanTable, unique_ints
 
 __all__ = [
     "AbnormalPair",
@@ -412,10 +412,9 @@ def _group_quantiles(
     values: np.ndarray, group: np.ndarray, groups: int, qs: tuple[float, ...]
 ) -> tuple[np.ndarray, list[np.ndarray]]:
     """Per-group counts and linear-interpolated quantiles ``qs`` (nan for empty groups)."""
-    order = np.lexsort((values, group))
-    ordered = values[order].astype(np.float64)
     counts = np.bincount(group, minlength=groups)
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    ordered = _sorted_by_group(values, group, groups, counts, starts)
     has = counts > 0
     out = []
     for q in qs:
@@ -427,6 +426,28 @@ def _group_quantiles(
         result[has] = ordered[i] + (ordered[j] - ordered[i]) * (pos - low)
         out.append(result)
     return counts, out
+
+
+#: Above this many groups of two or more values, :func:`_sorted_by_group` sorts in two whole-array passes instead
+#: of one small sort per group.
+_SEGMENT_SORTS = 4096
+
+
+def _sorted_by_group(
+    values: np.ndarray, group: np.ndarray, groups: int, counts: np.ndarray, starts: np.ndarray
+) -> np.ndarray:
+    """``values`` as float64, grouped by ``group`` (ascending) and sorted within each group: what
+    ``values[np.lexsort((values, group))]`` gives, without lexsort's two stable sorts of the whole array (the
+    group codes are sorted stably, by radix when they fit 16 bits, then each group's values on their own)."""
+    codes = group.astype(np.uint16) if groups <= 1 << 16 else group
+    multi = np.flatnonzero(counts > 1)
+    if len(multi) > _SEGMENT_SORTS:
+        by_value = np.argsort(values)
+        return values[by_value[np.argsort(codes[by_value], kind="stable")]].astype(np.float64)
+    ordered = values[np.argsort(codes, kind="stable")].astype(np.float64)
+    for start, count in zip(starts[multi].tolist(), counts[multi].tolist()):
+        ordered[start : start + count].sort()
+    return ordered
 
 
 def _model(
@@ -482,7 +503,7 @@ def _present_pairs(parent: np.ndarray, group: np.ndarray, groups: int, mask: np.
     """Sorted unique ``parent_row * groups + child_pair`` of the rows in ``mask`` whose parent is in ``mask``."""
     rows = np.flatnonzero(mask & (parent >= 0))
     rows = rows[mask[parent[rows]]]
-    return np.unique(parent[rows] * groups + group[rows])
+    return unique_ints(parent[rows] * groups + group[rows])
 
 
 def _loss_share(table: SpanTable, tree: _Tree, baseline: np.ndarray) -> float:
@@ -721,7 +742,7 @@ def _abnormal_below(parent: np.ndarray, abnormal: np.ndarray) -> np.ndarray:
     frontier = np.flatnonzero(abnormal & (parent >= 0))
     lifted[frontier] = True
     while len(frontier):
-        ups = np.unique(parent[frontier])
+        ups = unique_ints(parent[frontier])
         below[ups] = True
         ups = ups[(parent[ups] >= 0) & ~lifted[ups]]
         lifted[ups] = True
@@ -1131,9 +1152,10 @@ def _attribute_skew(table: SpanTable, flagged: np.ndarray, others: np.ndarray) -
         return ()
     in_flagged, values = _value_counts(table.attributes[flagged])
     in_others, other_values = _value_counts(table.attributes[others])
+    distinct = {key: len(seen | other_values.get(key, set())) for key, seen in values.items()}
     out = []
     for (key, value), n in in_flagged.items():
-        if len(values[key] | other_values.get(key, set())) > _SKEW_MAX_VALUES:
+        if distinct[key] > _SKEW_MAX_VALUES:
             continue  # an id, a measurement: not a dimension
         share, elsewhere = n / len(flagged), in_others.get((key, value), 0) / len(others)
         if share >= _SKEW_MIN_SHARE and share - elsewhere >= _SKEW_MIN_LIFT:

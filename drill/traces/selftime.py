@@ -23,18 +23,22 @@ import numpy as np
 from drill.traces.ranktest import order_by
 from drill.traces.table import KIND_NAMES, SpanTable
 
-__all__ = ["DirectLinks", "critical_children", "direct_links", "self_time"]
+__all__ = ["DirectLinks", "critical_children", "cross_service_children", "direct_links", "self_time"]
 
 _CLIENT = KIND_NAMES.index("CLIENT")
 
 
-def critical_children(table: SpanTable, parent: np.ndarray) -> np.ndarray:
+def critical_children(table: SpanTable, parent: np.ndarray, child: np.ndarray | None = None) -> np.ndarray:
     """bool per row: the span is on its parent's critical path (Jaeger's: from the last-finishing child
-    back, each time the child that finished last before the current one started)."""
-    has_parent = parent >= 0
-    siblings = np.bincount(parent[has_parent], minlength=len(table))
-    critical = has_parent & (siblings[np.maximum(parent, 0)] == 1)  # an only child is on the path
-    rows = np.flatnonzero(has_parent & ~critical)
+    back, each time the child that finished last before the current one started). ``child``: the rows
+    looked at (every child of each of their parents), when not all of them; the others are False."""
+    if child is None:
+        child = np.flatnonzero(parent >= 0)
+    up = parent[child]
+    only = np.bincount(up, minlength=len(table))[up] == 1
+    critical = np.zeros(len(table), dtype=bool)
+    critical[child[only]] = True  # an only child is on the path
+    rows = child[~only]
     if not len(rows):
         return critical
     t0 = int(table.start_ns.min())
@@ -87,18 +91,28 @@ def _finished_before_merged(table: SpanTable, parent: np.ndarray, by_end: np.nda
     return out
 
 
-def self_time(table: SpanTable, parent: np.ndarray) -> np.ndarray:
-    """float ns per row: the duration less its critical-path children's time inside it (never below 0)."""
-    rows = np.flatnonzero(critical_children(table, parent))
+def self_time(table: SpanTable, parent: np.ndarray, spans: np.ndarray | None = None) -> np.ndarray:
+    """float ns per row (per row of ``spans``, when given): the duration less its critical-path children's
+    time inside it (never below 0)."""
+    child = None
+    if spans is not None:  # only their children
+        wanted = np.zeros(len(table), dtype=bool)
+        wanted[spans] = True
+        child = np.flatnonzero(wanted[parent] & (parent >= 0))
+    rows = np.flatnonzero(critical_children(table, parent, child))
     up = parent[rows]
-    inside = np.minimum(table.end_ns[rows], table.end_ns[up]) - np.maximum(table.start_ns[rows], table.start_ns[up])
+    start, end = table.start_ns[rows], table.end_ns[rows]
+    up_start, up_end = table.start_ns[up], table.end_ns[up]
+    inside = np.minimum(end, up_end) - np.maximum(start, up_start)
     # a child in another process has another clock: one that sticks out of its parent is skewed, not partly
     # outside it (Jaeger's clock-skew adjuster moves it back in); all of it, up to the parent's length, was waited
     # for, so a slower callee never shows as its caller's self time through the part the skew cut off
-    cross = table.service[rows] != table.service[up]
-    inside = np.where(cross, np.minimum(table.duration_ns[rows], table.duration_ns[up]), inside)
+    cross = np.flatnonzero(table.service[rows] != table.service[up])
+    inside[cross] = np.minimum(end[cross] - start[cross], up_end[cross] - up_start[cross])
     waited = np.bincount(up, weights=np.maximum(inside, 0), minlength=len(table))
-    return np.maximum(table.duration_ns - waited, 0.0)
+    if spans is None:
+        return np.maximum(table.duration_ns - waited, 0.0)
+    return np.maximum(table.end_ns[spans] - table.start_ns[spans] - waited[spans], 0.0)
 
 
 @dataclass(frozen=True)
@@ -117,16 +131,28 @@ def _last_end(up: np.ndarray, end: np.ndarray) -> np.ndarray:
     return np.repeat(latest, np.diff(np.append(first, len(up))))
 
 
-def direct_links(table: SpanTable, parent: np.ndarray) -> DirectLinks:
-    rows = np.flatnonzero(parent >= 0)
-    up = parent[rows]
-    cross = (table.service[rows] != table.service[up]) & (table.kind[up] != _CLIENT)
-    callers = np.zeros(len(table), dtype=bool)
-    callers[up[cross]] = True
-    rows = rows[callers[up]]  # only the children of spans that call another service without a CLIENT span
-    if not len(rows):
+def cross_service_children(table: SpanTable, parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, their parent rows) of the spans whose parent is a span of another service."""
+    has_parent = parent >= 0
+    cross = table.service[np.where(has_parent, parent, 0)] != table.service  # one gather, no compaction of all
+    cross &= has_parent
+    child = np.flatnonzero(cross)
+    return child, parent[child]
+
+
+def direct_links(
+    table: SpanTable, parent: np.ndarray, cross: tuple[np.ndarray, np.ndarray] | None = None
+) -> DirectLinks:
+    """``cross``: :func:`cross_service_children`, when the caller has it already."""
+    _, up = cross_service_children(table, parent) if cross is None else cross
+    up = up[table.kind[up] != _CLIENT]
+    if not len(up):
         empty = np.zeros(0, dtype=np.int64)
         return DirectLinks(empty, empty, np.zeros(0))
+    callers = np.zeros(len(table), dtype=bool)
+    callers[up] = True
+    rows = np.flatnonzero(parent >= 0)
+    rows = rows[callers[parent[rows]]]  # only the children of spans that call another service without a CLIENT span
     t0 = int(table.start_ns.min())
     order = rows[order_by(parent[rows], table.start_ns[rows] - t0)]
     up = parent[order]

@@ -36,7 +36,6 @@ from drill.traces.table import (
     STATUS_NAMES,
     AttributeValue,
     SpanTable,
-    hex_u64,
     intern_codes,
     kind_code,
     status_code,
@@ -358,10 +357,43 @@ _GET = {
 }
 
 
-def _lowercase(ids: list[str]) -> list[str]:
-    """``ids`` with upper-case hex lowered (the receiver writes lower case; a hand-written file may not)."""
+def _lowercase(ids: list[str]) -> tuple[list[str], str]:
+    """``ids`` with upper-case hex lowered (the receiver writes lower case; a hand-written file may not), and
+    all of them joined."""
     joined = "".join(ids)
-    return [i.lower() for i in ids] if joined != joined.lower() else ids
+    lowered = joined.lower()
+    return ([i.lower() for i in ids] if joined != lowered else ids), lowered
+
+
+def _hex_values(ids: list[str], joined: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """The 64-bit values of ``ids`` (``joined`` is them joined) and a mask of the non-empty ones, when every
+    non-empty id is 16 hex characters; else None. One ``bytes.fromhex`` of the block, not a pass per id."""
+    lengths = list(map(len, ids))
+    present = len(ids) - lengths.count(0)
+    if lengths.count(16) != present:
+        return None
+    try:
+        raw = bytes.fromhex(joined)
+    except ValueError:  # not hex
+        return None
+    if len(raw) != 8 * present:  # fromhex skips whitespace between pairs of digits
+        return None
+    values = np.frombuffer(raw, dtype=">u8").astype(np.uint64)
+    if present == len(ids):
+        return values, np.ones(len(ids), dtype=bool)
+    has = np.asarray(lengths, dtype=bool)
+    out = np.zeros(len(ids), dtype=np.uint64)
+    out[has] = values
+    return out, has
+
+
+def _known_codes(values: list[str], names: dict[str, int]) -> list[int]:
+    """:func:`intern_codes` with one C-level pass when every value already has its code (service and span
+    names: a block rarely brings a new one)."""
+    try:
+        return list(map(names.__getitem__, values))
+    except KeyError:
+        return intern_codes(values, names)
 
 
 def _codes(values: list, table: dict[Any, int], slow: Callable[[Any], int]) -> list[int]:
@@ -398,22 +430,22 @@ class _ReceiverColumns:
         self._room(n)
         rows = slice(first, first + n)
         columns = self.columns
-        trace_ids = _lowercase(list(map(get["trace_id"], spans)))
+        trace_ids, _ = _lowercase(list(map(get["trace_id"], spans)))
         columns["trace_id"][rows] = trace_ids
         columns["trace_code"][rows] = intern_codes(trace_ids, self.traces)
-        span_ids = _lowercase(list(map(get["span_id"], spans)))
+        span_ids, span_joined = _lowercase(list(map(get["span_id"], spans)))
         columns["span_id"][rows] = span_ids
         parents = list(map(get["parent_span_id"], spans))
         if None in parents:
             parents = ["" if p is None else p for p in parents]
-        parents = _lowercase(parents)
+        parents, parent_joined = _lowercase(parents)
         columns["parent_id"][rows] = parents
-        self._id_values(rows, span_ids, parents)
-        columns["service"][rows] = intern_codes(list(map(get["service"], spans)), self.services)
-        columns["name"][rows] = intern_codes(list(map(get["name"], spans)), self.names)
+        self._id_values(rows, (span_ids, span_joined), (parents, parent_joined))
+        columns["service"][rows] = _known_codes(list(map(get["service"], spans)), self.services)
+        columns["name"][rows] = _known_codes(list(map(get["name"], spans)), self.names)
         columns["kind"][rows] = _codes(list(map(get["kind"], spans)), _KIND_OF, kind_code)
-        columns["start_ns"][rows] = list(map(get["start_ns"], spans))
-        columns["end_ns"][rows] = list(map(get["end_ns"], spans))
+        columns["start_ns"][rows] = np.fromiter(map(get["start_ns"], spans), dtype=np.int64, count=n)
+        columns["end_ns"][rows] = np.fromiter(map(get["end_ns"], spans), dtype=np.int64, count=n)
         columns["attributes"][rows] = list(map(get["attributes"], spans))
         statuses = list(map(get["status"], spans))
         if None in statuses:
@@ -422,21 +454,18 @@ class _ReceiverColumns:
         columns["status_message"][rows] = list(map(get["message"], statuses))
         self.rows += n
 
-    def _id_values(self, rows: slice, span_ids: list[str], parents: list[str]) -> None:
-        """The ids' 64-bit values for SpanTable.parent_row, while the strings are hot (until one is not hex)."""
+    def _id_values(self, rows: slice, span_ids: tuple[list[str], str], parents: tuple[list[str], str]) -> None:
+        """The ids' 64-bit values for SpanTable.parent_row, while the strings are hot (until one is not hex);
+        each id list comes with its ids joined."""
         if not self.ids_hex:
             return
-        span_u64, span_ok, _ = hex_u64(span_ids)
-        parent_u64, parent_ok, no_parent = hex_u64(parents)
-        if not (span_ok.all() and (parent_ok | no_parent).all()):
+        spans = _hex_values(*span_ids)
+        up = _hex_values(*parents)
+        if spans is None or up is None or not spans[1].all():  # a span id that is not 16 hex, or empty
             self.ids_hex = False
             return
         columns = self.columns
-        columns["span_u64"][rows], columns["parent_u64"][rows], columns["has_parent"][rows] = (
-            span_u64,
-            parent_u64,
-            ~no_parent,
-        )
+        columns["span_u64"][rows], columns["parent_u64"][rows], columns["has_parent"][rows] = spans[0], *up
 
     def _room(self, n: int) -> None:
         capacity = len(self.columns["span_id"])

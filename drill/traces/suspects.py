@@ -29,7 +29,8 @@ Per (service, span name) pair with spans in the fault window (see ``docs/trace-a
 4. **Thin units**: a thin unit 3x slower or more is also judged on the log scale with a spread pooled
    from the well-sampled pairs (a rank test on a handful of spans cannot reach ``alpha``); every effect
    is shrunk by its sample sizes (``m / (m + 3)``, ``m = n_b·n_f / (n_b + n_f)``); units over 4,000
-   spans a side are judged on a value-picked sample of that size.
+   spans a side are judged on a sample of that size, picked by the spans' duration before their self time
+   is computed (a million spans need the self time of a few thousand per pair), then by value.
 5. **Score** of a service: the sum of its deviating pairs' effects (as attributed), plus one point and
    twice the share of erring spans per pair with root-cause errors. Services are ranked by score;
    ties go to the callee side. A service's own work counts ``_FELT_WEIGHT`` of itself when a service it
@@ -46,8 +47,8 @@ from statistics import NormalDist
 import numpy as np
 
 from drill.traces.ranktest import SortedSides, group_medians, sort_sides
-from drill.traces.selftime import direct_links, self_time
-from drill.traces.table import KIND_NAMES, SpanTable
+from drill.traces.selftime import cross_service_children, direct_links, self_time
+from drill.traces.table import KIND_NAMES, SpanTable, unique_ints
 
 __all__ = ["CALLEE", "NotJudged", "PairEvidence", "Ranking", "Suspect", "SuspectInputs", "Thresholds", "rank_suspects"]
 
@@ -186,13 +187,14 @@ class _Units:
     split_from: np.ndarray  # int64 per unit: the CLIENT pair a per-callee unit was split from, else -1
     pairs: int  # how many units are pairs
     pooled: int  # units from this code on pool every link into one callee (_with_pooled_links)
+    dropped: np.ndarray  # int64 (units, 2): samples per unit and side (baseline, fault) left out by _presampled
 
 
 def _units(inputs: SuspectInputs, groups: int) -> _Units:
     table = inputs.table
     rows = np.flatnonzero(inputs.baseline | inputs.fault)
-    own = self_time(table, inputs.parent)
-    links = direct_links(table, inputs.parent)
+    cross = cross_service_children(table, inputs.parent)
+    links = direct_links(table, inputs.parent, cross)
     keep = inputs.baseline[links.parent] | inputs.fault[links.parent]
     child, parent, gap = links.child[keep], links.parent[keep], links.gap[keep]
     width = max(len(table.services), 1)
@@ -200,20 +202,23 @@ def _units(inputs: SuspectInputs, groups: int) -> _Units:
     kinds = _pair_kind(inputs, groups)
     service = [table.services[s] for s in inputs.pair_service.tolist()]
     name = [table.names[n] for n in inputs.pair_name.tolist()]
-    callee = _client_callees(inputs, groups, kinds)
+    client = table.kind[cross[1]] == _CLIENT
+    calls = cross[0][client], cross[1][client]  # the calls out of a CLIENT span
+    callee = _client_callees(inputs, groups, kinds, calls)
     link_pair = (keys // width).astype(np.int64)
     errors = np.bincount(inputs.group[inputs.root_errors & inputs.fault], minlength=groups)
-    split = _split_clients(inputs, groups, kinds, rows)
+    split = _split_clients(inputs, groups, rows, calls)
     unit = inputs.group[rows].copy()
     first_split = groups + len(keys)
-    unit[split.sample >= 0] = first_split + split.sample[split.sample >= 0]
+    unit[split.at] = first_split + split.unit
     n_split = len(split.pair)
+    rows, unit, fault, dropped = _presampled(table, rows, unit, inputs.fault[rows], first_split + n_split)
     return _Units(
-        values=np.concatenate((own if len(rows) == len(table) else own[rows], gap)),
+        values=np.concatenate((self_time(table, inputs.parent, rows), gap)),
         rows=rows,
         table=table,
         unit=np.concatenate((unit, groups + link_unit.astype(np.int64))),
-        fault=np.concatenate((inputs.fault[rows], inputs.fault[parent])),
+        fault=np.concatenate((fault, inputs.fault[parent])),
         errors=np.concatenate((errors, np.zeros(len(keys) + n_split, dtype=np.int64))),
         service=service + [service[g] for g in link_pair.tolist()] + [service[g] for g in split.pair],
         name=name
@@ -225,39 +230,66 @@ def _units(inputs: SuspectInputs, groups: int) -> _Units:
         split_from=np.concatenate((np.full(first_split, -1, dtype=np.int64), np.asarray(split.pair, dtype=np.int64))),
         pairs=groups,
         pooled=first_split + n_split,
+        dropped=dropped,
     )
+
+
+def _presampled(
+    table: SpanTable, rows: np.ndarray, unit: np.ndarray, fault: np.ndarray, units: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The span samples whose self time is computed: every one of a unit's side up to ``_MAX_SAMPLES``, else
+    about ``_MAX_SAMPLES`` of them picked by their span's duration (the fractional part of duration·φ, as
+    :func:`_sampled` picks by value: whatever the rows' order). A million spans need the self time of a few
+    thousand per pair, not of all. Returns rows, units and fault flags kept, and the count left out per unit
+    and side (baseline, fault)."""
+    side = unit * 2 + fault
+    counts = np.bincount(side, minlength=2 * units)
+    if int(counts.max(initial=0)) <= _MAX_SAMPLES:
+        return rows, unit, fault, np.zeros((units, 2), dtype=np.int64)
+    share = np.minimum(1.0, _MAX_SAMPLES / np.maximum(counts, 1))
+    weyl = table.end_ns - table.start_ns  # over the whole table: sequential passes, then one gather
+    weyl = weyl * _GOLDEN
+    weyl -= np.floor(weyl)
+    keep = np.flatnonzero(weyl[rows] < share[side])
+    dropped = counts - np.bincount(side[keep], minlength=2 * units)
+    return rows[keep], unit[keep], fault[keep], dropped.reshape(units, 2)
 
 
 @dataclass(frozen=True)
 class _Split:
     """CLIENT pairs that call more than one service (a span named ``POST`` to every upstream), split per callee:
-    ``pair``/``callee`` per split unit (0-based), and per sample row the split unit it goes to (-1: none)."""
+    ``pair``/``callee`` per split unit (0-based), and the samples that go to one: their positions in the sample
+    rows (``at``) and the split unit of each (``unit``)."""
 
     pair: list[int]
     callee: list[str]
-    sample: np.ndarray
+    at: np.ndarray
+    unit: np.ndarray
 
 
-def _split_clients(inputs: SuspectInputs, groups: int, kinds: np.ndarray, rows: np.ndarray) -> _Split:
+def _split_clients(
+    inputs: SuspectInputs, groups: int, rows: np.ndarray, calls: tuple[np.ndarray, np.ndarray]
+) -> _Split:
     """The link time of a CLIENT pair that calls several services is judged per callee: a slow link to one
     replica behind a router whose calls all carry one span name is that replica's link, not a slower median
     of the router's calls. A row's callee is its SERVER child's service, else the peer its attributes name
     (read only for pairs whose first 50 such rows name more than one peer)."""
-    table, parent = inputs.table, inputs.parent
+    table = inputs.table
     names = list(table.services)
     code = {n: i for i, n in enumerate(names)}
     by_name = np.argsort(np.array(names, dtype=object)).astype(np.int64) if names else np.zeros(0, dtype=np.int64)
     rank = np.empty(len(names), dtype=np.int64)
     rank[by_name] = np.arange(len(names))
-    child = np.flatnonzero(parent >= 0)
-    up = parent[child]
-    cross = (table.kind[up] == _CLIENT) & (table.service[child] != table.service[up])
+    child, up = calls
     first = np.full(len(table), len(names), dtype=np.int64)
-    np.minimum.at(first, up[cross], rank[table.service[child[cross]]])  # several callees: the first by name
-    callee = np.where(first < len(names), by_name[np.minimum(first, max(len(names) - 1, 0))], -1)
-    client = rows[table.kind[rows] == _CLIENT]
+    np.minimum.at(first, up, rank[table.service[child]])  # several callees: the first by name
+    at_client = np.flatnonzero(table.kind[rows] == _CLIENT)  # positions in rows
+    client = rows[at_client]
+    callee = np.full(len(table), -1, dtype=np.int64)
+    named_first = first[client]
+    callee[client] = np.where(named_first < len(names), by_name[np.minimum(named_first, max(len(names) - 1, 0))], -1)
     bare = client[callee[client] < 0]
-    for g in np.unique(inputs.group[bare]).tolist():
+    for g in unique_ints(inputs.group[bare]).tolist():
         mine = bare[inputs.group[bare] == g]
         looked = mine[np.argsort(table.start_ns[mine], kind="stable")[:50]]  # the earliest: whatever the rows' order
         if len({_peer_service(table.attributes[r], code) for r in looked.tolist()} - {None}) < 2:
@@ -269,21 +301,20 @@ def _split_clients(inputs: SuspectInputs, groups: int, kinds: np.ndarray, rows: 
                 callee[r] = cache.setdefault(peer, code.setdefault(peer, len(code)))
     for peer in list(code)[len(names) :]:
         names.append(peer)
-    known = client[(callee[client] >= 0) & (callee[client] != table.service[client])]
+    named = callee[client] >= 0
+    at_client, client = at_client[named], client[named]  # the client rows that name a callee
     width = len(names)
-    keys = np.unique(inputs.group[known] * width + callee[known])
+    key = inputs.group[client] * width + callee[client]
+    keys = unique_ints(key[callee[client] != table.service[client]])
     pair_of = keys // width
     multi = np.bincount(pair_of, minlength=groups) >= 2
     keys = keys[multi[pair_of]]
-    sample = np.full(len(rows), -1, dtype=np.int64)
     if not len(keys):
-        return _Split([], [], sample)
-    mine = (table.kind[rows] == _CLIENT) & (callee[rows] >= 0)
-    at = np.searchsorted(keys, inputs.group[rows] * width + np.maximum(callee[rows], 0))
-    at = np.minimum(at, len(keys) - 1)
-    hit = mine & (keys[at] == inputs.group[rows] * width + callee[rows])
-    sample[hit] = at[hit]
-    return _Split((keys // width).tolist(), [names[c] for c in (keys % width).tolist()], sample)
+        empty = np.zeros(0, dtype=np.int64)
+        return _Split([], [], empty, empty)
+    at = np.minimum(np.searchsorted(keys, key), len(keys) - 1)
+    hit = keys[at] == key
+    return _Split((keys // width).tolist(), [names[c] for c in (keys % width).tolist()], at_client[hit], at[hit])
 
 
 def _with_pooled_links(u: _Units) -> _Units:
@@ -302,8 +333,12 @@ def _with_pooled_links(u: _Units) -> _Units:
     )
     samples = np.flatnonzero(target[u.unit] >= 0)
     base = samples[~u.fault[samples]]
-    reference = group_medians(u.values[base], u.unit[base], n)[u.unit[samples]]
+    unit_reference = group_medians(u.values[base], u.unit[base], n)
+    reference = unit_reference[u.unit[samples]]
     keep = np.isfinite(reference) & (reference > 0)
+    usable = (target >= 0) & np.isfinite(unit_reference) & (unit_reference > 0)
+    dropped = np.zeros((len(names), 2), dtype=np.int64)
+    np.add.at(dropped, target[usable], u.dropped[usable])  # what the pooled links left out, pooled too
     samples, reference = samples[keep], reference[keep]
     pooled = target[u.unit[samples]]
     base = ~u.fault[samples]
@@ -324,6 +359,7 @@ def _with_pooled_links(u: _Units) -> _Units:
         split_from=np.concatenate((u.split_from, np.full(len(names), -1, dtype=np.int64))),
         pairs=u.pairs,
         pooled=n,
+        dropped=np.concatenate((u.dropped, dropped)),
     )
 
 
@@ -350,22 +386,23 @@ def _peer_service(attributes: dict, services: dict[str, int]) -> str | None:
     return None
 
 
-def _client_callees(inputs: SuspectInputs, groups: int, kinds: np.ndarray) -> list[str | None]:
+def _client_callees(
+    inputs: SuspectInputs, groups: int, kinds: np.ndarray, calls: tuple[np.ndarray, np.ndarray]
+) -> list[str | None]:
     """Per pair: for a CLIENT pair, the service it calls (its children's commonest service other than its
     own, else the peer its attributes name); None for other pairs and CLIENT spans naming no callee."""
-    table, parent = inputs.table, inputs.parent
+    table, (child, up) = inputs.table, calls
     out: list[str | None] = [None] * groups
-    child = np.flatnonzero(parent >= 0)
-    up = parent[child]
-    cross = (table.service[child] != table.service[up]) & (table.kind[up] == _CLIENT)
     width = max(len(table.services), 1)
-    values, counts = np.unique(inputs.group[up[cross]] * width + table.service[child[cross]], return_counts=True)
+    values, counts = np.unique(inputs.group[up] * width + table.service[child], return_counts=True)
     for value in values[np.argsort(counts, kind="stable")].tolist():  # the commonest last, so it wins
         out[value // width] = table.services[value % width]
     services = {name: code for code, name in enumerate(table.services)}
-    client_rows = np.flatnonzero(table.kind == _CLIENT)
+    client_rows = np.zeros(0, dtype=np.int64)
     for g in np.flatnonzero(kinds == _CLIENT).tolist():
         if out[g] is None:
+            if not len(client_rows):
+                client_rows = np.flatnonzero(table.kind == _CLIENT)
             rows = client_rows[inputs.group[client_rows] == g][:50]
             peers = [p for p in (_peer_service(table.attributes[r], services) for r in rows) if p]
             out[g] = max(sorted(set(peers)), key=peers.count) if peers else None
@@ -414,7 +451,8 @@ class _Judged:
 
 
 def _side_counts(u: _Units) -> tuple[np.ndarray, np.ndarray]:
-    """Samples per unit in the baseline and in the fault window."""
+    """Samples per unit in the baseline and in the fault window (those :func:`_presampled` left out not
+    counted)."""
     n = len(u.service)
     fault = np.bincount(u.unit[u.fault], minlength=n)
     return np.bincount(u.unit, minlength=n) - fault, fault
@@ -448,6 +486,7 @@ def _sampled(u: _Units, counts: tuple[np.ndarray, np.ndarray]) -> _Units:
         split_from=u.split_from,
         pairs=u.pairs,
         pooled=u.pooled,
+        dropped=u.dropped,
     )
 
 
@@ -735,9 +774,9 @@ def _why(service: str, evidence: tuple[PairEvidence, ...]) -> str:
 def rank_suspects(inputs: SuspectInputs, groups: int, t: Thresholds, top: int = 10) -> Ranking:
     """Services ranked by the fault window's pooled evidence against them (see the module doc)."""
     u = _with_pooled_links(_units(inputs, groups))
-    counts = _side_counts(u)
-    u = _sampled(u, counts)
-    j = _judge(u, t, counts)
+    present = _side_counts(u)
+    u = _sampled(u, present)
+    j = _judge(u, t, (present[0] + u.dropped[:, 0], present[1] + u.dropped[:, 1]))  # the true counts
     scored = []
     for service, items in _scores(_explained_by_callees(u, j, _tally(u, j, t)), t).items():
         total = sum(s for _, s, _ in items)

@@ -29,6 +29,7 @@ __all__ = [
     "intern_codes",
     "kind_code",
     "status_code",
+    "unique_ints",
 ]
 
 KIND_NAMES = ("UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")  # OTLP SpanKind codes 0..5
@@ -372,6 +373,21 @@ def hex_u64(ids: np.ndarray | Sequence[str]) -> tuple[np.ndarray, np.ndarray, np
     ok = (raw[:, 16] == 0) & (nibbles.max(axis=1) != 255)
     packed = (nibbles[:, 0::2] << 4) | nibbles[:, 1::2]  # (n, 8) bytes, most significant first
     return np.ascontiguousarray(packed).view(">u8").reshape(n).astype(np.uint64), ok, raw[:, 0] == 0
+
+
+def unique_ints(values: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of an integer array, by one sort: what ``np.unique(values)`` gives.
+
+    numpy 2.3+ answers a bare ``np.unique`` of integers from a hash table, which is tens of times slower than
+    sorting on the analysis's arrays of a million parent/child keys (0.6 s against 6 ms).
+    """
+    ordered = np.sort(values, axis=None)
+    if len(ordered) < 2:
+        return ordered
+    keep = np.empty(len(ordered), dtype=bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]
 
 
 def _parent_rows_by_value(span_u64: np.ndarray, parent_u64: np.ndarray, has_parent: np.ndarray) -> np.ndarray | None:

@@ -704,3 +704,19 @@ def test_a_child_absent_where_spans_get_lost_is_judged_against_the_baseline_s_lo
     # with nothing lost in the baseline, a child that was under every baseline parent counts when absent once
     first = analyse(spans_with(baseline_loss=False)).first
     assert first is not None and [d.kind for d in first.deviations] == ["missing_child"]
+
+
+@pytest.mark.parametrize("segment_sorts", [4096, 0])  # one sort per group, or two whole-array passes
+def test_group_quantiles_sort_each_group_as_lexsort_would(monkeypatch, segment_sorts: int) -> None:
+    from drill.traces import analysis
+
+    monkeypatch.setattr(analysis, "_SEGMENT_SORTS", segment_sorts)
+    rng = np.random.default_rng(5)
+    groups, values = 40, rng.integers(-5, 10_000, 3000)
+    group = np.minimum(rng.geometric(0.1, 3000) - 1, groups - 2)  # uneven sizes; the last group empty
+    counts, (median, p99) = analysis._group_quantiles(values, group, groups, (0.5, 0.99))
+    assert counts.tolist() == np.bincount(group, minlength=groups).tolist()
+    for g in range(groups):
+        mine = values[group == g]
+        expected = np.quantile(mine, [0.5, 0.99]) if len(mine) else [np.nan, np.nan]
+        assert np.allclose([median[g], p99[g]], expected, equal_nan=True), g

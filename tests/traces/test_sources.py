@@ -197,6 +197,29 @@ def test_receiver_file_with_upper_case_ids_and_null_fields(tmp_path: Path) -> No
     assert table.status[0] == 0 and table.kind[1] == 3
 
 
+@pytest.mark.parametrize(
+    "ids",
+    [
+        ("00000000000000a", "000000000000000a1"),  # 15 and 17 characters: 32 hex digits in all, misaligned
+        ("000000 000000 0a", "ffffffffffffff0b"),  # 16 characters, two spaces: bytes.fromhex skips them
+        ("00000000000000zz", "ffffffffffffff0b"),  # not hex
+    ],
+)
+def test_receiver_ids_that_are_not_all_16_hex_still_find_their_parents(tmp_path: Path, ids: tuple[str, str]) -> None:
+    """The receiver reads a block's span ids as 64-bit values at once; a block with one id that is not 16 hex
+    characters falls back to the ids as strings, whatever the total of hex digits."""
+    spans = drill_request(1)
+    expected = SpanTable.from_spans(spans).parent_row.tolist()  # renaming two ids consistently changes no parent
+    old = [s["span_id"] for s in spans[:2]]
+    for s in spans:
+        s["span_id"] = dict(zip(old, ids)).get(s["span_id"], s["span_id"])
+        s["parent_span_id"] = dict(zip(old, ids)).get(s["parent_span_id"], s["parent_span_id"])
+    write_spans(tmp_path / "spans.jsonl", spans)
+    table = _source("receiver", tmp_path).table()
+    assert table.span_id.tolist()[:2] == list(ids)
+    assert table.parent_row.tolist() == expected and (table.parent_row >= 0).sum() == len(spans) - 1
+
+
 def test_a_pretty_printed_tempo_document_is_read_whole(tmp_path: Path) -> None:
     document = json.loads((FIXTURES / "tempo_base64.jsonl").read_text())
     (tmp_path / "trace.json").write_text(json.dumps(document, indent=2))

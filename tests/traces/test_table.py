@@ -123,3 +123,11 @@ def test_odd_span_ids_still_find_their_parents() -> None:
     root = span(1, "root", span_id="root")  # not hex: the dict path
     table = SpanTable.from_spans([root, span(1, "child", parent="root", span_id="child")])
     assert table.parent_row.tolist() == [-1, 0]
+
+
+def test_unique_ints_is_np_unique() -> None:
+    from drill.traces.table import unique_ints
+
+    rng = np.random.default_rng(3)
+    for values in (np.zeros(0, dtype=np.int64), np.array([7]), rng.integers(-50, 50, 1000), rng.integers(0, 2**40, 99)):
+        assert unique_ints(values).tolist() == np.unique(values).tolist()

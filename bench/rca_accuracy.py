@@ -20,9 +20,7 @@ as no deviation": must be 0). ``--timing`` also times the analysis with and with
 
 ``--hard`` scores the corpus's hard cases instead (20-60 s baselines, intermittent faults, delays as a
 fraction, contention felt by the callers, the previous fault's tail and a load change in the baseline,
-dropped spans, clock skew, external calls: :class:`trace_corpus.Hardships`), with rows for the latency-visible
-cases by the fault's failure class (intermittent, contention felt by the callers, a delay as a fraction of
-each call's time; a case can be in more than one).
+dropped spans, clock skew, external calls: :class:`trace_corpus.Hardships`).
 
     .venv/bin/python bench/rca_accuracy.py [--cases 200] [--seed 0] [--hard] [--timing] [--json]
 """
@@ -113,20 +111,8 @@ def _silent_not_judged(report: AbnormalReport) -> bool:
     return ranking.unjudged_spans * 2 > ranking.fault_spans or ranking.judged * 2 < ranking.pairs
 
 
-def hardship_classes(case: trace_corpus.Case) -> list[str]:
-    """The failure classes of a latency-visible hard case's fault, for the per-class rows."""
-    fault = case.fault
-    if fault.kind not in trace_corpus.LATENCY_KINDS:
-        return []
-    classes = ["hard: intermittent"] if fault.share < 1 else []
-    classes += ["hard: felt by callers"] if fault.propagate else []
-    classes += ["hard: delay as a fraction"] if fault.fraction else []
-    return classes or ["hard: none of these"]
-
-
 def run(cases: int, seed: int, hard: bool = False) -> dict:
     ranks: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
-    by_class: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     silent = inconclusive = 0
     for i in range(cases):
         kind = trace_corpus.KINDS[i % len(trace_corpus.KINDS)]
@@ -140,8 +126,6 @@ def run(cases: int, seed: int, hard: bool = False) -> dict:
             ("naive", naive_ranking(case.table, case.injection_ns)),
         ):
             ranks[method][kind].append(_rank(ranking, case.truth))
-            for name in hardship_classes(case) if hard else []:
-                by_class[method][name].append(_rank(ranking, case.truth))
     out: dict = {
         "cases": cases,
         "seed": seed,
@@ -154,7 +138,6 @@ def run(cases: int, seed: int, hard: bool = False) -> dict:
         table = {kind: _scores(r) for kind, r in by_kind.items()}
         table["latency-visible"] = _scores([r for k in trace_corpus.LATENCY_KINDS for r in by_kind[k]])
         table["all"] = _scores([r for r in by_kind.values() for r in r])
-        table.update({name: _scores(r) for name, r in sorted(by_class[method].items())})
         out["methods"][method] = table
     return out
 
@@ -185,14 +168,14 @@ def _print(result: dict) -> None:
     methods = list(result["methods"])
     rows = list(result["methods"][methods[0]])
     print(f"{result['cases']} {'hard ' if result['hard'] else ''}cases from seed {result['seed']}")
-    print(f"{'kind':<28}{'n':>5}  " + "  ".join(f"{m + ' AC@1/AC@3/Avg@5':>36}" for m in methods))
+    print(f"{'kind':<18}{'n':>5}  " + "  ".join(f"{m + ' AC@1/AC@3/Avg@5':>36}" for m in methods))
     for row in rows:
         cells = []
         for m in methods:
             s = result["methods"][m][row]
             cells.append(f"{s['AC@1']:>10.2f}/{s['AC@3']:.2f}/{s['Avg@5']:.2f}".rjust(36))
         n = result["methods"][methods[0]][row]["n"]
-        print(f"{row:<28}{n:>5}  " + "  ".join(cells))
+        print(f"{row:<18}{n:>5}  " + "  ".join(cells))
     print(
         f"not judged reported as no deviation: {result['not_judged_as_no_deviation']}; "
         f"INCONCLUSIVE (most of the fault window not judged, nothing found): {result['inconclusive']}"

@@ -7,26 +7,18 @@
   ``mannwhitneyu(method="asymptotic")``). It needs no distributional assumption and is valid for the
   thin baselines of rarely called operations, where a median/MAD z-score is not: with 3 baseline
   spans a MAD is little more than noise, while a rank test simply has less power.
-- :meth:`SortedSides.exceedance`: how many of each group's fault-window values exceed its baseline's upper
-  quantile, by the exact beta-binomial tail (the quantile is a sample order statistic; David & Nagaraja,
-  *Order Statistics*, 2003, ch. 2): it finds a fault that hits only a share of the calls, which the rank
-  test dilutes.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from statistics import NormalDist
 
 import numpy as np
 
-__all__ = ["Exceedance", "RankTest", "SortedSides", "group_medians", "order_by", "rank_test", "sort_sides"]
+__all__ = ["RankTest", "SortedSides", "group_medians", "order_by", "rank_test", "sort_sides"]
 
 #: Bits of the minor key in a combined int64 sort key (the major key gets the rest).
 _MINOR_BITS = 42
-#: The largest z reported for a p-value too small for a float.
-_MAX_Z = 37.0
 
 
 @dataclass(frozen=True)
@@ -48,16 +40,6 @@ def order_by(major: np.ndarray, minor: np.ndarray, *, stable: bool = False) -> n
     if int(minor.max()) < 2**_MINOR_BITS and int(major.max()) < 2 ** (63 - _MINOR_BITS) and int(minor.min()) >= 0:
         return np.argsort((major << _MINOR_BITS) | minor, kind="stable" if stable else None)
     return np.lexsort((minor, major))
-
-
-@dataclass(frozen=True)
-class Exceedance:
-    """Per group: how many fault-window values exceed the baseline's upper quantile, against the share
-    expected when nothing changed, as a one-sided z (positive: more exceed than expected)."""
-
-    exceeding: np.ndarray  # int64: fault values above the baseline's quantile
-    expected: np.ndarray  # float64: the share of them expected under no change
-    z: np.ndarray  # float64; 0 where either side is empty or hardly more exceed than expected
 
 
 @dataclass(frozen=True)
@@ -93,32 +75,6 @@ class SortedSides:
         u = np.bincount(self.fault_group, weights=wins, minlength=self.groups)
         return _z(u, n_base, n_fault)
 
-    def exceedance(self, quantile: float, scale: float = 1.0) -> Exceedance:
-        """The count of each group's fault values above its baseline's ``quantile`` (times ``scale``), tested
-        against no change. The threshold is the baseline's order statistic ``X_(i)`` (0-based ``i``), above
-        which a new value from the same distribution falls with probability ``p = (n_b - i) / (n_b + 1)``;
-        the threshold being itself a sample, the count is beta-binomial, not binomial: its variance is
-        ``n_f·p·(1-p)·(n_b + 1 + n_f) / (n_b + 2)`` (exact for continuous values whatever ``n_b``: 3
-        baseline values cost power, not validity). A fault that hits a third of the calls leaves the
-        median and most ranks in place but sends a third of the window past the baseline's p90."""
-        n_base = np.bincount(self.base_group, minlength=self.groups).astype(np.int64)
-        n_fault = np.bincount(self.fault_group, minlength=self.groups).astype(np.int64)
-        base_start = np.concatenate(([0], np.cumsum(n_base)[:-1]))
-        has = (n_base > 0) & (n_fault > 0)
-        index = np.clip(np.ceil(quantile * (n_base + 1)).astype(np.int64) - 1, 0, np.maximum(n_base - 1, 0))
-        threshold = np.zeros(self.groups)
-        threshold[has] = self.base_values[base_start[has] + index[has]] * scale
-        above = self.fault_values > threshold[self.fault_group]
-        exceeding = np.bincount(self.fault_group[above], minlength=self.groups).astype(np.int64)
-        nb, nf = n_base.astype(np.float64), n_fault.astype(np.float64)
-        p = np.where(has, (nb - index) / (nb + 1), 0.0)
-        z = np.zeros(self.groups)
-        rough = nf * p + np.sqrt(nf * p * (1 - p) * (nb + 1 + nf) / (nb + 2))  # a normal z of 1: no test below it
-        for g in np.flatnonzero(has & (exceeding > rough)).tolist():
-            tail = _beta_binomial_sf(int(exceeding[g]), int(n_fault[g]), int(n_base[g] - index[g]), int(index[g] + 1))
-            z[g] = _z_of_p(tail)
-        return Exceedance(exceeding, p, z)
-
     def _merged_rank_test(self, scale: float) -> RankTest:
         base = self.base_values * scale
         values = np.concatenate((base, self.fault_values))
@@ -136,28 +92,6 @@ def _keys(group: np.ndarray, values: np.ndarray) -> np.ndarray | None:
     if int(ints.max()) >= 2**_MINOR_BITS or int(ints.min()) < 0 or int(group.max()) >= 2 ** (63 - _MINOR_BITS):
         return None
     return (group.astype(np.int64) << _MINOR_BITS) | ints
-
-
-def _beta_binomial_sf(k: int, n: int, a: float, b: float) -> float:
-    """P(K >= k) for K beta-binomial(n, a, b): the pmf at k by log-gamma, the rest by the pmf's ratio
-    ``P(j+1)/P(j) = (n-j)/(j+1) · (j+a)/(n-j-1+b)``, summed in one pass."""
-    log_pmf = (
-        math.lgamma(n + 1)
-        - math.lgamma(k + 1)
-        - math.lgamma(n - k + 1)
-        + math.lgamma(k + a)
-        + math.lgamma(n - k + b)
-        - math.lgamma(n + a + b)
-        - (math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b))
-    )
-    j = np.arange(k, n, dtype=np.float64)
-    ratios = (n - j) / (j + 1) * (j + a) / (n - j - 1 + b)
-    return math.exp(log_pmf) * (1.0 + float(np.sum(np.cumprod(ratios))))
-
-
-def _z_of_p(p: float) -> float:
-    """The one-sided z of a p-value (capped where it underflows)."""
-    return _MAX_Z if p <= 1e-300 else min(_MAX_Z, -NormalDist().inv_cdf(min(p, 1.0 - 1e-12)))
 
 
 def _z(u: np.ndarray, n_base: np.ndarray, n_fault: np.ndarray) -> RankTest:

@@ -12,8 +12,6 @@ Per (service, span name) pair with spans in the fault window (see ``docs/trace-a
    *deviates* when its rank test passes ``alpha``, its ratio reaches ``min_ratio`` and its median
    grew by ``min_excess_ms``. Pairs with fewer than ``min_baseline_spans`` baseline spans are judged
    the same way and marked *thin*; those under ``min_spans`` are *not judged*, with their counts.
-   A fault on some calls only barely moves the median or the ranks: the count of fault-window spans past
-   the baseline's p90 is tested too (beta-binomial, exact), and the larger z counts.
 3. **Attribution**: a CLIENT span's self time is the link's (network, proxy, the callee's queue): its
    evidence goes to the *callee* (its SERVER child's service, else ``server.address``,
    ``peer.service`` or ``net.peer.name``), weighed by the share of the callee's incoming links that
@@ -33,15 +31,13 @@ Per (service, span name) pair with spans in the fault window (see ``docs/trace-a
    is computed (a million spans need the self time of a few thousand per pair), then by value.
 5. **Score** of a service: the sum of its deviating pairs' effects (as attributed), plus one point and
    twice the share of erring spans per pair with root-cause errors. Services are ranked by score;
-   ties go to the callee side. A service's own work counts ``_FELT_WEIGHT`` of itself when a service it
-   calls moved as much on its own: contention on a shared host slows its callers a little, a slow caller
-   never slows its callees.
+   ties go to the callee side.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from statistics import NormalDist
 
 import numpy as np
@@ -424,10 +420,6 @@ _PRIOR_SPANS = 3.0
 _MIN_SPREADS = 5
 #: ... and the least ratio a thin unit needs for it: on a handful of spans only a large change is judged so.
 _THIN_MIN_RATIO = 3.0
-#: The share of its own work's score a service keeps when a service it calls moved as much or more.
-_FELT_WEIGHT = 0.5
-#: The baseline quantile whose exceedances are counted (an intermittent fault sends its hits past it).
-_UPPER_QUANTILE = 0.9
 #: Samples per unit and side judged at most (_sampled).
 _MAX_SAMPLES = 4000
 _GOLDEN = (math.sqrt(5) - 1) / 2
@@ -509,9 +501,6 @@ def _judge(u: _Units, t: Thresholds, counts: tuple[np.ndarray, np.ndarray]) -> _
     effect = np.where(wide, np.maximum(log_ratio, _mean_log_ratio(u, n, floor)), log_ratio) - common
     big = effect >= math.log(_THIN_MIN_RATIO)
     z = _with_thin_z(test.z, sides, effect, judged & thin & big, pairs & ~thin, floor)
-    # an intermittent fault (a third of the calls slower) moves the median little and the ranks less than
-    # its share of the window past the baseline's upper quantile: the larger of the two tests' z counts
-    z = np.maximum(z, sides.exceedance(_UPPER_QUANTILE, math.exp(common)).z)
     slower = judged & (effect >= math.log(t.min_ratio))
     deviates = slower & (z >= _z_alpha(t))
     significant_small = judged & (effect >= math.log(t.min_ratio) / 2) & (z >= _z_alpha(t))
@@ -684,34 +673,6 @@ def _tally(u: _Units, j: _Judged, t: Thresholds) -> _Tally:
     return tally
 
 
-def _explained_by_callees(u: _Units, j: _Judged, tally: _Tally) -> _Tally:
-    """``tally`` with the own work of a service that calls a service whose own work moved as much or more
-    counted at ``_FELT_WEIGHT``: contention on a host is felt by its callers' work too (a shared node,
-    noisy neighbours), by a fraction of the culprit's slowdown, while a slow caller does not slow its
-    callees; when both moved, the callee explains the caller."""
-    calls: dict[str, set[str]] = {}
-    for x, callee in enumerate(u.callee):
-        if callee is not None and callee != u.service[x]:
-            calls.setdefault(u.service[x], set()).add(callee)
-    moved = {s: _moved(u, j, items, alone=False) for s, items in tally.own.items()}
-    alone = {s: _moved(u, j, items, alone=True) for s, items in tally.own.items()}
-    own = dict(tally.own)
-    for service, items in tally.own.items():
-        mine = moved[service]
-        if mine > 0 and any(alone.get(c, 0.0) >= mine for c in calls.get(service, ())):
-            own[service] = [(x, score * _FELT_WEIGHT) for x, score in items]
-    return replace(tally, own=own)
-
-
-def _moved(u: _Units, j: _Judged, items: list[tuple[int, float]], *, alone: bool) -> float:
-    """How far a service's own work moved: the largest shrunk effect among its counted units (errors aside);
-    ``alone``: among those that deviate on their own (not only in the service's pooled test)."""
-    return max(
-        (float(j.effect[x] * j.weight[x]) for x, _ in items if not u.errors[x] and (j.deviates[x] or not alone)),
-        default=0.0,
-    )
-
-
 def _scores(tally: _Tally, t: Thresholds) -> dict[str, list[tuple[int, float, str]]]:
     out: dict[str, list[tuple[int, float, str]]] = {}
     for service, items in tally.own.items():
@@ -778,7 +739,7 @@ def rank_suspects(inputs: SuspectInputs, groups: int, t: Thresholds, top: int = 
     u = _sampled(u, present)
     j = _judge(u, t, (present[0] + u.dropped[:, 0], present[1] + u.dropped[:, 1]))  # the true counts
     scored = []
-    for service, items in _scores(_explained_by_callees(u, j, _tally(u, j, t)), t).items():
+    for service, items in _scores(_tally(u, j, t), t).items():
         total = sum(s for _, s, _ in items)
         if total > 0:
             items = sorted(items, key=lambda item: -item[1])[:_EVIDENCE_KEPT]

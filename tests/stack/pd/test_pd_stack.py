@@ -156,7 +156,8 @@ def test_role_crash_contract_on_a_pd_stack(kind: str, pd_stack, tmp_path: Path) 
         kind,
         {"transfer_wait": "1s"},
         info,
-        effect=errors_above(0.3),
+        # the requests sent to the killed worker before its restart fail: 25-50% of a 0.8 s sample measured
+        effect=errors_above(0.15),
         clean=_serving,
         fault_id=kind.replace("_", "-"),
         max_partial_steps=1,

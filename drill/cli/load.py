@@ -236,13 +236,17 @@ def _print(plan: LoadPlan, summary: LoadSummary, t0: float | None, as_json: bool
         read_records(plan.run_dir / "requests.jsonl"), slos=slos, duration_s=plan.duration_s, start_ts=t0
     )
     fit = read_fit(plan.run_dir)
+    shortfall = summary.shortfall()
     doc = {
         "run_dir": str(plan.run_dir),
         "load": summary.to_dict(),
+        "shortfall": shortfall,
         "report": report.to_dict(),
         "prompts": fit.summary() if fit is not None else None,
     }
     (plan.run_dir / "load-summary.json").write_text(json.dumps(doc, indent=2) + "\n")
+    if shortfall is not None:  # on stderr in both modes: the JSON on stdout stays one document
+        err_console.print(f"warning: {shortfall}", highlight=False, soft_wrap=True)
     if as_json:
         click.echo(json.dumps(doc, indent=2))
         return

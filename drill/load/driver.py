@@ -97,6 +97,26 @@ class LoadSummary:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def shortfall(self) -> str | None:
+        """Why fewer requests went out than the schedule planned, or None when every planned arrival was sent.
+
+        An arrival is missing when its time never came before the stop (the load stopped early: Ctrl-C, the
+        generator died or fell behind), or it came and was dropped at ``max_in_flight``. Either way the run offered
+        less load than its plan, and a verdict on it judges a lighter load than the drill describes.
+        """
+        never_due = max(0, self.scheduled - self.due)
+        if never_due == 0 and self.client_drops == 0:
+            return None
+        why = []
+        if never_due:
+            why.append(
+                f"{never_due} never came due (the load stopped {self.elapsed_s:.1f} s into its "
+                f"{self.duration_s:.1f} s window)"
+            )
+        if self.client_drops:
+            why.append(f"{self.client_drops} dropped at max_in_flight")
+        return f"sent fewer requests than planned: {self.sent} of {self.scheduled} planned arrivals; " + ", ".join(why)
+
     @classmethod
     def from_child(cls, data: dict, duration_s: float, scheduled: int, unreadable: tuple[str, ...] = ()) -> LoadSummary:
         c = data.get("counters") or {}

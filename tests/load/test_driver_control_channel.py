@@ -12,7 +12,7 @@ import pytest
 
 from drill.errors import LoadError
 from drill.load.control import Channel
-from drill.load.driver import LoadDriver, LoadPlan
+from drill.load.driver import LoadDriver, LoadPlan, LoadSummary
 from drill.spec.scenario import Scenario
 
 SCENARIO = Scenario.model_validate(
@@ -68,3 +68,14 @@ def test_a_summary_lost_to_an_unreadable_line_says_so(tmp_path: Path) -> None:
         driver.stop()
     assert "stopped without a summary" in info.value.message
     assert "1 message(s) from the generator could not be read (first: not JSON" in info.value.message
+
+
+def test_a_load_stopped_early_says_how_many_planned_arrivals_never_came_due() -> None:
+    data = {"counters": {"sent": 2, "due": 2, "ok": 2}, "elapsed_s": 0.4}
+    summary = LoadSummary.from_child(data, duration_s=1.0, scheduled=5)
+    assert summary.shortfall() == (
+        "sent fewer requests than planned: 2 of 5 planned arrivals; 3 never came due "
+        "(the load stopped 0.4 s into its 1.0 s window)"
+    )
+    whole = LoadSummary.from_child({"counters": {"sent": 5, "due": 5}, "elapsed_s": 1.0}, duration_s=1.0, scheduled=5)
+    assert whole.shortfall() is None

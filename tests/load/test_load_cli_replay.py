@@ -61,6 +61,23 @@ def test_drill_load_prints_the_summary_as_json(sse_server, tmp_path: Path) -> No
     assert group["ttft"]["percentiles"]["p99.9"] is not None
     assert len(list(read_records(out / "requests.jsonl"))) == expected
     assert json.loads((out / "load-summary.json").read_text())["load"] == doc["load"]
+    assert doc["shortfall"] is None and "fewer requests than planned" not in result.stderr
+
+
+def test_drill_load_warns_when_it_sent_fewer_requests_than_planned(start_sse_server, tmp_path: Path) -> None:
+    server = start_sse_server(gap_ms=50)  # 20 tokens take 1 s: two in flight at once cannot keep up with 40/s
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO.replace("value: 5", "value: 20") + "max_in_flight: 2\n")
+    out = tmp_path / "run"
+    argv = ("load", str(path), "--target", server.url, "--duration", "1s", "--rate", "40", "--out", str(out))
+    result = _drill(*argv, "--json", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)  # the warning goes to stderr: stdout stays one JSON document
+    drops = doc["load"]["client_drops"]
+    assert drops > 10 and doc["load"]["sent"] + drops == doc["load"]["scheduled"]
+    expected = f"sent fewer requests than planned: {doc['load']['sent']} of {doc['load']['scheduled']} planned"
+    assert doc["shortfall"].startswith(expected) and f"{drops} dropped at max_in_flight" in doc["shortfall"]
+    assert "warning: " + expected in result.stderr
 
 
 def test_drill_load_refuses_bad_input_before_starting_anything(tmp_path: Path) -> None:

@@ -44,7 +44,7 @@ def test_records_match_the_server_log_chunk_for_chunk(sse_server, tmp_path: Path
     log = {e["request_id"]: e for e in sse_server.log()}
     s = run.summary
     assert s.scheduled == s.due == s.sent == s.ok == s.records_written == len(run.records) == len(log) > 30
-    assert s.records_lost == 0 and s.errors == {} and s.client_drops == 0
+    assert s.records_lost == 0 and s.errors == {} and s.client_drops == 0 and s.shortfall() is None
     errors_ms = []
     for record in run.records:
         entry = log[record.request_id]

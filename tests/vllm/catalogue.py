@@ -154,9 +154,10 @@ def priority_isolation(url: str, otlp_port: int, priority: bool) -> dict:
     (1,000-1,400 tokens in, 24 out) at 40x (20/s): each frees its slot after half the decode steps (slot wait p95
     85-207 ms) and the API server's delay p95 was 31-94 ms; the server serves 10-16 of them a second at load 7-10,
     so under FCFS the waiting queue still grows. Measured at load 6.8-10: priority 197, 222 and 335 ms (PASS), FCFS
-    6,700, 6,075 and 6,086 ms (FAIL). At 800-1,200 tokens in, the server kept up with 20/s (FCFS 1,205 ms, PASS) and
-    a 30/s flood of them brought the API server's delay back (priority 1,063 ms); over 1,550 in, the tokenizer's
-    count can pass max_model_len (2,048) and vLLM refuses the request with 400.
+    6,700, 6,075 and 6,086 ms (FAIL); in this folder's test at load 4-5, 342 and 21,797 ms. At 800-1,200 tokens in,
+    the server kept up with 20/s (FCFS 1,205 ms, PASS) and a 30/s flood of them brought the API server's delay back
+    (priority 1,063 ms); over 1,550 in, the tokenizer's count can pass max_model_len (2,048) and vLLM refuses the
+    request with 400.
     """
     drill = _fitted("priority-isolation", target(url), otlp_port)
     drill["scenario"] = {

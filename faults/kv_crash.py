@@ -89,6 +89,9 @@ class PrefillCrash(_WorkerCrash):
     or, for a read that is never answered, when their lease ends. The router takes the worker out of rotation on
     its first refused connection and back after a good health check.
 
+    On a real deployment: ``replica_crash`` on the prefill worker's replica entry (``process`` with its
+    ``pid_file``, ``docker`` with its ``container``, or its pod, labelled ``llm-d.ai/role: prefill`` by llm-d).
+
     verify: ``/proc`` shows the process gone and, with ``expect_restart``, a new PID within ``restart_timeout``.
 
     .. code-block:: yaml
@@ -110,6 +113,8 @@ class DecodeCrash(_WorkerCrash):
 
     Its streams end with an error event (or a 502 from the router); the transfers it was reading stay held on the
     prefill worker until they are freed (``kv_transfer.free_after``).
+
+    On a real deployment: ``replica_crash`` on the decode worker's replica entry, as for ``prefill_crash``.
 
     verify: ``/proc`` shows the process gone and, with ``expect_restart``, a new PID within ``restart_timeout``.
 

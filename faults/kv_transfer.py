@@ -84,6 +84,11 @@ class KvTransferDelay(Fault):
     (``<stack>-kv-p<p>-d<d>``) of the selected workers (``selector.links`` narrows by name or by the other
     worker's index); the blocks cross those proxies as real bytes (``kv_transfer.byte_scale`` of the modelled ones).
 
+    On a real deployment: a ``slow_replica`` (``toxiproxy``) on a hand-made proxy in front of a KV path that is TCP
+    (NIXL with ``UCX_TLS=tcp``, Mooncake's TCP transport); over RDMA (UCX) or NVLink no socket proxy sees the
+    blocks, and the same proxy on the handshake port (NIXL's ``VLLM_NIXL_SIDE_CHANNEL_PORT``) slows only the start
+    of each transfer (docs/disaggregated.md, "Drilling a real P/D deployment").
+
     verify: the toxics are listed on every KV link proxy.
 
     .. code-block:: yaml
@@ -216,6 +221,10 @@ class KvTransferStall(_SenderFault):
     A decode worker with a ``kv_transfer.lease`` fails (or
     recomputes) the request when the lease ends; one without waits as long as its client does (vLLM #50754).
 
+    On a real deployment: ``partition`` (``mode: blackhole``) on a hand-made proxy in front of a TCP KV path; over
+    RDMA (UCX) the same on the handshake port stalls the start of each transfer, not its completion (vLLM #50754,
+    SGLang #36108), and ``bounded_completion`` tells whether the decode side's own wait outlasts the clients.
+
     verify: ``GET /admin/kv`` of every prefill worker shows the fault in force / the toxic is listed on every KV
     link proxy.
 
@@ -296,6 +305,10 @@ class KvTransferFail(_SenderFault):
     The decode worker then fails the request (``kv_transfer.failure_policy: fail``) or computes the prefill
     itself (``recompute``, vLLM's ``kv_load_failure_policy``).
 
+    On a real deployment: ``partition`` (``mode: refuse``) on the handshake port fails transfers before they start,
+    ``link_reset`` on a proxy in front of a TCP KV path fails them in flight; a failure after the data moved comes
+    only from inside a connector (vLLM's KV load failure recovery example, whose connectors fail loads on purpose).
+
     verify: ``GET /admin/kv`` of every prefill worker shows the fault in force.
 
     .. code-block:: yaml
@@ -329,6 +342,10 @@ class KvBlockCorrupt(_SenderFault):
     A decode worker that checks block versions (``kv_transfer.check_block_versions``) treats them as a failed load;
     one that does not decodes from them and answers HTTP 200 with other tokens. Which transfers are hit follows from
     ``seed`` and each transfer's id (the request's ``X-Request-Id``): ``sha256("<seed>:<id>")`` below ``share``.
+
+    On a real deployment nothing outside a connector corrupts its blocks: run ``output_correctness`` with a golden
+    file from a clean run under the suspect condition (a new connector version, prefix caching under eviction
+    pressure, a mixed-version rollout); it catches HTTP 200 with wrong tokens on any target.
 
     verify: ``GET /admin/kv`` of every prefill worker shows the fault in force.
 

@@ -37,7 +37,7 @@ def test_two_changed_variables_are_refused_naming_both_and_nothing_starts(tmp_pa
     assert result.exit_code == 2, result.output
     assert "differ in 2 variables" in result.output
     assert "target.config.engine.max_num_queued_reqs: null -> 128" in result.output
-    assert 'phases.fault: "170s" -> "130s"' in result.output
+    assert 'phases.fault: "257s" -> "130s"' in result.output
     assert "one change:" not in result.output  # refused before the comparison began
     _nothing_started(out)
 

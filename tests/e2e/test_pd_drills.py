@@ -21,7 +21,9 @@ import json
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from drill.cli.main import cli
 from drill.spec.loader import load_drill
 from drill.stack.kv.kv_faults import hits_share
 from tests.e2e.catalogue_verdicts import assert_predicted
@@ -75,6 +77,10 @@ def test_a_lease_bounds_a_stalled_transfer_and_without_one_it_hangs_in_kv_transf
     hung = no_lease.verdict("bounded")
     assert hung["observed"]["hangs"] > 0 and set(hung["observed"]["waited_in"]) == {"kv_transfer"}
     assert "waited until the client's timeout; waited in kv_transfer" in hung["message"]
+    # the trace reader names the stalled transfer as the first abnormal span (issue 19: spans children of the
+    # request's, so that it can)
+    first = _first_abnormal(no_lease)
+    assert (first["service"], first["name"]) == ("drill-replica-1", "kv_transfer"), first
     # with the lease the stalled requests were recomputed: slower than the baseline's, but answered
     injected, reverted = _fault_window(leased)
     stalled = [r for r in _requests(leased) if injected + 0.5 < r["sent_ts"] < reverted - 1.5]
@@ -126,6 +132,16 @@ def test_a_crashed_prefill_worker_is_routed_around_and_its_transfers_recomputed(
     prefills = [s for s in spans if s["name"] == "POST prefill" and killed + 1.0 < s["start_ns"] / 1e9 < healthy - 0.5]
     assert healthy - killed > 2.5 and prefills, (killed, healthy)
     assert {s["attributes"]["drill.upstream"] for s in prefills} == {"replica-1"}, "replica-1 carried every prefill"
+
+
+def _first_abnormal(run: DrillRun) -> dict:
+    """``drill traces analyze``'s first abnormal span of the run (the traces before the fault are the baseline)."""
+    injected, _ = _fault_window(run)
+    spans = str(run.run_dir / "spans.jsonl")
+    since = ["--baseline-until", str(injected), "--fault-start", str(injected)]
+    result = CliRunner().invoke(cli, ["traces", "analyze", spans, *since, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)["analysis"]["first"]
 
 
 def _spans(run: DrillRun) -> list[dict]:

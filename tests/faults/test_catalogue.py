@@ -107,6 +107,40 @@ def test_list_shows_every_fault_with_its_realism_per_method() -> None:
     assert "clock_cap: simulated" in result.output
 
 
+def test_the_fault_catalogue_page_has_a_row_for_every_built_in_fault() -> None:
+    """docs/faults.md is where a user picks a fault: a fault missing from its table is not in the catalogue."""
+    page = (Path(__file__).parents[2] / "docs" / "faults.md").read_text()
+    rows = {
+        kind
+        for line in page.splitlines()
+        if line.startswith("| `")
+        for kind in re.findall(r"`(\w+)`", line.split("|")[1])
+    }
+    assert set(BUILT_IN) <= rows, sorted(set(BUILT_IN) - rows)
+
+
+#: Issue 19's P/D faults act on the reference stack's KV side channel: each says how it maps onto a real deployment.
+PD_FAULTS = (
+    "kv_transfer_delay",
+    "kv_transfer_stall",
+    "kv_transfer_fail",
+    "kv_block_corrupt",
+    "prefill_crash",
+    "decode_crash",
+)
+
+
+@pytest.mark.parametrize("kind", PD_FAULTS)
+def test_a_pd_fault_says_how_it_maps_onto_a_real_deployment(kind: str) -> None:
+    result = CliRunner().invoke(cli, ["faults", "describe", kind])
+    assert result.exit_code == 0, result.output
+    assert re.search(
+        r"^On a real deployment\b.*\b(replica_crash|partition|slow_replica|output_correctness)\b",
+        result.output,
+        re.M | re.S,
+    ), result.output
+
+
 @pytest.mark.parametrize(
     ("kind", "params", "needs", "realism"),
     [

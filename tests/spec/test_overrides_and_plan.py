@@ -98,7 +98,7 @@ def test_a_bare_drill_name_resolves_in_drills_and_the_main_drill_plans(monkeypat
     for name in ("drills/unbounded-queue.yaml", "unbounded-queue.yaml", "unbounded-queue"):
         result = CliRunner().invoke(cli, ["plan", name])
         assert result.exit_code == 0, result.output
-        assert "fault       80s – 250s" in result.output and "fault flood (queue_flood" in result.output
+        assert "fault       80s – 337s" in result.output and "fault flood (queue_flood" in result.output
         assert "cannot run yet" not in result.output and "check: fast_failure (fast_failure)" in result.output
         assert "nothing was started" in result.output
     assert set(REPO.glob("reports/**/*")) == before

@@ -1,17 +1,24 @@
 """What keeps a flood drill's ``recovered: PASS`` independent of how fast the machine serves (issue 22).
 
-With abandoned work aborted (``abort_abandoned: true``, vLLM's behaviour) no attempt of a flood is still queued on a
-replica longer than the router's upstream timeout ``T``: the router gives up on it then (504), closes its upstream,
-and the replica aborts it wherever it is. But a client that retries a 504 sends the flood's excess again: with
-``attempts`` retries and their backoffs ``b1, b2, ...`` (capped at ``max_backoff``), the flood's last request and
-its retries are over ``(attempts + 1) * T + sum(b)`` after the flood ends — on a quiet machine most of the flood is
-served and few retries follow, on a loaded one most of it times out and the retries carry the overload on. So a drill
-that predicts a flood's overload is left to wait (``fast_failure: FAIL``: requests queue until the router's timeout)
-and its recovery phase error-free must (1) abort abandoned work and (2) at its default scale, leave that echo between
+With abandoned work aborted (``abort_abandoned: true``, vLLM's behaviour) no attempt of a flood stays on a replica
+longer than somebody waits for it: the router gives up on an attempt whose answer has not begun within its upstream
+timeout ``T`` (504), closes its upstream, and the replica aborts it wherever it is; an attempt whose stream has begun
+is no longer the router's to time out (its timeout bounds the wait for the head), so it lasts until it ends or until
+its client's own timeout, when the client closes it and the replica aborts it. An attempt therefore lasts at most
+``min(T, client timeout)`` unstreamed and the client's timeout streamed. But a client that
+retries (a 504, its own timeout) sends the flood's excess again: with ``attempts`` retries and their backoffs
+``b1, b2, ...`` (capped at ``max_backoff``), the flood's last request and its retries are over
+``(attempts + 1) * attempt bound + sum(b)`` after the flood ends — on a quiet machine most of the flood is served and
+few retries follow, on a loaded one most of it times out and the retries carry the overload on. So a drill that
+predicts a flood's overload is left to wait (``fast_failure: FAIL``: requests queue until the router's timeout) and
+its recovery phase error-free must (1) abort abandoned work and (2) at its default scale, leave that echo between
 the flood's end and the recovery phase. Then the backlog is gone when recovery is judged however slowly the machine
 serves the flood; without (2) the verdict depends on the machine's speed, which is what made ``recovered`` FAIL on a
 loaded machine (measured: 115 of the 121 failures of a recovery phase 7 s after a short flood were the flood's
-retries; docs/drill-files.md, "Predictions at every scale"). Static: no run.
+retries; and with the echo counted at the router's 30 s alone, the flagship's default run at load average 14-16
+still held about 550 of the flood's streamed retries per replica when its recovery phase began 95 s after the
+flood — streams begun within 30 s and cut by their clients at 60 s — and 28 batch requests of the recovery phase
+timed out behind them; docs/drill-files.md, "Predictions at every scale"). Static: no run.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import pytest
 
 from drill.runner.timeline import plan_timeline
 from drill.spec.loader import LoadedDrill, load_drill
+from drill.spec.scenario import Pool
 from drill.stack.config import StackConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,20 +56,31 @@ def flood_to_recovery_gap_s(loaded: LoadedDrill) -> float:
     return recovery.start_s - flood_end
 
 
-def retry_echo_s(loaded: LoadedDrill, timeout_s: float) -> float:
-    """How long after a flood its last attempt can still be waiting: the router's timeout for the first attempt and
-    each retry, plus the retries' longest backoffs, for the most retrying pool the flood sends to."""
+def attempt_bound_s(pool: Pool, router_timeout_s: float) -> float:
+    """The longest one attempt of ``pool`` can stay on the stack: the router's timeout while its answer has not
+    begun; once a stream has begun, until the client's own timeout. Never longer than the client waits."""
+    return pool.timeout if pool.stream else min(router_timeout_s, pool.timeout)
+
+
+def retry_echo_s(loaded: LoadedDrill, router_timeout_s: float) -> float:
+    """How long after a flood its last attempt can still be on the stack: the longest an attempt lasts, for the first
+    attempt and each retry, plus the retries' longest backoffs, for the pool the flood sends to that echoes longest."""
     flooded = {
         pool for fault in loaded.drill.faults if fault.kind == "queue_flood" for pool in fault.selector.pools or ()
     }
-    echoes = [0.0]
+    echoes = [router_timeout_s]
     for pool in loaded.scenario.pools:
-        policy = pool.retry
-        if flooded and pool.name not in flooded or policy is None:
+        if flooded and pool.name not in flooded:
             continue
-        backoffs = sum(min(policy.max_backoff, policy.backoff * policy.multiplier**n) for n in range(policy.attempts))
-        echoes.append(policy.attempts * timeout_s + backoffs)
-    return timeout_s + max(echoes)
+        policy = pool.retry
+        attempts = 0 if policy is None else policy.attempts
+        backoffs = (
+            0.0
+            if policy is None
+            else sum(min(policy.max_backoff, policy.backoff * policy.multiplier**n) for n in range(attempts))
+        )
+        echoes.append((attempts + 1) * attempt_bound_s(pool, router_timeout_s) + backoffs)
+    return max(echoes)
 
 
 def test_the_flagship_is_a_flood_drill_that_predicts_recovery() -> None:

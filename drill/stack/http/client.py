@@ -13,6 +13,13 @@ or closed before the answer ended), :class:`UpstreamTimeout` (no connection, no 
 within the timeout: a read timeout bounds each wait for data, as httpx's does). A response closed before its end
 closes its connection, so the server sees the client go away and aborts the request (vLLM's ``with_cancellation``);
 a response read to its end returns its connection to the pool.
+
+A kept-alive connection can be closed by the server while it sits idle (uvicorn, which vLLM serves with, closes
+after 5 s) with the close still on its way, above all through a proxy that delays it (Toxiproxy's latency toxic):
+the request goes out and the connection closes with no answer begun. Such a request is sent once more, on a new
+connection, when that is safe: it never went out, or it may be repeated — an idempotent method, or an
+``Idempotency-Key`` header (RFC 9112 §9.3.1 "Retrying Requests"; Go's ``net/http`` transport resends on the same
+terms). A new connection that closes before answering is not retried: that server may have taken the request.
 """
 
 from __future__ import annotations
@@ -58,6 +65,8 @@ class UpstreamReadError(UpstreamError):
     """The connection failed, or the server closed it, before the answer ended; or the answer was not HTTP/1.x."""
 
     kind = "read"
+    before_answer = False  # no byte of the answer had arrived
+    unsent = False  # the request could not be written at all
 
 
 class UpstreamTimeout(UpstreamError):
@@ -132,6 +141,7 @@ class _UpstreamConnection(asyncio.Protocol):
             self.close()
             return
         response.last_data = self.loop.time()
+        response.received = True
         self.buffer += data
         try:
             pieces = self._parse(response)
@@ -170,6 +180,7 @@ class _UpstreamConnection(asyncio.Protocol):
             self.transport.write(request)
         except (RuntimeError, OSError) as exc:  # closed under us (uvloop raises where asyncio's loop ignores)
             error = UpstreamReadError(f"{self.origin.key}: the connection closed before the request went out")
+            response.unsent = True
             response.fail(error)
             self.close()
             raise error from exc
@@ -304,6 +315,8 @@ class UpstreamResponse:
         self.keep_alive = False
         self.ended = False
         self.error: UpstreamError | None = None
+        self.received = False  # any byte of the answer arrived
+        self.unsent = False  # the request could not be written at all
         self.last_data = conn.loop.time()
         self._queue: deque[bytes] = deque()
         self._queued = 0
@@ -466,11 +479,28 @@ class HttpClient:
         :meth:`UpstreamResponse.close`. Raises :class:`UpstreamError`."""
         key, target = _origin(url)
         origin = self._origins.get(key) or self._add_origin(key)
-        conn = await self._acquire(origin, timeout)
+        payload = _request_bytes(method, target, origin, headers, body)
+        conn, reused = await self._acquire(origin, timeout)
+        try:
+            return await self._exchange(conn, method, payload, timeout)
+        except UpstreamReadError as exc:
+            if not (reused and exc.before_answer and (exc.unsent or _may_resend(method, headers))):
+                raise
+        # the pooled connection was closed by the server while idle: once more, on a new connection
+        conn, _ = await self._acquire(origin, timeout, fresh=True)
+        return await self._exchange(conn, method, payload, timeout)
+
+    async def _exchange(
+        self, conn: _UpstreamConnection, method: str, payload: bytes, timeout: Timeouts
+    ) -> UpstreamResponse:
         response = UpstreamResponse(conn, method, timeout.read)
         try:
-            conn.send(response, _request_bytes(method, target, origin, headers, body))
+            conn.send(response, payload)
             await response.wait_head()
+        except UpstreamReadError as exc:
+            response.close()
+            exc.before_answer, exc.unsent = not response.received, response.unsent
+            raise
         except BaseException:
             response.close()
             raise
@@ -503,21 +533,24 @@ class HttpClient:
         self._idle[key] = []
         return origin
 
-    async def _acquire(self, origin: _Origin, timeout: Timeouts) -> _UpstreamConnection:
+    async def _acquire(
+        self, origin: _Origin, timeout: Timeouts, *, fresh: bool = False
+    ) -> tuple[_UpstreamConnection, bool]:
+        """A connection to ``origin`` and whether it was reused from the pool (``fresh``: a new one)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout.read
         while True:
             if self._closed:
                 raise UpstreamConnectError("the client is closed")
             idle = self._idle[origin.key]
-            while idle:
+            while idle and not fresh:
                 conn = idle.pop()
                 self._idle_count -= 1
                 if conn.usable:
-                    return conn
+                    return conn, True
                 conn.close()
             if len(self._open) < self.max_connections:
-                return await self._connect(origin, timeout)
+                return await self._connect(origin, timeout), False
             if self._idle_count:  # make room: close an idle connection to another origin
                 self._close_one_idle()
                 continue
@@ -579,6 +612,19 @@ class HttpClient:
             if not waiter.done():
                 waiter.set_result(None)
                 return
+
+
+#: Methods a request may be repeated with (RFC 9110 §9.2.2, idempotent methods).
+_IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
+
+
+def _may_resend(method: str, headers: dict[str, str] | None) -> bool:
+    """Whether a request that may have reached the server can be sent again: an idempotent method, or a key the
+    server dedupes on (``Idempotency-Key``, as Go's ``net/http`` also accepts ``X-Idempotency-Key``)."""
+    if method.upper() in _IDEMPOTENT_METHODS:
+        return True
+    names = {name.lower() for name in headers or {}}
+    return "idempotency-key" in names or "x-idempotency-key" in names
 
 
 def _request_bytes(method: str, target: str, origin: _Origin, headers: dict[str, str] | None, body: bytes) -> bytes:

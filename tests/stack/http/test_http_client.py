@@ -292,3 +292,77 @@ async def test_past_max_connections_a_request_waits_for_a_free_one(upstream) -> 
         assert len(upstream.server.connections) == 1
     finally:
         await http.close()
+
+
+class ClosesIdleConnections:
+    """A server that answers each connection's first request (keep-alive) and closes the connection, unanswered,
+    when a second request arrives on it: the race of a server closing an idle kept-alive connection (uvicorn after
+    5 s) with its close still on the way, as through a proxy that delays it, while the client sends on it."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.requests: list[bytes] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        answered = False
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                self.requests.append(head.split(b"\r\n", 1)[0])
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length")
+                    ),
+                    0,
+                )
+                await reader.readexactly(length)
+                if answered:
+                    break  # the idle close meets this request: no answer
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                await writer.drain()
+                answered = True
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+
+@pytest.mark.parametrize(
+    ("method", "headers"),
+    [("GET", {}), ("POST", {"Idempotency-Key": "run-7-chat-12"}), ("POST", {"x-idempotency-key": "k"})],
+    ids=["idempotent method", "Idempotency-Key", "X-Idempotency-Key"],
+)
+async def test_a_request_the_server_closed_its_idle_connection_on_goes_again_on_a_new_one(
+    client, method: str, headers: dict[str, str]
+) -> None:
+    upstream = ClosesIdleConnections()
+    server = await asyncio.start_server(upstream.handle, "127.0.0.1", 0)
+    async with server:
+        first, _ = await client.fetch(method, url_of(server) + "/a", headers=headers, body=b"{}", timeout=FAST)
+        second, content = await client.fetch(method, url_of(server) + "/b", headers=headers, body=b"{}", timeout=FAST)
+    assert first.status == second.status == 200 and content == b"ok"
+    assert upstream.connections == 2 and [line.split(b" ")[1] for line in upstream.requests] == [b"/a", b"/b", b"/b"]
+
+
+async def test_a_post_without_an_idempotency_key_is_not_sent_twice(client) -> None:
+    upstream = ClosesIdleConnections()
+    server = await asyncio.start_server(upstream.handle, "127.0.0.1", 0)
+    async with server:
+        await client.fetch("POST", url_of(server) + "/a", body=b"{}", timeout=FAST)
+        with pytest.raises(UpstreamReadError) as caught:  # the server may have taken it: the caller decides
+            await client.fetch("POST", url_of(server) + "/b", body=b"{}", timeout=FAST)
+    assert caught.value.before_answer and upstream.connections == 1 and len(upstream.requests) == 2
+
+
+async def test_a_new_connection_closed_before_answering_is_not_retried(client) -> None:
+    seen = []
+
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(1)
+
+    server = await raw_server(hang_up)
+    async with server:
+        with pytest.raises(UpstreamReadError):
+            await client.request("GET", url_of(server) + "/", timeout=FAST)
+    assert seen == [1]  # a server that dies on a request gets it once, whatever its method

@@ -686,6 +686,51 @@ def test_a_slow_link_to_one_vllm_replica_is_first_and_top_suspect_over_the_busie
     assert first.link is not None and first.link.server_service == "vllm-0", first.deviation
 
 
+def load_moved_off_a_slowed_replica(seed: int = 1) -> tuple[list[dict], int]:
+    """real vLLM's slow-replica drill in numbers: 5 requests/s, a 12 s baseline, about 0.7 s per request; in the
+    fault window replica 0's link adds ~400 ms, so the least-outstanding router sends five requests of six to
+    replica 1, whose batch fills: its decode is 10% slower, and a third of its requests queue 10-40x longer and
+    prefill 2-4x (a heavier tail, not a shifted median). Returns the spans and the fault's start (ns)."""
+    rng, spacing_ms, n_base, n_fault = random.Random(seed), 200.0, 60, 60
+    spans: list[dict] = []
+    for i in range(n_base + n_fault):
+        late = i - n_base
+        replica = i % 2 if late < 0 else (0 if late % 6 == 5 else 1)
+        queue_ms, prefill_ms, decode_ms = 5 + rng.random() * 5, 50 + rng.random() * 10, 600 * (1 + 0.1 * rng.random())
+        if late >= 0 and replica == 1:
+            decode_ms *= 1.1
+            if rng.random() < 0.35:
+                queue_ms, prefill_ms = queue_ms * rng.uniform(10, 40), prefill_ms * rng.uniform(2, 4)
+        router, client, llm = vllm_request(
+            i + 1, replica=replica, start_ms=i * spacing_ms, queue_ms=queue_ms, prefill_ms=prefill_ms,
+            decode_ms=decode_ms,
+        )  # fmt: skip
+        client["name"], client["attributes"]["drill.upstream"] = "POST upstream", f"vllm-{replica}"
+        if late >= 0 and replica == 0:
+            delay = 400 + rng.uniform(-50, 50)  # Toxiproxy's latency on the bytes replica 0 sends back
+            retime(client, extra_ms=delay)
+            retime(router, extra_ms=delay)
+        spans += [router, client, llm]
+    return spans, T0 + int(n_base * spacing_ms * 1e6)
+
+
+def test_load_moved_onto_the_healthy_replica_does_not_outrank_the_slowed_one():
+    """The shape that made a test of upper-tail exceedances name the healthy replica on real vLLM: the replica
+    that took the moved load has a heavier tail for real, in several phases, on five times the spans. The
+    slowed replica's link is where the fault is: it must rank first, out of the near-tie band where the onset
+    rule would decide (the healthy replica's tail starts first), and the first abnormal span must be that link."""
+    spans, fault_start = load_moved_off_a_slowed_replica()
+    table, _ = with_phase_spans(SpanTable.from_spans(spans))
+    report = find_abnormal(table, baseline_until_ns=fault_start, fault_start_ns=fault_start)
+    ranked = dict((s.service, s.score) for s in report.suspects)
+    assert next(iter(ranked)) == "vllm-0", ranked
+    assert report.suspects[0].evidence[0].role == "callee of a slow link"
+    assert ranked.get("vllm-1", 0.0) < 0.75 * ranked["vllm-0"], ranked  # analysis._TIED
+    first = report.first
+    assert first.material, first.deviation
+    assert (first.service, first.attributes.get("drill.upstream")) == ("drill-router", "vllm-0"), first.text
+
+
 def test_a_child_absent_where_spans_get_lost_is_judged_against_the_baseline_s_loss():
     """Sampling or a full export queue loses spans: a usual child can be absent for that reason alone."""
 

@@ -656,13 +656,21 @@ def slow_link_to_one_vllm_replica(seed: int = 5) -> list[dict]:
             prefill_ms=prefill_ms,
             decode_ms=20 + rng.random() * 2,
         )
-        client["name"], client["attributes"]["drill.upstream"] = "POST upstream", f"vllm-{replica}"
-        if late >= 0 and replica == 0:
-            delay = 400 + rng.uniform(-50, 50)  # Toxiproxy's latency on the bytes replica 0 sends back
-            retime(client, extra_ms=delay)
-            retime(router, extra_ms=delay)
-        spans += [router, client, llm]
+        spans += through_a_slowed_link(router, client, llm, replica=replica, slowed=late >= 0, rng=rng)
     return spans
+
+
+def through_a_slowed_link(
+    router: dict, client: dict, llm: dict, *, replica: int, slowed: bool, rng: random.Random
+) -> list[dict]:
+    """One request's spans as the router calls ``vllm-<replica>``; with ``slowed``, the link to replica 0 adds
+    Toxiproxy's ~400 ms latency to the bytes it sends back (the router's call and the router's span grow)."""
+    client["name"], client["attributes"]["drill.upstream"] = "POST upstream", f"vllm-{replica}"
+    if slowed and replica == 0:
+        delay = 400 + rng.uniform(-50, 50)
+        retime(client, extra_ms=delay)
+        retime(router, extra_ms=delay)
+    return [router, client, llm]
 
 
 def test_a_slow_link_to_one_vllm_replica_is_first_and_top_suspect_over_the_busier_healthy_replica():
@@ -705,12 +713,7 @@ def load_moved_off_a_slowed_replica(seed: int = 1) -> tuple[list[dict], int]:
             i + 1, replica=replica, start_ms=i * spacing_ms, queue_ms=queue_ms, prefill_ms=prefill_ms,
             decode_ms=decode_ms,
         )  # fmt: skip
-        client["name"], client["attributes"]["drill.upstream"] = "POST upstream", f"vllm-{replica}"
-        if late >= 0 and replica == 0:
-            delay = 400 + rng.uniform(-50, 50)  # Toxiproxy's latency on the bytes replica 0 sends back
-            retime(client, extra_ms=delay)
-            retime(router, extra_ms=delay)
-        spans += [router, client, llm]
+        spans += through_a_slowed_link(router, client, llm, replica=replica, slowed=late >= 0, rng=rng)
     return spans, T0 + int(n_base * spacing_ms * 1e6)
 
 

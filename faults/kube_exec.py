@@ -155,22 +155,40 @@ def _restarted(ctx: FaultContext, target: ExecTarget, timeout_s: float) -> int |
         time.sleep(0.2)
 
 
+#: How long a SIGSTOP may take to show as state T: the kernel stops a process when it next runs, which on a busy
+#: node can be a moment after ``kill`` returned (seen as R, then T).
+STOP_SETTLE_S = 3.0
+
+
 def verify_pause_exec(ctx: FaultContext, saved: ExecSaved, container: str | None) -> LandingProof:
     """Proof: each journaled process (same PID and start time) is in state T, read from /proc through exec."""
     seen: dict[str, str | int | float | bool | None] = {}
     for target in saved.processes:
+        state = _stopped_state(ctx, target, container)
+        if state != "T":
+            raise FaultNotLanded(
+                f"pod {target.pod}: process {target.pid} is {state}, not stopped (T) after {STOP_SETTLE_S:g} s",
+                fault=ctx.fault_id,
+            )
+        seen[f"{target.pod}.state"] = state
+    names = ", ".join(f"pod {t.pod} process {t.pid} ({t.name})" for t in saved.processes)
+    return LandingProof(summary=f"stopped (state T in /proc/PID/status): {names}", observations=seen)
+
+
+def _stopped_state(ctx: FaultContext, target: ExecTarget, container: str | None) -> str:
+    """The journaled process's state once it shows T, or what it shows after :data:`STOP_SETTLE_S` ("another
+    process now" at once when the PID was reused)."""
+    deadline = time.monotonic() + STOP_SETTLE_S
+    while True:
         try:
             now = ctx.kubernetes.main_process(target.pod, container, pid=target.pid)
         except KubernetesError as exc:
             raise FaultNotLanded(f"pod {target.pod}: process {target.pid}: {exc.message}", fault=ctx.fault_id) from exc
-        if now.start != target.start or now.state != "T":
-            state = now.state if now.start == target.start else "another process now"
-            raise FaultNotLanded(
-                f"pod {target.pod}: process {target.pid} is {state}, not stopped (T)", fault=ctx.fault_id
-            )
-        seen[f"{target.pod}.state"] = now.state
-    names = ", ".join(f"pod {t.pod} process {t.pid} ({t.name})" for t in saved.processes)
-    return LandingProof(summary=f"stopped (state T in /proc/PID/status): {names}", observations=seen)
+        if now.start != target.start:
+            return "another process now"
+        if now.state == "T" or time.monotonic() >= deadline:
+            return now.state
+        time.sleep(0.1)
 
 
 def revert_pause_exec(ctx: FaultContext, saved: ExecSaved | None, container: str | None) -> None:

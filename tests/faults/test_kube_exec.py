@@ -29,6 +29,7 @@ from drill.backends.kubernetes import KubeClient
 from drill.errors import KubernetesAccessError, KubernetesError, RevertError
 from drill.targets.kube_exec_preflight import refuse_unreachable
 from drill.targets.kube_rbac import fault_rules
+from faults import kube_exec
 from faults.lifecycle import PauseSaved, ReplicaCrash, ReplicaCrashParams, ReplicaPause, ReplicaPauseParams
 
 ACCESS = KubeAccess(namespace="serving", workload_kind="Deployment", workload="llm", selector={"app": "llm"})
@@ -43,6 +44,7 @@ class Proc:
     start: int
     state: str = "S"
     caught: int = 0
+    reads_until_stopped: int = 0  # a SIGSTOP not yet taken: the process reads as R this many more times
 
 
 @dataclass
@@ -57,6 +59,7 @@ class FakeKubelet:
     refuse: int | None = None
     no_shell: bool = False
     no_kubelet: bool = False  # the API server upgrades the exec, then cannot reach the pod's kubelet
+    stop_lag: int = 0  # reads of /proc that still show R after a SIGSTOP (a busy node stops it when it next runs)
     commands: list[list[str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -94,6 +97,9 @@ class FakeKubelet:
             return FakeSession(stderr=f"process {pid} is gone", code=5)
         lines = [f"Main:\t{pid}", f"Init:\t{self.init}", f"Name:\t{proc.name}", f"State:\t{proc.state} (x)"]
         lines += [f"SigCgt:\t{proc.caught:016x}", f"Start:\t{proc.start}"]
+        if proc.reads_until_stopped:
+            proc.reads_until_stopped -= 1
+            proc.state = "R" if proc.reads_until_stopped else "T"
         return FakeSession(stdout="\n".join(lines) + "\n", code=0)
 
     def _signal(self, sig: str, pid_arg: str, start: str) -> FakeSession:
@@ -109,6 +115,8 @@ class FakeKubelet:
             self.start_container()
             return FakeSession(status=None, broken=True)  # the container died under the exec: the session breaks
         proc.state = "T" if sig == "STOP" else "S"
+        if sig == "STOP" and self.stop_lag:
+            proc.state, proc.reads_until_stopped = "R", self.stop_lag
         return FakeSession(code=0)
 
     # the other transport: the REST connection pool, answering GET of the pod, or of the list of the workload's
@@ -213,6 +221,23 @@ def test_a_crash_whose_signal_the_process_survived_is_not_landed(tmp_path: Path)
         fault.inject(ctx)
     with pytest.raises(FaultNotLanded, match="restart count is still 0"):
         fault.verify(ctx)
+
+
+@pytest.mark.parametrize("lag", [3, 1000])
+def test_a_stop_that_lands_a_moment_late_is_waited_for_and_one_that_never_does_is_not_landed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lag: int
+) -> None:
+    monkeypatch.setattr(kube_exec, "STOP_SETTLE_S", 0.5)
+    kubelet = FakeKubelet(init="tini", stop_lag=lag)
+    fault = ReplicaPause(ReplicaPauseParams(method="exec"))
+    ctx = _ctx(_client(tmp_path, kubelet))
+    ctx.saved = fault.prepare(ctx)
+    fault.inject(ctx)
+    if lag < 5:  # R on the first reads, then T: the kernel stopped it when it next ran
+        assert "stopped (state T in /proc/PID/status)" in fault.verify(ctx).summary
+    else:
+        with pytest.raises(FaultNotLanded, match=r"process 7 is R, not stopped \(T\) after 0.5 s"):
+            fault.verify(ctx)
 
 
 def test_a_pause_by_exec_stops_the_process_and_any_revert_continues_it(tmp_path: Path) -> None:

@@ -30,10 +30,10 @@ log = logging.getLogger("drill.stack.kv")
 _CHUNK = 64 * 1024
 
 #: Why a transfer failed, as the holder sees it: it reported a failure itself (``error``, the injected
-#: ``kv_transfer_fail``), it withheld the completion until the reader went (``stalled``), or the connection ended
-#: before the reader acknowledged the blocks (``link_closed``: the reader's lease ran out, its request was
-#: aborted, it refused the blocks, it crashed).
-HOLDER_FAILURES = ("error", "stalled", "link_closed")
+#: ``kv_transfer_fail``), or the connection ended before the reader acknowledged the blocks (``link_closed``: the
+#: reader's lease ran out, its request was aborted, it refused the blocks, it crashed). A stalled read is not one:
+#: the holder's part ends when its blocks are sent (:attr:`Served.stalled`); the wait is the reader's.
+HOLDER_FAILURES = ("error", "link_closed")
 
 
 @dataclass
@@ -47,6 +47,7 @@ class Served:
     wire_bytes: int = 0  # block bytes sent
     size: int | None = None  # block bytes to send, once started
     state: TransferState = TransferState.REQUESTED  # the last state reached before a failure; FREED when consumed
+    stalled: bool = False  # every block sent, the completion withheld (``kv_transfer_stall``)
     failure: str | None = None  # one of HOLDER_FAILURES
     point: str | None = None  # where it broke: before_start, in_flight or after_data
     reason: str | None = None
@@ -117,12 +118,13 @@ class KvServer:
             self.in_flight -= 1
             self._stalled.discard(writer)
             writer.close()
-            if served is not None:
+            if served is not None and not served.ended:
                 self._end(served)
 
     def _end(self, served: Served) -> None:
+        """The holder is done with this read (a stalled one: its blocks are sent); hand it to ``on_served``."""
         served.ended = time.time()
-        if served.failure is None and served.state is not TransferState.FREED:  # cancelled: the server closed
+        if served.failure is None and served.state is not TransferState.FREED and not served.stalled:  # cancelled
             served.fail("link_closed", "the KV server closed mid-transfer")
         if self.on_served is not None:
             self.on_served(served)
@@ -161,9 +163,11 @@ class KvServer:
         await _send_blocks(writer, size, served)
         if fault is not None and fault.mode is KvFaultMode.STALL:
             self._stalled.add(writer)
+            served.stalled = True
+            self._end(served)
             with contextlib.suppress(ConnectionError):
                 await reader.read()  # the completion never comes; wait until the reader gives up
-            self._fail(served, "stalled", "the transfer's completion was withheld until the reader went")
+            self.store.move(transfer, TransferState.FAILED)
             return
         if fault is not None and fault.mode is KvFaultMode.FAIL:  # after the data moved
             reason = "the transfer's completion reported a failure"

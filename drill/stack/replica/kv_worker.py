@@ -122,6 +122,8 @@ class PrefillKv:
             "drill.kv.consumer": served.consumer,
             "drill.kv.free_after_s": self.store.free_after_s,
         }
+        if served.stalled:
+            attributes["drill.kv.stalled"] = True
         if served.failure is not None:
             attributes["drill.kv.failure"] = served.failure
             attributes["drill.kv.failure_point"] = served.point

@@ -54,7 +54,6 @@ async def test_the_decode_worker_answers_what_an_aggregated_replica_answers(pd_p
         ({"mode": "fail", "point": "before_start"}, "requested", "error", "before_start"),
         ({"mode": "fail", "point": "in_flight"}, "in_flight", "error", "in_flight"),
         ({"mode": "fail", "point": "after_data"}, "in_flight", "error", "after_data"),
-        ({"mode": "stall"}, "in_flight", "stalled", "after_data"),
         ({"mode": "corrupt"}, "done", "link_closed", "after_data"),  # the reader's check refused the blocks
     ],
 )
@@ -78,6 +77,23 @@ async def test_the_prefill_side_span_of_a_failed_transfer_names_where_it_failed(
     assert prefill.attributes["drill.kv.state"] == reached
     assert (prefill.attributes["drill.kv.failure"], prefill.attributes["drill.kv.failure_point"]) == (failure, point)
     assert not sides["decode"].status.is_ok and sides["decode"].attributes["drill.kv.transfer_id"] == "req-f"
+
+
+async def test_a_stalled_transfer_s_prefill_side_span_ends_normally_when_its_blocks_are_sent(pd_pair) -> None:
+    """The holder's part is done once the blocks are sent; the wait for the withheld completion is the reader's, so
+    only the decode side's span is abnormal (the one the trace reader must name, tests/e2e/test_pd_drills.py)."""
+    exporter = InMemorySpanExporter()
+    async with pd_pair(span_processor=SimpleSpanProcessor(exporter), lease="300ms") as pair:
+        await pair.set_fault(mode="stall")
+        response = await pair.prefill_then_decode("req-s", headers={"traceparent": TRACEPARENT})
+    assert response.status_code == 500, response.text
+    sides = _kv_spans(exporter)
+    prefill, decode = sides["prefill"], sides["decode"]
+    assert prefill.status.is_ok and "drill.kv.failure" not in prefill.attributes
+    assert prefill.attributes["drill.kv.stalled"] is True and prefill.attributes["drill.kv.state"] == "in_flight"
+    assert prefill.attributes["drill.kv.wire_bytes"] > 0  # every block sent
+    assert prefill.end_time < decode.end_time - 0.2e9  # it ended at the blocks, not with the 300 ms lease
+    assert not decode.status.is_ok and decode.attributes["drill.kv.failure_point"] == "lease_expired"
 
 
 def _kv_spans(exporter: InMemorySpanExporter) -> dict:

@@ -47,6 +47,7 @@ class Transfer:
     version: int
     created: float = field(default_factory=time.monotonic)
     state: TransferState = TransferState.REQUESTED
+    trace: object = None  # the registering request's trace context, opaque here (the holder's span parent)
 
     def announce(self, engine_id: str, host: str, port: int) -> dict[str, object]:
         """The ``kv_transfer_params`` of the prefill answer (NixlConnector's names, plus the version)."""
@@ -75,8 +76,9 @@ class KvStore:
         self.counts: dict[TransferState, int] = {state: 0 for state in TransferState}
         self.expired = 0  # transfers freed unread after ``free_after_s`` (vLLM's ``nixl_num_kv_expired_reqs``)
 
-    def register(self, transfer_id: str, num_tokens: int, digest: int) -> Transfer:
-        """Hold ``num_tokens`` tokens of KV cache for a decode worker (state *requested*)."""
+    def register(self, transfer_id: str, num_tokens: int, digest: int, trace: object = None) -> Transfer:
+        """Hold ``num_tokens`` tokens of KV cache for a decode worker (state *requested*); ``trace`` is kept with
+        it (the trace context of the request that prefilled it)."""
         self.expire()
         self.version += 1
         transfer = Transfer(
@@ -86,6 +88,7 @@ class KvStore:
             num_tokens * self.kv_bytes_per_token,
             digest,
             self.version,
+            trace=trace,
         )
         self.transfers[transfer_id] = transfer
         self.counts[TransferState.REQUESTED] += 1

@@ -35,7 +35,8 @@ __all__ = [
     "read_frame",
 ]
 
-#: The span each side of a transfer records (the decode worker, and the P/D router from the header below).
+#: The span each side of a transfer records (the prefill and the decode worker, and the P/D router from the header
+#: below).
 KV_SPAN = "kv_transfer"
 #: A decode answer's header: how its KV load went (``state=<state>;seconds=<s>``).
 KV_HEADER = "x-drill-kv-transfer"

@@ -8,8 +8,9 @@ request with ``do_remote_prefill`` first reads those blocks (:func:`~drill.stack
 under the lease), then enters the engine with its prompt already computed; the text it generates follows the
 blocks' content, so stale blocks that pass unchecked give other tokens under HTTP 200. A failed load fails the
 request (HTTP 500) or, with ``failure_policy: recompute``, is recomputed here. Both sides record a
-``kv_transfer`` span under the request's trace, and add their KV connector metrics to the replica's
-``/metrics`` (:meth:`PrefillKv.metric_families`, :meth:`DecodeKv.metric_families`).
+``kv_transfer`` span under the request's trace (the prefill worker's, one per read it serves, under the prefill
+request's trace context kept with the held transfer; ``docs/disaggregated.md``), and add their KV connector
+metrics to the replica's ``/metrics`` (:meth:`PrefillKv.metric_families`, :meth:`DecodeKv.metric_families`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
@@ -27,7 +28,7 @@ from drill.stack.inference.request import Request
 from drill.stack.inference.textgen import TokenSampler, prompt_seed
 from drill.stack.kv.kv_client import FAILURE_POINTS, KvLoad, KvReadPlan, KvTransferError, read_transfer
 from drill.stack.kv.kv_faults import KvFault
-from drill.stack.kv.kv_server import KvServer
+from drill.stack.kv.kv_server import KvServer, Served
 from drill.stack.kv.transfers import KvStore, TransferState
 from drill.stack.kv.wire import KV_HEADER, KV_SPAN
 from drill.stack.launch import ReplicaLaunch
@@ -47,8 +48,8 @@ class KvHooks(Protocol):
         """Prepare ``request`` before it enters the engine; the KV header value to answer with, if any."""
         ...
 
-    def after_engine(self, request: Request, params: dict[str, Any] | None) -> dict[str, Any] | None:
-        """The ``kv_transfer_params`` to answer with, if any."""
+    def after_engine(self, request: Request, params: dict[str, Any] | None, span: HttpSpan) -> dict[str, Any] | None:
+        """The ``kv_transfer_params`` to answer with, if any (``span``: the request's, or its incoming context)."""
         ...
 
     def routes(self) -> dict[tuple[str, str], Callable[[HttpRequest], Awaitable[HttpResponse]]]:
@@ -86,7 +87,7 @@ class PrefillKv:
             free_after_s=kv.free_after,
         )
         host, port = _split(launch.kv_listen or f"{launch.host}:0")
-        self.server = KvServer(self.store, host=host, port=port, byte_scale=kv.byte_scale)
+        self.server = KvServer(self.store, host=host, port=port, byte_scale=kv.byte_scale, on_served=self.record)
         self.tracing = tracing
 
     async def start(self) -> None:
@@ -98,13 +99,42 @@ class PrefillKv:
     async def before_engine(self, request: Request, params: dict[str, Any] | None, span: HttpSpan) -> str | None:
         return None
 
-    def after_engine(self, request: Request, params: dict[str, Any] | None) -> dict[str, Any] | None:
-        """Hold the finished prefill's KV cache for the decode worker; announce it."""
+    def after_engine(self, request: Request, params: dict[str, Any] | None, span: HttpSpan) -> dict[str, Any] | None:
+        """Hold the finished prefill's KV cache for the decode worker, with the request's trace context; announce it."""
         if not params or not params.get("do_remote_decode") or request.finish_reason is None:
             return None
         transfer_id = request.request_id.split("#", 1)[0]
-        transfer = self.store.register(transfer_id, request.num_prompt_tokens, prompt_seed(request.prompt_tokens))
+        digest = prompt_seed(request.prompt_tokens)
+        transfer = self.store.register(transfer_id, request.num_prompt_tokens, digest, trace=span)
         return transfer.announce(self.name, self.server.host, self.server.port)
+
+    def record(self, served: Served) -> None:
+        """The holder's ``kv_transfer`` span of one read, under the prefill request's trace context."""
+        transfer = served.transfer
+        attributes: dict[str, Any] = {
+            "drill.kv.transfer_id": transfer.transfer_id,
+            "drill.kv.role": "prefill",
+            "drill.kv.state": served.state.value,
+            "drill.kv.blocks": transfer.num_blocks,
+            "drill.kv.bytes": transfer.modelled_bytes,
+            "drill.kv.wire_bytes": served.wire_bytes,
+            "drill.kv.version": transfer.version,
+            "drill.kv.consumer": served.consumer,
+            "drill.kv.free_after_s": self.store.free_after_s,
+        }
+        if served.stalled:
+            attributes["drill.kv.stalled"] = True
+        if served.failure is not None:
+            attributes["drill.kv.failure"] = served.failure
+            attributes["drill.kv.failure_point"] = served.point
+        self.tracing.record_span(
+            KV_SPAN,
+            cast("HttpSpan", transfer.trace),
+            start_wall=served.started,
+            end_wall=served.ended,
+            attributes=attributes,
+            error=served.reason,
+        )
 
     def metric_families(self, labels: list[str], values: list[str]) -> Iterator[Metric]:
         """vLLM's ``nixl_num_kv_expired_reqs`` (a P-side counter) and the transfers held now (the stack's own)."""
@@ -184,7 +214,7 @@ class DecodeKv:
     async def close(self) -> None:
         """Nothing to close."""
 
-    def after_engine(self, request: Request, params: dict[str, Any] | None) -> dict[str, Any] | None:
+    def after_engine(self, request: Request, params: dict[str, Any] | None, span: HttpSpan) -> dict[str, Any] | None:
         return None
 
     def routes(self) -> dict[tuple[str, str], Callable[[HttpRequest], Awaitable[HttpResponse]]]:
@@ -317,6 +347,7 @@ class DecodeKv:
             **base,
             "drill.kv.state": exc.state.value,
             "drill.kv.failure": exc.cause,
+            "drill.kv.failure_point": exc.point,
             "drill.kv.recomputed": recompute,
         }
         return _Outcome("recomputed" if recompute else "failed", seconds, attributes, exc.reason)

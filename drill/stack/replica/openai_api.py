@@ -249,7 +249,7 @@ class OpenAIApi:
         stream.on_disconnect(client_gone)
         await ctx.done
         if self.kv is not None:
-            ctx.kv_transfer = self.kv.after_engine(request, body.kv_transfer_params)
+            ctx.kv_transfer = self.kv.after_engine(request, body.kv_transfer_params, span)
         return self._finish(request, ctx, stream, span, kv_header)
 
     async def _load_kv(

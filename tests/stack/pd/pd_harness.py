@@ -23,8 +23,15 @@ class PdPair:
     decode: Replica
     http: httpx.AsyncClient
 
-    async def prefill_then_decode(self, request_id: str, prompt: str = "the quick brown fox", **body: object):
-        """What the P/D router does: prefill with max_tokens 1, then decode with the announced transfer."""
+    async def prefill_then_decode(
+        self,
+        request_id: str,
+        prompt: str = "the quick brown fox",
+        headers: dict[str, str] | None = None,
+        **body: object,
+    ):
+        """What the P/D router does: prefill with max_tokens 1, then decode with the announced transfer (``headers``
+        added to both, e.g. a ``traceparent``)."""
         first = await self.http.post(
             f"{self.prefill.server.url}/v1/completions",
             json={
@@ -33,14 +40,14 @@ class PdPair:
                 "temperature": 0,
                 "kv_transfer_params": {"do_remote_decode": True},
             },
-            headers={"X-Request-Id": request_id},
+            headers={"X-Request-Id": request_id, **(headers or {})},
         )
         assert first.status_code == 200, first.text
         params = first.json()["kv_transfer_params"]
         return await self.http.post(
             f"{self.decode.server.url}/v1/completions",
             json={"prompt": prompt, "max_tokens": 12, "temperature": 0, "kv_transfer_params": params, **body},
-            headers={"X-Request-Id": request_id},
+            headers={"X-Request-Id": request_id, **(headers or {})},
         )
 
     async def set_fault(self, **fault: object) -> None:

@@ -13,6 +13,9 @@ from drill.stack.kv.kv_faults import hits_share
 
 pytestmark = pytest.mark.anyio
 
+TRACE_ID, PARENT_SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", 0x00F067AA0BA902B7
+TRACEPARENT = f"00-{TRACE_ID}-{PARENT_SPAN:016x}-01"  # the P/D router's attempt span, as both workers see it
+
 
 async def _aggregated_text(pair, prompt: str = "the quick brown fox") -> str:
     """The same request on the prefill worker alone (it answers like an aggregated replica)."""
@@ -25,18 +28,80 @@ async def _aggregated_text(pair, prompt: str = "the quick brown fox") -> str:
 async def test_the_decode_worker_answers_what_an_aggregated_replica_answers(pd_pair) -> None:
     exporter = InMemorySpanExporter()
     async with pd_pair(span_processor=SimpleSpanProcessor(exporter)) as pair:
-        response = await pair.prefill_then_decode("req-a")
+        response = await pair.prefill_then_decode("req-a", headers={"traceparent": TRACEPARENT})
         assert response.status_code == 200, response.text
         assert response.json()["choices"][0]["text"] == await _aggregated_text(pair)
         assert response.headers["x-drill-kv-transfer"].startswith("state=consumed")
         state = (await pair.http.get(f"{pair.prefill.server.url}/admin/kv", headers=ADMIN)).json()
     assert state["counts"]["consumed"] == 1 and state["counts"]["freed"] == 1 and state["pending"] == 0
+    sides = _kv_spans(exporter)
+    assert set(sides) == {"prefill", "decode"}  # one span a side, both in the request's trace (issue 19)
+    for side in sides.values():
+        assert format(side.context.trace_id, "032x") == TRACE_ID and side.parent.span_id == PARENT_SPAN
+        assert side.status.is_ok
+    prefill, decode = sides["prefill"].attributes, sides["decode"].attributes
+    assert decode["drill.kv.transfer_id"] == prefill["drill.kv.transfer_id"] == "req-a"
+    assert decode["drill.kv.state"] == "consumed" and prefill["drill.kv.state"] == "freed"
+    assert decode["drill.kv.bytes"] == prefill["drill.kv.bytes"] == 4 * 131_072  # 4 tokens of llama-3-8b's KV
+    assert decode["drill.kv.blocks"] == prefill["drill.kv.blocks"] == 1
+    assert decode["drill.kv.wire_bytes"] == prefill["drill.kv.wire_bytes"] > 0
+    assert prefill["drill.kv.consumer"] == "replica-1" and prefill["drill.kv.free_after_s"] == 480
+
+
+@pytest.mark.parametrize(
+    ("fault", "reached", "failure", "point"),
+    [
+        ({"mode": "fail", "point": "before_start"}, "requested", "error", "before_start"),
+        ({"mode": "fail", "point": "in_flight"}, "in_flight", "error", "in_flight"),
+        ({"mode": "fail", "point": "after_data"}, "in_flight", "error", "after_data"),
+        ({"mode": "corrupt"}, "done", "link_closed", "after_data"),  # the reader's check refused the blocks
+    ],
+)
+async def test_the_prefill_side_span_of_a_failed_transfer_names_where_it_failed(
+    pd_pair, fault: dict, reached: str, failure: str, point: str
+) -> None:
+    exporter = InMemorySpanExporter()
+    kv = {"lease": "300ms", "check_block_versions": True}
+    async with pd_pair(span_processor=SimpleSpanProcessor(exporter), **kv) as pair:
+        await pair.set_fault(**fault)
+        response = await pair.prefill_then_decode("req-f", headers={"traceparent": TRACEPARENT})
+        assert response.status_code == 500, response.text
+        for _ in range(100):  # the holder ends its span when it sees the reader go
+            if len(_kv_spans(exporter)) == 2:
+                break
+            await asyncio.sleep(0.02)
+    sides = _kv_spans(exporter)
+    prefill = sides["prefill"]
+    assert format(prefill.context.trace_id, "032x") == TRACE_ID and prefill.parent.span_id == PARENT_SPAN
+    assert not prefill.status.is_ok and prefill.status.description
+    assert prefill.attributes["drill.kv.state"] == reached
+    assert (prefill.attributes["drill.kv.failure"], prefill.attributes["drill.kv.failure_point"]) == (failure, point)
+    assert not sides["decode"].status.is_ok and sides["decode"].attributes["drill.kv.transfer_id"] == "req-f"
+
+
+async def test_a_stalled_transfer_s_prefill_side_span_ends_normally_when_its_blocks_are_sent(pd_pair) -> None:
+    """The holder's part is done once the blocks are sent; the wait for the withheld completion is the reader's, so
+    only the decode side's span is abnormal (the one the trace reader must name, tests/e2e/test_pd_drills.py)."""
+    exporter = InMemorySpanExporter()
+    async with pd_pair(span_processor=SimpleSpanProcessor(exporter), lease="300ms") as pair:
+        await pair.set_fault(mode="stall")
+        response = await pair.prefill_then_decode("req-s", headers={"traceparent": TRACEPARENT})
+    assert response.status_code == 500, response.text
+    sides = _kv_spans(exporter)
+    prefill, decode = sides["prefill"], sides["decode"]
+    assert prefill.status.is_ok and "drill.kv.failure" not in prefill.attributes
+    assert prefill.attributes["drill.kv.stalled"] is True and prefill.attributes["drill.kv.state"] == "in_flight"
+    assert prefill.attributes["drill.kv.wire_bytes"] > 0  # every block sent
+    assert prefill.end_time < decode.end_time - 0.2e9  # it ended at the blocks, not with the 300 ms lease
+    assert not decode.status.is_ok and decode.attributes["drill.kv.failure_point"] == "lease_expired"
+
+
+def _kv_spans(exporter: InMemorySpanExporter) -> dict:
+    """The finished ``kv_transfer`` spans by side (``drill.kv.role``); one a side."""
     spans = [s for s in exporter.get_finished_spans() if s.name == "kv_transfer"]
-    assert len(spans) == 1
-    attributes = spans[0].attributes
-    assert attributes["drill.kv.transfer_id"] == "req-a" and attributes["drill.kv.state"] == "consumed"
-    assert attributes["drill.kv.bytes"] == 4 * 131_072  # 4 prompt tokens of llama-3-8b's KV cache
-    assert attributes["drill.kv.blocks"] == 1
+    sides = {s.attributes["drill.kv.role"]: s for s in spans}
+    assert len(sides) == len(spans), spans
+    return sides
 
 
 async def test_corrupt_blocks_unchecked_are_http_200_with_other_tokens(pd_pair) -> None:

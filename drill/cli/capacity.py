@@ -167,9 +167,7 @@ def _target(text: str, allow_hosts: tuple[str, ...], gpus: int | None) -> Target
 
     if text == "embedded":
         stack = embedded_capacity_stack()
-        return TargetChoice(
-            "embedded", stack, "embedded stack (llama-3-8b, a100-80g)", stack.replicas * stack.engine.world_size
-        )
+        return TargetChoice("embedded", stack, "embedded stack (llama-3-8b, a100-80g)", stack.gpus)
     if text.startswith(("http://", "https://")):
         from drill.cli.load import check_target
         from drill.targets.openai import OpenAITargetParams
@@ -197,7 +195,7 @@ def _drill_target(path: Path, allow_hosts: tuple[str, ...], gpus: int | None) ->
     if params is None:
         raise InputError(f"--target {path}: the drill's target has no params")
     if isinstance(params, StackConfig):
-        gpus = params.replicas * params.engine.world_size
+        gpus = params.gpus
     return TargetChoice(kind, params, f"{kind} target of {path}", gpus)
 
 

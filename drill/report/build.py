@@ -485,7 +485,23 @@ def _gpus(evidence: RunEvidence) -> tuple[int | None, str]:
         return None, "the target config does not give replicas, tensor and pipeline parallel sizes"
     tp = int(engine.get("tensor_parallel_size") or 1)
     pp = int(engine.get("pipeline_parallel_size") or 1)
+    topology = params.get("topology") if isinstance(params.get("topology"), dict) else None
+    if topology is not None and (topology.get("prefill_engine") or topology.get("decode_engine")):
+        return _pd_gpus(topology, tp, pp)
     return replicas * tp * pp, f"{replicas} replicas × TP {tp} × PP {pp} (resolved target config)"
+
+
+def _pd_gpus(topology: dict, tp: int, pp: int) -> tuple[int, str]:
+    """Each role's workers × its own TP × PP (``topology.<role>_engine`` over the engine's)."""
+    total, parts = 0, []
+    for role in ("prefill", "decode"):
+        own = topology.get(f"{role}_engine") or {}
+        role_tp = int(own.get("tensor_parallel_size") or tp)
+        role_pp = int(own.get("pipeline_parallel_size") or pp)
+        count = int(topology.get(role) or 1)
+        total += count * role_tp * role_pp
+        parts.append(f"{count} {role} × TP {role_tp} × PP {role_pp}")
+    return total, " + ".join(parts) + " (resolved target config)"
 
 
 def _cost(evidence: RunEvidence, drill: dict) -> CostFigures:

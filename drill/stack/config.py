@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from drill.api import RouterRetryOn
 from drill.errors import SpecError
 from drill.spec.loader import load_model_file
-from drill.spec.validation import validate_model
+from drill.spec.validation import at_key, validate_model
 from drill.spec.yamlio import Locations
+from drill.stack.engine_config import EngineConfig, SchedulingPolicy, apply_overrides
 from drill.stack.presets import GpuPreset, ModelPreset, gpu_names, gpu_preset, model_names, model_preset
-from drill.stack.topology import TopologyConfig, worker_counts
+from drill.stack.topology import TopologyConfig, WorkerRole, worker_counts
 from drill.units import BindHost, Duration
 
 __all__ = [
@@ -40,13 +40,6 @@ __all__ = [
 ]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-
-
-class SchedulingPolicy(str, enum.Enum):
-    """vLLM's ``--scheduling-policy``: first come first served, or ``priority`` (lower value first)."""
-
-    FCFS = "fcfs"
-    PRIORITY = "priority"
 
 
 class SpanShape(str, enum.Enum):
@@ -75,64 +68,6 @@ class Runtime(str, enum.Enum):
 
     LOCAL = "local"
     DOCKER = "docker"
-
-
-class EngineConfig(BaseModel):
-    """One replica's engine options, named as vLLM names them (docs/serving-facts.md §3.2, §4).
-
-    ``max_num_queued_reqs`` / ``max_num_queued_tokens`` are vLLM ≥ 0.29's opt-in admission flags;
-    ``None`` keeps vLLM's default unbounded waiting queue; a refusal carries no ``Retry-After``, as vLLM's
-    does not, unless ``refusal_retry_after`` (not a vLLM option: what a gateway in front might add) is set.
-    ``max_queue_wait`` (seconds) refuses a request with 503 once it has waited longer. ``weight_load_time``
-    is ``"auto"`` (modelled from the weight bytes, see
-    :func:`drill.stack.inference.cost_model.weight_load_seconds`) or a duration.
-    """
-
-    model_config = _FROZEN
-
-    tensor_parallel_size: int = Field(1, ge=1, le=64)
-    pipeline_parallel_size: int = Field(1, ge=1, le=64)
-    max_model_len: int = Field(8192, ge=16)
-    max_num_seqs: int = Field(256, ge=1)
-    max_num_batched_tokens: int = Field(8192, ge=1)
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
-    block_size: Literal[8, 16, 32, 64, 128] = 16
-    enable_prefix_caching: bool = False
-    scheduling_policy: SchedulingPolicy = SchedulingPolicy.FCFS
-    long_prefill_token_threshold: int = Field(0, ge=0, description="cap on one prefill chunk; 0 = off")
-    max_num_queued_reqs: int | None = Field(None, ge=1)
-    max_num_queued_tokens: int | None = Field(None, ge=1)
-    max_queue_wait: Duration | None = None
-    refusal_retry_after: Duration | None = Field(None, ge=0)
-    weight_load_time: Literal["auto"] | Duration = "auto"
-
-    @field_validator("max_queue_wait")
-    @classmethod
-    def _positive_wait(cls, value: float | None) -> float | None:
-        if value is not None and value <= 0:
-            raise ValueError(f"max_queue_wait must be positive, got {value}s")
-        return value
-
-    @field_validator("weight_load_time")
-    @classmethod
-    def _non_negative_load(cls, value: str | float) -> str | float:
-        if not isinstance(value, str) and value < 0:
-            raise ValueError(f"weight_load_time must be 'auto' or a non-negative duration, got {value}s")
-        return value
-
-    @model_validator(mode="after")
-    def _batch_fits(self) -> EngineConfig:
-        if self.max_num_batched_tokens < self.max_num_seqs:
-            raise ValueError(
-                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be greater than or equal to "
-                f"max_num_seqs ({self.max_num_seqs})"
-            )
-        return self
-
-    @property
-    def world_size(self) -> int:
-        """GPUs per replica: tensor_parallel_size × pipeline_parallel_size."""
-        return self.tensor_parallel_size * self.pipeline_parallel_size
 
 
 class RetryConfig(BaseModel):
@@ -263,6 +198,46 @@ class StackConfig(BaseModel):
                 f"length of {self.model} ({limit} tokens)"
             )
         return self
+
+    @model_validator(mode="after")
+    def _role_engines_valid(self) -> StackConfig:
+        """Each role's engine (its fields over ``engine``) is a valid engine that fits the model."""
+        if self.topology is None:
+            return self
+        limit = model_preset(self.model).max_position
+        for role in WorkerRole:
+            key = f"{role.value}_engine"
+            try:
+                engine = apply_overrides(self.engine, self.topology.engine_overrides(role))
+            except ValidationError as exc:
+                reasons = "; ".join(str(e["msg"]) for e in exc.errors(include_url=False))
+                raise at_key("topology", f"{key} over engine is not a valid engine: {reasons}") from None
+            if engine.max_model_len > limit:
+                raise at_key(
+                    "topology",
+                    f"{key}: max_model_len ({engine.max_model_len}) is larger than the maximum context length of "
+                    f"{self.model} ({limit} tokens)",
+                )
+        return self
+
+    def engine_of(self, index: int) -> EngineConfig:
+        """Replica ``index``'s engine: its role's (``topology.<role>_engine`` over ``engine``) in a disaggregated
+        stack, ``engine`` otherwise."""
+        if self.topology is None:
+            return self.engine
+        return apply_overrides(self.engine, self.topology.engine_overrides(self.topology.role_of(index)))
+
+    def replica_config(self, index: int) -> StackConfig:
+        """The config replica ``index`` is launched with: ``engine`` is its own (:meth:`engine_of`), so everything
+        the replica builds from ``config.engine`` (cost model, GPU and KV sizing, TP/PP links, metrics) is its
+        role's. Applying it again changes nothing."""
+        engine = self.engine_of(index)
+        return self if engine == self.engine else self.model_copy(update={"engine": engine})
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of the whole stack: each replica's TP × PP (a P/D role's own), summed."""
+        return sum(self.engine_of(index).world_size for index in range(self.replicas))
 
     @property
     def model_name(self) -> str:

@@ -11,6 +11,8 @@
         failure_policy: fail   # or recompute (vLLM's kv_load_failure_policy)
         check_block_versions: false
         link_gbps: 400    # the modelled KV link (e.g. one 400 Gb/s RDMA NIC)
+      prefill_engine: {tensor_parallel_size: 4}   # fields of `engine`, over the stack's engine, for prefill workers
+      decode_engine: {tensor_parallel_size: 2}    # ... and for decode workers (absent: the stack's engine)
 
 A worker's role maps onto a Kubernetes pod label (``llm-d.ai/role: prefill|decode``, as llm-d labels its pods);
 see :data:`ROLE_LABEL`.
@@ -23,6 +25,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from drill.stack.engine_config import EngineOverrides
 from drill.units import Duration
 
 __all__ = [
@@ -121,13 +124,17 @@ class TopologyConfig(BaseModel):
     """``topology`` of the stack config: ``prefill`` + ``decode`` workers replace ``replicas``.
 
     ``ratio: 1P:3D`` says both counts in one value (what a ``pd-ratio`` sweep varies); it is read into
-    ``prefill`` and ``decode`` and not kept."""
+    ``prefill`` and ``decode`` and not kept. ``prefill_engine`` / ``decode_engine`` set fields of the stack's
+    ``engine`` for that role's workers (each with its own TP/PP, as P/D deployments run prefill at a higher TP
+    than decode); :meth:`drill.stack.config.StackConfig.engine_of` gives a worker's engine."""
 
     model_config = _FROZEN
 
     prefill: int = Field(1, ge=1, le=32)
     decode: int = Field(1, ge=1, le=32)
     kv_transfer: KvTransferConfig = KvTransferConfig()
+    prefill_engine: EngineOverrides | None = Field(None, description="fields of engine for the prefill workers")
+    decode_engine: EngineOverrides | None = Field(None, description="fields of engine for the decode workers")
     # read into prefill and decode by _counts_from_ratio; left here (None) only to locate a malformed one
     ratio: str | None = Field(None, exclude=True, description="both counts as one value, e.g. 1P:3D")
 
@@ -168,3 +175,7 @@ class TopologyConfig(BaseModel):
     def role_of(self, index: int) -> WorkerRole:
         """Replica ``index``'s role: prefill workers come first."""
         return WorkerRole.PREFILL if index < self.prefill else WorkerRole.DECODE
+
+    def engine_overrides(self, role: WorkerRole) -> EngineOverrides | None:
+        """The fields of ``engine`` that ``role``'s workers set (None: they run the stack's engine)."""
+        return self.prefill_engine if role is WorkerRole.PREFILL else self.decode_engine

@@ -319,9 +319,17 @@ def _slo_ratio(slo: dict[str, float], ttfts: list[float], tpots: list[float], fa
 def model_pd(config: StackConfig, rate: float, prompt: float, output: float) -> PdModel:
     """The cost model's loads of the two sides of ``config``'s split at ``rate`` requests/s (see the docstring)."""
     assert config.topology is not None
-    engine, topology = config.engine, config.topology
+    topology = config.topology
+    engine = config.engine_of(topology.prefill)  # a decode worker's (topology.decode_engine over engine)
+    prefill_engine = config.engine_of(0)
+    prefill_cost = CostModel(
+        config.model_preset,
+        config.gpu_preset,
+        prefill_engine.tensor_parallel_size,
+        prefill_engine.pipeline_parallel_size,
+    )
     cost = CostModel(config.model_preset, config.gpu_preset, engine.tensor_parallel_size, engine.pipeline_parallel_size)
-    alone = cost.step_cost(BatchShape.prefill([max(1, round(prompt))]))
+    alone = prefill_cost.step_cost(BatchShape.prefill([max(1, round(prompt))]))
     context = max(1, round(prompt + output / 2))
     batch, step = 1, cost.step_cost(BatchShape.decode(1, context)).total_s
     for _ in range(3):  # the batch a decode worker needs, at the step that batch makes

@@ -52,9 +52,10 @@ class EmbeddedStack(Target):
         }
         if params.links.replica_proxies:
             caps.add(Capability.TOXIPROXY_REPLICA)
-        if params.links.tp_proxies and params.engine.tensor_parallel_size > 1:
+        engines = [params.engine_of(index) for index in range(params.replicas)]  # P/D: each role's own
+        if params.links.tp_proxies and any(e.tensor_parallel_size > 1 for e in engines):
             caps.add(Capability.TOXIPROXY_TP_LINK)
-        if params.links.pp_proxies and params.engine.pipeline_parallel_size > 1:
+        if params.links.pp_proxies and any(e.pipeline_parallel_size > 1 for e in engines):
             caps.add(Capability.TOXIPROXY_PP_LINK)
         if params.topology is not None and params.topology.kv_transfer.proxies:
             caps.add(Capability.TOXIPROXY_KV_LINK)
@@ -175,8 +176,15 @@ def _describe_topology(p: StackConfig) -> list[str]:
     return [
         f"disaggregated: {topology.prefill} prefill + {topology.decode} decode worker(s); KV lease {lease}, "
         f"failure policy {kv.failure_policy.value}, block versions {checked}, "
-        f"KV link proxies {'on' if kv.proxies else 'off'}"
+        f"KV link proxies {'on' if kv.proxies else 'off'}",
+        *(_role_engine_line(p, role, index) for role, index in (("prefill", 0), ("decode", topology.prefill))),
     ]
+
+
+def _role_engine_line(p: StackConfig, role: str, index: int) -> str:
+    """``prefill workers: TP=4 PP=1`` (each role's own engine, topology.<role>_engine over engine)."""
+    engine = p.engine_of(index)
+    return f"{role} workers: TP={engine.tensor_parallel_size} PP={engine.pipeline_parallel_size}"
 
 
 def copy_complete_lines(source: Path, target: Path) -> bool:
@@ -191,7 +199,9 @@ def copy_complete_lines(source: Path, target: Path) -> bool:
 
 
 def _planned_links(p: StackConfig, index: int) -> list[LinkRef]:
-    """Link names as the launcher will make them, less the ``<stack>-`` prefix known only at start."""
+    """Link names as the launcher will make them (at the replica's own TP/PP), less the ``<stack>-`` prefix known
+    only at start."""
+    engine = p.engine_of(index)
     links = [
         LinkRef(
             name=f"replica-{index}-tp{r}",
@@ -199,7 +209,7 @@ def _planned_links(p: StackConfig, index: int) -> list[LinkRef]:
             rank=r,
             proxy=f"<stack>-replica-{index}-tp{r}" if p.links.tp_proxies else None,
         )
-        for r in range(1, p.engine.tensor_parallel_size)
+        for r in range(1, engine.tensor_parallel_size)
     ]
     links += [
         LinkRef(
@@ -208,7 +218,7 @@ def _planned_links(p: StackConfig, index: int) -> list[LinkRef]:
             rank=r,
             proxy=f"<stack>-replica-{index}-pp{r}" if p.links.pp_proxies else None,
         )
-        for r in range(1, p.engine.pipeline_parallel_size)
+        for r in range(1, engine.pipeline_parallel_size)
     ]
     return links + _planned_kv_links(p, index)
 

@@ -130,6 +130,9 @@ class AdminApi:
                 "steps": engine.timer.steps,
                 "step_lateness_ms": engine.timer.percentiles_ms(),
                 "dead_reason": engine.dead.cause if engine.dead else None,
+                # this replica's own parallelism (a P/D worker's role engine: topology.<role>_engine)
+                "tensor_parallel_size": gpu.cost_model.tp,
+                "pipeline_parallel_size": gpu.cost_model.pp,
             },
         }
 

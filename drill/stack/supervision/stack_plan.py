@@ -85,8 +85,8 @@ def _addr(host: str, port: int) -> str:
 def _links(
     config: StackConfig, stack: str, index: int, ports: list[int]
 ) -> list[tuple[PeerLaunch, LinkState, ProxyPlan | None]]:
-    """The TP ranks and PP stages of one replica, each behind a proxy when configured."""
-    host, engine, links = config.host, config.engine, config.links
+    """The TP ranks and PP stages of one replica (at its own engine's TP/PP), each behind a proxy when configured."""
+    host, engine, links = config.host, config.engine_of(index), config.links
     result: list[tuple[PeerLaunch, LinkState, ProxyPlan | None]] = []
     kinds: tuple[tuple[Literal["tp", "pp"], int, bool], ...] = (
         ("tp", engine.tensor_parallel_size, links.tp_proxies),
@@ -116,8 +116,9 @@ def _chain_pp(
 
 
 def _ports_needed(config: StackConfig) -> int:
-    per_replica = 2 + 2 * (config.engine.tensor_parallel_size - 1 + config.engine.pipeline_parallel_size - 1)
-    return 3 + config.replicas * per_replica + kv_ports_needed(config)
+    engines = [config.engine_of(index) for index in range(config.replicas)]
+    links = sum(2 * (e.tensor_parallel_size - 1 + e.pipeline_parallel_size - 1) for e in engines)
+    return 3 + 2 * config.replicas + links + kv_ports_needed(config)
 
 
 def build_plan(
@@ -152,7 +153,7 @@ def build_plan(
             index=index,
             host=host,
             port=int(direct.rsplit(":", 1)[1]),
-            config=config,
+            config=config.replica_config(index),  # its role's engine in a disaggregated stack
             admin_token=token,
             otlp_endpoint=otlp_endpoint,
             ledger_path=root / f"replica-{index}.ledger.jsonl",

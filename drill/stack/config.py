@@ -218,6 +218,13 @@ class StackConfig(BaseModel):
                     f"{key}: max_model_len ({engine.max_model_len}) is larger than the maximum context length of "
                     f"{self.model} ({limit} tokens)",
                 )
+        sizes = {self.engine_of(0).block_size, self.engine_of(self.topology.prefill).block_size}
+        if len(sizes) > 1:
+            raise at_key(
+                "topology",
+                f"prefill and decode workers need the same block_size (KV transfers move whole blocks), got "
+                f"{' and '.join(map(str, sorted(sizes)))}",
+            )
         return self
 
     def engine_of(self, index: int) -> EngineConfig:

@@ -141,3 +141,11 @@ def test_a_workers_admin_state_says_its_own_tp_and_pp(tmp_path: Path) -> None:
     prefill, decode = asyncio.run(state(0)), asyncio.run(state(1))
     assert (prefill["tensor_parallel_size"], prefill["pipeline_parallel_size"]) == (4, 1)
     assert (decode["tensor_parallel_size"], decode["pipeline_parallel_size"]) == (2, 1)
+
+
+def test_roles_with_different_block_sizes_are_refused_at_the_topology() -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_stack_config({"topology": {"decode_engine": {"block_size": 32}}})
+    diagnostic = caught.value.diagnostics[0]
+    assert diagnostic.path == ("topology",) and "same block_size" in diagnostic.message
+    assert parse_stack_config({"topology": {"prefill_engine": {"block_size": 32}, "decode_engine": {"block_size": 32}}})

@@ -114,7 +114,7 @@ def apply_overrides(engine: EngineConfig, overrides: BaseModel | None) -> Engine
     max_num_batched_tokens ≥ max_num_seqs holds for the result). Raises pydantic's ValidationError when not."""
     if overrides is None:
         return engine
-    changed = overrides.model_dump(exclude_none=True)
+    changed = overrides.model_dump(mode="json", exclude_none=True)  # durations as text, as a file writes them
     if not changed:
         return engine
-    return EngineConfig.model_validate({**engine.model_dump(), **changed})
+    return EngineConfig.model_validate({**engine.model_dump(mode="json"), **changed})

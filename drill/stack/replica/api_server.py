@@ -83,7 +83,7 @@ class Replica:
             launch.service_name,
             launch.otlp_endpoint,
             span_processor=span_processor,
-            resource={"drill.replica": launch.name},
+            resource={"drill.replica": launch.name, **_worker_resource(launch)},
             span_shape=config.tracing.span_shape,
         )
         self.ledger = Ledger(launch.ledger_path, launch.name)
@@ -196,6 +196,18 @@ async def connect_interconnect(launch: ReplicaLaunch) -> Interconnect:
     """``drill.stack.interconnect.tcp.connect(launch)`` (topology side), awaited if it is a coroutine."""
     result = interconnect.connect(launch)
     return await result if inspect.isawaitable(result) else result
+
+
+def _worker_resource(launch: ReplicaLaunch) -> dict[str, str | int]:
+    """A P/D worker's role and its own TP/PP (its role's engine) on every span it exports; none when aggregated."""
+    if launch.role is None:
+        return {}
+    engine = launch.config.engine
+    return {
+        "drill.role": launch.role,
+        "drill.tensor_parallel_size": engine.tensor_parallel_size,
+        "drill.pipeline_parallel_size": engine.pipeline_parallel_size,
+    }
 
 
 def _cache_info(engine: EngineConfig, num_blocks: int) -> dict[str, str]:

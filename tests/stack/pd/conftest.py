@@ -20,11 +20,13 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def pd_pair(tmp_path: Path) -> Callable:
-    """``async with pd_pair(kv_transfer={...}, span_processor=...) as pair:`` (1 prefill + 1 decode worker)."""
+    """``async with pd_pair(kv_transfer={...}, span_processor=..., engines=...) as pair:`` (1 prefill + 1 decode
+    worker; ``engines``: the topology's ``prefill_engine`` / ``decode_engine``)."""
 
     @contextlib.asynccontextmanager
-    async def start(span_processor: object = None, **kv: object) -> AsyncIterator[PdPair]:
-        config = {"engine": {"weight_load_time": "0s"}, "topology": {"prefill": 1, "decode": 1, "kv_transfer": kv}}
+    async def start(span_processor: object = None, engines: dict | None = None, **kv: object) -> AsyncIterator[PdPair]:
+        topology = {"prefill": 1, "decode": 1, "kv_transfer": kv, **(engines or {})}
+        config = {"engine": {"weight_load_time": "0s"}, "topology": topology}
         prefill = Replica(worker_spec(tmp_path, config, 0, "prefill"), span_processor=span_processor)
         decode = Replica(worker_spec(tmp_path, config, 1, "decode"), span_processor=span_processor)
         await prefill.start()

@@ -61,7 +61,7 @@ def worker_spec(tmp_path: Path, config: dict, index: int, role: str) -> ReplicaL
         name=f"replica-{index}",
         index=index,
         port=0,
-        config=parse_stack_config(config),
+        config=parse_stack_config(config).replica_config(index),  # its role's engine, as the plan launches it
         admin_token=ADMIN["Authorization"].removeprefix("Bearer "),
         ledger_path=tmp_path / f"ledger-{secrets.token_hex(4)}.jsonl",
         role=role,

@@ -9,6 +9,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pd_harness import ADMIN
 
 from drill.errors import SpecError
 from drill.report.build import _gpus
@@ -149,3 +152,34 @@ def test_roles_with_different_block_sizes_are_refused_at_the_topology() -> None:
     diagnostic = caught.value.diagnostics[0]
     assert diagnostic.path == ("topology",) and "same block_size" in diagnostic.message
     assert parse_stack_config({"topology": {"prefill_engine": {"block_size": 32}, "decode_engine": {"block_size": 32}}})
+
+
+@pytest.mark.anyio
+async def test_each_workers_spans_and_state_say_its_own_tp(pd_pair) -> None:
+    exporter = InMemorySpanExporter()
+    engines = {"prefill_engine": {"tensor_parallel_size": 4}, "decode_engine": {"tensor_parallel_size": 2}}
+    async with pd_pair(span_processor=SimpleSpanProcessor(exporter), engines=engines) as pair:
+        response = await pair.prefill_then_decode("req-tp")
+        assert response.status_code == 200, response.text
+        state = (await pair.http.get(f"{pair.prefill.server.url}/admin/state", headers=ADMIN)).json()
+    assert state["engine"]["tensor_parallel_size"] == 4
+    spans = exporter.get_finished_spans()
+    tp = {(s.resource.attributes["drill.role"], s.resource.attributes["drill.tensor_parallel_size"]) for s in spans}
+    assert tp == {("prefill", 4), ("decode", 2)}  # every span of each worker says its own TP
+    transfers = [s for s in spans if s.name == "kv_transfer"]
+    assert {s.resource.attributes["drill.role"] for s in transfers} == {"decode"} | {
+        s.resource.attributes["drill.role"] for s in transfers if s.attributes.get("drill.kv.role") == "prefill"
+    }
+    assert all(s.attributes["drill.kv.bytes"] == 4 * 131_072 for s in transfers)  # the model's, whatever the TP
+
+
+def test_durations_of_the_engine_and_of_a_role_engine_merge() -> None:
+    config = parse_stack_config(
+        {
+            "engine": {"weight_load_time": "0s", "max_queue_wait": "2s"},
+            "topology": {"decode_engine": {"max_queue_wait": "500ms"}},
+        }
+    )
+    prefill, decode = config.engine_of(0), config.engine_of(1)
+    assert (prefill.weight_load_time, prefill.max_queue_wait) == (0.0, 2.0)
+    assert (decode.weight_load_time, decode.max_queue_wait) == (0.0, 0.5)

@@ -167,9 +167,10 @@ async def test_each_workers_spans_and_state_say_its_own_tp(pd_pair) -> None:
     tp = {(s.resource.attributes["drill.role"], s.resource.attributes["drill.tensor_parallel_size"]) for s in spans}
     assert tp == {("prefill", 4), ("decode", 2)}  # every span of each worker says its own TP
     transfers = [s for s in spans if s.name == "kv_transfer"]
-    assert {s.resource.attributes["drill.role"] for s in transfers} == {"decode"} | {
-        s.resource.attributes["drill.role"] for s in transfers if s.attributes.get("drill.kv.role") == "prefill"
-    }
+    assert {(s.resource.attributes["drill.role"], s.attributes["drill.kv.role"]) for s in transfers} == {
+        ("prefill", "prefill"),
+        ("decode", "decode"),
+    }  # one span on each side, each under its own worker's resource
     assert all(s.attributes["drill.kv.bytes"] == 4 * 131_072 for s in transfers)  # the model's, whatever the TP
 
 

@@ -52,7 +52,11 @@ def test_a_slow_link_to_one_vllm_replica_is_named_in_the_traces_and_recovers(
         assert run.status(name) == "PASS", run.verdicts[name]
     verdict = run.verdicts["first_abnormal_span"]
     assert verdict["status"] == "PASS", verdict
-    assert verdict["observed"]["service"] in (catalogue.ROUTER_SERVICE, DEFAULT), verdict
+    observed = verdict["observed"]
+    if "service" in observed:  # a first abnormal span: the router's call to vllm-0, or vllm-0's own
+        assert observed["service"] in (catalogue.ROUTER_SERVICE, DEFAULT), verdict
+    else:  # none flagged by the onset rule: the slowed replica is the top suspect, the healthy one is not
+        assert observed["suspects"][0]["service"] == DEFAULT, verdict
 
 
 # last in this folder (conftest.py's FILE_ORDER): it SIGKILLs vllm-0, which drill supervise then restarts

@@ -11,6 +11,7 @@ import httpx
 from drill.stack.config import parse_stack_config
 from drill.stack.launch import ReplicaLaunch
 from drill.stack.replica.api_server import Replica
+from drill.stack.supervision.stack_plan import StackPlan, build_plan
 
 ADMIN = {"Authorization": "Bearer pd-test-admin-token"}
 
@@ -66,4 +67,16 @@ def worker_spec(tmp_path: Path, config: dict, index: int, role: str) -> ReplicaL
         ledger_path=tmp_path / f"ledger-{secrets.token_hex(4)}.jsonl",
         role=role,
         kv_listen="127.0.0.1:0" if role == "prefill" else None,
+    )
+
+
+def plan_of(config: dict, tmp_path: Path) -> StackPlan:
+    """The stack's launch plan for ``config`` (local, no OTLP, no Toxiproxy): what ``drill stack up`` would start."""
+    return build_plan(
+        parse_stack_config(config),
+        name="pd",
+        runtime="local",
+        state_dir=tmp_path,
+        otlp_endpoint=None,
+        toxiproxy_url=None,
     )

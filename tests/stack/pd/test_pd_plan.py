@@ -5,34 +5,23 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pd_harness import plan_of
 
 from drill.errors import SpecError
 from drill.stack.config import parse_stack_config
-from drill.stack.supervision.stack_plan import build_plan
 from drill.stack.topology import KvFailurePolicy
 from drill.targets.embedded import EmbeddedStack
 
 
-def _plan(config: dict, tmp_path: Path):
-    return build_plan(
-        parse_stack_config(config),
-        name="pd",
-        runtime="local",
-        state_dir=tmp_path,
-        otlp_endpoint=None,
-        toxiproxy_url=None,
-    )
-
-
 def test_without_a_topology_the_stack_is_aggregated_as_before(tmp_path: Path) -> None:
-    plan = _plan({}, tmp_path)
+    plan = plan_of({}, tmp_path)
     assert [s.role for s in plan.replica_launches] == [None, None]
     assert all(not s.kv_listen and not s.kv_peers for s in plan.replica_launches)
     assert not any(p.name.startswith("pd-kv") for p in plan.proxies)
 
 
 def test_prefill_workers_come_first_and_each_pair_has_its_proxied_kv_link(tmp_path: Path) -> None:
-    plan = _plan({"topology": {"prefill": 2, "decode": 2}}, tmp_path)
+    plan = plan_of({"topology": {"prefill": 2, "decode": 2}}, tmp_path)
     assert [s.role for s in plan.replica_launches] == ["prefill", "prefill", "decode", "decode"]
     kv = {p.name: p for p in plan.proxies if p.name.startswith("pd-kv")}
     assert sorted(kv) == ["pd-kv-p0-d2", "pd-kv-p0-d3", "pd-kv-p1-d2", "pd-kv-p1-d3"]
@@ -47,7 +36,7 @@ def test_prefill_workers_come_first_and_each_pair_has_its_proxied_kv_link(tmp_pa
 
 
 def test_without_kv_proxies_the_decode_worker_dials_the_prefill_worker_itself(tmp_path: Path) -> None:
-    plan = _plan({"topology": {"prefill": 1, "decode": 1, "kv_transfer": {"proxies": False}}}, tmp_path)
+    plan = plan_of({"topology": {"prefill": 1, "decode": 1, "kv_transfer": {"proxies": False}}}, tmp_path)
     assert plan.replica_launches[1].kv_peers == {"replica-0": plan.replica_launches[0].kv_listen}
     assert all(ln.proxy is None for ln in plan.state.replicas[1].links)
 

@@ -11,14 +11,13 @@ from types import SimpleNamespace
 import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from pd_harness import ADMIN
+from pd_harness import ADMIN, plan_of
 
 from drill.errors import SpecError
 from drill.report.build import _gpus
 from drill.stack.config import load_stack_config, parse_stack_config
 from drill.stack.inference.cost_model import BatchShape
 from drill.stack.replica.api_server import Replica
-from drill.stack.supervision.stack_plan import StackPlan, build_plan
 from drill.sweeps.pd_figures import model_pd
 
 _SPLIT = {
@@ -29,19 +28,8 @@ _SPLIT = {
 }
 
 
-def _plan(config: dict, tmp_path: Path) -> StackPlan:
-    return build_plan(
-        parse_stack_config(config),
-        name="pd",
-        runtime="local",
-        state_dir=tmp_path,
-        otlp_endpoint=None,
-        toxiproxy_url=None,
-    )
-
-
 def test_the_plan_launches_each_worker_with_its_roles_engine_and_tp_links(tmp_path: Path) -> None:
-    plan = _plan({"engine": {"pipeline_parallel_size": 2, "max_num_seqs": 64}, "topology": _SPLIT}, tmp_path)
+    plan = plan_of({"engine": {"pipeline_parallel_size": 2, "max_num_seqs": 64}, "topology": _SPLIT}, tmp_path)
     engines = [launch.config.engine for launch in plan.replica_launches]
     assert [(e.tensor_parallel_size, e.pipeline_parallel_size) for e in engines] == [(4, 2), (2, 1), (2, 1)]
     assert all(e.max_num_seqs == 64 for e in engines)  # what a role does not set is the stack's engine
@@ -59,21 +47,21 @@ def test_the_plan_launches_each_worker_with_its_roles_engine_and_tp_links(tmp_pa
 
 def test_a_prefill_worker_at_tp4_prefills_faster_than_at_tp1_and_pays_tp_communication(tmp_path: Path) -> None:
     prompt = BatchShape.prefill([4096])
-    wide = Replica(_plan({"topology": _SPLIT}, tmp_path / "wide").replica_launches[0]).cost_model
+    wide = Replica(plan_of({"topology": _SPLIT}, tmp_path / "wide").replica_launches[0]).cost_model
     narrow = Replica(
-        _plan({"topology": {"prefill": 1, "decode": 2}}, tmp_path / "narrow").replica_launches[0]
+        plan_of({"topology": {"prefill": 1, "decode": 2}}, tmp_path / "narrow").replica_launches[0]
     ).cost_model
     assert (wide.tp, narrow.tp) == (4, 1)
     fast, slow = wide.step_cost(prompt), narrow.step_cost(prompt)
     assert fast.compute_s < slow.compute_s / 3  # four GPUs' FLOPs on one prompt
     assert fast.comm_s > 0 == slow.comm_s  # the all-reduces over its TP links
     assert fast.total_s < slow.total_s / 2
-    decode = Replica(_plan({"topology": _SPLIT}, tmp_path / "d").replica_launches[1]).cost_model
+    decode = Replica(plan_of({"topology": _SPLIT}, tmp_path / "d").replica_launches[1]).cost_model
     assert (decode.tp, decode.pp) == (2, 1)
 
 
 def test_kv_bytes_per_token_stay_the_models_whatever_a_roles_tp(tmp_path: Path) -> None:
-    plan = _plan({"topology": _SPLIT}, tmp_path)
+    plan = plan_of({"topology": _SPLIT}, tmp_path)
     prefill, decode = (launch.config for launch in plan.replica_launches[:2])
     assert prefill.model_preset.kv_bytes_per_token == decode.model_preset.kv_bytes_per_token
 
@@ -81,7 +69,7 @@ def test_kv_bytes_per_token_stay_the_models_whatever_a_roles_tp(tmp_path: Path) 
 def test_without_role_engines_every_config_is_launched_as_before(tmp_path: Path) -> None:
     for config in ({}, {"topology": {"prefill": 1, "decode": 1}}):
         parsed = parse_stack_config(config)
-        plan = _plan(config, tmp_path / str(len(config)))
+        plan = plan_of(config, tmp_path / str(len(config)))
         assert all(launch.config == parsed for launch in plan.replica_launches)
         assert all(parsed.replica_config(i) is parsed for i in range(parsed.replicas))
 
@@ -136,7 +124,7 @@ def test_the_pd_ratio_model_prefills_at_the_prefill_workers_tp_and_decodes_at_th
 
 
 def test_a_workers_admin_state_says_its_own_tp_and_pp(tmp_path: Path) -> None:
-    launches = _plan({"topology": _SPLIT}, tmp_path).replica_launches
+    launches = plan_of({"topology": _SPLIT}, tmp_path).replica_launches
 
     async def state(index: int) -> dict:
         return Replica(launches[index]).admin.snapshot()["engine"]

@@ -31,6 +31,7 @@ from drill.api import (
     RevertError,
     Saved,
 )
+from faults._toxics import poll
 
 __all__ = [
     "EXEC_CRASH",
@@ -178,17 +179,20 @@ def verify_pause_exec(ctx: FaultContext, saved: ExecSaved, container: str | None
 def _stopped_state(ctx: FaultContext, target: ExecTarget, container: str | None) -> str:
     """The journaled process's state once it shows T, or what it shows after :data:`STOP_SETTLE_S` ("another
     process now" at once when the PID was reused)."""
-    deadline = time.monotonic() + STOP_SETTLE_S
-    while True:
+    seen: list[str] = []
+
+    def settled() -> str | None:
         try:
             now = ctx.kubernetes.main_process(target.pod, container, pid=target.pid)
         except KubernetesError as exc:
             raise FaultNotLanded(f"pod {target.pod}: process {target.pid}: {exc.message}", fault=ctx.fault_id) from exc
-        if now.start != target.start:
-            return "another process now"
-        if now.state == "T" or time.monotonic() >= deadline:
-            return now.state
-        time.sleep(0.1)
+        seen.append(now.state if now.start == target.start else _REPLACED)
+        return seen[-1] if seen[-1] in ("T", _REPLACED) else None
+
+    return poll(settled, STOP_SETTLE_S, 0.1) or seen[-1]
+
+
+_REPLACED = "another process now"
 
 
 def revert_pause_exec(ctx: FaultContext, saved: ExecSaved | None, container: str | None) -> None:

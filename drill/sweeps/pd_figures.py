@@ -321,14 +321,10 @@ def model_pd(config: StackConfig, rate: float, prompt: float, output: float) -> 
     assert config.topology is not None
     topology = config.topology
     engine = config.engine_of(topology.prefill)  # a decode worker's (topology.decode_engine over engine)
-    prefill_engine = config.engine_of(0)
-    prefill_cost = CostModel(
-        config.model_preset,
-        config.gpu_preset,
-        prefill_engine.tensor_parallel_size,
-        prefill_engine.pipeline_parallel_size,
+    prefill_cost, cost = (  # each side at its own TP/PP: worker 0 is a prefill worker
+        CostModel(config.model_preset, config.gpu_preset, e.tensor_parallel_size, e.pipeline_parallel_size)
+        for e in (config.engine_of(0), engine)
     )
-    cost = CostModel(config.model_preset, config.gpu_preset, engine.tensor_parallel_size, engine.pipeline_parallel_size)
     alone = prefill_cost.step_cost(BatchShape.prefill([max(1, round(prompt))]))
     context = max(1, round(prompt + output / 2))
     batch, step = 1, cost.step_cost(BatchShape.decode(1, context)).total_s

@@ -23,7 +23,14 @@ Per (service, span name) pair with spans in the fault window (see ``docs/trace-a
    (no abnormal span below them) count for their service, a CLIENT span's for its callee.
    One more unit per called service pools every link into it (each sample scaled by its own link's
    baseline median), so a service called rarely by many callers is judged over all of them; it counts
-   only when no single link into it did.
+   only when no single link into it did. A service whose incoming links have fewer than
+   ``min_baseline_spans`` baseline samples in all (first called in the fault window, or twice in a short
+   baseline) has its links judged against every link's baseline link time (CLIENT spans over a SERVER
+   span: the network's time, alike across a system's links), counting only 3x slower or more.
+   One more unit per service pools all its own work (each sample scaled by its own pair's baseline
+   median, pairs with 2 or more baseline spans): CPU contention slows every operation a little, and a
+   rarely called service has too few spans per operation to judge any one; it replaces the service's own
+   pairs' evidence when it is the stronger.
 4. **Thin units**: a thin unit 3x slower or more is also judged on the log scale with a spread pooled
    from the well-sampled pairs (a rank test on a handful of spans cannot reach ``alpha``); every effect
    is shrunk by its sample sizes (``m / (m + 3)``, ``m = n_b·n_f / (n_b + n_f)``); units over 4,000
@@ -37,7 +44,7 @@ Per (service, span name) pair with spans in the fault window (see ``docs/trace-a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 
 import numpy as np
@@ -53,6 +60,8 @@ _PEER_KEYS = ("server.address", "peer.service", "net.peer.name")
 #: Pieces of evidence kept per suspect.
 _EVIDENCE_KEPT = 8
 _OWN, _CALLEE, _CALLER = "own work", "callee of a slow link", "caller of a slow link"
+#: The kind of a unit pooling one service's own work over its operations (_with_pooled_own).
+_POOLED_OWN = "own work, pooled"
 #: The role of a piece of evidence that counts for the callee of a slow link.
 CALLEE = _CALLEE
 
@@ -184,12 +193,13 @@ class _Units:
     pairs: int  # how many units are pairs
     pooled: int  # units from this code on pool every link into one callee (_with_pooled_links)
     dropped: np.ndarray  # int64 (units, 2): samples per unit and side (baseline, fault) left out by _presampled
+    own_pooled: int = -1  # units from this code on pool one service's own work (_with_pooled_own); -1: none
+    link_prior: int = -1  # units from this code judge thin links against every link (_with_link_prior); -1: none
 
 
-def _units(inputs: SuspectInputs, groups: int) -> _Units:
+def _units(inputs: SuspectInputs, groups: int, cross: tuple[np.ndarray, np.ndarray]) -> _Units:
     table = inputs.table
     rows = np.flatnonzero(inputs.baseline | inputs.fault)
-    cross = cross_service_children(table, inputs.parent)
     links = direct_links(table, inputs.parent, cross)
     keep = inputs.baseline[links.parent] | inputs.fault[links.parent]
     child, parent, gap = links.child[keep], links.parent[keep], links.gap[keep]
@@ -359,6 +369,121 @@ def _with_pooled_links(u: _Units) -> _Units:
     )
 
 
+def _own_candidates(u: _Units) -> list[int]:
+    """The pairs that hold only their service's own work: not CLIENT spans, not calling another service, and
+    not making calls without a CLIENT span (whose link time is in their self time)."""
+    direct = {int(x) for x in u.caller_pair[u.caller_pair >= 0].tolist()}
+    return [
+        x
+        for x in range(u.pairs)
+        if u.kind[x] != "CLIENT" and (u.callee[x] is None or u.callee[x] == u.service[x]) and x not in direct
+    ]
+
+
+def _with_pooled_own(u: _Units) -> _Units:
+    """``u`` with one more unit per service: the self time of all its own work (:func:`_own_candidates` with
+    at least ``_MIN_POOLED_BASE`` baseline samples), each sample divided by its own pair's baseline median
+    and multiplied by the median of all their baseline samples. CPU contention slows every operation of a
+    service a little; a rarely called service has a handful of spans per operation, too few to judge any
+    one of them, while all of them together are judged (Stouffer-style pooling needs each pair judged
+    first)."""
+    candidates = _own_candidates(u)
+    if not candidates:
+        return u
+    n = len(u.service)
+    base_all = ~u.fault & (u.unit < n)
+    unit_reference = group_medians(u.values[base_all], u.unit[base_all], n)
+    n_base = np.bincount(u.unit[base_all], minlength=n)
+    names = sorted({u.service[x] for x in candidates})
+    index = {c: i for i, c in enumerate(names)}
+    target = np.full(n, -1, dtype=np.int64)
+    for x in candidates:
+        if n_base[x] >= _MIN_POOLED_BASE and unit_reference[x] > 0:
+            target[x] = index[u.service[x]]
+    samples = np.flatnonzero(target[u.unit] >= 0)
+    if not len(samples):
+        return u
+    pooled = target[u.unit[samples]]
+    base = ~u.fault[samples]
+    scale = group_medians(u.values[samples[base]], pooled[base], len(names))
+    values = u.values[samples] / unit_reference[u.unit[samples]] * scale[pooled]
+    dropped = np.zeros((len(names), 2), dtype=np.int64)
+    np.add.at(dropped, target[target >= 0], u.dropped[np.flatnonzero(target >= 0)])
+    return _Units(
+        values=np.concatenate((u.values, values)),
+        rows=u.rows,
+        table=u.table,
+        unit=np.concatenate((u.unit, n + pooled)),
+        fault=np.concatenate((u.fault, u.fault[samples])),
+        errors=np.concatenate((u.errors, np.zeros(len(names), dtype=np.int64))),
+        service=u.service + names,
+        name=u.name + [f"all of {c}'s own work, pooled" for c in names],
+        kind=u.kind + [_POOLED_OWN] * len(names),
+        callee=[*u.callee, *([None] * len(names))],
+        caller_pair=np.concatenate((u.caller_pair, np.full(len(names), -1, dtype=np.int64))),
+        split_from=np.concatenate((u.split_from, np.full(len(names), -1, dtype=np.int64))),
+        pairs=u.pairs,
+        pooled=u.pooled,
+        dropped=np.concatenate((u.dropped, dropped)),
+        own_pooled=n,
+    )
+
+
+def _link_callees(table: SpanTable, cross: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """int64 per row: for a CLIENT span with a SERVER span of another service under it, that service (its
+    self time is then the link's alone: network, proxies, the callee's accept queue); else -1."""
+    child, up = cross
+    client = table.kind[up] == _CLIENT
+    callee = np.full(len(table), -1, dtype=np.int64)
+    callee[up[client]] = table.service[child[client]]
+    return callee
+
+
+def _with_link_prior(u: _Units, cross: tuple[np.ndarray, np.ndarray], t: Thresholds) -> _Units:
+    """``u`` with one more unit per service whose incoming links have fewer than ``min_baseline_spans``
+    baseline samples in all: the fault window's link time into it (CLIENT spans over its SERVER spans) against
+    the baseline's link time of every link into every service (at most ``_PRIOR_SAMPLES`` of them). A link's
+    own time is the network's, much alike across a system's links; a service first called in the fault
+    window, or called twice in a short baseline, is judged against that prior (and counts only 3x slower or
+    more: a link can be slower by nature), instead of not at all."""
+    n_pair_samples = len(u.rows)
+    callee = _link_callees(u.table, cross)[u.rows]
+    pure = np.flatnonzero(callee >= 0)
+    fault = u.fault[:n_pair_samples][pure]
+    reference = pure[~fault]
+    if len(reference) < _PRIOR_MIN_REFERENCE:
+        return u
+    into = np.bincount(callee[reference], minlength=len(u.table.services))
+    late = pure[fault]
+    thin = late[into[callee[late]] < t.min_baseline_spans]
+    if not len(thin):
+        return u
+    weyl = u.values[reference] * _GOLDEN
+    reference = reference[weyl - np.floor(weyl) < min(1.0, _PRIOR_SAMPLES / len(reference))]
+    targets = unique_ints(callee[thin])
+    local = np.searchsorted(targets, callee[thin])
+    n = len(u.service)
+    k = len(targets)
+    names = [u.table.services[c] for c in targets.tolist()]
+    base_values = np.tile(u.values[reference], k)
+    base_unit = np.repeat(np.arange(k, dtype=np.int64), len(reference))
+    return replace(
+        u,
+        values=np.concatenate((u.values, base_values, u.values[thin])),
+        unit=np.concatenate((u.unit, n + base_unit, n + local)),
+        fault=np.concatenate((u.fault, np.zeros(len(base_values), dtype=bool), np.ones(len(thin), dtype=bool))),
+        errors=np.concatenate((u.errors, np.zeros(k, dtype=np.int64))),
+        service=u.service + names,
+        name=u.name + [f"calls into {c}, against every link's baseline" for c in names],
+        kind=u.kind + ["link"] * k,
+        callee=[*u.callee, *names],
+        caller_pair=np.concatenate((u.caller_pair, np.full(k, -1, dtype=np.int64))),
+        split_from=np.concatenate((u.split_from, np.full(k, -1, dtype=np.int64))),
+        dropped=np.concatenate((u.dropped, np.zeros((k, 2), dtype=np.int64))),
+        link_prior=n,
+    )
+
+
 def _pair_kind(inputs: SuspectInputs, groups: int) -> np.ndarray:
     """The commonest span kind of each pair's spans (the smallest code on a tie): whatever the rows' order."""
     width = len(KIND_NAMES)
@@ -420,6 +545,10 @@ _PRIOR_SPANS = 3.0
 _MIN_SPREADS = 5
 #: ... and the least ratio a thin unit needs for it: on a handful of spans only a large change is judged so.
 _THIN_MIN_RATIO = 3.0
+#: Baseline samples a pair needs to join its service's pooled own work (_with_pooled_own).
+_MIN_POOLED_BASE = 2
+#: The baseline link samples a link prior needs, and the most it judges against (_with_link_prior).
+_PRIOR_MIN_REFERENCE, _PRIOR_SAMPLES = 30, 1000
 #: Samples per unit and side judged at most (_sampled).
 _MAX_SAMPLES = 4000
 _GOLDEN = (math.sqrt(5) - 1) / 2
@@ -479,6 +608,8 @@ def _sampled(u: _Units, counts: tuple[np.ndarray, np.ndarray]) -> _Units:
         pairs=u.pairs,
         pooled=u.pooled,
         dropped=u.dropped,
+        own_pooled=u.own_pooled,
+        link_prior=u.link_prior,
     )
 
 
@@ -590,6 +721,8 @@ class _Tally:
     """Per service: (unit, score) of its own work, of slow links into it and out of it; links judged."""
 
     own: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    own_pooled: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # all its own work, pooled
+    prior: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # thin links against every link's
     incoming: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     pooled: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # every link into it, pooled
     outgoing: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
@@ -654,6 +787,14 @@ def _tally(u: _Units, j: _Judged, t: Thresholds) -> _Tally:
     for x in np.flatnonzero(j.n_fault > 0).tolist():
         service, callee = u.service[x], u.callee[x]
         effect, errors = _effect(u, j, own, x), _error_score(u, j, x)
+        if 0 <= u.link_prior <= x:
+            if effect and j.effect[x] >= math.log(_THIN_MIN_RATIO):
+                tally.prior[service] = [(x, effect)]
+            continue
+        if 0 <= u.own_pooled <= x:
+            if effect:
+                tally.own_pooled[service] = [(x, effect)]
+            continue
         if x >= u.pooled:
             if effect:
                 tally.pooled[service] = [(x, effect)]
@@ -677,11 +818,17 @@ def _scores(tally: _Tally, t: Thresholds) -> dict[str, list[tuple[int, float, st
     out: dict[str, list[tuple[int, float, str]]] = {}
     for service, items in tally.own.items():
         out.setdefault(service, []).extend((x, s, _OWN) for x, s in items)
+    for service, items in tally.own_pooled.items():
+        if sum(s for _, s in items) > sum(s for _, s in tally.own.get(service, [])):  # the stronger view
+            out[service] = [(x, s, _OWN) for x, s in items]
     for service, items in tally.incoming.items():
         share = len(items) / max(tally.in_links.get(service, 0), len(items))
         out.setdefault(service, []).extend((x, s * share, _CALLEE) for x, s in items)
     for service, items in tally.pooled.items():
         if service not in tally.incoming:  # only when its links judged one by one showed nothing
+            out.setdefault(service, []).extend((x, s, _CALLEE) for x, s in items)
+    for service, items in tally.prior.items():
+        if service not in tally.incoming and service not in tally.pooled:  # only when nothing else judged them
             out.setdefault(service, []).extend((x, s, _CALLEE) for x, s in items)
     for service, items in tally.outgoing.items():
         share = len(items) / max(tally.out_links.get(service, 0), len(items))
@@ -719,14 +866,18 @@ def _why(service: str, evidence: tuple[PairEvidence, ...]) -> str:
     parts = []
     slower = [e for e in evidence if e.role == _OWN and e.ratio > 1 and not e.errors]
     erring = [e for e in evidence if e.role == _OWN and e.errors]
-    if slower:
+    if slower and slower[0].kind == _POOLED_OWN:
+        parts.append(f"its own work is slower over all its operations, pooled (self time {slower[0].ratio:.1f}x)")
+    elif slower:
         top = max(e.ratio for e in slower)
         parts.append(f"its own work is slower in {len(slower)} operation(s) (self time up to {top:.1f}x)")
     if erring:
         parts.append(f"root-cause errors in {len(erring)} operation(s)")
-    callers = sorted({e.service for e in evidence if e.role == _CALLEE})
+    callers = sorted({e.service for e in evidence if e.role == _CALLEE and e.service != service})
     if callers:
         parts.append(f"the links into it are slow (time in {', '.join(callers[:4])}'s calls, outside its spans)")
+    elif any(e.role == _CALLEE for e in evidence):  # only units pooling its callers' links
+        parts.append("the links into it are slow (time in its callers' calls, outside its spans)")
     if any(e.role == _CALLER for e in evidence):
         parts.append("its outgoing links are slow")
     return "; ".join(parts)
@@ -734,7 +885,8 @@ def _why(service: str, evidence: tuple[PairEvidence, ...]) -> str:
 
 def rank_suspects(inputs: SuspectInputs, groups: int, t: Thresholds, top: int = 10) -> Ranking:
     """Services ranked by the fault window's pooled evidence against them (see the module doc)."""
-    u = _with_pooled_links(_units(inputs, groups))
+    cross = cross_service_children(inputs.table, inputs.parent)
+    u = _with_link_prior(_with_pooled_own(_with_pooled_links(_units(inputs, groups, cross))), cross, t)
     present = _side_counts(u)
     u = _sampled(u, present)
     j = _judge(u, t, (present[0] + u.dropped[:, 0], present[1] + u.dropped[:, 1]))  # the true counts

@@ -335,3 +335,70 @@ def test_a_callee_skewed_out_of_its_caller_counts_whole_in_the_caller_s_self_tim
     assert self_time(table, table.parent_row)[0] == pytest.approx((20 - 15) * 1e6)  # 15 ms of callee, not 12
     table = SpanTable.from_spans([caller, same])
     assert self_time(table, table.parent_row)[0] == pytest.approx((20 - 5) * 1e6)
+
+
+def _rare_operations(factor: float) -> list[dict]:
+    """``web`` calls one of ``search``'s six operations per request, two of each in the baseline and four in the
+    fault window (too few to judge any one operation), each ``factor`` times slower in the fault window."""
+    rng = random.Random(11)
+    spans: list[dict] = []
+    for t in range(36):
+        fault = t >= 12
+        start = t * 500.0 + (FAULT_S * 1000 - 12 * 500.0 if fault else 0)
+        top = span(t + 1, "GET /", service="web", kind="SERVER", start_ms=start, end_ms=start + 60)
+        trace, at = [top], start + 1
+        for op in range(4):  # web's own steps: well sampled
+            took = 2 * rng.lognormvariate(0, 0.25)
+            trace.append(span(t + 1, f"step{op}", service="web", parent=top, start_ms=at, end_ms=at + took))
+            at += took + 0.1
+        op = f"/search/{t % 6}"
+        work = (3 + t % 6) * rng.lognormvariate(0, 0.25) * (factor if fault else 1.0)
+        client = span(
+            t + 1, f"GET {op}", service="web", kind="CLIENT", parent=top, start_ms=at, end_ms=at + work + 0.6,
+            attributes={"server.address": "search"},
+        )  # fmt: skip
+        server = span(t + 1, f"GET {op}", service="search", kind="SERVER", parent=client, start_ms=at + 0.3,
+                      end_ms=at + 0.3 + work)  # fmt: skip
+        spans += [*trace, client, server]
+    return spans
+
+
+def test_a_service_slower_in_every_rarely_called_operation_is_judged_over_all_of_them_pooled():
+    """Two baseline spans per operation: no operation can be judged alone (3 needed); pooled over the six,
+    each span scaled by its own operation's baseline median, the service's own work is."""
+    report = analyse(_rare_operations(2.0))
+    assert services(report)[:1] == ["search"], [(s.service, s.why) for s in report.suspects]
+    evidence = report.suspects[0].evidence[0]
+    assert evidence.name == "all of search's own work, pooled" and evidence.role == "own work"
+    assert (evidence.baseline_spans, evidence.fault_spans) == (12, 24) and evidence.ratio > 1.6
+    assert "search" not in services(analyse(_rare_operations(1.0)))
+
+
+def _with_new_callee(link_ms: float) -> list[dict]:
+    """The calm shop whose gateway, in five fault-window requests, also calls ``ledger``, never called in the
+    baseline, with ``link_ms`` of link time (the other links: about 0.6 ms)."""
+    spans = shop()
+    tops = [s for s in spans if s["name"] == "GET /checkout" and s["start_ns"] >= T0 + FAULT_S * 1e9][:50:10]
+    for top in tops:
+        at = (top["end_ns"] - T0) / 1e6
+        client = span(
+            top["trace_id"], "POST /entries", service="gateway", kind="CLIENT", parent=top, start_ms=at,
+            end_ms=at + 2 + link_ms, attributes={"server.address": "ledger"},
+        )  # fmt: skip
+        server = span(
+            top["trace_id"], "POST /entries", service="ledger", kind="SERVER", parent=client,
+            start_ms=at + link_ms / 2, end_ms=at + link_ms / 2 + 2,
+        )  # fmt: skip
+        top["end_ns"] = client["end_ns"] + 500_000
+        spans += [client, server]
+    return spans
+
+
+def test_links_into_a_service_never_called_in_the_baseline_are_judged_against_every_link():
+    report = analyse(_with_new_callee(30.0))
+    assert services(report)[:1] == ["ledger"], [(s.service, s.why) for s in report.suspects]
+    evidence = report.suspects[0].evidence[0]
+    assert evidence.name == "calls into ledger, against every link's baseline"
+    assert evidence.role == "callee of a slow link" and evidence.fault_spans == 5 and evidence.ratio > 10
+    # a link only somewhat slower than the others may be so by nature: not a finding on this prior alone
+    assert "ledger" not in services(analyse(_with_new_callee(1.0)))

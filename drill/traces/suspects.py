@@ -16,8 +16,9 @@ Per (service, span name) pair with spans in the fault window (see ``docs/trace-a
    evidence goes to the *callee* (its SERVER child's service, else ``server.address``,
    ``peer.service`` or ``net.peer.name``), weighed by the share of the callee's incoming links that
    are slow, and to the caller, weighed by the share of its outgoing links that are slow and by
-   ``caller_weight``: a delay on one service's network slows every link into it (and, on egress, out
-   of it), not one caller's. A non-CLIENT span whose children are in other services (no CLIENT span
+   ``caller_weight`` (half of it for a CLIENT span no SERVER span answers: its time holds the callee's
+   work): a delay on one service's network slows every link into it (and, on egress, out of it), not
+   one caller's. A non-CLIENT span whose children are in other services (no CLIENT span
    between) holds link time too: it counts as the service's own only when the service's own work
    deviates elsewhere, else as its downstream link. Errors and missing children that are root causes
    (no abnormal span below them) count for their service, a CLIENT span's for its callee.
@@ -429,6 +430,16 @@ def _with_pooled_own(u: _Units) -> _Units:
     )
 
 
+def _unserved(u: _Units, cross: tuple[np.ndarray, np.ndarray]) -> set[int]:
+    """The CLIENT units most of whose spans have no SERVER span of another service under them."""
+    served = _link_callees(u.table, cross)[u.rows] >= 0
+    pair_samples = u.unit[: len(u.rows)]
+    n = len(u.service)
+    total = np.bincount(pair_samples, minlength=n)
+    with_server = np.bincount(pair_samples[served], minlength=n)
+    return {x for x in range(n) if u.kind[x] == "CLIENT" and total[x] and with_server[x] * 2 < total[x]}
+
+
 def _link_callees(table: SpanTable, cross: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """int64 per row: for a CLIENT span with a SERVER span of another service under it, that service (its
     self time is then the link's alone: network, proxies, the callee's accept queue); else -1."""
@@ -549,6 +560,8 @@ _THIN_MIN_RATIO = 3.0
 _MIN_POOLED_BASE = 2
 #: The baseline link samples a link prior needs, and the most it judges against (_with_link_prior).
 _PRIOR_MIN_REFERENCE, _PRIOR_SAMPLES = 30, 1000
+#: A caller's weight, as a share of caller_weight, for a CLIENT span with no SERVER span under it.
+_UNSERVED_WEIGHT = 0.5
 #: Samples per unit and side judged at most (_sampled).
 _MAX_SAMPLES = 4000
 _GOLDEN = (math.sqrt(5) - 1) / 2
@@ -814,7 +827,8 @@ def _tally(u: _Units, j: _Judged, t: Thresholds) -> _Tally:
     return tally
 
 
-def _scores(tally: _Tally, t: Thresholds) -> dict[str, list[tuple[int, float, str]]]:
+def _scores(tally: _Tally, t: Thresholds, unserved: set[int] | None = None) -> dict[str, list[tuple[int, float, str]]]:
+    unserved = unserved or set()
     out: dict[str, list[tuple[int, float, str]]] = {}
     for service, items in tally.own.items():
         out.setdefault(service, []).extend((x, s, _OWN) for x, s in items)
@@ -832,7 +846,9 @@ def _scores(tally: _Tally, t: Thresholds) -> dict[str, list[tuple[int, float, st
             out.setdefault(service, []).extend((x, s, _CALLEE) for x, s in items)
     for service, items in tally.outgoing.items():
         share = len(items) / max(tally.out_links.get(service, 0), len(items))
-        out.setdefault(service, []).extend((x, s * share * t.caller_weight, _CALLER) for x, s in items)
+        out.setdefault(service, []).extend(
+            (x, s * share * t.caller_weight * (_UNSERVED_WEIGHT if x in unserved else 1.0), _CALLER) for x, s in items
+        )
     return out
 
 
@@ -891,7 +907,7 @@ def rank_suspects(inputs: SuspectInputs, groups: int, t: Thresholds, top: int = 
     u = _sampled(u, present)
     j = _judge(u, t, (present[0] + u.dropped[:, 0], present[1] + u.dropped[:, 1]))  # the true counts
     scored = []
-    for service, items in _scores(_tally(u, j, t), t).items():
+    for service, items in _scores(_tally(u, j, t), t, _unserved(u, cross)).items():
         total = sum(s for _, s, _ in items)
         if total > 0:
             items = sorted(items, key=lambda item: -item[1])[:_EVIDENCE_KEPT]

@@ -402,3 +402,13 @@ def test_links_into_a_service_never_called_in_the_baseline_are_judged_against_ev
     assert evidence.role == "callee of a slow link" and evidence.fault_spans == 5 and evidence.ratio > 10
     # a link only somewhat slower than the others may be so by nature: not a finding on this prior alone
     assert "ledger" not in services(analyse(_with_new_callee(1.0)))
+
+
+def test_a_call_no_server_span_answers_holds_the_callee_s_work_and_weighs_less_for_the_caller():
+    """cart's CLIENT span to pg has no SERVER span under it: its self time is pg's work, not only the link's,
+    so cart (its only outgoing link slow) gets half the caller weight: at most 0.375 of pg's score."""
+    report = analyse(shop(Fault(pg_factor=5.0)))
+    score = {s.service: s.score for s in report.suspects}
+    assert services(report)[0] == "pg" and "cart" in score, score
+    assert score["cart"] <= 0.4 * score["pg"], score
+    assert report.suspects[services(report).index("cart")].evidence[0].role == "caller of a slow link"

@@ -430,9 +430,9 @@ def _with_pooled_own(u: _Units) -> _Units:
     )
 
 
-def _unserved(u: _Units, cross: tuple[np.ndarray, np.ndarray]) -> set[int]:
+def _unserved(u: _Units, link_callee: np.ndarray) -> set[int]:
     """The CLIENT units most of whose spans have no SERVER span of another service under them."""
-    served = _link_callees(u.table, cross)[u.rows] >= 0
+    served = link_callee[u.rows] >= 0
     pair_samples = u.unit[: len(u.rows)]
     n = len(u.service)
     total = np.bincount(pair_samples, minlength=n)
@@ -450,7 +450,7 @@ def _link_callees(table: SpanTable, cross: tuple[np.ndarray, np.ndarray]) -> np.
     return callee
 
 
-def _with_link_prior(u: _Units, cross: tuple[np.ndarray, np.ndarray], t: Thresholds) -> _Units:
+def _with_link_prior(u: _Units, link_callee: np.ndarray, t: Thresholds) -> _Units:
     """``u`` with one more unit per service whose incoming links have fewer than ``min_baseline_spans``
     baseline samples in all: the fault window's link time into it (CLIENT spans over its SERVER spans) against
     the baseline's link time of every link into every service (at most ``_PRIOR_SAMPLES`` of them). A link's
@@ -458,7 +458,7 @@ def _with_link_prior(u: _Units, cross: tuple[np.ndarray, np.ndarray], t: Thresho
     window, or called twice in a short baseline, is judged against that prior (and counts only 3x slower or
     more: a link can be slower by nature), instead of not at all."""
     n_pair_samples = len(u.rows)
-    callee = _link_callees(u.table, cross)[u.rows]
+    callee = link_callee[u.rows]
     pure = np.flatnonzero(callee >= 0)
     fault = u.fault[:n_pair_samples][pure]
     reference = pure[~fault]
@@ -902,12 +902,13 @@ def _why(service: str, evidence: tuple[PairEvidence, ...]) -> str:
 def rank_suspects(inputs: SuspectInputs, groups: int, t: Thresholds, top: int = 10) -> Ranking:
     """Services ranked by the fault window's pooled evidence against them (see the module doc)."""
     cross = cross_service_children(inputs.table, inputs.parent)
-    u = _with_link_prior(_with_pooled_own(_with_pooled_links(_units(inputs, groups, cross))), cross, t)
+    link_callee = _link_callees(inputs.table, cross)
+    u = _with_link_prior(_with_pooled_own(_with_pooled_links(_units(inputs, groups, cross))), link_callee, t)
     present = _side_counts(u)
     u = _sampled(u, present)
     j = _judge(u, t, (present[0] + u.dropped[:, 0], present[1] + u.dropped[:, 1]))  # the true counts
     scored = []
-    for service, items in _scores(_tally(u, j, t), t, _unserved(u, cross)).items():
+    for service, items in _scores(_tally(u, j, t), t, _unserved(u, link_callee)).items():
         total = sum(s for _, s, _ in items)
         if total > 0:
             items = sorted(items, key=lambda item: -item[1])[:_EVIDENCE_KEPT]

@@ -38,7 +38,8 @@ Per (service, span name) pair with spans in the fault window (see ``docs/trace-a
    spans a side are judged on a sample of that size, picked by the spans' duration before their self time
    is computed (a million spans need the self time of a few thousand per pair), then by value.
 5. **Score** of a service: the sum of its deviating pairs' effects (as attributed), plus one point and
-   twice the share of erring spans per pair with root-cause errors. Services are ranked by score;
+   twice the share of erring spans per pair with root-cause errors; an operation and the INTERNAL steps
+   nested in it count once (the strongest of them). Services are ranked by score;
    ties go to the callee side.
 """
 
@@ -57,6 +58,7 @@ from drill.traces.table import KIND_NAMES, SpanTable, unique_ints
 __all__ = ["CALLEE", "NotJudged", "PairEvidence", "Ranking", "Suspect", "SuspectInputs", "Thresholds", "rank_suspects"]
 
 _CLIENT = KIND_NAMES.index("CLIENT")
+_INTERNAL = KIND_NAMES.index("INTERNAL")
 _PEER_KEYS = ("server.address", "peer.service", "net.peer.name")
 #: Pieces of evidence kept per suspect.
 _EVIDENCE_KEPT = 8
@@ -827,11 +829,51 @@ def _tally(u: _Units, j: _Judged, t: Thresholds) -> _Tally:
     return tally
 
 
-def _scores(tally: _Tally, t: Thresholds, unserved: set[int] | None = None) -> dict[str, list[tuple[int, float, str]]]:
+def _nested(inputs: SuspectInputs, groups: int) -> dict[int, int]:
+    """INTERNAL pair -> the pair of its own service it runs under (the commonest parent pair of its spans in
+    the same service): a step of that operation's own work, not a second operation."""
+    table, parent = inputs.table, inputs.parent
+    rows = np.flatnonzero((table.kind == _INTERNAL) & (parent >= 0))
+    rows = rows[table.service[parent[rows]] == table.service[rows]]
+    if not len(rows):
+        return {}
+    keys, counts = np.unique(inputs.group[rows] * groups + inputs.group[parent[rows]], return_counts=True)
+    out: dict[int, int] = {}
+    for key in keys[np.argsort(counts, kind="stable")].tolist():  # the commonest last, so it wins
+        if key // groups != key % groups:
+            out[key // groups] = key % groups
+    return out
+
+
+def _once_per_request(items: list[tuple[int, float]], nested: dict[int, int]) -> list[tuple[int, float]]:
+    """A service's own-work evidence with an operation and the steps nested in it counted once: each family's
+    scores scaled so that they sum to its strongest (the same request's work slowed shows in both)."""
+
+    def root(x: int) -> int:
+        for _ in range(8):
+            if x not in nested:
+                break
+            x = nested[x]
+        return x
+
+    families: dict[int, list[tuple[int, float]]] = {}
+    for x, score in items:
+        families.setdefault(root(x), []).append((x, score))
+    out = []
+    for members in families.values():
+        total = sum(s for _, s in members)
+        scale = max(s for _, s in members) / total if total > 0 else 1.0
+        out += [(x, s * scale) for x, s in members]
+    return out
+
+
+def _scores(
+    tally: _Tally, t: Thresholds, unserved: set[int] | None = None, nested: dict[int, int] | None = None
+) -> dict[str, list[tuple[int, float, str]]]:
     unserved = unserved or set()
     out: dict[str, list[tuple[int, float, str]]] = {}
     for service, items in tally.own.items():
-        out.setdefault(service, []).extend((x, s, _OWN) for x, s in items)
+        out.setdefault(service, []).extend((x, s, _OWN) for x, s in _once_per_request(items, nested or {}))
     for service, items in tally.own_pooled.items():
         if sum(s for _, s in items) > sum(s for _, s in tally.own.get(service, [])):  # the stronger view
             out[service] = [(x, s, _OWN) for x, s in items]
@@ -908,7 +950,7 @@ def rank_suspects(inputs: SuspectInputs, groups: int, t: Thresholds, top: int = 
     u = _sampled(u, present)
     j = _judge(u, t, (present[0] + u.dropped[:, 0], present[1] + u.dropped[:, 1]))  # the true counts
     scored = []
-    for service, items in _scores(_tally(u, j, t), t, _unserved(u, link_callee)).items():
+    for service, items in _scores(_tally(u, j, t), t, _unserved(u, link_callee), _nested(inputs, groups)).items():
         total = sum(s for _, s, _ in items)
         if total > 0:
             items = sorted(items, key=lambda item: -item[1])[:_EVIDENCE_KEPT]

@@ -412,3 +412,42 @@ def test_a_call_no_server_span_answers_holds_the_callee_s_work_and_weighs_less_f
     assert services(report)[0] == "pg" and "cart" in score, score
     assert score["cart"] <= 0.4 * score["pg"], score
     assert report.suspects[services(report).index("cart")].evidence[0].role == "caller of a slow link"
+
+
+def _nested_step(seed: int) -> list[dict]:
+    """``web`` calls ``a`` and ``b``, both 2x slower in the fault window; ``a``'s own work is split between its
+    SERVER span and an INTERNAL step under it (``a.process``), ``b``'s is in its SERVER span alone."""
+    rng = random.Random(seed)
+    spans: list[dict] = []
+    for t in range(120):
+        fault = t >= 60
+        start = t * 500.0 + (FAULT_S * 1000 - 60 * 500.0 if fault else 0)
+        factor = 2.0 if fault else 1.0
+        top = span(t + 1, "GET /", service="web", kind="SERVER", start_ms=start, end_ms=start + 80)
+        trace, at = [top], start + 1
+        for _ in range(3):
+            took = 2 * rng.lognormvariate(0, 0.25)
+            trace.append(span(t + 1, "step", service="web", parent=top, start_ms=at, end_ms=at + took))
+            at += took + 0.1
+        for callee in ("a", "b"):
+            work = 4 * rng.lognormvariate(0, 0.25) * factor
+            client = span(t + 1, f"GET /{callee}", service="web", kind="CLIENT", parent=top, start_ms=at,
+                          end_ms=at + work + 0.6, attributes={"server.address": callee})  # fmt: skip
+            server = span(t + 1, f"GET /{callee}", service=callee, kind="SERVER", parent=client, start_ms=at + 0.3,
+                          end_ms=at + 0.3 + work)  # fmt: skip
+            trace += [client, server]
+            if callee == "a":  # half of a's work in a step of its own
+                trace.append(span(t + 1, "a.process", service="a", parent=server, start_ms=at + 0.3,
+                                  end_ms=at + 0.3 + work / 2))  # fmt: skip
+            at += work + 0.7
+        spans += trace
+    return spans
+
+
+def test_a_step_nested_in_an_operation_is_not_counted_as_a_second_operation():
+    """a's SERVER span and its INTERNAL step both show the same request's work slowed: counted once, ``a``
+    scores about what ``b`` does (twice it, counted twice)."""
+    for seed in (1, 2, 3):
+        score = {s.service: s.score for s in analyse(_nested_step(seed)).suspects}
+        assert {"a", "b"} <= set(score), score
+        assert score["a"] < 1.4 * score["b"], (seed, score)

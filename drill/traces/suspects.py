@@ -837,7 +837,9 @@ def _nested(inputs: SuspectInputs, groups: int) -> dict[int, int]:
     rows = rows[table.service[parent[rows]] == table.service[rows]]
     if not len(rows):
         return {}
-    keys, counts = np.unique(inputs.group[rows] * groups + inputs.group[parent[rows]], return_counts=True)
+    ordered = np.sort(inputs.group[rows] * groups + inputs.group[parent[rows]])
+    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    keys, counts = ordered[starts], np.diff(np.append(starts, len(ordered)))
     out: dict[int, int] = {}
     for key in keys[np.argsort(counts, kind="stable")].tolist():  # the commonest last, so it wins
         if key // groups != key % groups:

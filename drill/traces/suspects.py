@@ -332,7 +332,6 @@ def _with_pooled_links(u: _Units) -> _Units:
     all their baseline samples. A service called rarely by many callers has a handful of baseline spans
     per caller, too few to judge any one link; pooled, its links are judged together (a slow, rarely
     called database)."""
-    n = u.pooled
     names = sorted({c for x, c in enumerate(u.callee) if c is not None and c != u.service[x]})
     if not names:
         return u
@@ -340,6 +339,15 @@ def _with_pooled_links(u: _Units) -> _Units:
     target = np.array(
         [index[c] if c is not None and c != u.service[x] else -1 for x, c in enumerate(u.callee)], dtype=np.int64
     )
+    pooled = _pool(u, target, names, [f"every call into {c}, pooled" for c in names], "link", list(names))
+    return replace(pooled, pooled=len(u.service))
+
+
+def _pool(u: _Units, target: np.ndarray, names: list[str], labels: list[str], kind: str, callee: list) -> _Units:
+    """``u`` with one more unit per name: the samples of the units ``target`` maps to it (int64 per unit, -1:
+    none), each divided by its own unit's baseline median (units without one left out) and multiplied by the
+    median of all their baseline samples, so units of different scales are judged together."""
+    n = len(u.service)
     samples = np.flatnonzero(target[u.unit] >= 0)
     base = samples[~u.fault[samples]]
     unit_reference = group_medians(u.values[base], u.unit[base], n)
@@ -347,27 +355,41 @@ def _with_pooled_links(u: _Units) -> _Units:
     keep = np.isfinite(reference) & (reference > 0)
     usable = (target >= 0) & np.isfinite(unit_reference) & (unit_reference > 0)
     dropped = np.zeros((len(names), 2), dtype=np.int64)
-    np.add.at(dropped, target[usable], u.dropped[usable])  # what the pooled links left out, pooled too
+    np.add.at(dropped, target[usable], u.dropped[usable])  # what the pooled units left out, pooled too
     samples, reference = samples[keep], reference[keep]
     pooled = target[u.unit[samples]]
     base = ~u.fault[samples]
     scale = group_medians(u.values[samples[base]], pooled[base], len(names))
     values = u.values[samples] / reference * scale[pooled]
-    return _Units(
+    return _appended(u, values, pooled, u.fault[samples], names, labels, kind, callee, dropped)
+
+
+def _appended(
+    u: _Units,
+    values: np.ndarray,
+    local: np.ndarray,
+    fault: np.ndarray,
+    names: list[str],
+    labels: list[str],
+    kind: str,
+    callee: list,
+    dropped: np.ndarray,
+) -> _Units:
+    """``u`` with ``len(names)`` more units (service ``names``, span names ``labels``) and their samples
+    (``values``, ``fault``, each of new unit ``local``)."""
+    k, n = len(names), len(u.service)
+    return replace(
+        u,
         values=np.concatenate((u.values, values)),
-        rows=u.rows,
-        table=u.table,
-        unit=np.concatenate((u.unit, n + pooled)),
-        fault=np.concatenate((u.fault, u.fault[samples])),
-        errors=np.concatenate((u.errors, np.zeros(len(names), dtype=np.int64))),
+        unit=np.concatenate((u.unit, n + local)),
+        fault=np.concatenate((u.fault, fault)),
+        errors=np.concatenate((u.errors, np.zeros(k, dtype=np.int64))),
         service=u.service + names,
-        name=u.name + [f"every call into {c}, pooled" for c in names],
-        kind=u.kind + ["link"] * len(names),
-        callee=[*u.callee, *names],
-        caller_pair=np.concatenate((u.caller_pair, np.full(len(names), -1, dtype=np.int64))),
-        split_from=np.concatenate((u.split_from, np.full(len(names), -1, dtype=np.int64))),
-        pairs=u.pairs,
-        pooled=n,
+        name=u.name + labels,
+        kind=u.kind + [kind] * k,
+        callee=[*u.callee, *callee],
+        caller_pair=np.concatenate((u.caller_pair, np.full(k, -1, dtype=np.int64))),
+        split_from=np.concatenate((u.split_from, np.full(k, -1, dtype=np.int64))),
         dropped=np.concatenate((u.dropped, dropped)),
     )
 
@@ -394,42 +416,17 @@ def _with_pooled_own(u: _Units) -> _Units:
     if not candidates:
         return u
     n = len(u.service)
-    base_all = ~u.fault & (u.unit < n)
-    unit_reference = group_medians(u.values[base_all], u.unit[base_all], n)
-    n_base = np.bincount(u.unit[base_all], minlength=n)
+    n_base = np.bincount(u.unit[~u.fault], minlength=n)
     names = sorted({u.service[x] for x in candidates})
     index = {c: i for i, c in enumerate(names)}
     target = np.full(n, -1, dtype=np.int64)
     for x in candidates:
-        if n_base[x] >= _MIN_POOLED_BASE and unit_reference[x] > 0:
+        if n_base[x] >= _MIN_POOLED_BASE:
             target[x] = index[u.service[x]]
-    samples = np.flatnonzero(target[u.unit] >= 0)
-    if not len(samples):
+    if not (target >= 0).any():
         return u
-    pooled = target[u.unit[samples]]
-    base = ~u.fault[samples]
-    scale = group_medians(u.values[samples[base]], pooled[base], len(names))
-    values = u.values[samples] / unit_reference[u.unit[samples]] * scale[pooled]
-    dropped = np.zeros((len(names), 2), dtype=np.int64)
-    np.add.at(dropped, target[target >= 0], u.dropped[np.flatnonzero(target >= 0)])
-    return _Units(
-        values=np.concatenate((u.values, values)),
-        rows=u.rows,
-        table=u.table,
-        unit=np.concatenate((u.unit, n + pooled)),
-        fault=np.concatenate((u.fault, u.fault[samples])),
-        errors=np.concatenate((u.errors, np.zeros(len(names), dtype=np.int64))),
-        service=u.service + names,
-        name=u.name + [f"all of {c}'s own work, pooled" for c in names],
-        kind=u.kind + [_POOLED_OWN] * len(names),
-        callee=[*u.callee, *([None] * len(names))],
-        caller_pair=np.concatenate((u.caller_pair, np.full(len(names), -1, dtype=np.int64))),
-        split_from=np.concatenate((u.split_from, np.full(len(names), -1, dtype=np.int64))),
-        pairs=u.pairs,
-        pooled=u.pooled,
-        dropped=np.concatenate((u.dropped, dropped)),
-        own_pooled=n,
-    )
+    labels = [f"all of {c}'s own work, pooled" for c in names]
+    return replace(_pool(u, target, names, labels, _POOLED_OWN, [None] * len(names)), own_pooled=n)
 
 
 def _unserved(u: _Units, link_callee: np.ndarray) -> set[int]:
@@ -480,21 +477,18 @@ def _with_link_prior(u: _Units, link_callee: np.ndarray, t: Thresholds) -> _Unit
     names = [u.table.services[c] for c in targets.tolist()]
     base_values = np.tile(u.values[reference], k)
     base_unit = np.repeat(np.arange(k, dtype=np.int64), len(reference))
-    return replace(
+    prior = _appended(
         u,
-        values=np.concatenate((u.values, base_values, u.values[thin])),
-        unit=np.concatenate((u.unit, n + base_unit, n + local)),
-        fault=np.concatenate((u.fault, np.zeros(len(base_values), dtype=bool), np.ones(len(thin), dtype=bool))),
-        errors=np.concatenate((u.errors, np.zeros(k, dtype=np.int64))),
-        service=u.service + names,
-        name=u.name + [f"calls into {c}, against every link's baseline" for c in names],
-        kind=u.kind + ["link"] * k,
-        callee=[*u.callee, *names],
-        caller_pair=np.concatenate((u.caller_pair, np.full(k, -1, dtype=np.int64))),
-        split_from=np.concatenate((u.split_from, np.full(k, -1, dtype=np.int64))),
-        dropped=np.concatenate((u.dropped, np.zeros((k, 2), dtype=np.int64))),
-        link_prior=n,
+        np.concatenate((base_values, u.values[thin])),
+        np.concatenate((base_unit, local)),
+        np.concatenate((np.zeros(len(base_values), dtype=bool), np.ones(len(thin), dtype=bool))),
+        names,
+        [f"calls into {c}, against every link's baseline" for c in names],
+        "link",
+        list(names),
+        np.zeros((k, 2), dtype=np.int64),
     )
+    return replace(prior, link_prior=n)
 
 
 def _pair_kind(inputs: SuspectInputs, groups: int) -> np.ndarray:
@@ -870,12 +864,11 @@ def _once_per_request(items: list[tuple[int, float]], nested: dict[int, int]) ->
 
 
 def _scores(
-    tally: _Tally, t: Thresholds, unserved: set[int] | None = None, nested: dict[int, int] | None = None
+    tally: _Tally, t: Thresholds, unserved: set[int], nested: dict[int, int]
 ) -> dict[str, list[tuple[int, float, str]]]:
-    unserved = unserved or set()
     out: dict[str, list[tuple[int, float, str]]] = {}
     for service, items in tally.own.items():
-        out.setdefault(service, []).extend((x, s, _OWN) for x, s in _once_per_request(items, nested or {}))
+        out.setdefault(service, []).extend((x, s, _OWN) for x, s in _once_per_request(items, nested))
     for service, items in tally.own_pooled.items():
         if sum(s for _, s in items) > sum(s for _, s in tally.own.get(service, [])):  # the stronger view
             out[service] = [(x, s, _OWN) for x, s in items]

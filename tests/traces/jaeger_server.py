@@ -1,19 +1,17 @@
-"""Start the real Jaeger all-in-one (v2 binary, built by ``./dev setup``) with in-memory storage on free
-loopback ports: OTLP/HTTP in, the query HTTP API out."""
+"""Start the real Jaeger all-in-one (v2 binary, built and cached by scripts/jaeger_build.py) with in-memory storage
+on free loopback ports: OTLP/HTTP in, the query HTTP API out."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 
 from drill.errors import NotAvailableError
+from tests.supervised_server import ServerError, load_script, tool
 
 CONFIG = """\
 service:
@@ -52,13 +50,17 @@ exporters:
 """
 
 
-def find_jaeger_binary() -> Path:
-    """``$JAEGER_BIN``, else the virtualenv's ``jaeger`` (``./dev setup`` builds it), else ``jaeger`` on PATH."""
-    candidates = [os.environ.get("JAEGER_BIN"), str(Path(sys.prefix) / "bin" / "jaeger"), shutil.which("jaeger")]
-    for candidate in candidates:
-        if candidate and os.access(candidate, os.X_OK):
-            return Path(candidate)
-    raise NotAvailableError("the Jaeger binary is not built", hint="run ./dev setup (needs Go), or set JAEGER_BIN")
+#: A cold build at nice 19 beside the rest of the suite (``./dev test`` starts it; about 3 minutes of CPU alone).
+BUILD_WAIT_S = 1800.0
+
+
+def find_jaeger_binary(wait_s: float = BUILD_WAIT_S) -> Path:
+    """``$JAEGER_BIN``, else scripts/jaeger_build.py's cached build: waited for while ``./dev test``'s background
+    build runs, built now when none does; a recorded failure raises NotAvailableError with the log's tail."""
+    try:
+        return tool("JAEGER_BIN", load_script("jaeger_build"), "build", wait_s)
+    except ServerError as exc:
+        raise NotAvailableError(str(exc), hint="run ./dev setup (needs Go), or set JAEGER_BIN") from exc
 
 
 def _free_port() -> int:

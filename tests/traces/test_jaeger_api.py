@@ -16,7 +16,7 @@ from drill import registry
 from drill.errors import TargetError
 from drill.traces.completeness import measure_completeness
 from drill.traces.table import KIND_NAMES, STATUS_NAMES
-from tests.traces.jaeger_server import JaegerServer
+from tests.traces.jaeger_server import BUILD_WAIT_S, JaegerServer
 
 pytestmark = pytest.mark.integration
 
@@ -76,6 +76,8 @@ def _wait_for(source, window, spans: int, timeout_s: float = 20.0):
         time.sleep(0.2)
 
 
+# the first to start Jaeger: it may wait for ./dev test's background build
+@pytest.mark.timeout(BUILD_WAIT_S + 120)
 def test_spans_sent_over_otlp_come_back_as_the_span_table(jaeger: JaegerServer) -> None:
     started_ns = time.time_ns()
     sent = _send_requests(jaeger.otlp_endpoint, count=4)

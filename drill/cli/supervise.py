@@ -10,9 +10,11 @@ server that has no supervisor of its own (a ``llama-server``, a ``vllm serve`` o
 
 It runs COMMAND, writes the PID of COMMAND's process (not its own) to the PID file, and starts COMMAND again
 whenever it exits, with the embedded stack's backoff (0.2 s, doubling to 5 s while it keeps dying within 10 s of
-its start). A stopped process (SIGSTOP, as ``replica_pause`` does) is not an exit. COMMAND dies with the
-supervisor, even when the supervisor is SIGKILLed. On SIGTERM, SIGINT or SIGHUP it stops COMMAND (SIGTERM, then
-SIGKILL after 5 s), removes the PID file and exits 0.
+its start). COMMAND runs in a process group of its own: when it exits, what is left of the group (the workers it
+started, such as vLLM's engine core after a SIGKILLed API server) is SIGKILLed before the restart, as a container's
+processes go with its main process. A stopped process (SIGSTOP, as ``replica_pause`` does) is not an exit. COMMAND
+dies with the supervisor, even when the supervisor is SIGKILLed. On SIGTERM, SIGINT or SIGHUP it stops COMMAND
+(SIGTERM, then SIGKILL after 5 s) and the rest of its group, removes the PID file and exits 0.
 """
 
 from __future__ import annotations
@@ -51,7 +53,9 @@ log = logging.getLogger("drill.supervise")
 def supervise(pid_file: Path, log_path: Path | None, command: tuple[str, ...]) -> None:
     """Run COMMAND, restart it whenever it exits, and keep its PID in --pid-file."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s drill supervise: %(message)s")
-    child = Child(Path(command[0]).name, list(command), log_path or pid_file.with_suffix(".log"), pid_file)
+    child = Child(
+        Path(command[0]).name, list(command), log_path or pid_file.with_suffix(".log"), pid_file, own_group=True
+    )
     stopping: list[int] = []
 
     def on_signal(signum: int, frame: object) -> None:
@@ -72,9 +76,13 @@ def supervise(pid_file: Path, log_path: Path | None, command: tuple[str, ...]) -
 
 
 def _stop(child: Child) -> None:
-    """SIGTERM (and SIGCONT, so a stopped process gets it), then SIGKILL after the grace period."""
+    """SIGTERM (and SIGCONT, so a stopped process gets it), then SIGKILL after the grace period; then what is left
+    of its process group."""
     process = child.process
-    if process is None or process.poll() is not None:
+    if process is None:
+        return
+    if process.poll() is not None:
+        child.reap_group()
         return
     process.terminate()
     process.send_signal(signal.SIGCONT)
@@ -83,3 +91,4 @@ def _stop(child: Child) -> None:
     except Exception:  # subprocess.TimeoutExpired: it ignored SIGTERM
         process.kill()
         process.wait()
+    child.reap_group()

@@ -68,6 +68,24 @@ def test_a_killed_command_is_started_again_with_a_new_pid_and_sigterm_stops_it(t
     assert (tmp_path / "server.log").exists()
 
 
+def test_the_workers_a_sigkilled_command_leaves_are_killed_before_the_restart_and_at_stop(tmp_path: Path) -> None:
+    # a server with a worker process, as vLLM's API server has its engine core: SIGKILL reaches the server alone
+    worker_file = tmp_path / "worker.pid"
+    script = f"sleep 300 & echo $! > {worker_file}.tmp && mv {worker_file}.tmp {worker_file}; wait"
+    process, pid_file = _supervise(tmp_path, "sh", "-c", script)
+    first = _pid(pid_file)
+    worker = _until(lambda: worker_file.exists() and _pid(worker_file), 10, "the first worker")
+    worker_file.unlink()
+    os.kill(first, signal.SIGKILL)
+    _until(lambda: not _alive(worker), 5, "the SIGKILLed server's worker gone")
+    second = _until(lambda: _pid(pid_file) != first and _pid(pid_file), 10, "a new PID")
+    second_worker = _until(lambda: worker_file.exists() and _pid(worker_file), 10, "the restarted server's worker")
+    assert _alive(second) and _alive(second_worker)
+    process.send_signal(signal.SIGTERM)  # sh waits for its worker: SIGTERM ends sh, the group's rest is killed
+    assert process.wait(timeout=15) == 0
+    _until(lambda: not _alive(second_worker), 5, "the worker gone at stop")
+
+
 def test_the_command_dies_with_a_sigkilled_supervisor(tmp_path: Path) -> None:
     process, pid_file = _supervise(tmp_path, "sleep", "300")
     child = _pid(pid_file)

@@ -57,12 +57,18 @@ class Child:
     restarts: int = 0
     backoff_s: float = _BACKOFF_MIN_S
     restart_at: float | None = None
+    own_group: bool = False  # in a process group of its own, whose rest dies with it (reap_group); drill supervise
 
     def spawn(self) -> None:
         """Start (or restart) the process, dying with the supervisor; writes the pid file."""
         with open(self.log_path, "ab") as out:
             self.process = subprocess.Popen(
-                self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent()
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent(),
+                process_group=0 if self.own_group else None,
             )
         self.started_at, self.restart_at = time.monotonic(), None
         if self.pid_file is not None:
@@ -78,6 +84,7 @@ class Child:
             return
         if self.process is None or self.process.poll() is None:
             return
+        self.reap_group()
         young = now - self.started_at < _YOUNG_S
         self.backoff_s = min(_BACKOFF_MAX_S, self.backoff_s * 2) if young else _BACKOFF_MIN_S
         self.restart_at = now + self.backoff_s
@@ -87,6 +94,18 @@ class Child:
         """Send SIGTERM (no wait)."""
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
+
+    def reap_group(self) -> None:
+        """SIGKILL what is left of the exited process's group: the workers it started, which outlive it when it
+        is SIGKILLed (vLLM's engine core after its API server's ``replica_crash``: still running, and on a GPU
+        holding the memory the restarted server needs). A container's or a systemd unit's processes go with its
+        main process the same way. Only for a child in a group of its own (``own_group``)."""
+        if self.process is None or not self.own_group:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):  # nothing left in the group
+            pass
 
 
 @dataclass
@@ -234,6 +253,7 @@ class Supervisor:
                 log.warning("%s ignored SIGTERM; killing it", child.name)
                 child.process.kill()
                 child.process.wait()
+            child.reap_group()
 
     def _remove_containers(self) -> None:
         if self._docker is None:

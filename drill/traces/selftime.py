@@ -96,9 +96,9 @@ def self_time(table: SpanTable, parent: np.ndarray, spans: np.ndarray | None = N
     time inside it (never below 0)."""
     child = None
     if spans is not None:  # only their children
-        wanted = np.zeros(len(table), dtype=bool)
+        wanted = np.zeros(len(table) + 1, dtype=bool)  # the last entry, False, is where a root's -1 points
         wanted[spans] = True
-        child = np.flatnonzero(wanted[parent] & (parent >= 0))
+        child = np.flatnonzero(wanted[parent])
     rows = np.flatnonzero(critical_children(table, parent, child))
     up = parent[rows]
     start, end = table.start_ns[rows], table.end_ns[rows]
@@ -109,10 +109,14 @@ def self_time(table: SpanTable, parent: np.ndarray, spans: np.ndarray | None = N
     # for, so a slower callee never shows as its caller's self time through the part the skew cut off
     cross = np.flatnonzero(table.service[rows] != table.service[up])
     inside[cross] = np.minimum(end[cross] - start[cross], up_end[cross] - up_start[cross])
-    waited = np.bincount(up, weights=np.maximum(inside, 0), minlength=len(table))
     if spans is None:
+        waited = np.bincount(up, weights=np.maximum(inside, 0), minlength=len(table))
         return np.maximum(table.duration_ns - waited, 0.0)
-    return np.maximum(table.end_ns[spans] - table.start_ns[spans] - waited[spans], 0.0)
+    if len(spans) > 1 and not bool((spans[1:] > spans[:-1]).all()):  # rows in any order: counted per row
+        waited = np.bincount(up, weights=np.maximum(inside, 0), minlength=len(table))[spans]
+    else:  # sorted rows (the ranking's): counted per position, no table-sized column
+        waited = np.bincount(np.searchsorted(spans, up), weights=np.maximum(inside, 0), minlength=len(spans))
+    return np.maximum(table.end_ns[spans] - table.start_ns[spans] - waited, 0.0)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ Per (service, span name) pair with spans in the fault window (see ``docs/trace-a
    pairs' evidence when it is the stronger.
 4. **Thin units**: a thin unit 3x slower or more is also judged on the log scale with a spread pooled
    from the well-sampled pairs (a rank test on a handful of spans cannot reach ``alpha``); every effect
-   is shrunk by its sample sizes (``m / (m + 3)``, ``m = n_b·n_f / (n_b + n_f)``); units over 4,000
+   is shrunk by its sample sizes (``m / (m + 3)``, ``m = n_b·n_f / (n_b + n_f)``); units over 2,000
    spans a side are judged on a sample of that size, picked by the spans' duration before their self time
    is computed (a million spans need the self time of a few thousand per pair), then by value.
 5. **Score** of a service: the sum of its deviating pairs' effects (as attributed), plus one point and
@@ -255,11 +255,11 @@ def _presampled(
     counts = np.bincount(side, minlength=2 * units)
     if int(counts.max(initial=0)) <= _MAX_SAMPLES:
         return rows, unit, fault, np.zeros((units, 2), dtype=np.int64)
-    share = np.minimum(1.0, _MAX_SAMPLES / np.maximum(counts, 1))
-    weyl = table.end_ns - table.start_ns  # over the whole table: sequential passes, then one gather
-    weyl = weyl * _GOLDEN
-    weyl -= np.floor(weyl)
-    keep = np.flatnonzero(weyl[rows] < share[side])
+    share = np.minimum(1.0, _MAX_SAMPLES / np.maximum(counts, 1)) * 2.0**64
+    # over the whole table: sequential integer passes, then one gather; the top bits of duration times
+    # 2^64·φ (Fibonacci hashing, Knuth) are the fractional part of duration·φ to 2^-64
+    weyl = (table.end_ns - table.start_ns).view(np.uint64) * _GOLDEN_64
+    keep = np.flatnonzero((weyl if len(rows) == len(table) else weyl[rows]) < share[side])
     dropped = counts - np.bincount(side[keep], minlength=2 * units)
     return rows[keep], unit[keep], fault[keep], dropped.reshape(units, 2)
 
@@ -292,29 +292,29 @@ def _split_clients(
     child, up = calls
     first = np.full(len(table), len(names), dtype=np.int64)
     np.minimum.at(first, up, rank[table.service[child]])  # several callees: the first by name
-    at_client = np.flatnonzero(table.kind[rows] == _CLIENT)  # positions in rows
+    is_client = table.kind == _CLIENT
+    at_client = np.flatnonzero(is_client if len(rows) == len(table) else is_client[rows])  # positions in rows
     client = rows[at_client]
-    callee = np.full(len(table), -1, dtype=np.int64)
     named_first = first[client]
-    callee[client] = np.where(named_first < len(names), by_name[np.minimum(named_first, max(len(names) - 1, 0))], -1)
-    bare = client[callee[client] < 0]
-    for g in unique_ints(inputs.group[bare]).tolist():
-        mine = bare[inputs.group[bare] == g]
-        looked = mine[np.argsort(table.start_ns[mine], kind="stable")[:50]]  # the earliest: whatever the rows' order
+    callee = np.where(named_first < len(names), by_name[np.minimum(named_first, max(len(names) - 1, 0))], -1)
+    bare = np.flatnonzero(callee < 0)  # positions in client
+    for g in unique_ints(inputs.group[client[bare]]).tolist():
+        mine = bare[inputs.group[client[bare]] == g]
+        looked = client[mine[np.argsort(table.start_ns[client[mine]], kind="stable")[:50]]]  # the earliest
         if len({_peer_service(table.attributes[r], code) for r in looked.tolist()} - {None}) < 2:
             continue
         cache: dict[str, int] = {}
-        for r in mine.tolist():
+        for at, r in zip(mine.tolist(), client[mine].tolist()):
             peer = _peer_service(table.attributes[r], code)
             if peer is not None:
-                callee[r] = cache.setdefault(peer, code.setdefault(peer, len(code)))
+                callee[at] = cache.setdefault(peer, code.setdefault(peer, len(code)))
     for peer in list(code)[len(names) :]:
         names.append(peer)
-    named = callee[client] >= 0
-    at_client, client = at_client[named], client[named]  # the client rows that name a callee
+    named = callee >= 0
+    at_client, client, callee = at_client[named], client[named], callee[named]  # the client rows naming a callee
     width = len(names)
-    key = inputs.group[client] * width + callee[client]
-    keys = unique_ints(key[callee[client] != table.service[client]])
+    key = inputs.group[client] * width + callee
+    keys = unique_ints(key[callee != table.service[client]])
     pair_of = keys // width
     multi = np.bincount(pair_of, minlength=groups) >= 2
     keys = keys[multi[pair_of]]
@@ -559,8 +559,9 @@ _PRIOR_MIN_REFERENCE, _PRIOR_SAMPLES = 30, 1000
 #: A caller's weight, as a share of caller_weight, for a CLIENT span with no SERVER span under it.
 _UNSERVED_WEIGHT = 0.5
 #: Samples per unit and side judged at most (_sampled).
-_MAX_SAMPLES = 4000
+_MAX_SAMPLES = 2000
 _GOLDEN = (math.sqrt(5) - 1) / 2
+_GOLDEN_64 = np.uint64(0x9E3779B97F4A7C15)  # 2^64·φ, the fraction φ of _GOLDEN in 64-bit fixed point
 #: The largest load shift (both windows slower or faster everywhere) the judgement corrects for.
 _MAX_COMMON = math.log(1.5)
 
@@ -823,17 +824,24 @@ def _tally(u: _Units, j: _Judged, t: Thresholds) -> _Tally:
     return tally
 
 
-def _nested(inputs: SuspectInputs, groups: int) -> dict[int, int]:
+def _nested(inputs: SuspectInputs, groups: int, sampled: np.ndarray) -> dict[int, int]:
     """INTERNAL pair -> the pair of its own service it runs under (the commonest parent pair of its spans in
-    the same service): a step of that operation's own work, not a second operation."""
+    the same service, among the ``sampled`` rows the ranking judges): a step of that operation's own work, not a
+    second operation."""
     table, parent = inputs.table, inputs.parent
-    rows = np.flatnonzero((table.kind == _INTERNAL) & (parent >= 0))
+    rows = sampled[(table.kind[sampled] == _INTERNAL) & (parent[sampled] >= 0)]
     rows = rows[table.service[parent[rows]] == table.service[rows]]
     if not len(rows):
         return {}
-    ordered = np.sort(inputs.group[rows] * groups + inputs.group[parent[rows]])
-    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
-    keys, counts = ordered[starts], np.diff(np.append(starts, len(ordered)))
+    key = inputs.group[rows] * groups + inputs.group[parent[rows]]
+    if groups * groups <= 4 * len(key):  # few pairs: counted in place
+        counts = np.bincount(key, minlength=groups * groups)
+        keys = np.flatnonzero(counts)
+        counts = counts[keys]
+    else:
+        ordered = np.sort(key)
+        starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+        keys, counts = ordered[starts], np.diff(np.append(starts, len(ordered)))
     out: dict[int, int] = {}
     for key in keys[np.argsort(counts, kind="stable")].tolist():  # the commonest last, so it wins
         if key // groups != key % groups:
@@ -945,7 +953,9 @@ def rank_suspects(inputs: SuspectInputs, groups: int, t: Thresholds, top: int = 
     u = _sampled(u, present)
     j = _judge(u, t, (present[0] + u.dropped[:, 0], present[1] + u.dropped[:, 1]))  # the true counts
     scored = []
-    for service, items in _scores(_tally(u, j, t), t, _unserved(u, link_callee), _nested(inputs, groups)).items():
+    for service, items in _scores(
+        _tally(u, j, t), t, _unserved(u, link_callee), _nested(inputs, groups, u.rows)
+    ).items():
         total = sum(s for _, s, _ in items)
         if total > 0:
             items = sorted(items, key=lambda item: -item[1])[:_EVIDENCE_KEPT]

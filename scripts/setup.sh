@@ -30,11 +30,15 @@ source "$(dirname "${BASH_SOURCE[0]}")/vllm_cpu.sh"       # setup_vllm_cpu, star
 source "$(dirname "${BASH_SOURCE[0]}")/kube_cluster.sh"   # setup_kube_cluster, start_kube_cluster_build
 source "$(dirname "${BASH_SOURCE[0]}")/jaeger.sh"         # setup_jaeger, start_jaeger_build
 
-setup_python() {
+create_venv() {  # the virtualenv's folder and interpreter, without the project (setup_python installs it)
   if [ ! -x "$VENV/bin/python" ]; then
     log "creating virtualenv $VENV"
     python3 -m venv "$VENV"
   fi
+}
+
+setup_python() {
+  create_venv
   # Re-install when pyproject.toml changed (entry points live in the package metadata).
   local stamp="$VENV/.llm-drill-installed"
   if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
@@ -112,6 +116,18 @@ setup_toxiproxy() {
   fi
   mv "$gobin/server" "$VENV/bin/toxiproxy-server"
   rmdir "$gobin"
+}
+
+start_toxiproxy() {  # setup_toxiproxy in the background (./dev test: it needs only $VENV's folder, so it builds
+  # while pip installs the project); wait_toxiproxy waits for it and fails as setup_toxiproxy would have
+  ( setup_toxiproxy ) &
+  TOXIPROXY_SETUP_PID=$!
+}
+wait_toxiproxy() {
+  if [ -z "${TOXIPROXY_SETUP_PID:-}" ]; then return 0; fi
+  local pid="$TOXIPROXY_SETUP_PID"
+  TOXIPROXY_SETUP_PID=""
+  wait "$pid"
 }
 
 c_compiler() {  # the C compiler on PATH ($CC, cc, gcc or clang), empty when there is none

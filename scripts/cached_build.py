@@ -135,6 +135,20 @@ def _same_file(one, other) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
+def run_step(
+    command: list[str], cwd: Path, log: BinaryIO, error: type[CacheError], env: dict[str, str] | None = None
+) -> None:
+    """One step of the work: ``command`` in ``cwd``, its line and its output into the log; ``error`` (naming the
+    command and the log) when it exits non-zero."""
+    log.write(("+ " + " ".join(command) + "\n").encode())
+    log.flush()
+    done = subprocess.run(
+        command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, check=False, env=env
+    )
+    if done.returncode != 0:
+        raise error(f"{' '.join(command[:3])} exited with {done.returncode} (log {log.name})")
+
+
 #: The work: given a temporary folder (removed afterwards) and the open log, it makes the product and returns the
 #: facts to record in status.json and a few words for the closing line.
 Work = Callable[[Path, BinaryIO], "tuple[dict[str, object], str]"]

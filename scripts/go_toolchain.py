@@ -17,12 +17,31 @@ import hashlib
 import io
 import os
 import platform
+import re
 import shutil
+import subprocess
 import sys
 import urllib.request
 import zipfile
 
 ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+
+
+def version(go: str, env: dict[str, str] | None = None) -> str | None:
+    """The version of the Go toolchain ``go`` is (``go env GOVERSION``, e.g. ``1.26.8``), or None when it says none.
+    ``env``: the environment to ask it in (set ``GOTOOLCHAIN=local`` there so it does not switch toolchains)."""
+    done = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=False, env=env)
+    found = re.match(r"go(\d+\.\d+(?:\.\d+)?)", done.stdout.strip())
+    return found.group(1) if done.returncode == 0 and found else None
+
+
+def at_least(have: str, want: str) -> bool:
+    """Version ``have`` is ``want`` or later, compared number by number (1.24.6 < 1.26.0)."""
+
+    def numbers(text: str) -> tuple[int, ...]:
+        return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+    return numbers(have) >= numbers(want)
 
 
 def proxy() -> str:

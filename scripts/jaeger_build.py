@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -32,6 +30,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))  # cached_build.py beside it, also when a test loads this file by its path
 
 import cached_build  # noqa: E402
+import go_toolchain  # noqa: E402
 
 JAEGER = "v1.76.0"
 MODULE = "github.com/jaegertracing/jaeger/cmd/jaeger"
@@ -75,31 +74,25 @@ class Cache(cached_build.Cache):
         return self.folder / "jaeger"
 
 
-def _version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
-
-
 def find_go() -> str:
     """The ``go`` on PATH (or the one ``setup_go`` installed into the virtualenv), when it is >= MIN_GO."""
     candidates = (shutil.which("go"), str(Path(sys.prefix) / "go" / "bin" / "go"), *OTHER_GOS)
     seen = []
     for candidate in (c for c in candidates if c and os.access(c, os.X_OK)):
-        done = subprocess.run([candidate, "env", "GOVERSION"], capture_output=True, text=True, check=False)
-        found = re.match(r"go(\d+\.\d+(?:\.\d+)?)", done.stdout.strip())
-        if found and _version_tuple(found.group(1)) >= _version_tuple(MIN_GO):
+        have = go_toolchain.version(candidate, _env())
+        if have and go_toolchain.at_least(have, MIN_GO):
             return candidate
-        seen.append(f"{candidate} ({found.group(1) if found else 'no version'})")
+        seen.append(f"{candidate} ({have or 'no version'})")
     have = f"Go {', '.join(seen)} is too old" if seen else "Go is not installed"
     raise BuildError(f"{have}: building Jaeger {JAEGER} needs Go >= {MIN_GO} (./dev setup installs one)")
 
 
+def _env() -> dict[str, str]:
+    return {**os.environ, **GO_ENV}
+
+
 def _run(command: list[str], cwd: Path, log) -> None:
-    log.write(("+ " + " ".join(command) + "\n").encode())
-    log.flush()
-    env = {**os.environ, **GO_ENV}
-    done = subprocess.run(command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
-    if done.returncode != 0:
-        raise BuildError(f"{' '.join(command[:3])} exited with {done.returncode} (log {log.name})")
+    cached_build.run_step(command, cwd, log, BuildError, _env())
 
 
 def _compile(work: Path, cache: Cache, log) -> tuple[dict[str, object], str]:

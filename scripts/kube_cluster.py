@@ -125,14 +125,8 @@ class Cache(cached_build.Cache):
 # -- the Go toolchain ---------------------------------------------------------------------------------------------
 
 
-def _version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
-
-
 def go_version(go: str) -> str | None:
-    done = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=False, env=_env())
-    found = re.match(r"go(\d+\.\d+(?:\.\d+)?)", done.stdout.strip())
-    return found.group(1) if done.returncode == 0 and found else None
+    return go_toolchain.version(go, _env())
 
 
 def find_go(log) -> str:
@@ -141,7 +135,7 @@ def find_go(log) -> str:
     for candidate in (shutil.which("go"), "/usr/local/go/bin/go", str(installed)):
         if candidate and os.access(candidate, os.X_OK):
             have = go_version(candidate)
-            if have and _version_tuple(have) >= _version_tuple(MIN_GO):
+            if have and go_toolchain.at_least(have, MIN_GO):
                 return candidate
     _say(log, f"no Go >= {MIN_GO} found: installing Go {GO_VERSION} from the Go module proxy")
     try:
@@ -163,13 +157,7 @@ def _say(log, message: str) -> None:
 
 
 def _run(command: list[str], cwd: Path, log, env: dict[str, str] | None = None) -> None:
-    log.write(("+ " + " ".join(command) + "\n").encode())
-    log.flush()
-    done = subprocess.run(
-        command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, check=False, env=_env(env)
-    )
-    if done.returncode != 0:
-        raise BuildError(f"{' '.join(command[:3])} exited with {done.returncode} (log {log.name})")
+    cached_build.run_step(command, cwd, log, BuildError, _env(env))
 
 
 def staging_modules(kubernetes_go_mod: str) -> list[str]:

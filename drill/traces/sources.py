@@ -186,9 +186,12 @@ def table_to_dicts(table: SpanTable) -> Iterator[dict]:
 # --- the receiver's spans.jsonl ----------------------------------------------------------------------
 
 
-class _Status(msgspec.Struct, gc=False):
+class _Status(msgspec.Struct, gc=False, frozen=True):
     code: str | int = "UNSET"
     message: str | None = None
+
+
+_NO_STATUS = _Status()
 
 
 #: A span time as the table holds it (signed 64-bit ns): a larger one makes its line unreadable, counted.
@@ -206,12 +209,11 @@ class _ReceiverSpan(msgspec.Struct, gc=False):
     name: str = ""
     kind: str | int = "UNSPECIFIED"
     service: str = "unknown"
-    status: _Status | None = None
+    status: _Status | None = _NO_STATUS  # None only for an explicit null
     attributes: dict[str, AttributeValue] = msgspec.field(default_factory=dict)
 
 
 _RECEIVER_DECODER = msgspec.json.Decoder(_ReceiverSpan)
-_NO_STATUS = _Status()
 
 
 def decode_json_lines(path: Path, decoder: msgspec.json.Decoder, report: ReadReport) -> Iterator[tuple[list, int]]:
@@ -351,8 +353,8 @@ _GET = {
         "end_ns",
         "status",
         "attributes",
-        "code",
-        "message",
+        "status.code",
+        "status.message",
     )
 }
 
@@ -387,21 +389,22 @@ def _hex_values(ids: list[str], joined: str) -> tuple[np.ndarray, np.ndarray] | 
     return out, has
 
 
-def _known_codes(values: list[str], names: dict[str, int]) -> list[int]:
-    """:func:`intern_codes` with one C-level pass when every value already has its code (service and span
-    names: a block rarely brings a new one)."""
+def _known_codes(out: np.ndarray, field: Callable[[Any], str], spans: list, names: dict[str, int]) -> None:
+    """``out`` filled with the codes of each span's ``field`` in ``names``: one C-level pass when every value
+    already has its code (service and span names: a block rarely brings a new one), else :func:`intern_codes`."""
     try:
-        return list(map(names.__getitem__, values))
+        out[:] = np.fromiter(map(names.__getitem__, map(field, spans)), dtype=out.dtype, count=len(spans))
     except KeyError:
-        return intern_codes(values, names)
+        out[:] = intern_codes(list(map(field, spans)), names)
 
 
-def _codes(values: list, table: dict[Any, int], slow: Callable[[Any], int]) -> list[int]:
-    """``table[value]`` for each value (C-level), or ``slow(value)`` for all when one is not in ``table``."""
+def _codes(out: np.ndarray, field: Callable[[Any], Any], spans: list, table: dict[Any, int], slow: Callable) -> None:
+    """``out`` filled with ``table[value]`` of each span's ``field`` (C-level), or ``slow(value)`` for all when
+    one is not in ``table``."""
     try:
-        return list(map(table.__getitem__, values))
+        out[:] = np.fromiter(map(table.__getitem__, map(field, spans)), dtype=out.dtype, count=len(spans))
     except (KeyError, TypeError):
-        return [slow(v) for v in values]
+        out[:] = [slow(v) for v in map(field, spans)]
 
 
 class _ReceiverColumns:
@@ -409,7 +412,8 @@ class _ReceiverColumns:
 
     Columns are allocated once for the number of spans the file's size suggests (grown if that was
     short) and filled per block while the block's objects are in the CPU cache; trace ids are interned
-    then too (the table's ``trace_code``). Parents are found later, vectorised (``SpanTable.parent_row``).
+    then too (the table's ``trace_code``), and the trace id column holds one string per trace, not one per
+    span. Parents are found later, vectorised (``SpanTable.parent_row``).
     """
 
     def __init__(self, file_bytes: int) -> None:
@@ -431,8 +435,7 @@ class _ReceiverColumns:
         rows = slice(first, first + n)
         columns = self.columns
         trace_ids, _ = _lowercase(list(map(get["trace_id"], spans)))
-        columns["trace_id"][rows] = trace_ids
-        columns["trace_code"][rows] = intern_codes(trace_ids, self.traces)
+        columns["trace_code"][rows] = intern_codes(trace_ids, self.traces)  # the trace_id column: at build()
         span_ids, span_joined = _lowercase(list(map(get["span_id"], spans)))
         columns["span_id"][rows] = span_ids
         parents = list(map(get["parent_span_id"], spans))
@@ -441,17 +444,16 @@ class _ReceiverColumns:
         parents, parent_joined = _lowercase(parents)
         columns["parent_id"][rows] = parents
         self._id_values(rows, (span_ids, span_joined), (parents, parent_joined))
-        columns["service"][rows] = _known_codes(list(map(get["service"], spans)), self.services)
-        columns["name"][rows] = _known_codes(list(map(get["name"], spans)), self.names)
-        columns["kind"][rows] = _codes(list(map(get["kind"], spans)), _KIND_OF, kind_code)
+        _known_codes(columns["service"][rows], get["service"], spans, self.services)
+        _known_codes(columns["name"][rows], get["name"], spans, self.names)
+        _codes(columns["kind"][rows], get["kind"], spans, _KIND_OF, kind_code)
         columns["start_ns"][rows] = np.fromiter(map(get["start_ns"], spans), dtype=np.int64, count=n)
         columns["end_ns"][rows] = np.fromiter(map(get["end_ns"], spans), dtype=np.int64, count=n)
         columns["attributes"][rows] = list(map(get["attributes"], spans))
-        statuses = list(map(get["status"], spans))
-        if None in statuses:
-            statuses = [_NO_STATUS if s is None else s for s in statuses]
-        columns["status"][rows] = _codes(list(map(get["code"], statuses)), _STATUS_OF, status_code)
-        columns["status_message"][rows] = list(map(get["message"], statuses))
+        if None in map(get["status"], spans):  # an explicit "status": null
+            spans = [msgspec.structs.replace(s, status=_NO_STATUS) if s.status is None else s for s in spans]
+        _codes(columns["status"][rows], get["status.code"], spans, _STATUS_OF, status_code)
+        columns["status_message"][rows] = list(map(get["status.message"], spans))
         self.rows += n
 
     def _id_values(self, rows: slice, span_ids: tuple[list[str], str], parents: tuple[list[str], str]) -> None:
@@ -482,15 +484,16 @@ class _ReceiverColumns:
     def build(self) -> SpanTable:
         columns = {name: column[: self.rows] for name, column in self.columns.items()}
         trace_code = columns.pop("trace_code")
+        trace_ids = np.fromiter(self.traces, dtype=object, count=len(self.traces))
+        columns["trace_id"] = trace_ids[trace_code]
         id_values = columns.pop("span_u64"), columns.pop("parent_u64"), columns.pop("has_parent")
         table = SpanTable(**columns, services=tuple(self.services), names=tuple(self.names))
         return table.with_derived(
-            trace_code=trace_code, trace_ids=tuple(self.traces), id_values=id_values if self.ids_hex else None
+            trace_code=trace_code, trace_ids=tuple(trace_ids), id_values=id_values if self.ids_hex else None
         )
 
 
-_COLUMNS = {
-    "trace_id": object,
+_COLUMNS = {  # the trace_id column is made at build(), of the trace codes
     "span_id": object,
     "parent_id": object,
     "service": np.int32,

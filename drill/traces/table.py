@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import count, filterfalse
 from typing import Any, Union
 
 import numpy as np
@@ -82,9 +83,9 @@ def _objects(values: Sequence[Any]) -> np.ndarray:
 
 def intern_codes(values: Sequence[str], names: dict[str, int]) -> list[int]:
     """Codes of ``values`` in ``names``; new names get the next codes in first-seen order (C-level passes)."""
-    for value in dict.fromkeys(values):
-        if value not in names:
-            names[value] = len(names)
+    new = list(filterfalse(names.__contains__, dict.fromkeys(values)))
+    if new:
+        names.update(zip(new, count(len(names))))
     return list(map(names.__getitem__, values))
 
 

@@ -191,10 +191,13 @@ def test_receiver_file_with_upper_case_ids_and_null_fields(tmp_path: Path) -> No
         s["parent_span_id"] = s["parent_span_id"].upper() if s["parent_span_id"] else None
     spans[0]["status"] = None
     spans[1]["kind"] = 3  # a code instead of a name
+    spans[2]["status"] = {"code": "STATUS_CODE_ERROR", "message": "boom"}  # beside the null, in one block
+    del spans[3]["status"]
     write_spans(tmp_path / "spans.jsonl", spans)
     table = _source("receiver", tmp_path).table()
     assert table.trace_id[0] == spans[0]["trace_id"].lower() and table.parent_row.tolist()[1:4] == [0, 1, 2]
     assert table.status[0] == 0 and table.kind[1] == 3
+    assert table.status.tolist()[:4] == [0, 0, 2, 0] and table.status_message.tolist()[:4] == [None, None, "boom", None]
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,9 @@ case ended with nothing reported although most of its fault window could not be 
 as no deviation": must be 0). ``--timing`` also times the analysis with and without the ranking.
 
 ``--hard`` scores the corpus's hard cases instead (20-60 s baselines, intermittent faults, delays as a
-fraction, contention felt by the callers, the previous fault's tail and a load change in the baseline,
-dropped spans, clock skew, external calls: :class:`trace_corpus.Hardships`).
+fraction, contention felt by the callers and in the contended service's CLIENT spans, the previous fault's
+tail and a load change in the baseline, dropped spans, clock skew, external calls:
+:class:`trace_corpus.Hardships`).
 
     .venv/bin/python bench/rca_accuracy.py [--cases 200] [--seed 0] [--hard] [--timing] [--json]
 """

@@ -222,8 +222,11 @@ _SERVER, _CLIENT, _INTERNAL = 2, 3, 1
 
 
 class _App:
-    def __init__(self, rng: random.Random, services: list[Service], fault: Fault | None, with_status: bool):
+    def __init__(
+        self, rng: random.Random, services: list[Service], fault: Fault | None, with_status: bool, client_cpu: float = 0.0
+    ):
         self.rng = rng
+        self.client_cpu = client_cpu  # Hardships.client_cpu
         self.services = {s.name: s for s in services}
         self.fault = fault
         self.spans = _Spans(rng, with_status)
@@ -337,6 +340,11 @@ class _App:
         if not caller.client_spans and target.instrumented:
             end, failed = self.serve(trace, parent, callee, t + out, load)
             return end + back + sum(self._delay(f, w, end - t - out) for f, w in scaled), failed
+        if self.client_cpu:  # the CLIENT span's own work (serialising, parsing): slower on a contended caller
+            work = self._lognormal(0.3, 0.3) * load
+            for f, w in self._hits(caller.name, ("cpu",)):
+                work *= 1 + (f.factor - 1) * self.client_cpu * w
+            out, back = out + work / 2, back + work / 2
         client_row = len(self.spans.cols["span_id"])
         client_id = self.spans.add(trace, parent, caller.name, _client_name(callee, target), _CLIENT, 0, 0, False, {})
         served_end, failed = self.serve(trace, client_id, callee, t + out, load)
@@ -410,6 +418,7 @@ class Hardships:
     load_step: float = 1.0
     drop_share: float = 0.0  # spans lost (sampling, a full export queue): their children lose their parent
     skew_ms: float = 0.0  # each service's clock is off by up to this much
+    client_cpu: float = 0.0  # cpu: the share of the slowdown its CLIENT spans' client-side work gets
 
     def text(self) -> str:
         parts = []
@@ -423,13 +432,16 @@ class Hardships:
             parts.append(f"{self.drop_share:.0%} of spans dropped")
         if self.skew_ms:
             parts.append(f"clock skew up to {self.skew_ms:.0f} ms")
+        if self.client_cpu:
+            parts.append(f"its CLIENT spans' client-side work {self.client_cpu:.0%} as contended")
         return ", ".join(parts) or "none"
 
 
 def _hardships(
     rng: random.Random, kind: str, fault: Fault, services: list[Service], baseline_s: float
 ) -> tuple[Fault, Hardships]:
-    """The fault made rougher (intermittent, a delay as a fraction, contention felt by the callers) and the
+    """The fault made rougher (intermittent, a delay as a fraction, contention felt by the callers and in the
+    contended service's CLIENT spans: a starved process serialises and parses its calls slower too) and the
     case's other hardships; some services also call an external API."""
     if rng.random() < 0.4:
         fault = replace(fault, share=rng.uniform(0.3, 0.8))
@@ -448,7 +460,7 @@ def _hardships(
             else Fault("slow_dependency", other.name, factor=rng.uniform(2, 5))
         )
     step = rng.random() < 0.5
-    return fault, Hardships(
+    hardships = Hardships(
         previous=previous,
         previous_tail_s=rng.uniform(0.2, 0.6) * baseline_s,
         load_step_s=rng.uniform(0.3, 0.9) * baseline_s if step else None,
@@ -456,6 +468,9 @@ def _hardships(
         drop_share=rng.choice((0.0, 0.01, 0.05)),
         skew_ms=rng.choice((0.0, 2.0, 15.0)),
     )
+    if kind == "cpu" and rng.random() < 0.5:  # drawn last: the cases drawn before it stay as they were
+        hardships = replace(hardships, client_cpu=rng.uniform(0.5, 1.0))
+    return fault, hardships
 
 
 def make_case(seed: int, kind: str | None = None, hard: bool = False) -> Case:
@@ -474,7 +489,7 @@ def make_case(seed: int, kind: str | None = None, hard: bool = False) -> Case:
     hardships = Hardships()
     if hard:
         fault, hardships = _hardships(random.Random(seed * 7919 + 1), kind, fault, services, baseline_s)
-    app = _App(rng, services, fault, with_status)
+    app = _App(rng, services, fault, with_status, hardships.client_cpu)
     period = rng.uniform(60, 600)
     t = 0.0
     while t < baseline_s + fault_s:

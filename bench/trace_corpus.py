@@ -223,7 +223,12 @@ _SERVER, _CLIENT, _INTERNAL = 2, 3, 1
 
 class _App:
     def __init__(
-        self, rng: random.Random, services: list[Service], fault: Fault | None, with_status: bool, client_cpu: float = 0.0
+        self,
+        rng: random.Random,
+        services: list[Service],
+        fault: Fault | None,
+        with_status: bool,
+        client_cpu: float = 0.0,
     ):
         self.rng = rng
         self.client_cpu = client_cpu  # Hardships.client_cpu

@@ -22,6 +22,7 @@ import httpx
 
 from drill.capacity.attainment import AttainmentRule, PoolOutcome, SloOutcome, judge_pool
 from drill.capacity.ttft_split import TtftSplit
+from drill.checks.judging import HARNESS_LAG_MS  # a point whose arrivals went out this late (p95) measured the harness
 from drill.load.driver import LoadDriver, LoadPlan
 from drill.load.schedule import with_total_rate
 from drill.rundir.jsonl import ReadReport
@@ -35,8 +36,6 @@ if TYPE_CHECKING:
 
 __all__ = ["PointRequest", "PointRunner", "PointTiming", "RatePoint", "point_directory"]
 
-#: A point whose arrivals were sent this late (p95, ms) measured the load generator, not (only) the target.
-HARNESS_LAG_MS = 50.0
 _BUSY_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 
 

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from drill.api import Check, CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
-from drill.checks.judging import meets_slo, record_metric_ms
+from drill.checks.judging import HARNESS_LAG_MS, breach_from_send, meets_slo, record_metric_ms
 from drill.checks.truth import measurement_truth_figures, measurement_truth_units
 from drill.rundir.evidence import FaultOutcome, RunEvidence
 from drill.rundir.journal import Event
@@ -173,6 +173,7 @@ class SloCheck(Check):
         expected: dict[str, Any] = {}
         units: dict[str, str] = {}
         breaches: list[str] = []
+        late: list[str] = []  # breaches the load generator's own lateness made
         thin: list[str] = []
         refs: list[EvidenceRef] = []
         for pool, slo in targets.items():
@@ -193,9 +194,16 @@ class SloCheck(Check):
                     thin.append(f"{pool}.{key} (0 samples)")
                     continue
                 observed[f"{pool}.{key}"] = round(value, 3)
-                if value > bound_s * 1000:
+                if value <= bound_s * 1000:
+                    continue
+                refs += _slowest(mine, metric, key)
+                from_send = breach_from_send(mine, metric, pct, bound_s * 1000)
+                if from_send is None:
                     breaches.append(f"{pool} {key} = {value:.0f}ms > {bound_s * 1000:.0f}ms")
-                    refs += _slowest(mine, metric, key)
+                    continue
+                observed[f"{pool}.{key}.from_send"] = round(from_send, 3)
+                units[f"{pool}.{key}.from_send"] = "ms"
+                late.append(f"{pool} {key} = {value:.0f}ms > {bound_s * 1000:.0f}ms, {from_send:.0f}ms from the send")
         goodput = _goodput(evidence, targets)
         observed.update(goodput)
         units.update({k: _GOODPUT_UNITS[k.rsplit(".", 1)[1]] for k in goodput})
@@ -206,9 +214,14 @@ class SloCheck(Check):
         )
         observed.update(truth)
         units.update(measurement_truth_units(truth))
-        return self._judge(
-            breaches, thin, observed, expected, p.phase, units=units, evidence=refs + truth_refs, notes=tuple(notes)
-        )
+        notes += [f"not the target's: {x}" for x in late] if breaches else []
+        extra: dict[str, Any] = {"units": units, "evidence": refs + truth_refs, "notes": tuple(notes)}
+        if late and not breaches:
+            detail = _late_detail(late)
+            return self.verdict(
+                Status.INCONCLUSIVE, detail, observed=observed, expected=expected, window=p.phase, **extra
+            )
+        return self._judge(breaches, thin, observed, expected, p.phase, **extra)
 
     def _goodput_breaches(self, goodput: dict, targets: dict, expected: dict) -> list[str]:
         p: SloParams = self.params
@@ -242,6 +255,13 @@ class SloCheck(Check):
         return self.verdict(
             Status.PASS, f"every SLO held in {phase}", observed=observed, expected=expected, window=phase, **extra
         )
+
+
+def _late_detail(late: list[str]) -> str:
+    return (
+        f"the load generator sent late, not the target: {'; '.join(late)} (its own lateness moved the percentile "
+        f"by more than {HARNESS_LAG_MS:g} ms: a busy or stalled harness machine)"
+    )
 
 
 _GOODPUT_UNITS = {"share": "ratio", "requests_per_s": "requests/s", "tokens_per_s": "tokens/s", "requests": "requests"}

@@ -22,7 +22,9 @@ if TYPE_CHECKING:
     from drill.traces.run_traces import RunTraces
 
 __all__ = [
+    "HARNESS_LAG_MS",
     "PoolSettings",
+    "breach_from_send",
     "is_counted",
     "meets_slo",
     "pool_settings",
@@ -103,6 +105,32 @@ def record_metric_ms(record: RequestRecord, metric: str) -> float | None:
         return record.tpot_ms
     gaps = record.itl_ms()
     return max(gaps) if gaps else None
+
+
+#: The load generator's own lateness (ms) past which a figure measured the harness machine too: a capacity point
+#: whose arrivals went out this late (p95), or an SLO percentile that lateness moved by this much.
+HARNESS_LAG_MS = 50.0
+
+
+def breach_from_send(records: list[RequestRecord], metric: str, pct: float, bound_ms: float) -> float | None:
+    """When the load generator's own lateness made an SLO breach: the percentile measured from each attempt's send
+    (its ``schedule_lag_ms``, the time from its intended start until the generator began sending it, taken off),
+    which is within ``bound_ms`` while the lateness moved it by more than :data:`HARNESS_LAG_MS`. None when the
+    breach is the target's (it holds from the send too), when the lateness is too small to matter, or for a metric
+    the send time does not hold (TPOT, ITL).
+
+    Latency is measured from the intended start so that a target that makes its clients wait is charged for it; the
+    schedule lag ends where the generator starts the request (before it connects), so it is the generator's alone —
+    a stalled or overloaded harness machine, not the target."""
+    if metric not in ("ttft", "e2e"):
+        return None
+    attr = f"{metric}_ms"  # the values the slo check judges (drill.rundir.records.latency_values)
+    pairs = [(v, r.schedule_lag_ms or 0.0) for r in records if (v := getattr(r, attr)) is not None]
+    from_intended = percentile([v for v, _ in pairs], pct)
+    from_send = percentile([v - lag for v, lag in pairs], pct)
+    if from_intended is None or from_send is None or from_send > bound_ms:
+        return None
+    return from_send if from_intended - from_send > HARNESS_LAG_MS else None
 
 
 def meets_slo(record: RequestRecord, slo: dict[str, float]) -> bool:

@@ -118,3 +118,54 @@ def test_no_spans_means_no_measurement_truth(tmp_path: Path) -> None:
         kit.request(i, ttft_ms=150)
     verdict = _judge(kit, pools=["interactive"])
     assert not any(k.startswith("measurement_truth") for k in verdict.observed)
+
+
+def _late_run(tmp_path: Path, late_ttft_ms: float, lag_ms: float) -> RunKit:
+    """40 interactive requests in the baseline: 30 quick ones, and 10 whose TTFT from the intended start is
+    ``late_ttft_ms``, ``lag_ms`` of it before the load generator began sending them."""
+    kit = _kit(tmp_path)
+    for i in range(40):
+        late = i >= 30
+        kit.request(
+            i,
+            ttft_ms=late_ttft_ms if late else 100,
+            schedule_lag_ms=lag_ms if late else 0.0,
+            sent_ts=kit.ts(i + (lag_ms / 1000 if late else 0.0)),
+            request_id=f"r{i}",
+        )
+    return kit
+
+
+def test_a_breach_the_load_generators_own_lateness_made_is_inconclusive_not_the_targets(tmp_path: Path) -> None:
+    verdict = _judge(_late_run(tmp_path, late_ttft_ms=2_000, lag_ms=1_900), pools=["interactive"])
+    assert verdict.status is Status.INCONCLUSIVE, verdict.message
+    assert "load generator sent late" in verdict.message and "100ms from the send" in verdict.message
+    assert verdict.observed["interactive.ttft_p95"] == 2_000.0
+    assert verdict.observed["interactive.ttft_p95.from_send"] == 100.0
+    assert verdict.units["interactive.ttft_p95.from_send"] == "ms"
+    assert {e.value for e in verdict.evidence if e.kind is EvidenceKind.REQUEST} <= {f"r{i}" for i in range(30, 40)}
+
+
+@pytest.mark.parametrize(
+    ("late_ttft_ms", "lag_ms"),
+    [
+        (2_000, 500),  # 1.5 s from the send too: the target's
+        (1_020, 30),  # within the SLO from the send, but 30 ms of lateness is the machine's noise, not a stall
+    ],
+)
+def test_a_breach_that_holds_from_the_send_or_a_small_lateness_still_fails(
+    tmp_path: Path, late_ttft_ms: float, lag_ms: float
+) -> None:
+    verdict = _judge(_late_run(tmp_path, late_ttft_ms, lag_ms), pools=["interactive"])
+    assert verdict.status is Status.FAIL, verdict.message
+    assert "interactive.ttft_p95.from_send" not in verdict.observed
+
+
+def test_a_late_breach_beside_the_targets_own_is_a_failure_with_a_note(tmp_path: Path) -> None:
+    kit = _late_run(tmp_path, late_ttft_ms=2_000, lag_ms=1_900)
+    for i in range(40):
+        kit.request(i, pool="batch", ttft_ms=None, e2e_ms=20_000)  # batch past its 10 s, sent on time
+    verdict = _judge(kit)
+    assert verdict.status is Status.FAIL and "batch e2e_p95" in verdict.message
+    assert "interactive" not in verdict.message
+    assert any(note.startswith("not the target's: interactive ttft_p95") for note in verdict.notes)

@@ -7,7 +7,10 @@ a saturated client timestamps chunks late (``bench/load_driver.py``). Here one g
 the epoll descriptor to become readable (one hub wake-up for any number of ready streams), then
 reads every ready socket in one pass and hands the bytes to that stream's :class:`StreamWatch`,
 which timestamps and classifies them inline. The stream's own greenlet sleeps on an event until
-its stream ends, and wakes once.
+its stream ends, and wakes once. Under load more chunks arrive while a pass reads: the reactor takes
+them too, for at most :data:`_PASSES_S`, then gives the hub its turn — the arrivals' greenlets and
+every timer wait on it, and a flood of streams that never stops arriving must not hold back the
+requests due meanwhile (that stalls the open loop, which then sends late).
 
 Runs inside the load-generator child only (gevent-patched). The request's own ``gevent.Timeout``
 still bounds it: a timed-out or cancelled request calls :meth:`StreamReactor.unwatch` from its
@@ -31,6 +34,8 @@ __all__ = ["StreamReactor", "StreamWatch", "reactor"]
 
 _EPOLL = gevent.monkey.get_original("select", "epoll")
 _READ_SIZE = 4096  # an SSE event is a few hundred bytes; a large recv buffer costs its allocation every read
+#: The longest the reactor reads ready sockets, pass after pass, before the hub runs the other greenlets.
+_PASSES_S = 0.002
 
 
 class StreamWatch(Protocol):
@@ -76,12 +81,16 @@ class StreamReactor:
         watcher = hub.loop.io(self._epoll.fileno(), 1)  # one watcher for the whole run, not one per wait
         poll = self._epoll.poll
         read = self._read
+        clock = time.perf_counter
         while True:
             hub.wait(watcher)
+            until = clock() + _PASSES_S
             events = poll(0)
-            while events:  # under load more chunks arrive while a batch is read: take them too
+            while events:  # under load more chunks arrive while a batch is read: take them too, for a while
                 for fd, _events in events:
                     read(fd)
+                if clock() >= until:
+                    break  # the hub's turn; the watcher fires again at once if sockets are still ready
                 events = poll(0)
 
     def _read(self, fd: int) -> None:

@@ -71,6 +71,7 @@ from typing import Any
 
 import numpy as np
 
+from drill.traces.ranktest import order_by
 from drill.traces.suspects import CALLEE, PairEvidence, Ranking, Suspect, SuspectInputs, Thresholds, rank_suspects
 from drill.traces.table import KIND_NAMES, STATUS_NAMES, SpanTable, unique_ints
 
@@ -644,7 +645,7 @@ def _critical(table: SpanTable, tree: _Tree, options: AnalysisOptions) -> np.nda
     rows = np.flatnonzero(parent >= 0)
     if not len(rows):
         return critical
-    order = rows[np.lexsort((table.end_ns[rows], parent[rows]))]
+    order = rows[order_by(parent[rows], table.end_ns[rows] - int(table.start_ns.min()), stable=True)]
     last = np.ones(len(order), dtype=bool)
     last[:-1] = parent[order[1:]] != parent[order[:-1]]
     lfc = np.full(n, -1, dtype=np.int64)

@@ -137,9 +137,8 @@ def _last_end(up: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 def cross_service_children(table: SpanTable, parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(rows, their parent rows) of the spans whose parent is a span of another service."""
-    has_parent = parent >= 0
-    cross = table.service[np.where(has_parent, parent, 0)] != table.service  # one gather, no compaction of all
-    cross &= has_parent
+    cross = table.service[parent] != table.service  # one gather, no compaction of all (a top's -1: the last row)
+    cross &= parent >= 0
     child = np.flatnonzero(cross)
     return child, parent[child]
 

@@ -217,11 +217,13 @@ def _units(inputs: SuspectInputs, groups: int, cross: tuple[np.ndarray, np.ndarr
     link_pair = (keys // width).astype(np.int64)
     errors = np.bincount(inputs.group[inputs.root_errors & inputs.fault], minlength=groups)
     split = _split_clients(inputs, groups, rows, calls)
-    unit = inputs.group[rows].copy()
+    whole = len(rows) == len(table)  # every span is in a window: no gathers
+    unit = inputs.group.copy() if whole else inputs.group[rows]
     first_split = groups + len(keys)
     unit[split.at] = first_split + split.unit
     n_split = len(split.pair)
-    rows, unit, fault, dropped = _presampled(table, rows, unit, inputs.fault[rows], first_split + n_split)
+    fault = inputs.fault if whole else inputs.fault[rows]
+    rows, unit, fault, dropped = _presampled(table, rows, unit, fault, first_split + n_split)
     return _Units(
         values=np.concatenate((self_time(table, inputs.parent, rows), gap)),
         rows=rows,
@@ -255,11 +257,14 @@ def _presampled(
     counts = np.bincount(side, minlength=2 * units)
     if int(counts.max(initial=0)) <= _MAX_SAMPLES:
         return rows, unit, fault, np.zeros((units, 2), dtype=np.int64)
-    share = np.minimum(1.0, _MAX_SAMPLES / np.maximum(counts, 1)) * 2.0**64
-    # over the whole table: sequential integer passes, then one gather; the top bits of duration times
-    # 2^64·φ (Fibonacci hashing, Knuth) are the fractional part of duration·φ to 2^-64
-    weyl = (table.end_ns - table.start_ns).view(np.uint64) * _GOLDEN_64
-    keep = np.flatnonzero((weyl if len(rows) == len(table) else weyl[rows]) < share[side])
+    # a side's share kept, in 64-bit fixed point (all of a side under the cap); over the whole table: sequential
+    # integer passes, then one gather. Duration times 2^64·φ (Fibonacci hashing, Knuth) modulo 2^64 is the
+    # fractional part of duration·φ to 2^-64
+    limit = np.full(len(counts), np.iinfo(np.uint64).max, dtype=np.uint64)
+    over = counts > _MAX_SAMPLES
+    limit[over] = (_MAX_SAMPLES / counts[over] * 2.0**64).astype(np.uint64)
+    weyl = table.duration_ns.view(np.uint64) * _GOLDEN_64
+    keep = np.flatnonzero((weyl if len(rows) == len(table) else weyl[rows]) <= limit[side])
     dropped = counts - np.bincount(side[keep], minlength=2 * units)
     return rows[keep], unit[keep], fault[keep], dropped.reshape(units, 2)
 
@@ -493,9 +498,20 @@ def _with_link_prior(u: _Units, link_callee: np.ndarray, t: Thresholds) -> _Unit
 
 def _pair_kind(inputs: SuspectInputs, groups: int) -> np.ndarray:
     """The commonest span kind of each pair's spans (the smallest code on a tie): whatever the rows' order."""
+    group, kind = inputs.group, inputs.table.kind
+    one = np.zeros(groups, dtype=kind.dtype)
+    one[group] = kind  # some span's kind per pair: every span's, for a pair of one kind (the common case)
+    mixed = np.flatnonzero(kind != one[group])
+    if not len(mixed):
+        return one.astype(np.int64)
+    several = np.zeros(groups, dtype=bool)
+    several[group[mixed]] = True
+    rows = np.flatnonzero(several[group])  # the spans of the pairs of several kinds
     width = len(KIND_NAMES)
-    counts = np.bincount(inputs.group * width + inputs.table.kind, minlength=groups * width)
-    return np.argmax(counts.reshape(groups, width), axis=1).astype(np.int64)
+    counts = np.bincount(group[rows] * width + kind[rows], minlength=groups * width).reshape(groups, width)
+    out = one.astype(np.int64)
+    out[several] = np.argmax(counts[several], axis=1)
+    return out
 
 
 def _peer_service(attributes: dict, services: dict[str, int]) -> str | None:

@@ -113,8 +113,9 @@ class SpanTable:
     def __repr__(self) -> str:
         return f"SpanTable({len(self)} spans, {len(self.services)} services, {len(self.names)} span names)"
 
-    @property
+    @cached_property
     def duration_ns(self) -> np.ndarray:
+        """int64 ns per row (``end_ns - start_ns``), computed once: the analysis reads it many times."""
         return self.end_ns - self.start_ns
 
     # construction -----------------------------------------------------------------------------------

@@ -41,7 +41,16 @@ CPU-s = 265,000 spans per CPU-second, 893 MiB, ranking +17% of an analysis three
 (1.01 -> 1.18). CPU seconds inflate with the machine's load (1.5-2x at a load of 5-6): compare runs
 made together.
 
+Measured again on 5 December, on a machine whose CPU runs the reader about 40% slower (load under 1,
+the commit of that morning run right before, each the median of 3): end to end 4.00 -> 3.87 CPU-s =
+262,600 -> 271,000 spans per CPU-second (load + normalize 3.26 -> 3.19, analyze 0.69 -> 0.64), peak
+RSS 857 -> 781 MiB (one trace id string per trace); the warm analysis 0.510 -> 0.440 CPU-s without
+the ranking, and the ranking itself 0.092 -> 0.083 s, +18% -> +19% of the faster analysis.
+
     .venv/bin/python bench/trace_reader.py [--spans 1050000] [--reps 3] [--cpu 0] [--keep FILE] [--json]
+
+The timed child imports ``drill`` as the interpreter finds it: to time another checkout with this
+project's environment, run that checkout's copy of this file with ``PYTHONPATH=<that checkout>``.
 """
 
 from __future__ import annotations

@@ -197,7 +197,7 @@ class SloCheck(Check):
                 if value <= bound_s * 1000:
                     continue
                 refs += _slowest(mine, metric, key)
-                from_send = breach_from_send(mine, metric, pct, bound_s * 1000)
+                from_send = breach_from_send(mine, metric, pct, bound_s * 1000, value)
                 if from_send is None:
                     breaches.append(f"{pool} {key} = {value:.0f}ms > {bound_s * 1000:.0f}ms")
                     continue

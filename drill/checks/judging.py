@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from drill.rundir.records import ErrorClass, RequestRecord
+from drill.rundir.records import ErrorClass, RequestRecord, latency_values
 from drill.spec.scenario import parse_slo_key
 from drill.stats import percentile
 from drill.traces.run_traces import RunTraces, run_traces
@@ -112,23 +112,23 @@ def record_metric_ms(record: RequestRecord, metric: str) -> float | None:
 HARNESS_LAG_MS = 50.0
 
 
-def breach_from_send(records: list[RequestRecord], metric: str, pct: float, bound_ms: float) -> float | None:
-    """When the load generator's own lateness made an SLO breach: the percentile measured from each attempt's send
-    (its ``schedule_lag_ms``, the time from its intended start until the generator began sending it, taken off),
-    which is within ``bound_ms`` while the lateness moved it by more than :data:`HARNESS_LAG_MS`. None when the
-    breach is the target's (it holds from the send too), when the lateness is too small to matter, or for a metric
-    the send time does not hold (TPOT, ITL).
+def breach_from_send(
+    records: list[RequestRecord], metric: str, pct: float, bound_ms: float, from_intended: float
+) -> float | None:
+    """When the load generator's own lateness made an SLO breach (``from_intended``, the percentile the check found
+    over ``records``, is over ``bound_ms``): the percentile measured from each attempt's send (its
+    ``schedule_lag_ms``, the time from its intended start until the generator began sending it, taken off), which
+    is within ``bound_ms`` while the lateness moved it by more than :data:`HARNESS_LAG_MS`. None when the breach is
+    the target's (it holds from the send too), when the lateness is too small to matter, or for a metric the send
+    time does not hold (TPOT, ITL).
 
     Latency is measured from the intended start so that a target that makes its clients wait is charged for it; the
     schedule lag ends where the generator starts the request (before it connects), so it is the generator's alone —
     a stalled or overloaded harness machine, not the target."""
     if metric not in ("ttft", "e2e"):
         return None
-    attr = f"{metric}_ms"  # the values the slo check judges (drill.rundir.records.latency_values)
-    pairs = [(v, r.schedule_lag_ms or 0.0) for r in records if (v := getattr(r, attr)) is not None]
-    from_intended = percentile([v for v, _ in pairs], pct)
-    from_send = percentile([v - lag for v, lag in pairs], pct)
-    if from_intended is None or from_send is None or from_send > bound_ms:
+    from_send = percentile(latency_values(records, metric, from_send=True), pct)
+    if from_send is None or from_send > bound_ms:
         return None
     return from_send if from_intended - from_send > HARNESS_LAG_MS else None
 

@@ -195,13 +195,17 @@ _FIELD_NAMES = tuple(f.name for f in fields(RequestRecord))
 _FIELD_RULES = field_rules(RequestRecord)
 
 
-def latency_values(records: Iterable[RequestRecord], metric: str) -> list[float]:
-    """Every value of ``metric`` (ttft, tpot, itl, e2e; ms) the records carry; ITL gives every gap of every record."""
+def latency_values(records: Iterable[RequestRecord], metric: str, from_send: bool = False) -> list[float]:
+    """Every value of ``metric`` (ttft, tpot, itl, e2e; ms) the records carry; ITL gives every gap of every record.
+    ``from_send``: TTFT and E2E measured from each attempt's send instead of its intended start (its
+    ``schedule_lag_ms`` taken off); the other metrics do not start at the send and are as they are."""
     if metric == "itl":
         return [gap for r in records for gap in r.itl_ms()]
     if metric == "tpot":
         return [t for r in records if (t := r.tpot_ms) is not None]
     attr = "ttft_ms" if metric == "ttft" else "e2e_ms"
+    if from_send:
+        return [v - (r.schedule_lag_ms or 0.0) for r in records if (v := getattr(r, attr)) is not None]
     return [v for r in records if (v := getattr(r, attr)) is not None]
 
 

@@ -53,7 +53,7 @@ import numpy as np
 
 from drill.traces.ranktest import SortedSides, group_medians, sort_sides
 from drill.traces.selftime import cross_service_children, direct_links, self_time
-from drill.traces.table import KIND_NAMES, SpanTable, unique_ints
+from drill.traces.table import KIND_NAMES, SpanTable, int_counts, unique_ints
 
 __all__ = ["CALLEE", "NotJudged", "PairEvidence", "Ranking", "Suspect", "SuspectInputs", "Thresholds", "rank_suspects"]
 
@@ -217,13 +217,11 @@ def _units(inputs: SuspectInputs, groups: int, cross: tuple[np.ndarray, np.ndarr
     link_pair = (keys // width).astype(np.int64)
     errors = np.bincount(inputs.group[inputs.root_errors & inputs.fault], minlength=groups)
     split = _split_clients(inputs, groups, rows, calls)
-    whole = len(rows) == len(table)  # every span is in a window: no gathers
-    unit = inputs.group.copy() if whole else inputs.group[rows]
+    unit = inputs.group.copy() if len(rows) == len(table) else inputs.group[rows]  # changed below: a copy
     first_split = groups + len(keys)
     unit[split.at] = first_split + split.unit
     n_split = len(split.pair)
-    fault = inputs.fault if whole else inputs.fault[rows]
-    rows, unit, fault, dropped = _presampled(table, rows, unit, fault, first_split + n_split)
+    rows, unit, fault, dropped = _presampled(table, rows, unit, _on_rows(inputs.fault, rows), first_split + n_split)
     return _Units(
         values=np.concatenate((self_time(table, inputs.parent, rows), gap)),
         rows=rows,
@@ -264,9 +262,15 @@ def _presampled(
     over = counts > _MAX_SAMPLES
     limit[over] = (_MAX_SAMPLES / counts[over] * 2.0**64).astype(np.uint64)
     weyl = table.duration_ns.view(np.uint64) * _GOLDEN_64
-    keep = np.flatnonzero((weyl if len(rows) == len(table) else weyl[rows]) <= limit[side])
+    keep = np.flatnonzero(_on_rows(weyl, rows) <= limit[side])
     dropped = counts - np.bincount(side[keep], minlength=2 * units)
     return rows[keep], unit[keep], fault[keep], dropped.reshape(units, 2)
+
+
+def _on_rows(column: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``column[rows]`` for ``rows`` sorted and distinct; the column itself, no gather, when they are every row (every
+    span is in a window, the common case). Read-only."""
+    return column if len(rows) == len(column) else column[rows]
 
 
 @dataclass(frozen=True)
@@ -297,8 +301,7 @@ def _split_clients(
     child, up = calls
     first = np.full(len(table), len(names), dtype=np.int64)
     np.minimum.at(first, up, rank[table.service[child]])  # several callees: the first by name
-    is_client = table.kind == _CLIENT
-    at_client = np.flatnonzero(is_client if len(rows) == len(table) else is_client[rows])  # positions in rows
+    at_client = np.flatnonzero(_on_rows(table.kind == _CLIENT, rows))  # positions in rows
     client = rows[at_client]
     named_first = first[client]
     callee = np.where(named_first < len(names), by_name[np.minimum(named_first, max(len(names) - 1, 0))], -1)
@@ -849,15 +852,7 @@ def _nested(inputs: SuspectInputs, groups: int, sampled: np.ndarray) -> dict[int
     rows = rows[table.service[parent[rows]] == table.service[rows]]
     if not len(rows):
         return {}
-    key = inputs.group[rows] * groups + inputs.group[parent[rows]]
-    if groups * groups <= 4 * len(key):  # few pairs: counted in place
-        counts = np.bincount(key, minlength=groups * groups)
-        keys = np.flatnonzero(counts)
-        counts = counts[keys]
-    else:
-        ordered = np.sort(key)
-        starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
-        keys, counts = ordered[starts], np.diff(np.append(starts, len(ordered)))
+    keys, counts = int_counts(inputs.group[rows] * groups + inputs.group[parent[rows]])
     out: dict[int, int] = {}
     for key in keys[np.argsort(counts, kind="stable")].tolist():  # the commonest last, so it wins
         if key // groups != key % groups:

@@ -5,6 +5,10 @@ Each is ``replica_crash`` (:mod:`faults.lifecycle`) restricted to workers of one
 that role, or, when the selector picked none of them (the default selector picks replica 0), the first worker of
 that role. Before the signal, inject waits up to ``transfer_wait`` for a transfer to be in flight on a chosen
 worker (``GET /admin/kv``), so the kill lands mid-transfer when there is traffic, and says when there was none.
+Where the worker reports how much modelled link time its reads under way have left (a prefill worker does), it
+waits for one with at least ``transfer_left`` left: a transfer about to complete could finish between the poll
+and the signal on a loaded machine, and the kill would land between transfers. When none has that much within
+``transfer_wait``, the kill lands in whatever is in flight then, and the journal says so.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ __all__ = ["DecodeCrash", "PrefillCrash", "WorkerCrashParams"]
 
 class WorkerCrashParams(ReplicaCrashParams):
     transfer_wait: Duration = Field(2.0, ge=0, le=60, description="how long inject waits for a transfer in flight")
+    transfer_left: Duration = Field(
+        0.05, ge=0, le=60, description="the modelled link time a transfer in flight must have left for the kill"
+    )
 
 
 class _WorkerCrash(ReplicaCrash):
@@ -60,19 +67,26 @@ class _WorkerCrash(ReplicaCrash):
 
     def inject(self, ctx: FaultContext) -> None:
         narrowed = self._workers(ctx)
-        if not any(self._wait_for_transfer(narrowed, w) for w in narrowed.targets.replicas):
-            ctx.note(f"no KV transfer was in flight within {self.params.transfer_wait:g}s; killing anyway")
-        super().inject(narrowed)
-
-    def _wait_for_transfer(self, ctx: FaultContext, worker: ReplicaRef) -> bool:
         deadline = time.monotonic() + self.params.transfer_wait
+        landed = (self._wait_for_transfer(narrowed, w, deadline) for w in narrowed.targets.replicas)
+        said = next((s for s in landed if s), None)
+        super().inject(narrowed)  # the signal first: a journal write here could outlast the transfer
+        ctx.note(said or f"no KV transfer was in flight within {self.params.transfer_wait:g}s; killed anyway")
+
+    def _wait_for_transfer(self, ctx: FaultContext, worker: ReplicaRef, deadline: float) -> str | None:
+        """Poll ``worker`` until a transfer in flight has ``transfer_left`` left (or, at ``deadline``, any is in
+        flight): what the kill lands in, in words; None with nothing in flight."""
         while True:
             try:
                 state = ctx.stack_admin(worker).kv_state()
             except AdminApiError:
-                return False
-            if state.in_flight > 0 or time.monotonic() >= deadline:
-                return state.in_flight > 0
+                return None
+            left = state.longest_left_s
+            enough = left is None or left >= self.params.transfer_left
+            if state.in_flight > 0 and (enough or time.monotonic() >= deadline):
+                return _in_flight(worker, state.in_flight, left, enough, self.params.transfer_left)
+            if time.monotonic() >= deadline:
+                return None
             time.sleep(0.005)
 
     def verify(self, ctx: FaultContext) -> LandingProof:
@@ -80,6 +94,15 @@ class _WorkerCrash(ReplicaCrash):
 
     def revert(self, ctx: FaultContext) -> None:
         super().revert(self._workers(ctx))
+
+
+def _in_flight(worker: ReplicaRef, count: int, left: float | None, enough: bool, wanted: float) -> str:
+    """What the kill lands in: ``count`` transfers in flight on ``worker``, the longest with ``left`` s to go."""
+    said = f"killed with {count} KV transfer(s) in flight on {worker.name}"
+    if left is None:
+        return said
+    said += f", the longest with {left * 1000:.0f} ms of its modelled link time left"
+    return said if enough else f"{said} (none had {wanted * 1000:.0f} ms left in time)"
 
 
 class PrefillCrash(_WorkerCrash):

@@ -94,6 +94,8 @@ class KvWorkerState(_AdminWire):
     counts: dict[str, int]
     pending: int = 0
     in_flight: int = 0
+    #: the most modelled link time a read under way still has (a prefill worker's; None where not reported)
+    longest_left_s: float | None = None
     fault: dict[str, Any] | None = None
 
 

@@ -7,8 +7,9 @@ gets the verdicts it predicts, and the configuration that should change a verdic
 - ``kv-block-corruption``: block versions unchecked, every request is HTTP 200 and ``output_correctness`` FAILs
   naming the requests whose transfers the fault hit (``sha256(seed:request id) < share``, computed here from the
   requests sent); checked, the corrupted transfers fail their requests and every answer served is right.
-- ``prefill-crash``: the transfers in flight at the kill are recomputed, the failed requests fail fast, and the
-  router sends no prefill to the dead worker between its first health check after the kill and its restart.
+- ``prefill-crash``: the kill lands in a transfer with modelled link time left, the transfers in flight at the
+  kill are recomputed, the failed requests fail fast, and the router sends no prefill to the dead worker between
+  its first health check after the kill and its restart.
 
 Five runs at the catalogue's time scale (0.25: a 5 s baseline, a 7-8 s fault window), three side by side, then
 two. Measured on the project's 2-vCPU machine shared with other runs: 79 s for the file (35 s a wave); the
@@ -123,9 +124,12 @@ def test_a_crashed_prefill_worker_is_routed_around_and_its_transfers_recomputed(
     assert "killed (SIGKILL); back as pid" in verified["summary"], verified
     failed = [r for r in _requests(run) if r["error"] is not None]
     assert max((r["e2e_ms"] or r["headers_ms"] or 0 for r in failed), default=0) < 3000, failed
+    # the kill landed in a transfer with modelled link time left (transfer_left), which was recomputed
+    [landed] = [e["message"] for e in _journal(run) if e["event"] == "note" and e.get("fault_id") == "kill-prefill-0"]
+    assert landed.startswith("killed with") and "in flight on replica-0" in landed and "none had" not in landed, landed
     spans = _spans(run)
     recomputed = [s for s in spans if s["name"] == "kv_transfer" and s["attributes"].get("drill.kv.recomputed")]
-    assert recomputed, "no transfer in flight at the kill was recomputed"
+    assert recomputed, f"no transfer in flight at the kill was recomputed ({landed})"
     # the router took the dead worker out: no prefill leg went to replica-0 from a health check (500 ms) after
     # the kill until its /health said healthy again (it reloads its weights for 3 s)
     killed, healthy = _kill_and_health(run)

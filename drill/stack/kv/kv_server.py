@@ -36,7 +36,7 @@ _CHUNK = 64 * 1024
 HOLDER_FAILURES = ("error", "link_closed")
 
 
-@dataclass
+@dataclass(eq=False)  # one read is one object: the server keeps those under way in a set
 class Served:
     """One read of a held transfer, as the holder saw it; ``started``/``ended`` are UNIX seconds."""
 
@@ -51,6 +51,7 @@ class Served:
     failure: str | None = None  # one of HOLDER_FAILURES
     point: str | None = None  # where it broke: before_start, in_flight or after_data
     reason: str | None = None
+    modelled_end: float | None = None  # when the modelled link is done with it (UNIX seconds), once started
 
     def fail(self, failure: str, reason: str) -> None:
         """Mark the read failed (the first failure wins): before it started, with blocks still to send, or after."""
@@ -73,6 +74,7 @@ class KvServer:
         host: str,
         port: int,
         byte_scale: float,
+        link_gbps: float = 400.0,
         on_served: Callable[[Served], None] | None = None,
     ) -> None:
         self.store = store
@@ -80,10 +82,18 @@ class KvServer:
         self.host = host
         self.port = port
         self.byte_scale = byte_scale
+        self.link_gbps = link_gbps
         self.fault: KvFault | None = None
         self.in_flight = 0
+        self._reads: set[Served] = set()
         self._server: asyncio.Server | None = None
         self._stalled: set[asyncio.StreamWriter] = set()
+
+    def longest_left(self, now: float) -> float:
+        """The most modelled link time, in seconds, any read under way still has (0 with none): how long a
+        transfer in flight now has before it completes (``prefill_crash`` lands its kill in one with time left)."""
+        ends = (r.modelled_end for r in self._reads if r.modelled_end is not None and r.failure is None)
+        return max((end - now for end in ends if end > now), default=0.0)
 
     async def start(self) -> None:
         """Bind and listen (call inside the replica's loop)."""
@@ -109,6 +119,7 @@ class KvServer:
                 await _send(writer, {"state": "error", "reason": f"unknown transfer {request.get('transfer_id')!r}"})
                 return
             served = Served(transfer, str(request.get("consumer", "")), time.time(), state=transfer.state)
+            self._reads.add(served)
             await self._send_transfer(served, reader, writer)
         except (KvWireError, ConnectionError) as exc:
             log.info("KV read ended early: %s", exc)
@@ -116,6 +127,8 @@ class KvServer:
                 served.fail("link_closed", f"the KV link closed mid-transfer: {exc}")
         finally:
             self.in_flight -= 1
+            if served is not None:
+                self._reads.discard(served)
             self._stalled.discard(writer)
             writer.close()
             if served is not None and not served.ended:
@@ -153,6 +166,7 @@ class KvServer:
             return
         self._move(served, TransferState.STARTED)
         size = served.size = payload_bytes(transfer.modelled_bytes, self.byte_scale)
+        served.modelled_end = served.started + transfer.modelled_bytes * 8 / (self.link_gbps * 1e9)
         await _send(writer, self._started(transfer, fault, size))
         self._move(served, TransferState.IN_FLIGHT)
         if fault is not None and fault.mode is KvFaultMode.FAIL and fault.point is FailPoint.IN_FLIGHT:

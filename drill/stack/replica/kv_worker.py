@@ -87,7 +87,9 @@ class PrefillKv:
             free_after_s=kv.free_after,
         )
         host, port = _split(launch.kv_listen or f"{launch.host}:0")
-        self.server = KvServer(self.store, host=host, port=port, byte_scale=kv.byte_scale, on_served=self.record)
+        self.server = KvServer(
+            self.store, host=host, port=port, byte_scale=kv.byte_scale, link_gbps=kv.link_gbps, on_served=self.record
+        )
         self.tracing = tracing
 
     async def start(self) -> None:
@@ -166,6 +168,7 @@ class PrefillKv:
             "kv_port": self.server.port,
             "pending": self.store.pending,
             "in_flight": self.server.in_flight,
+            "longest_left_s": round(self.server.longest_left(time.time()), 6),
             "version": self.store.version,
             "counts": {state.value: n for state, n in self.store.counts.items()},
             "fault": fault.model_dump(mode="json") if fault else None,

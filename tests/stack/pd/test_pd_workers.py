@@ -170,3 +170,24 @@ async def test_a_share_of_transfers_is_hit_as_the_seed_decides(pd_pair) -> None:
         await pair.set_fault(mode="corrupt", share=0.5, seed=7)
         statuses = {i: (await pair.prefill_then_decode(i)).status_code for i in ids}
     assert [i for i, status in statuses.items() if status == 500] == expected
+
+
+async def test_the_prefill_worker_says_how_much_modelled_link_time_its_transfer_in_flight_has_left(pd_pair) -> None:
+    """``GET /admin/kv``'s ``longest_left_s``: what ``prefill_crash`` waits on to land its kill mid-transfer."""
+    modelled_s = 4 * 131_072 * 8 / (0.004 * 1e9)  # 4 tokens of llama-3-8b's KV over a 4 Mb/s link: 1.05 s
+    async with pd_pair(link_gbps=0.004) as pair:
+        url = f"{pair.prefill.server.url}/admin/kv"
+        idle = (await pair.http.get(url, headers=ADMIN)).json()
+        load = asyncio.create_task(pair.prefill_then_decode("req-slow-link"))
+        seen = []
+        while not load.done():
+            state = (await pair.http.get(url, headers=ADMIN)).json()
+            if state["in_flight"]:
+                seen.append(state["longest_left_s"])
+            await asyncio.sleep(0.05)
+        response = await load
+        after = (await pair.http.get(url, headers=ADMIN)).json()
+    assert response.status_code == 200 and response.headers["x-drill-kv-transfer"].startswith("state=consumed")
+    assert idle["longest_left_s"] == after["longest_left_s"] == 0 and after["in_flight"] == 0
+    assert len(seen) >= 5 and 0.5 * modelled_s < max(seen) <= modelled_s, seen
+    assert seen == sorted(seen, reverse=True) and min(seen) < 0.5 * modelled_s, seen  # it counts down

@@ -12,6 +12,7 @@ from pydantic import Field
 from drill.api import Check, CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
 from drill.checks.builtin import PhaseName
 from drill.checks.judging import (
+    HARNESS_LAG_MS,
     is_counted,
     pool_settings,
     records_in,
@@ -22,7 +23,7 @@ from drill.checks.judging import (
 from drill.checks.truth import measurement_truth_figures, measurement_truth_units
 from drill.rundir.evidence import RunEvidence
 from drill.rundir.records import ErrorClass, RequestRecord
-from drill.stats import percentiles
+from drill.stats import percentile, percentiles
 from drill.units import Duration
 
 __all__ = ["FastFailureCheck", "FastFailureParams"]
@@ -150,6 +151,8 @@ class FastFailureCheck(Check):
         notes = self._notes(tally) + truth_notes
         refs = _evidence_refs(tally) + truth_refs
         status, message = self._judge(tally, observed)
+        if status is Status.FAIL and (late := self._harness_late(evidence, records, observed, units)) is not None:
+            status, message = Status.INCONCLUSIVE, f"the load generator sent late, not the target: {message}; {late}"
         return self.verdict(
             status,
             message,
@@ -159,6 +162,35 @@ class FastFailureCheck(Check):
             evidence=refs,
             window=p.phase,
             notes=tuple(notes),
+        )
+
+    def _harness_late(
+        self, evidence: RunEvidence, records: list[RequestRecord], observed: dict, units: dict
+    ) -> str | None:
+        """When the load generator's own lateness made the FAIL: the attempts went out more than
+        :data:`~drill.checks.judging.HARNESS_LAG_MS` late at p99, and judged from their sends (the lateness taken
+        off every latency) the window passes. Says so, and adds the ``from_send.*`` figures to ``observed``; None
+        when the FAIL is the target's. Time-to-failure counts from the intended start so that a target that makes
+        its clients wait is charged for it; the schedule lag ends where the generator starts the request, before
+        it connects, so it is the harness's alone."""
+        lags = [r.schedule_lag_ms for r in records if is_counted(r) and r.schedule_lag_ms is not None]
+        lag_p99 = percentile(lags, 99.0)
+        if lag_p99 is None or lag_p99 <= HARNESS_LAG_MS:
+            return None
+        sent = [r.measured_from_send() for r in records]
+        tally = self._tally(evidence, sent)
+        from_send, _ = self._observed(tally, sent)
+        status, message = self._judge(tally, from_send)
+        if status is not Status.PASS:
+            return None
+        observed["schedule_lag_p99_ms"] = round(lag_p99, 3)
+        units["schedule_lag_p99_ms"] = "ms"
+        for name in ("timeout_share", "waited_share", "refusal_ttf_p99_ms"):
+            observed[f"from_send.{name}"] = from_send[name]
+            units[f"from_send.{name}"] = units[name]
+        return (
+            f"measured from the sends, {message} (its attempts went out {lag_p99:.0f}ms late at p99, more than "
+            f"{HARNESS_LAG_MS:g}ms: a busy or stalled harness machine)"
         )
 
     # --- sorting the attempts -------------------------------------------------------------------------

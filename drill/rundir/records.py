@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from drill.fieldtypes import check_fields, field_rules
@@ -149,6 +149,22 @@ class RequestRecord:
         end = self.chunk_offsets_ms[-1] if self.chunk_offsets_ms else self.e2e_ms
         return (end - self.ttft_ms) / (n - 1)
 
+    def measured_from_send(self) -> RequestRecord:
+        """This attempt with its latencies (status line, first chunk, chunk offsets, last byte) measured from its send
+        instead of its intended start: ``schedule_lag_ms``, the generator's own lateness, taken off. What the target
+        did, without the harness's part; the gaps (ITL, TPOT) are the same."""
+        lag = self.schedule_lag_ms or 0.0
+        if not lag:
+            return self
+        return replace(
+            self,
+            headers_ms=None if self.headers_ms is None else self.headers_ms - lag,
+            ttft_ms=None if self.ttft_ms is None else self.ttft_ms - lag,
+            e2e_ms=None if self.e2e_ms is None else self.e2e_ms - lag,
+            chunk_offsets_ms=[offset - lag for offset in self.chunk_offsets_ms],
+            schedule_lag_ms=0.0,
+        )
+
     def itl_ms(self) -> list[float]:
         """Gaps between successive content chunks (vLLM bench ITL)."""
         offs = self.chunk_offsets_ms
@@ -205,7 +221,7 @@ def latency_values(records: Iterable[RequestRecord], metric: str, from_send: boo
         return [t for r in records if (t := r.tpot_ms) is not None]
     attr = "ttft_ms" if metric == "ttft" else "e2e_ms"
     if from_send:
-        return [v - (r.schedule_lag_ms or 0.0) for r in records if (v := getattr(r, attr)) is not None]
+        records = map(RequestRecord.measured_from_send, records)
     return [v for r in records if (v := getattr(r, attr)) is not None]
 
 

@@ -181,3 +181,48 @@ def test_a_gateway_timeout_is_a_timeout_whatever_the_client_deadline(tmp_path: P
     verdict = _judge(kit)
     assert verdict.status is Status.FAIL
     assert verdict.observed["timeout"] == 25 and verdict.observed["other_error"] == 0
+
+
+def _late_flood(kit: RunKit, lag_ms: float, refusal_ms: float = 300.0) -> None:
+    """40 refusals and 40 successes whose attempts the generator sent ``lag_ms`` late (every latency is from the
+    intended start, so the lag is in each): ``refusal_ms`` and a 300 ms TTFT from the send."""
+    for i in range(40):
+        kit.request(
+            75 + i,
+            status=503,
+            error="refused",
+            headers_ms=lag_ms + refusal_ms,
+            e2e_ms=lag_ms + refusal_ms,
+            schedule_lag_ms=lag_ms,
+            sent_ts=75 + i + lag_ms / 1000,
+        )
+        kit.request(75 + i, ttft_ms=lag_ms + 300, e2e_ms=lag_ms + 900, schedule_lag_ms=lag_ms, sent_ts=75 + i)
+
+
+def test_a_fail_that_only_the_load_generator_s_lateness_made_is_inconclusive_with_the_figures_from_the_send(
+    tmp_path: Path,
+) -> None:
+    """Real vLLM on a saturated 2-core machine: its queue cap refused within 1.5 s of each send, but the generator
+    sent up to 1.7 s late, so the refusals took 2.6 s from their intended starts and the check blamed the target."""
+    kit = _kit(tmp_path)
+    _late_flood(kit, lag_ms=1500)
+    verdict = _judge(kit, refusal_p99="1s")
+    assert verdict.status is Status.INCONCLUSIVE, verdict.message
+    assert verdict.message.startswith("the load generator sent late, not the target: 50.0% of the attempts not served")
+    assert "refusals took 1800ms at p99 (budget 1000ms)" in verdict.message
+    assert "measured from the sends, overload was refused quickly, p99 300ms" in verdict.message
+    assert "went out 1500ms late at p99" in verdict.message
+    assert verdict.observed["refusal_ttf_p99_ms"] == 1800 and verdict.observed["from_send.refusal_ttf_p99_ms"] == 300
+    assert verdict.observed["left_to_wait"] == 40 and verdict.observed["from_send.waited_share"] == 0.0
+    assert verdict.observed["schedule_lag_p99_ms"] == 1500 and verdict.units["from_send.refusal_ttf_p99_ms"] == "ms"
+
+
+def test_a_fail_that_holds_from_the_send_or_a_lateness_too_small_to_matter_stays_the_target_s(tmp_path: Path) -> None:
+    slow = _kit(tmp_path / "slow")
+    _late_flood(slow, lag_ms=1500, refusal_ms=1200)  # slow to refuse even from the send
+    verdict = _judge(slow, refusal_p99="1s")
+    assert verdict.status is Status.FAIL and "from_send.refusal_ttf_p99_ms" not in verdict.observed, verdict.message
+    on_time = _kit(tmp_path / "on-time")
+    _late_flood(on_time, lag_ms=40, refusal_ms=980)  # 40 ms late: within HARNESS_LAG_MS, the breach is the target's
+    verdict = _judge(on_time, refusal_p99="1s")
+    assert verdict.status is Status.FAIL and verdict.message.startswith("refusals took 1020ms"), verdict.message

@@ -77,7 +77,13 @@ def test_with_max_num_queued_reqs_the_excess_is_refused_fast_and_fast_failure_pa
     print(f"--max-num-queued-reqs 4, fault phase: {dict(outcomes)}; fast_failure: {verdict['message']}")
     assert candidate.status("not-broken") == "PASS", candidate.verdicts["not-broken"]
     assert outcomes["refused"] >= 10 and outcomes["timeout"] == 0, outcomes
-    assert verdict["status"] == "PASS", verdict
+    if verdict["status"] == "INCONCLUSIVE":  # the generator, starved beside vLLM's engine, sent late (once 1.7 s):
+        # judged from the sends the window passes, and the verdict says the lateness was the harness's
+        assert verdict["message"].startswith("the load generator sent late, not the target"), verdict
+        budget = float(verdict["expected"]["refusal_ttf_p99_ms"].removeprefix("<= "))
+        assert verdict["observed"]["from_send.refusal_ttf_p99_ms"] <= budget, verdict
+    else:
+        assert verdict["status"] == "PASS", verdict
     assert verdict["observed"]["refusals_with_retry_after"] == 0  # vLLM sends no Retry-After
 
 

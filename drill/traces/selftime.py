@@ -46,16 +46,19 @@ def critical_children(table: SpanTable, parent: np.ndarray, child: np.ndarray | 
     last = np.ones(len(by_end), dtype=bool)
     last[:-1] = parent[by_end[1:]] != parent[by_end[:-1]]
     before = _finished_before(table, parent, by_end, t0)
-    frontier = by_end[last]
+    on_path = np.zeros(len(by_end), dtype=bool)  # per position in by_end: no table-sized columns
+    frontier = np.flatnonzero(last)
     while len(frontier):
-        critical[frontier] = True
+        on_path[frontier] = True
         frontier = before[frontier]
-        frontier = frontier[(frontier >= 0) & ~critical[np.maximum(frontier, 0)]]
+        frontier = frontier[(frontier >= 0) & ~on_path[np.maximum(frontier, 0)]]
+    critical[by_end[on_path]] = True
     return critical
 
 
 def _finished_before(table: SpanTable, parent: np.ndarray, by_end: np.ndarray, t0: int) -> np.ndarray:
-    """int64 per row: the sibling that ended last at or before the row's start (-1: none).
+    """int64 per position in ``by_end``: the position of the sibling that ended last at or before its start (-1:
+    none).
 
     ``by_end`` is sorted by (parent, end): a binary search of each child's start among its parent's ends
     (one int64 key per (parent, time)), kept when the end found is the same parent's."""
@@ -68,9 +71,7 @@ def _finished_before(table: SpanTable, parent: np.ndarray, by_end: np.ndarray, t
     found = np.searchsorted(keys, (dense << 42) | np.maximum(start, 0), side="right") - 1
     found -= found == np.arange(len(by_end))  # a zero-length child finds its own end: the one before it
     same = (found >= 0) & (dense[np.maximum(found, 0)] == dense)
-    out = np.full(len(table), -1, dtype=np.int64)
-    out[by_end[same]] = by_end[found[same]]
-    return out
+    return np.where(same, found, -1)
 
 
 def _finished_before_merged(table: SpanTable, parent: np.ndarray, by_end: np.ndarray) -> np.ndarray:
@@ -84,10 +85,11 @@ def _finished_before_merged(table: SpanTable, parent: np.ndarray, by_end: np.nda
     seen = np.maximum.accumulate(position)
     starts = np.flatnonzero(is_start[order])
     found = seen[starts]
-    child = by_end[order[starts] - n]
-    same = (found >= 0) & (parent[by_end[np.maximum(found, 0)]] == parent[child])
-    out = np.full(len(table), -1, dtype=np.int64)
-    out[child[same]] = by_end[found[same]]
+    at = order[starts] - n  # the position in by_end of each start
+    found -= found == at  # a zero-length child finds its own end: the one before it
+    same = (found >= 0) & (parent[by_end[np.maximum(found, 0)]] == parent[by_end[at]])
+    out = np.full(len(by_end), -1, dtype=np.int64)
+    out[at[same]] = found[same]
     return out
 
 

@@ -139,6 +139,26 @@ def test_self_time_follows_the_critical_path_not_parallel_children():
     assert own[rows["fan-out"]] == pytest.approx((100 - 80 - 8) * 1e6)
 
 
+def test_both_ways_of_finding_the_sibling_that_ended_before_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The binary search over packed (parent, end) keys, and the merged sort it falls back to for times or parent
+    counts the keys cannot hold, give the same critical path on a random tree (with ties and zero-length spans)."""
+    from drill.traces import selftime
+
+    rng = random.Random(5)
+    spans = []
+    for trace in range(60):
+        root = span(trace + 1, "root", start_ms=0, end_ms=100)
+        spans.append(root)
+        for i in range(rng.randint(1, 6)):
+            start = rng.choice([0, 10, 20, 20, 40])
+            spans.append(span(trace + 1, f"c{i}", parent=root, start_ms=start, end_ms=start + rng.choice([0, 5, 20])))
+    table = SpanTable.from_spans(spans)
+    fast = critical_children(table, table.parent_row)
+    monkeypatch.setattr(selftime, "_finished_before", lambda t, p, b, t0: selftime._finished_before_merged(t, p, b))
+    merged = critical_children(table, table.parent_row)
+    assert 0 < fast.sum() < len(table) - 60 and (fast == merged).all()
+
+
 def test_direct_links_hold_the_time_around_a_call_without_a_client_span():
     caller = span(1, "GET /", service="web", kind="SERVER", start_ms=0, end_ms=50)
     callee = span(1, "GET /api", service="api", kind="SERVER", parent=caller, start_ms=5, end_ms=35)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from drill.errors import StackError
 from drill.stack.kv.transfers import TransferState
-from drill.stack.kv.wire import KvWireError, encode_frame, read_frame
+from drill.stack.kv.wire import KvWireError, encode_frame, link_seconds, read_frame
 
 __all__ = ["FAILURE_POINTS", "KvLoad", "KvReadPlan", "KvTransferError", "read_transfer"]
 
@@ -110,8 +110,7 @@ async def _read(plan: KvReadPlan, progress: _Progress, started: float) -> KvLoad
         progress.state = TransferState.DONE
         load = _load(head, size, started)
         _check(plan, load, progress)
-        modelled_s = load.modelled_bytes * 8 / (plan.link_gbps * 1e9)
-        await _hold_link(reader, modelled_s - (time.monotonic() - started))
+        await _hold_link(reader, link_seconds(load.modelled_bytes, plan.link_gbps) - (time.monotonic() - started))
         writer.write(encode_frame({"op": "consumed"}))
         await writer.drain()
         progress.state = TransferState.CONSUMED

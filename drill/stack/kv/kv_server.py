@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from drill.stack.kv.kv_faults import Corruption, FailPoint, KvFault, KvFaultMode
 from drill.stack.kv.transfers import KvStore, Transfer, TransferState
-from drill.stack.kv.wire import KvWireError, encode_frame, payload_bytes, read_frame
+from drill.stack.kv.wire import KvWireError, encode_frame, link_seconds, payload_bytes, read_frame
 
 __all__ = ["HOLDER_FAILURES", "KvServer", "Served"]
 
@@ -166,7 +166,7 @@ class KvServer:
             return
         self._move(served, TransferState.STARTED)
         size = served.size = payload_bytes(transfer.modelled_bytes, self.byte_scale)
-        served.modelled_end = served.started + transfer.modelled_bytes * 8 / (self.link_gbps * 1e9)
+        served.modelled_end = served.started + link_seconds(transfer.modelled_bytes, self.link_gbps)
         await _send(writer, self._started(transfer, fault, size))
         self._move(served, TransferState.IN_FLIGHT)
         if fault is not None and fault.mode is KvFaultMode.FAIL and fault.point is FailPoint.IN_FLIGHT:

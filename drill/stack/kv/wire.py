@@ -31,6 +31,7 @@ __all__ = [
     "KvWireError",
     "decode_frame",
     "encode_frame",
+    "link_seconds",
     "payload_bytes",
     "read_frame",
 ]
@@ -76,6 +77,12 @@ async def read_frame(reader: asyncio.StreamReader) -> dict[str, object]:
         return decode_frame(await reader.readexactly(size))
     except asyncio.IncompleteReadError as exc:
         raise KvWireError("the KV link closed mid-transfer") from exc
+
+
+def link_seconds(modelled_bytes: int, link_gbps: float) -> float:
+    """How long ``modelled_bytes`` of KV cache take on the modelled link (``bytes × 8 / link_gbps``): the least a
+    transfer takes, as the reader holds it (:mod:`drill.stack.kv.kv_client`) and the holder counts it down."""
+    return modelled_bytes * 8 / (link_gbps * 1e9)
 
 
 def payload_bytes(modelled_bytes: int, byte_scale: float) -> int:

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from drill.api import Check, CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
-from drill.checks.judging import HARNESS_LAG_MS, breach_from_send, meets_slo, record_metric_ms
+from drill.checks.judging import breach_from_send, harness_late, meets_slo, record_metric_ms
 from drill.checks.truth import measurement_truth_figures, measurement_truth_units
 from drill.rundir.evidence import FaultOutcome, RunEvidence
 from drill.rundir.journal import Event
@@ -217,7 +217,7 @@ class SloCheck(Check):
         notes += [f"not the target's: {x}" for x in late] if breaches else []
         extra: dict[str, Any] = {"units": units, "evidence": refs + truth_refs, "notes": tuple(notes)}
         if late and not breaches:
-            detail = _late_detail(late)
+            detail = harness_late("; ".join(late), "its own lateness moved the percentile by")
             return self.verdict(
                 Status.INCONCLUSIVE, detail, observed=observed, expected=expected, window=p.phase, **extra
             )
@@ -255,13 +255,6 @@ class SloCheck(Check):
         return self.verdict(
             Status.PASS, f"every SLO held in {phase}", observed=observed, expected=expected, window=phase, **extra
         )
-
-
-def _late_detail(late: list[str]) -> str:
-    return (
-        f"the load generator sent late, not the target: {'; '.join(late)} (its own lateness moved the percentile "
-        f"by more than {HARNESS_LAG_MS:g} ms: a busy or stalled harness machine)"
-    )
 
 
 _GOODPUT_UNITS = {"share": "ratio", "requests_per_s": "requests/s", "tokens_per_s": "tokens/s", "requests": "requests"}

@@ -13,6 +13,7 @@ from drill.api import Check, CheckParams, EvidenceKind, EvidenceRef, Status, Ver
 from drill.checks.builtin import PhaseName
 from drill.checks.judging import (
     HARNESS_LAG_MS,
+    harness_late,
     is_counted,
     pool_settings,
     records_in,
@@ -151,8 +152,11 @@ class FastFailureCheck(Check):
         notes = self._notes(tally) + truth_notes
         refs = _evidence_refs(tally) + truth_refs
         status, message = self._judge(tally, observed)
-        if status is Status.FAIL and (late := self._harness_late(evidence, records, observed, units)) is not None:
-            status, message = Status.INCONCLUSIVE, f"the load generator sent late, not the target: {message}; {late}"
+        if (
+            status is Status.FAIL
+            and (late := self._harness_late(evidence, records, observed, units, message)) is not None
+        ):
+            status, message = Status.INCONCLUSIVE, late
         return self.verdict(
             status,
             message,
@@ -165,14 +169,14 @@ class FastFailureCheck(Check):
         )
 
     def _harness_late(
-        self, evidence: RunEvidence, records: list[RequestRecord], observed: dict, units: dict
+        self, evidence: RunEvidence, records: list[RequestRecord], observed: dict, units: dict, failed: str
     ) -> str | None:
         """When the load generator's own lateness made the FAIL: the attempts went out more than
-        :data:`~drill.checks.judging.HARNESS_LAG_MS` late at p99, and judged from their sends (the lateness taken
-        off every latency) the window passes. Says so, and adds the ``from_send.*`` figures to ``observed``; None
-        when the FAIL is the target's. Time-to-failure counts from the intended start so that a target that makes
-        its clients wait is charged for it; the schedule lag ends where the generator starts the request, before
-        it connects, so it is the harness's alone."""
+        :data:`~drill.checks.judging.HARNESS_LAG_MS` late at p99, and judged from their sends (the lateness
+        taken off every latency) the window passes. Says so, after ``failed`` (the FAIL's message), and adds the
+        ``from_send.*`` figures to ``observed``; None when the FAIL is the target's. Time-to-failure counts from
+        the intended start so that a target that makes its clients wait is charged for it; the schedule lag ends
+        where the generator starts the request, before it connects, so it is the harness's alone."""
         lags = [r.schedule_lag_ms for r in records if is_counted(r) and r.schedule_lag_ms is not None]
         lag_p99 = percentile(lags, 99.0)
         if lag_p99 is None or lag_p99 <= HARNESS_LAG_MS:
@@ -188,9 +192,8 @@ class FastFailureCheck(Check):
         for name in ("timeout_share", "waited_share", "refusal_ttf_p99_ms"):
             observed[f"from_send.{name}"] = from_send[name]
             units[f"from_send.{name}"] = units[name]
-        return (
-            f"measured from the sends, {message} (its attempts went out {lag_p99:.0f}ms late at p99, more than "
-            f"{HARNESS_LAG_MS:g}ms: a busy or stalled harness machine)"
+        return harness_late(
+            f"{failed}; measured from the sends, {message}", f"its attempts went out {lag_p99:.0f} ms late at p99"
         )
 
     # --- sorting the attempts -------------------------------------------------------------------------

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HARNESS_LAG_MS",
+    "harness_late",
     "PoolSettings",
     "breach_from_send",
     "is_counted",
@@ -110,6 +111,16 @@ def record_metric_ms(record: RequestRecord, metric: str) -> float | None:
 #: The load generator's own lateness (ms) past which a figure measured the harness machine too: a capacity point
 #: whose arrivals went out this late (p95), or an SLO percentile that lateness moved by this much.
 HARNESS_LAG_MS = 50.0
+
+
+def harness_late(finding: str, lateness: str) -> str:
+    """The message of a verdict made INCONCLUSIVE because the load generator's own lateness made its FAIL (``slo``,
+    ``fast_failure``): what was found, and how late the generator was (``lateness``, e.g. "its attempts went out
+    1600 ms late at p99"), which was more than :data:`HARNESS_LAG_MS`."""
+    return (
+        f"the load generator sent late, not the target: {finding} ({lateness}, more than {HARNESS_LAG_MS:g} ms: a "
+        "busy or stalled harness machine)"
+    )
 
 
 def breach_from_send(

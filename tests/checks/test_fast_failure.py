@@ -211,7 +211,7 @@ def test_a_fail_that_only_the_load_generator_s_lateness_made_is_inconclusive_wit
     assert verdict.message.startswith("the load generator sent late, not the target: 50.0% of the attempts not served")
     assert "refusals took 1800ms at p99 (budget 1000ms)" in verdict.message
     assert "measured from the sends, overload was refused quickly, p99 300ms" in verdict.message
-    assert "went out 1500ms late at p99" in verdict.message
+    assert "went out 1500 ms late at p99" in verdict.message
     assert verdict.observed["refusal_ttf_p99_ms"] == 1800 and verdict.observed["from_send.refusal_ttf_p99_ms"] == 300
     assert verdict.observed["left_to_wait"] == 40 and verdict.observed["from_send.waited_share"] == 0.0
     assert verdict.observed["schedule_lag_p99_ms"] == 1500 and verdict.units["from_send.refusal_ttf_p99_ms"] == "ms"

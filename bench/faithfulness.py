@@ -43,6 +43,7 @@ from tests.vllm.servers import (  # noqa: E402
     VllmServer,
     free_port,
     make_model,
+    server_cpus,
     start_router,
     start_server,
     vllm_command,
@@ -77,6 +78,9 @@ VARIANTS: dict[str, list[tuple[str, list[str]]]] = {
     ],
 }
 RESTART_TIMEOUT_S = 240.0
+#: The floods: vLLM's servers run on every CPU but one, which the harness keeps (tests/vllm/servers.py's
+#: ``server_cpus``); the other drills' servers run on every CPU, as in tests/vllm.
+ISOLATED = ("unbounded-queue", "priority-isolation")
 
 
 @dataclass
@@ -170,6 +174,11 @@ class VllmSide:
             print(f"  {name} {' '.join(flags)}: healthy after {self.startup_s[-1]} s", file=sys.stderr)
         return self.servers[name]
 
+    def place(self, isolated: bool) -> None:
+        """Every running server on the CPUs ``server_cpus(isolated)`` gives (a server started later: on its own)."""
+        for server in self.servers.values():
+            server.place(server_cpus(isolated))
+
     def drop(self, name: str) -> None:
         server = self.servers.pop(name, None)
         if server is not None:
@@ -180,6 +189,7 @@ class VllmSide:
             self.drop(name)
 
     def run(self, drill: dict, label: str) -> Side:
+        self.place(isolated=drill["name"].removesuffix("-vllm") in ISOLATED)
         return side_of(run_drill(drill, self.folder / "runs" / label, timeout_s=900))
 
     def two_replicas(self, make: Callable[[str, list[dict], int], dict], label: str) -> Side:

@@ -112,8 +112,8 @@ class JaegerServer:
         if self.process is None or self.process.poll() is not None:
             return
         self.process.terminate()
-        try:
-            self.process.wait(10)
+        try:  # Jaeger's graceful shutdown took the whole 10 s this waited before (nothing of it is kept)
+            self.process.wait(2)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(5)

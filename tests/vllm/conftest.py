@@ -25,7 +25,15 @@ from pathlib import Path
 import pytest
 
 from tests.supervised_server import free_port, run_last, say
-from tests.vllm.servers import INSTALL_WAIT_S, ServerError, VllmServer, make_model, start_server, vllm_command
+from tests.vllm.servers import (
+    INSTALL_WAIT_S,
+    ServerError,
+    VllmServer,
+    make_model,
+    server_cpus,
+    start_server,
+    vllm_command,
+)
 
 HERE = Path(__file__).resolve().parent
 MAX_RUNNING = 2
@@ -88,12 +96,14 @@ class ServerPool:
         self.vllm, self.model, self.folder, self.otlp_port, self._say = vllm, model, folder, otlp_port, say
         self._running: dict[str, VllmServer] = {}  # oldest use first
 
-    def get(self, name: str, *flags: str) -> VllmServer:
+    def get(self, name: str, *flags: str, isolated: bool = False) -> VllmServer:
         """A healthy server called ``name`` with ``flags`` (the same name must always get the same flags)."""
-        return self.get_many({name: flags})[name]
+        return self.get_many({name: flags}, isolated=isolated)[name]
 
-    def get_many(self, wanted: dict[str, tuple[str, ...]]) -> dict[str, VllmServer]:
-        """Several servers at once: those not running start together (vLLM takes 20-60 s to start)."""
+    def get_many(self, wanted: dict[str, tuple[str, ...]], isolated: bool = False) -> dict[str, VllmServer]:
+        """Several servers at once: those not running start together (vLLM takes 20-60 s to start). ``isolated``:
+        they run on every CPU but one, which the harness keeps (a flood drill's load generator must not starve beside
+        vLLM's busy-polling engine, servers.py's ``server_cpus``); otherwise on every CPU."""
         for name, flags in wanted.items():
             known = self._running.get(name)
             if known is not None and known.flags != tuple(flags):
@@ -105,7 +115,7 @@ class ServerPool:
             self.stop(old)
         for name in missing:
             self._running[name] = start_server(self.vllm, self.model, self.folder, name, wanted[name], self.otlp_port)
-        got = {}
+        got, cpus = {}, server_cpus(isolated)
         for name in wanted:
             server = self._running.pop(name)
             self._running[name] = server  # the most recently used last
@@ -117,7 +127,10 @@ class ServerPool:
             if name in missing:
                 server.started_s = took
                 self._say(f"{name} {' '.join(server.flags)} healthy after {took:.1f} s ({server.url})")
+            server.place(cpus)
             got[name] = server
+        if isolated:
+            self._say(f"{', '.join(wanted)} on CPU(s) {sorted(cpus)}, the harness on the rest")
         return got
 
     def stop(self, name: str) -> None:

@@ -131,6 +131,11 @@ class VllmServer(SupervisedServer):
     poll_s: ClassVar[float] = 0.25
     stop_timeout_s: ClassVar[float] = 30.0
 
+    def place(self, cpus: set[int]) -> None:
+        """Run the server (its supervisor and every process and thread under it) on ``cpus`` only."""
+        if self.process.poll() is None:
+            pin(self.process.pid, cpus)
+
 
 def start_server(
     vllm: Path, model: Path, folder: Path, name: str, flags: tuple[str, ...] = (), otlp_port: int | None = None
@@ -140,6 +145,52 @@ def start_server(
     command = serve_command(vllm, model, port, otlp_port, flags)
     process, pid_file, log = start_supervised(command, folder, name, server_env(otlp_port, name), cwd=folder)
     return VllmServer(f"http://127.0.0.1:{port}", port, pid_file, log, process, name, tuple(flags))
+
+
+def process_tree(root: int) -> list[int]:
+    """``root`` and every process under it (from /proc), parents first; those that end meanwhile are skipped."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text(encoding="utf-8")
+            except OSError:
+                continue
+            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])  # after "pid (comm) state"
+            children.setdefault(ppid, []).append(int(entry.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop(0)
+        tree.append(pid)
+        todo += children.get(pid, [])
+    return tree
+
+
+def pin(root: int, cpus: set[int]) -> int:
+    """Every thread of ``root``'s process tree may run only on ``cpus`` (threads and processes started later inherit
+    it, so a restarted server keeps its place); the number of threads placed."""
+    placed = 0
+    for pid in process_tree(root):
+        try:
+            tids = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                os.sched_setaffinity(tid, cpus)
+                placed += 1
+            except OSError:  # the thread ended meanwhile
+                pass
+    return placed
+
+
+def server_cpus(isolated: bool) -> set[int]:
+    """Where the servers run. ``isolated``: every CPU but the last, which the harness keeps (its load generator, the
+    drill's receiver). Under a flood vLLM's CPU build busy-polls (its engine core and worker took 1.74 of 2 cores,
+    docs/vllm-cpu.md); sharing every core with it, the load generator went without CPU for up to 5 s and sent late.
+    Otherwise (or on a 1-CPU machine) every CPU this process may use."""
+    every = os.sched_getaffinity(0)
+    return every - {max(every)} if isolated and len(every) > 1 else set(every)
 
 
 @dataclass

@@ -17,7 +17,7 @@ SLO_MS = 1000  # the fitted interactive TTFT p95 SLO (tests/vllm/catalogue.py, p
 
 @pytest.fixture(scope="module")
 def priority_runs(vllm_servers: ServerPool, vllm_otlp_port: int, tmp_path_factory) -> tuple[DrillRun, DrillRun]:
-    servers = vllm_servers.get_many({DEFAULT: (), PRIORITY: PRIORITY_FLAGS})
+    servers = vllm_servers.get_many({DEFAULT: (), PRIORITY: PRIORITY_FLAGS}, isolated=True)
     folder = tmp_path_factory.mktemp("priority-isolation")
     fcfs = run_drill(catalogue.priority_isolation(servers[DEFAULT].url, vllm_otlp_port, priority=False), folder / "a")
     prio = run_drill(catalogue.priority_isolation(servers[PRIORITY].url, vllm_otlp_port, priority=True), folder / "b")

@@ -30,7 +30,7 @@ QUEUE_CAP = ("--max-num-queued-reqs", "4")
 @pytest.fixture(scope="module")
 def queue_runs(vllm_servers: ServerPool, vllm_otlp_port: int, tmp_path_factory) -> tuple[DrillRun, DrillRun]:
     # the first file of this folder (conftest.py's FILE_ORDER): vllm-0 is fresh, no replica drill has SIGKILLed it yet
-    servers = vllm_servers.get_many({DEFAULT: (), QUEUED: QUEUE_CAP})
+    servers = vllm_servers.get_many({DEFAULT: (), QUEUED: QUEUE_CAP}, isolated=True)
     drill = catalogue.unbounded_queue(servers[DEFAULT].url, vllm_otlp_port)
     change = f"target.config.url={servers[QUEUED].url}"
     baseline, candidate, folder = compare_drill(drill, change, tmp_path_factory.mktemp("unbounded-queue"))
@@ -99,7 +99,7 @@ def test_every_metric_name_and_label_the_metric_map_reads_is_on_vllm_s_own_metri
 ) -> None:
     """Captured from the two servers the comparison ran on (so the capped one has refused, and its counter of
     refusals has samples): each name the map reads, with exactly the labels the stack exports it with too."""
-    servers = vllm_servers.get_many({DEFAULT: (), QUEUED: QUEUE_CAP})
+    servers = vllm_servers.get_many({DEFAULT: (), QUEUED: QUEUE_CAP}, isolated=True)
     texts = {name: httpx.get(f"{s.url}/metrics", timeout=30, trust_env=False).text for name, s in servers.items()}
     labels: dict[str, set[str]] = {}
     for text in texts.values():

@@ -20,10 +20,11 @@ as no deviation": must be 0). ``--timing`` also times the analysis with and with
 
 ``--hard`` scores the corpus's hard cases instead (20-60 s baselines, intermittent faults, delays as a
 fraction, contention felt by the callers and in the contended service's CLIENT spans, the previous fault's
-tail and a load change in the baseline, dropped spans, clock skew, external calls:
-:class:`trace_corpus.Hardships`).
+tail and a load change in the baseline, dropped spans, clock skew, external calls, span names with an id per
+request: :class:`trace_corpus.Hardships`). ``--exact-names`` scores the analysis judging every span name apart
+(``AnalysisOptions.name_templates`` off), to show what templates of names with ids add.
 
-    .venv/bin/python bench/rca_accuracy.py [--cases 200] [--seed 0] [--hard] [--timing] [--json]
+    .venv/bin/python bench/rca_accuracy.py [--cases 200] [--seed 0] [--hard] [--exact-names] [--timing] [--json]
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import trace_corpus  # noqa: E402
 
-from drill.traces.analysis import AbnormalReport, find_abnormal  # noqa: E402
+from drill.traces.analysis import AbnormalReport, AnalysisOptions, find_abnormal  # noqa: E402
 from drill.traces.table import SpanTable  # noqa: E402
 
 K = 5
@@ -112,13 +113,14 @@ def _silent_not_judged(report: AbnormalReport) -> bool:
     return ranking.unjudged_spans * 2 > ranking.fault_spans or ranking.judged * 2 < ranking.pairs
 
 
-def run(cases: int, seed: int, hard: bool = False) -> dict:
+def run(cases: int, seed: int, hard: bool = False, exact_names: bool = False) -> dict:
     ranks: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     silent = inconclusive = 0
     for i in range(cases):
         kind = trace_corpus.KINDS[i % len(trace_corpus.KINDS)]
         case = trace_corpus.make_case(seed + i, kind, hard=hard)
-        report = find_abnormal(case.table, baseline_until_ns=case.injection_ns)
+        options = AnalysisOptions(name_templates=not exact_names)
+        report = find_abnormal(case.table, baseline_until_ns=case.injection_ns, options=options)
         silent += _silent_not_judged(report)
         inconclusive += report.inconclusive_reason is not None
         for method, ranking in (
@@ -131,6 +133,7 @@ def run(cases: int, seed: int, hard: bool = False) -> dict:
         "cases": cases,
         "seed": seed,
         "hard": hard,
+        "exact_names": exact_names,
         "not_judged_as_no_deviation": silent,
         "inconclusive": inconclusive,
         "methods": {},
@@ -168,7 +171,8 @@ def timing(cases: int, seed: int, reps: int = 3) -> dict:
 def _print(result: dict) -> None:
     methods = list(result["methods"])
     rows = list(result["methods"][methods[0]])
-    print(f"{result['cases']} {'hard ' if result['hard'] else ''}cases from seed {result['seed']}")
+    names = ", every span name judged apart" if result["exact_names"] else ""
+    print(f"{result['cases']} {'hard ' if result['hard'] else ''}cases from seed {result['seed']}{names}")
     print(f"{'kind':<18}{'n':>5}  " + "  ".join(f"{m + ' AC@1/AC@3/Avg@5':>36}" for m in methods))
     for row in rows:
         cells = []
@@ -196,8 +200,11 @@ def main() -> None:
     parser.add_argument("--timing", action="store_true", help="also time the analysis with and without the ranking")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--hard", action="store_true", help="the corpus's hard cases (trace_corpus.Hardships)")
+    parser.add_argument(
+        "--exact-names", action="store_true", help="judge every span name apart (no templates of names with ids)"
+    )
     args = parser.parse_args()
-    result = run(args.cases, args.seed, args.hard)
+    result = run(args.cases, args.seed, args.hard, args.exact_names)
     if args.timing:
         result["timing"] = timing(min(args.cases, 40), args.seed)
     if args.json:

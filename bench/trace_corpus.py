@@ -424,6 +424,7 @@ class Hardships:
     drop_share: float = 0.0  # spans lost (sampling, a full export queue): their children lose their parent
     skew_ms: float = 0.0  # each service's clock is off by up to this much
     client_cpu: float = 0.0  # cpu: the share of the slowdown its CLIENT spans' client-side work gets
+    id_names: tuple[str, ...] = ()  # HTTP operations whose spans are named by the raw path: an id per request
 
     def text(self) -> str:
         parts = []
@@ -439,6 +440,8 @@ class Hardships:
             parts.append(f"clock skew up to {self.skew_ms:.0f} ms")
         if self.client_cpu:
             parts.append(f"its CLIENT spans' client-side work {self.client_cpu:.0%} as contended")
+        if self.id_names:
+            parts.append(f"an id in the span names of {len(self.id_names)} operation(s)")
         return ", ".join(parts) or "none"
 
 
@@ -475,6 +478,9 @@ def _hardships(
     )
     if kind == "cpu" and rng.random() < 0.5:  # drawn last: the cases drawn before it stay as they were
         hardships = replace(hardships, client_cpu=rng.uniform(0.5, 1.0))
+    if rng.random() < 0.3:  # drawn after those, for the same reason; names only: the spans' times are as before
+        raw = [s for s in services if not s.database and rng.random() < 0.3]
+        hardships = replace(hardships, id_names=tuple(op.name for s in raw for op in s.operations if " /" in op.name))
     return fault, hardships
 
 
@@ -535,6 +541,12 @@ def _roughen(spans: _Spans, hardships: Hardships, rng: random.Random) -> SpanTab
     out = {k: [v for v, kept in zip(values, keep) if kept] for k, values in c.items()}
     for key in ("start_ns", "end_ns"):
         out[key] = [int(v + skew[s]) for v, s in zip(out[key], out["service"])]
+    if hardships.id_names:  # the request's id in the path, e.g. GET /svc-07/items/40913 (the caller's too)
+        raw = set(hardships.id_names)
+        out["name"] = [
+            f"{name}/{int(trace[:8], 16) % 100_000}" if name in raw else name
+            for name, trace in zip(out["name"], out["trace_id"])
+        ]
     return SpanTable.from_columns(**out)
 
 

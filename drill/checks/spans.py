@@ -92,6 +92,7 @@ class FirstAbnormalSpanParams(CheckParams):
     min_impact: float = Field(0.5, ge=0)  # a slow cause matters when it adds this share of the user-facing span
     min_judged_spans: int = Field(3, ge=1)  # baseline spans a pair needs to be judged at all; fewer: not judged
     min_ratio: float = Field(1.15, ge=1)  # a suspect's pair deviates when its self-time median grew this much
+    exact_names: bool = False  # judge every span name apart, even thin names that differ only in ids
     material: bool = True  # with expect/require: an immaterial first span is no PASS
     top: int = Field(5, ge=1)  # abnormal (service, name) pairs and suspects listed in observed
 
@@ -107,6 +108,7 @@ class FirstAbnormalSpanParams(CheckParams):
             min_impact=self.min_impact,
             min_judged_spans=self.min_judged_spans,
             min_ratio=self.min_ratio,
+            name_templates=not self.exact_names,
         )
 
     def expectations(self) -> list[SpanExpectation]:
@@ -141,7 +143,9 @@ class FirstAbnormalSpanCheck(Check):
     (1ms); ``child_presence`` (0.95); ``alpha`` (0.01); ``explain_share`` (0.5); ``min_impact`` (0.5);
     ``onset_tolerance`` (10ms); ``top`` (5); for the ranked suspects (``drill.traces.suspects``,
     ``docs/trace-analysis.md``): ``min_judged_spans`` (3) — baseline spans a pair needs to be judged at
-    all, ``min_ratio`` (1.15) — a deviating pair's self-time median ratio; ``material`` (true) — with
+    all, ``min_ratio`` (1.15) — a deviating pair's self-time median ratio, ``exact_names`` (false) — judge
+    every span name apart (by default thin names that differ only in ids, ``GET /orders/8812`` and
+    ``/orders/9107``, are one operation, ``drill.traces.names``); ``material`` (true) — with
     ``expect``/``require``, a first span below ``min_impact`` is no PASS ("nothing material deviated").
     ``expect: {service, within: k}`` asks for a suspect whose service matches among the first k.
 
@@ -406,4 +410,6 @@ def _report_notes(report: AbnormalReport) -> tuple[str, ...]:
         )
     if report.new_pairs:
         notes.append(f"{len(report.new_pairs)} pair(s) absent from the baseline: " + ", ".join(report.new_pairs[:5]))
+    if report.merged_names_text is not None:
+        notes.append(report.merged_names_text)
     return tuple(notes)

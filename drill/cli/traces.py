@@ -178,6 +178,11 @@ def traces() -> None:
     show_default=True,
     help="Materiality of the first abnormal span: its excess over the user-facing span's usual duration.",
 )
+@click.option(
+    "--exact-names",
+    is_flag=True,
+    help="Judge every span name apart, even thin names that differ only in ids (GET /orders/8812, /orders/9107).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def analyze(
     spans: tuple[Path, ...],
@@ -191,6 +196,7 @@ def analyze(
     alpha: float,
     min_ratio: float,
     min_impact: float,
+    exact_names: bool,
     as_json: bool,
 ) -> None:
     """Find the first abnormal span in SPANS and rank the abnormal (service, span name) pairs.
@@ -211,6 +217,7 @@ def analyze(
         alpha=alpha,
         min_ratio=min_ratio,
         min_impact=min_impact,
+        name_templates=not exact_names,
     )
     with handle_errors():
         _analyze(spans, records, until_ns, baseline_files, start_ns, top, as_json, options)
@@ -315,6 +322,8 @@ def _print(report: AbnormalReport, loaded: list[_Loaded], evidence: RunTraces) -
         console.print("what the flagged spans have in common:")
         for pair, skew in skews:
             console.print(f"  {pair.service} / {pair.name}: {skew.text}")
+    if report.merged_names_text is not None:
+        say((f"{report.merged_names_text} (--exact-names: judge each name apart)", "dim"))
     if report.thin_pairs or report.new_pairs:
         say(
             (

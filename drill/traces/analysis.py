@@ -71,6 +71,7 @@ from typing import Any
 
 import numpy as np
 
+from drill.traces.names import NameTemplates, name_templates
 from drill.traces.ranktest import order_by
 from drill.traces.suspects import CALLEE, PairEvidence, Ranking, Suspect, SuspectInputs, Thresholds, rank_suspects
 from drill.traces.table import KIND_NAMES, STATUS_NAMES, SpanTable, unique_ints
@@ -132,6 +133,7 @@ class AnalysisOptions:
     #                                  span's baseline median (errors and missing children always are)
     min_judged_spans: int = 3  # baseline spans a pair needs for the suspects' rank test; fewer: not judged
     min_ratio: float = 1.15  # a suspect's pair deviates when its self-time median grew this much (and significantly)
+    name_templates: bool = True  # thin span names that differ only in ids are one operation (drill.traces.names)
 
     def thresholds(self) -> Thresholds:
         return Thresholds(
@@ -258,6 +260,7 @@ class AbnormalReport:
     new_pairs: tuple[str, ...]  # fault-window pairs absent from the baseline
     options: AnalysisOptions = field(default_factory=AnalysisOptions)
     ranking: Ranking | None = None  # ranked suspects and what could be judged (None: ranking not asked for)
+    merged_names: tuple[tuple[str, int], ...] = ()  # (template, span names with ids it joined) judged as one
 
     @property
     def suspects(self) -> tuple[Suspect, ...]:
@@ -269,6 +272,15 @@ class AbnormalReport:
         if self.ranking is None or not self.ranking.mostly_unjudged or self.suspects:
             return None
         return self.ranking.unjudged_reason
+
+    @property
+    def merged_names_text(self) -> str | None:
+        """What ``merged_names`` says, in words (None: every span name was judged as it is)."""
+        if not self.merged_names:
+            return None
+        shown = ", ".join(f"{template} ({names} names)" for template, names in self.merged_names[:5])
+        more = f" and {len(self.merged_names) - 5} more" if len(self.merged_names) > 5 else ""
+        return f"span names that differ only in ids judged as one operation: {shown}{more}"
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -324,10 +336,21 @@ def _jump(parent: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     return top, depth, up >= 0
 
 
-def _group_codes(table: SpanTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Dense (service, name) pair code per row, and each pair's service and name codes."""
-    width = max(len(table.names), 1)
-    key = table.service.astype(np.int64) * width + table.name.astype(np.int64)
+def _operations(table: SpanTable, options: AnalysisOptions) -> NameTemplates:
+    """The operations the pairs are made of: each span name, or where ``options.name_templates`` merges thin names
+    that differ only in ids, their template."""
+    if not options.name_templates:
+        return NameTemplates(np.arange(len(table.names), dtype=np.int64), table.names, ())
+    spans = np.bincount(table.name, minlength=len(table.names))
+    return name_templates(table.names, spans, options.min_judged_spans)
+
+
+def _group_codes(table: SpanTable, operations: NameTemplates) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Dense (service, operation) pair code per row, and each pair's service and operation codes (an operation:
+    a span name, or the template of names that differ only in ids, :mod:`drill.traces.names`)."""
+    width = max(len(operations.names), 1)
+    name = operations.code[table.name] if operations.merged else table.name.astype(np.int64)
+    key = table.service.astype(np.int64) * width + name
     if len(table.services) * width <= 4_000_000:
         present = np.bincount(key, minlength=len(table.services) * width) > 0
         keys = np.flatnonzero(present)
@@ -832,8 +855,10 @@ def _pct(x: float) -> str:
     return f"{x * 100:.0f}%" if x >= 0.1 else f"{x * 100:.2g}%"
 
 
-def _pair_label(table: SpanTable, pair_service: np.ndarray, pair_name: np.ndarray, pair: int) -> str:
-    return f"{table.services[pair_service[pair]]}/{table.names[pair_name[pair]]}"
+def _pair_label(
+    table: SpanTable, names: tuple[str, ...], pair_service: np.ndarray, pair_name: np.ndarray, pair: int
+) -> str:
+    return f"{table.services[pair_service[pair]]}/{names[pair_name[pair]]}"
 
 
 @dataclass(frozen=True)
@@ -842,7 +867,8 @@ class _Context:
     tree: _Tree
     group: np.ndarray
     pair_service: np.ndarray
-    pair_name: np.ndarray
+    pair_name: np.ndarray  # codes into names
+    names: tuple[str, ...]  # the operations' names (span names, or templates of names with ids)
     model: _Model
     flags: _Flags
     missing: _Missing
@@ -850,7 +876,7 @@ class _Context:
     options: AnalysisOptions
 
     def label(self, pair: int) -> str:
-        return _pair_label(self.table, self.pair_service, self.pair_name, pair)
+        return _pair_label(self.table, self.names, self.pair_service, self.pair_name, pair)
 
 
 def _deviations(ctx: _Context, row: int) -> tuple[Deviation, ...]:
@@ -1078,7 +1104,7 @@ def _pair(ctx: _Context, c: _PairCounts, g: int) -> AbnormalPair:
     judged = ctx.win.baseline | ctx.win.fault
     return AbnormalPair(
         service=ctx.table.services[ctx.pair_service[g]],
-        name=ctx.table.names[ctx.pair_name[g]],
+        name=ctx.names[ctx.pair_name[g]],
         spans=int(c.spans[g]),
         flagged=int(c.flagged[g]),
         share=round(float(c.flagged[g] / c.spans[g]), 4),
@@ -1214,12 +1240,13 @@ def find_abnormal(
         return _empty_report("no spans", options)
     tree = _tree(table)
     win = _windows(table, tree, baseline, baseline_from_ns, baseline_until_ns, fault_start_ns, fault_end_ns)
-    group, pair_service, pair_name = _group_codes(table)
+    operations = _operations(table, options)
+    group, pair_service, pair_name = _group_codes(table, operations)
     groups = len(pair_service)
     model = _model(table.duration_ns, table.status, group, groups, win.baseline, options)
     missing = _missing_children(table, tree, group, groups, win, model, options)
     flags = _flags(table, tree, group, groups, win, model, missing, options)
-    ctx = _Context(table, tree, group, pair_service, pair_name, model, flags, missing, win, options)
+    ctx = _Context(table, tree, group, pair_service, pair_name, operations.names, model, flags, missing, win, options)
     ranking = _ranking(ctx, groups, top) if rank else None
     lead = _lead_pairs(ctx, ranking)
     first = _first_cause(table, tree, flags, options, group if lead else None, lead)
@@ -1241,6 +1268,7 @@ def find_abnormal(
         new_pairs=new,
         options=options,
         ranking=ranking,
+        merged_names=operations.merged,
     )
 
 
@@ -1254,7 +1282,7 @@ def _lead_pairs(ctx: _Context, ranking: Ranking | None) -> list[list[_Lead]]:
         return []
     table = ctx.table
     codes = {
-        (table.services[s], table.names[n]): g
+        (table.services[s], ctx.names[n]): g
         for g, (s, n) in enumerate(zip(ctx.pair_service.tolist(), ctx.pair_name.tolist()))
     }
 
@@ -1285,6 +1313,7 @@ def _ranking(ctx: _Context, groups: int, top: int) -> Ranking:
         ctx.group,
         ctx.pair_service,
         ctx.pair_name,
+        ctx.names,
         ctx.win.baseline,
         ctx.win.fault,
         flags.cause & (flags.error | flags.missing),

@@ -87,7 +87,8 @@ class SuspectInputs:
     parent: np.ndarray  # int64 parent row, -1 for a top
     group: np.ndarray  # int64 (service, name) pair code per row
     pair_service: np.ndarray  # service code per pair
-    pair_name: np.ndarray  # name code per pair
+    pair_name: np.ndarray  # operation code per pair: into names
+    names: tuple[str, ...]  # the operations' names (span names, or templates of names with ids)
     baseline: np.ndarray  # bool per row
     fault: np.ndarray  # bool per row
     root_errors: np.ndarray  # bool per row: an error or missing child that is a root cause
@@ -210,7 +211,7 @@ def _units(inputs: SuspectInputs, groups: int, cross: tuple[np.ndarray, np.ndarr
     keys, link_unit = np.unique(inputs.group[parent] * width + table.service[child], return_inverse=True)
     kinds = _pair_kind(inputs, groups)
     service = [table.services[s] for s in inputs.pair_service.tolist()]
-    name = [table.names[n] for n in inputs.pair_name.tolist()]
+    name = [inputs.names[n] for n in inputs.pair_name.tolist()]
     client = table.kind[cross[1]] == _CLIENT
     calls = cross[0][client], cross[1][client]  # the calls out of a CLIENT span
     callee = _client_callees(inputs, groups, kinds, calls)

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from drill.api import Check, CheckParams, EvidenceKind, EvidenceRef, Status, Verdict
-from drill.checks.judging import breach_from_send, harness_late, meets_slo, record_metric_ms
+from drill.checks.judging import HARNESS_LAG_MS, breach_from_send, harness_late, meets_slo, record_metric_ms
 from drill.checks.truth import measurement_truth_figures, measurement_truth_units
 from drill.rundir.evidence import FaultOutcome, RunEvidence
 from drill.rundir.journal import Event
@@ -217,7 +217,9 @@ class SloCheck(Check):
         notes += [f"not the target's: {x}" for x in late] if breaches else []
         extra: dict[str, Any] = {"units": units, "evidence": refs + truth_refs, "notes": tuple(notes)}
         if late and not breaches:
-            detail = harness_late("; ".join(late), "its own lateness moved the percentile by")
+            detail = harness_late(
+                "; ".join(late), f"its own lateness moved the percentile by more than {HARNESS_LAG_MS:g} ms"
+            )
             return self.verdict(
                 Status.INCONCLUSIVE, detail, observed=observed, expected=expected, window=p.phase, **extra
             )

@@ -193,7 +193,8 @@ class FastFailureCheck(Check):
             observed[f"from_send.{name}"] = from_send[name]
             units[f"from_send.{name}"] = units[name]
         return harness_late(
-            f"{failed}; measured from the sends, {message}", f"its attempts went out {lag_p99:.0f} ms late at p99"
+            f"{failed}; measured from the sends, {message}",
+            f"its attempts went out {lag_p99:.0f} ms late at p99, more than {HARNESS_LAG_MS:g} ms",
         )
 
     # --- sorting the attempts -------------------------------------------------------------------------

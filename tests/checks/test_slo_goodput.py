@@ -140,6 +140,7 @@ def test_a_breach_the_load_generators_own_lateness_made_is_inconclusive_not_the_
     verdict = _judge(_late_run(tmp_path, late_ttft_ms=2_000, lag_ms=1_900), pools=["interactive"])
     assert verdict.status is Status.INCONCLUSIVE, verdict.message
     assert "load generator sent late" in verdict.message and "100ms from the send" in verdict.message
+    assert "(its own lateness moved the percentile by more than 50 ms: a busy" in verdict.message
     assert verdict.observed["interactive.ttft_p95"] == 2_000.0
     assert verdict.observed["interactive.ttft_p95.from_send"] == 100.0
     assert verdict.units["interactive.ttft_p95.from_send"] == "ms"

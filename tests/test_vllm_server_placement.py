@@ -43,22 +43,28 @@ def test_the_tree_holds_the_root_and_every_descendant_and_no_other_process(tree)
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="placement needs two CPUs to show")
-def test_every_thread_of_the_tree_is_pinned_and_then_let_go(tree) -> None:
+def test_every_thread_of_the_tree_is_pinned_and_then_given_back_its_own_cpus(tree) -> None:
     every = os.sched_getaffinity(0)
-    one = {min(every)}
+    first, last = {min(every)}, {max(every)}
     threads = _threads(process_tree(tree.pid))
-    assert pin(tree.pid, one) == len(threads) >= 6
-    assert {frozenset(os.sched_getaffinity(t)) for t in threads} == {frozenset(one)}
+    bound = threads[-1]  # bound to the last CPU by itself, as vLLM binds its worker's OpenMP threads to cores
+    os.sched_setaffinity(bound, last)
+    kept: dict[int, set[int]] = {}
+    assert pin(tree.pid, first, kept) == len(threads) >= 6
+    assert {frozenset(os.sched_getaffinity(t)) for t in threads} == {frozenset(first)}
     assert os.sched_getaffinity(0) == every  # the caller is not moved
-    pin(tree.pid, every)
-    assert {frozenset(os.sched_getaffinity(t)) for t in threads} == {frozenset(every)}
+    pin(tree.pid, None, kept)
+    assert os.sched_getaffinity(bound) == last  # its own binding, not every CPU
+    assert {t: os.sched_getaffinity(t) for t in threads if t != bound} == {t: every for t in threads if t != bound}
+    pin(tree.pid, last, kept)  # a thread bound inside the CPUs it may use keeps its binding
+    assert os.sched_getaffinity(bound) == last
 
 
-def test_isolated_servers_leave_the_harness_one_cpu_and_otherwise_get_every_cpu() -> None:
+def test_isolated_servers_leave_the_harness_one_cpu_and_otherwise_stay_where_they_are() -> None:
     every = os.sched_getaffinity(0)
-    assert server_cpus(isolated=False) == every
+    assert server_cpus(isolated=False) is None
     isolated = server_cpus(isolated=True)
     if len(every) == 1:
-        assert isolated == every
+        assert isolated is None
     else:
-        assert isolated < every and len(every - isolated) == 1
+        assert isolated is not None and isolated < every and len(every - isolated) == 1

@@ -103,7 +103,7 @@ class ServerPool:
     def get_many(self, wanted: dict[str, tuple[str, ...]], isolated: bool = False) -> dict[str, VllmServer]:
         """Several servers at once: those not running start together (vLLM takes 20-60 s to start). ``isolated``:
         they run on every CPU but one, which the harness keeps (a flood drill's load generator must not starve beside
-        vLLM's busy-polling engine, servers.py's ``server_cpus``); otherwise on every CPU."""
+        vLLM's busy-polling engine, servers.py's ``server_cpus``); otherwise where vLLM placed itself."""
         for name, flags in wanted.items():
             known = self._running.get(name)
             if known is not None and known.flags != tuple(flags):
@@ -129,7 +129,7 @@ class ServerPool:
                 self._say(f"{name} {' '.join(server.flags)} healthy after {took:.1f} s ({server.url})")
             server.place(cpus)
             got[name] = server
-        if isolated:
+        if cpus is not None:
             self._say(f"{', '.join(wanted)} on CPU(s) {sorted(cpus)}, the harness on the rest")
         return got
 

@@ -126,15 +126,17 @@ class VllmServer(SupervisedServer):
     name: str
     flags: tuple[str, ...]
     started_s: float = 0.0  # seconds from the start until /health answered 200
+    affinity: dict[int, set[int]] = field(default_factory=dict)  # tid -> its CPUs before it was first placed
 
     start_timeout_s: ClassVar[float] = START_TIMEOUT_S
     poll_s: ClassVar[float] = 0.25
     stop_timeout_s: ClassVar[float] = 30.0
 
-    def place(self, cpus: set[int]) -> None:
-        """Run the server (its supervisor and every process and thread under it) on ``cpus`` only."""
+    def place(self, cpus: set[int] | None) -> None:
+        """Run the server (its supervisor and every process and thread under it) on ``cpus`` only, or (None) where
+        it ran before it was first placed."""
         if self.process.poll() is None:
-            pin(self.process.pid, cpus)
+            pin(self.process.pid, cpus, self.affinity)
 
 
 def start_server(
@@ -166,31 +168,45 @@ def process_tree(root: int) -> list[int]:
     return tree
 
 
-def pin(root: int, cpus: set[int]) -> int:
-    """Every thread of ``root``'s process tree may run only on ``cpus`` (threads and processes started later inherit
-    it, so a restarted server keeps its place); the number of threads placed."""
-    placed = 0
+def _threads(root: int) -> list[tuple[int, int]]:
+    """(pid, tid) of every thread of ``root``'s process tree."""
+    found = []
     for pid in process_tree(root):
         try:
-            tids = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
-        except OSError:
+            found += [(pid, int(t.name)) for t in Path(f"/proc/{pid}/task").iterdir()]
+        except OSError:  # the process ended meanwhile
             continue
-        for tid in tids:
-            try:
-                os.sched_setaffinity(tid, cpus)
-                placed += 1
-            except OSError:  # the thread ended meanwhile
-                pass
+    return found
+
+
+def pin(root: int, cpus: set[int] | None, kept: dict[int, set[int]]) -> int:
+    """Every thread of ``root``'s process tree runs only on ``cpus``, those of them it was allowed before (its own
+    binding: vLLM binds its worker's OpenMP threads to cores), else on all of ``cpus``; ``None`` gives each
+    thread back what it had before the first pin, kept in ``kept`` (tid -> CPUs). A thread started since takes
+    what its process's first thread had (a process started since: what ``root`` had). Threads and processes
+    started later inherit the placement, so a restarted server keeps it. Returns the number of threads placed."""
+    placed, first = 0, not kept
+    for pid, tid in _threads(root):
+        try:
+            if tid not in kept:
+                born = None if first else kept.get(pid) or kept.get(root)  # since the first pin: it inherited that
+                kept[tid] = born or os.sched_getaffinity(tid)
+            own = kept[tid]
+            os.sched_setaffinity(tid, own if cpus is None else (own & cpus) or cpus)
+            placed += 1
+        except OSError:  # the thread ended meanwhile
+            pass
     return placed
 
 
-def server_cpus(isolated: bool) -> set[int]:
+def server_cpus(isolated: bool) -> set[int] | None:
     """Where the servers run. ``isolated``: every CPU but the last, which the harness keeps (its load generator, the
     drill's receiver). Under a flood vLLM's CPU build busy-polls (its engine core and worker took 1.74 of 2 cores,
-    docs/vllm-cpu.md); sharing every core with it, the load generator went without CPU for up to 5 s and sent late.
-    Otherwise (or on a 1-CPU machine) every CPU this process may use."""
+    docs/faithfulness.md, note 13); sharing every core with it, the load generator went without CPU for up to 5 s
+    and sent late. Otherwise (or on a 1-CPU machine) None: where vLLM placed itself (its worker's OpenMP threads
+    bound to cores, the rest anywhere)."""
     every = os.sched_getaffinity(0)
-    return every - {max(every)} if isolated and len(every) > 1 else set(every)
+    return every - {max(every)} if isolated and len(every) > 1 else None
 
 
 @dataclass

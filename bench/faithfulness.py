@@ -79,7 +79,7 @@ VARIANTS: dict[str, list[tuple[str, list[str]]]] = {
 }
 RESTART_TIMEOUT_S = 240.0
 #: The floods: vLLM's servers run on every CPU but one, which the harness keeps (tests/vllm/servers.py's
-#: ``server_cpus``); the other drills' servers run on every CPU, as in tests/vllm.
+#: ``server_cpus``); the other drills' servers run where vLLM placed itself, as in tests/vllm.
 ISOLATED = ("unbounded-queue", "priority-isolation")
 
 

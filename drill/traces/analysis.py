@@ -340,7 +340,7 @@ def _operations(table: SpanTable, options: AnalysisOptions) -> NameTemplates:
     """The operations the pairs are made of: each span name, or where ``options.name_templates`` merges thin names
     that differ only in ids, their template."""
     if not options.name_templates:
-        return NameTemplates(np.arange(len(table.names), dtype=np.int64), table.names, ())
+        return NameTemplates.each_apart(table.names)
     spans = np.bincount(table.name, minlength=len(table.names))
     return name_templates(table.names, spans, options.min_judged_spans)
 

@@ -48,6 +48,11 @@ class NameTemplates:
     names: tuple[str, ...]  # per operation code
     merged: tuple[tuple[str, int], ...]  # (template, names it joined), most names first
 
+    @classmethod
+    def each_apart(cls, names: tuple[str, ...]) -> NameTemplates:
+        """Every span name its own operation."""
+        return cls(np.arange(len(names), dtype=np.int64), tuple(names), ())
+
 
 def name_templates(names: tuple[str, ...], spans_per_name: np.ndarray, thin_below: int) -> NameTemplates:
     """The operations of a table's span ``names`` (``spans_per_name``: spans of each name): names that differ
@@ -65,11 +70,13 @@ def name_templates(names: tuple[str, ...], spans_per_name: np.ndarray, thin_belo
         if len(codes) >= 2 and median(counts[c] for c in codes) < thin_below
     }
     if not joined:
-        return NameTemplates(np.arange(len(names), dtype=np.int64), tuple(names), ())
+        return NameTemplates.each_apart(names)
     operation_of = {c: template for template, codes in joined.items() for c in codes}
     operations: dict[str, int] = {}
-    for code, name in enumerate(names):
-        operations.setdefault(operation_of.get(code, name), len(operations))
-    mapped = np.fromiter((operations[operation_of.get(c, n)] for c, n in enumerate(names)), np.int64, len(names))
+    mapped = np.fromiter(
+        (operations.setdefault(operation_of.get(c, n), len(operations)) for c, n in enumerate(names)),
+        np.int64,
+        len(names),
+    )
     merged = sorted(((t, len(codes)) for t, codes in joined.items()), key=lambda tc: (-tc[1], tc[0]))
     return NameTemplates(mapped, tuple(operations), tuple(merged))

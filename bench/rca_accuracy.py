@@ -24,7 +24,12 @@ tail and a load change in the baseline, dropped spans, clock skew, external call
 request: :class:`trace_corpus.Hardships`). ``--exact-names`` scores the analysis judging every span name apart
 (``AnalysisOptions.name_templates`` off), to show what templates of names with ids add.
 
-    .venv/bin/python bench/rca_accuracy.py [--cases 200] [--seed 0] [--hard] [--exact-names] [--timing] [--json]
+``--no-kinds`` removes every span's kind (UNSPECIFIED) before scoring: traces as many benchmarks' and trace stores'
+CSV exports give them, where the analysis infers SERVER and CLIENT from the traces' shape
+(:mod:`drill.traces.kinds`); ``--recorded-kinds`` turns that inference off, to show what it adds.
+
+    .venv/bin/python bench/rca_accuracy.py [--cases 200] [--seed 0] [--hard] [--exact-names] [--no-kinds]
+        [--recorded-kinds] [--timing] [--json]
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -113,13 +119,22 @@ def _silent_not_judged(report: AbnormalReport) -> bool:
     return ranking.unjudged_spans * 2 > ranking.fault_spans or ranking.judged * 2 < ranking.pairs
 
 
-def run(cases: int, seed: int, hard: bool = False, exact_names: bool = False) -> dict:
+def run(
+    cases: int,
+    seed: int,
+    hard: bool = False,
+    exact_names: bool = False,
+    no_kinds: bool = False,
+    recorded_kinds: bool = False,
+) -> dict:
     ranks: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     silent = inconclusive = 0
+    options = AnalysisOptions(name_templates=not exact_names, infer_kinds=not recorded_kinds)
     for i in range(cases):
         kind = trace_corpus.KINDS[i % len(trace_corpus.KINDS)]
         case = trace_corpus.make_case(seed + i, kind, hard=hard)
-        options = AnalysisOptions(name_templates=not exact_names)
+        if no_kinds:
+            case = replace(case, table=case.table.with_kinds(np.zeros_like(case.table.kind)))
         report = find_abnormal(case.table, baseline_until_ns=case.injection_ns, options=options)
         silent += _silent_not_judged(report)
         inconclusive += report.inconclusive_reason is not None
@@ -134,6 +149,8 @@ def run(cases: int, seed: int, hard: bool = False, exact_names: bool = False) ->
         "seed": seed,
         "hard": hard,
         "exact_names": exact_names,
+        "no_kinds": no_kinds,
+        "recorded_kinds": recorded_kinds,
         "not_judged_as_no_deviation": silent,
         "inconclusive": inconclusive,
         "methods": {},
@@ -203,8 +220,10 @@ def main() -> None:
     parser.add_argument(
         "--exact-names", action="store_true", help="judge every span name apart (no templates of names with ids)"
     )
+    parser.add_argument("--no-kinds", action="store_true", help="remove every span's kind before scoring")
+    parser.add_argument("--recorded-kinds", action="store_true", help="no kind inference for services with none")
     args = parser.parse_args()
-    result = run(args.cases, args.seed, args.hard, args.exact_names)
+    result = run(args.cases, args.seed, args.hard, args.exact_names, args.no_kinds, args.recorded_kinds)
     if args.timing:
         result["timing"] = timing(min(args.cases, 40), args.seed)
     if args.json:

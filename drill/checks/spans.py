@@ -93,6 +93,7 @@ class FirstAbnormalSpanParams(CheckParams):
     min_judged_spans: int = Field(3, ge=1)  # baseline spans a pair needs to be judged at all; fewer: not judged
     min_ratio: float = Field(1.15, ge=1)  # a suspect's pair deviates when its self-time median grew this much
     exact_names: bool = False  # judge every span name apart, even thin names that differ only in ids
+    recorded_kinds: bool = False  # no SERVER/CLIENT inferred for services whose spans record no kind
     material: bool = True  # with expect/require: an immaterial first span is no PASS
     top: int = Field(5, ge=1)  # abnormal (service, name) pairs and suspects listed in observed
 
@@ -109,6 +110,7 @@ class FirstAbnormalSpanParams(CheckParams):
             min_judged_spans=self.min_judged_spans,
             min_ratio=self.min_ratio,
             name_templates=not self.exact_names,
+            infer_kinds=not self.recorded_kinds,
         )
 
     def expectations(self) -> list[SpanExpectation]:
@@ -145,7 +147,9 @@ class FirstAbnormalSpanCheck(Check):
     ``docs/trace-analysis.md``): ``min_judged_spans`` (3) — baseline spans a pair needs to be judged at
     all, ``min_ratio`` (1.15) — a deviating pair's self-time median ratio, ``exact_names`` (false) — judge
     every span name apart (by default thin names that differ only in ids, ``GET /orders/8812`` and
-    ``/orders/9107``, are one operation, ``drill.traces.names``); ``material`` (true) — with
+    ``/orders/9107``, are one operation, ``drill.traces.names``), ``recorded_kinds`` (false) — use span kinds
+    as recorded (by default a service whose spans record no kind gets SERVER and CLIENT from the traces' shape,
+    ``drill.traces.kinds``); ``material`` (true) — with
     ``expect``/``require``, a first span below ``min_impact`` is no PASS ("nothing material deviated").
     ``expect: {service, within: k}`` asks for a suspect whose service matches among the first k.
 
@@ -412,4 +416,6 @@ def _report_notes(report: AbnormalReport) -> tuple[str, ...]:
         notes.append(f"{len(report.new_pairs)} pair(s) absent from the baseline: " + ", ".join(report.new_pairs[:5]))
     if report.merged_names_text is not None:
         notes.append(report.merged_names_text)
+    if report.inferred_kinds is not None:
+        notes.append(report.inferred_kinds)
     return tuple(notes)

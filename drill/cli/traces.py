@@ -183,6 +183,11 @@ def traces() -> None:
     is_flag=True,
     help="Judge every span name apart, even thin names that differ only in ids (GET /orders/8812, /orders/9107).",
 )
+@click.option(
+    "--recorded-kinds",
+    is_flag=True,
+    help="Use span kinds as recorded: no SERVER/CLIENT inferred for services whose spans record no kind.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def analyze(
     spans: tuple[Path, ...],
@@ -197,6 +202,7 @@ def analyze(
     min_ratio: float,
     min_impact: float,
     exact_names: bool,
+    recorded_kinds: bool,
     as_json: bool,
 ) -> None:
     """Find the first abnormal span in SPANS and rank the abnormal (service, span name) pairs.
@@ -218,6 +224,7 @@ def analyze(
         min_ratio=min_ratio,
         min_impact=min_impact,
         name_templates=not exact_names,
+        infer_kinds=not recorded_kinds,
     )
     with handle_errors():
         _analyze(spans, records, until_ns, baseline_files, start_ns, top, as_json, options)
@@ -324,6 +331,8 @@ def _print(report: AbnormalReport, loaded: list[_Loaded], evidence: RunTraces) -
             console.print(f"  {pair.service} / {pair.name}: {skew.text}")
     if report.merged_names_text is not None:
         say((f"{report.merged_names_text} (--exact-names: judge each name apart)", "dim"))
+    if report.inferred_kinds is not None:
+        say((f"{report.inferred_kinds} (--recorded-kinds: use the kinds as recorded)", "dim"))
     if report.thin_pairs or report.new_pairs:
         say(
             (

@@ -71,6 +71,7 @@ from typing import Any
 
 import numpy as np
 
+from drill.traces.kinds import with_inferred_kinds
 from drill.traces.names import NameTemplates, name_templates
 from drill.traces.ranktest import order_by
 from drill.traces.suspects import CALLEE, PairEvidence, Ranking, Suspect, SuspectInputs, Thresholds, rank_suspects
@@ -134,6 +135,7 @@ class AnalysisOptions:
     min_judged_spans: int = 3  # baseline spans a pair needs for the suspects' rank test; fewer: not judged
     min_ratio: float = 1.15  # a suspect's pair deviates when its self-time median grew this much (and significantly)
     name_templates: bool = True  # thin span names that differ only in ids are one operation (drill.traces.names)
+    infer_kinds: bool = True  # services whose spans record no kind get SERVER/CLIENT from the traces' shape (kinds)
 
     def thresholds(self) -> Thresholds:
         return Thresholds(
@@ -261,6 +263,7 @@ class AbnormalReport:
     options: AnalysisOptions = field(default_factory=AnalysisOptions)
     ranking: Ranking | None = None  # ranked suspects and what could be judged (None: ranking not asked for)
     merged_names: tuple[tuple[str, int], ...] = ()  # (template, span names with ids it joined) judged as one
+    inferred_kinds: str | None = None  # which services' span kinds were inferred, in words (drill.traces.kinds)
 
     @property
     def suspects(self) -> tuple[Suspect, ...]:
@@ -1238,6 +1241,7 @@ def find_abnormal(
     options = options or AnalysisOptions()
     if not len(table):
         return _empty_report("no spans", options)
+    table, kinds = with_inferred_kinds(table) if options.infer_kinds else (table, None)
     tree = _tree(table)
     win = _windows(table, tree, baseline, baseline_from_ns, baseline_until_ns, fault_start_ns, fault_end_ns)
     operations = _operations(table, options)
@@ -1269,6 +1273,7 @@ def find_abnormal(
         options=options,
         ranking=ranking,
         merged_names=operations.merged,
+        inferred_kinds=None if kinds is None else kinds.text(),
     )
 
 

@@ -13,7 +13,7 @@ Derived columns that need a pass over the ids (:attr:`SpanTable.trace_code`,
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from itertools import count, filterfalse
 from typing import Any, Union
@@ -266,6 +266,14 @@ class SpanTable:
         if id_values is not None:
             self.__dict__["_id_values"] = id_values
         return self
+
+    def with_kinds(self, kind: np.ndarray) -> SpanTable:
+        """This table with another kind column (int8 OTLP SpanKind codes); the derived columns already computed
+        (parents, trace codes, durations), none of which depend on kinds, are carried over."""
+        out = replace(self, kind=kind)
+        columns = {f.name for f in fields(self)}
+        out.__dict__.update((key, value) for key, value in self.__dict__.items() if key not in columns)
+        return out
 
     # one row ----------------------------------------------------------------------------------------
     def span(self, row: int) -> Span:

@@ -5,7 +5,8 @@
 (:meth:`drill.api.TraceSource.sniff` of a :class:`drill.api.SpanFileHead`), so a new format is one module and
 one entry point, and nothing here changes. The built-in formats: receiver JSON lines (``receiver``, and an empty
 file), OTLP JSON lines (``otlp_file``), OTLP protobuf (``otlp_proto_file``, anything that is not text), Jaeger
-JSON (``jaeger_file``). A file no source claims, or one that two claim, is a located error (exit 2).
+JSON (``jaeger_file``), CSV span tables (``csv_file``: a header line naming a trace id and a span id column).
+A file no source claims, or one that two claim, is a located error (exit 2).
 """
 
 from __future__ import annotations

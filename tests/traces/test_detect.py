@@ -17,6 +17,7 @@ from drill.traces.sources import TableSource
 from tests.cli.test_traces_cli import FAULT_START_S, analysed, jaeger_json, write_otlp_json, write_otlp_proto
 from tests.traces.spankit import write_spans
 from tests.traces.test_analysis import drill_spans
+from tests.traces.test_csvfile import write_csv
 
 BUILT_IN = sorted(
     ep.name for ep in entry_points(group="drill.traces") if ep.dist is not None and ep.dist.name == "llm-drill"
@@ -39,6 +40,7 @@ def samples(tmp_path: Path, spans: list[dict]) -> dict[str, Path]:
         "otlp_file": write_otlp_json(tmp_path / "b", spans[:20]),
         "otlp_proto_file": write_otlp_proto(tmp_path / "c", spans[:20]),
         "jaeger_file": tmp_path / "d",
+        "csv_file": write_csv(tmp_path / "e", spans[:20], "rcaeval"),
     }
 
 

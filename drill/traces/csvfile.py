@@ -1,0 +1,409 @@
+"""Span tables in CSV (``csv_file``): one span per row, the columns named in a header line.
+
+Trace stores and public fault-injection benchmarks export spans as flat tables. The columns are found by
+their names, compared without case, spaces or punctuation (``traceID``, ``trace_id`` and ``TraceId`` are one
+name); the delimiter is a comma, a tab or a semicolon, whichever splits the header into both id columns.
+
+=============  ===============================================================================================
+trace id       ``traceId`` (required)
+span id        ``spanId`` (required)
+parent         ``parentSpanId``, ``parentId``, ``parent``; empty, ``root``, ``none``, ``null``, ``0``, ``-1`` or
+               all zeros: a trace's first span
+service        ``serviceName``, ``service``; else ``podName``/``pod``/``k8s.pod.name``, with a Deployment's
+               ``-<replica set hash>-<pod hash>`` suffix taken off (``frontend-579b9bff58-t2dbm`` is
+               ``frontend``; the pod is kept as the ``k8s.pod.name`` attribute)
+span name      ``spanName``, ``operationName``, ``operation``, ``name``; else ``methodName``
+start          ``startTime``, ``start``, ``timestamp``, ``startTimeUnix`` (required)
+end            ``endTime``, ``end``, ``endTimeUnix``; else ``duration``/``elapsed``/``elapsedTime``/``latency``
+kind           ``spanKind``, ``kind``: ``SERVER``, ``SPAN_KIND_SERVER``, ``server`` or the OTLP code (0–5)
+status         ``statusCode``, ``status``, ``otel.status_code``: ``OK``/``ERROR``/``UNSET`` (``STATUS_CODE_``
+               prefix allowed), the OTLP code (0–2), or an HTTP status code (ERROR from 500 on; kept as
+               ``http.response.status_code``)
+status message ``statusMessage``, ``statusDescription``, ``otel.status_description``
+=============  ===============================================================================================
+
+Every other column is an attribute under its header's name (an integer as a number, else the text; empty cells
+are left out).
+
+**Times.** A unit in the column's name is used: ``startTimeUnixNano``, ``start_ns``, ``startTime(µs)``,
+``duration_ms``, ``endTimeMillis``, ``elapsed_seconds``. Without one, a number is an epoch time whose size
+tells its unit (from 10^17 ns, from 10^14 µs, from 10^11 ms, else seconds; a fraction is kept exactly), and a
+date-time (``2024-05-01 12:00:00.123456789``, ISO 8601 with ``T``, a zone offset or ``Z``; UTC when none) is
+read as such. A duration without a unit has the start time's (nanoseconds next to a date-time: the
+OpenTelemetry Collector ClickHouse exporter's ``Duration``); when there is an end column, the duration
+column is not used. The source's ``time_unit`` param sets the unit of unitless numbers (relative times).
+
+A row that cannot be read (a missing id, a time that is not one, a status that is none of the above, the
+wrong number of cells, a cell over the CSV reader's field limit) is counted and located (``file:line:
+reason``), never dropped silently. A header without a required column is an input error that names the
+column it looked for and the columns the file has.
+"""
+
+from __future__ import annotations
+
+import calendar
+import csv
+import io
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Literal
+
+from drill.api import PluginParams, SpanFileHead
+from drill.errors import InputError
+from drill.rundir.files import open_input
+from drill.rundir.jsonl import BadLine, ReadReport
+from drill.traces.sources import SourceReport, TableSource
+from drill.traces.table import SpanTable, TableBuilder, kind_code
+
+__all__ = ["CsvFileSource", "CsvLayout", "read_csv_file"]
+
+TimeUnit = Literal["ns", "us", "ms", "s"]
+_NS_PER: dict[str, int] = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+_DELIMITERS = (",", "\t", ";")
+
+_ROLES: dict[str, tuple[str, ...]] = {  # normalized header names, most specific first
+    "trace_id": ("traceid",),
+    "span_id": ("spanid",),
+    "parent_id": ("parentspanid", "parentid", "parent"),
+    "service": ("servicename", "service"),
+    "pod": ("podname", "pod", "k8spodname"),
+    "name": ("spanname", "operationname", "operation", "name"),
+    "method": ("methodname",),
+    "kind": ("spankind", "kind"),
+    "status": ("statuscode", "status", "otelstatuscode"),
+    "status_message": ("statusmessage", "statusdescription", "otelstatusdescription"),
+}
+_TIME_ROLES: dict[str, tuple[str, ...]] = {
+    "start": ("starttimeunix", "starttime", "starttimestamp", "start", "timestamp"),
+    "end": ("endtimeunix", "endtime", "endtimestamp", "end"),
+    "duration": ("duration", "elapsedtime", "elapsed", "latency"),
+}
+_UNITS: dict[str, TimeUnit] = {
+    **dict.fromkeys(("nano", "nanos", "nanoseconds", "ns"), "ns"),
+    **dict.fromkeys(("micro", "micros", "microseconds", "us", "µs", "μs"), "us"),
+    **dict.fromkeys(("milli", "millis", "milliseconds", "ms"), "ms"),
+    **dict.fromkeys(("sec", "secs", "seconds"), "s"),
+}
+_NO_PARENT = frozenset({"", "root", "none", "null", "nan", "-1"})
+_POD_SUFFIX = re.compile(r"-[a-z0-9]{6,10}-[a-z0-9]{5}$")  # a Deployment's pod: <name>-<rs hash>-<pod hash>
+_DATETIME = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?\s*(Z|UTC|[+-]\d{2}:?\d{2})?", re.IGNORECASE
+)
+_INTEGER = re.compile(r"-?\d{1,18}")
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[^0-9a-zµμ]", "", name.lower())
+
+
+@dataclass(frozen=True)
+class CsvLayout:
+    """Which column holds what (indexes into a row), found from the header."""
+
+    delimiter: str
+    columns: tuple[str, ...]  # the header's names
+    roles: dict[str, int]  # role -> column
+    units: dict[str, TimeUnit | None]  # time role -> the unit its name gives (None: none)
+    attributes: tuple[int, ...]  # columns kept as attributes
+
+    @classmethod
+    def of_header(cls, line: str) -> CsvLayout | None:
+        """The layout of a header ``line``, or None when no delimiter splits it into a trace id and a span id column."""
+        for delimiter in _DELIMITERS:
+            columns = tuple(next(csv.reader([line], delimiter=delimiter), []))
+            normalized = [_normalized(c) for c in columns]
+            if "traceid" in normalized and "spanid" in normalized:
+                return cls._found(delimiter, columns, normalized)
+        return None
+
+    @classmethod
+    def _found(cls, delimiter: str, columns: tuple[str, ...], normalized: list[str]) -> CsvLayout:
+        roles: dict[str, int] = {}
+        units: dict[str, TimeUnit | None] = {}
+        for role, names in _ROLES.items():
+            at = next((normalized.index(n) for n in names if n in normalized), None)
+            if at is not None:
+                roles[role] = at
+        for role, bases in _TIME_ROLES.items():
+            for at, name in enumerate(normalized):
+                unit = _time_unit(name, bases)
+                if unit is not False and role not in roles and at not in roles.values():
+                    roles[role], units[role] = at, unit
+        for role, over in (("method", "name"), ("pod", "service")):  # a fallback not needed is an attribute
+            if over in roles:
+                roles.pop(role, None)
+        used = set(roles.values())
+        if "end" in roles and "duration" in roles:
+            del roles["duration"]  # the end is exact; a duration column is often in another unit (or rounded)
+        keep = tuple(i for i in range(len(columns)) if i not in used and columns[i].strip())
+        return cls(delimiter, columns, roles, units, keep)
+
+    def missing(self) -> list[str]:
+        """The required columns the header lacks, in words."""
+        out = []
+        for role, words in (("trace_id", "a trace id"), ("span_id", "a span id"), ("start", "a start time")):
+            if role not in self.roles:
+                out.append(f"{words} ({_looked_for(role)})")
+        if "end" not in self.roles and "duration" not in self.roles:
+            out.append(f"an end time or a duration ({_looked_for('end')}; {_looked_for('duration')})")
+        if "service" not in self.roles and "pod" not in self.roles:
+            out.append(f"a service ({_looked_for('service')}; {_looked_for('pod')})")
+        if "name" not in self.roles and "method" not in self.roles:
+            out.append(f"a span name ({_looked_for('name')})")
+        return out
+
+
+def _time_unit(name: str, bases: tuple[str, ...]) -> TimeUnit | None | Literal[False]:
+    """The unit a time column's normalized ``name`` gives: a unit, None (no unit in it), or False (another column)."""
+    for base in bases:
+        if name == base:
+            return None
+        if name.startswith(base) and name[len(base) :] in _UNITS:
+            return _UNITS[name[len(base) :]]
+    return False
+
+
+def _looked_for(role: str) -> str:
+    names = _ROLES.get(role) or _TIME_ROLES[role]
+    return "a column named " + " or ".join(names[:4])
+
+
+# --- cells ------------------------------------------------------------------------------------------------
+
+
+def _id(value: str) -> str:
+    return value.strip().lower()
+
+
+def _parent(value: str) -> str:
+    value = value.strip().lower()
+    return "" if value in _NO_PARENT or not value.strip("0") else value
+
+
+def _service(pod: str) -> str:
+    return _POD_SUFFIX.sub("", pod.strip())
+
+
+def _kind(value: str) -> int:
+    value = value.strip()
+    if value.isdigit():
+        return kind_code(int(value))
+    return kind_code(value.upper().removeprefix("SPAN_KIND_"))
+
+
+def _status(value: str, attributes: dict) -> int:
+    """The OTLP status code of a status cell (an HTTP code is also kept in ``attributes``)."""
+    value = value.strip()
+    if not value:
+        return 0
+    if value.isdigit():
+        code = int(value)
+        if code <= 2:
+            return code
+        if 100 <= code <= 599:
+            attributes["http.response.status_code"] = code
+            return 2 if code >= 500 else 0
+    name = value.upper().removeprefix("STATUS_CODE_")
+    if name in ("UNSET", "OK", "ERROR"):
+        return ("UNSET", "OK", "ERROR").index(name)
+    raise ValueError(f"status {value!r} is none of OK, ERROR, UNSET, an OTLP code (0-2) or an HTTP status code")
+
+
+def _datetime_ns(value: str) -> int | None:
+    found = _DATETIME.fullmatch(value)
+    if found is None:
+        return None
+    year, month, day, hour, minute, second, fraction, zone = found.groups()
+    seconds = calendar.timegm((int(year), int(month), int(day), int(hour), int(minute), int(second)))
+    ns = seconds * 1_000_000_000 + int((fraction or "0").ljust(9, "0"))
+    if zone and zone.upper() not in ("Z", "UTC"):
+        sign = -1 if zone[0] == "-" else 1
+        digits = zone[1:].replace(":", "")
+        ns -= sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60) * 1_000_000_000
+    return ns
+
+
+def _epoch_unit(number: Decimal) -> TimeUnit:
+    size = abs(number)
+    return "ns" if size >= 10**17 else "us" if size >= 10**14 else "ms" if size >= 10**11 else "s"
+
+
+class _Clock:
+    """One time column's reading: its unit fixed by its name, the source's ``time_unit``, or its first value."""
+
+    def __init__(self, unit: TimeUnit | None) -> None:
+        self.unit = unit
+        self.datetime = False
+
+    def ns(self, value: str, relative: bool = False) -> int:
+        value = value.strip()
+        if _INTEGER.fullmatch(value) and self.unit is not None:
+            return int(value) * _NS_PER[self.unit]
+        try:
+            number = Decimal(value)
+        except InvalidOperation:
+            number = None
+        if number is None or not number.is_finite():
+            ns = _datetime_ns(value)
+            if ns is None or relative:
+                raise ValueError(f"time {value[:40]!r} is not a number or a date-time")
+            self.datetime = True
+            return ns
+        if self.unit is None:
+            self.unit = _epoch_unit(number)
+        return int(number * _NS_PER[self.unit])
+
+
+# --- reading ----------------------------------------------------------------------------------------------
+
+
+def read_csv_file(path: Path, report: ReadReport, time_unit: TimeUnit | None = None) -> SpanTable:
+    """The spans of a CSV span table; rows that cannot be read are counted and located in ``report``."""
+    builder = TableBuilder()
+    try:
+        fh = open_input(path, root=report.root)
+    except FileNotFoundError:
+        report.exists = False
+        return builder.build()
+    with fh, io.TextIOWrapper(fh, encoding="utf-8-sig", errors="replace", newline="") as text:
+        header = _header(text, path)
+        if header is None:
+            return builder.build()
+        layout, header_lines = header
+        _read_rows(csv.reader(text, delimiter=layout.delimiter), layout, header_lines, time_unit, builder, report)
+    return builder.build()
+
+
+def _header(text: io.TextIOWrapper, path: Path) -> tuple[CsvLayout, int] | None:
+    """The layout of the first non-blank line and that line's number (None: an empty file)."""
+    number = 0
+    for line in iter(text.readline, ""):
+        number += 1
+        if not line.strip():
+            continue
+        layout = CsvLayout.of_header(line.rstrip("\r\n"))
+        if layout is None:
+            raise InputError(
+                f"{path}:{number}:1: not a CSV span table: its first line names no trace id and span id columns",
+                hint="the header line must name the columns, e.g. traceId,spanId,parentSpanId,serviceName,...",
+            )
+        missing = layout.missing()
+        if missing:
+            raise InputError(
+                f"{path}:{number}:1: the CSV header lacks {'; '.join(missing)}; its columns: "
+                + ", ".join(layout.columns[:20]),
+                hint="rename the column, or see docs/reading-traces.md for the names each field is found by",
+            )
+        return layout, number
+    return None
+
+
+def _read_rows(
+    rows: Iterator[list[str]],
+    layout: CsvLayout,
+    before: int,
+    time_unit: TimeUnit | None,
+    builder: TableBuilder,
+    report: ReadReport,
+) -> None:
+    clocks = {role: _Clock(layout.units.get(role) or time_unit) for role in ("start", "end", "duration")}
+    add = _row_reader(layout, clocks)
+    line = before
+    while True:
+        first = line + 1
+        try:
+            row = next(rows)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            line = getattr(rows, "line_num", first) + before
+            report.add_bad(BadLine(first, f"csv.Error: {exc}"[:200]))
+            continue
+        line = getattr(rows, "line_num", first) + before
+        if not row or (len(row) == 1 and not row[0].strip()):
+            continue
+        try:
+            add(row, builder)
+        except (ValueError, IndexError) as exc:
+            report.add_bad(BadLine(first, f"{type(exc).__name__}: {exc}"[:200]))
+            continue
+        report.lines_read += 1
+
+
+def _row_reader(layout: CsvLayout, clocks: dict[str, _Clock]) -> Callable[[list[str], TableBuilder], None]:
+    roles, width, names = layout.roles, len(layout.columns), layout.columns
+    name_at = roles.get("name", roles.get("method"))
+    pod_at = roles.get("pod")
+    service_at = roles.get("service")
+
+    def add(row: list[str], builder: TableBuilder) -> None:
+        if len(row) != width:
+            raise ValueError(f"{len(row)} cells where the header has {width}")
+        if any("\ufffd" in cell for cell in row):
+            raise ValueError("not UTF-8 text")
+        trace_id, span_id = _id(row[roles["trace_id"]]), _id(row[roles["span_id"]])
+        if not trace_id or not span_id:
+            raise ValueError("no trace id" if not trace_id else "no span id")
+        attributes: dict = {names[i]: _cell(row[i]) for i in layout.attributes if row[i] != ""}
+        if service_at is not None:
+            service = row[service_at].strip()
+        else:
+            attributes["k8s.pod.name"] = row[pod_at].strip()  # type: ignore[index]
+            service = _service(row[pod_at])  # type: ignore[index]
+        start = clocks["start"].ns(row[roles["start"]])
+        if "end" in roles:
+            end = clocks["end"].ns(row[roles["end"]])
+        else:
+            duration = clocks["duration"]
+            if duration.unit is None:
+                duration.unit = "ns" if clocks["start"].datetime else clocks["start"].unit
+            end = start + duration.ns(row[roles["duration"]], relative=True)
+        if end < start:
+            raise ValueError(f"it ends {(start - end) / 1e6:g} ms before it starts")
+        status = _status(row[roles["status"]], attributes) if "status" in roles else 0
+        message = (row[roles["status_message"]].strip() or None) if "status_message" in roles else None
+        kind = _kind(row[roles["kind"]]) if "kind" in roles else 0
+        parent = _parent(row[roles["parent_id"]]) if "parent_id" in roles else ""
+        name = row[name_at].strip() if name_at is not None else ""
+        builder.add(
+            trace_id, span_id, parent, service or "unknown", name, kind, start, end, status, message, attributes
+        )
+
+    return add
+
+
+def _cell(value: str) -> str | int:
+    return int(value) if _INTEGER.fullmatch(value) else value
+
+
+# --- the source -------------------------------------------------------------------------------------------
+
+
+class CsvFileParams(PluginParams):
+    path: str
+    time_unit: TimeUnit | None = None  # the unit of time columns whose name gives none (None: epoch, by size)
+
+
+class CsvFileSource(TableSource):
+    kind = "csv_file"
+    Params = CsvFileParams
+    params: CsvFileParams
+    file_param = "path"
+    format_name = "CSV span table"
+
+    @classmethod
+    def sniff(cls, head: SpanFileHead) -> bool:
+        """Text whose first non-blank line is a header naming a trace id and a span id column."""
+        if not head.text:
+            return False
+        first = next((line for line in head.head.splitlines() if line.strip()), b"")
+        if first.lstrip()[:1] in (b"{", b"["):
+            return False
+        return CsvLayout.of_header(first.decode("utf-8-sig", "replace")) is not None
+
+    def _read(self, report: SourceReport, window: tuple[int, int] | None) -> SpanTable:
+        path, file_report = self._file(report, self.params.path)
+        return read_csv_file(path, file_report, self.params.time_unit)

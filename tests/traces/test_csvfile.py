@@ -1,0 +1,181 @@
+"""Span tables in CSV (drill.traces.csvfile): the column layouts trace stores and public benchmarks export."""
+
+from __future__ import annotations
+
+import csv
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from drill.cli.main import cli
+from drill.errors import InputError
+from drill.rundir.jsonl import ReadReport
+from drill.traces.csvfile import CsvFileSource, read_csv_file
+from drill.traces.detect import detect_source
+from drill.traces.table import KIND_NAMES, STATUS_NAMES, SpanTable
+from tests.traces.spankit import span
+from tests.traces.test_suspects import FAULT_S, T0, Fault, shop
+
+
+def _pod(service: str) -> str:
+    return f"{service}-579b9bff58-t2dbm"
+
+
+def _nezha(s: dict) -> list:
+    """Nezha's trace CSVs: pods for services, ``root`` for no parent, ns times, a µs duration, no kind or status."""
+    duration_us = (s["end_ns"] - s["start_ns"]) // 1000
+    return [s["trace_id"], s["span_id"], s["parent_span_id"] or "root", _pod(s["service"]), s["name"]]  + [
+        s["start_ns"], s["end_ns"], duration_us,
+    ]  # fmt: skip
+
+
+def _rcaeval(s: dict) -> list:
+    """A benchmark's traces.csv: µs start and duration, an HTTP status code, no kind."""
+    http = 500 if s["status"]["code"] == "ERROR" else 200
+    start_us, end_us = s["start_ns"] // 1000, s["end_ns"] // 1000
+    return [s["trace_id"], s["span_id"], s["parent_span_id"] or "", s["service"], s["name"], "handle"] + [
+        start_us, end_us - start_us, http,
+    ]  # fmt: skip
+
+
+def _clickhouse(s: dict) -> list:
+    """The OpenTelemetry Collector's ClickHouse exporter, as a TSV export: a date-time start, a ns duration."""
+    start = datetime.fromtimestamp(s["start_ns"] // 10**9, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return [f"{start}.{s['start_ns'] % 10**9:09d}", s["trace_id"].upper(), s["span_id"], s["parent_span_id"] or ""] + [
+        s["name"], f"SPAN_KIND_{s['kind']}", s["service"], s["end_ns"] - s["start_ns"],
+        f"STATUS_CODE_{s['status']['code']}", s["status"]["message"] or "", "{'http.route': '/x'}",
+    ]  # fmt: skip
+
+
+SHAPES = {
+    "nezha": (",", "TraceID,SpanID,ParentID,PodName,OperationName,StartTimeUnixNano,EndTimeUnixNano,Duration", _nezha),
+    "rcaeval": (
+        ",",
+        "traceID,spanID,parentSpanID,serviceName,operationName,methodName,startTime,duration,statusCode",
+        _rcaeval,
+    ),
+    "clickhouse": (
+        "\t",
+        "Timestamp\tTraceId\tSpanId\tParentSpanId\tSpanName\tSpanKind\tServiceName\tDuration\tStatusCode\t"
+        "StatusMessage\tSpanAttributes",
+        _clickhouse,
+    ),
+}
+
+
+def write_csv(path: Path, spans: list[dict], shape: str) -> Path:
+    delimiter, header, row = SHAPES[shape]
+    with path.open("w", newline="") as fh:
+        fh.write(header + "\n")
+        out = csv.writer(fh, delimiter=delimiter, lineterminator="\n")
+        for s in spans:
+            out.writerow(row(s))
+    return path
+
+
+def _spans() -> list[dict]:
+    entry = span(1, "GET /checkout", service="gateway", kind="SERVER", start_ms=0, end_ms=10)
+    call = span(1, "POST /verify", service="gateway", kind="CLIENT", parent=entry, start_ms=1, end_ms=9)
+    serve = span(1, "POST /verify", service="auth", kind="SERVER", parent=call, start_ms=2.5, end_ms=8, status="ERROR")
+    return [entry, call, serve]
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_each_layout_is_read_into_the_same_spans(tmp_path, shape: str) -> None:
+    spans = _spans()
+    path = write_csv(tmp_path / f"{shape}.csv", spans, shape)
+    assert detect_source(path) == "csv_file"
+    report = ReadReport(path)
+    table = read_csv_file(path, report)
+    expected = SpanTable.from_spans(spans)
+    assert report.lines_read == 3 and report.bad_count == 0
+    assert table.trace_id.tolist() == expected.trace_id.tolist()
+    assert table.parent_id.tolist() == expected.parent_id.tolist()  # "root" and "" are no parent
+    assert table.parent_row.tolist() == [-1, 0, 1]
+    assert [table.services[s] for s in table.service] == ["gateway", "gateway", "auth"]  # a pod's suffix taken off
+    assert [table.names[n] for n in table.name] == ["GET /checkout", "POST /verify", "POST /verify"]
+    assert table.start_ns.tolist() == expected.start_ns.tolist()  # ns, µs and date-times alike
+    assert table.end_ns.tolist() == expected.end_ns.tolist()
+    kinds = [KIND_NAMES[k] for k in table.kind]
+    statuses = [STATUS_NAMES[s] for s in table.status]
+    if shape == "clickhouse":
+        assert kinds == ["SERVER", "CLIENT", "SERVER"] and statuses == ["UNSET", "UNSET", "ERROR"]
+        assert table.attributes[0] == {"SpanAttributes": "{'http.route': '/x'}"}
+    else:
+        assert kinds == ["UNSPECIFIED"] * 3
+    if shape == "rcaeval":
+        assert statuses == ["UNSET", "UNSET", "ERROR"] and table.attributes[2]["http.response.status_code"] == 500
+        assert table.attributes[0]["methodName"] == "handle"
+    if shape == "nezha":
+        assert table.attributes[2] == {"k8s.pod.name": "auth-579b9bff58-t2dbm"}  # Duration is not kept: the end is
+
+
+def test_rows_that_cannot_be_read_are_counted_with_their_line_and_the_rest_is_read(tmp_path) -> None:
+    path = tmp_path / "bad.csv"
+    good = "a1,01,,svc,op,1700000000000000,5\n"
+    path.write_bytes(
+        b"traceId,spanId,parentId,serviceName,operationName,startTime,duration\n"
+        + good.encode()
+        + b"a1,02,01,svc,op,1700000000000000\n"  # line 3: a cell short
+        + b"a1,03,01,svc,op,yesterday,5\n"  # line 4: not a time
+        + b"a1,,01,svc,op,1700000000000000,5\n"  # line 5: no span id
+        + b"a1,05,01,svc\xff,op,1700000000000000,5\n"  # line 6: not UTF-8
+        + b'a1,06,01,svc,"'
+        + b"x" * 200_000
+        + b'",1700000000000000,5\n'  # line 7: a cell over the reader's limit
+        + b"a1,07,01,svc,op,1700000000000001,5\n"
+    )
+    report = ReadReport(path)
+    table = read_csv_file(path, report)
+    assert len(table) == 2 and report.lines_read == 2 and report.bad_count == 5
+    lines = {bad.line: bad.reason for bad in report.bad_lines}
+    assert sorted(lines) == [3, 4, 5, 6, 7], lines
+    assert "6 cells where the header has 7" in lines[3] and "not a number or a date-time" in lines[4]
+    assert "no span id" in lines[5] and "not UTF-8" in lines[6] and "csv.Error" in lines[7]
+    assert table.end_ns.tolist()[0] - table.start_ns.tolist()[0] == 5_000  # µs, the start time's unit
+
+
+def test_a_header_without_a_required_column_is_a_located_error_that_names_it(tmp_path) -> None:
+    path = tmp_path / "spans.csv"
+    path.write_text("\ntraceId,spanId,serviceName,operationName,duration\nab,cd,svc,op,5\n")
+    with pytest.raises(InputError) as raised:
+        read_csv_file(path, ReadReport(path))
+    message = str(raised.value)
+    assert message.startswith(f"{path}:2:1: the CSV header lacks a start time")
+    assert "its columns: traceId, spanId, serviceName, operationName, duration" in message
+    result = CliRunner().invoke(cli, ["traces", "analyze", str(path)])
+    assert result.exit_code == 2 and "lacks a start time" in result.output
+
+
+def test_relative_times_take_the_sources_time_unit(tmp_path) -> None:
+    path = tmp_path / "spans.csv"
+    path.write_text("trace_id;span_id;service;name;start;end\nab;cd;svc;op;1500;4000\n")
+    source = CsvFileSource(CsvFileSource.Params(path=str(path), time_unit="us"), str(tmp_path))
+    table = source.table()
+    assert table.start_ns.tolist() == [1_500_000] and table.end_ns.tolist() == [4_000_000]
+    by_size = CsvFileSource(CsvFileSource.Params(path=str(path)), str(tmp_path)).table()
+    assert by_size.start_ns.tolist() == [1_500 * 10**9]  # no unit anywhere: seconds, by their size
+
+
+def test_other_formats_are_not_taken_for_csv(tmp_path) -> None:
+    receiver = tmp_path / "spans.jsonl"
+    receiver.write_text(json.dumps({"trace_id": "ab", "span_id": "cd", "start_ns": 1, "end_ns": 2}) + "\n")
+    assert detect_source(receiver) == "receiver"
+    other = tmp_path / "metrics.csv"
+    other.write_text("time,cpu,memory\n1,2,3\n")
+    with pytest.raises(InputError, match="not a span file"):
+        detect_source(other)
+
+
+def test_a_benchmarks_csv_without_kinds_ranks_the_callee_of_a_slow_link_first(tmp_path) -> None:
+    path = write_csv(tmp_path / "traces.csv", shop(Fault(ingress_ms={"auth": 40.0})), "rcaeval")
+    until = f"{(T0 + int(FAULT_S * 1e9)) / 1e9:.3f}"
+    result = CliRunner().invoke(cli, ["traces", "analyze", str(path), "--baseline-until", until, "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    assert document["analysis"]["ranking"]["suspects"][0]["service"] == "auth"
+    assert document["analysis"]["inferred_kinds"].startswith("span kinds inferred")
+    assert [f["format"] for f in document["files"]] == ["csv_file"]

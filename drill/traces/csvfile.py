@@ -92,7 +92,10 @@ _POD_SUFFIX = re.compile(r"-[a-z0-9]{6,10}-[a-z0-9]{5}$")  # a Deployment's pod:
 _DATETIME = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?\s*(Z|UTC|[+-]\d{2}:?\d{2})?", re.IGNORECASE
 )
-_INTEGER = re.compile(r"-?\d{1,18}")
+_INTEGER = re.compile(r"-?\d{1,19}")  # a time in ns has 19 digits
+_ATTRIBUTE_INTEGER = re.compile(r"-?\d{1,18}")  # fits the int64 of an OTLP intValue
+#: Characters of the header line read at most: a longer one is no header.
+MAX_HEADER_CHARS = 64 * 1024
 
 
 def _normalized(name: str) -> str:
@@ -280,10 +283,15 @@ def read_csv_file(path: Path, report: ReadReport, time_unit: TimeUnit | None = N
 def _header(text: io.TextIOWrapper, path: Path) -> tuple[CsvLayout, int] | None:
     """The layout of the first non-blank line and that line's number (None: an empty file)."""
     number = 0
-    for line in iter(text.readline, ""):
+    for line in iter(lambda: text.readline(MAX_HEADER_CHARS), ""):
         number += 1
         if not line.strip():
             continue
+        if len(line) == MAX_HEADER_CHARS and not line.endswith("\n"):
+            raise InputError(
+                f"{path}:{number}:1: not a CSV span table: its first line is longer than {MAX_HEADER_CHARS} characters",
+                hint="the first line must be a header naming the columns",
+            )
         layout = CsvLayout.of_header(line.rstrip("\r\n"))
         if layout is None:
             raise InputError(
@@ -376,7 +384,7 @@ def _row_reader(layout: CsvLayout, clocks: dict[str, _Clock]) -> Callable[[list[
 
 
 def _cell(value: str) -> str | int:
-    return int(value) if _INTEGER.fullmatch(value) else value
+    return int(value) if _ATTRIBUTE_INTEGER.fullmatch(value) else value
 
 
 # --- the source -------------------------------------------------------------------------------------------

@@ -148,6 +148,10 @@ def test_a_header_without_a_required_column_is_a_located_error_that_names_it(tmp
     assert "its columns: traceId, spanId, serviceName, operationName, duration" in message
     result = CliRunner().invoke(cli, ["traces", "analyze", str(path)])
     assert result.exit_code == 2 and "lacks a start time" in result.output
+    endless = tmp_path / "endless.csv"
+    endless.write_text("traceId,spanId," + "x" * 100_000 + "\n")
+    with pytest.raises(InputError, match=r"endless.csv:1:1: not a CSV span table: its first line is longer than"):
+        read_csv_file(endless, ReadReport(endless))
 
 
 def test_relative_times_take_the_sources_time_unit(tmp_path) -> None:

@@ -45,7 +45,7 @@ import calendar
 import csv
 import io
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -53,7 +53,7 @@ from typing import Literal
 
 from drill.api import PluginParams, SpanFileHead
 from drill.errors import InputError
-from drill.rundir.files import open_input
+from drill.rundir.files import MAX_LINE_BYTES, open_input
 from drill.rundir.jsonl import BadLine, ReadReport
 from drill.traces.sources import SourceReport, TableSource
 from drill.traces.table import SpanTable, TableBuilder, kind_code
@@ -276,7 +276,7 @@ def read_csv_file(path: Path, report: ReadReport, time_unit: TimeUnit | None = N
         if header is None:
             return builder.build()
         layout, header_lines = header
-        _read_rows(csv.reader(text, delimiter=layout.delimiter), layout, header_lines, time_unit, builder, report)
+        _read_rows(_Lines(text, header_lines, report), layout, time_unit, builder, report)
     return builder.build()
 
 
@@ -310,35 +310,67 @@ def _header(text: io.TextIOWrapper, path: Path) -> tuple[CsvLayout, int] | None:
 
 
 def _read_rows(
-    rows: Iterator[list[str]],
+    lines: _Lines,
     layout: CsvLayout,
-    before: int,
     time_unit: TimeUnit | None,
     builder: TableBuilder,
     report: ReadReport,
 ) -> None:
     clocks = {role: _Clock(layout.units.get(role) or time_unit) for role in ("start", "end", "duration")}
     add = _row_reader(layout, clocks)
-    line = before
+    rows = csv.reader(lines, delimiter=layout.delimiter)
     while True:
-        first = line + 1
+        lines.first = None
         try:
             row = next(rows)
         except StopIteration:
             return
         except csv.Error as exc:
-            line = getattr(rows, "line_num", first) + before
-            report.add_bad(BadLine(first, f"csv.Error: {exc}"[:200]))
+            report.add_bad(BadLine(lines.first or lines.number, f"csv.Error: {exc}"[:200]))
             continue
-        line = getattr(rows, "line_num", first) + before
         if not row or (len(row) == 1 and not row[0].strip()):
             continue
         try:
             add(row, builder)
         except (ValueError, IndexError) as exc:
-            report.add_bad(BadLine(first, f"{type(exc).__name__}: {exc}"[:200]))
+            report.add_bad(BadLine(lines.first or lines.number, f"{type(exc).__name__}: {exc}"[:200]))
             continue
         report.lines_read += 1
+
+
+class _Lines:
+    """The text's lines for the csv reader, none over :data:`~drill.rundir.files.MAX_LINE_BYTES` characters (a
+    longer one is skipped, counted and located in the report, never held whole); ``number`` is the lines read so
+    far, ``first`` the first line given since it was last set to None (where a row starts)."""
+
+    def __init__(self, text: io.TextIOWrapper, number: int, report: ReadReport) -> None:
+        self.text, self.number, self.report = text, number, report
+        self.first: int | None = None
+
+    def __iter__(self) -> _Lines:
+        return self
+
+    def __next__(self) -> str:
+        while True:
+            line = self.text.readline(MAX_LINE_BYTES)
+            if not line:
+                raise StopIteration
+            self.number += 1
+            if len(line) < MAX_LINE_BYTES or line.endswith("\n"):
+                if self.first is None:
+                    self.first = self.number
+                return line
+            size = len(line) + self._skip_rest()
+            reason = f"line of {size} characters skipped: longer than the {MAX_LINE_BYTES}-character cap on one line"
+            self.report.add_bad(BadLine(self.number, reason))
+
+    def _skip_rest(self) -> int:
+        skipped = 0
+        while True:
+            chunk = self.text.readline(MAX_LINE_BYTES)
+            skipped += len(chunk)
+            if not chunk or chunk.endswith("\n"):
+                return skipped
 
 
 def _row_reader(layout: CsvLayout, clocks: dict[str, _Clock]) -> Callable[[list[str], TableBuilder], None]:

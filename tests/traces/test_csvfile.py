@@ -138,6 +138,31 @@ def test_rows_that_cannot_be_read_are_counted_with_their_line_and_the_rest_is_re
     assert table.end_ns.tolist()[0] - table.start_ns.tolist()[0] == 5_000  # µs, the start time's unit
 
 
+def test_a_line_over_the_cap_is_skipped_whole_and_counted_and_the_lines_after_it_keep_their_numbers(
+    tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setattr("drill.traces.csvfile.MAX_LINE_BYTES", 1000)
+    path = tmp_path / "long.csv"
+    row = "a1,{},,svc,op,1700000000000000,5\n"
+    path.write_text(
+        "traceId,spanId,parentId,serviceName,operationName,startTime,duration\n"
+        + row.format("01")
+        + "a1,02,,"
+        + "," * 5000
+        + "\n"  # line 3: 5,008 characters
+        + row.format("03")
+        + 'a1,04,,svc,"two\nlines",1700000000000000\n'  # lines 5-6: a cell short
+        + row.format("05")
+    )
+    report = ReadReport(path)
+    table = read_csv_file(path, report)
+    assert table.span_id.tolist() == ["01", "03", "05"] and report.bad_count == 2
+    assert [(bad.line, bad.reason.split(":")[0]) for bad in report.bad_lines] == [
+        (3, "line of 5008 characters skipped"),
+        (5, "ValueError"),
+    ]
+
+
 def test_a_header_without_a_required_column_is_a_located_error_that_names_it(tmp_path) -> None:
     path = tmp_path / "spans.csv"
     path.write_text("\ntraceId,spanId,serviceName,operationName,duration\nab,cd,svc,op,5\n")

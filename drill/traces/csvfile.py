@@ -34,8 +34,9 @@ OpenTelemetry Collector ClickHouse exporter's ``Duration``); when there is an en
 column is not used. The source's ``time_unit`` param sets the unit of unitless numbers (relative times).
 
 A row that cannot be read (a missing id, a time that is not one, a status that is none of the above, the
-wrong number of cells, a cell over the CSV reader's field limit) is counted and located (``file:line:
-reason``), never dropped silently. A header without a required column is an input error that names the
+wrong number of cells, bytes that are not UTF-8, a cell over the CSV reader's field limit, a line over
+:data:`~drill.rundir.files.MAX_LINE_BYTES`, which is skipped without being held) is counted and located
+(``file:line: reason``), never dropped silently. A header without a required column is an input error that names the
 column it looked for and the columns the file has.
 """
 
@@ -93,6 +94,7 @@ _DATETIME = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?\s*(Z|UTC|[+-]\d{2}:?\d{2})?", re.IGNORECASE
 )
 _INTEGER = re.compile(r"-?\d{1,19}")  # a time in ns has 19 digits
+_UNDECODED = re.compile("[\udc80-\udcff]")  # a byte that is not UTF-8, as the surrogateescape handler keeps it
 _ATTRIBUTE_INTEGER = re.compile(r"-?\d{1,18}")  # fits the int64 of an OTLP intValue
 #: Characters of the header line read at most: a longer one is no header.
 MAX_HEADER_CHARS = 64 * 1024
@@ -271,7 +273,7 @@ def read_csv_file(path: Path, report: ReadReport, time_unit: TimeUnit | None = N
     except FileNotFoundError:
         report.exists = False
         return builder.build()
-    with fh, io.TextIOWrapper(fh, encoding="utf-8-sig", errors="replace", newline="") as text:
+    with fh, io.TextIOWrapper(fh, encoding="utf-8-sig", errors="surrogateescape", newline="") as text:
         header = _header(text, path)
         if header is None:
             return builder.build()
@@ -291,6 +293,11 @@ def _header(text: io.TextIOWrapper, path: Path) -> tuple[CsvLayout, int] | None:
             raise InputError(
                 f"{path}:{number}:1: not a CSV span table: its first line is longer than {MAX_HEADER_CHARS} characters",
                 hint="the first line must be a header naming the columns",
+            )
+        if _UNDECODED.search(line):
+            raise InputError(
+                f"{path}:{number}:1: the CSV header is not UTF-8 text",
+                hint="save the file as UTF-8 (with or without BOM)",
             )
         layout = CsvLayout.of_header(line.rstrip("\r\n"))
         if layout is None:
@@ -320,7 +327,7 @@ def _read_rows(
     add = _row_reader(layout, clocks)
     rows = csv.reader(lines, delimiter=layout.delimiter)
     while True:
-        lines.first = None
+        lines.first, lines.replaced = None, False
         try:
             row = next(rows)
         except StopIteration:
@@ -331,6 +338,8 @@ def _read_rows(
         if not row or (len(row) == 1 and not row[0].strip()):
             continue
         try:
+            if lines.replaced:
+                raise ValueError("not UTF-8 text")
             add(row, builder)
         except (ValueError, IndexError) as exc:
             report.add_bad(BadLine(lines.first or lines.number, f"{type(exc).__name__}: {exc}"[:200]))
@@ -341,11 +350,13 @@ def _read_rows(
 class _Lines:
     """The text's lines for the csv reader, none over :data:`~drill.rundir.files.MAX_LINE_BYTES` characters (a
     longer one is skipped, counted and located in the report, never held whole); ``number`` is the lines read so
-    far, ``first`` the first line given since it was last set to None (where a row starts)."""
+    far, ``first`` the first line given since it was last set to None (where a row starts); ``replaced`` says a
+    line given since it was last set False was not UTF-8 (the decoder escaped its bad bytes as lone surrogates)."""
 
     def __init__(self, text: io.TextIOWrapper, number: int, report: ReadReport) -> None:
         self.text, self.number, self.report = text, number, report
         self.first: int | None = None
+        self.replaced = False
 
     def __iter__(self) -> _Lines:
         return self
@@ -359,6 +370,8 @@ class _Lines:
             if len(line) < MAX_LINE_BYTES or line.endswith("\n"):
                 if self.first is None:
                     self.first = self.number
+                if not line.isascii() and _UNDECODED.search(line):
+                    self.replaced = True
                 return line
             size = len(line) + self._skip_rest()
             reason = f"line of {size} characters skipped: longer than the {MAX_LINE_BYTES}-character cap on one line"
@@ -382,8 +395,6 @@ def _row_reader(layout: CsvLayout, clocks: dict[str, _Clock]) -> Callable[[list[
     def add(row: list[str], builder: TableBuilder) -> None:
         if len(row) != width:
             raise ValueError(f"{len(row)} cells where the header has {width}")
-        if any("\ufffd" in cell for cell in row):
-            raise ValueError("not UTF-8 text")
         trace_id, span_id = _id(row[roles["trace_id"]]), _id(row[roles["span_id"]])
         if not trace_id or not span_id:
             raise ValueError("no trace id" if not trace_id else "no span id")

@@ -127,10 +127,12 @@ def test_rows_that_cannot_be_read_are_counted_with_their_line_and_the_rest_is_re
         + b"x" * 200_000
         + b'",1700000000000000,5\n'  # line 7: a cell over the reader's limit
         + b"a1,07,01,svc,op,1700000000000001,5\n"
+        + "a1,08,01,svc,op \ufffd,1700000000000001,5\n".encode()  # U+FFFD itself is text
     )
     report = ReadReport(path)
     table = read_csv_file(path, report)
-    assert len(table) == 2 and report.lines_read == 2 and report.bad_count == 5
+    assert len(table) == 3 and report.lines_read == 3 and report.bad_count == 5
+    assert table.names[table.name[2]] == "op \ufffd"
     lines = {bad.line: bad.reason for bad in report.bad_lines}
     assert sorted(lines) == [3, 4, 5, 6, 7], lines
     assert "6 cells where the header has 7" in lines[3] and "not a number or a date-time" in lines[4]
@@ -173,6 +175,10 @@ def test_a_header_without_a_required_column_is_a_located_error_that_names_it(tmp
     assert "its columns: traceId, spanId, serviceName, operationName, duration" in message
     result = CliRunner().invoke(cli, ["traces", "analyze", str(path)])
     assert result.exit_code == 2 and "lacks a start time" in result.output
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes(b"traceId,spanId,serviceName,operationName,startTime,dur\xe9e\n")
+    with pytest.raises(InputError, match=r"latin.csv:1:1: the CSV header is not UTF-8 text"):
+        read_csv_file(latin, ReadReport(latin))
     endless = tmp_path / "endless.csv"
     endless.write_text("traceId,spanId," + "x" * 100_000 + "\n")
     with pytest.raises(InputError, match=r"endless.csv:1:1: not a CSV span table: its first line is longer than"):

@@ -88,7 +88,8 @@ _UNITS: dict[str, TimeUnit] = {
     **dict.fromkeys(("milli", "millis", "milliseconds", "ms"), "ms"),
     **dict.fromkeys(("sec", "secs", "seconds"), "s"),
 }
-_NO_PARENT = frozenset({"", "root", "none", "null", "nan", "-1"})
+_NO_VALUE = frozenset({"", "none", "null", "nan"})  # an empty cell as exporters write it (pandas: empty or NaN)
+_NO_PARENT = _NO_VALUE | {"root", "-1"}
 _POD_SUFFIX = re.compile(r"-[a-z0-9]{6,10}-[a-z0-9]{5}$")  # a Deployment's pod: <name>-<rs hash>-<pod hash>
 _DATETIME = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?\s*(Z|UTC|[+-]\d{2}:?\d{2})?", re.IGNORECASE
@@ -194,27 +195,33 @@ def _service(pod: str) -> str:
 
 def _kind(value: str) -> int:
     value = value.strip()
-    if value.isdigit():
-        return kind_code(int(value))
-    return kind_code(value.upper().removeprefix("SPAN_KIND_"))
+    code = _whole_number(value)
+    return kind_code(code if code is not None else value.upper().removeprefix("SPAN_KIND_"))
 
 
 def _status(value: str, attributes: dict) -> int:
     """The OTLP status code of a status cell (an HTTP code is also kept in ``attributes``)."""
     value = value.strip()
-    if not value:
+    if value.lower() in _NO_VALUE:
         return 0
-    if value.isdigit():
-        code = int(value)
-        if code <= 2:
-            return code
-        if 100 <= code <= 599:
-            attributes["http.response.status_code"] = code
-            return 2 if code >= 500 else 0
+    code = _whole_number(value)  # "500.0": an integer column with gaps, as pandas writes it
+    if code is not None and 0 <= code <= 2:
+        return code
+    if code is not None and 100 <= code <= 599:
+        attributes["http.response.status_code"] = code
+        return 2 if code >= 500 else 0
     name = value.upper().removeprefix("STATUS_CODE_")
     if name in ("UNSET", "OK", "ERROR"):
         return ("UNSET", "OK", "ERROR").index(name)
     raise ValueError(f"status {value!r} is none of OK, ERROR, UNSET, an OTLP code (0-2) or an HTTP status code")
+
+
+def _whole_number(value: str) -> int | None:
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return int(number) if number.is_integer() else None
 
 
 def _datetime_ns(value: str) -> int | None:

@@ -185,6 +185,25 @@ def test_a_header_without_a_required_column_is_a_located_error_that_names_it(tmp
         read_csv_file(endless, ReadReport(endless))
 
 
+def test_a_table_written_by_pandas_with_gaps_reads_the_same(tmp_path) -> None:
+    path = tmp_path / "pandas.csv"
+    path.write_text(
+        ",traceID,spanID,parentSpanID,serviceName,operationName,startTime,duration,statusCode,spanKind\n"
+        "0,ab,01,nan,gateway,GET /,1700000000000000.0,10.0,200.0,\n"  # an integer column with gaps: floats
+        "1,ab,02,01,auth,POST /verify,1700000000000002.0,5.0,500.0,2.0\n"
+        "2,ab,03,02,auth,check,1700000000000003.0,1.0,,\n"
+    )
+    report = ReadReport(path)
+    table = read_csv_file(path, report)
+    assert report.bad_count == 0 and table.parent_row.tolist() == [-1, 0, 1]
+    assert [STATUS_NAMES[s] for s in table.status] == ["UNSET", "ERROR", "UNSET"]
+    assert [KIND_NAMES[k] for k in table.kind] == ["UNSPECIFIED", "SERVER", "UNSPECIFIED"]
+    assert (
+        table.start_ns.tolist()[1] == 1_700_000_000_000_002_000 and table.end_ns.tolist()[1] == table.start_ns[1] + 5000
+    )
+    assert table.attributes[1] == {"http.response.status_code": 500}  # the unnamed index column is not kept
+
+
 def test_relative_times_take_the_sources_time_unit(tmp_path) -> None:
     path = tmp_path / "spans.csv"
     path.write_text("trace_id;span_id;service;name;start;end\nab;cd;svc;op;1500;4000\n")

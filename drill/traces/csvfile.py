@@ -154,9 +154,9 @@ class CsvLayout:
             if role not in self.roles:
                 out.append(f"{words} ({_looked_for(role)})")
         if "end" not in self.roles and "duration" not in self.roles:
-            out.append(f"an end time or a duration ({_looked_for('end')}; {_looked_for('duration')})")
+            out.append(f"an end time or a duration ({_looked_for('end')}, or {_looked_for('duration')})")
         if "service" not in self.roles and "pod" not in self.roles:
-            out.append(f"a service ({_looked_for('service')}; {_looked_for('pod')})")
+            out.append(f"a service ({_looked_for('service')}, or {_looked_for('pod')})")
         if "name" not in self.roles and "method" not in self.roles:
             out.append(f"a span name ({_looked_for('name')})")
         return out
@@ -174,7 +174,7 @@ def _time_unit(name: str, bases: tuple[str, ...]) -> TimeUnit | None | Literal[F
 
 def _looked_for(role: str) -> str:
     names = _ROLES.get(role) or _TIME_ROLES[role]
-    return "a column named " + " or ".join(names[:4])
+    return "/".join(names[:4])
 
 
 # --- cells ------------------------------------------------------------------------------------------------
@@ -316,7 +316,8 @@ def _header(text: io.TextIOWrapper, path: Path) -> tuple[CsvLayout, int] | None:
         if missing:
             raise InputError(
                 f"{path}:{number}:1: the CSV header lacks {'; '.join(missing)}; its columns: "
-                + ", ".join(layout.columns[:20]),
+                + ", ".join(layout.columns[:20])
+                + " (names match in any case, without spaces or punctuation)",
                 hint="rename the column, or see docs/reading-traces.md for the names each field is found by",
             )
         return layout, number

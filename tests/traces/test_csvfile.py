@@ -17,7 +17,7 @@ from drill.traces.csvfile import CsvFileSource, read_csv_file
 from drill.traces.detect import detect_source
 from drill.traces.table import KIND_NAMES, STATUS_NAMES, SpanTable
 from tests.traces.spankit import span
-from tests.traces.test_suspects import FAULT_S, T0, Fault, shop
+from tests.traces.test_suspects import Fault, analyze_cli, shop
 
 
 def _pod(service: str) -> str:
@@ -226,8 +226,7 @@ def test_other_formats_are_not_taken_for_csv(tmp_path) -> None:
 
 def test_a_benchmarks_csv_without_kinds_ranks_the_callee_of_a_slow_link_first(tmp_path) -> None:
     path = write_csv(tmp_path / "traces.csv", shop(Fault(ingress_ms={"auth": 40.0})), "rcaeval")
-    until = f"{(T0 + int(FAULT_S * 1e9)) / 1e9:.3f}"
-    result = CliRunner().invoke(cli, ["traces", "analyze", str(path), "--baseline-until", until, "--json"])
+    result = analyze_cli(path, "--json")
     assert result.exit_code == 0, result.output
     document = json.loads(result.output)
     assert document["analysis"]["ranking"]["suspects"][0]["service"] == "auth"

@@ -8,8 +8,8 @@ import numpy as np
 
 from drill.traces.kinds import infer_kinds, with_inferred_kinds
 from drill.traces.table import KIND_NAMES, SpanTable
-from tests.traces.spankit import span
-from tests.traces.test_suspects import FAULT_S, T0, Fault, analyse, services, shop
+from tests.traces.spankit import span, write_spans
+from tests.traces.test_suspects import Fault, analyse, analyze_cli, services, shop
 
 
 def _kindless(spans: list[dict], keep: frozenset[str] = frozenset()) -> list[dict]:
@@ -89,17 +89,10 @@ def test_without_kinds_a_slow_link_and_a_database_without_spans_are_still_found(
 
 
 def test_the_cli_says_whose_kinds_it_inferred_and_recorded_kinds_turns_it_off(tmp_path) -> None:
-    from click.testing import CliRunner
-
-    from drill.cli.main import cli
-    from tests.traces.spankit import write_spans
-
     path = write_spans(tmp_path / "spans.jsonl", _kindless(shop(Fault(ingress_ms={"auth": 40.0}))))
-    until = f"{(T0 + int(FAULT_S * 1e9)) / 1e9:.3f}"
 
     def analyze(*flags: str):
-        args = ["traces", "analyze", str(path), "--baseline-until", until, *flags]
-        return CliRunner().invoke(cli, args, catch_exceptions=False)
+        return analyze_cli(path, *flags)
 
     text = analyze().output
     assert "span kinds inferred from the traces' shape for 4 service(s)" in text, text

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from drill.traces.names import name_template, name_templates
-from tests.traces.test_suspects import Fault, analyse, services, shop
+from tests.traces.test_suspects import Fault, analyse, analyze_cli, services, shop
 
 
 @pytest.mark.parametrize(
@@ -73,18 +73,12 @@ def test_a_slow_service_whose_span_names_carry_ids_is_judged_over_its_operations
 
 
 def test_the_cli_says_which_names_it_merged_and_exact_names_judges_each_apart(tmp_path) -> None:
-    from click.testing import CliRunner
-
-    from drill.cli.main import cli
     from tests.traces.spankit import write_spans
-    from tests.traces.test_suspects import FAULT_S, T0
 
     path = write_spans(tmp_path / "spans.jsonl", _with_ids(shop(Fault(cpu={"cart": 2.0}))))
-    until = f"{(T0 + int(FAULT_S * 1e9)) / 1e9:.3f}"
 
     def analyze(*flags: str):
-        args = ["traces", "analyze", str(path), "--baseline-until", until, *flags]
-        return CliRunner().invoke(cli, args, catch_exceptions=False)
+        return analyze_cli(path, *flags)
 
     text = analyze().output
     assert "judged as one operation: GET /cart/{id} (1200 names)" in text, text

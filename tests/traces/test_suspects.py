@@ -109,6 +109,17 @@ def services(report) -> list[str]:
     return [s.service for s in report.suspects]
 
 
+def analyze_cli(path, *flags: str):
+    """``drill traces analyze PATH`` with the shop's baseline end (``--baseline-until``), and ``flags``."""
+    from click.testing import CliRunner
+
+    from drill.cli.main import cli
+
+    until = f"{(T0 + int(FAULT_S * 1e9)) / 1e9:.3f}"
+    args = ["traces", "analyze", str(path), "--baseline-until", until, *flags]
+    return CliRunner().invoke(cli, args, catch_exceptions=False)
+
+
 # -- the statistics --------------------------------------------------------------------------------
 
 

@@ -26,18 +26,23 @@ request: :class:`trace_corpus.Hardships`). ``--exact-names`` scores the analysis
 
 ``--no-kinds`` removes every span's kind (UNSPECIFIED) before scoring: traces as many benchmarks' and trace stores'
 CSV exports give them, where the analysis infers SERVER and CLIENT from the traces' shape
-(:mod:`drill.traces.kinds`); ``--recorded-kinds`` turns that inference off, to show what it adds.
+(:mod:`drill.traces.kinds`); ``--recorded-kinds`` turns that inference off, to show what it adds. ``--via-csv``
+writes each case as a benchmark's ``traces.csv`` (trace, span and parent ids, service, span name, start and
+duration in µs, an HTTP status code: 500 for an ERROR span, else 200; no kind, no attributes) and reads it back
+through the ``csv_file`` source (:mod:`drill.traces.csvfile`) before scoring: the whole path such a file takes.
 
     .venv/bin/python bench/rca_accuracy.py [--cases 200] [--seed 0] [--hard] [--exact-names] [--no-kinds]
-        [--recorded-kinds] [--timing] [--json]
+        [--recorded-kinds] [--via-csv] [--timing] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import statistics
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from dataclasses import replace
@@ -50,8 +55,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import trace_corpus  # noqa: E402
 
+from drill.rundir.jsonl import ReadReport  # noqa: E402
 from drill.traces.analysis import AbnormalReport, AnalysisOptions, find_abnormal  # noqa: E402
-from drill.traces.table import SpanTable  # noqa: E402
+from drill.traces.csvfile import read_csv_file  # noqa: E402
+from drill.traces.table import STATUS_NAMES, SpanTable  # noqa: E402
+
+_ERROR = STATUS_NAMES.index("ERROR")
 
 K = 5
 
@@ -119,6 +128,27 @@ def _silent_not_judged(report: AbnormalReport) -> bool:
     return ranking.unjudged_spans * 2 > ranking.fault_spans or ranking.judged * 2 < ranking.pairs
 
 
+def through_csv(table: SpanTable) -> SpanTable:
+    """``table`` written as a benchmark's ``traces.csv`` and read back by the ``csv_file`` source (module doc)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "traces.csv"
+        with path.open("w", newline="") as fh:
+            out = csv.writer(fh, lineterminator="\n")
+            out.writerow(["traceID", "spanID", "parentSpanID", "serviceName", "operationName", "startTime", "duration"]
+                         + ["statusCode"])  # fmt: skip
+            start_us, end_us = table.start_ns // 1000, table.end_ns // 1000
+            for row in range(len(table)):
+                out.writerow(
+                    [table.trace_id[row], table.span_id[row], table.parent_id[row], table.services[table.service[row]]]
+                    + [table.names[table.name[row]], int(start_us[row]), int(end_us[row] - start_us[row])]
+                    + [500 if table.status[row] == _ERROR else 200]
+                )
+        report = ReadReport(path)
+        read = read_csv_file(path, report)
+        assert report.bad_count == 0 and len(read) == len(table), report.describe()
+        return read
+
+
 def run(
     cases: int,
     seed: int,
@@ -126,6 +156,7 @@ def run(
     exact_names: bool = False,
     no_kinds: bool = False,
     recorded_kinds: bool = False,
+    via_csv: bool = False,
 ) -> dict:
     ranks: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     silent = inconclusive = 0
@@ -135,6 +166,8 @@ def run(
         case = trace_corpus.make_case(seed + i, kind, hard=hard)
         if no_kinds:
             case = replace(case, table=case.table.with_kinds(np.zeros_like(case.table.kind)))
+        if via_csv:
+            case = replace(case, table=through_csv(case.table))
         report = find_abnormal(case.table, baseline_until_ns=case.injection_ns, options=options)
         silent += _silent_not_judged(report)
         inconclusive += report.inconclusive_reason is not None
@@ -150,6 +183,7 @@ def run(
         "hard": hard,
         "exact_names": exact_names,
         "no_kinds": no_kinds,
+        "via_csv": via_csv,
         "recorded_kinds": recorded_kinds,
         "not_judged_as_no_deviation": silent,
         "inconclusive": inconclusive,
@@ -222,8 +256,9 @@ def main() -> None:
     )
     parser.add_argument("--no-kinds", action="store_true", help="remove every span's kind before scoring")
     parser.add_argument("--recorded-kinds", action="store_true", help="no kind inference for services with none")
+    parser.add_argument("--via-csv", action="store_true", help="each case written as a traces.csv and read back")
     args = parser.parse_args()
-    result = run(args.cases, args.seed, args.hard, args.exact_names, args.no_kinds, args.recorded_kinds)
+    result = run(args.cases, args.seed, args.hard, args.exact_names, args.no_kinds, args.recorded_kinds, args.via_csv)
     if args.timing:
         result["timing"] = timing(min(args.cases, 40), args.seed)
     if args.json:

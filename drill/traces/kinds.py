@@ -105,7 +105,7 @@ def _votes(table: SpanTable, service: np.ndarray, rows: np.ndarray) -> tuple[np.
     server = from_other | ~table.has_parent[rows]
     child = np.flatnonzero(parent >= 0)
     out = service[child] != service[parent[child]]
-    children = np.bincount(parent[child], minlength=len(table))[rows]
+    children = table.children_count()[rows]
     outgoing = np.bincount(parent[child[out]], minlength=len(table))[rows]
     leaf = np.flatnonzero(~server & (children == 0))
     peer = np.zeros(len(rows), dtype=bool)

@@ -14,6 +14,7 @@ counted in ``ReadReport.nul_bytes``, like a torn last line: a note, not a bad li
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,15 @@ class ReadReport:
     def clean(self) -> bool:
         """True when every line but possibly a torn last one was read."""
         return self.bad_count == 0
+
+    def open_input(self, path: Path) -> io.BufferedReader | None:
+        """``path`` opened for reading (:func:`~drill.rundir.files.open_input`, inside :attr:`root` when it is set);
+        None when there is no such file, and then :attr:`exists` is False."""
+        try:
+            return open_input(path, root=self.root)
+        except FileNotFoundError:
+            self.exists = False
+            return None
 
     def add_bad(self, bad: BadLine) -> None:
         self.bad_count += 1
@@ -105,10 +115,8 @@ def read_jsonl(
     newline (a crash mid-write), otherwise as a bad line. Nothing is skipped without a count.
     """
     report = report if report is not None else ReadReport(path)
-    try:
-        fh = open_input(path, root=report.root)
-    except FileNotFoundError:
-        report.exists = False
+    fh = report.open_input(path)
+    if fh is None:
         return
     with fh:
         for line in read_lines(fh):

@@ -54,7 +54,7 @@ from typing import Literal
 
 from drill.api import PluginParams, SpanFileHead
 from drill.errors import InputError
-from drill.rundir.files import MAX_LINE_BYTES, open_input
+from drill.rundir.files import MAX_LINE_BYTES
 from drill.rundir.jsonl import BadLine, ReadReport
 from drill.traces.sources import SourceReport, TableSource
 from drill.traces.table import SpanTable, TableBuilder, kind_code
@@ -275,10 +275,8 @@ class _Clock:
 def read_csv_file(path: Path, report: ReadReport, time_unit: TimeUnit | None = None) -> SpanTable:
     """The spans of a CSV span table; rows that cannot be read are counted and located in ``report``."""
     builder = TableBuilder()
-    try:
-        fh = open_input(path, root=report.root)
-    except FileNotFoundError:
-        report.exists = False
+    fh = report.open_input(path)
+    if fh is None:
         return builder.build()
     with fh, io.TextIOWrapper(fh, encoding="utf-8-sig", errors="surrogateescape", newline="") as text:
         header = _header(text, path)

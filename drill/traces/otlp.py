@@ -39,7 +39,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 
-from drill.rundir.files import MAX_DOCUMENT_BYTES, UnsafeFileError, loads_json, open_input, read_bytes, read_lines
+from drill.rundir.files import MAX_DOCUMENT_BYTES, UnsafeFileError, loads_json, read_bytes, read_lines
 from drill.rundir.jsonl import BadLine, ReadReport
 from drill.traces.table import ATTRIBUTE_DEPTH, SpanTable, TableBuilder, kind_code, status_code
 
@@ -374,10 +374,8 @@ def read_json_file(path: Path, report: ReadReport | None = None) -> SpanTable:
     """
     report = report if report is not None else ReadReport(path)
     builder = TableBuilder()
-    try:
-        fh = open_input(path, root=report.root)
-    except FileNotFoundError:
-        report.exists = False
+    fh = report.open_input(path)
+    if fh is None:
         return builder.build()
     long_lines = 0
     with fh:

@@ -225,10 +225,8 @@ def decode_json_lines(path: Path, decoder: msgspec.json.Decoder, report: ReadRep
     by line so that every bad line is counted with its number, as :func:`drill.rundir.jsonl.read_jsonl` does
     (a torn last line without its newline is ``torn_last_line``).
     """
-    try:
-        fh = open_input(path, root=report.root)
-    except FileNotFoundError:
-        report.exists = False
+    fh = report.open_input(path)
+    if fh is None:
         return
     buffer = bytearray(BLOCK_BYTES)
     kept, offset = 0, 0  # bytes of a partial line at the buffer's start; its file offset

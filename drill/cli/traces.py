@@ -2,8 +2,9 @@
 
 ``drill traces analyze SPANS...`` finds the first abnormal span (see :mod:`drill.traces.analysis`) in
 files the user brings — a run's ``spans.jsonl``, an OpenTelemetry Collector file export, OTLP
-protobuf, a Jaeger UI download — detecting each file's format from its content (each trace source's ``sniff``,
-:mod:`drill.traces.detect`).
+protobuf, a Jaeger UI download, a benchmark's CSV span table — detecting each file's format from its content (each
+trace source's ``sniff``, :mod:`drill.traces.detect`); a gzip, bzip2 or xz-compressed file is read as the file it
+holds (:mod:`drill.traces.compressed`).
 """
 
 from __future__ import annotations
@@ -58,11 +59,13 @@ class _Loaded:
     spans: int
     unreadable: int
     where: tuple[str, ...]
+    compression: str | None = None  # the file was read decompressed (drill.traces.compressed)
 
     def to_json(self) -> dict:
         return {
             "path": str(self.path),
             "format": self.kind,
+            "compression": self.compression,
             "spans": self.spans,
             "unreadable": self.unreadable,
             "where": list(self.where),
@@ -70,17 +73,25 @@ class _Loaded:
 
 
 def _read(path: Path) -> tuple[SpanTable, _Loaded]:
+    from drill.traces.compressed import decompressed
     from drill.traces.detect import open_span_file
     from drill.traces.sources import TableSource
     from drill.traces.table import SpanTable
 
-    kind, source = open_span_file(path)
-    if not isinstance(source, TableSource):  # a plugin that yields span dicts (drill.api.TraceSource) only
-        table = SpanTable.from_spans(source.spans())
-        return table, _Loaded(path, kind, len(table), 0, ())
-    table = source.table()
-    report = source.report
-    return table, _Loaded(path, kind, len(table), report.unreadable, tuple(report.where))
+    where: tuple[str, ...] = ()
+    with decompressed(path) as file:
+        try:
+            kind, source = open_span_file(file.path)
+        except InputError as exc:  # named as the user gave it, not as its temporary copy
+            raise InputError(file.shown(str(exc))) from exc
+        if not isinstance(source, TableSource):  # a plugin that yields span dicts (drill.api.TraceSource) only
+            table, unreadable = SpanTable.from_spans(source.spans()), 0
+        else:
+            table = source.table()
+            unreadable, where = source.report.unreadable, tuple(file.shown(w) for w in source.report.where)
+    if file.damage is not None:  # the spans before the damage were read; the rest of the stream is one bad record
+        unreadable, where = unreadable + 1, (file.damage, *where)
+    return table, _Loaded(path, kind, len(table), unreadable, where, file.compression)
 
 
 def _read_all(paths: tuple[Path, ...]) -> tuple[SpanTable, list[_Loaded]]:
@@ -294,7 +305,8 @@ def _print(report: AbnormalReport, loaded: list[_Loaded], evidence: RunTraces) -
         bad: tuple = ()
         if info.unreadable:
             bad = (", ", (f"{info.unreadable} unreadable", "yellow"), f" (first: {info.where[0]})")
-        say(f"{info.path}: {info.kind}, {info.spans:,} spans", *bad)
+        kind = f"{info.kind} ({info.compression}-compressed)" if info.compression else info.kind
+        say(f"{info.path}: {kind}, {info.spans:,} spans", *bad)
     console.print(
         f"baseline: {report.baseline_rule}: {report.baseline_spans:,} spans; fault window: {report.fault_spans:,} spans"
     )

@@ -163,7 +163,9 @@ def test_json_output(tmp_path, spans):
     data = analysed(
         str(path), "--baseline-until", f"{FAULT_START_S}", "--fault-start", f"{FAULT_START_S}", "--top", "2"
     )
-    assert data["files"] == [{"path": str(path), "format": "receiver", "spans": 1260, "unreadable": 0, "where": []}]
+    assert data["files"] == [
+        {"path": str(path), "format": "receiver", "compression": None, "spans": 1260, "unreadable": 0, "where": []}
+    ]
     first = data["analysis"]["first"]
     assert (first["service"], first["name"]) == ("drill-replica-0", "queue")
     assert 0 <= first["onset_s"] < 0.05 and len(first["chain"]) == 5

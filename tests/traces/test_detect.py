@@ -113,6 +113,7 @@ def test_a_new_format_is_one_module_and_one_entry_point(
     assert detect_source(path) == "test_zipkin_file"
     data = analysed(str(path), "--baseline-until", f"{FAULT_START_S}", "--fault-start", f"{FAULT_START_S}")
     assert data["files"] == [
-        {"path": str(path), "format": "test_zipkin_file", "spans": len(spans), "unreadable": 0, "where": []}
+        {"path": str(path), "format": "test_zipkin_file", "compression": None, "spans": len(spans)}
+        | {"unreadable": 0, "where": []}
     ]
     assert (data["analysis"]["first"]["service"], data["analysis"]["first"]["name"]) == ("drill-replica-0", "queue")

@@ -135,3 +135,46 @@ def test_what_is_wrong_inside_is_said_of_the_file_as_given(tmp_path, private_tmp
     result = analyze_cli(metrics)
     assert result.exit_code == 2 and f"{metrics} (decompressed): not a span file" in result.output
     assert str(private_tmp) not in result.output
+
+
+def _damaged(rng, data: bytes) -> bytes:
+    """``data`` cut, with bytes flipped, with garbage after it, or a bare header followed by noise."""
+    how = rng.randrange(4)
+    if how == 0:
+        return data[: rng.randrange(len(data))]
+    if how == 1:
+        out = bytearray(data)
+        for _ in range(rng.randint(1, 8)):
+            out[rng.randrange(len(out))] = rng.randrange(256)
+        return bytes(out)
+    if how == 2:
+        return data + rng.randbytes(rng.randint(1, 64))
+    return data[:10] + rng.randbytes(rng.randint(0, 4096))
+
+
+@pytest.mark.parametrize("compression", ["gzip", "bzip2", "xz"])
+def test_damaged_streams_of_any_kind_are_read_or_refused_never_a_crash_and_leave_nothing(
+    tmp_path, private_tmp, compression
+) -> None:
+    import random
+
+    rng = random.Random(18)
+    spans = shop(Fault(cpu={"cart": 2.0}), seconds=20.0)
+    plain = (
+        write_csv(tmp_path / "traces.csv", spans, "rcaeval") if compression != "xz" else _as_receiver(tmp_path, spans)
+    )
+    packed = COMPRESS[compression](plain.read_bytes())
+    for case in range(12):
+        path = tmp_path / f"case-{case}{SUFFIX[compression]}"
+        path.write_bytes(_damaged(rng, packed))
+        result = analyze_cli(path, "--json")  # exceptions propagate: an unexpected one fails here
+        assert result.exit_code in (0, 2), (case, result.output[-2000:])
+        if result.exit_code == 0:
+            files = json.loads(result.output)["files"]
+            assert files[0]["compression"] == compression
+            assert all(str(private_tmp) not in w for w in files[0]["where"]), files[0]["where"]
+        assert list(private_tmp.iterdir()) == [], case
+
+
+def _as_receiver(path: Path, spans: list[dict]) -> Path:
+    return write_spans(path / "spans.jsonl", spans)

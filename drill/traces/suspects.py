@@ -39,7 +39,8 @@ Per (service, span name) pair with spans in the fault window (see ``docs/trace-a
    is computed (a million spans need the self time of a few thousand per pair), then by value.
 5. **Score** of a service: the sum of its deviating pairs' effects (as attributed), plus one point and
    twice the share of erring spans per pair with root-cause errors; an operation and the INTERNAL steps
-   nested in it count once (the strongest of them). Services are ranked by score;
+   nested in it (UNSPECIFIED ones too: a step in traces that record no kinds) count once (the strongest of
+   them). Services are ranked by score;
    ties go to the callee side.
 """
 
@@ -849,7 +850,7 @@ def _nested(inputs: SuspectInputs, groups: int, sampled: np.ndarray) -> dict[int
     the same service, among the ``sampled`` rows the ranking judges): a step of that operation's own work, not a
     second operation."""
     table, parent = inputs.table, inputs.parent
-    rows = sampled[(table.kind[sampled] == _INTERNAL) & (parent[sampled] >= 0)]
+    rows = sampled[(table.kind[sampled] <= _INTERNAL) & (parent[sampled] >= 0)]  # UNSPECIFIED: as INTERNAL
     rows = rows[table.service[parent[rows]] == table.service[rows]]
     if not len(rows):
         return {}

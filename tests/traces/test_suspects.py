@@ -482,3 +482,14 @@ def test_a_step_nested_in_an_operation_is_not_counted_as_a_second_operation():
         score = {s.service: s.score for s in analyse(_nested_step(seed)).suspects}
         assert {"a", "b"} <= set(score), score
         assert score["a"] < 1.4 * score["b"], (seed, score)
+
+
+def test_a_step_of_a_service_that_records_no_kinds_is_counted_once_too():
+    """The same without any kind recorded (a CSV table): the step stays UNSPECIFIED, and counts as an INTERNAL one."""
+    for seed in (1, 2, 3):
+        spans = [{**s, "kind": "UNSPECIFIED"} for s in _nested_step(seed)]
+        report = analyse(spans)
+        assert report.inferred_kinds is not None and "a, b" in report.inferred_kinds
+        score = {s.service: s.score for s in report.suspects}
+        assert {"a", "b"} <= set(score), score
+        assert score["a"] < 1.4 * score["b"], (seed, score)

@@ -92,7 +92,7 @@ def decompressed(path: Path) -> Iterator[SpanFile]:
 
 def _decompress(path: Path, compression: str, out: Path) -> str | None:
     """Write ``path``'s content to ``out``; returns where a damaged or cut-short stream stopped (None: whole)."""
-    with open_input(path) as raw, out.open("wb") as sink:
+    with open_input(path) as raw, out.open("xb") as sink:  # a new file in a new private folder
         limit = min(MAX_RATIO * max(os.fstat(raw.fileno()).st_size, 1), MAX_DECOMPRESSED_BYTES)
         output = _Output(compression)
         try:

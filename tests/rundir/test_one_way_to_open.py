@@ -44,6 +44,10 @@ ALLOWED = {
     ("drill/rundir/records.py", "open"): "RecordTail: tails the requests.jsonl this run's load generator writes",
     ("drill/rundir/records.py", "loads"): "RecordTail: its lines, skipped when bad; read after the run, counted",
     ("drill/traces/receiver.py", "open"): "appends the spans the run's receiver is given to its new spans.jsonl",
+    (
+        "drill/traces/compressed.py",
+        "open",
+    ): "creates ('x') a span file's decompressed copy in its own new temporary folder",
 }
 FORBIDDEN = {"open", "read_text", "read_bytes", "load", "loads"}
 

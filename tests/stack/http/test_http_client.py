@@ -41,6 +41,7 @@ class Upstream:
     def __init__(self) -> None:
         self.seen: list[HttpRequest] = []
         self.disconnected = asyncio.Event()
+        self.slow_started = asyncio.Event()  # /slow's handler runs: its disconnect is watched from here on
         self.server = HttpServer(self._router())
 
     def _router(self) -> Router:
@@ -69,6 +70,7 @@ class Upstream:
 
     async def slow(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse:
         stream.on_disconnect(self.disconnected.set)
+        self.slow_started.set()
         await asyncio.sleep(float(request.query_params().get("s", "1")))
         return HttpResponse(200, b"late", "text/plain")
 
@@ -161,7 +163,7 @@ async def test_a_relay_whose_reader_left_closes_the_upstream_request(upstream, c
 
 async def test_closing_a_response_before_its_end_aborts_the_request_there(upstream, client) -> None:
     task = asyncio.ensure_future(client.fetch("GET", upstream.server.url + "/slow?s=5", timeout=FAST))
-    await asyncio.sleep(0.2)
+    await asyncio.wait_for(upstream.slow_started.wait(), 5.0)  # not a fixed 0.2 s: a loaded machine can be later
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -3,7 +3,12 @@
 Called by ``drill stack up/status/down`` and by the harness when a drill's target is the
 embedded stack. :func:`start_stack` decides the layout (:func:`drill.stack.supervision.stack_plan.build_plan`),
 writes launches and the plan under the run directory, starts the supervisor detached and returns
-once the router and every replica answer. :func:`stop_stack` is idempotent and leaves nothing
+once the router and every replica answer — as themselves: each admin API must take this stack's admin token
+and name the part the plan put at that port. Ports are picked free and released before the processes bind them
+(:mod:`drill.stack.supervision.ports`), so another process — a stack started at the same moment — can take one
+in between; its server would then answer this stack's health checks and serve its requests. An answer that
+refuses this stack's token is such a server: the stack is stopped and started again on other ports
+(:data:`START_TRIES` in all). :func:`stop_stack` is idempotent and leaves nothing
 running: it stops the supervisor (which stops its children), kills anything left in the
 supervisor's process group, removes the stack's containers (by label) and proxies (by name).
 """
@@ -30,6 +35,8 @@ from drill.stack.supervision.state import StackState, read_state, remove_state, 
 __all__ = ["read_state", "start_stack", "stop_stack", "supervisor_alive"]
 
 _POLL_S = 0.1
+#: Starts of a stack, each on freshly picked ports, when another server holds one of its ports.
+START_TRIES = 3
 _started: dict[int, subprocess.Popen[bytes]] = {}  # supervisors this process started, reaped on stop
 
 
@@ -65,12 +72,37 @@ def start_stack(
         otlp_endpoint=otlp_endpoint,
         toxiproxy_url=toxiproxy_url,
     )
+    deadline = time.monotonic() + timeout_s
+    for attempt in range(1, START_TRIES + 1):
+        try:
+            state = _start(plan, state_dir, deadline)
+            break
+        except PortTakenError as taken:
+            if attempt == START_TRIES:
+                raise StackError(
+                    f"the stack {name!r} could not start: {taken} (on each of {START_TRIES} sets of free ports)",
+                    hint="another program keeps taking the ports this stack picks; stop it, or retry",
+                ) from taken
+            plan = build_plan(
+                config,
+                name=name,
+                runtime=runtime,
+                state_dir=state_dir,
+                otlp_endpoint=otlp_endpoint,
+                toxiproxy_url=toxiproxy_url,
+            )
+    return state
+
+
+def _start(plan: StackPlan, state_dir: Path | None, deadline: float) -> StackState:
+    """One start of ``plan``: its state once every part answers; the stack stopped again when it does not."""
+    name = plan.state.name
     _write_plan(plan)
     supervisor = _spawn_supervisor(plan)
     state = plan.state.model_copy(update={"supervisor_pid": supervisor.pid})
     write_state(state, state_dir)
     try:
-        _wait_ready(plan, supervisor, time.monotonic() + timeout_s)
+        _wait_ready(plan, supervisor, deadline)
     except BaseException:
         stop_stack(name, state_dir=state_dir)
         raise
@@ -186,14 +218,46 @@ def _supervisor_status(plan: StackPlan) -> str | None:
         return None
 
 
+class PortTakenError(StackError):
+    """Another server answers at a port the plan gave this stack: its admin API refuses this stack's token."""
+
+
 def _all_healthy(http: httpx.Client, plan: StackPlan) -> bool:
+    """The router and every replica answer, each as itself (:func:`_own`), and the router sees every replica
+    healthy. Raises :class:`PortTakenError` when a port of the plan is answered by another server."""
     headers = {"Authorization": f"Bearer {plan.state.admin_token}"}
     try:
-        state = http.get(f"{plan.state.router_admin_url}/state", headers=headers).json()
-        direct = [http.get(f"{r.direct_url}/health").status_code for r in plan.state.replicas]
+        router = http.get(f"{plan.state.router_admin_url}/state", headers=headers)
+        if not _own(router, plan.state.router_admin_url, None):
+            return False
+        for replica in plan.state.replicas:
+            answer = http.get(f"{replica.admin_url}/admin/state", headers=headers)
+            if (
+                not _own(answer, replica.admin_url, replica.name)
+                or http.get(f"{replica.direct_url}/health").status_code != 200
+            ):
+                return False
+        state = router.json()
     except (httpx.HTTPError, ValueError):
         return False
-    return all(code == 200 for code in direct) and all(r.get("healthy") for r in state.get("replicas", []))
+    return all(r.get("healthy") for r in state.get("replicas", []))
+
+
+def _own(answer: httpx.Response, url: str, name: str | None) -> bool:
+    """Whether an admin API's answer (``GET /state`` with this stack's token) is from the part of this stack at
+    ``url``: it takes the token and, for a replica, gives ``name``. A 401 is another server (another stack's: its
+    token differs); a 403 is an admin API that does not count this client as local (a container's), whose health
+    the other checks judge."""
+    if answer.status_code == 401:
+        raise PortTakenError(f"{url} is answered by another server (it refuses this stack's admin token)")
+    if answer.status_code == 403:
+        return True
+    if answer.status_code != 200:
+        return False
+    named = answer.json().get("name")
+    if name is not None and named != name:
+        raise PortTakenError(f"{url} is answered by {named!r}, not {name!r}")
+    return True
 
 
 def _log_tail(plan: StackPlan, lines: int = 15) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import httpx
@@ -86,3 +87,61 @@ def test_containers_stop_when_the_supervisor_is_killed(stack_factory, tmp_path: 
         assert info.exit_code == 0  # the lifeline broke: a clean exit, so Docker does not restart it
         assert stop_stack(state.name, state_dir=tmp_path) is True
         assert docker.find(labels={"llm-drill.stack": state.name}) == []
+
+
+class _OtherStacksReplica(BaseHTTPRequestHandler):
+    """A server of another stack: healthy, but its admin API refuses any token but its own."""
+
+    seen: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.seen.append(self.path)
+        code = 200 if self.path == "/health" else 401
+        self.send_response(code)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_port_another_server_holds_is_found_and_the_stack_starts_on_others(
+    stack_factory, monkeypatch, tmp_path: Path
+) -> None:
+    """Ports are picked free and released before the replicas bind them: a stack started at the same moment can
+    take one. Its server answers health checks but refuses this stack's admin token; the stack starts again on
+    other ports and serves from its own replica (before, it came up 'healthy' and sent requests to the other)."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    from drill.stack.supervision import stack_plan
+
+    other = ThreadingHTTPServer(("127.0.0.1", 0), _OtherStacksReplica)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    taken, picks = other.server_address[1], []
+    real = stack_plan.free_ports
+
+    def racing(count: int, host: str = "127.0.0.1") -> list[int]:
+        ports = real(count, host)
+        if not picks:  # the first plan: replica-0's own port (the 4th popped, after router, Toxiproxy, lifeline)
+            ports[-4] = taken
+        picks.append(list(ports))
+        return ports
+
+    monkeypatch.setattr(stack_plan, "free_ports", racing)
+    try:
+        state = stack_factory(SMALL)
+    finally:
+        other.shutdown()
+    assert len(picks) == 2, picks  # a second set of ports, after the first was found taken
+    assert f":{taken}" not in state.replicas[0].direct_url and "/admin/state" in _OtherStacksReplica.seen
+    headers = {"Authorization": f"Bearer {state.admin_token}"}
+    own = httpx.get(f"{state.replicas[0].admin_url}/admin/state", headers=headers, timeout=5, trust_env=False)
+    assert own.status_code == 200 and own.json()["name"] == "replica-0"
+    answer = httpx.post(
+        f"{state.router}/v1/completions",
+        json={"model": state.model, "prompt": "hello", "max_tokens": 2},
+        timeout=30,
+        trust_env=False,
+    )
+    assert answer.status_code == 200, answer.text

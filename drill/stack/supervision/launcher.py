@@ -64,34 +64,30 @@ def start_stack(
         find_toxiproxy_binary()
     if runtime is Runtime.DOCKER:
         _check_docker()
-    plan = build_plan(
-        config,
-        name=name,
-        runtime=runtime,
-        state_dir=state_dir,
-        otlp_endpoint=otlp_endpoint,
-        toxiproxy_url=toxiproxy_url,
-    )
+
+    def fresh_plan() -> StackPlan:  # each start on ports picked afresh
+        return build_plan(
+            config,
+            name=name,
+            runtime=runtime,
+            state_dir=state_dir,
+            otlp_endpoint=otlp_endpoint,
+            toxiproxy_url=toxiproxy_url,
+        )
+
     deadline = time.monotonic() + timeout_s
-    for attempt in range(1, START_TRIES + 1):
+    for _ in range(START_TRIES - 1):
         try:
-            state = _start(plan, state_dir, deadline)
-            break
-        except PortTakenError as taken:
-            if attempt == START_TRIES:
-                raise StackError(
-                    f"the stack {name!r} could not start: {taken} (on each of {START_TRIES} sets of free ports)",
-                    hint="another program keeps taking the ports this stack picks; stop it, or retry",
-                ) from taken
-            plan = build_plan(
-                config,
-                name=name,
-                runtime=runtime,
-                state_dir=state_dir,
-                otlp_endpoint=otlp_endpoint,
-                toxiproxy_url=toxiproxy_url,
-            )
-    return state
+            return _start(fresh_plan(), state_dir, deadline)
+        except PortTakenError:
+            continue  # another server holds one of its ports: stopped; start again on others
+    try:
+        return _start(fresh_plan(), state_dir, deadline)
+    except PortTakenError as taken:
+        raise StackError(
+            f"the stack {name!r} could not start: {taken} (on each of {START_TRIES} sets of free ports)",
+            hint="another program keeps taking the ports this stack picks; stop it, or retry",
+        ) from taken
 
 
 def _start(plan: StackPlan, state_dir: Path | None, deadline: float) -> StackState:

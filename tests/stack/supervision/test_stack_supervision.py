@@ -145,3 +145,29 @@ def test_a_port_another_server_holds_is_found_and_the_stack_starts_on_others(
         trust_env=False,
     )
     assert answer.status_code == 200, answer.text
+
+
+def test_a_port_taken_on_every_start_stops_after_three_saying_so(stack_factory, monkeypatch, tmp_path: Path) -> None:
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    from drill.stack.supervision import stack_plan
+
+    other = ThreadingHTTPServer(("127.0.0.1", 0), _OtherStacksReplica)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    real, starts = stack_plan.free_ports, []
+
+    def always_taken(count: int, host: str = "127.0.0.1") -> list[int]:
+        ports = real(count, host)
+        ports[-4] = other.server_address[1]
+        starts.append(ports[-4])
+        return ports
+
+    monkeypatch.setattr(stack_plan, "free_ports", always_taken)
+    try:
+        with pytest.raises(StackError, match="keeps taking the ports") as raised:
+            stack_factory(SMALL)
+    finally:
+        other.shutdown()
+    assert len(starts) == 3 and "refuses this stack's admin token" in str(raised.value)
+    assert not list((tmp_path / "stack").glob("*.json")), "a stack that did not start leaves no state"

@@ -105,12 +105,11 @@ class _OtherStacksReplica(BaseHTTPRequestHandler):
         pass
 
 
-def test_a_port_another_server_holds_is_found_and_the_stack_starts_on_others(
-    stack_factory, monkeypatch, tmp_path: Path
-) -> None:
-    """Ports are picked free and released before the replicas bind them: a stack started at the same moment can
-    take one. Its server answers health checks but refuses this stack's admin token; the stack starts again on
-    other ports and serves from its own replica (before, it came up 'healthy' and sent requests to the other)."""
+@pytest.fixture
+def port_taken(monkeypatch):
+    """``take(plans)``: another stack's replica (:class:`_OtherStacksReplica`) listens on a port, and the first
+    ``plans`` stack plans (None: every one) give replica-0 that port (the 4th popped, after router, Toxiproxy,
+    lifeline). Returns the port and the ports each plan got."""
     import threading
     from http.server import ThreadingHTTPServer
 
@@ -118,21 +117,29 @@ def test_a_port_another_server_holds_is_found_and_the_stack_starts_on_others(
 
     other = ThreadingHTTPServer(("127.0.0.1", 0), _OtherStacksReplica)
     threading.Thread(target=other.serve_forever, daemon=True).start()
-    taken, picks = other.server_address[1], []
-    real = stack_plan.free_ports
+    taken, picks, real = other.server_address[1], [], stack_plan.free_ports
 
-    def racing(count: int, host: str = "127.0.0.1") -> list[int]:
-        ports = real(count, host)
-        if not picks:  # the first plan: replica-0's own port (the 4th popped, after router, Toxiproxy, lifeline)
-            ports[-4] = taken
-        picks.append(list(ports))
-        return ports
+    def take(plans: int | None) -> tuple[int, list[list[int]]]:
+        def racing(count: int, host: str = "127.0.0.1") -> list[int]:
+            ports = real(count, host)
+            if plans is None or len(picks) < plans:
+                ports[-4] = taken
+            picks.append(list(ports))
+            return ports
 
-    monkeypatch.setattr(stack_plan, "free_ports", racing)
-    try:
-        state = stack_factory(SMALL)
-    finally:
-        other.shutdown()
+        monkeypatch.setattr(stack_plan, "free_ports", racing)
+        return taken, picks
+
+    yield take
+    other.shutdown()
+
+
+def test_a_port_another_server_holds_is_found_and_the_stack_starts_on_others(stack_factory, port_taken) -> None:
+    """Ports are picked free and released before the replicas bind them: a stack started at the same moment can
+    take one. Its server answers health checks but refuses this stack's admin token; the stack starts again on
+    other ports and serves from its own replica (before, it came up 'healthy' and sent requests to the other)."""
+    taken, picks = port_taken(1)
+    state = stack_factory(SMALL)
     assert len(picks) == 2, picks  # a second set of ports, after the first was found taken
     assert f":{taken}" not in state.replicas[0].direct_url and "/admin/state" in _OtherStacksReplica.seen
     headers = {"Authorization": f"Bearer {state.admin_token}"}
@@ -147,27 +154,9 @@ def test_a_port_another_server_holds_is_found_and_the_stack_starts_on_others(
     assert answer.status_code == 200, answer.text
 
 
-def test_a_port_taken_on_every_start_stops_after_three_saying_so(stack_factory, monkeypatch, tmp_path: Path) -> None:
-    import threading
-    from http.server import ThreadingHTTPServer
-
-    from drill.stack.supervision import stack_plan
-
-    other = ThreadingHTTPServer(("127.0.0.1", 0), _OtherStacksReplica)
-    threading.Thread(target=other.serve_forever, daemon=True).start()
-    real, starts = stack_plan.free_ports, []
-
-    def always_taken(count: int, host: str = "127.0.0.1") -> list[int]:
-        ports = real(count, host)
-        ports[-4] = other.server_address[1]
-        starts.append(ports[-4])
-        return ports
-
-    monkeypatch.setattr(stack_plan, "free_ports", always_taken)
-    try:
-        with pytest.raises(StackError, match="keeps taking the ports") as raised:
-            stack_factory(SMALL)
-    finally:
-        other.shutdown()
-    assert len(starts) == 3 and "refuses this stack's admin token" in str(raised.value)
+def test_a_port_taken_on_every_start_stops_after_three_saying_so(stack_factory, port_taken, tmp_path: Path) -> None:
+    _, picks = port_taken(None)
+    with pytest.raises(StackError, match="keeps taking the ports") as raised:
+        stack_factory(SMALL)
+    assert len(picks) == 3 and "refuses this stack's admin token" in str(raised.value)
     assert not list((tmp_path / "stack").glob("*.json")), "a stack that did not start leaves no state"

@@ -26,11 +26,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from drill.runner.timeline import plan_timeline
 from drill.spec.loader import LoadedDrill, load_drill
 from drill.spec.scenario import Pool
 from drill.stack.config import StackConfig
+from tests.vllm import catalogue
 
 REPO = Path(__file__).resolve().parents[2]
 FLOOD_DRILLS = sorted(p for p in (REPO / "drills").glob("*.yaml") if "queue_flood" in p.read_text())
@@ -56,19 +58,22 @@ def flood_to_recovery_gap_s(loaded: LoadedDrill) -> float:
     return recovery.start_s - flood_end
 
 
-def attempt_bound_s(pool: Pool, router_timeout_s: float) -> float:
+def attempt_bound_s(pool: Pool, router_timeout_s: float | None) -> float:
     """The longest one attempt of ``pool`` can stay on the stack: the router's timeout while its answer has not
-    begun; once a stream has begun, until the client's own timeout. Never longer than the client waits."""
-    return pool.timeout if pool.stream else min(router_timeout_s, pool.timeout)
+    begun; once a stream has begun, until the client's own timeout. Never longer than the client waits (no router:
+    ``None``)."""
+    if pool.stream or router_timeout_s is None:
+        return pool.timeout
+    return min(router_timeout_s, pool.timeout)
 
 
-def retry_echo_s(loaded: LoadedDrill, router_timeout_s: float) -> float:
+def retry_echo_s(loaded: LoadedDrill, router_timeout_s: float | None) -> float:
     """How long after a flood its last attempt can still be on the stack: the longest an attempt lasts, for the first
     attempt and each retry, plus the retries' longest backoffs, for the pool the flood sends to that echoes longest."""
     flooded = {
         pool for fault in loaded.drill.faults if fault.kind == "queue_flood" for pool in fault.selector.pools or ()
     }
-    echoes = [router_timeout_s]
+    echoes = [router_timeout_s or 0.0]
     for pool in loaded.scenario.pools:
         if flooded and pool.name not in flooded:
             continue
@@ -107,3 +112,13 @@ def test_the_rule_sees_a_fault_phase_too_short_for_the_backlog() -> None:
     assert (
         flood_to_recovery_gap_s(loaded) < StackConfig.model_validate(loaded.drill.target.config).router.retries.timeout
     )
+
+
+def test_the_flagship_fitted_to_vllm_leaves_its_pools_timeouts_for_the_backlog(tmp_path: Path) -> None:
+    """vLLM (no router, no retries) aborts what a client left; the flood's last request waits its pool's timeout."""
+    path = tmp_path / "unbounded-queue-vllm.yaml"
+    path.write_text(yaml.safe_dump(catalogue.unbounded_queue("http://127.0.0.1:9", 4317)), encoding="utf-8")
+    loaded = load_drill(path)
+    gap, echo = flood_to_recovery_gap_s(loaded), retry_echo_s(loaded, router_timeout_s=None)
+    assert echo == 10.0  # the batch pool's timeout
+    assert gap >= echo, f"{gap:g} s from the flood's end to recovery, less than its last request's wait ({echo:g} s)"

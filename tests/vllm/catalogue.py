@@ -108,7 +108,9 @@ def unbounded_queue(url: str, otlp_port: int) -> dict:
                 arrival={"process": "poisson", "rate": 1},
                 input_tokens={"dist": "uniform", "min": 300, "max": 800},
                 output_tokens={"dist": "fixed", "value": 96},
-                timeout="20s",
+                # the client gives up at the SLO: vLLM aborts what its client left (non-streamed too), so no batch
+                # request of the flood is on the server 10 s after the flood's end (the fault phase leaves 11 s)
+                timeout="10s",
                 slo={"e2e_p95": "10s"},
             ),
         ],
@@ -117,9 +119,13 @@ def unbounded_queue(url: str, otlp_port: int) -> dict:
         "cold_start": {"timeout": "60s"},
         "warmup": "3s",
         "baseline": "12s",
-        "fault": "16s",
-        # 12 s of 3 requests/s: the 20 requests `recovered` needs, and more (abandoned requests are aborted, so the
-        # flood's backlog is gone when the recovery starts, 4 s after the flood)
+        # the flood ends 12 s in; the fault phase ends 11 s later, past the 10 s the batch pool's last request waits.
+        # At 16 s (4 s after the flood) the recovery began behind the flood's batch requests, still served FCFS for
+        # up to 11 s after the flood on a loaded machine: interactive requests of the recovery phase timed out
+        # behind them (21 % of its last 10 s), and on CI the replay began on a stack not seen to recover (its
+        # recovery_replay INCONCLUSIVE). tests/spec/test_recovery_after_flood.py holds this fit to the catalogue's rule
+        "fault": "23s",
+        # 12 s of 3 requests/s: the 20 requests `recovered` needs, and more
         "recovery": "12s",
         # below the baseline's 3 requests/s: the controls are judged against the baseline's latencies, and the 4
         # running slots are shared with the originals replayed beside them
@@ -134,6 +140,10 @@ def unbounded_queue(url: str, otlp_port: int) -> dict:
     # service the server names (OTEL_SERVICE_NAME), not a drill-replica-N child span
     _check(drill, "first_abnormal_span")["params"]["expect"] = {"service": "vllm-.*", "name": "queue"}
     _check(drill, "baseline-slo")["params"]["min_requests"] = 10
+    # vLLM's CPU build is not batch-invariant (VLLM_BATCH_INVARIANT needs a GPU): a greedy answer computed beside
+    # other requests in the baseline came back otherwise when replayed alone, one control of 8 on 2026-12-06 (both
+    # its sends the same other answer); at most 2 of the 8 controls may answer otherwise
+    _check(drill, "recovery_replay").setdefault("params", {})["max_output_mismatches"] = 2
     return drill
 
 

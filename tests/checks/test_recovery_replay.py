@@ -177,6 +177,21 @@ def test_a_control_whose_deterministic_output_changed_fails(tmp_path: Path) -> N
     assert bad in _refs(verdict, EvidenceKind.REPLAY)
 
 
+def test_controls_whose_greedy_answer_changed_are_allowed_up_to_max_output_mismatches(tmp_path: Path) -> None:
+    """vLLM is not batch-invariant by default: a few greedy answers may change with the batch they were computed in."""
+    run = ReplayRun(tmp_path)
+    run.replay_all(controls=3)
+    for changed in run.baseline[5:7]:  # two controls, each answering otherwise on both sends
+        bad = [run.replay(changed, set="control", repetition=rep, output=f"sha256:other-{rep}") for rep in (1, 2)]
+    allowed = run.judge(max_output_mismatches=2)
+    assert allowed.status is Status.PASS, allowed.message
+    assert allowed.observed["controls_with_other_output"] == 2 and allowed.observed["output_mismatches"] == 4
+    assert any("2 deterministic control(s) answered other" in note for note in allowed.notes)
+    strict = run.judge(max_output_mismatches=1)
+    assert strict.status is Status.FAIL and "2 deterministic control(s)" in strict.message
+    assert "batch-invariant" in strict.message and set(bad) <= _refs(strict, EvidenceKind.REPLAY)
+
+
 def test_a_slow_control_is_a_regression(tmp_path: Path) -> None:
     run = ReplayRun(tmp_path)
     run.replay_all(controls=3)

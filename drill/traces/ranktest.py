@@ -58,16 +58,18 @@ class SortedSides:
             return _sorted_medians(self.fault_values, self.fault_group, self.groups)
         return _sorted_medians(self.base_values, self.base_group, self.groups)
 
-    def rank_test(self, scale: float = 1.0) -> RankTest:
+    def rank_test(self, scale: float | np.ndarray = 1.0) -> RankTest:
         """The rank test of the fault side against the baseline's values times ``scale``: each fault value's
         count of smaller baseline values (ties counted half) by binary search in the sorted baseline, so
         U needs no merge (values rounded to integers, ns)."""
-        base_keys = _keys(self.base_group, self.base_values * scale)
+        scale = np.asarray(scale, dtype=np.float64)
+        base = self.base_values * (scale[self.base_group] if scale.ndim else scale)
+        base_keys = _keys(self.base_group, base)
         fault_keys = _keys(self.fault_group, self.fault_values)
         n_base = np.bincount(self.base_group, minlength=self.groups).astype(np.int64)
         n_fault = np.bincount(self.fault_group, minlength=self.groups).astype(np.int64)
         if base_keys is None or fault_keys is None:
-            return self._merged_rank_test(scale)
+            return self._merged_rank_test(base)
         below = np.searchsorted(base_keys, fault_keys, side="left")
         upto = np.searchsorted(base_keys, fault_keys, side="right")
         base_start = np.concatenate(([0], np.cumsum(n_base)[:-1]))
@@ -75,8 +77,7 @@ class SortedSides:
         u = np.bincount(self.fault_group, weights=wins, minlength=self.groups)
         return _z(u, n_base, n_fault)
 
-    def _merged_rank_test(self, scale: float) -> RankTest:
-        base = self.base_values * scale
+    def _merged_rank_test(self, base: np.ndarray) -> RankTest:
         values = np.concatenate((base, self.fault_values))
         group = np.concatenate((self.base_group, self.fault_group))
         fault = np.concatenate((np.zeros(len(base), dtype=bool), np.ones(len(self.fault_values), dtype=bool)))

@@ -7,8 +7,9 @@ Per (service, span name) pair with spans in the fault window (see ``docs/trace-a
 2. **Judged** when the pair has ``min_spans`` or more baseline spans: a one-sided Mann-Whitney rank
    test (:mod:`drill.traces.ranktest`) of the fault window's self times against the baseline's, and
    the median ratio ``(median_f + floor) / (median_b + floor)`` (``floor`` = ``min_excess_ms``, so a
-   µs-scale span cannot look 3x slower). The log ratio less the median log ratio of all judged pairs
-   (a load change that slows everything a little is not a fault) is the pair's *effect*. A pair
+   µs-scale span cannot look 3x slower). The log ratio less the median log ratio of the judged pairs of
+   its kind of time, own work or link (a load change that slows every service's own work a little is not a
+   fault, and hardly slows the network) is the pair's *effect*. A pair
    *deviates* when its rank test passes ``alpha``, its ratio reaches ``min_ratio`` and its median
    grew by ``min_excess_ms``. Pairs with fewer than ``min_baseline_spans`` baseline spans are judged
    the same way and marked *thin*; those under ``min_spans`` are *not judged*, with their counts.
@@ -585,6 +586,8 @@ _GOLDEN = (math.sqrt(5) - 1) / 2
 _GOLDEN_64 = np.uint64(0x9E3779B97F4A7C15)  # 2^64·φ, the fraction φ of _GOLDEN in 64-bit fixed point
 #: The largest load shift (both windows slower or faster everywhere) the judgement corrects for.
 _MAX_COMMON = math.log(1.5)
+#: The kinds of units whose time is a link's (network, proxy, the callee's queue), not a service's own work.
+_LINK_KINDS = frozenset({"CLIENT", "link"})
 
 
 @dataclass(frozen=True)
@@ -656,9 +659,9 @@ def _judge(u: _Units, t: Thresholds, counts: tuple[np.ndarray, np.ndarray]) -> _
     pairs = judged.copy()
     pairs[u.pairs :] = False
     thin = n_base < t.min_baseline_spans
-    common = float(np.clip(np.median(log_ratio[pairs]), -_MAX_COMMON, _MAX_COMMON)) if pairs.sum() >= 5 else 0.0
+    common = _common_shift(u, log_ratio, pairs)
     # the rank test against the baseline scaled by the common shift: a load change everywhere is no deviation
-    test = sides.rank_test(math.exp(common))
+    test = sides.rank_test(np.exp(common))
     wide = (n_base >= t.min_baseline_spans) & (n_fault >= t.min_baseline_spans)
     effect = np.where(wide, np.maximum(log_ratio, _mean_log_ratio(u, n, floor)), log_ratio) - common
     big = effect >= math.log(_THIN_MIN_RATIO)
@@ -673,6 +676,23 @@ def _judge(u: _Units, t: Thresholds, counts: tuple[np.ndarray, np.ndarray]) -> _
     )
     weight = _shrinkage(n_base, n_fault)
     return _Judged(z, n_base, n_fault, self_base, self_fault, ratio, effect, judged, deviates, suggestive, weight)
+
+
+def _common_shift(u: _Units, log_ratio: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+    """Per unit, the shift of its kind of time that every unit of that kind shares: the median log ratio of the
+    judged pairs of own work (SERVER, INTERNAL, ...) for units of own work, of links (CLIENT) for units of link
+    time; either from all judged pairs when it has fewer than 5. A load change slows every service's own work
+    alike but hardly the network's time, so one shift over both leaves own work looking slower everywhere
+    (the busiest service, with the most operations, ranked first) and links faster."""
+    link = np.array([k in _LINK_KINDS for k in u.kind], dtype=bool)
+    shifts = []
+    for mine in (pairs & ~link, pairs & link, pairs):
+        shifts.append(
+            float(np.clip(np.median(log_ratio[mine]), -_MAX_COMMON, _MAX_COMMON)) if mine.sum() >= 5 else None
+        )
+    own, links, every = shifts
+    every = every if every is not None else 0.0
+    return np.where(link, every if links is None else links, every if own is None else own)
 
 
 def _mean_log_ratio(u: _Units, n: int, floor: float) -> np.ndarray:

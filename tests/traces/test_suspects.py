@@ -212,6 +212,35 @@ def test_cpu_contention_pools_a_little_slower_everywhere_over_one_noisy_pair():
     assert "gateway" not in services(report)[:1]  # the caller only waited for it
 
 
+BACKENDS = [f"svc-{i}" for i in range(8)]
+
+
+def fleet(fault: Fault, *, seconds: float = 120.0, seed: int = 3) -> list[dict]:
+    """A gateway with 4 pages, each calling 2 of 8 backends in turn (20 requests/s): 9 pairs of own work, 8 links."""
+    rng, out = random.Random(seed), []
+    for i in range(int(seconds * 1000 / 50)):
+        start, page = i * 50.0, i % 4
+        active = start >= FAULT_S * 1000
+        gateway = span(i + 1, f"GET /page-{page}", service="gateway", kind="SERVER", start_ms=start, end_ms=start)
+        spans = [gateway]
+        t = start + _lognormal(rng, 1.0) * (fault.cpu.get("gateway", 1.0) if active else 1.0)
+        for backend in BACKENDS[2 * page : 2 * page + 2]:
+            pair, t = _call(rng, i + 1, gateway, "gateway", backend, f"{backend}/Get", t, 2.0, fault, active)
+            spans += pair
+        gateway["end_ns"] = T0 + int((t + 0.5) * 1e6)
+        out += spans
+    return out
+
+
+def test_a_load_change_slowing_every_service_s_own_work_but_not_the_network_is_no_suspect():
+    """The shift every unit shares is taken per kind of time: own work 1.45x slower everywhere, links unchanged.
+    One shift over both (their median: in between) left own work looking slower (two backends named)."""
+    load = {service: 1.45 for service in ["gateway", *BACKENDS]}
+    assert services(analyse(fleet(Fault(cpu=load)))) == []
+    report = analyse(fleet(Fault(cpu={**load, "svc-3": 1.45 * 1.5})))
+    assert services(report) == ["svc-3"], [(s.service, s.score) for s in report.suspects]
+
+
 def test_network_delay_on_the_callee_ranks_the_callee_first_and_the_caller_after():
     report = analyse(shop(Fault(ingress_ms={"auth": 40.0})))
     ranked = services(report)

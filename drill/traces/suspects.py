@@ -685,14 +685,15 @@ def _common_shift(u: _Units, log_ratio: np.ndarray, pairs: np.ndarray) -> np.nda
     alike but hardly the network's time, so one shift over both leaves own work looking slower everywhere
     (the busiest service, with the most operations, ranked first) and links faster."""
     link = np.array([k in _LINK_KINDS for k in u.kind], dtype=bool)
-    shifts = []
-    for mine in (pairs & ~link, pairs & link, pairs):
-        shifts.append(
-            float(np.clip(np.median(log_ratio[mine]), -_MAX_COMMON, _MAX_COMMON)) if mine.sum() >= 5 else None
-        )
-    own, links, every = shifts
-    every = every if every is not None else 0.0
+    every = _median_shift(log_ratio, pairs)
+    every = 0.0 if every is None else every
+    own, links = _median_shift(log_ratio, pairs & ~link), _median_shift(log_ratio, pairs & link)
     return np.where(link, every if links is None else links, every if own is None else own)
+
+
+def _median_shift(log_ratio: np.ndarray, mine: np.ndarray) -> float | None:
+    """The median log ratio of the ``mine`` units, within ±``_MAX_COMMON``; None for fewer than 5 of them."""
+    return float(np.clip(np.median(log_ratio[mine]), -_MAX_COMMON, _MAX_COMMON)) if mine.sum() >= 5 else None
 
 
 def _mean_log_ratio(u: _Units, n: int, floor: float) -> np.ndarray:

@@ -64,9 +64,10 @@ def start_stack(
         find_toxiproxy_binary()
     if runtime is Runtime.DOCKER:
         _check_docker()
-
-    def fresh_plan() -> StackPlan:  # each start on ports picked afresh
-        return build_plan(
+    deadline = time.monotonic() + timeout_s
+    taken: PortTakenError | None = None
+    for _ in range(START_TRIES):
+        plan = build_plan(  # each start on ports picked afresh
             config,
             name=name,
             runtime=runtime,
@@ -74,20 +75,14 @@ def start_stack(
             otlp_endpoint=otlp_endpoint,
             toxiproxy_url=toxiproxy_url,
         )
-
-    deadline = time.monotonic() + timeout_s
-    for _ in range(START_TRIES - 1):
         try:
-            return _start(fresh_plan(), state_dir, deadline)
-        except PortTakenError:
-            continue  # another server holds one of its ports: stopped; start again on others
-    try:
-        return _start(fresh_plan(), state_dir, deadline)
-    except PortTakenError as taken:
-        raise StackError(
-            f"the stack {name!r} could not start: {taken} (on each of {START_TRIES} sets of free ports)",
-            hint="another program keeps taking the ports this stack picks; stop it, or retry",
-        ) from taken
+            return _start(plan, state_dir, deadline)
+        except PortTakenError as error:  # another server holds one of its ports: stopped; start again on others
+            taken = error
+    raise StackError(
+        f"the stack {name!r} could not start: {taken} (on each of {START_TRIES} sets of free ports)",
+        hint="another program keeps taking the ports this stack picks; stop it, or retry",
+    ) from taken
 
 
 def _start(plan: StackPlan, state_dir: Path | None, deadline: float) -> StackState:

@@ -13,8 +13,11 @@ service        ``serviceName``, ``service``; else ``podName``/``pod``/``k8s.pod.
                ``-<replica set hash>-<pod hash>`` suffix taken off (``frontend-579b9bff58-t2dbm`` is
                ``frontend``; the pod is kept as the ``k8s.pod.name`` attribute)
 span name      ``spanName``, ``operationName``, ``operation``, ``name``; else ``methodName``
-start          ``startTime``, ``start``, ``timestamp``, ``startTimeUnix`` (required)
-end            ``endTime``, ``end``, ``endTimeUnix``; else ``duration``/``elapsed``/``elapsedTime``/``latency``
+start          ``startTimeUnix``, ``startTime``, ``startTimestamp``, ``start``, ``timestamp`` (required): the
+               first of these the header has (a row's ``timestamp`` beside ``StartTimeUnixNano`` is not the
+               span's start); of one name, the finest unit (``startTime`` in µs before ``startTimeMillis``)
+end            ``endTimeUnix``, ``endTime``, ``end``; else ``duration``/``elapsed``/``elapsedTime``/``latency``
+               (likewise the first, the finest)
 kind           ``spanKind``, ``kind``: ``SERVER``, ``SPAN_KIND_SERVER``, ``server`` or the OTLP code (0–5)
 status         ``statusCode``, ``status``, ``otel.status_code``: ``OK``/``ERROR``/``UNSET`` (``STATUS_CODE_``
                prefix allowed), the OTLP code (0–2), or an HTTP status code (ERROR from 500 on; kept as
@@ -88,6 +91,7 @@ _UNITS: dict[str, TimeUnit] = {
     **dict.fromkeys(("milli", "millis", "milliseconds", "ms"), "ms"),
     **dict.fromkeys(("sec", "secs", "seconds"), "s"),
 }
+_PRECISION: dict[TimeUnit | None, int] = {"ns": 0, "us": 1, None: 2, "ms": 3, "s": 4}  # finest first
 _NO_VALUE = frozenset({"", "none", "null", "nan"})  # an empty cell as exporters write it (pandas: empty or NaN)
 _NO_PARENT = _NO_VALUE | {"root", "-1"}
 _POD_SUFFIX = re.compile(r"-[a-z0-9]{6,10}-[a-z0-9]{5}$")  # a Deployment's pod: <name>-<rs hash>-<pod hash>
@@ -134,10 +138,9 @@ class CsvLayout:
             if at is not None:
                 roles[role] = at
         for role, bases in _TIME_ROLES.items():
-            for at, name in enumerate(normalized):
-                unit = _time_unit(name, bases)
-                if unit is not False and role not in roles and at not in roles.values():
-                    roles[role], units[role] = at, unit
+            found = _time_column(normalized, bases, set(roles.values()))
+            if found is not None:
+                roles[role], units[role] = found
         for role, over in (("method", "name"), ("pod", "service")):  # a fallback not needed is an attribute
             if over in roles:
                 roles.pop(role, None)
@@ -160,6 +163,24 @@ class CsvLayout:
         if "name" not in self.roles and "method" not in self.roles:
             out.append(f"a span name ({_looked_for('name')})")
         return out
+
+
+def _time_column(normalized: list[str], bases: tuple[str, ...], taken: set[int]) -> tuple[int, TimeUnit | None] | None:
+    """The column (and the unit its name gives) of a time role: the most specific name first (``startTimeUnixNano``
+    before ``start``, a row's ``timestamp`` last); of the columns of one name, the finest unit, a unitless number
+    (an epoch time whose size tells its unit) between µs and ms. Jaeger's stored spans carry ``startTimeMillis``
+    beside ``startTime`` in µs, and their ``duration`` is in µs: the millisecond column would make every start
+    coarse and every duration (which has the start's unit) 1,000 times too long (Jaeger's
+    ``plugin/storage/es/spanstore/dbmodel/model.go``)."""
+    for base in bases:
+        found = [
+            (at, unit)
+            for at, name in enumerate(normalized)
+            if at not in taken and (unit := _time_unit(name, (base,))) is not False
+        ]
+        if found:
+            return min(found, key=lambda column: _PRECISION[column[1]])
+    return None
 
 
 def _time_unit(name: str, bases: tuple[str, ...]) -> TimeUnit | None | Literal[False]:

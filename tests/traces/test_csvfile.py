@@ -41,6 +41,21 @@ def _rcaeval(s: dict) -> list:
     ]  # fmt: skip
 
 
+def _jaeger_es(s: dict) -> list:
+    """Jaeger's spans as stored in Elasticsearch, flattened: ``startTimeMillis`` (for range queries) before
+    ``startTime`` in µs, a µs ``duration``."""
+    start_us, end_us = s["start_ns"] // 1000, s["end_ns"] // 1000
+    return [s["trace_id"], s["span_id"], s["parent_span_id"] or "", s["service"], s["name"]] + [
+        start_us // 1000, start_us, end_us - start_us,
+    ]  # fmt: skip
+
+
+def _logged(s: dict) -> list:
+    """Nezha's layout behind a ``timestamp`` column: when the row was logged, to the second (not the span's start)."""
+    logged = datetime.fromtimestamp(s["start_ns"] // 10**9 + 1, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return [logged, *_nezha(s)]
+
+
 def _clickhouse(s: dict) -> list:
     """The OpenTelemetry Collector's ClickHouse exporter, as a TSV export: a date-time start, a ns duration."""
     start = datetime.fromtimestamp(s["start_ns"] // 10**9, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
@@ -56,6 +71,16 @@ SHAPES = {
         ",",
         "traceID,spanID,parentSpanID,serviceName,operationName,methodName,startTime,duration,statusCode",
         _rcaeval,
+    ),
+    "jaeger-es": (
+        ",",
+        "traceID,spanID,parentSpanID,serviceName,operationName,startTimeMillis,startTime,duration",
+        _jaeger_es,
+    ),
+    "logged": (
+        ",",
+        "timestamp,TraceID,SpanID,ParentID,PodName,OperationName,StartTimeUnixNano,EndTimeUnixNano,Duration",
+        _logged,
     ),
     "clickhouse": (
         "\t",
@@ -111,6 +136,10 @@ def test_each_layout_is_read_into_the_same_spans(tmp_path, shape: str) -> None:
         assert table.attributes[0]["methodName"] == "handle"
     if shape == "nezha":
         assert table.attributes[2] == {"k8s.pod.name": "auth-579b9bff58-t2dbm"}  # Duration is not kept: the end is
+    if shape == "jaeger-es":  # the µs start, not the ms one (whose unit the µs duration would have taken)
+        assert table.attributes[2] == {"startTimeMillis": spans[2]["start_ns"] // 10**6}
+    if shape == "logged":  # a row's timestamp is kept, not taken for the span's start
+        assert set(table.attributes[2]) == {"timestamp", "k8s.pod.name"}
 
 
 def test_rows_that_cannot_be_read_are_counted_with_their_line_and_the_rest_is_read(tmp_path) -> None:

@@ -72,6 +72,14 @@ class ReadReport:
         if len(self.bad_lines) < KEPT_BAD_LINES:
             self.bad_lines.append(bad)
 
+    def add_unreadable(self, number: int, reason: str, newline: bool) -> None:
+        """Line ``number`` could not be read: the torn last line when it has no newline, else a bad line."""
+        bad = BadLine(number, reason[:200])
+        if newline:
+            self.add_bad(bad)
+        else:
+            self.torn_last_line = bad
+
     def describe(self) -> str:
         """One line for a verdict or a log: what could not be read, and where."""
         parts = []

@@ -39,7 +39,7 @@ from drill.api import PluginParams, SpanFileHead
 from drill.errors import InputError, TargetError
 from drill.rundir.files import MAX_DOCUMENT_BYTES, UnsafeFileError, read_bytes
 from drill.traces.sources import SourceReport, TableSource
-from drill.traces.table import AttributeValue, SpanTable, TableBuilder, kind_code
+from drill.traces.table import AttributeValue, SpanTable, TableBuilder, hex_id, kind_code
 
 __all__ = ["JaegerApiSource", "JaegerFileSource", "read_jaeger_document"]
 
@@ -106,13 +106,6 @@ _SPAN = msgspec.json.Decoder(_Span)
 _SERVICES = msgspec.json.Decoder(dict)
 
 
-def _hex_id(value: str, width: int) -> str:
-    value = value.strip().lower()
-    if not value or len(value) > width or value.strip("0123456789abcdef"):
-        raise ValueError(f"id {value!r} is not 1 to {width} hex characters")
-    return value.zfill(width)
-
-
 def _tag_value(tag: _Tag) -> Any:
     if tag.type == "binary" and isinstance(tag.value, str):
         try:
@@ -130,8 +123,8 @@ def _parent(span: _Span, trace_id: str) -> str:
     refs = span.references or []
     for wanted in ("CHILD_OF", "FOLLOWS_FROM"):
         for ref in refs:
-            if ref.ref_type == wanted and ref.span_id and (not ref.trace_id or _hex_id(ref.trace_id, 32) == trace_id):
-                return _hex_id(ref.span_id, 16)
+            if ref.ref_type == wanted and ref.span_id and (not ref.trace_id or hex_id(ref.trace_id, 32) == trace_id):
+                return hex_id(ref.span_id, 16)
     return ""
 
 
@@ -144,7 +137,7 @@ def _status(tags: dict[str, Any]) -> tuple[int, str | None]:
 
 
 def _add_span(span: _Span, processes: dict[str, _Process], builder: TableBuilder) -> None:
-    trace_id = _hex_id(span.trace_id, 32)
+    trace_id = hex_id(span.trace_id, 32)
     tags = {tag.key: _tag_value(tag) for tag in span.tags or ()}
     process = span.process or processes.get(span.process_id)
     if process is None:
@@ -153,7 +146,7 @@ def _add_span(span: _Span, processes: dict[str, _Process], builder: TableBuilder
     start_ns = span.start_time * 1000
     builder.add(
         trace_id,
-        _hex_id(span.span_id, 16),
+        hex_id(span.span_id, 16),
         _parent(span, trace_id),
         process.service_name,
         span.operation_name,

@@ -383,21 +383,13 @@ def read_json_file(path: Path, report: ReadReport | None = None) -> SpanTable:
             problem = line.problem()
             if problem is not None:
                 long_lines += line.data is None
-                _count_bad(report, line.number, problem, line.newline)
+                report.add_unreadable(line.number, problem, line.newline)
             elif line.data is not None and line.data.strip():
                 _add_json_line(line.data, line.number, builder, report)
     whole = report.lines_read == 0 and (report.bad_count or report.torn_last_line) and long_lines <= 1
     if whole and _add_whole_document(path, builder, report.root):
         report.bad_count, report.bad_lines, report.torn_last_line, report.lines_read = 0, [], None, 1
     return builder.build()
-
-
-def _count_bad(report: ReadReport, number: int, reason: str, newline: bool) -> None:
-    bad = BadLine(number, reason[:200])
-    if newline:
-        report.add_bad(bad)
-    else:
-        report.torn_last_line = bad
 
 
 def _add_json_line(line: bytes, number: int, builder: TableBuilder, report: ReadReport) -> None:
@@ -407,7 +399,7 @@ def _add_json_line(line: bytes, number: int, builder: TableBuilder, report: Read
     except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError, RecursionError) as exc:
         builder.truncate(mark)
         reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        _count_bad(report, number, reason, line.endswith(b"\n"))
+        report.add_unreadable(number, reason, line.endswith(b"\n"))
         return
     report.lines_read += 1
 

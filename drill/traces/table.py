@@ -26,6 +26,7 @@ __all__ = [
     "Span",
     "SpanTable",
     "TableBuilder",
+    "hex_id",
     "hex_u64",
     "int_counts",
     "intern_codes",
@@ -49,6 +50,15 @@ _STATUS_CODES.update({code: code for code in range(len(STATUS_NAMES))})
 def kind_code(kind: Any) -> int:
     """The OTLP SpanKind code of ``kind`` (a code, ``"SERVER"``, ``"SPAN_KIND_SERVER"``, ``"server"``); 0 if unknown."""
     return _KIND_CODES.get(kind, 0)
+
+
+def hex_id(value: str, width: int) -> str:
+    """An id as the table holds it: lower-case hex, left-padded with zeros to ``width`` (a 64-bit trace id of an
+    older client is a 128-bit one with zeros in front); ValueError unless it is 1 to ``width`` hex characters."""
+    value = value.strip().lower()
+    if not value or len(value) > width or value.strip("0123456789abcdef"):
+        raise ValueError(f"id {value!r} is not 1 to {width} hex characters")
+    return value.zfill(width)
 
 
 def status_code(status: Any) -> int:

@@ -273,7 +273,9 @@ def _analyze(
         where=tuple(w for x in loaded for w in x.where),
     )
     if not len(table):
-        raise InputError(f"no span could be read from {', '.join(str(p) for p in spans)} ({evidence.no_spans_reason})")
+        first = next((f"; first: {w}" for x in loaded for w in x.where), "")
+        files = ", ".join(str(p) for p in spans)
+        raise InputError(f"no span could be read from {files} ({evidence.no_spans_reason}{first})")
     if mask is not None and not mask.any():
         raise InputError("the --baseline files hold no span")
     report = find_abnormal(

@@ -5,7 +5,8 @@
 (:meth:`drill.api.TraceSource.sniff` of a :class:`drill.api.SpanFileHead`), so a new format is one module and
 one entry point, and nothing here changes. The built-in formats: receiver JSON lines (``receiver``, and an empty
 file), OTLP JSON lines (``otlp_file``), OTLP protobuf (``otlp_proto_file``, anything that is not text), Jaeger
-JSON (``jaeger_file``), CSV span tables (``csv_file``: a header line naming a trace id and a span id column).
+JSON (``jaeger_file``), Zipkin v2 JSON (``zipkin_file``), CSV span tables (``csv_file``: a header line naming a
+trace id and a span id column).
 A file no source claims, or one that two claim, is a located error (exit 2).
 """
 
@@ -46,7 +47,8 @@ def detect_source(path: Path) -> str:
     text = head.head.lstrip()
     if head.text and text[:1] == b"[":
         raise InputError(
-            f"{path}: a JSON array of spans (Zipkin v2?) is not a supported span format; supported: {supported}"
+            f"{path}: a JSON array, but in none of the supported span formats ({supported}); Zipkin's v1 model "
+            "(annotations with an endpoint) is not read: have Zipkin serve it as v2 (/api/v2/traces)"
         )
     if not head.text or text[:1] != b"{":
         raise InputError(f"{path}: not a span file (it starts with {text[:20]!r}); supported: {supported}")

@@ -259,9 +259,14 @@ def test_bad_files_exit_2_with_the_path(tmp_path):
     result = CliRunner().invoke(cli, ["traces", "analyze", str(other)])
     assert result.exit_code == 2 and "other.json" in result.output
     zipkin = tmp_path / "zipkin.json"
-    zipkin.write_text('[{"traceId": "ab", "id": "cd"}]')
+    zipkin.write_text('[{"traceId": "ab", "id": "cd"}]')  # v2, never finished: no timestamp, no duration
     result = CliRunner().invoke(cli, ["traces", "analyze", str(zipkin)])
-    assert result.exit_code == 2 and "Zipkin" in result.output
+    assert result.exit_code == 2 and "no span could be read" in result.output
+    assert "first: " in result.output and "[0]: ValueError: no timestamp or no duration" in result.output
+    v1 = tmp_path / "v1.json"
+    v1.write_text('[{"traceId": "ab", "id": "cd", "annotations": [{"value": "sr", "endpoint": {}}]}]')
+    result = CliRunner().invoke(cli, ["traces", "analyze", str(v1)])
+    assert result.exit_code == 2 and "Zipkin's v1 model" in result.output
     result = CliRunner().invoke(cli, ["traces", "analyze", str(tmp_path / "missing.jsonl")])
     assert result.exit_code == 2
 

@@ -1,5 +1,5 @@
 """Each trace source says which files it reads (``sniff``): ``drill traces analyze`` asks every registered source,
-so a new span format is one module and one entry point (``tests/plugins/traces.py``, a Zipkin reader)."""
+so a new span format is one module and one entry point (``tests/plugins/traces.py``, a Zipkin v1 reader)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from tests.traces.test_csvfile import write_csv
 BUILT_IN = sorted(
     ep.name for ep in entry_points(group="drill.traces") if ep.dist is not None and ep.dist.name == "llm-drill"
 )
-ZIPKIN = "drill.traces:test_zipkin_file=tests.plugins.traces:ZipkinFileSource"
+ZIPKIN_V1 = "drill.traces:test_zipkin_v1_file=tests.plugins.traces:ZipkinV1FileSource"
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +35,14 @@ def spans() -> list[dict]:
 def samples(tmp_path: Path, spans: list[dict]) -> dict[str, Path]:
     """A file of each built-in format, named so that no name hints at its format."""
     (tmp_path / "d").write_text(json.dumps(jaeger_json(spans[:20]), indent=2))
+    (tmp_path / "f").write_text(json.dumps(_zipkin(spans[:20])))
     return {
         "receiver": write_spans(tmp_path / "a", spans[:20]),
         "otlp_file": write_otlp_json(tmp_path / "b", spans[:20]),
         "otlp_proto_file": write_otlp_proto(tmp_path / "c", spans[:20]),
         "jaeger_file": tmp_path / "d",
         "csv_file": write_csv(tmp_path / "e", spans[:20], "rcaeval"),
+        "zipkin_file": tmp_path / "f",
     }
 
 
@@ -86,6 +88,7 @@ def test_json_no_source_claims_lists_every_supported_format(tmp_path: Path) -> N
 
 
 def _zipkin(spans: list[dict]) -> list[dict]:
+    """``spans`` in Zipkin's v2 model (``localEndpoint``, ``kind``)."""
     return [
         {
             "traceId": s["trace_id"],
@@ -102,18 +105,33 @@ def _zipkin(spans: list[dict]) -> list[dict]:
     ]
 
 
+def _zipkin_v1(spans: list[dict]) -> list[dict]:
+    """``spans`` in Zipkin's v1 model: the service on the annotations' endpoint, no kind but the annotations'."""
+    out = []
+    for s in spans:
+        start_us, end_us = s["start_ns"] // 1000, s["end_ns"] // 1000
+        endpoint = {"serviceName": s["service"]}
+        first, last = ("cs", "cr") if s["kind"] == "CLIENT" else ("sr", "ss")
+        annotations = [{"timestamp": start_us, "value": first, "endpoint": endpoint}]
+        annotations.append({"timestamp": end_us, "value": last, "endpoint": endpoint})
+        span = {"traceId": s["trace_id"], "id": s["span_id"], "name": s["name"], "timestamp": start_us}
+        span |= {"duration": end_us - start_us, "annotations": annotations, "binaryAnnotations": []}
+        out.append(span | ({"parentId": s["parent_span_id"]} if s.get("parent_span_id") else {}))
+    return out
+
+
 def test_a_new_format_is_one_module_and_one_entry_point(
     tmp_path: Path, spans: list[dict], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "spans.zipkin"
-    path.write_text(json.dumps(_zipkin(spans)))
-    with pytest.raises(InputError, match=r"Zipkin v2\?"):
+    path.write_text(json.dumps(_zipkin_v1(spans)))
+    with pytest.raises(InputError, match=r"Zipkin's v1 model .* is not read"):
         detect_source(path)
-    monkeypatch.setenv("DRILL_EXTRA_PLUGINS", os.environ["DRILL_EXTRA_PLUGINS"] + ";" + ZIPKIN)
-    assert detect_source(path) == "test_zipkin_file"
+    monkeypatch.setenv("DRILL_EXTRA_PLUGINS", os.environ["DRILL_EXTRA_PLUGINS"] + ";" + ZIPKIN_V1)
+    assert detect_source(path) == "test_zipkin_v1_file"
     data = analysed(str(path), "--baseline-until", f"{FAULT_START_S}", "--fault-start", f"{FAULT_START_S}")
     assert data["files"] == [
-        {"path": str(path), "format": "test_zipkin_file", "compression": None, "spans": len(spans)}
+        {"path": str(path), "format": "test_zipkin_v1_file", "compression": None, "spans": len(spans)}
         | {"unreadable": 0, "where": []}
     ]
     assert (data["analysis"]["first"]["service"], data["analysis"]["first"]["name"]) == ("drill-replica-0", "queue")

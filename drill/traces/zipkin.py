@@ -43,12 +43,13 @@ from drill.api import PluginParams, SpanFileHead
 from drill.rundir.files import MAX_DOCUMENT_BYTES, UnsafeFileError, read_bytes, read_lines
 from drill.rundir.jsonl import ReadReport
 from drill.traces.sources import SourceReport, TableSource
-from drill.traces.table import AttributeValue, SpanTable, TableBuilder, hex_id, kind_code
+from drill.traces.table import NS_RANGE, AttributeValue, SpanTable, TableBuilder, hex_id, kind_code
 
 __all__ = ["ZipkinFileSource", "read_zipkin_file"]
 
 _STATUS_TAGS = frozenset({"otel.status_code", "otel.status_description", "error"})
 _DOCUMENT_START = re.compile(rb"\s*\[\s*(\[\s*)?(\{|\])")
+_MAX_US = NS_RANGE[1] // 1000  # the latest span time the table holds, in µs
 _V1 = re.compile(rb'"(binaryAnnotations|endpoint)"\s*:')  # Zipkin v1: annotations carry the endpoint
 
 
@@ -86,6 +87,8 @@ class _Read:
     span_id: str
     parent_id: str
     service: str
+    start_ns: int
+    end_ns: int
 
 
 def read_zipkin_file(path: Path, file_report: ReadReport, report: SourceReport, root: Path | None) -> SpanTable:
@@ -162,11 +165,12 @@ def _reason(exc: BaseException) -> str:
 def _read(span: _Span) -> _Read:
     if span.timestamp is None or span.duration is None:
         raise ValueError("no timestamp or no duration: a span that was never finished")
-    if span.timestamp < 0 or span.duration < 0:
-        raise ValueError(f"a negative timestamp or duration ({span.timestamp}, {span.duration})")
+    if not (0 <= span.timestamp <= _MAX_US and 0 <= span.duration <= _MAX_US - span.timestamp):  # NaN: False
+        raise ValueError(f"timestamp {span.timestamp} and duration {span.duration} µs are no span time (0 to 2^63 ns)")
+    start_ns, end_ns = round(span.timestamp * 1000), round((span.timestamp + span.duration) * 1000)
     service = (span.local_endpoint.service_name if span.local_endpoint else None) or "unknown"
     parent = hex_id(span.parent_id, 16) if span.parent_id else ""
-    return _Read(span, hex_id(span.trace_id, 32), hex_id(span.id, 16), parent, service)
+    return _Read(span, hex_id(span.trace_id, 32), hex_id(span.id, 16), parent, service, start_ns, end_ns)
 
 
 def _with_shared_ids_apart(spans: list[_Read]) -> list[_Read]:
@@ -198,7 +202,6 @@ def _table(spans: list[_Read]) -> SpanTable:
         span = r.span
         tags = dict(span.tags or {})
         status, message = _status(tags)
-        start_ns = round(span.timestamp * 1000)  # type: ignore[operator]  # _read checked it is there
         builder.add(
             r.trace_id,
             r.span_id,
@@ -206,8 +209,8 @@ def _table(spans: list[_Read]) -> SpanTable:
             r.service,
             span.name or "",
             kind_code((span.kind or "").upper()),
-            start_ns,
-            start_ns + round(span.duration * 1000),  # type: ignore[operator]
+            r.start_ns,
+            r.end_ns,
             status,
             message,
             {**{k: v for k, v in tags.items() if k not in _STATUS_TAGS}, **_remote(span.remote_endpoint)},

@@ -200,3 +200,31 @@ def test_a_slow_database_named_only_in_the_remote_endpoint_ranks_first(tmp_path)
     document = json.loads(result.output)
     assert [f["format"] for f in document["files"]] == ["zipkin_file"]
     assert document["analysis"]["ranking"]["suspects"][0]["service"] == "pg"
+
+
+WRONG = [None, True, -1, 2**63, 2**64 + 1, 1e308, "fast", "", [], [1, [2]], {}, {"a": {"b": None}}, "9" * 5000, 2**70]
+FIELDS = [
+    "traceId",
+    "id",
+    "parentId",
+    "timestamp",
+    "duration",
+    "name",
+    "kind",
+    "localEndpoint",
+    "remoteEndpoint",
+    "tags",
+]
+
+
+def test_any_wrong_value_of_any_field_is_at_most_one_unreadable_span_and_deep_json_one_record(tmp_path) -> None:
+    good = _zipkin("ab", "cd", "svc")
+    path = tmp_path / "hostile.json"
+    for field in FIELDS:
+        for wrong in WRONG:
+            path.write_text(json.dumps([good | {field: wrong}, good]))
+            table, report = _read(path)
+            assert len(table) + report.unreadable == 2 and len(table) >= 1, (field, wrong, report.where)
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    table, report = _read(path)
+    assert len(table) == 0 and report.unreadable == 1 and "RecursionError" in report.where[0]

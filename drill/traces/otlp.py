@@ -13,8 +13,8 @@ those keys from hex to base64 before parsing. A normalized span (one line of ``s
      "events": [{"name": "...", "ts_ns": .., "attributes": {...}}]}
 
 Files: :func:`read_json_file` (the OpenTelemetry Collector file exporter's JSON lines, one ``TracesData``
-per line; Tempo's ``batches`` and base64 ids too) and :func:`read_proto_file` (protobuf, framed as
-:data:`PROTO_FRAMINGS` says).
+per line; Tempo's ``batches`` and base64 ids, Jaeger API v3's ``{"result": ...}`` too) and
+:func:`read_proto_file` (protobuf, framed as :data:`PROTO_FRAMINGS` says).
 """
 
 from __future__ import annotations
@@ -248,10 +248,12 @@ class _JsonResourceSpans(msgspec.Struct, rename="camel"):
 
 
 class TracesData(msgspec.Struct, rename="camel"):
-    """One OTLP/JSON ``TracesData`` (or ``ExportTraceServiceRequest``); Tempo names the list ``batches``."""
+    """One OTLP/JSON ``TracesData`` (or ``ExportTraceServiceRequest``); Tempo names the list ``batches``; Jaeger's
+    API v3 (``/api/v3/traces``, through grpc-gateway) wraps each one as ``{"result": TracesData}``."""
 
     resource_spans: list[_JsonResourceSpans] = []
     batches: list[_JsonResourceSpans] = []
+    result: TracesData | None = None
 
 
 _TRACES_DECODER = msgspec.json.Decoder(TracesData)
@@ -341,6 +343,8 @@ def _ids_hex(values: list[str], hex_len: int, convert: Callable[[str], str]) -> 
 def _add_traces_data(data: TracesData, builder: TableBuilder) -> None:
     """Every span of one ``TracesData`` into ``builder``, a column at a time (ValueError: a bad id)."""
     get = _GET
+    if data.result is not None:
+        _add_traces_data(data.result, builder)
     for resource_spans in data.resource_spans or data.batches:
         resource = _json_attributes(resource_spans.resource.attributes) if resource_spans.resource else {}
         service = str(resource.get("service.name", "unknown"))

@@ -16,6 +16,7 @@ interface's ``spans(window)`` generator of normalized dicts, and leaves a :class
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -546,7 +547,10 @@ class OtlpFileSource(TableSource):
 
     @classmethod
     def sniff(cls, head: SpanFileHead) -> bool:
-        """A ``TracesData`` object first: ``resourceSpans`` (or ``resource_spans``), or Tempo's ``batches``."""
+        """A ``TracesData`` object first: ``resourceSpans`` (or ``resource_spans``), Tempo's ``batches``, or Jaeger API
+        v3's ``{"result": {"resourceSpans": ...}}``."""
+        if head.keys == {"result"}:
+            return re.match(rb'\s*\{\s*"result"\s*:\s*\{\s*"resource_?[sS]pans"', head.head) is not None
         return bool(head.keys & {"resourceSpans", "resource_spans", "batches"})
 
     def _read(self, report: SourceReport, window: tuple[int, int] | None) -> SpanTable:

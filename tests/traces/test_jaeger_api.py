@@ -4,7 +4,9 @@ read back through Jaeger's HTTP query API for a time window."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
+import httpx
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -15,6 +17,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_contex
 from drill import registry
 from drill.errors import TargetError
 from drill.traces.completeness import measure_completeness
+from drill.traces.detect import open_span_file
 from drill.traces.table import KIND_NAMES, STATUS_NAMES
 from tests.traces.jaeger_server import BUILD_WAIT_S, JaegerServer
 
@@ -116,6 +119,26 @@ def test_one_service_a_window_before_the_spans_and_the_query_limit(jaeger: Jaege
     limited = _source(jaeger, services=["drill-router"], limit=2)
     assert len(set(limited.table(window).trace_id.tolist())) == 2
     assert limited.report.notes and "the query limit" in limited.report.notes[0]
+
+
+def test_a_trace_saved_from_jaegers_api_v3_is_read_as_otlp(jaeger: JaegerServer, tmp_path: Path) -> None:
+    """Jaeger v2's OTLP query API (``/api/v3/traces/{id}``) answers ``{"result": TracesData}`` (grpc-gateway's
+    envelope); a user who saves that answer hands it to ``drill traces analyze`` as it is."""
+    started_ns = time.time_ns()
+    top, client, llm = _send_requests(jaeger.otlp_endpoint, count=1)[0]
+    _wait_for(_source(jaeger), (started_ns - 1_000_000, time.time_ns() + 1_000_000), spans=3)
+    trace = format(llm.get_span_context().trace_id, "032x")
+    answer = httpx.get(f"{jaeger.query_url}/api/v3/traces/{trace}", timeout=10)
+    assert answer.status_code == 200 and answer.content.lstrip().startswith(b'{"result"'), answer.text[:200]
+    path = tmp_path / "trace.json"
+    path.write_bytes(answer.content)
+    kind, source = open_span_file(path)
+    table = source.table()
+    assert kind == "otlp_file" and source.report.unreadable == 0 and len(table) == 3
+    assert set(table.trace_id.tolist()) == {trace} and set(table.services) == {"drill-router", "drill-replica-0"}
+    hexid = lambda span: format(span.get_span_context().span_id, "016x")  # noqa: E731
+    row = table.span_id.tolist().index(hexid(llm))
+    assert table.span(row).status == "ERROR" and table.parent_id[row] == hexid(client)
 
 
 def test_no_jaeger_there_is_a_target_error() -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from drill import registry
 from drill.errors import InputError
+from drill.traces.detect import detect_source
 from drill.traces.sources import table_to_dicts
 from drill.traces.table import SpanTable
 from tests.traces.spankit import drill_request, write_spans
@@ -232,6 +233,21 @@ def test_a_pretty_printed_tempo_document_is_read_whole(tmp_path: Path) -> None:
     (tmp_path / "junk.json").write_text("{\n  nope\n")
     junk = _source("otlp_file", tmp_path, path="junk.json")
     assert len(junk.table()) == 0 and junk.report.unreadable == 2
+
+
+def test_jaeger_api_v3_answers_wrapped_in_result_read_as_otlp_pretty_or_as_lines(tmp_path: Path) -> None:
+    lines = (FIXTURES / "otlp_hex.jsonl").read_text().splitlines()
+    wrapped = [json.dumps({"result": json.loads(line)}) for line in lines if line.strip()]
+    (tmp_path / "lines.json").write_text("\n".join(wrapped) + "\n")  # a streamed answer: one envelope per message
+    (tmp_path / "pretty.json").write_text(json.dumps(json.loads(wrapped[0]), indent=2))
+    assert detect_source(tmp_path / "lines.json") == detect_source(tmp_path / "pretty.json") == "otlp_file"
+    streamed = _source("otlp_file", tmp_path, path="lines.json")
+    assert _rows(streamed.table()) == _rows(_otlp("otlp_hex.jsonl")[0]) and streamed.report.unreadable == 0
+    first = _source("otlp_file", tmp_path, path="pretty.json")
+    assert len(first.table()) > 0 and first.report.unreadable == 0
+    (tmp_path / "other.json").write_text('{"result": {"rows": []}}\n')  # another API's envelope: not claimed
+    with pytest.raises(InputError, match="none of the supported span formats"):
+        detect_source(tmp_path / "other.json")
 
 
 def test_ids_that_only_python_int_would_take_are_not_hex(tmp_path: Path) -> None:

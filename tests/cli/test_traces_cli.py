@@ -12,6 +12,7 @@ from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from drill.cli.main import cli
+from drill.cli.traces import parse_time_ns
 from drill.traces.detect import detect_source
 from drill.traces.table import KIND_NAMES, STATUS_NAMES
 from tests.checks.rundir_kit import RunKit
@@ -189,6 +190,20 @@ def test_other_formats_give_the_same_answer(tmp_path, spans, writer):
     assert [c["name"] for c in first["chain"]][-1] == "POST /v1/chat/completions"
 
 
+def test_an_epoch_time_in_s_ms_us_or_ns_is_told_by_its_size(tmp_path, spans):
+    """A benchmark that records its injection in ms (or µs, ns) splits the spans where one in seconds does."""
+    path = write_spans(tmp_path / "spans.jsonl", spans)
+    ns = round(FAULT_START_S * 10**9)
+    split = []
+    for until in (f"{FAULT_START_S}", f"{ns // 10**6}", f"{ns // 10**3}", f"{ns}"):
+        result = invoke(str(path), "--baseline-until", until)
+        assert result.exit_code == 0, result.output
+        split.append(next(line for line in result.output.splitlines() if line.startswith("baseline:")))
+    assert len(set(split)) == 1 and "fault window: 0 spans" not in split[0], split
+    assert parse_time_ns("1700000000123456789", "--x") == 1_700_000_000_123_456_789  # exact, no float rounding
+    assert parse_time_ns("1700000000.5", "--x") == 1_700_000_000_500_000_000
+
+
 def test_default_baseline_is_the_first_third_and_says_so(tmp_path, spans):
     path = write_spans(tmp_path / "spans.jsonl", spans)
     result = invoke(str(path))
@@ -237,8 +252,8 @@ def test_records_are_joined(tmp_path, spans):
     "args, message",
     [
         (["--baseline-until", "1700000000", "--baseline", "{spans}"], "not both"),
-        (["--fault-start", "yesterday"], "neither epoch seconds nor an RFC 3339 time"),
-        (["--fault-start", "inf"], "neither epoch seconds nor an RFC 3339 time"),
+        (["--fault-start", "yesterday"], "neither an epoch time nor an RFC 3339 time"),
+        (["--fault-start", "inf"], "neither an epoch time nor an RFC 3339 time"),
         (["--baseline-until", "2023-11-14T22:13:26"], "no UTC offset"),
         (["--top", "0"], "--top"),
     ],

@@ -67,6 +67,7 @@ class _Loaded:
     unreadable: int
     where: tuple[str, ...]
     compression: str | None = None  # the file was read decompressed (drill.traces.compressed)
+    notes: tuple[str, ...] = ()  # the source's notes: how it read the file (CSV columns, derived phase spans)
 
     def to_json(self) -> dict:
         return {
@@ -76,6 +77,7 @@ class _Loaded:
             "spans": self.spans,
             "unreadable": self.unreadable,
             "where": list(self.where),
+            "notes": list(self.notes),
         }
 
 
@@ -86,6 +88,7 @@ def _read(path: Path) -> tuple[SpanTable, _Loaded]:
     from drill.traces.table import SpanTable
 
     where: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
     with decompressed(path) as file:
         try:
             kind, source = open_span_file(file.path)
@@ -96,9 +99,10 @@ def _read(path: Path) -> tuple[SpanTable, _Loaded]:
         else:
             table = source.table()
             unreadable, where = source.report.unreadable, tuple(file.shown(w) for w in source.report.where)
+            notes = tuple(source.report.notes)
     if file.damage is not None:  # the spans before the damage were read; the rest of the stream is one bad record
         unreadable, where = unreadable + 1, (file.damage, *where)
-    return table, _Loaded(path, kind, len(table), unreadable, where, file.compression)
+    return table, _Loaded(path, kind, len(table), unreadable, where, file.compression, notes)
 
 
 def _read_all(paths: tuple[Path, ...]) -> tuple[SpanTable, list[_Loaded]]:
@@ -318,6 +322,8 @@ def _print(report: AbnormalReport, loaded: list[_Loaded], evidence: RunTraces) -
             bad = (", ", (f"{info.unreadable} unreadable", "yellow"), f" (first: {info.where[0]})")
         kind = f"{info.kind} ({info.compression}-compressed)" if info.compression else info.kind
         say(f"{info.path}: {kind}, {info.spans:,} spans", *bad)
+        for note in info.notes:
+            say((f"  {note}", "dim"))
     console.print(
         f"baseline: {report.baseline_rule}: {report.baseline_spans:,} spans; fault window: {report.fault_spans:,} spans"
     )

@@ -67,6 +67,7 @@ __all__ = ["CsvFileSource", "CsvLayout", "read_csv_file"]
 TimeUnit = Literal["ns", "us", "ms", "s"]
 _NS_PER: dict[str, int] = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 _DELIMITERS = (",", "\t", ";")
+_CLOCK_ROLES = ("start", "end", "duration")
 
 _ROLES: dict[str, tuple[str, ...]] = {  # normalized header names, most specific first
     "trace_id": ("traceid",),
@@ -293,8 +294,11 @@ class _Clock:
 # --- reading ----------------------------------------------------------------------------------------------
 
 
-def read_csv_file(path: Path, report: ReadReport, time_unit: TimeUnit | None = None) -> SpanTable:
-    """The spans of a CSV span table; rows that cannot be read are counted and located in ``report``."""
+def read_csv_file(
+    path: Path, report: ReadReport, time_unit: TimeUnit | None = None, notes: list[str] | None = None
+) -> SpanTable:
+    """The spans of a CSV span table; rows that cannot be read are counted and located in ``report``. ``notes``
+    gets which column was read as what, and each time column's unit (:func:`_columns_note`)."""
     builder = TableBuilder()
     fh = report.open_input(path)
     if fh is None:
@@ -304,8 +308,30 @@ def read_csv_file(path: Path, report: ReadReport, time_unit: TimeUnit | None = N
         if header is None:
             return builder.build()
         layout, header_lines = header
-        _read_rows(_Lines(text, header_lines, report), layout, time_unit, builder, report)
+        clocks = _read_rows(_Lines(text, header_lines, report), layout, time_unit, builder, report)
+    if notes is not None:
+        notes.append(_columns_note(layout, clocks))
     return builder.build()
+
+
+_UNIT_NAMES = {"ns": "ns", "us": "µs", "ms": "ms", "s": "s"}
+
+
+def _columns_note(layout: CsvLayout, clocks: dict[str, _Clock]) -> str:
+    """``columns read: trace id traceID, ..., start startTime (µs, by its size), duration duration (µs, the
+    start's); as attributes: methodName, ...``: what the header's names were taken for, for a reader to check."""
+    names, roles = layout.columns, layout.roles
+    parts = [f"{role.replace('_', ' ')} {names[at]}" for role, at in roles.items() if role not in _CLOCK_ROLES]
+    for role in (r for r in _CLOCK_ROLES if r in roles):
+        clock = clocks[role]
+        unit = _UNIT_NAMES.get(clock.unit or "", "no value read")
+        how = "its name" if layout.units.get(role) else "the start's" if role == "duration" else "its size"
+        if role == "duration" and clocks["start"].datetime and not layout.units.get(role):
+            how = "being beside a date-time"
+        parts.append(f"{role} {names[roles[role]]} " + ("(date-time)" if clock.datetime else f"({unit}, by {how})"))
+    kept = [names[i] for i in layout.attributes]
+    more = f" and {len(kept) - 8} more" if len(kept) > 8 else ""
+    return "columns read: " + ", ".join(parts) + (f"; as attributes: {', '.join(kept[:8])}{more}" if kept else "")
 
 
 def _header(text: io.TextIOWrapper, path: Path) -> tuple[CsvLayout, int] | None:
@@ -349,8 +375,8 @@ def _read_rows(
     time_unit: TimeUnit | None,
     builder: TableBuilder,
     report: ReadReport,
-) -> None:
-    clocks = {role: _Clock(layout.units.get(role) or time_unit) for role in ("start", "end", "duration")}
+) -> dict[str, _Clock]:
+    clocks = {role: _Clock(layout.units.get(role) or time_unit) for role in _CLOCK_ROLES}
     add = _row_reader(layout, clocks)
     rows = csv.reader(lines, delimiter=layout.delimiter)
     while True:
@@ -358,7 +384,7 @@ def _read_rows(
         try:
             row = next(rows)
         except StopIteration:
-            return
+            return clocks
         except csv.Error as exc:
             report.add_bad(BadLine(lines.first or lines.number, f"csv.Error: {exc}"[:200]))
             continue
@@ -484,4 +510,4 @@ class CsvFileSource(TableSource):
 
     def _read(self, report: SourceReport, window: tuple[int, int] | None) -> SpanTable:
         path, file_report = self._file(report, self.params.path)
-        return read_csv_file(path, file_report, self.params.time_unit)
+        return read_csv_file(path, file_report, self.params.time_unit, report.notes)

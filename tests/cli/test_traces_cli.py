@@ -166,6 +166,7 @@ def test_json_output(tmp_path, spans):
     )
     assert data["files"] == [
         {"path": str(path), "format": "receiver", "compression": None, "spans": 1260, "unreadable": 0, "where": []}
+        | {"notes": []}
     ]
     first = data["analysis"]["first"]
     assert (first["service"], first["name"]) == ("drill-replica-0", "queue")

@@ -142,6 +142,23 @@ def test_each_layout_is_read_into_the_same_spans(tmp_path, shape: str) -> None:
         assert set(table.attributes[2]) == {"timestamp", "k8s.pod.name"}
 
 
+@pytest.mark.parametrize(
+    "shape, read",
+    [
+        ("jaeger-es", "start startTime (µs, by its size), duration duration (µs, by the start's)"),
+        ("logged", "start StartTimeUnixNano (ns, by its name), end EndTimeUnixNano (ns, by its name)"),
+        ("clickhouse", "start Timestamp (date-time), duration Duration (ns, by being beside a date-time)"),
+    ],
+)
+def test_the_source_says_which_column_it_read_as_what_and_in_which_unit(tmp_path, shape: str, read: str) -> None:
+    path = write_csv(tmp_path / "spans.csv", _spans(), shape)
+    source = CsvFileSource(CsvFileSource.Params(path=str(path)), str(tmp_path))
+    source.table()
+    assert len(source.report.notes) == 1 and read in source.report.notes[0], source.report.notes
+    result = CliRunner().invoke(cli, ["traces", "analyze", str(path), "--json"])
+    assert read in json.loads(result.output)["files"][0]["notes"][0]
+
+
 def test_rows_that_cannot_be_read_are_counted_with_their_line_and_the_rest_is_read(tmp_path) -> None:
     path = tmp_path / "bad.csv"
     good = "a1,01,,svc,op,1700000000000000,5\n"

@@ -132,6 +132,6 @@ def test_a_new_format_is_one_module_and_one_entry_point(
     data = analysed(str(path), "--baseline-until", f"{FAULT_START_S}", "--fault-start", f"{FAULT_START_S}")
     assert data["files"] == [
         {"path": str(path), "format": "test_zipkin_v1_file", "compression": None, "spans": len(spans)}
-        | {"unreadable": 0, "where": []}
+        | {"unreadable": 0, "where": [], "notes": []}
     ]
     assert (data["analysis"]["first"]["service"], data["analysis"]["first"]["name"]) == ("drill-replica-0", "queue")

@@ -60,7 +60,7 @@ class _Endpoint(msgspec.Struct, rename="camel"):
     port: int | None = None
 
 
-class _Span(msgspec.Struct, rename="camel"):
+class _ZipkinSpan(msgspec.Struct, rename="camel"):
     trace_id: str
     id: str
     parent_id: str | None = None
@@ -75,14 +75,14 @@ class _Span(msgspec.Struct, rename="camel"):
 
 
 _ITEMS = msgspec.json.Decoder(list[msgspec.Raw])
-_SPAN = msgspec.json.Decoder(_Span)
+_SPAN = msgspec.json.Decoder(_ZipkinSpan)
 
 
 @dataclass
-class _Read:
+class _ZipkinRead:
     """One span read, its ids as the table holds them."""
 
-    span: _Span
+    span: _ZipkinSpan
     trace_id: str
     span_id: str
     parent_id: str
@@ -95,7 +95,7 @@ def read_zipkin_file(path: Path, file_report: ReadReport, report: SourceReport, 
     """The spans of a Zipkin v2 JSON file (JSON lines, or one document read whole when no line reads on its own:
     module doc). A line that is not JSON is a bad line of ``file_report``; a span that cannot be read is a located
     problem of ``report``."""
-    spans: list[_Read] = []
+    spans: list[_ZipkinRead] = []
     fh = file_report.open_input(path)
     if fh is None:
         return _table(spans)
@@ -131,7 +131,7 @@ def _read_whole(path: Path, file_report: ReadReport, report: SourceReport, root:
     file_report.bad_count, file_report.bad_lines, file_report.torn_last_line, file_report.lines_read = 0, [], None, 1
 
 
-def _add_value(body: bytes, where: str, out: list[_Read], report: SourceReport) -> None:
+def _add_value(body: bytes, where: str, out: list[_ZipkinRead], report: SourceReport) -> None:
     """The spans of one JSON value: a span, a list of spans, or a list of traces (lists of spans). Raises when
     ``body`` is not JSON or none of these; a span of a list that cannot be read is a problem of ``report``."""
     if body.lstrip()[:1] != b"[":
@@ -150,9 +150,9 @@ def _add_value(body: bytes, where: str, out: list[_Read], report: SourceReport) 
             _add_span(out, raw, f"{where}: [{i}][{j}]", report)
 
 
-def _add_span(out: list[_Read], span: _Span | msgspec.Raw, where: str, report: SourceReport) -> None:
+def _add_span(out: list[_ZipkinRead], span: _ZipkinSpan | msgspec.Raw, where: str, report: SourceReport) -> None:
     try:
-        out.append(_read(span if isinstance(span, _Span) else _SPAN.decode(span)))
+        out.append(_read(span if isinstance(span, _ZipkinSpan) else _SPAN.decode(span)))
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, ValueError) as exc:
         report.add_problem(where, _reason(exc))
 
@@ -162,7 +162,7 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:200]
 
 
-def _read(span: _Span) -> _Read:
+def _read(span: _ZipkinSpan) -> _ZipkinRead:
     if span.timestamp is None or span.duration is None:
         raise ValueError("no timestamp or no duration: a span that was never finished")
     if not (0 <= span.timestamp <= _MAX_US and 0 <= span.duration <= _MAX_US - span.timestamp):  # NaN: False
@@ -170,10 +170,10 @@ def _read(span: _Span) -> _Read:
     start_ns, end_ns = round(span.timestamp * 1000), round((span.timestamp + span.duration) * 1000)
     service = (span.local_endpoint.service_name if span.local_endpoint else None) or "unknown"
     parent = hex_id(span.parent_id, 16) if span.parent_id else ""
-    return _Read(span, hex_id(span.trace_id, 32), hex_id(span.id, 16), parent, service, start_ns, end_ns)
+    return _ZipkinRead(span, hex_id(span.trace_id, 32), hex_id(span.id, 16), parent, service, start_ns, end_ns)
 
 
-def _with_shared_ids_apart(spans: list[_Read]) -> list[_Read]:
+def _with_shared_ids_apart(spans: list[_ZipkinRead]) -> list[_ZipkinRead]:
     """The server halves of shared span ids with ids of their own, under their CLIENT halves, and the children of
     such an id in the server's service under the server half (module doc)."""
     halves = {(r.trace_id, r.span_id) for r in spans if not _shared_server(r.span)}
@@ -192,11 +192,11 @@ def _with_shared_ids_apart(spans: list[_Read]) -> list[_Read]:
     return spans
 
 
-def _shared_server(span: _Span) -> bool:
+def _shared_server(span: _ZipkinSpan) -> bool:
     return bool(span.shared) and (span.kind or "").upper() == "SERVER"
 
 
-def _table(spans: list[_Read]) -> SpanTable:
+def _table(spans: list[_ZipkinRead]) -> SpanTable:
     builder = TableBuilder()
     for r in spans:
         span = r.span

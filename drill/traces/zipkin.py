@@ -18,11 +18,11 @@ per line. A span:
   OpenTelemetry exporter wrote it, else ERROR when the ``error`` tag is present, its value the message (Zipkin's
   convention); those tags become the status and are not kept.
 
-**Shared span ids.** A B3 client may let its server reuse its span id: the server half then carries
-``"shared": true`` and the same ``id`` as the CLIENT half. Kept as two spans with one id, a child could not tell
-which is its parent. The server half gets an id of its own (derived, stable), the CLIENT half for parent, and
-the children of that id in the server's service are moved under it: the callee's work is under the callee's span,
-as Zipkin's own trace tree (``SpanNode``) puts it.
+**Shared span ids.** A B3 client may let its server reuse its span id (Envoy's Zipkin tracer does by default): the
+server half then carries ``"shared": true`` (a conversion from v1 may drop the flag) and the same ``id`` as the
+CLIENT half. Kept as two spans with one id, a child could not tell which is its parent. The server half gets an id
+of its own (derived, stable), the CLIENT half for parent, and the children of that id in the server's service are
+moved under it: the callee's work is under the callee's span, as Zipkin's own trace tree (``SpanNode``) puts it.
 
 A span that cannot be read (a missing or non-hex id, no timestamp or duration) is counted and located
 (``file:line: [i][j]: reason``), never dropped silently; so is a line that is not JSON. The file is read line by
@@ -176,11 +176,11 @@ def _read(span: _ZipkinSpan) -> _ZipkinRead:
 def _with_shared_ids_apart(spans: list[_ZipkinRead]) -> list[_ZipkinRead]:
     """The server halves of shared span ids with ids of their own, under their CLIENT halves, and the children of
     such an id in the server's service under the server half (module doc)."""
-    halves = {(r.trace_id, r.span_id) for r in spans if not _shared_server(r.span)}
+    halves = {(r.trace_id, r.span_id) for r in spans if not _server(r.span)}
     moved: dict[tuple[str, str], tuple[str, str]] = {}  # (trace, shared id) -> (server's service, its new id)
     for r in spans:
         key = (r.trace_id, r.span_id)
-        if _shared_server(r.span) and key in halves:
+        if _server(r.span) and key in halves:
             new_id = hashlib.blake2b(f"{r.trace_id}:{r.span_id}:shared".encode(), digest_size=8).hexdigest()
             moved[key] = (r.service, new_id)
             r.parent_id, r.span_id = r.span_id, new_id
@@ -192,8 +192,10 @@ def _with_shared_ids_apart(spans: list[_ZipkinRead]) -> list[_ZipkinRead]:
     return spans
 
 
-def _shared_server(span: _ZipkinSpan) -> bool:
-    return bool(span.shared) and (span.kind or "").upper() == "SERVER"
+def _server(span: _ZipkinSpan) -> bool:
+    """A SERVER span: the server half of an id it shares with another span of its trace (flagged ``shared`` or
+    not: a conversion from v1 may drop the flag, and two spans of one id are one call's two sides either way)."""
+    return (span.kind or "").upper() == "SERVER"
 
 
 def _table(spans: list[_ZipkinRead]) -> SpanTable:

@@ -6,9 +6,9 @@ name); the delimiter is a comma, a tab or a semicolon, whichever splits the head
 
 =============  ===============================================================================================
 trace id       ``traceId`` (required)
-span id        ``spanId`` (required)
-parent         ``parentSpanId``, ``parentId``, ``parent``; empty, ``root``, ``none``, ``null``, ``0``, ``-1`` or
-               all zeros: a trace's first span
+span id        ``spanId``, else ``id`` (required)
+parent         ``parentSpanId``, ``parentId``, ``parentSpan``, ``parent``, ``pid``; empty, ``root``, ``none``,
+               ``null``, ``0``, ``-1`` or all zeros: a trace's first span
 service        ``serviceName``, ``service``; else ``podName``/``pod``/``k8s.pod.name``, with a Deployment's
                ``-<replica set hash>-<pod hash>`` suffix taken off (``frontend-579b9bff58-t2dbm`` is
                ``frontend``; the pod is kept as the ``k8s.pod.name`` attribute)
@@ -22,6 +22,7 @@ kind           ``spanKind``, ``kind``: ``SERVER``, ``SPAN_KIND_SERVER``, ``serve
 status         ``statusCode``, ``status``, ``otel.status_code``: ``OK``/``ERROR``/``UNSET`` (``STATUS_CODE_``
                prefix allowed), the OTLP code (0–2), or an HTTP status code (ERROR from 500 on; kept as
                ``http.response.status_code``)
+               else ``success``/``isSuccess``: ERROR where it is false (``False``, ``0``)
 status message ``statusMessage``, ``statusDescription``, ``otel.status_description``
 =============  ===============================================================================================
 
@@ -71,14 +72,15 @@ _CLOCK_ROLES = ("start", "end", "duration")
 
 _ROLES: dict[str, tuple[str, ...]] = {  # normalized header names, most specific first
     "trace_id": ("traceid",),
-    "span_id": ("spanid",),
-    "parent_id": ("parentspanid", "parentid", "parent"),
+    "span_id": ("spanid", "id"),  # a bare ``id`` beside a trace id column: the span's
+    "parent_id": ("parentspanid", "parentid", "parentspan", "parent", "pid"),
     "service": ("servicename", "service"),
     "pod": ("podname", "pod", "k8spodname"),
     "name": ("spanname", "operationname", "operation", "name"),
     "method": ("methodname",),
     "kind": ("spankind", "kind"),
     "status": ("statuscode", "status", "otelstatuscode"),
+    "success": ("success", "issuccess"),  # True/False: False is an error
     "status_message": ("statusmessage", "statusdescription", "otelstatusdescription"),
 }
 _TIME_ROLES: dict[str, tuple[str, ...]] = {
@@ -126,7 +128,7 @@ class CsvLayout:
         for delimiter in _DELIMITERS:
             columns = tuple(next(csv.reader([line], delimiter=delimiter), []))
             normalized = [_normalized(c) for c in columns]
-            if "traceid" in normalized and "spanid" in normalized:
+            if "traceid" in normalized and ("spanid" in normalized or "id" in normalized):
                 return cls._found(delimiter, columns, normalized)
         return None
 
@@ -142,7 +144,11 @@ class CsvLayout:
             found = _time_column(normalized, bases, set(roles.values()))
             if found is not None:
                 roles[role], units[role] = found
-        for role, over in (("method", "name"), ("pod", "service")):  # a fallback not needed is an attribute
+        for role, over in (
+            ("method", "name"),
+            ("pod", "service"),
+            ("success", "status"),
+        ):  # an unneeded fallback: an attribute
             if over in roles:
                 roles.pop(role, None)
         used = set(roles.values())
@@ -236,6 +242,16 @@ def _status(value: str, attributes: dict) -> int:
     if name in ("UNSET", "OK", "ERROR"):
         return ("UNSET", "OK", "ERROR").index(name)
     raise ValueError(f"status {value!r} is none of OK, ERROR, UNSET, an OTLP code (0-2) or an HTTP status code")
+
+
+def _failed(value: str) -> int:
+    """The OTLP status code of a ``success`` cell: ERROR for false (``False``, ``false``, ``0``), else UNSET."""
+    value = value.strip().lower()
+    if value in ("false", "0", "no", "f"):
+        return 2
+    if value in ("true", "1", "yes", "t") or value in _NO_VALUE:
+        return 0
+    raise ValueError(f"success {value!r} is neither true nor false")
 
 
 def _whole_number(value: str) -> int | None:
@@ -468,6 +484,8 @@ def _row_reader(layout: CsvLayout, clocks: dict[str, _Clock]) -> Callable[[list[
         if end < start:
             raise ValueError(f"it ends {(start - end) / 1e6:g} ms before it starts")
         status = _status(row[roles["status"]], attributes) if "status" in roles else 0
+        if "success" in roles and "status" not in roles:
+            status = _failed(row[roles["success"]])
         message = (row[roles["status_message"]].strip() or None) if "status_message" in roles else None
         kind = _kind(row[roles["kind"]]) if "kind" in roles else 0
         parent = _parent(row[roles["parent_id"]]) if "parent_id" in roles else ""

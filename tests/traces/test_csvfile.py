@@ -56,6 +56,15 @@ def _logged(s: dict) -> list:
     return [logged, *_nezha(s)]
 
 
+def _short_names(s: dict) -> list:
+    """A table that names the span ``id`` and its parent ``pid``, says ``success`` for the status, ms times."""
+    start_ms, end_ms = s["start_ns"] / 1e6, s["end_ns"] / 1e6
+    success = "False" if s["status"]["code"] == "ERROR" else "True"
+    return ["RemoteProcess", f"{start_ms:.3f}", f"{end_ms - start_ms:.3f}", success, s["trace_id"], s["span_id"]] + [
+        s["parent_span_id"] or "None", f"docker_00{len(s['service'])}", s["service"], s["name"],
+    ]  # fmt: skip
+
+
 def _clickhouse(s: dict) -> list:
     """The OpenTelemetry Collector's ClickHouse exporter, as a TSV export: a date-time start, a ns duration."""
     start = datetime.fromtimestamp(s["start_ns"] // 10**9, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
@@ -81,6 +90,11 @@ SHAPES = {
         ",",
         "timestamp,TraceID,SpanID,ParentID,PodName,OperationName,StartTimeUnixNano,EndTimeUnixNano,Duration",
         _logged,
+    ),
+    "short-names": (
+        ",",
+        "callType,startTime,elapsedTime,success,traceId,id,pid,cmdb_id,serviceName,operationName",
+        _short_names,
     ),
     "clickhouse": (
         "\t",
@@ -138,6 +152,8 @@ def test_each_layout_is_read_into_the_same_spans(tmp_path, shape: str) -> None:
         assert table.attributes[2] == {"k8s.pod.name": "auth-579b9bff58-t2dbm"}  # Duration is not kept: the end is
     if shape == "jaeger-es":  # the µs start, not the ms one (whose unit the µs duration would have taken)
         assert table.attributes[2] == {"startTimeMillis": spans[2]["start_ns"] // 10**6}
+    if shape == "short-names":  # success=False is the error; the rest are attributes
+        assert statuses == ["UNSET", "UNSET", "ERROR"] and set(table.attributes[0]) == {"callType", "cmdb_id"}
     if shape == "logged":  # a row's timestamp is kept, not taken for the span's start
         assert set(table.attributes[2]) == {"timestamp", "k8s.pod.name"}
 

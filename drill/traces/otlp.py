@@ -374,7 +374,7 @@ def read_json_file(path: Path, report: ReadReport | None = None) -> SpanTable:
     A line that is not JSON, not a ``TracesData``, or has an id that is neither hex nor base64 is counted
     and located in ``report`` (all its spans are left out); a torn last line is ``torn_last_line``. A file
     that is one pretty-printed document (what Tempo's ``/api/traces/<id>`` returns, saved) is read whole
-    when no line of it reads on its own but the whole does.
+    when some line of it does not read on its own but the whole does.
     """
     report = report if report is not None else ReadReport(path)
     builder = TableBuilder()
@@ -390,9 +390,11 @@ def read_json_file(path: Path, report: ReadReport | None = None) -> SpanTable:
                 report.add_unreadable(line.number, problem, line.newline)
             elif line.data is not None and line.data.strip():
                 _add_json_line(line.data, line.number, builder, report)
-    whole = report.lines_read == 0 and (report.bad_count or report.torn_last_line) and long_lines <= 1
-    if whole and _add_whole_document(path, builder, report.root):
-        report.bad_count, report.bad_lines, report.torn_last_line, report.lines_read = 0, [], None, 1
+    if (report.bad_count or report.torn_last_line) and long_lines <= 1:  # maybe one document over several lines
+        whole = TableBuilder()
+        if _add_whole_document(path, whole, report.root):  # (a line of it may have read on its own: one span)
+            builder = whole
+            report.bad_count, report.bad_lines, report.torn_last_line, report.lines_read = 0, [], None, 1
     return builder.build()
 
 

@@ -113,22 +113,26 @@ def read_zipkin_file(path: Path, file_report: ReadReport, report: SourceReport, 
                     file_report.add_unreadable(line.number, _reason(exc), line.newline)
                     continue
                 file_report.lines_read += 1
-    if file_report.lines_read == 0 and (file_report.bad_count or file_report.torn_last_line) and long_lines <= 1:
-        _read_whole(path, file_report, report, root, spans)
+    if (file_report.bad_count or file_report.torn_last_line) and long_lines <= 1:
+        whole = _read_whole(path, root, report.source)
+        if whole is not None:  # one document over several lines (some of which read on their own: a span a line)
+            spans, found = whole
+            report.problems, report.problem_where = found.problems, found.problem_where
+            file_report.bad_count, file_report.bad_lines, file_report.torn_last_line = 0, [], None
+            file_report.lines_read = 1
     return _table(_with_shared_ids_apart(spans))
 
 
-def _read_whole(path: Path, file_report: ReadReport, report: SourceReport, root: Path | None, spans: list) -> None:
-    """``path`` as one pretty-printed document, when it is one (else its bad lines stand)."""
+def _read_whole(path: Path, root: Path | None, source: str) -> tuple[list[_ZipkinRead], SourceReport] | None:
+    """The spans of ``path`` read as one document, and what could not be read of it; None when it is not one."""
+    spans: list[_ZipkinRead] = []
+    found = SourceReport(source)
     try:
         document = read_bytes(path, limit=MAX_DOCUMENT_BYTES, what="Zipkin JSON", root=root)
-        _add_value(document, str(path), spans, report)
-    except UnsafeFileError:
-        return
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        spans.clear()
-        return
-    file_report.bad_count, file_report.bad_lines, file_report.torn_last_line, file_report.lines_read = 0, [], None, 1
+        _add_value(document, str(path), spans, found)
+    except (UnsafeFileError, msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+    return spans, found
 
 
 def _add_value(body: bytes, where: str, out: list[_ZipkinRead], report: SourceReport) -> None:

@@ -230,6 +230,15 @@ def test_a_pretty_printed_tempo_document_is_read_whole(tmp_path: Path) -> None:
     source = _source("otlp_file", tmp_path, path="trace.json")
     assert _rows(source.table()) == _rows(_otlp("otlp_hex.jsonl")[0])
     assert source.report.unreadable == 0
+    merged = [
+        rs
+        for line in (FIXTURES / "otlp_hex.jsonl").read_text().splitlines()
+        for rs in json.loads(line)["resourceSpans"]
+    ]
+    one_per_line = '{"resourceSpans": [\n' + ",\n".join(json.dumps(rs) for rs in merged) + "\n]}\n"
+    (tmp_path / "rows.json").write_text(one_per_line)  # its last line reads on its own (as a TracesData of nothing)
+    rows = _source("otlp_file", tmp_path, path="rows.json")
+    assert _rows(rows.table()) == _rows(_otlp("otlp_hex.jsonl")[0]) and rows.report.unreadable == 0
     (tmp_path / "junk.json").write_text("{\n  nope\n")
     junk = _source("otlp_file", tmp_path, path="junk.json")
     assert len(junk.table()) == 0 and junk.report.unreadable == 2

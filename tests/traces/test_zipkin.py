@@ -99,6 +99,7 @@ def test_a_list_of_spans_a_list_of_traces_and_span_lines_read_the_same(tmp_path)
         "spans.json": json.dumps(spans, indent=2),  # POST /api/v2/spans, pretty-printed
         "traces.json": json.dumps([spans[:2], spans[2:]]),  # GET /api/v2/traces: a list of lists
         "lines.jsonl": "".join(json.dumps(s) + "\n" for s in spans),
+        "a-span-a-line.json": "[\n" + ",\n".join(json.dumps(s) for s in spans) + "\n]\n",  # its last line reads alone
     }
     read = {}
     for name, text in forms.items():
@@ -108,7 +109,8 @@ def test_a_list_of_spans_a_list_of_traces_and_span_lines_read_the_same(tmp_path)
         table, report = _read(path)
         assert report.unreadable == 0, (name, report.where)
         read[name] = sorted(zip(table.span_id.tolist(), table.parent_id.tolist(), table.start_ns.tolist()))
-    assert read["spans.json"] == read["traces.json"] == read["lines.jsonl"] and len(read["spans.json"]) == 4
+    assert read["spans.json"] == read["traces.json"] == read["lines.jsonl"] == read["a-span-a-line.json"]
+    assert len(read["spans.json"]) == 4
 
 
 def _zipkin(trace: str, span_id: str, service: str, *, parent: str | None = None, **fields) -> dict:

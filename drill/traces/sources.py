@@ -352,8 +352,8 @@ _GET = {
         "end_ns",
         "status",
         "attributes",
-        "status.code",
-        "status.message",
+        "code",  # of a status
+        "message",
     )
 }
 
@@ -448,11 +448,12 @@ class _ReceiverColumns:
         _codes(columns["kind"][rows], get["kind"], spans, _KIND_OF, kind_code)
         columns["start_ns"][rows] = np.fromiter(map(get["start_ns"], spans), dtype=np.int64, count=n)
         columns["end_ns"][rows] = np.fromiter(map(get["end_ns"], spans), dtype=np.int64, count=n)
-        columns["attributes"][rows] = list(map(get["attributes"], spans))
-        if None in map(get["status"], spans):  # an explicit "status": null
-            spans = [msgspec.structs.replace(s, status=_NO_STATUS) if s.status is None else s for s in spans]
-        _codes(columns["status"][rows], get["status.code"], spans, _STATUS_OF, status_code)
-        columns["status_message"][rows] = list(map(get["status.message"], spans))
+        columns["attributes"][rows] = np.fromiter(map(get["attributes"], spans), dtype=object, count=n)
+        statuses = list(map(get["status"], spans))
+        if None in statuses:  # an explicit "status": null
+            statuses = [_NO_STATUS if s is None else s for s in statuses]
+        _codes(columns["status"][rows], get["code"], statuses, _STATUS_OF, status_code)
+        columns["status_message"][rows] = np.fromiter(map(get["message"], statuses), dtype=object, count=n)
         self.rows += n
 
     def _id_values(self, rows: slice, span_ids: tuple[list[str], str], parents: tuple[list[str], str]) -> None:

@@ -10,11 +10,22 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated
+from decimal import Decimal
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, PlainSerializer
 
-__all__ = ["BindHost", "Duration", "Size", "format_duration", "parse_bind_host", "parse_duration", "parse_size"]
+__all__ = [
+    "NS_PER",
+    "BindHost",
+    "Duration",
+    "Size",
+    "epoch_unit",
+    "format_duration",
+    "parse_bind_host",
+    "parse_duration",
+    "parse_size",
+]
 
 _DURATION_UNITS = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 _SIZE_UNITS = {
@@ -30,6 +41,17 @@ _SIZE_UNITS = {
 #: Longest duration accepted anywhere (a year): longer values overflow timers and mean a typo.
 MAX_DURATION_S = 366 * 86400.0
 _NUMBER_UNIT = re.compile(r"^\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*([A-Za-zµ]*)\s*$")
+
+
+#: Nanoseconds per unit of an epoch time.
+NS_PER: dict[str, int] = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+
+
+def epoch_unit(number: Decimal) -> Literal["ns", "us", "ms", "s"]:
+    """The unit of an epoch time given without one, told by its size: ns from 10^17, µs from 10^14, ms from 10^11
+    (year 5138 in seconds), else seconds. Trace exports and benchmarks write all four."""
+    size = abs(number)
+    return "ns" if size >= 10**17 else "us" if size >= 10**14 else "ms" if size >= 10**11 else "s"
 
 
 def parse_duration(text: object) -> float:

@@ -21,6 +21,7 @@ import click
 from drill.cli.common import console, handle_errors, say
 from drill.cli.traces_suspects import print_coverage, print_suspects, verdict_line
 from drill.errors import InputError
+from drill.units import NS_PER, epoch_unit
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
@@ -45,9 +46,7 @@ def parse_time_ns(text: str, option: str) -> int:
     except InvalidOperation:
         number = None
     if number is not None and number.is_finite():
-        size = abs(number)
-        unit = 1 if size >= 10**17 else 10**3 if size >= 10**14 else 10**6 if size >= 10**11 else 10**9
-        return int(number * unit)
+        return int(number * NS_PER[epoch_unit(number)])
     try:
         stamp = datetime.fromisoformat(value.replace("z", "Z"))
     except ValueError:

@@ -62,11 +62,11 @@ from drill.rundir.files import MAX_LINE_BYTES
 from drill.rundir.jsonl import BadLine, ReadReport
 from drill.traces.sources import SourceReport, TableSource
 from drill.traces.table import SpanTable, TableBuilder, kind_code
+from drill.units import NS_PER, epoch_unit
 
 __all__ = ["CsvFileSource", "CsvLayout", "read_csv_file"]
 
 TimeUnit = Literal["ns", "us", "ms", "s"]
-_NS_PER: dict[str, int] = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 _DELIMITERS = (",", "\t", ";")
 _CLOCK_ROLES = ("start", "end", "duration")
 
@@ -276,11 +276,6 @@ def _datetime_ns(value: str) -> int | None:
     return ns
 
 
-def _epoch_unit(number: Decimal) -> TimeUnit:
-    size = abs(number)
-    return "ns" if size >= 10**17 else "us" if size >= 10**14 else "ms" if size >= 10**11 else "s"
-
-
 class _Clock:
     """One time column's reading: its unit fixed by its name, the source's ``time_unit``, or its first value."""
 
@@ -291,7 +286,7 @@ class _Clock:
     def ns(self, value: str, relative: bool = False) -> int:
         value = value.strip()
         if _INTEGER.fullmatch(value) and self.unit is not None:
-            return int(value) * _NS_PER[self.unit]
+            return int(value) * NS_PER[self.unit]
         try:
             number = Decimal(value)
         except InvalidOperation:
@@ -303,8 +298,8 @@ class _Clock:
             self.datetime = True
             return ns
         if self.unit is None:
-            self.unit = _epoch_unit(number)
-        return int(number * _NS_PER[self.unit])
+            self.unit = epoch_unit(number)
+        return int(number * NS_PER[self.unit])
 
 
 # --- reading ----------------------------------------------------------------------------------------------

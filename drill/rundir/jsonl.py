@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from drill.rundir.files import loads_json, open_input, read_lines
+from drill.rundir.files import MAX_DOCUMENT_BYTES, UnsafeFileError, loads_json, open_input, read_bytes, read_lines
 
-__all__ = ["BadLine", "ReadReport", "read_jsonl"]
+__all__ = ["BadLine", "ReadReport", "read_jsonl", "read_lines_or_document"]
 
 T = TypeVar("T")
 
@@ -156,3 +156,41 @@ def read_jsonl(
 def _reason(exc: BaseException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return f"{type(exc).__name__}: {text}"[:200]
+
+
+def read_lines_or_document(
+    path: Path,
+    report: ReadReport,
+    read_line: Callable[[bytes, int], str | None],
+    read_document: Callable[[bytes], bool],
+    what: str = "",
+) -> bool:
+    """Each non-blank line of ``path`` (with its number) to ``read_line``, which keeps what it reads and returns
+    None, or the reason it could not read the line (counted and located in ``report``). True when the file is one
+    JSON document over several lines instead: some line did not read on its own, ``read_document`` read the whole
+    (at most :data:`~drill.rundir.files.MAX_DOCUMENT_BYTES`) and ``report`` is one record read; what ``read_line``
+    kept is then the caller's to drop (a line of the document may have read alone: a span a line, the last without
+    its comma)."""
+    fh = report.open_input(path)
+    if fh is None:
+        return False
+    long_lines = 0
+    with fh:
+        for line in read_lines(fh):
+            problem = line.problem()
+            long_lines += problem is not None and line.data is None
+            if problem is None and line.data is not None and line.data.strip():
+                problem = read_line(line.data, line.number)
+                report.lines_read += problem is None
+            if problem is not None:
+                report.add_unreadable(line.number, problem, line.newline)
+    if not (report.bad_count or report.torn_last_line) or long_lines > 1:
+        return False
+    try:
+        document = read_bytes(path, limit=MAX_DOCUMENT_BYTES, what=what, root=report.root)
+    except UnsafeFileError:
+        return False
+    if not read_document(document):
+        return False
+    report.bad_count, report.bad_lines, report.torn_last_line, report.lines_read = 0, [], None, 1
+    return True

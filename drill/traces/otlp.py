@@ -39,8 +39,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 
-from drill.rundir.files import MAX_DOCUMENT_BYTES, UnsafeFileError, loads_json, read_bytes, read_lines
-from drill.rundir.jsonl import BadLine, ReadReport
+from drill.rundir.files import MAX_DOCUMENT_BYTES, loads_json, read_bytes
+from drill.rundir.jsonl import BadLine, ReadReport, read_lines_or_document
 from drill.traces.table import ATTRIBUTE_DEPTH, SpanTable, TableBuilder, kind_code, status_code
 
 __all__ = [
@@ -374,52 +374,26 @@ def read_json_file(path: Path, report: ReadReport | None = None) -> SpanTable:
     A line that is not JSON, not a ``TracesData``, or has an id that is neither hex nor base64 is counted
     and located in ``report`` (all its spans are left out); a torn last line is ``torn_last_line``. A file
     that is one pretty-printed document (what Tempo's ``/api/traces/<id>`` returns, saved) is read whole
-    when some line of it does not read on its own but the whole does.
+    when some line of it does not read on its own but the whole does (:func:`read_lines_or_document`).
     """
     report = report if report is not None else ReadReport(path)
-    builder = TableBuilder()
-    fh = report.open_input(path)
-    if fh is None:
-        return builder.build()
-    long_lines = 0
-    with fh:
-        for line in read_lines(fh):
-            problem = line.problem()
-            if problem is not None:
-                long_lines += line.data is None
-                report.add_unreadable(line.number, problem, line.newline)
-            elif line.data is not None and line.data.strip():
-                _add_json_line(line.data, line.number, builder, report)
-    if (report.bad_count or report.torn_last_line) and long_lines <= 1:  # maybe one document over several lines
-        whole = TableBuilder()
-        if _add_whole_document(path, whole, report.root):  # (a line of it may have read on its own: one span)
-            builder = whole
-            report.bad_count, report.bad_lines, report.torn_last_line, report.lines_read = 0, [], None, 1
-    return builder.build()
+    lines, whole = TableBuilder(), TableBuilder()
+    if read_lines_or_document(
+        path, report, lambda data, _: _add_json(data, lines), lambda data: _add_json(data, whole) is None
+    ):
+        return whole.build()
+    return lines.build()
 
 
-def _add_json_line(line: bytes, number: int, builder: TableBuilder, report: ReadReport) -> None:
+def _add_json(data: bytes, builder: TableBuilder) -> str | None:
+    """The spans of one JSON ``TracesData`` into ``builder``; None, or why none could be read (then none are)."""
     mark = len(builder)
     try:
-        _add_traces_data(_TRACES_DECODER.decode(line), builder)
+        _add_traces_data(_TRACES_DECODER.decode(data), builder)
     except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError, RecursionError) as exc:
         builder.truncate(mark)
-        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        report.add_unreadable(number, reason, line.endswith(b"\n"))
-        return
-    report.lines_read += 1
-
-
-def _add_whole_document(path: Path, builder: TableBuilder, root: Path | None = None) -> bool:
-    try:
-        document = read_bytes(path, limit=MAX_DOCUMENT_BYTES, root=root)
-        _add_traces_data(_TRACES_DECODER.decode(document), builder)
-    except UnsafeFileError:
-        return False
-    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError, RecursionError):
-        builder.truncate(0)
-        return False
-    return True
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return None
 
 
 #: How an OTLP protobuf file holds its messages (each a ``TracesData``, wire-identical to an

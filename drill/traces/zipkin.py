@@ -40,8 +40,7 @@ from pathlib import Path
 import msgspec
 
 from drill.api import PluginParams, SpanFileHead
-from drill.rundir.files import MAX_DOCUMENT_BYTES, UnsafeFileError, read_bytes, read_lines
-from drill.rundir.jsonl import ReadReport
+from drill.rundir.jsonl import ReadReport, read_lines_or_document
 from drill.traces.sources import SourceReport, TableSource
 from drill.traces.table import NS_RANGE, AttributeValue, SpanTable, TableBuilder, hex_id, kind_code
 
@@ -91,48 +90,32 @@ class _ZipkinRead:
     end_ns: int
 
 
-def read_zipkin_file(path: Path, file_report: ReadReport, report: SourceReport, root: Path | None) -> SpanTable:
-    """The spans of a Zipkin v2 JSON file (JSON lines, or one document read whole when no line reads on its own:
-    module doc). A line that is not JSON is a bad line of ``file_report``; a span that cannot be read is a located
-    problem of ``report``."""
-    spans: list[_ZipkinRead] = []
-    fh = file_report.open_input(path)
-    if fh is None:
-        return _table(spans)
-    long_lines = 0
-    with fh:
-        for line in read_lines(fh):
-            problem = line.problem()
-            if problem is not None:
-                long_lines += line.data is None
-                file_report.add_unreadable(line.number, problem, line.newline)
-            elif line.data is not None and line.data.strip():
-                try:
-                    _add_value(line.data, f"{path}:{line.number}", spans, report)
-                except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
-                    file_report.add_unreadable(line.number, _reason(exc), line.newline)
-                    continue
-                file_report.lines_read += 1
-    if (file_report.bad_count or file_report.torn_last_line) and long_lines <= 1:
-        whole = _read_whole(path, root, report.source)
-        if whole is not None:  # one document over several lines (some of which read on their own: a span a line)
-            spans, found = whole
-            report.problems, report.problem_where = found.problems, found.problem_where
-            file_report.bad_count, file_report.bad_lines, file_report.torn_last_line = 0, [], None
-            file_report.lines_read = 1
-    return _table(_with_shared_ids_apart(spans))
+def read_zipkin_file(path: Path, file_report: ReadReport, report: SourceReport) -> SpanTable:
+    """The spans of a Zipkin v2 JSON file (JSON lines, or one document over several lines:
+    :func:`~drill.rundir.jsonl.read_lines_or_document`). A line that is not JSON is a bad line of ``file_report``; a
+    span that cannot be read is a located problem of ``report``."""
+    lines: list[_ZipkinRead] = []
+    whole: list[_ZipkinRead] = []
+    found = SourceReport(report.source)  # what the whole document could not read
+    if read_lines_or_document(
+        path,
+        file_report,
+        lambda data, number: _read_value(data, f"{path}:{number}", lines, report),
+        lambda data: _read_value(data, str(path), whole, found) is None,
+        what="Zipkin JSON",
+    ):
+        lines = whole
+        report.problems, report.problem_where = found.problems, found.problem_where
+    return _table(_with_shared_ids_apart(lines))
 
 
-def _read_whole(path: Path, root: Path | None, source: str) -> tuple[list[_ZipkinRead], SourceReport] | None:
-    """The spans of ``path`` read as one document, and what could not be read of it; None when it is not one."""
-    spans: list[_ZipkinRead] = []
-    found = SourceReport(source)
+def _read_value(body: bytes, where: str, out: list[_ZipkinRead], report: SourceReport) -> str | None:
+    """:func:`_add_value`; None, or why ``body`` is no span, list of spans or list of traces."""
     try:
-        document = read_bytes(path, limit=MAX_DOCUMENT_BYTES, what="Zipkin JSON", root=root)
-        _add_value(document, str(path), spans, found)
-    except (UnsafeFileError, msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return None
-    return spans, found
+        _add_value(body, where, out, report)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+        return _reason(exc)
+    return None
 
 
 def _add_value(body: bytes, where: str, out: list[_ZipkinRead], report: SourceReport) -> None:
@@ -270,4 +253,4 @@ class ZipkinFileSource(TableSource):
 
     def _read(self, report: SourceReport, window: tuple[int, int] | None) -> SpanTable:
         path, file_report = self._file(report, self.params.path)
-        return read_zipkin_file(path, file_report, report, self._root(self.params.path))
+        return read_zipkin_file(path, file_report, report)

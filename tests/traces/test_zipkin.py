@@ -174,7 +174,7 @@ def test_the_reader_counts_a_missing_file_and_reads_an_empty_one(tmp_path) -> No
     table, report = _read(empty)
     assert len(table) == 0 and report.unreadable == 0
     missing = ReadReport(tmp_path / "gone.json")
-    assert len(read_zipkin_file(tmp_path / "gone.json", missing, SourceReport("zipkin_file"), None)) == 0
+    assert len(read_zipkin_file(tmp_path / "gone.json", missing, SourceReport("zipkin_file"))) == 0
     assert not missing.exists
 
 

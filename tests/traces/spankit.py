@@ -175,3 +175,29 @@ def vllm_request(
 def write_spans(path: Path, spans: list[dict]) -> Path:
     path.write_text("".join(json.dumps(s) + "\n" for s in spans))
     return path
+
+
+def zipkin_span(span: dict, *, remote_from_address: bool = False) -> dict:
+    """A normalized span in Zipkin's v2 model (µs times, ``localEndpoint``, string tags). With
+    ``remote_from_address``, as Brave reports a call: the callee only in ``remoteEndpoint`` (the first DNS label of
+    ``server.address``), no address tags."""
+    tags = dict(span["attributes"])
+    remote = ""
+    if remote_from_address:
+        remote = str(tags.pop("server.address", "")).split(".")[0]
+        tags.pop("server.port", None)
+    out = {
+        "traceId": span["trace_id"],
+        "id": span["span_id"],
+        "name": span["name"],
+        "kind": span["kind"],
+        "timestamp": span["start_ns"] // 1000,
+        "duration": (span["end_ns"] - span["start_ns"]) // 1000,
+        "localEndpoint": {"serviceName": span["service"]},
+        "tags": {k: str(v) for k, v in tags.items()},
+    }
+    if span.get("parent_span_id"):
+        out["parentId"] = span["parent_span_id"]
+    if remote:
+        out["remoteEndpoint"] = {"serviceName": remote}
+    return out

@@ -15,7 +15,7 @@ from drill.errors import InputError
 from drill.traces.detect import detect_source, open_span_file, span_file_head
 from drill.traces.sources import TableSource
 from tests.cli.test_traces_cli import FAULT_START_S, analysed, jaeger_json, write_otlp_json, write_otlp_proto
-from tests.traces.spankit import write_spans
+from tests.traces.spankit import write_spans, zipkin_span
 from tests.traces.test_analysis import drill_spans
 from tests.traces.test_csvfile import write_csv
 
@@ -35,7 +35,7 @@ def spans() -> list[dict]:
 def samples(tmp_path: Path, spans: list[dict]) -> dict[str, Path]:
     """A file of each built-in format, named so that no name hints at its format."""
     (tmp_path / "d").write_text(json.dumps(jaeger_json(spans[:20]), indent=2))
-    (tmp_path / "f").write_text(json.dumps(_zipkin(spans[:20])))
+    (tmp_path / "f").write_text(json.dumps([zipkin_span(s) for s in spans[:20]]))
     return {
         "receiver": write_spans(tmp_path / "a", spans[:20]),
         "otlp_file": write_otlp_json(tmp_path / "b", spans[:20]),
@@ -85,24 +85,6 @@ def test_json_no_source_claims_lists_every_supported_format(tmp_path: Path) -> N
     assert "its first keys: bar, foo" in message
     formats = [registry.traces.get(kind).format_name for kind in BUILT_IN if registry.traces.get(kind).file_param]
     assert f"supported span formats ({', '.join(formats)})" in message
-
-
-def _zipkin(spans: list[dict]) -> list[dict]:
-    """``spans`` in Zipkin's v2 model (``localEndpoint``, ``kind``)."""
-    return [
-        {
-            "traceId": s["trace_id"],
-            "id": s["span_id"],
-            **({"parentId": s["parent_span_id"]} if s.get("parent_span_id") else {}),
-            "name": s["name"],
-            "kind": s["kind"],
-            "timestamp": s["start_ns"] // 1000,
-            "duration": (s["end_ns"] - s["start_ns"]) // 1000,
-            "localEndpoint": {"serviceName": s["service"]},
-            "tags": {k: str(v) for k, v in s["attributes"].items()},
-        }
-        for s in spans
-    ]
 
 
 def _zipkin_v1(spans: list[dict]) -> list[dict]:

@@ -19,6 +19,7 @@ from drill.traces.detect import detect_source
 from drill.traces.sources import SourceReport
 from drill.traces.table import KIND_NAMES, STATUS_NAMES, SpanTable
 from drill.traces.zipkin import ZipkinFileSource, read_zipkin_file
+from tests.traces.spankit import zipkin_span
 from tests.traces.test_suspects import Fault, analyze_cli, shop
 
 
@@ -178,31 +179,9 @@ def test_the_reader_counts_a_missing_file_and_reads_an_empty_one(tmp_path) -> No
     assert not missing.exists
 
 
-def _as_zipkin(span: dict) -> dict:
-    """A shop span as Brave reports it: µs times, the callee only in ``remoteEndpoint`` (no address tags)."""
-    attributes = dict(span["attributes"])
-    host = str(attributes.pop("server.address", "")).split(".")[0]
-    attributes.pop("server.port", None)
-    out = {
-        "traceId": span["trace_id"],
-        "id": span["span_id"],
-        "name": span["name"],
-        "kind": span["kind"],
-        "timestamp": span["start_ns"] // 1000,
-        "duration": (span["end_ns"] - span["start_ns"]) // 1000,
-        "localEndpoint": {"serviceName": span["service"]},
-        "tags": {k: str(v) for k, v in attributes.items()},
-    }
-    if span["parent_span_id"]:
-        out["parentId"] = span["parent_span_id"]
-    if host:
-        out["remoteEndpoint"] = {"serviceName": host}
-    return out
-
-
 def test_a_slow_database_named_only_in_the_remote_endpoint_ranks_first(tmp_path) -> None:
     path = tmp_path / "shop.json"
-    path.write_text(json.dumps([_as_zipkin(s) for s in shop(Fault(pg_factor=5.0))]))
+    path.write_text(json.dumps([zipkin_span(s, remote_from_address=True) for s in shop(Fault(pg_factor=5.0))]))
     result = analyze_cli(path, "--json")
     assert result.exit_code == 0, result.output
     document = json.loads(result.output)

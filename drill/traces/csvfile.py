@@ -183,21 +183,19 @@ def _time_column(normalized: list[str], bases: tuple[str, ...], taken: set[int])
         found = [
             (at, unit)
             for at, name in enumerate(normalized)
-            if at not in taken and (unit := _time_unit(name, (base,))) is not False
+            if at not in taken and (unit := _time_unit(name, base)) is not False
         ]
         if found:
             return min(found, key=lambda column: _PRECISION[column[1]])
     return None
 
 
-def _time_unit(name: str, bases: tuple[str, ...]) -> TimeUnit | None | Literal[False]:
-    """The unit a time column's normalized ``name`` gives: a unit, None (no unit in it), or False (another column)."""
-    for base in bases:
-        if name == base:
-            return None
-        if name.startswith(base) and name[len(base) :] in _UNITS:
-            return _UNITS[name[len(base) :]]
-    return False
+def _time_unit(name: str, base: str) -> TimeUnit | None | Literal[False]:
+    """The unit a time column's normalized ``name`` gives: a unit, None (``base`` itself, no unit in it), or False
+    (another column)."""
+    if name == base:
+        return None
+    return _UNITS[name[len(base) :]] if name.startswith(base) and name[len(base) :] in _UNITS else False
 
 
 def _looked_for(role: str) -> str:
@@ -277,10 +275,12 @@ def _datetime_ns(value: str) -> int | None:
 
 
 class _Clock:
-    """One time column's reading: its unit fixed by its name, the source's ``time_unit``, or its first value."""
+    """One time column's reading: its unit fixed by its name, the source's ``time_unit``, or its first value; ``how``
+    says which, for the columns note."""
 
-    def __init__(self, unit: TimeUnit | None) -> None:
+    def __init__(self, unit: TimeUnit | None, how: str) -> None:
         self.unit = unit
+        self.how = how
         self.datetime = False
 
     def ns(self, value: str, relative: bool = False) -> int:
@@ -298,7 +298,7 @@ class _Clock:
             self.datetime = True
             return ns
         if self.unit is None:
-            self.unit = epoch_unit(number)
+            self.unit, self.how = epoch_unit(number), "its size"
         return int(number * NS_PER[self.unit])
 
 
@@ -335,11 +335,14 @@ def _columns_note(layout: CsvLayout, clocks: dict[str, _Clock]) -> str:
     parts = [f"{role.replace('_', ' ')} {names[at]}" for role, at in roles.items() if role not in _CLOCK_ROLES]
     for role in (r for r in _CLOCK_ROLES if r in roles):
         clock = clocks[role]
-        unit = _UNIT_NAMES.get(clock.unit or "", "no value read")
-        how = "its name" if layout.units.get(role) else "the start's" if role == "duration" else "its size"
-        if role == "duration" and clocks["start"].datetime and not layout.units.get(role):
-            how = "being beside a date-time"
-        parts.append(f"{role} {names[roles[role]]} " + ("(date-time)" if clock.datetime else f"({unit}, by {how})"))
+        read = (
+            "date-time"
+            if clock.datetime
+            else f"{_UNIT_NAMES[clock.unit]}, by {clock.how}"
+            if clock.unit
+            else "no value read"
+        )
+        parts.append(f"{role} {names[roles[role]]} ({read})")
     kept = [names[i] for i in layout.attributes]
     more = f" and {len(kept) - 8} more" if len(kept) > 8 else ""
     return "columns read: " + ", ".join(parts) + (f"; as attributes: {', '.join(kept[:8])}{more}" if kept else "")
@@ -380,6 +383,12 @@ def _header(text: io.TextIOWrapper, path: Path) -> tuple[CsvLayout, int] | None:
     return None
 
 
+def _clock(named: TimeUnit | None, time_unit: TimeUnit | None) -> _Clock:
+    if named is not None:
+        return _Clock(named, "its name")
+    return _Clock(time_unit, "the source's time_unit") if time_unit is not None else _Clock(None, "")
+
+
 def _read_rows(
     lines: _Lines,
     layout: CsvLayout,
@@ -387,7 +396,7 @@ def _read_rows(
     builder: TableBuilder,
     report: ReadReport,
 ) -> dict[str, _Clock]:
-    clocks = {role: _Clock(layout.units.get(role) or time_unit) for role in _CLOCK_ROLES}
+    clocks = {role: _clock(layout.units.get(role), time_unit) for role in _CLOCK_ROLES}
     add = _row_reader(layout, clocks)
     rows = csv.reader(lines, delimiter=layout.delimiter)
     while True:
@@ -474,7 +483,9 @@ def _row_reader(layout: CsvLayout, clocks: dict[str, _Clock]) -> Callable[[list[
         else:
             duration = clocks["duration"]
             if duration.unit is None:
-                duration.unit = "ns" if clocks["start"].datetime else clocks["start"].unit
+                beside = clocks["start"]
+                duration.unit = "ns" if beside.datetime else beside.unit
+                duration.how = "being beside a date-time" if beside.datetime else "the start's"
             end = start + duration.ns(row[roles["duration"]], relative=True)
         if end < start:
             raise ValueError(f"it ends {(start - end) / 1e6:g} ms before it starts")

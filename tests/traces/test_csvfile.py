@@ -272,6 +272,7 @@ def test_relative_times_take_the_sources_time_unit(tmp_path) -> None:
     source = CsvFileSource(CsvFileSource.Params(path=str(path), time_unit="us"), str(tmp_path))
     table = source.table()
     assert table.start_ns.tolist() == [1_500_000] and table.end_ns.tolist() == [4_000_000]
+    assert "start start (µs, by the source's time_unit)" in source.report.notes[0]
     by_size = CsvFileSource(CsvFileSource.Params(path=str(path)), str(tmp_path)).table()
     assert by_size.start_ns.tolist() == [1_500 * 10**9]  # no unit anywhere: seconds, by their size
 

@@ -22,7 +22,7 @@ from typing import TypeVar
 
 from drill.rundir.files import MAX_DOCUMENT_BYTES, UnsafeFileError, loads_json, open_input, read_bytes, read_lines
 
-__all__ = ["BadLine", "ReadReport", "read_jsonl", "read_lines_or_document"]
+__all__ = ["BadLine", "ReadReport", "read_jsonl", "read_lines_or_document", "unreadable_reason"]
 
 T = TypeVar("T")
 
@@ -143,7 +143,7 @@ def read_jsonl(
                     raise TypeError(f"expected a JSON object, found {type(data).__name__}")
                 value = parse(data)
             except (ValueError, TypeError, KeyError, OverflowError, RecursionError) as exc:
-                bad = BadLine(line.number, _reason(exc))
+                bad = BadLine(line.number, unreadable_reason(exc))
                 if not line.newline:  # only the last line can lack its newline
                     report.torn_last_line = bad
                 else:
@@ -153,7 +153,8 @@ def read_jsonl(
             yield value
 
 
-def _reason(exc: BaseException) -> str:
+def unreadable_reason(exc: BaseException) -> str:
+    """Why a record could not be read, for a report: the exception's type and the first line of its message."""
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return f"{type(exc).__name__}: {text}"[:200]
 

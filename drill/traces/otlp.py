@@ -40,7 +40,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 
 from drill.rundir.files import MAX_DOCUMENT_BYTES, loads_json, read_bytes
-from drill.rundir.jsonl import BadLine, ReadReport, read_lines_or_document
+from drill.rundir.jsonl import BadLine, ReadReport, read_lines_or_document, unreadable_reason
 from drill.traces.table import ATTRIBUTE_DEPTH, SpanTable, TableBuilder, kind_code, status_code
 
 __all__ = [
@@ -392,7 +392,7 @@ def _add_json(data: bytes, builder: TableBuilder) -> str | None:
         _add_traces_data(_TRACES_DECODER.decode(data), builder)
     except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError, RecursionError) as exc:
         builder.truncate(mark)
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return unreadable_reason(exc)
     return None
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from drill.api import PluginParams, SpanFileHead, TraceSource
 from drill.rundir.files import MAX_LINE_BYTES, open_input
-from drill.rundir.jsonl import BadLine, ReadReport
+from drill.rundir.jsonl import BadLine, ReadReport, unreadable_reason
 from drill.traces.otlp import read_json_file, read_proto_file
 from drill.traces.request_phases import with_phase_spans
 from drill.traces.table import (
@@ -308,7 +308,7 @@ def _decode_lines_one_by_one(block: bytes, first_line: int, decoder: msgspec.jso
         try:
             items.append(decoder.decode(line))
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
-            bad = BadLine(first_line + offset, _reason(exc))
+            bad = BadLine(first_line + offset, unreadable_reason(exc))
             if torn and offset == len(lines) - 1:
                 report.torn_last_line = bad
             else:
@@ -316,11 +316,6 @@ def _decode_lines_one_by_one(block: bytes, first_line: int, decoder: msgspec.jso
             continue
         report.lines_read += 1
     return items
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {text}"[:200]
 
 
 def read_receiver_file(path: Path, report: ReadReport | None = None) -> SpanTable:

@@ -40,7 +40,7 @@ from pathlib import Path
 import msgspec
 
 from drill.api import PluginParams, SpanFileHead
-from drill.rundir.jsonl import ReadReport, read_lines_or_document
+from drill.rundir.jsonl import ReadReport, read_lines_or_document, unreadable_reason
 from drill.traces.sources import SourceReport, TableSource
 from drill.traces.table import NS_RANGE, AttributeValue, SpanTable, TableBuilder, hex_id, kind_code
 
@@ -114,7 +114,7 @@ def _read_value(body: bytes, where: str, out: list[_ZipkinRead], report: SourceR
     try:
         _add_value(body, where, out, report)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
-        return _reason(exc)
+        return unreadable_reason(exc)
     return None
 
 
@@ -131,7 +131,7 @@ def _add_value(body: bytes, where: str, out: list[_ZipkinRead], report: SourceRe
         try:
             trace = _ITEMS.decode(item)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
-            report.add_problem(f"{where}: [{i}]", _reason(exc))
+            report.add_problem(f"{where}: [{i}]", unreadable_reason(exc))
             continue
         for j, raw in enumerate(trace):
             _add_span(out, raw, f"{where}: [{i}][{j}]", report)
@@ -141,12 +141,7 @@ def _add_span(out: list[_ZipkinRead], span: _ZipkinSpan | msgspec.Raw, where: st
     try:
         out.append(_read(span if isinstance(span, _ZipkinSpan) else _SPAN.decode(span)))
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, ValueError) as exc:
-        report.add_problem(where, _reason(exc))
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {text}"[:200]
+        report.add_problem(where, unreadable_reason(exc))
 
 
 def _read(span: _ZipkinSpan) -> _ZipkinRead:

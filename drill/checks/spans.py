@@ -81,7 +81,7 @@ class FirstAbnormalSpanParams(CheckParams):
     expect: SpanExpectation | list[SpanExpectation] | None = None  # one of these must match the first span
     require: bool = False  # nothing abnormal in the fault window is a FAIL
     min_spans: int = Field(50, ge=1)  # fewer spans in the run: INCONCLUSIVE
-    min_baseline_spans: int = Field(10, ge=2)  # per (service, name) before its latency/children are judged
+    min_baseline_spans: int = Field(10, ge=2)  # per (service, name) before its latency is judged
     max_orphan_share: float = Field(0.25, ge=0, le=1)  # more spans with a lost parent: INCONCLUSIVE
     latency_mads: float = Field(5.0, gt=0)
     min_excess: Duration = 0.001  # a slow span is at least this far above its baseline median
@@ -128,15 +128,16 @@ class FirstAbnormalSpanCheck(Check):
     carries ERROR status, or lacks a child its pair has under ``child_presence`` of the baseline's
     spans — each only where the pair's rate of it is significantly above the baseline's (``alpha``); an
     error in a pair that never erred in ``min_baseline_spans`` or more baseline spans, and the absence
-    of a child that was under every baseline parent, always count.
-    A slow parent whose slow children cover ``explain_share`` of its excess, and an erring parent with
-    an abnormal child, are explained by the child; a slow CLIENT span over a normal SERVER span names
-    the link. A slow cause is *material* when its excess is at least ``min_impact`` of the user-facing
-    span's baseline median (errors and missing children always are). The first abnormal span is the
-    material unexplained span (any unexplained span when none is material) with the earliest onset —
-    when a slow span passed its threshold (a material one: when its excess reached ``min_impact``), an
-    error or missing child at the span's end; onsets within ``onset_tolerance`` count as simultaneous
-    and the deepest wins.
+    of a child that was under every one of ``min_baseline_spans`` or more baseline parents, always count.
+    Under a span missing a child, the call that ended far earlier than usual just before failed fast.
+    A slow parent whose slow children cover ``explain_share`` of its excess, and an erring parent (or one
+    missing a child) with an abnormal child, are explained by the child; a slow CLIENT span over a normal
+    SERVER span names the link. A slow cause is *material* when its excess is at least ``min_impact`` of
+    the user-facing span's baseline median (errors, missing children and fast failures always are). The
+    first abnormal span is the material unexplained span (any unexplained span when none is material)
+    with the earliest onset — when a slow span passed its threshold (a material one: when its excess
+    reached ``min_impact``), an error, missing child or fast failure at the span's end; onsets within
+    ``onset_tolerance`` count as simultaneous and the deepest wins.
 
     Params (defaults): ``expect`` (none) — ``{service, name, attributes}`` regexes, or a list of them, one
     of which the first abnormal span must match (attributes are looked up on the span, then its

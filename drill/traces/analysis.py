@@ -12,20 +12,28 @@ The analysis compares a *fault window* (the selection) with a *baseline* (Bubble
    * *latency*: duration above ``max(p99, median + latency_mads·σ, median + min_excess_ms)`` — the
      absolute margin keeps µs jitter from counting;
    * *error*: ERROR status;
-   * *missing child*: a usual child pair absent under this span.
+   * *missing child*: a usual child pair absent under this span;
+   * *failed fast*: under a span missing a child, its last-finishing child when that one ended far
+     earlier than usual (at most half its pair's baseline median and under its 1st percentile), and so on
+     down that child's last-finishing children: the call where the parent's work stopped. Traces without
+     status codes show an exception this way: the failing service returns at once and its caller skips
+     the calls it would have made next.
 
    A flag counts only where its pair's rate in the fault window is significantly above the rate the
    same rule gives in the baseline (a Chernoff bound on the binomial tail, ``alpha``; the baseline rate
    is smoothed as ``(k + ½)/(n + 1)``), so a pair that errs 5% of the time in the baseline is not
    abnormal for erring 5% of the time under the fault, and p99 exceedances at the baseline's own rate
-   are noise. An error in a pair that never erred in ``min_baseline_spans`` or more baseline spans,
-   and the absence of a child that was under every baseline parent, always count: a healthy baseline
-   has none, and one is enough to say where a crash showed.
+   are noise. A child's absence is judged against its baseline rate with both samples' sizes weighed
+   (the likelihood ratio of two rates, half the G-test's statistic), from ``min_judged_spans`` baseline
+   parents on: on a thin baseline only a large rise counts. An error in a pair that never erred in
+   ``min_baseline_spans`` or more baseline spans, and the absence of a child that was under every one of
+   ``min_baseline_spans`` or more baseline parents, always count: a healthy baseline has none, and one
+   is enough to say where a crash showed.
 3. **Causal depth** ("explained" spans are not causes): a latency-only span is explained when its
    children's time over their baseline medians covers ``explain_share`` of its own excess and an
    abnormal span lies below it (Jaeger's critical path: the time is in the child; the child in between
-   need not be flagged itself, its baseline may be too wide or too thin), or a child erred; an error
-   or missing-child span is explained by any abnormal span below it (TraceQL's
+   need not be flagged itself, its baseline may be too wide or too thin), or a child erred; an error,
+   missing-child or failed-fast span is explained by any abnormal span below it (TraceQL's
    ``{status=error} !< {status=error}``: the deepest error). The rest are *root causes*.
 4. **Link**: a root-cause slow CLIENT span whose SERVER children are judged, not slow, and leave
    ``explain_share`` of its excess outside them (network, proxy, connection set-up) — or that has no
@@ -33,14 +41,14 @@ The analysis compares a *fault window* (the selection) with a *baseline* (Bubble
    the abnormal span and the link named.
 5. **Materiality**: a slow root cause is *material* when the part of its excess that reached the
    user-facing (top) span is at least ``min_impact`` of the top's usual duration (its pair's baseline
-   median); errors and missing children always are. The part that reached the top is its excess capped
+   median); errors, missing children and fast failures always are. The part that reached the top is its excess capped
    by each ancestor's, and nothing when a span on the way ran off its parent's critical path (in
    parallel with the last-finishing child: the parent did not wait for it). A 50 ms longer queue under
    a 4 s request, more load on the healthy replica, or a slow call nobody waited for is a deviation
    worth listing but not where the fault is.
 6. **First abnormal span**: the material root cause (any root cause when none is material) with the
    earliest *onset* — when a slow span passed its threshold (a material one: when its excess reached
-   ``min_impact``), an error or a missing child at the span's end; onsets within
+   ``min_impact``), an error, a missing child or a fast failure at the span's end; onsets within
    ``onset_tolerance_ms`` of the earliest are simultaneous (clock skew between processes), and among
    them the deepest span wins, then the earliest, then the smallest (trace id, span id). With the
    ranked suspects (7.), only the pairs whose ranked evidence is comparable with the strongest (a
@@ -112,6 +120,9 @@ _KEY_PREFIXES = (
     "messaging.",
 )
 _MAX_ATTRIBUTES = 24
+#: A span at most this share of its baseline median (and below its baseline's 1st percentile) ended far earlier
+#: than usual.
+_FAST_RATIO = 0.5
 #: A pair's ranked evidence is comparable with the strongest piece when it scores at least this share of it
 #: (the first abnormal span is looked for among the comparable pairs: _lead_pairs).
 _COMPARABLE = 0.25
@@ -145,10 +156,10 @@ class AnalysisOptions:
 
 @dataclass(frozen=True)
 class Deviation:
-    kind: str  # "latency" | "error" | "missing_child"
+    kind: str  # "latency" | "error" | "missing_child" | "failed_fast"
     text: str  # e.g. "14x baseline p99 (2.1 s vs p99 150 ms)"
     ratio: float | None = None  # latency: duration / baseline p99
-    baseline: float | None = None  # latency: baseline p99 (ms); error: baseline error rate; missing: presence
+    baseline: float | None = None  # latency: p99 (ms); error: error rate; missing: presence; failed fast: median (ms)
 
 
 @dataclass(frozen=True)
@@ -191,7 +202,7 @@ class AbnormalSpan:
     onset_ns: int
     onset_s: float | None  # seconds after the reference (the fault's injection, else the baseline's end)
     impact: float | None  # excess that reached the user-facing span / that span's baseline median
-    material: bool  # impact >= min_impact, or an error / missing child
+    material: bool  # impact >= min_impact, or an error / missing child / fast failure
     attributes: dict[str, Any]  # the span's own key attributes
     context_attributes: dict[str, Any]  # key attributes of its ancestors in the same service (nearest wins)
     chain: tuple[ChainSpan, ...]  # this span first, the user-facing (top) span last
@@ -233,7 +244,7 @@ class AbnormalPair:
     share: float  # flagged / spans
     root_causes: int  # abnormal and not explained by an abnormal child
     material: int  # of them material (see AnalysisOptions.min_impact)
-    latency: int  # flagged for latency, error, missing child (a span may have several)
+    latency: int  # flagged for latency, error, missing child, failing fast (a span may have several)
     errors: int
     missing_child: int
     median_ratio: float | None  # median duration of the flagged spans / baseline median
@@ -243,6 +254,7 @@ class AbnormalPair:
     baseline_error_rate: float | None
     deviation: str
     attributes: tuple[AttributeSkew, ...] = ()  # what the flagged spans have in common, most telling first
+    failed_fast: int = 0
 
 
 @dataclass(frozen=True)
@@ -429,6 +441,7 @@ class _Model:
     median: np.ndarray  # ns (nan without baseline)
     p99: np.ndarray  # ns
     threshold: np.ndarray  # ns; inf where latency is not judged
+    floor: np.ndarray  # ns; a span this short or shorter ended far earlier than usual (-inf: not judged)
     latency_rate: np.ndarray  # smoothed baseline share above the threshold
     error_rate: np.ndarray  # raw baseline error rate (nan without baseline)
     error_prior: np.ndarray  # smoothed
@@ -481,7 +494,7 @@ def _model(
     duration: np.ndarray, status: np.ndarray, group: np.ndarray, groups: int, base: np.ndarray, options: AnalysisOptions
 ) -> _Model:
     d, g = duration[base], group[base]
-    count, (median, p99) = _group_quantiles(d, g, groups, (0.5, 0.99))
+    count, (median, p99, p01) = _group_quantiles(d, g, groups, (0.5, 0.99, 0.01))
     _, (mad,) = _group_quantiles(np.abs(d - median[g]), g, groups, (0.5,))
     threshold = np.fmax(
         p99, np.fmax(median + options.latency_mads * _MAD_TO_SIGMA * mad, median + options.min_excess_ms * 1e6)
@@ -492,11 +505,14 @@ def _model(
     with np.errstate(invalid="ignore", divide="ignore"):
         error_rate = errors / count
     never_erred = (errors == 0) & (count >= options.min_baseline_spans)
+    floor = np.fmin(p01, np.fmin(median * _FAST_RATIO, median - options.min_excess_ms * 1e6))
+    floor[(count < options.min_judged_spans) | np.isnan(floor)] = -np.inf
     return _Model(
         count,
         median,
         p99,
         threshold,
+        floor,
         (above + 0.5) / (count + 1),
         error_rate,
         (errors + 0.5) / (count + 1),
@@ -509,11 +525,30 @@ def _significant(k: np.ndarray, n: np.ndarray, prior: np.ndarray, alpha: float) 
     n = n.astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         q = np.where(n > 0, k / n, 0.0)
-        p = np.clip(prior, 1e-12, 1 - 1e-12)
-        kl = np.where(q > 0, q * np.log(np.where(q > 0, q, 1) / p), 0.0) + np.where(
+    return (k > 0) & (q > prior) & (n * _kl(q, prior) >= math.log(1 / alpha))
+
+
+def _rises(k: np.ndarray, n: np.ndarray, k_base: np.ndarray, n_base: np.ndarray, alpha: float) -> np.ndarray:
+    """Whether k of n is a higher rate than k_base of n_base beyond chance, both samples' sizes weighed: the
+    likelihood ratio of two rates against one pooled rate, n·KL(q‖p) + n_base·KL(q_base‖p) (half the G-test's
+    statistic), at least ln(1/alpha). With a thin baseline (3 spans) a rate must rise far more than with a thick
+    one: a smoothed baseline rate taken as exact would call every fault window with many spans significant."""
+    n, n_base = n.astype(np.float64), n_base.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q = np.where(n > 0, k / n, 0.0)
+        q_base = np.where(n_base > 0, k_base / n_base, 0.0)
+        pooled = (k + k_base) / np.maximum(n + n_base, 1.0)
+    ratio = n * _kl(q, pooled) + n_base * _kl(q_base, pooled)
+    return (k > 0) & (q > q_base) & (ratio >= math.log(1 / alpha))
+
+
+def _kl(q: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """KL(q‖p) of two Bernoulli rates (p clipped off 0 and 1)."""
+    p = np.clip(p, 1e-12, 1 - 1e-12)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(q > 0, q * np.log(np.where(q > 0, q, 1) / p), 0.0) + np.where(
             q < 1, (1 - q) * np.log(np.where(q < 1, 1 - q, 1) / (1 - p)), 0.0
         )
-    return (k > 0) & (q > prior) & (n * kl >= math.log(1 / alpha))
 
 
 # -- children -------------------------------------------------------------------------------------
@@ -524,6 +559,16 @@ class _Missing:
     rows: np.ndarray  # parent rows (fault window) missing a usual child
     child: np.ndarray  # the missing child pair of each
     presence: np.ndarray  # how often the baseline had it
+
+
+def _absence_rises(
+    absent: int, rows: int, absent_base: int, n_base: int, loss: float, options: AnalysisOptions
+) -> bool:
+    """Whether a child is absent from more of the fault window's parents than of the baseline's, beyond chance
+    (both samples' sizes weighed) and beyond the share of spans the traces lose anyway."""
+    k, n = np.array([absent]), np.array([rows])
+    rises = _rises(k, n, np.array([absent_base]), np.array([n_base]), options.alpha)[0]
+    return bool(rises and (not loss or _significant(k, n, np.array([loss]), options.alpha)[0]))
 
 
 def _present_pairs(parent: np.ndarray, group: np.ndarray, groups: int, mask: np.ndarray) -> np.ndarray:
@@ -557,7 +602,7 @@ def _missing_children(
     parent_pair, child_pair = pairs // groups, pairs % groups
     parents = model.count[parent_pair]
     presence = with_child / np.maximum(parents, 1)
-    usual = (presence >= options.child_presence) & (parents >= options.min_baseline_spans)
+    usual = (presence >= options.child_presence) & (parents >= options.min_judged_spans)
     fault_present = _present_pairs(tree.parent, group, groups, win.fault)
     fault_rows = np.flatnonzero(win.fault)
     loss = _loss_share(table, tree, win.baseline)
@@ -569,11 +614,10 @@ def _missing_children(
         keys = rows * groups + gc
         at = np.minimum(np.searchsorted(fault_present, keys), max(len(fault_present) - 1, 0))
         absent = rows[fault_present[at] != keys] if len(fault_present) else rows
-        prior = np.array([max((n_base - n_with + 0.5) / (n_base + 1), loss)])
-        always = n_with == n_base and not loss  # under every baseline parent: any absence counts, unless spans get lost
-        if len(absent) and (
-            always or _significant(np.array([len(absent)]), np.array([len(rows)]), prior, options.alpha)[0]
-        ):
+        always = (
+            n_with == n_base >= options.min_baseline_spans and not loss
+        )  # any absence counts, unless spans get lost
+        if len(absent) and (always or _absence_rises(len(absent), len(rows), n_base - n_with, n_base, loss, options)):
             found_rows.append(absent)
             found_child.append(np.full(len(absent), gc, dtype=np.int64))
             found_presence.append(np.full(len(absent), share))
@@ -591,6 +635,7 @@ class _Flags:
     latency: np.ndarray  # bool per row
     error: np.ndarray
     missing: np.ndarray
+    fast: np.ndarray  # failed fast: far shorter than usual, where its parent's work stopped
     abnormal: np.ndarray
     cause: np.ndarray  # abnormal and not explained by a child
     material: np.ndarray  # causes that matter to the user-facing span
@@ -622,16 +667,48 @@ def _flags(
     error = erred & sig_error[group]
     miss = np.zeros(n, dtype=bool)
     miss[missing.rows] = True
-    abnormal = latency | error | miss
-    critical = _critical(table, tree, options)
+    last = _last_children(tree.parent, table.end_ns)
+    fast = _failed_fast(last, duration <= model.floor[group], miss)
+    abnormal = latency | error | miss | fast
+    critical = _critical(table, tree, last, options)
     cause = abnormal & ~_explained(
         tree.parent, critical, duration, group, model, latency, error, miss, abnormal, options
     )
-    ended = error | miss
+    ended = error | miss | fast
     impact, usual = _impact(duration, group, tree, critical, model, latency)
     material = cause & (ended | (impact >= options.min_impact))
     onset = _onset(table, group, model, latency, ended, material, usual, options)
-    return _Flags(latency, error, miss, abnormal, cause, material, impact, onset, slow_raw)
+    return _Flags(latency, error, miss, fast, abnormal, cause, material, impact, onset, slow_raw)
+
+
+def _failed_fast(last: np.ndarray, short: np.ndarray, miss: np.ndarray) -> np.ndarray:
+    """bool per row: the call where a parent's work stopped, failing fast. Under a span missing a usual child,
+    its last-finishing child when that one is ``short`` (far shorter than its baseline), then that child's
+    last-finishing child when short too, and so on down: a service that fails returns at once and its caller
+    skips the calls it would have made next. Traces without status codes show an exception so; without this,
+    the caller missing its children is the deepest deviation and a failing leaf service is never named.
+    ``last``: each row's last-finishing child (:func:`_last_children`)."""
+    out = np.zeros(len(last), dtype=bool)
+    frontier = np.flatnonzero(miss)
+    while len(frontier):
+        child = last[frontier]
+        child = child[child >= 0]
+        frontier = child[short[child] & ~out[child]]
+        out[frontier] = True
+    return out
+
+
+def _last_children(parent: np.ndarray, end_ns: np.ndarray) -> np.ndarray:
+    """Per row, its last-finishing child's row (-1: none; on a tie, the later row)."""
+    lfc = np.full(len(parent), -1, dtype=np.int64)
+    rows = np.flatnonzero(parent >= 0)
+    if not len(rows):
+        return lfc
+    order = rows[order_by(parent[rows], end_ns[rows] - int(end_ns.min()), stable=True)]
+    last = np.ones(len(order), dtype=bool)
+    last[:-1] = parent[order[1:]] != parent[order[:-1]]
+    lfc[parent[order[last]]] = order[last]
+    return lfc
 
 
 def _onset(
@@ -658,26 +735,21 @@ def _onset(
     return onset
 
 
-def _critical(table: SpanTable, tree: _Tree, options: AnalysisOptions) -> np.ndarray:
+def _critical(table: SpanTable, tree: _Tree, last: np.ndarray, options: AnalysisOptions) -> np.ndarray:
     """bool per row: the span is on its parent's critical path (tops are).
 
     Jaeger's critical path, one step deep: a child is critical when it is the last-finishing child of its
     parent, or ends before that child starts (it ran before it, in sequence); a child that overlaps the
     last-finishing one ran in parallel and the parent did not wait for it. ``onset_tolerance_ms`` of
-    slack absorbs the clock skew between the children's processes.
+    slack absorbs the clock skew between the children's processes. ``last``: each row's last-finishing child.
     """
-    parent, n = tree.parent, len(table)
-    critical = np.ones(n, dtype=bool)
+    parent = tree.parent
+    critical = np.ones(len(table), dtype=bool)
     rows = np.flatnonzero(parent >= 0)
     if not len(rows):
         return critical
-    order = rows[order_by(parent[rows], table.end_ns[rows] - int(table.start_ns.min()), stable=True)]
-    last = np.ones(len(order), dtype=bool)
-    last[:-1] = parent[order[1:]] != parent[order[:-1]]
-    lfc = np.full(n, -1, dtype=np.int64)
-    lfc[parent[order[last]]] = order[last]  # each parent's last-finishing child
     slack = int(options.onset_tolerance_ms * 1e6)
-    final = lfc[parent[rows]]
+    final = last[parent[rows]]
     critical[rows] = (table.end_ns[rows] >= table.end_ns[final] - slack) | (
         table.end_ns[rows] <= table.start_ns[final] + slack
     )
@@ -921,6 +993,16 @@ def _deviations(ctx: _Context, row: int) -> tuple[Deviation, ...]:
                     round(float(presence), 6),
                 )
             )
+    if ctx.flags.fast[row]:
+        duration, median = float(ctx.table.duration_ns[row]), float(ctx.model.median[g])
+        out.append(
+            Deviation(
+                "failed_fast",
+                f"failed fast ({_ms(duration)} vs median {_ms(median)}), its caller's work stopped after it",
+                round(duration / median, 3) if median > 0 else None,
+                round(median / 1e6, 6),
+            )
+        )
     return tuple(out)
 
 
@@ -1063,6 +1145,7 @@ class _PairCounts:
     latency: np.ndarray
     errors: np.ndarray
     missing: np.ndarray
+    fast: np.ndarray
     flagged_median: np.ndarray  # ns, of the flagged spans
 
 
@@ -1082,6 +1165,7 @@ def _pair_counts(ctx: _Context, groups: int) -> _PairCounts:
         count(flags.latency),
         count(flags.error),
         count(flags.missing),
+        count(flags.fast),
         flagged_median,
     )
 
@@ -1121,6 +1205,7 @@ def _pair(ctx: _Context, c: _PairCounts, g: int) -> AbnormalPair:
         baseline_median_ms=ms(median),
         baseline_p99_ms=ms(model.p99[g]),
         baseline_error_rate=None if np.isnan(model.error_rate[g]) else round(float(model.error_rate[g]), 4),
+        failed_fast=int(c.fast[g]),
         deviation=_pair_deviation(ctx, c, g),
         attributes=_attribute_skew(
             ctx.table, np.flatnonzero(flags.abnormal & mine), np.flatnonzero(judged & ~flags.abnormal & mine)
@@ -1140,6 +1225,8 @@ def _pair_deviation(ctx: _Context, c: _PairCounts, g: int) -> str:
     if c.missing[g]:
         children = sorted({ctx.label(int(x)) for x in ctx.missing.child[ctx.group[ctx.missing.rows] == g]})
         parts.append(f"{c.missing[g]} missing {', '.join(children)}")
+    if c.fast[g]:
+        parts.append(f"{c.fast[g]} failed fast (median {_ms(float(model.median[g]))}), their callers' work stopped")
     return "; ".join(parts)
 
 
@@ -1321,6 +1408,6 @@ def _ranking(ctx: _Context, groups: int, top: int) -> Ranking:
         ctx.names,
         ctx.win.baseline,
         ctx.win.fault,
-        flags.cause & (flags.error | flags.missing),
+        flags.cause & (flags.error | flags.missing | flags.fast),
     )
     return rank_suspects(inputs, groups, ctx.options.thresholds(), top)

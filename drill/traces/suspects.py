@@ -93,7 +93,7 @@ class SuspectInputs:
     names: tuple[str, ...]  # the operations' names (span names, or templates of names with ids)
     baseline: np.ndarray  # bool per row
     fault: np.ndarray  # bool per row
-    root_errors: np.ndarray  # bool per row: an error or missing child that is a root cause
+    root_errors: np.ndarray  # bool per row: an error, missing child or fast failure that is a root cause
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ class PairEvidence:
     duration_fault_ms: float  # medians of the duration
     ratio: float  # self-time median ratio (floored)
     z: float  # rank test z of the self time (one-sided; alpha's z in Thresholds)
-    errors: int  # root-cause error / missing-child spans in the fault window
+    errors: int  # root-cause error / missing-child / failed-fast spans in the fault window
     score: float  # what it adds to the suspect's score
 
     @property

@@ -768,3 +768,72 @@ def test_group_quantiles_sort_each_group_as_lexsort_would(monkeypatch, segment_s
         mine = values[group == g]
         expected = np.quantile(mine, [0.5, 0.99]) if len(mine) else [np.nan, np.nan]
         assert np.allclose([median[g], p99[g]], expected, equal_nan=True), g
+
+
+def checkout(trace: int, start_ms: float, *, stock_ms: float, stock_fails: bool, pay: bool = True) -> list[dict]:
+    """gateway SERVER -> stock SERVER (a leaf), then -> payment SERVER; no span carries a status code (traces as
+    many benchmarks export them). A failing stock service returns at once and the gateway skips the payment."""
+    t = start_ms
+    stock_end = t + 0.5 + (0.1 if stock_fails else stock_ms)
+    gateway = span(trace, "POST /checkout", service="gateway", kind="SERVER", start_ms=t, end_ms=stock_end + 4.5)
+    stock = span(trace, "GET /stock", service="stock", kind="SERVER", parent=gateway, start_ms=t + 0.5,
+                 end_ms=stock_end)  # fmt: skip
+    spans = [gateway, stock]
+    if pay and not stock_fails:
+        spans.append(span(trace, "POST /pay", service="payment", kind="SERVER", parent=gateway,
+                          start_ms=stock_end + 0.5, end_ms=stock_end + 4.0))  # fmt: skip
+    return spans
+
+
+def checkout_spans(n_base: int, n_fault: int, *, fails: float, skips: float = 0.0, seed: int = 2) -> list[dict]:
+    """``fails``: the share of fault-window requests whose stock call fails fast (the gateway then skips the
+    payment); ``skips``: the share where the gateway skips the payment itself, after a normal stock call."""
+    rng = random.Random(seed)
+    spans: list[dict] = []
+    for i in range(n_base + n_fault):
+        fault = i >= n_base
+        stock_fails = fault and rng.random() < fails
+        pay = not (fault and rng.random() < skips)
+        spans += checkout(i + 1, i * SPACING_MS, stock_ms=3 + rng.random(), stock_fails=stock_fails, pay=pay)
+    return spans
+
+
+def test_a_leaf_that_fails_fast_without_a_status_code_is_the_cause_not_its_caller_missing_a_child():
+    spans = checkout_spans(N_BASE, N_FAULT, fails=0.5)
+    report = analyse(spans)
+    first = report.first
+    assert (first.service, first.name) == ("stock", "GET /stock"), first.deviation
+    assert [d.kind for d in first.deviations] == ["failed_fast"]
+    assert first.deviation.startswith("failed fast (0.1 ms vs median 3.")
+    assert [c.deviation.split(" ")[0] for c in first.chain] == ["failed", "missing"]  # the gateway: explained
+    assert pair(report, "gateway", "POST /checkout").root_causes == 0
+    stock = pair(report, "stock", "GET /stock")
+    assert stock.failed_fast == stock.root_causes > 0 and "failed fast" in stock.deviation
+    assert report.suspects[0].service == "stock"
+    assert json.loads(json.dumps(report.to_json()))["pairs"][0]["failed_fast"] == stock.failed_fast
+
+
+def test_a_caller_that_skips_a_call_after_a_normal_one_is_itself_the_cause():
+    report = analyse(checkout_spans(N_BASE, N_FAULT, fails=0.0, skips=0.5))
+    first = report.first
+    assert (first.service, [d.kind for d in first.deviations]) == ("gateway", ["missing_child"])
+    assert not any(p.failed_fast for p in report.pairs)
+
+
+def test_a_child_absent_under_a_thin_baseline_is_judged_with_both_samples_sizes():
+    """Four baseline parents, all with the payment call: its absence from most of the fault window is a
+    finding; from a fifth of 300 fault requests it is not (a child called 80% of the time is under all of four
+    parents two times in five)."""
+    thin = N_BASE - 4
+    crash = checkout_spans(4, 30, fails=0.0, skips=0.9)
+    for s in crash:  # the baseline starts where the fault window's traces are timed from
+        s["start_ns"] += int(thin * SPACING_MS * 1e6)
+        s["end_ns"] += int(thin * SPACING_MS * 1e6)
+    first = analyse(crash).first
+    assert first is not None and first.service == "gateway" and first.deviations[0].kind == "missing_child"
+    chance = checkout_spans(4, 300, fails=0.0, skips=0.2)
+    for s in chance:
+        s["start_ns"] += int(thin * SPACING_MS * 1e6)
+        s["end_ns"] += int(thin * SPACING_MS * 1e6)
+    report = analyse(chance)
+    assert report.first is None, report.first and report.first.deviation

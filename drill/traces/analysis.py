@@ -13,11 +13,11 @@ The analysis compares a *fault window* (the selection) with a *baseline* (Bubble
      absolute margin keeps µs jitter from counting;
    * *error*: ERROR status;
    * *missing child*: a usual child pair absent under this span;
-   * *failed fast*: under a span missing a child, its last-finishing child when that one ended far
-     earlier than usual (at most half its pair's baseline median and under its 1st percentile), and so on
-     down that child's last-finishing children: the call where the parent's work stopped. Traces without
-     status codes show an exception this way: the failing service returns at once and its caller skips
-     the calls it would have made next.
+   * *failed fast*: a span on the path of last-finishing children down from a span missing a child (its
+     last-finishing child, that one's, and so on) that ended far earlier than usual (at most half its
+     pair's baseline median and under its 1st percentile): where the parent's work stopped. Traces
+     without status codes show an exception this way: the failing service returns at once and the
+     callers above it skip the calls they would have made next.
 
    A flag counts only where its pair's rate in the fault window is significantly above the rate the
    same rule gives in the baseline (a Chernoff bound on the binomial tail, ``alpha``; the baseline rate
@@ -682,20 +682,22 @@ def _flags(
 
 
 def _failed_fast(last: np.ndarray, short: np.ndarray, miss: np.ndarray) -> np.ndarray:
-    """bool per row: the call where a parent's work stopped, failing fast. Under a span missing a usual child,
-    its last-finishing child when that one is ``short`` (far shorter than its baseline), then that child's
-    last-finishing child when short too, and so on down: a service that fails returns at once and its caller
-    skips the calls it would have made next. Traces without status codes show an exception so; without this,
-    the caller missing its children is the deepest deviation and a failing leaf service is never named.
-    ``last``: each row's last-finishing child (:func:`_last_children`)."""
-    out = np.zeros(len(last), dtype=bool)
+    """bool per row: where a parent's work stopped, failing fast. From each span missing a usual child, down its
+    last-finishing child, that child's last-finishing child, and so on: the spans on that path far shorter
+    than usual (``short``) failed fast. A service that fails returns at once, each caller on the way up may
+    skip the calls it would have made next, and the first caller missing a usual child can be several calls
+    above it; the spans in between need not be shorter than their pair's usual (a call that fails fast where
+    it is usually slow can end a caller's work later than its usual one). Traces without status codes show
+    an exception so; without this, the caller missing its children is the deepest deviation and a failing
+    service is never named. ``last``: each row's last-finishing child (:func:`_last_children`)."""
+    on_path = np.zeros(len(last), dtype=bool)
     frontier = np.flatnonzero(miss)
     while len(frontier):
         child = last[frontier]
         child = child[child >= 0]
-        frontier = child[short[child] & ~out[child]]
-        out[frontier] = True
-    return out
+        frontier = child[~on_path[child]]
+        on_path[frontier] = True
+    return on_path & short
 
 
 def _last_children(parent: np.ndarray, end_ns: np.ndarray) -> np.ndarray:

@@ -770,22 +770,35 @@ def test_group_quantiles_sort_each_group_as_lexsort_would(monkeypatch, segment_s
         assert np.allclose([median[g], p99[g]], expected, equal_nan=True), g
 
 
-def checkout(trace: int, start_ms: float, *, stock_ms: float, stock_fails: bool, pay: bool = True) -> list[dict]:
-    """gateway SERVER -> stock SERVER (a leaf), then -> payment SERVER; no span carries a status code (traces as
-    many benchmarks export them). A failing stock service returns at once and the gateway skips the payment."""
+def checkout(
+    trace: int, start_ms: float, *, stock_ms: float, stock_fails: bool, pay: bool = True, cart_ms: float = 0.0
+) -> list[dict]:
+    """gateway SERVER -> stock SERVER (a leaf), then -> payment SERVER; with ``cart_ms``, the stock call is made
+    by a cart service after that much work of its own. No span carries a status code (traces as many
+    benchmarks export them). A failing stock service returns at once and the gateway skips the payment."""
     t = start_ms
-    stock_end = t + 0.5 + (0.1 if stock_fails else stock_ms)
-    gateway = span(trace, "POST /checkout", service="gateway", kind="SERVER", start_ms=t, end_ms=stock_end + 4.5)
-    stock = span(trace, "GET /stock", service="stock", kind="SERVER", parent=gateway, start_ms=t + 0.5,
-                 end_ms=stock_end)  # fmt: skip
-    spans = [gateway, stock]
-    if pay and not stock_fails:
+    stock_start = t + 0.5 + cart_ms
+    stock_end = stock_start + (0.1 if stock_fails else stock_ms)
+    paid = pay and not stock_fails
+    end = stock_end + (4.5 if paid else 0.5)
+    gateway = span(trace, "POST /checkout", service="gateway", kind="SERVER", start_ms=t, end_ms=end)
+    caller = gateway
+    spans = [gateway]
+    if cart_ms:
+        caller = span(trace, "GET /cart", service="cart", kind="SERVER", parent=gateway, start_ms=t + 0.5,
+                      end_ms=stock_end + 0.1)  # fmt: skip
+        spans.append(caller)
+    spans.append(span(trace, "GET /stock", service="stock", kind="SERVER", parent=caller, start_ms=stock_start,
+                      end_ms=stock_end))  # fmt: skip
+    if paid:
         spans.append(span(trace, "POST /pay", service="payment", kind="SERVER", parent=gateway,
                           start_ms=stock_end + 0.5, end_ms=stock_end + 4.0))  # fmt: skip
     return spans
 
 
-def checkout_spans(n_base: int, n_fault: int, *, fails: float, skips: float = 0.0, seed: int = 2) -> list[dict]:
+def checkout_spans(
+    n_base: int, n_fault: int, *, fails: float, skips: float = 0.0, cart_ms: float = 0.0, seed: int = 2
+) -> list[dict]:
     """``fails``: the share of fault-window requests whose stock call fails fast (the gateway then skips the
     payment); ``skips``: the share where the gateway skips the payment itself, after a normal stock call."""
     rng = random.Random(seed)
@@ -794,7 +807,8 @@ def checkout_spans(n_base: int, n_fault: int, *, fails: float, skips: float = 0.
         fault = i >= n_base
         stock_fails = fault and rng.random() < fails
         pay = not (fault and rng.random() < skips)
-        spans += checkout(i + 1, i * SPACING_MS, stock_ms=3 + rng.random(), stock_fails=stock_fails, pay=pay)
+        stock_ms = 3 + rng.random()
+        spans += checkout(i + 1, i * SPACING_MS, stock_ms=stock_ms, stock_fails=stock_fails, pay=pay, cart_ms=cart_ms)
     return spans
 
 
@@ -811,6 +825,18 @@ def test_a_leaf_that_fails_fast_without_a_status_code_is_the_cause_not_its_calle
     assert stock.failed_fast == stock.root_causes > 0 and "failed fast" in stock.deviation
     assert report.suspects[0].service == "stock"
     assert json.loads(json.dumps(report.to_json()))["pairs"][0]["failed_fast"] == stock.failed_fast
+
+
+def test_a_call_that_failed_fast_is_found_below_a_caller_that_did_not():
+    """The stock call is made by the cart service, after 4 ms of its own work: when it fails, the cart span ends
+    early but not far shorter than usual (4.6 ms against 7.5); the gateway, missing its payment call, is two
+    calls above the service that failed."""
+    report = analyse(checkout_spans(N_BASE, N_FAULT, fails=0.5, cart_ms=4.0))
+    first = report.first
+    assert (first.service, [d.kind for d in first.deviations]) == ("stock", ["failed_fast"]), first.deviation
+    assert [c.service for c in first.chain] == ["stock", "cart", "gateway"]
+    assert not any(p.service == "cart" for p in report.pairs)  # the cart span: not flagged
+    assert report.suspects[0].service == "stock"
 
 
 def test_a_caller_that_skips_a_call_after_a_normal_one_is_itself_the_cause():

@@ -160,6 +160,11 @@ def traces() -> None:
     help="The fault's injection: the fault window starts here; onsets are relative to it.",
 )
 @click.option(
+    "--fault-end",
+    metavar="TIME",
+    help="The fault's revert: traces starting after TIME are left out of the fault window (recovery is not the fault).",
+)
+@click.option(
     "--top",
     type=click.IntRange(min=1),
     default=10,
@@ -218,6 +223,7 @@ def analyze(
     baseline_until: str | None,
     baseline_files: tuple[Path, ...],
     fault_start: str | None,
+    fault_end: str | None,
     top: int,
     min_judged_spans: int,
     min_baseline_spans: int,
@@ -240,6 +246,13 @@ def analyze(
         raise click.UsageError("give --baseline-until or --baseline, not both")
     until_ns = None if baseline_until is None else parse_time_ns(baseline_until, "--baseline-until")
     start_ns = None if fault_start is None else parse_time_ns(fault_start, "--fault-start")
+    end_ns = None if fault_end is None else parse_time_ns(fault_end, "--fault-end")
+    window_start = start_ns if start_ns is not None else until_ns
+    if end_ns is not None and window_start is not None and end_ns <= window_start:
+        option = "--fault-start" if start_ns is not None else "--baseline-until"
+        raise click.BadParameter(
+            f"{fault_end!r} is not after {option} {fault_start or baseline_until!r}", param_hint="--fault-end"
+        )
     options = AnalysisOptions(
         min_judged_spans=min_judged_spans,
         min_baseline_spans=min_baseline_spans,
@@ -250,7 +263,7 @@ def analyze(
         infer_kinds=not recorded_kinds,
     )
     with handle_errors():
-        _analyze(spans, records, until_ns, baseline_files, start_ns, top, as_json, options)
+        _analyze(spans, records, until_ns, baseline_files, (start_ns, end_ns), top, as_json, options)
 
 
 def _analyze(
@@ -258,7 +271,7 @@ def _analyze(
     records_path: Path | None,
     until_ns: int | None,
     baseline_files: tuple[Path, ...],
-    start_ns: int | None,
+    fault: tuple[int | None, int | None],
     top: int,
     as_json: bool,
     options: AnalysisOptions,
@@ -291,7 +304,13 @@ def _analyze(
     if mask is not None and not mask.any():
         raise InputError("the --baseline files hold no span")
     report = find_abnormal(
-        table, baseline=mask, baseline_until_ns=until_ns, fault_start_ns=start_ns, top=top, options=options
+        table,
+        baseline=mask,
+        baseline_until_ns=until_ns,
+        fault_start_ns=fault[0],
+        fault_end_ns=fault[1],
+        top=top,
+        options=options,
     )
     if as_json:
         click.echo(

@@ -605,18 +605,19 @@ def _missing_children(
     usual = (presence >= options.child_presence) & (parents >= options.min_judged_spans)
     fault_present = _present_pairs(tree.parent, group, groups, win.fault)
     fault_rows = np.flatnonzero(win.fault)
+    fault_rows = fault_rows[np.argsort(group[fault_rows], kind="stable")]  # each pair's rows: one slice
+    bounds = np.searchsorted(group[fault_rows], np.arange(groups + 1))
     loss = _loss_share(table, tree, win.baseline)
     found_rows, found_child, found_presence = [], [], []
     for gp, gc, share, n_base, n_with in zip(
         parent_pair[usual], child_pair[usual], presence[usual], parents[usual], with_child[usual]
     ):
-        rows = fault_rows[group[fault_rows] == gp]
+        rows = fault_rows[bounds[gp] : bounds[gp + 1]]
         keys = rows * groups + gc
         at = np.minimum(np.searchsorted(fault_present, keys), max(len(fault_present) - 1, 0))
         absent = rows[fault_present[at] != keys] if len(fault_present) else rows
-        always = (
-            n_with == n_base >= options.min_baseline_spans and not loss
-        )  # any absence counts, unless spans get lost
+        # under every one of min_baseline_spans or more baseline parents: any absence counts, unless spans get lost
+        always = n_with == n_base >= options.min_baseline_spans and not loss
         if len(absent) and (always or _absence_rises(len(absent), len(rows), n_base - n_with, n_base, loss, options)):
             found_rows.append(absent)
             found_child.append(np.full(len(absent), gc, dtype=np.int64))

@@ -17,7 +17,7 @@ from drill.traces.detect import detect_source
 from drill.traces.table import KIND_NAMES, STATUS_NAMES
 from tests.checks.rundir_kit import RunKit
 from tests.traces.spankit import write_spans
-from tests.traces.test_analysis import FAULT_START, drill_spans
+from tests.traces.test_analysis import FAULT_START, SPACING_MS, drill_spans
 
 FAULT_START_S = FAULT_START / 1e9
 
@@ -191,6 +191,19 @@ def test_other_formats_give_the_same_answer(tmp_path, spans, writer):
     assert [c["name"] for c in first["chain"]][-1] == "POST /v1/chat/completions"
 
 
+def test_fault_end_leaves_the_recovery_out_of_the_fault_window(tmp_path):
+    """The fault lasts 30 of the 60 fault-window requests; the 30 after its revert are normal again."""
+    spans = drill_spans(lambda i: {"queue_ms": 400.0} if i % 2 == 0 and i < 30 else {})
+    path = write_spans(tmp_path / "spans.jsonl", spans)
+    revert_s = FAULT_START_S + 30 * SPACING_MS / 1e3 - 0.001  # just before the 31st fault-window request
+    whole = analysed(str(path), "--baseline-until", f"{FAULT_START_S}")
+    cut = analysed(str(path), "--baseline-until", f"{FAULT_START_S}", "--fault-end", f"{revert_s}")
+    assert (whole["analysis"]["fault_spans"], cut["analysis"]["fault_spans"]) == (60 * 7, 30 * 7)
+    assert cut["analysis"]["first"]["name"] == "queue"
+    flagged = {p["name"]: p["share"] for p in cut["analysis"]["pairs"]}
+    assert flagged["queue"] > {p["name"]: p["share"] for p in whole["analysis"]["pairs"]}["queue"]
+
+
 def test_an_epoch_time_in_s_ms_us_or_ns_is_told_by_its_size(tmp_path, spans):
     """A benchmark that records its injection in ms (or µs, ns) splits the spans where one in seconds does."""
     path = write_spans(tmp_path / "spans.jsonl", spans)
@@ -257,6 +270,8 @@ def test_records_are_joined(tmp_path, spans):
         (["--fault-start", "inf"], "neither an epoch time nor an RFC 3339 time"),
         (["--baseline-until", "2023-11-14T22:13:26"], "no UTC offset"),
         (["--top", "0"], "--top"),
+        (["--fault-start", "1700000100", "--fault-end", "1700000100"], "is not after --fault-start '1700000100'"),
+        (["--baseline-until", "1700000100", "--fault-end", "1700000099.5"], "is not after --baseline-until"),
     ],
 )
 def test_bad_options_exit_2(tmp_path, spans, args, message):

@@ -47,6 +47,12 @@ the commit of that morning run right before, each the median of 3): end to end 4
 RSS 857 -> 781 MiB (one trace id string per trace); the warm analysis 0.510 -> 0.440 CPU-s without
 the ranking, and the ranking itself 0.092 -> 0.083 s, +18% -> +19% of the faster analysis.
 
+On 6 December, on a fresh machine (AMD EPYC, 2.6 GHz) that runs the reader slower again, the round's analysis
+changes (fast failures, missing children on thin baselines) against the commit before them, alternated, two runs
+each: end to end 4.86 and 5.67 CPU-s before, 5.03 and 4.66 after (185,000-225,000 spans per CPU-second: the
+machine, not the code, moves these); the warm analysis 0.452 and 0.461 CPU-s before, 0.470 and 0.465 after
+(+2%); the ranking +17% and +16% before, +18% and +17% after; peak RSS 783 and 782 MiB.
+
     .venv/bin/python bench/trace_reader.py [--spans 1050000] [--reps 3] [--cpu 0] [--keep FILE] [--json]
 
 The timed child imports ``drill`` as the interpreter finds it: to time another checkout with this

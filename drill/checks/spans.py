@@ -129,7 +129,8 @@ class FirstAbnormalSpanCheck(Check):
     spans — each only where the pair's rate of it is significantly above the baseline's (``alpha``); an
     error in a pair that never erred in ``min_baseline_spans`` or more baseline spans, and the absence
     of a child that was under every one of ``min_baseline_spans`` or more baseline parents, always count.
-    Under a span missing a child, the call that ended far earlier than usual just before failed fast.
+    Under a span missing a child, the call that ended far earlier than usual just before failed fast; so did
+    a span at a quarter of its usual time that made fewer calls, where its pair has significantly many.
     A slow parent whose slow children cover ``explain_share`` of its excess, and an erring parent (or one
     missing a child) with an abnormal child, are explained by the child; a slow CLIENT span over a normal
     SERVER span names the link. A slow cause is *material* when its excess is at least ``min_impact`` of

@@ -17,7 +17,10 @@ The analysis compares a *fault window* (the selection) with a *baseline* (Bubble
      last-finishing child, that one's, and so on) that ended far earlier than usual (at most half its
      pair's baseline median and under its 1st percentile): where the parent's work stopped. Traces
      without status codes show an exception this way: the failing service returns at once and the
-     callers above it skip the calls they would have made next.
+     callers above it skip the calls they would have made next. Where no caller stops, a span counts on
+     its pair's own evidence: at most a quarter of the baseline median, with no child or fewer than any
+     of the pair's baseline spans had, in significantly more of the fault window's spans than of the
+     baseline's (both samples' sizes weighed, as for missing children).
 
    A flag counts only where its pair's rate in the fault window is significantly above the rate the
    same rule gives in the baseline (a Chernoff bound on the binomial tail, ``alpha``; the baseline rate
@@ -123,6 +126,9 @@ _MAX_ATTRIBUTES = 24
 #: A span at most this share of its baseline median (and below its baseline's 1st percentile) ended far earlier
 #: than usual.
 _FAST_RATIO = 0.5
+#: ... and a pair whose spans fell to this share of its baseline median, significantly often, failed fast on its
+#: own evidence (_collapsed).
+_COLLAPSED_RATIO = 0.25
 #: A pair's ranked evidence is comparable with the strongest piece when it scores at least this share of it
 #: (the first abnormal span is looked for among the comparable pairs: _lead_pairs).
 _COMPARABLE = 0.25
@@ -443,6 +449,8 @@ class _Model:
     threshold: np.ndarray  # ns; inf where latency is not judged
     floor: np.ndarray  # ns; a span this short or shorter ended far earlier than usual (-inf: not judged)
     latency_rate: np.ndarray  # smoothed baseline share above the threshold
+    collapsed: np.ndarray  # ns: at most the floor and _COLLAPSED_RATIO of the median (-inf: not judged)
+    collapsed_base: np.ndarray  # baseline spans at or under it
     error_rate: np.ndarray  # raw baseline error rate (nan without baseline)
     error_prior: np.ndarray  # smoothed
     never_erred: np.ndarray  # bool: min_baseline_spans or more baseline spans, none of them an error
@@ -507,6 +515,7 @@ def _model(
     never_erred = (errors == 0) & (count >= options.min_baseline_spans)
     floor = np.fmin(p01, np.fmin(median * _FAST_RATIO, median - options.min_excess_ms * 1e6))
     floor[(count < options.min_judged_spans) | np.isnan(floor)] = -np.inf
+    collapsed = np.fmin(floor, median * _COLLAPSED_RATIO)
     return _Model(
         count,
         median,
@@ -514,6 +523,8 @@ def _model(
         threshold,
         floor,
         (above + 0.5) / (count + 1),
+        collapsed,
+        np.bincount(g, weights=d <= collapsed[g], minlength=groups),
         error_rate,
         (errors + 0.5) / (count + 1),
         never_erred,
@@ -636,7 +647,8 @@ class _Flags:
     latency: np.ndarray  # bool per row
     error: np.ndarray
     missing: np.ndarray
-    fast: np.ndarray  # failed fast: far shorter than usual, where its parent's work stopped
+    fast: np.ndarray  # failed fast: far shorter than usual where a caller's work stopped, or collapsed
+    stopped: np.ndarray  # ... of them, those where a caller's work stopped
     abnormal: np.ndarray
     cause: np.ndarray  # abnormal and not explained by a child
     material: np.ndarray  # causes that matter to the user-facing span
@@ -669,7 +681,10 @@ def _flags(
     miss = np.zeros(n, dtype=bool)
     miss[missing.rows] = True
     last = _last_children(tree.parent, table.end_ns)
-    fast = _failed_fast(last, duration <= model.floor[group], miss)
+    short = win.fault & (duration <= model.floor[group])
+    stopped = _failed_fast(last, short, miss)  # where a caller's work stopped
+    less = _fewer_children(tree.parent, group, groups, win.baseline)
+    fast = stopped | _collapsed(short & less, duration, group, groups, spans, model, options.alpha)
     abnormal = latency | error | miss | fast
     critical = _critical(table, tree, last, options)
     cause = abnormal & ~_explained(
@@ -679,7 +694,38 @@ def _flags(
     impact, usual = _impact(duration, group, tree, critical, model, latency)
     material = cause & (ended | (impact >= options.min_impact))
     onset = _onset(table, group, model, latency, ended, material, usual, options)
-    return _Flags(latency, error, miss, fast, abnormal, cause, material, impact, onset, slow_raw)
+    return _Flags(latency, error, miss, fast, stopped, abnormal, cause, material, impact, onset, slow_raw)
+
+
+def _fewer_children(parent: np.ndarray, group: np.ndarray, groups: int, baseline: np.ndarray) -> np.ndarray:
+    """bool per row: the span has no child, or fewer than any baseline span of its pair had."""
+    children = np.bincount(parent[parent >= 0], minlength=len(parent))
+    least = np.full(groups, np.iinfo(np.int64).max)
+    rows = np.flatnonzero(baseline)
+    np.minimum.at(least, group[rows], children[rows])
+    return (children == 0) | (children < least[group])
+
+
+def _collapsed(
+    short: np.ndarray,
+    duration: np.ndarray,
+    group: np.ndarray,
+    groups: int,
+    spans: np.ndarray,
+    model: _Model,
+    alpha: float,
+) -> np.ndarray:
+    """bool per row: a ``short`` span of a pair whose spans collapsed, failing fast on the pair's own evidence:
+    at most ``_COLLAPSED_RATIO`` of its baseline median, in significantly more of the fault window's spans than of
+    the baseline's, both samples' sizes weighed (``short`` holds only spans that made fewer calls than usual:
+    :func:`_fewer_children`). A service that throws on a share of its requests shows so even where no caller stops
+    calling (a leaf whose callers make no further calls, a call in parallel). A span half as long is no such
+    evidence on its own: a thin baseline of a wide or mixed distribution gives that by chance, and so does the
+    tail of an earlier slowdown in the baseline, against which normal spans look short; nor is a short span that
+    made its usual calls (a cache, a cheaper path)."""
+    collapsed = short & (duration <= model.collapsed[group])
+    k = np.bincount(group[collapsed], minlength=groups)
+    return collapsed & _rises(k, spans, model.collapsed_base, model.count, alpha)[group]
 
 
 def _failed_fast(last: np.ndarray, short: np.ndarray, miss: np.ndarray) -> np.ndarray:
@@ -1001,7 +1047,8 @@ def _deviations(ctx: _Context, row: int) -> tuple[Deviation, ...]:
         out.append(
             Deviation(
                 "failed_fast",
-                f"failed fast ({_ms(duration)} vs median {_ms(median)}), its caller's work stopped after it",
+                f"failed fast ({_ms(duration)} vs median {_ms(median)})"
+                + (", a caller's work stopped after it" if ctx.flags.stopped[row] else ", fewer calls than usual"),
                 round(duration / median, 3) if median > 0 else None,
                 round(median / 1e6, 6),
             )

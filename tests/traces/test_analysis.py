@@ -863,3 +863,48 @@ def test_a_child_absent_under_a_thin_baseline_is_judged_with_both_samples_sizes(
         s["end_ns"] += int(thin * SPACING_MS * 1e6)
     report = analyse(chance)
     assert report.first is None, report.first and report.first.deviation
+
+
+def stock_only_spans(stock_ms, *, n_base: int = N_BASE, n_fault: int = N_FAULT, seed: int = 3) -> list[dict]:
+    """The gateway calls only the stock service, so nothing is ever missing; ``stock_ms(i, rng)`` gives the i-th
+    fault-window request's stock time (None: it fails fast)."""
+    rng = random.Random(seed)
+    spans: list[dict] = []
+    for i in range(n_base + n_fault):
+        ms = 3 + rng.random() if i < n_base else stock_ms(i - n_base, rng)
+        spans += checkout(i + 1, i * SPACING_MS, stock_ms=ms or 0.0, stock_fails=ms is None, pay=False)
+    return spans
+
+
+def test_a_service_whose_spans_collapsed_failed_fast_though_no_caller_stopped_calling():
+    report = analyse(stock_only_spans(lambda i, rng: None if i % 2 else 3 + rng.random()))
+    first = report.first
+    assert (first.service, [d.kind for d in first.deviations]) == ("stock", ["failed_fast"]), first.deviation
+    assert report.suspects[0].service == "stock"
+    assert pair(report, "stock", "GET /stock").failed_fast == N_FAULT // 2
+
+
+def test_spans_half_as_long_or_a_few_collapsed_ones_are_no_failure():
+    """Half the usual time on every fault-window request is a change, not a failure; two collapsed spans in 60 are
+    within what a baseline of 120 allows."""
+    half = analyse(stock_only_spans(lambda i, rng: (3 + rng.random()) / 2))
+    assert half.first is None or half.first.deviations[0].kind != "failed_fast"
+    few = analyse(stock_only_spans(lambda i, rng: None if i in (7, 40) else 3 + rng.random()))
+    assert few.first is None, few.first.deviation
+
+
+def test_a_span_that_collapsed_but_made_its_usual_calls_did_not_fail():
+    """A service whose own work became 5x shorter while it still called what it always calls did its work
+    (a cache, a cheaper path): not a failure, whatever its time."""
+
+    def request(i: int) -> list[dict]:
+        own = (8.0 if i < N_BASE else 1.0) + (i % 7) * 0.1
+        top = span(i + 1, "GET /list", service="catalog", kind="SERVER", start_ms=i * SPACING_MS,
+                   end_ms=i * SPACING_MS + own + 1.2)  # fmt: skip
+        child = span(i + 1, "GET /prices", service="prices", kind="SERVER", parent=top,
+                     start_ms=i * SPACING_MS + own, end_ms=i * SPACING_MS + own + 1.0 + (i % 5) * 0.02)  # fmt: skip
+        return [top, child]
+
+    report = analyse([s for i in range(N_BASE + N_FAULT) for s in request(i)])
+    assert report.first is None or report.first.deviations[0].kind != "failed_fast", report.first.deviation
+    assert not any(p.failed_fast for p in report.pairs)

@@ -164,7 +164,7 @@ class AnalysisOptions:
 class Deviation:
     kind: str  # "latency" | "error" | "missing_child" | "failed_fast"
     text: str  # e.g. "14x baseline p99 (2.1 s vs p99 150 ms)"
-    ratio: float | None = None  # latency: duration / baseline p99
+    ratio: float | None = None  # latency: duration / baseline p99; failed fast: duration / baseline median
     baseline: float | None = None  # latency: p99 (ms); error: error rate; missing: presence; failed fast: median (ms)
 
 

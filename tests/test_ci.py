@@ -40,12 +40,15 @@ def _collected(*args: str) -> set[str]:
 
 
 def test_the_whole_suite_runs_in_two_parts_that_split_it_by_its_marks() -> None:
-    """``./dev test`` without arguments runs ``--part serial``, then ``--part parallel`` on every core: a test marked
-    integration (here the vLLM folder's, marked as its conftest moves it last) runs only in the serial part, a plain
-    unit test only in the parallel one, and both parts always run."""
+    """``./dev test`` without arguments runs ``--part serial`` and, beside it at nice 19 on one worker, ``--part
+    parallel``: a test marked integration (here the vLLM folder's, marked as its conftest moves it last) runs only in
+    the serial part, a plain unit test only in the parallel one, and both parts always run."""
     dev = (REPO / "dev").read_text()
-    assert "--part parallel -n auto" in dev and "--part serial" in dev and "whole_suite" in dev
-    assert dev.index("--part serial ||") < dev.index("--part parallel -n auto ||")  # the builds beside the serial part
+    assert "whole_suite" in dev
+    parallel = dev.index('nice -n 19 "$VENV/bin/python" -m pytest --part parallel -n 1 ')
+    started = dev.index("&", parallel)  # in the background ...
+    serial = dev.index("--part serial ||")
+    assert started < serial < dev.index('wait "$pid"')  # ... while the serial part runs, and waited for
     files = ("tests/vllm/test_vllm_server.py", "tests/e2e/test_abandoned_work.py", "tests/spec/test_bad_drills.py")
     assert _collected("--part", "parallel", *files) == {"tests/spec/test_bad_drills.py"}
     assert _collected("--part", "serial", *files) == set(files[:2])

@@ -140,7 +140,13 @@ sys.exit(os.waitstatus_to_exitcode(status))
 """
 
 
-def run_drill(*args: str, timeout: float = 20.0, cwd: Path | None = None, env: dict | None = None) -> Ran:
+#: Seconds of wall time after which a child is killed as blocked. A guard against a hang, not a speed bound: a
+#: command blocked on a FIFO never returns, while one that runs beside other jobs (``./dev test`` runs the parallel
+#: part at nice 19 beside the serial part's drills) can take many times its usual 1-2 s to import and finish.
+BLOCKED_AFTER_S = 60.0
+
+
+def run_drill(*args: str, timeout: float = BLOCKED_AFTER_S, cwd: Path | None = None, env: dict | None = None) -> Ran:
     """``python -m drill ARGS`` as a child process, with its own peak resident memory (``wait4``).
 
     A command still running after ``timeout`` seconds is killed (``timed_out``).
@@ -148,7 +154,7 @@ def run_drill(*args: str, timeout: float = 20.0, cwd: Path | None = None, env: d
     return run_python("-m", "drill", *args, timeout=timeout, cwd=cwd, env=env)
 
 
-def run_python(*args: str, timeout: float = 20.0, cwd: Path | None = None, env: dict | None = None) -> Ran:
+def run_python(*args: str, timeout: float = BLOCKED_AFTER_S, cwd: Path | None = None, env: dict | None = None) -> Ran:
     """``python ARGS`` as :func:`run_drill` runs it."""
     folder = Path(tempfile.mkdtemp(prefix="drill-run-"))
     out_path, err_path, rss_path = folder / "out", folder / "err", folder / "rss"

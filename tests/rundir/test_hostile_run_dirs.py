@@ -89,7 +89,7 @@ def test_a_fifo_in_a_run_directory_is_refused_without_blocking(tmp_path: Path, n
     run = _run(tmp_path)
     (run / name).unlink()
     os.mkfifo(run / name)
-    ran = run_drill(command, str(run), timeout=20)
+    ran = run_drill(command, str(run))
     assert not ran.timed_out, "blocked on the FIFO"
     assert ran.code == 2, ran.text
     assert "FIFO" in ran.err and name in ran.err
@@ -100,7 +100,7 @@ def test_a_fifo_or_device_given_as_an_input_file_is_refused_without_blocking(tmp
     fifo = tmp_path / "x.yaml"
     os.mkfifo(fifo)
     for path in (str(fifo), "/dev/zero"):
-        ran = run_drill(*command, path, timeout=20)
+        ran = run_drill(*command, path)
         assert not ran.timed_out, f"{command} blocked on {path}"
         assert ran.code == 2, ran.text
         assert "Traceback" not in ran.text
@@ -188,7 +188,7 @@ def test_cleanup_skips_a_journal_that_is_a_fifo_and_goes_on(tmp_path: Path) -> N
     run = _run(tmp_path)
     (run / "journal.jsonl").unlink()
     os.mkfifo(run / "journal.jsonl")
-    ran = run_drill("cleanup", "--dry-run", "--reports", str(tmp_path / "reports"), timeout=20)
+    ran = run_drill("cleanup", "--dry-run", "--reports", str(tmp_path / "reports"))
     assert not ran.timed_out, "blocked on the FIFO"
     assert ran.code == 0, ran.text
     assert "nothing to clean up" in ran.out

@@ -48,16 +48,18 @@ pools:
     output_tokens: {dist: fixed, value: 50}
 """
 
-#: Runs one drill command in this interpreter and prints its exit code, wall time and peak memory.
+#: Runs one drill command in this interpreter and prints its exit code, CPU time and peak memory. CPU time, not wall
+#: time: the work a hostile input costs, which is what is bounded, whatever else shares the machine (``./dev test``
+#: runs this part at nice 19 beside the serial part's drills, which can starve it for seconds).
 MEASURE = """
 import json, sys, time
 from click.testing import CliRunner
 from drill.cli.main import cli
 from tests.spec.test_hostile_yaml import peak_mb
 args = json.loads(sys.argv[1])
-start = time.perf_counter()
+start = time.process_time()
 result = CliRunner().invoke(cli, args)
-elapsed = time.perf_counter() - start
+elapsed = time.process_time() - start
 crashed = repr(result.exception) if result.exit_code not in (0, 2) else None
 print(json.dumps({"rc": result.exit_code, "s": elapsed, "maxrss_mb": peak_mb(), "output": result.output,
                   "exception": crashed}))
@@ -129,7 +131,7 @@ def test_hostile_yaml_is_refused_fast_with_a_located_error(kind: str, name: str,
     assert got["exception"] is None and "Traceback" not in got["output"], got
     assert re.search(rf"^{re.escape(source)}:\d+:\d+: error: ", got["output"], re.M), got["output"]
     assert _files(tmp_path) == before, "nothing may be created"
-    assert got["s"] < 2.0, f"took {got['s']:.2f}s"  # typically 0.1-0.3s, imports included; 2s on a loaded CI box
+    assert got["s"] < 2.0, f"took {got['s']:.2f} CPU-s"  # typically 0.1-0.3 s; 2 s on a slow CI box
     assert got["maxrss_mb"] < 120, f"peak memory {got['maxrss_mb']:.0f} MB"
 
 
@@ -197,7 +199,7 @@ def test_non_finite_numbers_are_refused_where_written(value: str, tmp_path: Path
 
 FOUR_MIB = 4 * 1024 * 1024
 
-#: Validates each file in this interpreter; prints per file: exit code, seconds, whether it crashed.
+#: Validates each file in this interpreter; prints per file: exit code, CPU seconds (see MEASURE), whether it crashed.
 MEASURE_MANY = """
 import json, sys, time
 from click.testing import CliRunner
@@ -205,9 +207,9 @@ from drill.cli.main import cli
 from tests.spec.test_hostile_yaml import peak_mb
 out = []
 for path in json.loads(sys.argv[1]):
-    start = time.perf_counter()
+    start = time.process_time()
     result = CliRunner().invoke(cli, ["validate", path])
-    out.append({"path": path, "rc": result.exit_code, "s": time.perf_counter() - start,
+    out.append({"path": path, "rc": result.exit_code, "s": time.process_time() - start,
                 "crash": repr(result.exception) if result.exit_code not in (0, 2) else None,
                 "head": result.output[:300]})
 print(json.dumps({"files": out, "maxrss_mb": peak_mb()}))
@@ -256,7 +258,7 @@ def test_any_generated_input_up_to_4_mib_validates_within_2_s_and_200_mb(tmp_pat
     for got in report["files"]:
         assert got["rc"] in (0, 2) and got["crash"] is None, got
         assert "Traceback" not in got["head"], got
-        assert got["s"] < 2.0, f"{got['path']} took {got['s']:.2f}s"
+        assert got["s"] < 2.0, f"{got['path']} took {got['s']:.2f} CPU-s"
     assert report["maxrss_mb"] < 200, f"peak memory {report['maxrss_mb']:.0f} MB"
     assert _files(tmp_path) == before
 

@@ -42,6 +42,9 @@ class Upstream:
         self.seen: list[HttpRequest] = []
         self.disconnected = asyncio.Event()
         self.slow_started = asyncio.Event()  # /slow's handler runs: its disconnect is watched from here on
+        # /held's handler runs; it answers once ``release`` is set, however slow the machine
+        self.held = asyncio.Event()
+        self.release = asyncio.Event()
         self.server = HttpServer(self._router())
 
     def _router(self) -> Router:
@@ -49,6 +52,7 @@ class Upstream:
         router.add("POST", "/echo", self.echo)
         router.add("GET", "/sse", self.sse)
         router.add("GET", "/slow", self.slow)
+        router.add("GET", "/held", self.hold)
         router.add("GET", "/busy", self.busy)
         router.add("GET", "/cut", self.cut)
         return router
@@ -72,6 +76,11 @@ class Upstream:
         stream.on_disconnect(self.disconnected.set)
         self.slow_started.set()
         await asyncio.sleep(float(request.query_params().get("s", "1")))
+        return HttpResponse(200, b"late", "text/plain")
+
+    async def hold(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse:
+        self.held.set()
+        await self.release.wait()
         return HttpResponse(200, b"late", "text/plain")
 
     async def busy(self, request: HttpRequest, stream: ResponseStream) -> HttpResponse:
@@ -285,11 +294,20 @@ async def test_a_pooled_connection_the_server_closed_is_replaced(upstream, clien
 async def test_past_max_connections_a_request_waits_for_a_free_one(upstream) -> None:
     http = HttpClient(max_connections=1)
     try:
-        first = asyncio.ensure_future(http.fetch("GET", upstream.server.url + "/slow?s=0.3", timeout=FAST))
-        await asyncio.sleep(0.05)
+        # the only connection is held by a request the server answers when the test says so: no race with the clock
+        first = asyncio.ensure_future(
+            http.fetch("GET", upstream.server.url + "/held", timeout=Timeouts(connect=2.0, read=60.0))
+        )
+        await asyncio.wait_for(upstream.held.wait(), 30)
         with pytest.raises(PoolTimeout):  # the only connection stays busy past the timeout
             await http.request("GET", upstream.server.url + "/busy", timeout=Timeouts(connect=1.0, read=0.1))
-        response, _ = await http.fetch("GET", upstream.server.url + "/busy", timeout=FAST)  # waits, then reuses
+        waiting = asyncio.ensure_future(
+            http.fetch("GET", upstream.server.url + "/busy", timeout=Timeouts(connect=2.0, read=30.0))
+        )
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # it waits for the connection ...
+        upstream.release.set()
+        response, _ = await waiting  # ... and reuses it once free
         assert response.status == 503 and (await first)[1] == b"late"
         assert len(upstream.server.connections) == 1
     finally:

@@ -51,7 +51,10 @@ On 6 December, on a fresh machine (AMD EPYC, 2.6 GHz) that runs the reader slowe
 changes (fast failures, missing children on thin baselines) against the commit before them, alternated, two runs
 each: end to end 4.86 and 5.67 CPU-s before, 5.03 and 4.66 after (185,000-225,000 spans per CPU-second: the
 machine, not the code, moves these); the warm analysis 0.452 and 0.461 CPU-s before, 0.470 and 0.465 after
-(+2%); the ranking +17% and +16% before, +18% and +17% after; peak RSS 783 and 782 MiB.
+(+2%); the ranking +17% and +16% before, +18% and +17% after; peak RSS 783 and 782 MiB. The same machine later that
+day, ``--reps 5``: median 4.49 CPU-s = 233,800 spans per CPU-second, the least of the five 3.78 CPU-s = 277,500
+(printed since then: the run the machine's other jobs slowed least), ranking +15%, 789 MiB. Turning the cyclic
+garbage collector off during the read changed nothing (least of 8 reads: 2.72 CPU-s either way).
 
     .venv/bin/python bench/trace_reader.py [--spans 1050000] [--reps 3] [--cpu 0] [--keep FILE] [--json]
 

@@ -21,9 +21,14 @@ TEST_PLUGINS = ";".join(
 )
 
 
-#: The marks of a test that runs alone (``--part serial``): it starts real processes or a Docker engine's containers,
-#: and its timings and ports assume nothing else of the suite runs beside it.
-SERIAL_MARKS = ("integration", "docker")
+#: The marks of a test that runs in the serial part (``--part serial``): it starts real processes or a Docker engine's
+#: containers, and its timings and ports assume nothing else of the suite runs beside it; or it is ``realtime``, and
+#: passes only when its processes get the CPU as they ask for it. The parallel part runs at nice 19 beside the serial
+#: part (``./dev test``), where a busy machine can starve it for seconds.
+SERIAL_MARKS = ("integration", "docker", "realtime")
+
+#: Fixtures that serve the reference stack in real time (tests/stack): a test that uses one is ``realtime``.
+REALTIME_FIXTURES = frozenset({"start_replica", "spawn_replica", "stack_factory", "pd_pair"})
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -31,16 +36,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--part",
         choices=("parallel", "serial"),
         default=None,
-        help="run one part of the suite: 'parallel' the tests that may share the machine (not marked integration or "
-        "docker; ./dev test runs them on both cores with pytest-xdist), 'serial' the others, one at a time",
+        help="run one part of the suite: 'parallel' the tests that may share the machine (not marked integration, "
+        "docker or realtime; ./dev test runs them beside the serial part, at nice 19), 'serial' the others, one at a "
+        "time",
     )
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
     """``--part``: keep one part of the suite. A wrapper, so it sees the marks the folders' own hooks add (tests/vllm,
-    tests/llamacpp and tests/kubernetes mark their tests integration as they move them last)."""
+    tests/llamacpp and tests/kubernetes mark their tests integration as they move them last). A test that uses a
+    fixture serving the reference stack is marked ``realtime`` here, before the split."""
     yield
+    for item in items:
+        if REALTIME_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.realtime)
     part = config.getoption("--part")
     if part is None:
         return

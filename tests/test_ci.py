@@ -42,16 +42,23 @@ def _collected(*args: str) -> set[str]:
 def test_the_whole_suite_runs_in_two_parts_that_split_it_by_its_marks() -> None:
     """``./dev test`` without arguments runs ``--part serial`` and, beside it at nice 19 on one worker, ``--part
     parallel``: a test marked integration (here the vLLM folder's, marked as its conftest moves it last) runs only in
-    the serial part, a plain unit test only in the parallel one, and both parts always run."""
+    the serial part, as does a realtime test (one that uses a fixture serving the reference stack, one marked by
+    hand), a plain unit test only in the parallel one, and both parts always run."""
     dev = (REPO / "dev").read_text()
     assert "whole_suite" in dev
     parallel = dev.index('nice -n 19 "$VENV/bin/python" -m pytest --part parallel -n 1 ')
     started = dev.index("&", parallel)  # in the background ...
     serial = dev.index("--part serial ||")
     assert started < serial < dev.index('wait "$pid"')  # ... while the serial part runs, and waited for
-    files = ("tests/vllm/test_vllm_server.py", "tests/e2e/test_abandoned_work.py", "tests/spec/test_bad_drills.py")
+    files = (
+        "tests/vllm/test_vllm_server.py",
+        "tests/e2e/test_abandoned_work.py",
+        "tests/stack/inference/test_engine_timing.py",
+        "tests/load/test_reactor.py",
+        "tests/spec/test_bad_drills.py",
+    )
     assert _collected("--part", "parallel", *files) == {"tests/spec/test_bad_drills.py"}
-    assert _collected("--part", "serial", *files) == set(files[:2])
+    assert _collected("--part", "serial", *files) == set(files[:-1])
     assert _collected(*files) == set(files)
 
 

@@ -28,7 +28,7 @@ def _threads(pids: list[int]) -> list[int]:
 @pytest.fixture
 def tree():
     root = subprocess.Popen(["sh", "-c", f"{sys.executable} -c '{THREADS}' & sleep 60 & wait"], start_new_session=True)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while len(_threads(process_tree(root.pid))) < 1 + 4 + 1 and time.monotonic() < deadline:
         time.sleep(0.05)
     yield root

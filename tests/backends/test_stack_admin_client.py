@@ -118,6 +118,7 @@ def test_bad_values_and_wrong_tokens_are_admin_api_errors_with_status_and_hint(s
     assert denied.value.status == 401 and "state file" in denied.value.hint
 
 
+@pytest.mark.realtime  # a 0.5 s timeout must fire within 3 s of wall time
 def test_an_unreachable_or_stopped_replica_fails_within_the_timeout(servers: Servers) -> None:
     with StackAdminClient("http://127.0.0.1:9", TOKEN, timeout_s=1) as admin:
         with pytest.raises(AdminApiError, match="cannot reach") as gone:

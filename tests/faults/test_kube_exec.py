@@ -414,7 +414,7 @@ def container(tmp_path: Path) -> Iterator[Callable[[list[str]], NamespaceKubelet
     def start(argv: list[str]) -> NamespaceKubelet:
         process = subprocess.Popen(["unshare", "-fp", "--mount-proc", *argv])
         started.append(process)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # unshare forks the namespace's PID 1: its child
             children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
             if children and _ready(int(children[0]), Path(argv[0]).name):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import httpx
+import pytest
 
 from drill import registry
 from drill.api import FaultContext, FaultTargets, ReplicaRef, TargetInfo
@@ -53,6 +54,7 @@ def test_a_transfer_about_to_complete_is_passed_over_for_one_with_time_left() ->
     )
 
 
+@pytest.mark.realtime  # a 0.3 s wait must end within 2 s of wall time
 def test_with_no_transfer_with_time_left_in_time_the_kill_lands_in_what_is_in_flight_and_says_so() -> None:
     started = time.monotonic()
     said, polls = _wait([(0, 0.0), (1, 0.010)], wait_s=0.3)

@@ -73,7 +73,7 @@ def test_a_hanging_revert_is_bounded_and_does_not_block_the_rest(tmp_path: Path)
     start = time.monotonic()
     outcomes = {o.fault_id: o for o in stack.revert_all("test")}
     release.set()
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 15  # a blocked revert would hold it for the hook's 30 s
     assert not outcomes["hangs"].ok and "did not finish" in outcomes["hangs"].error
     assert ran == ["ok"]
 

@@ -409,10 +409,10 @@ def test_parent_cycle_does_not_hang():
 def test_analysis_of_many_spans_is_fast():
     spans = drill_spans(lambda i: {"queue_ms": 400.0} if i % 2 == 0 else {}, n_base=6000, n_fault=3000)
     table = SpanTable.from_spans(spans)
-    began = time.perf_counter()
+    began = time.process_time()  # CPU time: the bound is on the analysis, not on how busy the machine is
     fault_start = T0 + int(6000 * SPACING_MS * 1e6)
     report = find_abnormal(table, baseline_until_ns=fault_start, fault_start_ns=fault_start)
-    elapsed = time.perf_counter() - began
+    elapsed = max(time.process_time() - began, 1e-6)
     assert report.first.name == "queue" and report.first.service == "drill-replica-0"
     assert len(table) / elapsed > 20_000, f"{len(table)} spans in {elapsed:.2f}s"  # ~2M/s on an idle core
 

@@ -22,7 +22,7 @@ from drill.stack.http.client import (
 )
 from drill.stack.http.server import HttpError, HttpRequest, HttpResponse, HttpServer, ResponseStream, Router
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.realtime]  # served in real time: see tests/conftest.py
 
 FAST = Timeouts(connect=2.0, read=2.0)
 

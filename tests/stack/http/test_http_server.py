@@ -10,7 +10,7 @@ import pytest
 
 from drill.stack.http.server import HttpError, HttpRequest, HttpResponse, HttpServer, ResponseStream, Router
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.realtime]  # served in real time: see tests/conftest.py
 
 
 def _router(events: dict) -> Router:

@@ -13,7 +13,7 @@ from drill.stack.kv.kv_server import KvServer
 from drill.stack.kv.transfers import KvStore, TransferState
 from drill.stack.kv.wire import KvWireError, decode_frame, encode_frame, payload_bytes, read_frame
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.realtime]  # served in real time: see tests/conftest.py
 
 
 async def _read(fault: KvFault | None, *, lease_s: float | None = 1.0, check: bool = True, link_gbps: float = 400):

@@ -20,7 +20,7 @@ from drill.stack.launch import RouterLaunch, UpstreamLaunch
 from drill.stack.router.gateway import Gateway
 from tests.stack.router.fake_upstreams import FakeReplica
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.realtime]  # served in real time: see tests/conftest.py
 TOKEN = "admin-token-for-tests"
 COMPLETION = {"model": "fake", "prompt": "hello", "max_tokens": 4}
 

@@ -14,7 +14,7 @@ from drill.stack.launch import RouterLaunch, UpstreamLaunch
 from drill.stack.router.gateway import HEALTH_TIMEOUTS_TO_FAIL, Gateway
 from tests.stack.router.fake_upstreams import FakeReplica
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.realtime]  # served in real time: see tests/conftest.py
 
 
 async def _gateway(replica: FakeReplica, **config: object) -> Gateway:

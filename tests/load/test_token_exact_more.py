@@ -98,7 +98,7 @@ def test_the_replay_reads_usage_from_llamacpps_last_content_chunk() -> None:
 
     first = b'data: {"choices":[{"text":" the","index":0,"finish_reason":null}],"object":"text_completion"}'
     stream = _Stream([first, LLAMACPP_LAST_COMPLETION_CHUNK, b"data: [DONE]"])
-    out = _read_stream(stream, time.monotonic(), time.monotonic() + 5)  # type: ignore[arg-type]
+    out = _read_stream(stream, time.monotonic(), time.monotonic() + 60)  # type: ignore[arg-type]
     assert out["completion_tokens"] == 2 and out["chunks"] == 2 and "error" not in out
 
 

@@ -50,7 +50,9 @@ def test_scraper_writes_one_line_per_endpoint_per_tick_and_survives_a_dead_one(t
     scraper = MetricsScraper(
         {"replica-0": url, "dead": "http://127.0.0.1:1/metrics"}, tmp_path / "m.jsonl", 0.2
     ).start()
-    time.sleep(1.1)
+    deadline = time.monotonic() + 60  # a hang guard: ticks every 0.2 s, waited for by what they wrote, not by the clock
+    while _scraped(tmp_path / "m.jsonl") < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
     scraper.stop()
     server.shutdown()
     lines = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
@@ -61,6 +63,13 @@ def test_scraper_writes_one_line_per_endpoint_per_tick_and_survives_a_dead_one(t
     reading = scraper.readings()["replica-0"]
     assert reading.totals["vllm:num_requests_waiting"] == 12.0 and reading.previous is not None
     assert "dead" not in scraper.readings()
+
+
+def _scraped(path: Path) -> int:
+    """The successful scrapes of replica-0 written so far (whole lines only)."""
+    lines = (path.read_text() if path.exists() else "").splitlines(keepends=True)
+    scrapes = [json.loads(line) for line in lines if line.endswith("\n")]
+    return sum(x["source"] == "replica-0" and x["ok"] for x in scrapes)
 
 
 def _record(t: float, ok: bool, ttft: float = 100.0) -> RequestRecord:

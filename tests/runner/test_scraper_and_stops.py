@@ -8,6 +8,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from drill.rundir.jsonl import read_jsonl
 from drill.rundir.records import ErrorClass, RequestRecord
 from drill.runner.scraper import MetricsScraper, parse_samples
 from drill.runner.stopconditions import StopMonitor
@@ -66,10 +67,8 @@ def test_scraper_writes_one_line_per_endpoint_per_tick_and_survives_a_dead_one(t
 
 
 def _scraped(path: Path) -> int:
-    """The successful scrapes of replica-0 written so far (whole lines only)."""
-    lines = (path.read_text() if path.exists() else "").splitlines(keepends=True)
-    scrapes = [json.loads(line) for line in lines if line.endswith("\n")]
-    return sum(x["source"] == "replica-0" and x["ok"] for x in scrapes)
+    """The successful scrapes of replica-0 written so far (a line still being written is not read)."""
+    return sum(x["source"] == "replica-0" and x["ok"] for x in read_jsonl(path))
 
 
 def _record(t: float, ok: bool, ttft: float = 100.0) -> RequestRecord:

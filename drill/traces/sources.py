@@ -214,10 +214,65 @@ class _ReceiverSpan(msgspec.Struct, gc=False):
     attributes: dict[str, AttributeValue] = msgspec.field(default_factory=dict)
 
 
-_RECEIVER_DECODER = msgspec.json.Decoder(_ReceiverSpan)
+#: The kind and status names the receiver writes (:data:`~drill.traces.table.KIND_NAMES`, ``STATUS_NAMES``) as
+#: literals: msgspec hands back its one string per name instead of a new string per span, and the code lookups
+#: that follow hash nothing.
+_KindName = Literal["UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER"]
+_StatusName = Literal["UNSET", "OK", "ERROR"]
 
 
-def decode_json_lines(path: Path, decoder: msgspec.json.Decoder, report: ReadReport) -> Iterator[tuple[list, int]]:
+class _WrittenStatus(msgspec.Struct, gc=False, frozen=True):
+    code: _StatusName | int = "UNSET"
+    message: str | None = None
+
+
+class _WrittenSpan(msgspec.Struct, gc=False):
+    """One line as the receiver writes it: :class:`_ReceiverSpan` with the kind and status code among the names
+    the receiver writes and a status object. A block with any other line is decoded as ``_ReceiverSpan``."""
+
+    trace_id: str
+    span_id: str
+    start_ns: _Ns
+    end_ns: _Ns
+    parent_span_id: str | None = None
+    name: str = ""
+    kind: _KindName | int = "UNSPECIFIED"
+    service: str = "unknown"
+    status: _WrittenStatus = _WrittenStatus()
+    attributes: dict[str, AttributeValue] = msgspec.field(default_factory=dict)
+
+
+class LineDecoder:
+    """Decodes blocks of JSON lines with the first of ``decoders`` (narrowest first) that reads the whole block.
+
+    A narrow decoder that fails once is not tried again on that file: a file written by another tool fails it on
+    every block, and would be decoded twice.
+    """
+
+    def __init__(self, *decoders: msgspec.json.Decoder) -> None:
+        self.decoders = list(decoders)
+
+    def decode_lines(self, block: memoryview) -> list:
+        """The block's lines decoded; raises the widest decoder's error when even it cannot read them all."""
+        while len(self.decoders) > 1:
+            try:
+                return self.decoders[0].decode_lines(block)
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                del self.decoders[0]
+        return self.decoders[0].decode_lines(block)
+
+    def decode(self, line: bytes) -> Any:
+        """One line, by the widest decoder."""
+        return self.decoders[-1].decode(line)
+
+
+def _receiver_decoder() -> LineDecoder:
+    return LineDecoder(msgspec.json.Decoder(_WrittenSpan), msgspec.json.Decoder(_ReceiverSpan))
+
+
+def decode_json_lines(
+    path: Path, decoder: msgspec.json.Decoder | LineDecoder, report: ReadReport
+) -> Iterator[tuple[list, int]]:
     """Blocks of decoded lines of ``path`` with their size in bytes; unreadable lines are counted and
     located in ``report``.
 
@@ -274,7 +329,7 @@ def _skip_long_line(fh: IO[bytes], path: Path, offset: int, kept: int, report: R
 
 
 def _decode_block(
-    path: Path, block: memoryview, offset: int, decoder: msgspec.json.Decoder, report: ReadReport
+    path: Path, block: memoryview, offset: int, decoder: msgspec.json.Decoder | LineDecoder, report: ReadReport
 ) -> list:
     try:
         items = decoder.decode_lines(block)
@@ -298,7 +353,9 @@ def _line_number(path: Path, offset: int, root: Path | None = None) -> int:
     return lines
 
 
-def _decode_lines_one_by_one(block: bytes, first_line: int, decoder: msgspec.json.Decoder, report: ReadReport) -> list:
+def _decode_lines_one_by_one(
+    block: bytes, first_line: int, decoder: msgspec.json.Decoder | LineDecoder, report: ReadReport
+) -> list:
     items = []
     lines = block.split(b"\n")
     torn = not block.endswith(b"\n")
@@ -323,11 +380,13 @@ def read_receiver_file(path: Path, report: ReadReport | None = None) -> SpanTabl
 
     Decoded block by block into typed structs, whose fields go straight into numpy columns with
     C-level ``map``/``attrgetter`` passes (no per-span Python code on the common path). Ids are
-    lower-cased where they are not already.
+    lower-cased where they are not already. Lines as the receiver writes them are decoded with its kind and
+    status names as literals (:class:`_WrittenSpan`); another spelling, an explicit null status or a bad line
+    sends the file, from that block on, to the general decoder (:class:`LineDecoder`).
     """
     report = report if report is not None else ReadReport(path)
     columns = _ReceiverColumns(path.stat().st_size if path.is_file() else 0)
-    for block, size in decode_json_lines(path, _RECEIVER_DECODER, report):
+    for block, size in decode_json_lines(path, _receiver_decoder(), report):
         columns.add(block, size)
     return columns.build()
 
@@ -420,7 +479,7 @@ class _ReceiverColumns:
         self.bytes_seen = 0
         self.ids_hex = True
 
-    def add(self, spans: list[_ReceiverSpan], block_bytes: int) -> None:
+    def add(self, spans: list[_WrittenSpan] | list[_ReceiverSpan], block_bytes: int) -> None:
         self.bytes_seen += block_bytes
         if not spans:
             return

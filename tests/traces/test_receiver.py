@@ -15,7 +15,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from drill.rundir.jsonl import ReadReport
 from drill.traces.receiver import OtlpReceiver
+from drill.traces.sources import _receiver_decoder, decode_json_lines
 
 
 @pytest.fixture()
@@ -51,6 +53,9 @@ def test_real_exporter_spans_are_normalized(receiver: OtlpReceiver, compression)
     assert llm["attributes"]["gen_ai.latency.time_in_queue"] == 0.25
     assert llm["status"] == {"code": "ERROR", "message": "engine dead"}
     assert llm["end_ns"] >= llm["start_ns"] > 0
+    decoder = _receiver_decoder()  # what the receiver wrote is read by the narrow decoder, its names as literals
+    (block, _), *_ = decode_json_lines(receiver.spans_path, decoder, ReadReport(receiver.spans_path))
+    assert len(block) == 2 and len(decoder.decoders) == 2 and block[0].kind is block[1].kind == "SERVER"
 
 
 def test_otlp_json_hex_ids_are_not_misdecoded(receiver: OtlpReceiver) -> None:

@@ -7,14 +7,15 @@ import json
 import shutil
 import struct
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
 from drill import registry
 from drill.errors import InputError
 from drill.traces.detect import detect_source
-from drill.traces.sources import table_to_dicts
-from drill.traces.table import SpanTable
+from drill.traces.sources import _KindName, _StatusName, table_to_dicts
+from drill.traces.table import KIND_NAMES, STATUS_NAMES, SpanTable
 from tests.traces.spankit import drill_request, write_spans
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "traces"
@@ -183,6 +184,34 @@ def test_receiver_file_larger_than_a_block_keeps_every_line_and_its_numbers(tmp_
     assert report.bad_count == 1 and report.bad_lines[0].line == 101
     assert table.attributes[40] == {"big": "x" * 2000}
     assert table.span_id.tolist() == [s["span_id"] for i, s in enumerate(spans) if i != 100]
+
+
+def test_the_names_the_receiver_writes_are_the_tables_kind_and_status_names() -> None:
+    assert get_args(_KindName) == KIND_NAMES and get_args(_StatusName) == STATUS_NAMES
+
+
+def test_receiver_names_it_does_not_write_are_read_in_any_block_and_bad_lines_still_counted(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Blocks as the receiver writes them are decoded with its own kind and status names as literals; a later
+    block with other spellings (another tool's file) or a bad line is read by the general decoder, line for line."""
+    import drill.traces.sources as sources
+
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 2000)
+    spans = [s for i in range(12) for s in drill_request(i + 1)]
+    spans[30]["kind"], spans[31]["kind"] = "SPAN_KIND_CLIENT", "server"
+    spans[32]["status"] = {"code": "STATUS_CODE_ERROR", "message": "boom"}
+    spans[60]["kind"] = "PRODUCER"
+    lines = [json.dumps(s) for s in spans]
+    lines[70] = '{"trace_id": 1}'
+    (tmp_path / "spans.jsonl").write_text("\n".join(lines) + "\n")
+    source = _source("receiver", tmp_path)
+    table = source.table()
+    expected = SpanTable.from_spans([s for i, s in enumerate(spans) if i != 70])
+    assert table.kind.tolist() == expected.kind.tolist() and table.status.tolist() == expected.status.tolist()
+    assert table.kind[30] == 3 and table.kind[31] == 2 and table.status[32] == 2 and table.kind[60] == 4
+    (report,) = source.report.files
+    assert report.bad_count == 1 and report.bad_lines[0].line == 71 and len(table) == len(spans) - 1
 
 
 def test_receiver_file_with_upper_case_ids_and_null_fields(tmp_path: Path) -> None:

@@ -817,34 +817,36 @@ def _impact(
     median, else the top's own duration.
     """
     excess = duration - model.median[group]
-    cap, on_path = _path_min(tree.parent, np.where(np.isnan(excess), np.inf, excess), critical)
     impact = np.full(len(duration), np.nan)
     usual = np.full(len(duration), np.nan)
     rows = np.flatnonzero(latency)
+    cap, on_path = _path_min(tree.parent, np.where(np.isnan(excess), np.inf, excess), critical, rows)
     top = tree.top[rows]
     median = model.median[group[top]]
     usual[rows] = np.where(np.isfinite(median) & (median > 0), median, duration[top])
-    reached = np.where(on_path[rows], np.minimum(excess[rows], cap[rows]), 0.0)
+    reached = np.where(on_path, np.minimum(excess[rows], cap), 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         impact[rows] = reached / usual[rows]
     return impact, usual
 
 
-def _path_min(parent: np.ndarray, value: np.ndarray, link: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, the smallest ``value`` among its ancestors (inf for a top) and whether ``link`` holds for it
-    and every ancestor below the top (pointer jumping, log₂ depth passes)."""
-    up = parent.copy()
-    has = up >= 0
-    low = np.where(has, value[np.where(has, up, 0)], np.inf)
-    ok = np.where(has, link, True)
-    for _ in range(64):
-        active = np.flatnonzero(up >= 0)
-        if not len(active):
-            break
-        ahead = up[active]
-        low[active] = np.minimum(low[active], low[ahead])
-        ok[active] &= ok[ahead]
-        up[active] = up[ahead]
+def _path_min(
+    parent: np.ndarray, value: np.ndarray, link: np.ndarray, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each of ``rows``, the smallest ``value`` among its ancestors (inf for a top) and whether ``link`` holds
+    for it and every ancestor below the top. A walk up the (acyclic) tree, one step per level, over the ancestors
+    of ``rows`` only: the slow spans are a small part of a large table."""
+    up = parent[rows]
+    low = np.full(len(rows), np.inf)
+    ok = np.where(up >= 0, link[rows], True)
+    live = np.flatnonzero(up >= 0)
+    while len(live):
+        at = up[live]
+        low[live] = np.minimum(low[live], value[at])
+        above = parent[at]
+        ok[live] &= np.where(above >= 0, link[at], True)
+        up[live] = above
+        live = live[above >= 0]
     return low, ok
 
 

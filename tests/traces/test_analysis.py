@@ -908,3 +908,20 @@ def test_a_span_that_collapsed_but_made_its_usual_calls_did_not_fail():
     report = analyse([s for i in range(N_BASE + N_FAULT) for s in request(i)])
     assert report.first is None or report.first.deviations[0].kind != "failed_fast", report.first.deviation
     assert not any(p.failed_fast for p in report.pairs)
+
+
+def test_path_min_caps_by_every_ancestor_and_needs_every_link_below_the_top() -> None:
+    """The impact's walk up the tree: row 3's ancestors are 2, 1 and the top 0; row 4 hangs under 1, whose link to
+    the top is broken (1 is off its parent's critical path), so nothing below 1 reaches the top."""
+    from drill.traces.analysis import _path_min
+
+    parent = np.array([-1, 0, 1, 2, 1, -1])
+    value = np.array([9.0, 5.0, np.inf, 1.0, 2.0, 3.0])
+    link = np.array([True, True, True, True, True, True])
+    low, ok = _path_min(parent, value, link, np.array([3, 4, 0, 5]))
+    assert low.tolist() == [5.0, 5.0, np.inf, np.inf] and ok.tolist() == [True, True, True, True]
+    link[1] = False
+    low, ok = _path_min(parent, value, link, np.array([3, 4, 1, 0]))
+    assert ok.tolist() == [False, False, False, True] and low.tolist() == [5.0, 5.0, 9.0, np.inf]
+    link[1], link[2] = True, False  # the row's own parent off the critical path, or the row itself
+    assert _path_min(parent, value, link, np.array([3, 2, 4]))[1].tolist() == [False, False, True]

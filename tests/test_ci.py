@@ -1,4 +1,4 @@
-"""CI runs the linters before the README's test command, the pre-commit hooks are the same checks, offline, and
+"""CI runs the README's test command, which runs the linters before the first test; the pre-commit hooks are the same checks, offline, and
 the linters fail on what they are for (a ruff finding, a type error planted in a copy of the tree)."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -20,11 +21,30 @@ def _commands(script: str) -> list[str]:
     return [line.strip() for line in script.splitlines() if line.strip() and not line.lstrip().startswith("#")]
 
 
-def test_ci_lints_then_runs_the_readmes_test_command() -> None:
+def test_ci_runs_the_readmes_test_command_which_lints_before_the_first_test() -> None:
+    """``.ci/run`` is the README's test command; ``./dev test`` without arguments starts the linters once the project
+    is installed, beside the rest of the set-up, and waits for them before the suite."""
     commands = _commands((REPO / ".ci" / "run").read_text())
-    assert "./dev lint" in commands and "exec ./dev test" in commands
-    assert commands.index("./dev lint") < commands.index("exec ./dev test")
+    assert commands[-1] == "exec ./dev test" and not any("pytest" in c or "lint" in c for c in commands)
+    dev = (REPO / "dev").read_text()
+    case = dev[dev.index("\n  test)") : dev.index(";;", dev.index("\n  test)"))]
+    assert case.index("setup_python") < case.index("start_lint") < case.index("wait_lint; whole_suite")
     assert "`./dev test`" in (REPO / "README.md").read_text()
+
+
+@pytest.mark.parametrize("finding", [False, True])
+def test_a_linter_finding_stops_the_whole_suite_before_its_first_test(tmp_path: Path, finding: bool) -> None:
+    """scripts/lint.sh's start_lint/wait_lint (what ``./dev test`` runs) with a stand-in ``lint`` that finds
+    something or not: its output is shown either way, and a finding stops what comes after."""
+    script = (
+        f'log() {{ printf "%s\\n" "$*" >&2; }}; VENV={tmp_path}; source scripts/lint.sh; '
+        f"lint() {{ echo linted; return {int(finding)}; }}; start_lint; wait_lint && echo the-tests-start"
+    )
+    done = subprocess.run(["bash", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert "linted" in done.stderr
+    assert ("the-tests-start" in done.stdout) is not finding
+    if finding:
+        assert done.returncode == 1 and "the tests do not start" in done.stderr
 
 
 def _collected(*args: str) -> set[str]:

@@ -1,5 +1,6 @@
-"""CI runs the README's test command, which runs the linters before the first test; the pre-commit hooks are the same checks, offline, and
-the linters fail on what they are for (a ruff finding, a type error planted in a copy of the tree)."""
+"""CI runs the README's test command, which runs the linters before the first test; the pre-commit hooks are the
+same checks, offline, and the linters fail on what they are for (a ruff finding, a type error planted in a copy of
+the tree)."""
 
 from __future__ import annotations
 

@@ -102,8 +102,10 @@ def handle_errors() -> Iterator[CrashSite]:
 @contextmanager
 def interrupts_kept() -> Iterator[None]:
     """A Ctrl-C is never lost: SIGINT is remembered as it raises KeyboardInterrupt, and if code the command
-    called swallowed that (an exception in a finalizer or a C callback is only printed), KeyboardInterrupt is
-    raised again when the block ends, so the command exits 130, never 0. Outside the main thread it does nothing.
+    called swallowed that (an exception in a finalizer or a C callback, such as the import system's module-lock
+    callback, is only handed to ``sys.unraisablehook``), KeyboardInterrupt is raised again when the block ends, so
+    the command exits 130, never 0. Such a swallowed KeyboardInterrupt is not printed either ("Exception ignored
+    in ...", a traceback): the command's "interrupted (^C)" says it. Outside the main thread it does nothing.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -114,11 +116,17 @@ def interrupts_kept() -> Iterator[None]:
         seen.append(signum)
         raise KeyboardInterrupt
 
+    def unraisable(info: sys.UnraisableHookArgs) -> None:
+        if not (seen and isinstance(info.exc_value, KeyboardInterrupt)):
+            previous_hook(info)
+
     previous = signal.signal(signal.SIGINT, interrupted)
+    previous_hook, sys.unraisablehook = sys.unraisablehook, unraisable
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+        sys.unraisablehook = previous_hook
     if seen:
         raise KeyboardInterrupt
 

@@ -147,6 +147,29 @@ def test_a_ctrl_c_that_something_swallowed_still_ends_the_command() -> None:
         swallowing()
 
 
+def test_a_ctrl_c_in_a_finalizer_is_not_printed_as_an_ignored_exception_and_still_ends_the_command(
+    monkeypatch,
+) -> None:
+    """SIGINT landing in a finalizer (as it can in the import system's module-lock callback while ``drill report``
+    imports) is handed to ``sys.unraisablehook``, whose default prints "Exception ignored in" and a traceback."""
+    printed: list[BaseException | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda info: printed.append(info.exc_value))
+
+    class Finalized:
+        def __del__(self) -> None:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the handler runs here, inside the finalizer
+
+    with pytest.raises(KeyboardInterrupt), interrupts_kept():
+        Finalized()  # dropped at once: its finalizer runs here
+        time.sleep(0.05)
+    assert printed == []
+    hook = sys.unraisablehook
+    with interrupts_kept():  # anything else goes to the hook as before, and the hook is restored after the block
+        sys.unraisablehook(type("Args", (), {"exc_value": ValueError("x")})())
+    assert [type(e) for e in printed] == [ValueError] and sys.unraisablehook is hook
+
+
 @pytest.mark.parametrize(
     ("field", "value"), [("ts", "soon"), ("ts", True), ("seq", 1.5), ("phase", ["fault"]), ("planned_s", "long")]
 )

@@ -48,6 +48,7 @@ Per (service, span name) pair with spans in the fault window (see ``docs/trace-a
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 
@@ -294,7 +295,10 @@ def _split_clients(
     """The link time of a CLIENT pair that calls several services is judged per callee: a slow link to one
     replica behind a router whose calls all carry one span name is that replica's link, not a slower median
     of the router's calls. A row's callee is its SERVER child's service, else the peer its attributes name
-    (read only for pairs whose first 50 such rows name more than one peer)."""
+    (read only for pairs whose first 50 such rows, with the services the pair's answered calls reached, name
+    more than one). A peer name that is no service's, which the pair's answered calls show to be another
+    service's (the router's ``replica-0`` for the replica's ``drill-replica-0``), counts as that service: a call
+    whose callee's span was lost is judged with the calls that reached it."""
     table = inputs.table
     names = list(table.services)
     code = {n: i for i, n in enumerate(names)}
@@ -309,16 +313,21 @@ def _split_clients(
     named_first = first[client]
     callee = np.where(named_first < len(names), by_name[np.minimum(named_first, max(len(names) - 1, 0))], -1)
     bare = np.flatnonzero(callee < 0)  # positions in client
-    for g in unique_ints(inputs.group[client[bare]]).tolist():
-        mine = bare[inputs.group[client[bare]] == g]
-        looked = client[mine[np.argsort(table.start_ns[client[mine]], kind="stable")[:50]]]  # the earliest
-        if len({_peer_service(table.attributes[r], code) for r in looked.tolist()} - {None}) < 2:
+    group = inputs.group[client]
+    for g in unique_ints(group[bare]).tolist():
+        mine = bare[group[bare] == g]
+        answered = np.flatnonzero((group == g) & (callee >= 0))
+        sample = _earliest(table, client, answered)
+        alias = _peer_aliases(table, client[sample], callee[sample], code)
+        reached = {names[c] for c in unique_ints(callee[answered]).tolist()}
+        looked = client[_earliest(table, client, mine)]
+        peers = {alias.get(p, p) for p in (_peer_service(table.attributes[r], code) for r in looked.tolist()) if p}
+        if len(peers | reached) < 2:
             continue
-        cache: dict[str, int] = {}
         for at, r in zip(mine.tolist(), client[mine].tolist()):
             peer = _peer_service(table.attributes[r], code)
             if peer is not None:
-                callee[at] = cache.setdefault(peer, code.setdefault(peer, len(code)))
+                callee[at] = code.setdefault(alias.get(peer, peer), len(code))
     for peer in list(code)[len(names) :]:
         names.append(peer)
     named = callee >= 0
@@ -335,6 +344,25 @@ def _split_clients(
     at = np.minimum(np.searchsorted(keys, key), len(keys) - 1)
     hit = keys[at] == key
     return _Split((keys // width).tolist(), [names[c] for c in (keys % width).tolist()], at_client[hit], at[hit])
+
+
+def _earliest(table: SpanTable, client: np.ndarray, at: np.ndarray, n: int = 50) -> np.ndarray:
+    """The first ``n`` of the positions ``at`` in ``client``, by start time (attributes are read span by span: a
+    pair's peer names are sampled from its earliest calls)."""
+    return at[np.argsort(table.start_ns[client[at]], kind="stable")[:n]]
+
+
+def _peer_aliases(table: SpanTable, rows: np.ndarray, callee: np.ndarray, code: dict[str, int]) -> dict[str, str]:
+    """The peer names that CLIENT ``rows`` give, in their attributes, to the services their answered calls
+    reached (``callee``: a service code per row) where the name is no service's: each mapped to the service
+    most of its calls reached."""
+    votes: dict[str, Counter[str]] = {}
+    services = set(table.services)
+    for r, c in zip(rows.tolist(), callee.tolist()):
+        peer = _peer_service(table.attributes[r], code)
+        if peer is not None and peer not in services:
+            votes.setdefault(peer, Counter())[table.services[c]] += 1
+    return {peer: counts.most_common(1)[0][0] for peer, counts in votes.items()}
 
 
 def _with_pooled_links(u: _Units) -> _Units:

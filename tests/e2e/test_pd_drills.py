@@ -136,6 +136,7 @@ def test_a_crashed_prefill_worker_is_routed_around_and_its_transfers_recomputed(
     prefills = [s for s in spans if s["name"] == "POST prefill" and killed + 1.0 < s["start_ns"] / 1e9 < healthy - 0.5]
     assert healthy - killed > 2.5 and prefills, (killed, healthy)
     assert {s["attributes"]["drill.upstream"] for s in prefills} == {"replica-1"}, "replica-1 carried every prefill"
+    assert {s["attributes"]["peer.service"] for s in prefills} == {"replica-1"}
 
 
 def _first_abnormal(run: DrillRun) -> dict:

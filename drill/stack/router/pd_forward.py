@@ -99,7 +99,12 @@ class PrefillLeg:
         body: dict[str, object],
         config: RouterConfig,
     ) -> tuple[dict[str, object] | None, HttpResponse]:
-        attributes = {"drill.upstream": worker.name, "drill.phase": "prefill", "url.full": worker.url + request.path}
+        attributes = {
+            "drill.upstream": worker.name,
+            "peer.service": worker.name,
+            "drill.phase": "prefill",
+            "url.full": worker.url + request.path,
+        }
         with self.tracer.start_as_current_span("POST prefill", kind=SpanKind.CLIENT, attributes=attributes) as span:
             sent = inject_context(headers, span)
             sent["content-type"] = "application/json"

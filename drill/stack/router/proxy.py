@@ -129,10 +129,12 @@ class Attempt:
     observe: Callable[[dict[str, str]], None] | None = None  # sees the upstream's headers (the P/D router's kv span)
 
     async def run(self) -> UpstreamOutcome:
-        """Run the attempt under a CLIENT span carrying ``drill.attempt`` and ``drill.upstream``."""
+        """Run the attempt under a CLIENT span carrying ``drill.attempt`` and ``drill.upstream``, and the upstream's
+        name as ``peer.service`` (OpenTelemetry's name of the remote service, which trace readers know)."""
         attributes: dict[str, AttributeValue] = {
             "drill.attempt": self.number,
             "drill.upstream": self.replica.name,
+            "peer.service": self.replica.name,
             "http.request.method": self.request.method,
             "url.full": self.replica.url + self.request.path,
         }

@@ -13,7 +13,8 @@ Metrics (Prometheus text, one registry per router, nothing global)::
     drill_router_outstanding_requests{replica}           attempts in flight
 
 Tracing (stack-contracts.md §7): service ``drill-router``; a SERVER span per request and a CLIENT
-child per upstream attempt with ``drill.attempt`` (1-based) and ``drill.upstream`` (replica name),
+child per upstream attempt with ``drill.attempt`` (1-based), ``drill.upstream`` and ``peer.service`` (the replica's
+name),
 exported over OTLP/HTTP protobuf when an endpoint is given: from the router's loop for ``http://``
 (:mod:`drill.stack.http.span_export`: no exporter thread takes the GIL in the middle of the relay), with the SDK's
 BatchSpanProcessor otherwise. Without

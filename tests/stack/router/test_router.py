@@ -259,6 +259,7 @@ async def test_spans_and_traceparent_propagation() -> None:
     clients = sorted((s for s in spans if s.kind is SpanKind.CLIENT), key=lambda s: s.attributes["drill.attempt"])
     assert len(server) == 1 and format(server[0].context.trace_id, "032x") == trace_id
     assert [(c.attributes["drill.attempt"], c.attributes["drill.upstream"]) for c in clients] == [(1, "r0"), (2, "r1")]
+    assert [c.attributes["peer.service"] for c in clients] == ["r0", "r1"]  # the name trace readers know
     assert all(c.parent.span_id == server[0].context.span_id for c in clients)
     upstream_parent = r1.headers_seen[0]["traceparent"].split("-")
     assert upstream_parent[1] == trace_id and upstream_parent[2] == format(clients[1].context.span_id, "016x")

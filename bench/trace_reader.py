@@ -56,6 +56,13 @@ day, ``--reps 5``: median 4.49 CPU-s = 233,800 spans per CPU-second, the least o
 (printed since then: the run the machine's other jobs slowed least), ranking +15%, 789 MiB. Turning the cyclic
 garbage collector off during the read changed nothing (least of 8 reads: 2.72 CPU-s either way).
 
+Later on 6 December, the same machine: the receiver's kind and status names decoded as literals (msgspec hands back
+one string per name, not one per span; ``drill/traces/sources.py``, ``_WrittenSpan``). Read of 300,000 spans, both
+decoders alternated in one process ten times: least 0.915 -> 0.833 CPU-s (-9%), median 1.242 -> 1.109. This
+benchmark, ``--reps 5``, before (at 21:08) and after (at 22:27): median 4.48 -> 4.29 CPU-s = 234,400 -> 244,600 spans
+per CPU-second, least 3.75 -> 3.62 CPU-s = 279,800 -> 289,800; ranking +14% and +18%; peak RSS 788 and 786 MiB. The
+300,000 target, met on 2 December's machine, is not met on this one.
+
     .venv/bin/python bench/trace_reader.py [--spans 1050000] [--reps 3] [--cpu 0] [--keep FILE] [--json]
 
 The timed child imports ``drill`` as the interpreter finds it: to time another checkout with this

@@ -199,8 +199,9 @@ _NO_STATUS = _Status()
 _Ns = Annotated[int, msgspec.Meta(ge=NS_RANGE[0], le=NS_RANGE[1])]
 
 
-class _ReceiverSpan(msgspec.Struct, gc=False):
-    """One line of spans.jsonl; the keys the table does not keep (resource, events, ...) are skipped."""
+class _SpanLine(msgspec.Struct, gc=False):
+    """One line of spans.jsonl, less its kind and status; the keys the table does not keep (resource, events, ...)
+    are skipped."""
 
     trace_id: str
     span_id: str
@@ -208,10 +209,15 @@ class _ReceiverSpan(msgspec.Struct, gc=False):
     end_ns: _Ns
     parent_span_id: str | None = None
     name: str = ""
-    kind: str | int = "UNSPECIFIED"
     service: str = "unknown"
-    status: _Status | None = _NO_STATUS  # None only for an explicit null
     attributes: dict[str, AttributeValue] = msgspec.field(default_factory=dict)
+
+
+class _ReceiverSpan(_SpanLine):
+    """One line of spans.jsonl, any spelling of its kind and status."""
+
+    kind: str | int = "UNSPECIFIED"
+    status: _Status | None = _NO_STATUS  # None only for an explicit null
 
 
 #: The kind and status names the receiver writes (:data:`~drill.traces.table.KIND_NAMES`, ``STATUS_NAMES``) as
@@ -226,20 +232,12 @@ class _WrittenStatus(msgspec.Struct, gc=False, frozen=True):
     message: str | None = None
 
 
-class _WrittenSpan(msgspec.Struct, gc=False):
-    """One line as the receiver writes it: :class:`_ReceiverSpan` with the kind and status code among the names
-    the receiver writes and a status object. A block with any other line is decoded as ``_ReceiverSpan``."""
+class _WrittenSpan(_SpanLine):
+    """One line as the receiver writes it: the kind and status code among the names the receiver writes, and a
+    status object. A block with any other line is decoded as :class:`_ReceiverSpan`."""
 
-    trace_id: str
-    span_id: str
-    start_ns: _Ns
-    end_ns: _Ns
-    parent_span_id: str | None = None
-    name: str = ""
     kind: _KindName | int = "UNSPECIFIED"
-    service: str = "unknown"
     status: _WrittenStatus = _WrittenStatus()
-    attributes: dict[str, AttributeValue] = msgspec.field(default_factory=dict)
 
 
 class LineDecoder:

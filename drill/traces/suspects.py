@@ -314,12 +314,15 @@ def _split_clients(
     callee = np.where(named_first < len(names), by_name[np.minimum(named_first, max(len(names) - 1, 0))], -1)
     bare = np.flatnonzero(callee < 0)  # positions in client
     group = inputs.group[client]
+    answered = np.flatnonzero(callee >= 0)  # positions in client, by group: one sort, not a pass per group
+    answered = answered[np.argsort(group[answered], kind="stable")]
+    answered_group = group[answered]
     for g in unique_ints(group[bare]).tolist():
         mine = bare[group[bare] == g]
-        answered = np.flatnonzero((group == g) & (callee >= 0))
-        sample = _earliest(table, client, answered)
+        answered_g = answered[slice(*np.searchsorted(answered_group, [g, g + 1]).tolist())]
+        sample = _earliest(table, client, answered_g)
         alias = _peer_aliases(table, client[sample], callee[sample], code)
-        reached = {names[c] for c in unique_ints(callee[answered]).tolist()}
+        reached = {names[c] for c in unique_ints(callee[answered_g]).tolist()}
         looked = client[_earliest(table, client, mine)]
         peers = {alias.get(p, p) for p in (_peer_service(table.attributes[r], code) for r in looked.tolist()) if p}
         if len(peers | reached) < 2:

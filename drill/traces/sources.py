@@ -54,8 +54,10 @@ __all__ = [
 
 #: How many located problems a report keeps verbatim (all are counted).
 KEPT_PROBLEMS = 20
-#: Bytes decoded at once by the JSON-lines readers (whole lines).
-BLOCK_BYTES = 1024 * 1024
+#: Bytes decoded at once by the JSON-lines readers (whole lines). A block's decoded objects (about twice its size)
+#: are read into the table's columns right after it is decoded: at 256 KiB they are still in a core's L2 cache, and
+#: the reader takes about 15% less CPU time than with 1 MiB blocks (``bench/trace_reader.py``).
+BLOCK_BYTES = 256 * 1024
 
 
 @dataclass

@@ -38,7 +38,16 @@ from drill.spec.scenario import Scenario
 if TYPE_CHECKING:
     from drill.load.live_status import LiveProgress
 
-__all__ = ["LoadDriver", "LoadPlan", "LoadSummary", "ReplaySummary", "replay_failing", "resolve_model"]
+__all__ = [
+    "LoadDriver",
+    "LoadPlan",
+    "LoadSummary",
+    "ReplaySummary",
+    "SpawnedGenerator",
+    "replay_failing",
+    "resolve_model",
+    "spawn_generator",
+]
 
 _LOG_NAME = "load-driver.log"
 _STOP_MARGIN_S = 30.0
@@ -160,11 +169,73 @@ def resolve_model(target_url: str, headers: dict[str, str], timeout_s: float = 1
     return str(models[0]["id"])
 
 
-class LoadDriver:
-    """One load run: ``start``, optional bursts through ``control``, ``stop``."""
+@dataclass
+class SpawnedGenerator:
+    """A load generator process started before its plan: it imports Locust (about 1 s) while the target starts,
+    and waits for the plan on its control channel. :class:`LoadDriver` takes it over; one never taken is closed,
+    and the process, finding its channel closed before a plan came, exits."""
 
-    def __init__(self, plan: LoadPlan) -> None:
+    proc: subprocess.Popen
+    channel: Channel
+    run_dir: Path
+
+    def usable(self, run_dir: Path) -> bool:
+        """Still waiting for a plan, and logging into ``run_dir``."""
+        return self.proc.poll() is None and self.run_dir == run_dir
+
+    def close(self) -> None:
+        """Close the channel (the process exits on it) and reap the process, killing it after 5 s."""
+        self.channel.close()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+def spawn_generator(run_dir: Path) -> SpawnedGenerator:
+    """Start ``python -m drill.load.child.locustfile``, logging into ``run_dir``'s ``load-driver.log``; it waits
+    for a plan (:meth:`LoadDriver.start`). Raises LoadError when the process cannot start."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ours, theirs = socket.socketpair()
+    cmd = [
+        sys.executable,
+        "-m",
+        "drill.load.child.locustfile",
+        "--control-fd",
+        str(theirs.fileno()),
+        "--parent-pid",
+        str(os.getpid()),
+    ]
+    try:
+        with open(run_dir / _LOG_NAME, "ab") as log:
+            proc = subprocess.Popen(
+                cmd,
+                pass_fds=(theirs.fileno(),),
+                stdout=log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+    except OSError as exc:
+        ours.close()
+        raise LoadError(f"cannot start the load generator ({cmd[0]}): {exc}") from exc
+    finally:
+        theirs.close()
+    return SpawnedGenerator(proc, Channel(ours), run_dir)
+
+
+class LoadDriver:
+    """One load run: ``start``, optional bursts through ``control``, ``stop``.
+
+    ``generator``: a process :func:`spawn_generator` started ahead (the runner starts it beside the target); the
+    driver takes it over at :meth:`start` when it is still waiting for a plan in the plan's run directory, else it
+    closes it and spawns its own.
+    """
+
+    def __init__(self, plan: LoadPlan, generator: SpawnedGenerator | None = None) -> None:
         self.plan = plan
+        self._generator = generator
         self._proc: subprocess.Popen | None = None
         self._channel: Channel | None = None
         self._ready = threading.Event()
@@ -194,10 +265,16 @@ class LoadDriver:
             raise LoadError("this LoadDriver was already started; make a new one per run")
         plan = self.plan
         plan.run_dir.mkdir(parents=True, exist_ok=True)
-        model = plan.model or plan.scenario.model or resolve_model(plan.target_url, plan.headers)
-        schedule = build_schedule(plan.scenario, plan.duration_s, plan.seed)
-        self._scheduled = len(schedule.requests)
-        self.prompt_fit = self._fit_prompts(model, schedule)
+        try:
+            model = plan.model or plan.scenario.model or resolve_model(plan.target_url, plan.headers)
+            schedule = build_schedule(plan.scenario, plan.duration_s, plan.seed)
+            self._scheduled = len(schedule.requests)
+            self.prompt_fit = self._fit_prompts(model, schedule)
+        except BaseException:
+            if self._generator is not None:
+                self._generator.close()
+                self._generator = None
+            raise
         wire = GeneratorPlan(
             scenario=plan.scenario.model_dump(mode="json", by_alias=True),
             target_url=plan.target_url,
@@ -233,33 +310,13 @@ class LoadDriver:
         return fit
 
     def _spawn(self, wire: GeneratorPlan) -> None:
-        ours, theirs = socket.socketpair()
-        log = open(self.plan.run_dir / _LOG_NAME, "ab")
-        cmd = [
-            sys.executable,
-            "-m",
-            "drill.load.child.locustfile",
-            "--control-fd",
-            str(theirs.fileno()),
-            "--parent-pid",
-            str(os.getpid()),
-        ]
-        try:
-            self._proc = subprocess.Popen(
-                cmd,
-                pass_fds=(theirs.fileno(),),
-                stdout=log,
-                stderr=log,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            ours.close()
-            raise LoadError(f"cannot start the load generator ({cmd[0]}): {exc}") from exc
-        finally:
-            theirs.close()
-            log.close()
-        self._channel = Channel(ours)
+        generator, self._generator = self._generator, None
+        if generator is not None and not generator.usable(self.plan.run_dir):
+            generator.close()
+            generator = None
+        if generator is None:
+            generator = spawn_generator(self.plan.run_dir)
+        self._proc, self._channel = generator.proc, generator.channel
         self._channel.send(Msg.PLAN, plan=wire.to_dict())
         threading.Thread(target=self._read_loop, name="drill-load-control", daemon=True).start()
 

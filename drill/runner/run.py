@@ -33,7 +33,7 @@ from drill import registry
 from drill.api import Capability, Status, Target, TargetContext, TargetInfo, Verdict
 from drill.checks.health import HEALTH_FILE
 from drill.errors import DrillError, RunInterrupted
-from drill.load.driver import LoadDriver, LoadPlan
+from drill.load.driver import LoadDriver, LoadPlan, SpawnedGenerator, spawn_generator
 from drill.load.replay import ReplayPlan, baseline_rate, choose_control_ids, choose_repeats, replay_after_recovery
 from drill.load.tokenizing import read_fit
 from drill.report import render
@@ -125,6 +125,7 @@ class Runner:
         self.target: Target | None = None
         self.target_info: TargetInfo  # from _start_target on, which _execute calls before anything reads it
         self.load: LoadDriver | None = None
+        self.generator: SpawnedGenerator | None = None  # spawned beside the target start, until the load takes it
         self.faults: FaultRunner | None = None
         self.monitor: StopMonitor | None = None
         self.started_mono = time.monotonic()
@@ -153,6 +154,8 @@ class Runner:
 
     def _execute(self) -> None:
         self._start_receiver()
+        # the load generator imports Locust (about 1 s) while the target starts; it waits for its plan
+        self.generator = spawn_generator(self.rundir.path)
         self._start_target()
         self._write_env()
         self._start_scraper()
@@ -236,6 +239,9 @@ class Runner:
             self.faults.revert_all("run ended")
             self.result.revert_failures = [f"{o.fault_id}: {o.error}" for o in self.faults.failed_reverts]
         self._safely("stop load", self._stop_load)
+        if self.generator is not None:  # the run ended before its load started
+            generator, self.generator = self.generator, None
+            self._safely("close the load generator", generator.close)
         if self.scraper is not None:
             self._safely("stop scraper", self.scraper.stop)
         if self.health is not None:
@@ -393,7 +399,8 @@ class Runner:
             # token-exact prompts: the embedded stack keeps its one-token-per-word rule unless the scenario asks
             tokenizer=self.loaded.scenario.tokenizer or ("words" if self.target_info.kind == "embedded" else "server"),
         )
-        self.load = LoadDriver(plan)
+        generator, self.generator = self.generator, None
+        self.load = LoadDriver(plan, generator)
         self.load.start()
         fit = self.load.prompt_fit
         assert fit is not None  # start() fits the prompts

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from drill.load.driver import LoadDriver, LoadPlan, LoadSummary
+from drill.load.driver import LoadDriver, LoadPlan, LoadSummary, SpawnedGenerator
 from drill.rundir.records import RequestRecord, read_records
 from drill.rundir.samples import FailingSample, read_samples
 from drill.spec.scenario import Scenario
@@ -42,9 +42,11 @@ def run_load(
     drain_s: float = 10.0,
     workers: int = 0,
     during=None,
+    generator: SpawnedGenerator | None = None,
     **plan: object,
 ) -> LoadRun:
-    """Start the driver, wait ``duration_s`` (calling ``during(driver)`` once if given), stop, read files."""
+    """Start the driver (on ``generator`` when given), wait ``duration_s`` (calling ``during(driver)`` once if
+    given), stop, read files."""
     driver = LoadDriver(
         LoadPlan(
             scenario=sc,
@@ -55,7 +57,8 @@ def run_load(
             seed=sc.seed,
             workers=workers,
             **plan,
-        )
+        ),
+        generator,
     )
     driver.start()
     try:

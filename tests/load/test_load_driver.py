@@ -20,6 +20,7 @@ import pytest
 from loadkit import run_load, scenario, wall_chunks
 
 from drill.errors import InputError
+from drill.load.driver import spawn_generator
 from drill.load.live_status import LiveProgress, format_status
 from drill.rundir.records import ErrorClass
 from drill.stats import percentile
@@ -245,6 +246,25 @@ def test_a_remote_worker_joins_with_drill_worker(sse_server, tmp_path: Path) -> 
     finally:
         if worker.poll() is None:
             worker.kill()
+
+
+def test_a_generator_spawned_ahead_is_taken_over_and_runs_the_load(sse_server, tmp_path: Path) -> None:
+    """The runner spawns the generator while the target starts (Locust's import off the run's critical path):
+    the driver sends that process its plan instead of starting another."""
+    generator = spawn_generator(tmp_path / "run")
+    time.sleep(0.3)  # still waiting for a plan: the target has not started yet
+    assert generator.proc.poll() is None
+    run = run_load(sse_server.url, scenario(20, out=3), 1.0, tmp_path / "run", generator=generator)
+    assert run.summary.records_lost == 0 and len(run.records) == run.summary.scheduled > 5
+    assert generator.proc.poll() == 0  # it ran the load and exited when stopped: no second generator ran it
+
+
+def test_a_generator_for_another_run_directory_is_closed_and_replaced(sse_server, tmp_path: Path) -> None:
+    generator = spawn_generator(tmp_path / "other")
+    run = run_load(sse_server.url, scenario(20, out=3), 1.0, tmp_path / "run", generator=generator)
+    assert run.summary.records_lost == 0 and len(run.records) == run.summary.scheduled > 5
+    assert generator.proc.wait(timeout=10) == 2  # its channel closed before a plan came
+    assert not (tmp_path / "other" / "requests.jsonl").exists()
 
 
 def _children(pid: int) -> list[int]:

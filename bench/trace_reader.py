@@ -63,6 +63,15 @@ benchmark, ``--reps 5``, before (at 21:08) and after (at 22:27): median 4.48 -> 
 per CPU-second, least 3.75 -> 3.62 CPU-s = 279,800 -> 289,800; ranking +14% and +18%; peak RSS 788 and 786 MiB. The
 300,000 target, met on 2 December's machine, is not met on this one.
 
+7 December, the same machine: JSON lines decoded in 256 KiB blocks instead of 1 MiB (``BLOCK_BYTES``): a block's
+decoded objects are read into the columns while they are still in the core's L2 cache (2 MiB on this AMD EPYC). The
+read alone (``read_receiver_file``, 1,050,000 spans, three runs of each size in turn): 64 KiB 2.78-2.96 CPU-s,
+256 KiB 2.52-2.56, 1 MiB 2.92-3.27, 4 MiB 3.47-3.61. This benchmark, ``--reps 5``: before (00:14) median 4.51 CPU-s
+= 232,800 spans per CPU-second, least 4.38 = 239,900; after (00:50) median 3.78 = 277,500, least 3.58 = 292,900;
+load + normalize 3.81 -> 3.05 CPU-s; peak RSS 782 -> 779 MiB; the ranking +17% before and +21% after (0.397 -> 0.480
+CPU-s warm: the analysis did not change, so this is the machine's noise around 18%). Still under 300,000 here: of the
+3.05 CPU-s of load + normalize, msgspec's decoding is about 1.2 and the parent rows' two sorts 0.3.
+
     .venv/bin/python bench/trace_reader.py [--spans 1050000] [--reps 3] [--cpu 0] [--keep FILE] [--json]
 
 The timed child imports ``drill`` as the interpreter finds it: to time another checkout with this

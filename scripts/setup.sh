@@ -43,7 +43,9 @@ setup_python() {
   local stamp="$VENV/.llm-drill-installed"
   if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     log "installing llm-drill and its dependencies (pip install -e .[dev]; log in $VENV/pip-install.log)"
-    if ! { "$VENV/bin/python" -m pip install --upgrade pip && "$VENV/bin/python" -m pip install -e ".[dev]"; } \
+    # --no-compile: Python compiles a module when it is first imported (and keeps its .pyc), so only the modules
+    # that run are compiled, not every installed file: 31 s -> 15 s for a fresh virtualenv (2026-12-07)
+    if ! { "$VENV/bin/python" -m pip install --upgrade pip && "$VENV/bin/python" -m pip install --no-compile -e ".[dev]"; } \
         > "$VENV/pip-install.log" 2>&1; then
       tail -n 40 "$VENV/pip-install.log" >&2
       log "pip install failed; the whole log is $VENV/pip-install.log"

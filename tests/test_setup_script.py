@@ -210,3 +210,28 @@ def test_the_debian_packages_install_in_one_background_apt_run_that_the_steps_wa
     assert [line for line in lines if "update" in line] == ["update -qq"], lines
     assert len([line for line in lines if "install" in line]) == 1, lines
     assert "chromium prometheus" in lines[-1] and "docker.io" not in lines[-1], lines
+
+
+def test_setup_python_caches_the_projects_bytecode_where_python_would_not(tmp_path: Path) -> None:
+    """With PYTHONDONTWRITEBYTECODE set, every process of a drill compiled the project's modules again: the set-up
+    compiles them once (``compile_project``), after an install it did not need to redo."""
+    project, venv = tmp_path / "project", tmp_path / "venv"
+    for module in ("drill/stack/router.py", "faults/slow.py"):
+        (project / module).parent.mkdir(parents=True, exist_ok=True)
+        (project / module).write_text("VALUE = 1\n")
+    (project / "pyproject.toml").write_text("")
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    (venv / ".llm-drill-installed").touch()  # newer than pyproject.toml: no pip install
+    done = subprocess.run(
+        ["bash", "-c", f"set -euo pipefail; source {REPO / 'scripts' / 'setup.sh'}; setup_python"],
+        cwd=project,
+        env={"PATH": os.environ["PATH"], "VENV": str(venv), "PYTHONDONTWRITEBYTECODE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    tag = sys.implementation.cache_tag
+    assert (project / "drill" / "stack" / "__pycache__" / f"router.{tag}.pyc").is_file()
+    assert (project / "faults" / "__pycache__" / f"slow.{tag}.pyc").is_file()

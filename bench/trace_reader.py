@@ -69,8 +69,10 @@ read alone (``read_receiver_file``, 1,050,000 spans, three runs of each size in 
 256 KiB 2.52-2.56, 1 MiB 2.92-3.27, 4 MiB 3.47-3.61. This benchmark, ``--reps 5``: before (00:14) median 4.51 CPU-s
 = 232,800 spans per CPU-second, least 4.38 = 239,900; after (00:50) median 3.78 = 277,500, least 3.58 = 292,900;
 load + normalize 3.81 -> 3.05 CPU-s; peak RSS 782 -> 779 MiB; the ranking +17% before and +21% after (0.397 -> 0.480
-CPU-s warm: the analysis did not change, so this is the machine's noise around 18%). Still under 300,000 here: of the
-3.05 CPU-s of load + normalize, msgspec's decoding is about 1.2 and the parent rows' two sorts 0.3.
+CPU-s warm: the analysis did not change, so this is the machine's noise around 18%). Three runs later, the machine idle
+(01:21, 01:23, 01:25): medians 307,400, 310,600 and 301,700 spans per CPU-second (least of 5: 313,600, 323,600,
+318,200), 780-781 MiB, ranking +18% each: the 300,000 target is met here, by 1-4%. Of the 3.05 CPU-s of load +
+normalize, msgspec's decoding is about 1.2 and the parent rows' two sorts 0.3.
 
     .venv/bin/python bench/trace_reader.py [--spans 1050000] [--reps 3] [--cpu 0] [--keep FILE] [--json]
 
